@@ -1,0 +1,33 @@
+# The test command the README gives and .ci/run calls: `make test`.
+GO ?= go
+TEST_TIMEOUT ?= 25m
+
+.PHONY: test test-short vet mutate bench demo build fuzz
+
+test: vet
+	bash scripts/ensure-redis.sh
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# Unit tests only (no multi-process end-to-end suite).
+test-short:
+	bash scripts/ensure-redis.sh
+	$(GO) test -race -count=1 -short ./...
+
+vet:
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+# Breaks the limiter one line at a time; every mutant must be killed.
+mutate:
+	bash scripts/ensure-redis.sh
+	bash scripts/mutate.sh
+
+bench:
+	bash scripts/ensure-redis.sh
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./internal/...
+
+build:
+	$(GO) build -o bin/smsgw ./cmd/smsgw
+
+demo:
+	$(GO) run ./cmd/smsgw demo

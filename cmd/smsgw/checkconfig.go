@@ -1,0 +1,40 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"smsgw/internal/gateway"
+)
+
+func init() {
+	register(command{name: "check-config", usage: "validate a configuration file (and SMSGW_* overrides) and exit", run: runCheckConfig})
+}
+
+func runCheckConfig(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("check-config", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", os.Getenv("SMSGW_CONFIG"), "configuration file (YAML)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *path == "" {
+		fmt.Fprintln(stderr, "smsgw check-config: --config is required")
+		return 2
+	}
+	cfg, err := gateway.LoadFile(*path)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", *path, err)
+		return 1
+	}
+	mode := "embedded store at " + cfg.Store.Path + ", local limiter (exactly one replica)"
+	if cfg.Redis.Enabled() {
+		mode = fmt.Sprintf("Redis at %s, shared limiter (fallback %.2f/s per process)", cfg.Redis.Addr, cfg.Limits.TargetRPS/float64(cfg.Limits.MaxSenders))
+	}
+	fmt.Fprintf(stdout, "%s: ok\n  provider: %s, contract %g/s, target %g/s, burst %d\n  mode: %s\n  producers: %d\n",
+		*path, cfg.Provider.Kind, cfg.Provider.ContractRPS, cfg.Limits.TargetRPS, cfg.Limits.Burst, mode, len(cfg.Producers))
+	return 0
+}

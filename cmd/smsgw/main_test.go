@@ -1,0 +1,32 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestCheckConfig(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"check-config", "--config", "../../internal/gateway/testdata/config/good/full.yaml"}, &out, &errb); code != 0 {
+		t.Fatalf("good config: exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "ok") {
+		t.Fatalf("stdout: %s", out.String())
+	}
+	out.Reset()
+	errb.Reset()
+	if code := run([]string{"check-config", "--config", "../../internal/gateway/testdata/config/bad/over_contract.yaml"}, &out, &errb); code != 1 {
+		t.Fatalf("bad config: exit %d", code)
+	}
+	if !strings.Contains(errb.String(), "limits.target_rps") {
+		t.Fatalf("stderr does not name the key: %s", errb.String())
+	}
+}
+
+func TestUnknownCommand(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"frobnicate"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "unknown command") {
+		t.Fatalf("exit %d, stderr %q", code, errb.String())
+	}
+}

@@ -1,0 +1,86 @@
+// Package limiter paces sends with GCRA (the generic cell rate algorithm).
+//
+// There are two deciders with the same behaviour: Local (in-process,
+// monotonic clock) and Redis (one Lua script per decision, Redis TIME as the
+// only clock, shared by every replica). Shared wraps Redis in a circuit
+// breaker and falls back to a Local limiter at target_rps / max_senders when
+// Redis fails. The package knows nothing of queues or providers.
+package limiter
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrCostExceedsBurst is returned for a cost that can never be granted
+// because it is larger than the burst of a key it must pass.
+var ErrCostExceedsBurst = errors.New("limiter: cost exceeds burst")
+
+// Rate is one GCRA key's parameters: Rate units per second, of which Burst
+// may go at once after idle. Burst >= 1.
+type Rate struct {
+	PerSecond float64
+	Burst     int
+}
+
+// Config is the limiter's shape: a global rate for the provider account and
+// optional caps for some classes (a capped class must pass both its own key
+// and the global key).
+type Config struct {
+	Global  Rate
+	Classes map[string]Rate // class name -> cap; classes without an entry only pass the global key
+}
+
+// Request asks for Cost units for Class, accepting a slot up to MaxWait ahead.
+type Request struct {
+	Class   string
+	Cost    int           // >= 1; segments of the message
+	MaxWait time.Duration // 0: only a slot available now
+}
+
+// Decision is the answer to a Request.
+//
+// Allowed: the slot is reserved; sleep Delay (0 when available now), then
+// send. Not allowed: nothing was recorded; RetryAfter is the exact time after
+// which the same request would be allowed (the caller waits that long or
+// requeues). Paused tells that the denial came from the shared pause.
+type Decision struct {
+	Allowed    bool
+	Delay      time.Duration
+	RetryAfter time.Duration
+	Paused     bool
+	Mode       Mode
+}
+
+// Mode tells which decider answered.
+type Mode string
+
+const (
+	ModeLocal    Mode = "local"    // embedded: one process, full target rate
+	ModeShared   Mode = "shared"   // Redis GCRA shared by every replica
+	ModeFallback Mode = "fallback" // Redis unreachable: local at target / max_senders
+)
+
+// KeyState is how far ahead one key's schedule runs.
+type KeyState struct {
+	Name  string        // "global" or a class name
+	Ahead time.Duration // theoretical arrival time minus now (0 when idle)
+	Rate  Rate
+}
+
+// State is what an operator sees on the dashboard.
+type State struct {
+	Mode           Mode
+	PauseRemaining time.Duration
+	Keys           []KeyState
+}
+
+// Limiter is what callers use; Local and Shared implement it.
+type Limiter interface {
+	Reserve(ctx context.Context, r Request) (Decision, error)
+	// Pause stops every Reserve for d (shared by all replicas where the
+	// limiter is shared). A shorter pause never shortens a longer one.
+	Pause(ctx context.Context, d time.Duration) error
+	State(ctx context.Context) (State, error)
+}

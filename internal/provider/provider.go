@@ -1,0 +1,85 @@
+// Package provider is the seam between the send loop and an SMS provider.
+// Adapters live in sub-packages (http, twilio, vonage, sim) and classify their
+// own failures as *Error so the send loop never parses vendor responses.
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"smsgw/internal/sms"
+)
+
+// Request is one send. ID is the gateway's message id; adapters pass it to
+// the provider as the idempotency key / client reference, the same on every
+// attempt.
+type Request struct {
+	ID       string
+	To       string
+	From     string
+	Body     string
+	Segments int
+	Class    sms.Class
+}
+
+// Result is the provider's answer to an accepted send.
+type Result struct {
+	ProviderID string // the provider's message id
+}
+
+// Provider sends one message. Send must honour ctx's deadline and must
+// return either a Result or an error; adapters return *Error for every
+// failure they can classify.
+type Provider interface {
+	Name() string
+	Send(ctx context.Context, req *Request) (Result, error)
+}
+
+// Reason is the closed set of failure classes. It doubles as a metric label.
+type Reason string
+
+const (
+	ReasonThrottled   Reason = "throttled"    // 429 or vendor throttle: pause everyone for RetryAfter, requeue
+	ReasonSuspended   Reason = "suspended"    // account suspended (403 from the sim): pause, requeue
+	ReasonRejected    Reason = "rejected"     // permanent 4xx: bad number, bad body; fail the message
+	ReasonAuth        Reason = "auth"         // 401/403 credentials: permanent for this message, alert
+	ReasonUnavailable Reason = "unavailable"  // 5xx
+	ReasonTimeout     Reason = "timeout"      // no answer in time: outcome unknown, retry same key
+	ReasonNetwork     Reason = "network"      // connection refused/reset: retry
+	ReasonBadResponse Reason = "bad_response" // 2xx we could not parse: outcome unknown, retry same key
+)
+
+// Reasons lists every Reason, for creating metric label sets at zero.
+var Reasons = []Reason{ReasonThrottled, ReasonSuspended, ReasonRejected, ReasonAuth,
+	ReasonUnavailable, ReasonTimeout, ReasonNetwork, ReasonBadResponse}
+
+// Error is a classified provider failure. It never carries secrets.
+type Error struct {
+	Reason     Reason
+	Temporary  bool          // retrying the same message may succeed
+	RetryAfter time.Duration // > 0 for throttles; how long every sender must pause
+	Status     int           // HTTP status, if any
+	Message    string        // short, safe description (vendor error code/text)
+}
+
+func (e *Error) Error() string {
+	if e.Status != 0 {
+		return fmt.Sprintf("provider: %s (status %d): %s", e.Reason, e.Status, e.Message)
+	}
+	return fmt.Sprintf("provider: %s: %s", e.Reason, e.Message)
+}
+
+// AsError returns the *Error inside err, or nil.
+func AsError(err error) *Error {
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe
+	}
+	return nil
+}
+
+// MinRetryAfter is the floor for any pause derived from a provider answer:
+// a missing, unparseable, zero or negative Retry-After becomes one second.
+const MinRetryAfter = time.Second

@@ -1,0 +1,116 @@
+// Package queue is the seam for durable priority queues of messages.
+//
+// Backends live in sub-packages (embedded: one node, a file on disk; redis:
+// shared by replicas). Every backend passes the conformance suite in
+// queuetest. All durations in this seam are relative so that no backend
+// depends on the caller's clock: a redis backend uses Redis TIME, the embedded
+// backend its own clock.
+//
+// Delivery is at-least-once with leases: Take hands a message to one owner
+// for a lease; the owner extends the lease while it works (heartbeat) and
+// ends it with Complete, Requeue or Dead. A lease that expires is handed on
+// by Recover. Ack-type calls made with a lease the caller no longer holds
+// return ErrLeaseLost and change nothing.
+package queue
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"smsgw/internal/sms"
+)
+
+var (
+	ErrEmpty     = errors.New("queue: no message ready")
+	ErrNotFound  = errors.New("queue: message not found")
+	ErrLeaseLost = errors.New("queue: lease not held")
+	ErrClosed    = errors.New("queue: closed")
+)
+
+// EnqueueResult is the outcome of one enqueue.
+type EnqueueResult struct {
+	// Message is the stored message. When Existed is true it is the message
+	// first stored under the same (Producer, IdempotencyKey), not the one
+	// passed in.
+	Message *sms.Message
+	Existed bool
+	Err     error // per-item error for EnqueueMany
+}
+
+// TakeOptions selects what Take may hand out.
+type TakeOptions struct {
+	Owner   string        // the taker's identity (replica id + worker), recorded with the lease
+	Lease   time.Duration // how long the message is held before Recover may hand it on
+	Classes []sms.Class   // classes to consider, in this priority order; nil means all, otp first
+}
+
+// Leased is a message taken under a lease.
+type Leased struct {
+	Message *sms.Message // Status is StatusSending; Attempts as stored (not yet incremented for this try)
+	Token   string       // opaque lease token; pass it back on Extend/Complete/Requeue/Dead
+}
+
+// Outcome ends a lease with a terminal status.
+type Outcome struct {
+	Status     sms.Status // StatusSent, StatusFailed or StatusExpired
+	ProviderID string     // for sent
+	Reason     string     // for failed / expired: short, safe text stored as LastError
+	Attempts   int        // attempts made including this one (stored as is)
+}
+
+// RequeueOptions puts a leased message back.
+type RequeueOptions struct {
+	After        time.Duration // not taken again before now+After
+	SpendAttempt bool          // false for rate denials and provider throttles
+	LastError    string
+}
+
+// ClassStats is the depth of one class.
+type ClassStats struct {
+	Ready     int64         // queued and due now
+	Scheduled int64         // queued with a future not-before
+	Leased    int64         // in flight (sending)
+	Dead      int64         // dead letters of this class
+	OldestAge time.Duration // age of the oldest queued message (0 if none)
+}
+
+// Queue is a durable priority queue.
+type Queue interface {
+	// Enqueue stores m durably before returning. m.ID must be set (sms.NewID);
+	// Status is set to queued. With m.IdempotencyKey set, a second enqueue of
+	// the same (Producer, IdempotencyKey) within the idempotency window
+	// returns the first message with Existed.
+	Enqueue(ctx context.Context, m *sms.Message) (EnqueueResult, error)
+	// EnqueueMany stores many messages in one durable commit where the
+	// backend can; results are in input order.
+	EnqueueMany(ctx context.Context, ms []*sms.Message) ([]EnqueueResult, error)
+
+	// Take leases the next ready message: strict class order, FIFO within a
+	// class, never before NotBefore. ErrEmpty when nothing is ready; the
+	// duration is then how long until the next scheduled message of the
+	// given classes becomes ready (0 if none is scheduled).
+	Take(ctx context.Context, opt TakeOptions) (*Leased, time.Duration, error)
+	Extend(ctx context.Context, l *Leased, lease time.Duration) error
+	Complete(ctx context.Context, l *Leased, o Outcome) error
+	Requeue(ctx context.Context, l *Leased, o RequeueOptions) error
+	// Dead ends the lease and moves the message to the dead letters
+	// (Status failed, Dead true).
+	Dead(ctx context.Context, l *Leased, reason string, attempts int) error
+
+	// Recover hands every expired lease back to the ready queue (without
+	// spending an attempt) and returns how many it moved.
+	Recover(ctx context.Context) (int, error)
+
+	DeadLetters(ctx context.Context, limit int) ([]*sms.Message, error)
+	// RetryDead queues a dead letter again with its attempts reset.
+	RetryDead(ctx context.Context, id string) error
+
+	// Get returns a message by id (ErrNotFound once retention has passed).
+	Get(ctx context.Context, id string) (*sms.Message, error)
+	Stats(ctx context.Context) (map[sms.Class]ClassStats, error)
+	// Outstanding is the number of a producer's messages queued or in flight.
+	Outstanding(ctx context.Context, producer string) (int64, error)
+
+	Close() error
+}

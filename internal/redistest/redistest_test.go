@@ -1,0 +1,52 @@
+package redistest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func TestServerRestartKeepsAOFData(t *testing.T) {
+	s := StartServer(t, ServerOptions{AppendOnly: true})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.Kill()
+	if err := c.Ping(ctx).Err(); err == nil {
+		t.Fatal("ping after kill succeeded")
+	}
+	s.Start()
+	if v, err := c.Get(ctx, "k").Result(); err != nil || v != "v" {
+		t.Fatalf("after restart: %q, %v", v, err)
+	}
+}
+
+func TestClusterSpreadsSlots(t *testing.T) {
+	addrs := StartCluster(t)
+	c := ClusterClient(t, addrs)
+	ctx := context.Background()
+	masters := map[string]bool{}
+	for _, k := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
+		if err := c.Set(ctx, k, 1, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		n, err := m.DBSize(ctx).Result()
+		if err == nil && n > 0 {
+			masters[m.Options().Addr] = true
+		}
+		return nil
+	})
+	if len(masters) < 2 {
+		t.Fatalf("keys landed on %d masters, want a real cluster", len(masters))
+	}
+	// A multi-key command across slots must fail on a real cluster.
+	if err := c.Do(ctx, "MSET", "a", 1, "b", 2).Err(); err == nil {
+		t.Fatal("cross-slot MSET succeeded; not a cluster")
+	}
+}

@@ -1,0 +1,44 @@
+package sms
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"time"
+)
+
+const crockford = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+// NewID returns a new message id: "msg_" followed by 26 Crockford base32
+// characters encoding 48 bits of Unix milliseconds and 80 random bits, so ids
+// sort by creation time and never collide in practice across replicas.
+func NewID(now time.Time) string {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(now.UnixMilli())<<16)
+	_, _ = rand.Read(b[6:])
+	// 128 bits -> 26 base32 chars (130 bits, top 2 zero).
+	out := make([]byte, 4, 30)
+	copy(out, "msg_")
+	hi := binary.BigEndian.Uint64(b[:8])
+	lo := binary.BigEndian.Uint64(b[8:])
+	var chars [26]byte
+	for i := 25; i >= 0; i-- {
+		chars[i] = crockford[lo&31]
+		lo = lo>>5 | hi<<59
+		hi >>= 5
+	}
+	return string(append(out, chars[:]...))
+}
+
+// ValidID reports whether s has the shape NewID produces.
+func ValidID(s string) bool {
+	if len(s) != 30 || s[:4] != "msg_" {
+		return false
+	}
+	for i := 4; i < len(s); i++ {
+		c := s[i]
+		if !(c >= '0' && c <= '9' || c >= 'A' && c <= 'Z') || c == 'I' || c == 'L' || c == 'O' || c == 'U' {
+			return false
+		}
+	}
+	return true
+}

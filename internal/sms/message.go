@@ -1,0 +1,121 @@
+// Package sms is the leaf domain of smsgw: messages, priority classes,
+// delivery states, phone numbers and segment counting. It imports nothing of
+// ours.
+package sms
+
+import (
+	"fmt"
+	"time"
+)
+
+// Class is a priority class. Lower values are served first.
+type Class uint8
+
+const (
+	ClassOTP Class = iota
+	ClassTransactional
+	ClassMarketing
+)
+
+// Classes lists every class in priority order (highest first).
+var Classes = []Class{ClassOTP, ClassTransactional, ClassMarketing}
+
+func (c Class) String() string {
+	switch c {
+	case ClassOTP:
+		return "otp"
+	case ClassTransactional:
+		return "transactional"
+	case ClassMarketing:
+		return "marketing"
+	}
+	return fmt.Sprintf("class(%d)", uint8(c))
+}
+
+// Valid reports whether c is one of the defined classes.
+func (c Class) Valid() bool { return c <= ClassMarketing }
+
+// ParseClass parses the public name of a class.
+func ParseClass(s string) (Class, error) {
+	switch s {
+	case "otp":
+		return ClassOTP, nil
+	case "transactional":
+		return ClassTransactional, nil
+	case "marketing":
+		return ClassMarketing, nil
+	}
+	return 0, fmt.Errorf("unknown class %q (want otp, transactional or marketing)", s)
+}
+
+func (c Class) MarshalText() ([]byte, error) {
+	if !c.Valid() {
+		return nil, fmt.Errorf("invalid class %d", uint8(c))
+	}
+	return []byte(c.String()), nil
+}
+
+func (c *Class) UnmarshalText(b []byte) error {
+	v, err := ParseClass(string(b))
+	if err != nil {
+		return err
+	}
+	*c = v
+	return nil
+}
+
+// Status is where a message is in its life. Transitions only go forward:
+// queued → sending → (queued again on requeue) → sent | failed | expired.
+// A terminal status never changes, except that an operator may retry a dead
+// letter (failed with Dead set), which queues it again.
+type Status string
+
+const (
+	StatusQueued  Status = "queued"
+	StatusSending Status = "sending"
+	StatusSent    Status = "sent"
+	StatusFailed  Status = "failed"
+	StatusExpired Status = "expired"
+	StatusUnknown Status = "unknown"
+)
+
+// Terminal reports whether s is a final state.
+func (s Status) Terminal() bool {
+	return s == StatusSent || s == StatusFailed || s == StatusExpired
+}
+
+// Message is one SMS accepted by the gateway.
+type Message struct {
+	ID        string `json:"id"`
+	Producer  string `json:"producer"`
+	Class     Class  `json:"class"`
+	To        string `json:"to"`
+	From      string `json:"from,omitempty"`
+	Body      string `json:"body"`
+	Reference string `json:"reference,omitempty"` // the producer's own id, opaque to us
+	Segments  int    `json:"segments"`            // units of provider rate this message costs (>= 1)
+
+	// IdempotencyKey is the producer's Idempotency-Key header, if any; the
+	// queue maps (Producer, IdempotencyKey) to one message id. RequestHash is
+	// a digest of the request that created the message, so a replay with a
+	// different body can be told apart.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	RequestHash    string `json:"request_hash,omitempty"`
+
+	CreatedAt time.Time `json:"created_at"`
+	NotBefore time.Time `json:"not_before,omitzero"` // not taken before this time
+	ExpiresAt time.Time `json:"expires_at,omitzero"` // zero: never expires
+
+	Status     Status    `json:"status"`
+	Attempts   int       `json:"attempts"`
+	LastError  string    `json:"last_error,omitempty"`
+	ProviderID string    `json:"provider_message_id,omitempty"`
+	Dead       bool      `json:"dead,omitempty"` // failed after exhausting retries: a dead letter
+	UpdatedAt  time.Time `json:"updated_at,omitzero"`
+	SentAt     time.Time `json:"sent_at,omitzero"`
+}
+
+// Expired reports whether the message's TTL has passed at now.
+func (m *Message) Expired(now time.Time) bool {
+	return !m.ExpiresAt.IsZero() && !now.Before(m.ExpiresAt)
+}
