@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -29,6 +30,7 @@ func TestClusterSpreadsSlots(t *testing.T) {
 	addrs := StartCluster(t)
 	c := ClusterClient(t, addrs)
 	ctx := context.Background()
+	var mu sync.Mutex // ForEachMaster calls back concurrently
 	masters := map[string]bool{}
 	for _, k := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
 		if err := c.Set(ctx, k, 1, 0).Err(); err != nil {
@@ -38,7 +40,9 @@ func TestClusterSpreadsSlots(t *testing.T) {
 	_ = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
 		n, err := m.DBSize(ctx).Result()
 		if err == nil && n > 0 {
+			mu.Lock()
 			masters[m.Options().Addr] = true
+			mu.Unlock()
 		}
 		return nil
 	})
