@@ -22,6 +22,10 @@ type Request struct {
 	Body     string
 	Segments int
 	Class    sms.Class
+	// AcceptedAt is when the gateway accepted the message. Adapters of the
+	// generic protocol pass it on (X-Smsgw-Accepted-At, Unix nanoseconds) so
+	// the simulator can measure arrival-to-provider latency.
+	AcceptedAt time.Time
 }
 
 // Result is the provider's answer to an accepted send.
