@@ -1,0 +1,32 @@
+package sms
+
+import (
+	"testing"
+	"time"
+)
+
+func TestNewID(t *testing.T) {
+	t.Parallel()
+	t0 := time.UnixMilli(1_700_000_000_000)
+	seen := map[string]bool{}
+	prev := ""
+	for i := range 1000 {
+		id := NewID(t0.Add(time.Duration(i) * time.Millisecond))
+		if !ValidID(id) {
+			t.Fatalf("NewID gave %q, which ValidID refuses", id)
+		}
+		if seen[id] {
+			t.Fatalf("NewID repeated %q", id)
+		}
+		if id <= prev {
+			t.Fatalf("ids not ordered by time: %q after %q", id, prev)
+		}
+		seen[id], prev = true, id
+	}
+	for _, bad := range []string{"", "msg_", "msg_0000000000000000000000000", "MSG_00000000000000000000000000",
+		"msg_0000000000000000000000000I", "msg_0000000000000000000000000u", "msg_00000000000000000000000000x"} {
+		if ValidID(bad) {
+			t.Errorf("ValidID(%q) = true", bad)
+		}
+	}
+}
