@@ -1,0 +1,363 @@
+package embedded
+
+import (
+	"errors"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	"go.uber.org/goleak"
+
+	"smsgw/internal/queue"
+	"smsgw/internal/queue/queuetest"
+	"smsgw/internal/sms"
+)
+
+func TestMain(m *testing.M) {
+	// The kill -9 test re-executes this binary as the child that enqueues.
+	if dir := os.Getenv(childEnv); dir != "" {
+		os.Exit(runChild(dir))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+func open(t testing.TB, cfg Config) *Queue {
+	t.Helper()
+	if cfg.Path == "" {
+		cfg.Path = t.TempDir()
+	}
+	q, err := Open(cfg)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := q.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return q
+}
+
+func TestConformance(t *testing.T) {
+	queuetest.Run(t, queuetest.Harness{
+		New: func(t *testing.T) queue.Queue { return open(t, Config{}) },
+		Reopen: func(t *testing.T, old queue.Queue) queue.Queue {
+			path := old.(*Queue).db.Path()
+			if err := old.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			return open(t, Config{Path: strings.TrimSuffix(path, "/"+FileName)})
+		},
+	})
+}
+
+// TestExclusiveLock: a second opener of the same store fails fast and says
+// why, instead of two replicas writing one file.
+func TestExclusiveLock(t *testing.T) {
+	dir := t.TempDir()
+	open(t, Config{Path: dir})
+	start := time.Now()
+	q2, err := Open(Config{Path: dir, LockTimeout: 100 * time.Millisecond})
+	if err == nil {
+		_ = q2.Close()
+		t.Fatal("second Open of a locked store succeeded")
+	}
+	if !strings.Contains(err.Error(), "locked by another process") {
+		t.Fatalf("second Open: %v, want a clear lock error", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("second Open took %v to fail", d)
+	}
+}
+
+func TestOpenValidates(t *testing.T) {
+	for name, cfg := range map[string]Config{
+		"no path":                     {},
+		"retention below idem window": {Path: t.TempDir(), Retention: time.Hour, IdempotencyWindow: 2 * time.Hour},
+		"negative retention":          {Path: t.TempDir(), Retention: -time.Hour},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if q, err := Open(cfg); err == nil {
+				_ = q.Close()
+				t.Fatal("Open succeeded")
+			}
+		})
+	}
+}
+
+// clock is a settable clock for retention and window tests.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func newClock() *clock { return &clock{now: time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)} }
+
+func msg(producer string, c sms.Class, now time.Time) *sms.Message {
+	return &sms.Message{ID: sms.NewID(now), Producer: producer, Class: c, To: "+819012345678", Body: "hi", Segments: 1, CreatedAt: now}
+}
+
+func TestRetention(t *testing.T) {
+	clk := newClock()
+	q := open(t, Config{Now: clk.Now, Retention: 48 * time.Hour, IdempotencyWindow: 24 * time.Hour})
+	ctx := t.Context()
+	sent, dead, live := msg("p", sms.ClassOTP, clk.Now()), msg("p", sms.ClassOTP, clk.Now()), msg("p", sms.ClassMarketing, clk.Now())
+	sent.IdempotencyKey = "k"
+	for _, m := range []*sms.Message{sent, dead, live} {
+		if _, err := q.Enqueue(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	take := func() *queue.Leased {
+		l, _, err := q.Take(ctx, queue.TakeOptions{Lease: time.Hour, Classes: []sms.Class{sms.ClassOTP}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	if err := q.Complete(ctx, take(), queue.Outcome{Status: sms.StatusSent, Attempts: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Dead(ctx, take(), "x", 1); err != nil {
+		t.Fatal(err)
+	}
+	clk.Add(48*time.Hour - time.Millisecond)
+	if n, err := q.Prune(ctx); err != nil || n != 0 {
+		t.Fatalf("Prune before retention = %d, %v", n, err)
+	}
+	clk.Add(time.Millisecond)
+	if n, err := q.Prune(ctx); err != nil || n != 2 {
+		t.Fatalf("Prune at retention = %d, %v: want 2", n, err)
+	}
+	for _, id := range []string{sent.ID, dead.ID} {
+		if _, err := q.Get(ctx, id); !errors.Is(err, queue.ErrNotFound) {
+			t.Fatalf("Get %s after retention: %v", id, err)
+		}
+	}
+	if _, err := q.Get(ctx, live.ID); err != nil {
+		t.Fatalf("queued message pruned: %v", err)
+	}
+	if st, _ := q.Stats(ctx); st[sms.ClassOTP].Dead != 0 {
+		t.Fatalf("dead count after prune: %+v", st[sms.ClassOTP])
+	}
+	again := msg("p", sms.ClassOTP, clk.Now())
+	again.IdempotencyKey = "k"
+	if res, err := q.Enqueue(ctx, again); err != nil || res.Existed {
+		t.Fatalf("key after retention = %+v, %v: want a new message", res, err)
+	}
+	checkInvariants(t, q)
+}
+
+func TestIdempotencyWindow(t *testing.T) {
+	clk := newClock()
+	q := open(t, Config{Now: clk.Now})
+	ctx := t.Context()
+	first := msg("p", sms.ClassOTP, clk.Now())
+	first.IdempotencyKey = "k"
+	if _, err := q.Enqueue(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	clk.Add(24*time.Hour - time.Millisecond)
+	replay := msg("p", sms.ClassOTP, clk.Now())
+	replay.IdempotencyKey = "k"
+	if res, err := q.Enqueue(ctx, replay); err != nil || !res.Existed || res.Message.ID != first.ID {
+		t.Fatalf("replay inside the window = %+v, %v", res, err)
+	}
+	clk.Add(time.Millisecond)
+	if res, err := q.Enqueue(ctx, replay); err != nil || res.Existed || res.Message.ID != replay.ID {
+		t.Fatalf("replay after the window = %+v, %v: want a new message", res, err)
+	}
+	// Both stay readable; the key now names the second.
+	for _, id := range []string{first.ID, replay.ID} {
+		if _, err := q.Get(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	third := msg("p", sms.ClassOTP, clk.Now())
+	third.IdempotencyKey = "k"
+	if res, err := q.Enqueue(ctx, third); err != nil || !res.Existed || res.Message.ID != replay.ID {
+		t.Fatalf("third = %+v, %v: want the second", res, err)
+	}
+}
+
+// TestNotBeforeRoundsUp: a not-before inside a millisecond is not due until
+// that millisecond has fully passed.
+func TestNotBeforeRoundsUp(t *testing.T) {
+	clk := newClock()
+	q := open(t, Config{Now: clk.Now})
+	m := msg("p", sms.ClassOTP, clk.Now())
+	m.NotBefore = clk.Now().Add(10*time.Millisecond + 300*time.Microsecond)
+	if _, err := q.Enqueue(t.Context(), m); err != nil {
+		t.Fatal(err)
+	}
+	clk.Add(10 * time.Millisecond)
+	_, wait, err := q.Take(t.Context(), queue.TakeOptions{Lease: time.Second})
+	if !errors.Is(err, queue.ErrEmpty) || wait != time.Millisecond {
+		t.Fatalf("Take at +10ms = %v, %v: want ErrEmpty, 1ms", err, wait)
+	}
+	clk.Add(time.Millisecond)
+	if _, _, err := q.Take(t.Context(), queue.TakeOptions{Lease: time.Second}); err != nil {
+		t.Fatalf("Take at +11ms: %v", err)
+	}
+}
+
+// TestCountersMatchIndexes drives a random workload and then recounts every
+// index, so Stats and Outstanding (counters) cannot drift from the truth.
+func TestCountersMatchIndexes(t *testing.T) {
+	clk := newClock()
+	q := open(t, Config{Now: clk.Now})
+	ctx := t.Context()
+	rng := rand.New(rand.NewPCG(1, 2))
+	var held []*queue.Leased
+	for i := range 600 {
+		clk.Add(time.Duration(rng.IntN(50)) * time.Millisecond)
+		switch op := rng.IntN(10); {
+		case op < 3:
+			m := msg([]string{"a", "b", "c"}[rng.IntN(3)], sms.Classes[rng.IntN(3)], clk.Now())
+			if rng.IntN(4) == 0 {
+				m.NotBefore = clk.Now().Add(time.Duration(rng.IntN(2000)) * time.Millisecond)
+			}
+			if rng.IntN(4) == 0 {
+				m.IdempotencyKey = []string{"x", "y", "z"}[rng.IntN(3)]
+			}
+			if _, err := q.Enqueue(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+		case op < 5:
+			l, _, err := q.Take(ctx, queue.TakeOptions{Lease: time.Duration(100+rng.IntN(1000)) * time.Millisecond})
+			if err == nil {
+				held = append(held, l)
+			} else if !errors.Is(err, queue.ErrEmpty) {
+				t.Fatal(err)
+			}
+		case op < 8 && len(held) > 0:
+			j := rng.IntN(len(held))
+			l := held[j]
+			held = append(held[:j], held[j+1:]...)
+			var err error
+			switch rng.IntN(4) {
+			case 0:
+				err = q.Complete(ctx, l, queue.Outcome{Status: sms.StatusSent, Attempts: 1})
+			case 1:
+				err = q.Requeue(ctx, l, queue.RequeueOptions{After: time.Duration(rng.IntN(500)) * time.Millisecond, SpendAttempt: true})
+			case 2:
+				err = q.Dead(ctx, l, "x", 2)
+			case 3:
+				err = q.Extend(ctx, l, time.Second)
+				held = append(held, l)
+			}
+			if err != nil && !errors.Is(err, queue.ErrLeaseLost) {
+				t.Fatal(err)
+			}
+		case op == 8:
+			if _, err := q.Recover(ctx); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			dl, err := q.DeadLetters(ctx, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(dl) > 0 {
+				if err := q.RetryDead(ctx, dl[0].ID); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if i%100 == 0 {
+			checkInvariants(t, q)
+		}
+	}
+	checkInvariants(t, q)
+}
+
+// checkInvariants recounts the indexes from the messages and compares them
+// with the counters and with each other.
+func checkInvariants(t *testing.T, q *Queue) {
+	t.Helper()
+	err := q.db.View(func(tx *bolt.Tx) error {
+		type key struct {
+			c    sms.Class
+			kind byte
+		}
+		want := map[key]int64{}
+		out := map[string]int64{}
+		inReady, inLease, inDead, inDone := 0, 0, 0, 0
+		err := tx.Bucket(bMsgs).ForEach(func(k, v []byte) error {
+			r, err := getRecord(tx, string(k))
+			if err != nil {
+				return err
+			}
+			switch r.Msg.Status {
+			case sms.StatusQueued:
+				want[key{r.Msg.Class, kindQueued}]++
+				out[r.Msg.Producer]++
+				inReady++
+				if got := tx.Bucket(bReady).Get(readyKey(r.Msg.Class, r.Due, r.Seq)); string(got) != r.Msg.ID {
+					t.Errorf("%s queued but not in ready at its due", r.Msg.ID)
+				}
+			case sms.StatusSending:
+				want[key{r.Msg.Class, kindLeased}]++
+				out[r.Msg.Producer]++
+				inLease++
+				if !bucketHas(tx.Bucket(bLeases), timeKey(r.Lease, r.Msg.ID)) {
+					t.Errorf("%s sending without a lease entry", r.Msg.ID)
+				}
+			default:
+				inDone++
+				if !bucketHas(tx.Bucket(bDone), timeKey(r.At, r.Msg.ID)) {
+					t.Errorf("%s terminal but not in done", r.Msg.ID)
+				}
+				if r.Msg.Dead {
+					want[key{r.Msg.Class, kindDead}]++
+					inDead++
+					if !bucketHas(tx.Bucket(bDead), timeKey(r.At, r.Msg.ID)) {
+						t.Errorf("%s dead but not in dead", r.Msg.ID)
+					}
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, c := range sms.Classes {
+			for _, kind := range []byte{kindQueued, kindLeased, kindDead} {
+				if got := getCount(tx.Bucket(bCounts), countKey(c, kind)); got != want[key{c, kind}] {
+					t.Errorf("counter %s/%c = %d, recount %d", c, kind, got, want[key{c, kind}])
+				}
+			}
+		}
+		for p, n := range out {
+			if got := getCount(tx.Bucket(bOut), []byte(p)); got != n {
+				t.Errorf("outstanding %s = %d, recount %d", p, got, n)
+			}
+		}
+		for name, n := range map[string]int{"ready": inReady, "leases": inLease, "dead": inDead, "done": inDone} {
+			if got := tx.Bucket([]byte(name)).Stats().KeyN; got != n {
+				t.Errorf("bucket %s has %d keys, want %d", name, got, n)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// bucketHas reports whether k is a key of b (values may be empty).
+func bucketHas(b *bolt.Bucket, k []byte) bool {
+	got, _ := b.Cursor().Seek(k)
+	return got != nil && string(got) == string(k)
+}

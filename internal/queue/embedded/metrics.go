@@ -1,0 +1,78 @@
+package embedded
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	commitSeconds prometheus.Histogram
+	commitOps     prometheus.Histogram
+	commitErrors  prometheus.Counter
+	recovered     prometheus.Counter
+	pruned        prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "smsgw_queue_embedded_commit_duration_seconds",
+			Help:    "Time of one group commit of the embedded store, fsync included.",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, 1},
+		}),
+		commitOps: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "smsgw_queue_embedded_commit_ops",
+			Help:    "Operations sharing one group commit (one fsync).",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512},
+		}),
+		commitErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "smsgw_queue_embedded_commit_errors_total",
+			Help: "Group commits that failed (storage errors).",
+		}),
+		recovered: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "smsgw_queue_embedded_recovered_total",
+			Help: "Expired leases handed back to the ready queue.",
+		}),
+		pruned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "smsgw_queue_embedded_pruned_total",
+			Help: "Terminal messages deleted after the retention.",
+		}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	var err error
+	// A store reopened on the same registry keeps counting on the first
+	// queue's collectors.
+	if m.commitSeconds, err = register(reg, m.commitSeconds); err != nil {
+		return nil, err
+	}
+	if m.commitOps, err = register(reg, m.commitOps); err != nil {
+		return nil, err
+	}
+	if m.commitErrors, err = register(reg, m.commitErrors); err != nil {
+		return nil, err
+	}
+	if m.recovered, err = register(reg, m.recovered); err != nil {
+		return nil, err
+	}
+	if m.pruned, err = register(reg, m.pruned); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	err := reg.Register(c)
+	if err == nil {
+		return c, nil
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	return c, err
+}

@@ -1,0 +1,641 @@
+package embedded
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"smsgw/internal/queue"
+	"smsgw/internal/sms"
+)
+
+// Limits that keep every key well inside bbolt's key size.
+const (
+	maxIDLen       = 128
+	maxProducerLen = 256
+	maxIdemKeyLen  = 1024
+	// chunk bounds the work of one Recover or Prune transaction.
+	chunk = 1000
+)
+
+var errInvalid = errors.New("invalid message")
+
+func validate(m *sms.Message) error {
+	switch {
+	case m == nil:
+		return fmt.Errorf("%w: nil", errInvalid)
+	case m.ID == "" || len(m.ID) > maxIDLen:
+		return fmt.Errorf("%w: id %q", errInvalid, m.ID)
+	case !m.Class.Valid():
+		return fmt.Errorf("%w: class %d", errInvalid, uint8(m.Class))
+	case m.Producer == "" || len(m.Producer) > maxProducerLen:
+		return fmt.Errorf("%w: producer must have 1 to %d bytes", errInvalid, maxProducerLen)
+	case len(m.IdempotencyKey) > maxIdemKeyLen:
+		return fmt.Errorf("%w: idempotency key longer than %d", errInvalid, maxIdemKeyLen)
+	}
+	return nil
+}
+
+func (q *Queue) Enqueue(ctx context.Context, m *sms.Message) (queue.EnqueueResult, error) {
+	rs, err := q.EnqueueMany(ctx, []*sms.Message{m})
+	if err != nil {
+		return queue.EnqueueResult{}, err
+	}
+	return rs[0], rs[0].Err
+}
+
+// EnqueueMany stores all of ms in one transaction (shared with whatever else
+// is committing at the time). An invalid item gets its own Err; the others
+// are stored.
+func (q *Queue) EnqueueMany(ctx context.Context, ms []*sms.Message) ([]queue.EnqueueResult, error) {
+	var results []queue.EnqueueResult
+	err := q.update(ctx, func(tx *bolt.Tx) error {
+		results = make([]queue.EnqueueResult, len(ms))
+		now := q.now()
+		for i, m := range ms {
+			r, err := q.enqueueTx(tx, m, now)
+			if err != nil {
+				return err
+			}
+			results[i] = r
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: enqueue %d: %w", len(ms), err)
+	}
+	return results, nil
+}
+
+// enqueueTx stores one message; a problem with the message itself is the
+// item's Err, an error return is a storage failure.
+func (q *Queue) enqueueTx(tx *bolt.Tx, m *sms.Message, now time.Time) (queue.EnqueueResult, error) {
+	if err := validate(m); err != nil {
+		return queue.EnqueueResult{Err: fmt.Errorf("queue: enqueue: %w", err)}, nil
+	}
+	nowMs := ms(now)
+	idem := tx.Bucket(bIdem)
+	var ik []byte
+	if m.IdempotencyKey != "" {
+		ik = idemKey(m.Producer, m.IdempotencyKey)
+		if v := idem.Get(ik); len(v) > 8 && int64(binary.BigEndian.Uint64(v[:8]))+q.window.Milliseconds() > nowMs {
+			first, err := getRecord(tx, string(v[8:]))
+			if err != nil {
+				return queue.EnqueueResult{}, err
+			}
+			// A first message already pruned leaves a stale entry: the key
+			// is free again.
+			if first != nil {
+				return queue.EnqueueResult{Message: &first.Msg, Existed: true}, nil
+			}
+		}
+	}
+	if tx.Bucket(bMsgs).Get([]byte(m.ID)) != nil {
+		return queue.EnqueueResult{Err: fmt.Errorf("queue: enqueue %s: id already stored", m.ID)}, nil
+	}
+	seq, err := tx.Bucket(bMsgs).NextSequence()
+	if err != nil {
+		return queue.EnqueueResult{}, err
+	}
+	r := &record{Msg: *m, Seq: seq, Due: max(nowMs, msCeil(m.NotBefore))}
+	r.Msg.Status = sms.StatusQueued
+	r.Msg.Dead = false
+	r.Msg.UpdatedAt = now
+	if err := putRecord(tx, r); err != nil {
+		return queue.EnqueueResult{}, err
+	}
+	if err := putReady(tx, r); err != nil {
+		return queue.EnqueueResult{}, err
+	}
+	if err := addOut(tx, m.Producer, 1); err != nil {
+		return queue.EnqueueResult{}, err
+	}
+	if ik != nil {
+		if err := idem.Put(ik, append(u64(nowMs), m.ID...)); err != nil {
+			return queue.EnqueueResult{}, err
+		}
+	}
+	out := r.Msg
+	return queue.EnqueueResult{Message: &out}, nil
+}
+
+func takeClasses(opt queue.TakeOptions) ([]sms.Class, error) {
+	if opt.Lease <= 0 {
+		return nil, fmt.Errorf("queue: take: lease %v must be positive", opt.Lease)
+	}
+	if opt.Classes == nil {
+		return sms.Classes, nil
+	}
+	for _, c := range opt.Classes {
+		if !c.Valid() {
+			return nil, fmt.Errorf("queue: take: invalid class %d", uint8(c))
+		}
+	}
+	return opt.Classes, nil
+}
+
+// head finds the first ready message among classes at now, or else the wait
+// until the earliest scheduled one (0 if none).
+func head(tx *bolt.Tx, classes []sms.Class, now int64) (key []byte, wait time.Duration) {
+	c := tx.Bucket(bReady).Cursor()
+	var next int64
+	for _, cl := range classes {
+		k, _ := c.Seek([]byte{byte(cl)})
+		if k == nil || k[0] != byte(cl) {
+			continue
+		}
+		due := keyDue(k)
+		if due <= now {
+			return bytes.Clone(k), 0
+		}
+		if next == 0 || due < next {
+			next = due
+		}
+	}
+	if next == 0 {
+		return nil, 0
+	}
+	return nil, time.Duration(next-now) * time.Millisecond
+}
+
+// Take leases the next ready message. A read-only look comes first so that
+// idle takers polling an empty queue cost no fsync.
+func (q *Queue) Take(ctx context.Context, opt queue.TakeOptions) (*queue.Leased, time.Duration, error) {
+	classes, err := takeClasses(opt)
+	if err != nil {
+		return nil, 0, err
+	}
+	var wait time.Duration
+	err = q.view(ctx, func(tx *bolt.Tx) error {
+		var k []byte
+		k, wait = head(tx, classes, ms(q.now()))
+		if k == nil {
+			return queue.ErrEmpty
+		}
+		return nil
+	})
+	if errors.Is(err, queue.ErrEmpty) {
+		return nil, wait, queue.ErrEmpty
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("queue: take: %w", err)
+	}
+	var leased *queue.Leased
+	err = q.update(ctx, func(tx *bolt.Tx) error {
+		leased, wait = nil, 0
+		now := q.now()
+		nowMs := ms(now)
+		var k []byte
+		k, wait = head(tx, classes, nowMs)
+		if k == nil {
+			return nil // another taker was first
+		}
+		id := string(tx.Bucket(bReady).Get(k))
+		r, err := getRecord(tx, id)
+		if err != nil {
+			return err
+		}
+		if r == nil {
+			return fmt.Errorf("ready index names %s, which is not stored", id)
+		}
+		if err := tx.Bucket(bReady).Delete(k); err != nil {
+			return err
+		}
+		if err := addClass(tx, r.Msg.Class, kindQueued, -1); err != nil {
+			return err
+		}
+		r.Token = rand.Text()
+		r.Owner = opt.Owner
+		r.Lease = nowMs + durMs(opt.Lease)
+		r.Msg.Status = sms.StatusSending
+		r.Msg.UpdatedAt = now
+		if err := tx.Bucket(bLeases).Put(timeKey(r.Lease, id), nil); err != nil {
+			return err
+		}
+		if err := addClass(tx, r.Msg.Class, kindLeased, 1); err != nil {
+			return err
+		}
+		if err := putRecord(tx, r); err != nil {
+			return err
+		}
+		m := r.Msg
+		leased = &queue.Leased{Message: &m, Token: r.Token}
+		return nil
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("queue: take: %w", err)
+	}
+	if leased == nil {
+		return nil, wait, queue.ErrEmpty
+	}
+	return leased, 0, nil
+}
+
+// ack runs fn on the record l leases, inside a group commit. fn sees the
+// record only while the lease is still held; otherwise the call returns
+// ErrLeaseLost and nothing changes.
+func (q *Queue) ack(ctx context.Context, verb string, l *queue.Leased, fn func(tx *bolt.Tx, r *record, now time.Time) error) error {
+	if l == nil || l.Message == nil {
+		return fmt.Errorf("queue: %s: no lease", verb)
+	}
+	id := l.Message.ID
+	var lost bool
+	err := q.update(ctx, func(tx *bolt.Tx) error {
+		lost = false
+		r, err := getRecord(tx, id)
+		if err != nil {
+			return err
+		}
+		if r == nil || r.Msg.Status != sms.StatusSending || r.Token == "" || r.Token != l.Token {
+			lost = true
+			return nil
+		}
+		return fn(tx, r, q.now())
+	})
+	if err != nil {
+		return fmt.Errorf("queue: %s %s: %w", verb, id, err)
+	}
+	if lost {
+		return fmt.Errorf("queue: %s %s: %w", verb, id, queue.ErrLeaseLost)
+	}
+	return nil
+}
+
+func (q *Queue) Extend(ctx context.Context, l *queue.Leased, lease time.Duration) error {
+	if lease <= 0 {
+		return fmt.Errorf("queue: extend: lease %v must be positive", lease)
+	}
+	return q.ack(ctx, "extend", l, func(tx *bolt.Tx, r *record, now time.Time) error {
+		leases := tx.Bucket(bLeases)
+		if err := leases.Delete(timeKey(r.Lease, r.Msg.ID)); err != nil {
+			return err
+		}
+		r.Lease = ms(now) + durMs(lease)
+		if err := leases.Put(timeKey(r.Lease, r.Msg.ID), nil); err != nil {
+			return err
+		}
+		return putRecord(tx, r)
+	})
+}
+
+func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) error {
+	if !o.Status.Terminal() {
+		return fmt.Errorf("queue: complete: status %q is not terminal", o.Status)
+	}
+	return q.ack(ctx, "complete", l, func(tx *bolt.Tx, r *record, now time.Time) error {
+		if err := endLease(tx, r); err != nil {
+			return err
+		}
+		r.Msg.Status = o.Status
+		r.Msg.Attempts = o.Attempts
+		r.Msg.ProviderID = o.ProviderID
+		if o.Reason != "" {
+			r.Msg.LastError = o.Reason
+		}
+		r.Msg.UpdatedAt = now
+		if o.Status == sms.StatusSent {
+			r.Msg.SentAt = now
+		}
+		if err := finish(tx, r, ms(now)); err != nil {
+			return err
+		}
+		return putRecord(tx, r)
+	})
+}
+
+func (q *Queue) Requeue(ctx context.Context, l *queue.Leased, o queue.RequeueOptions) error {
+	if o.After < 0 {
+		o.After = 0
+	}
+	return q.ack(ctx, "requeue", l, func(tx *bolt.Tx, r *record, now time.Time) error {
+		if err := endLease(tx, r); err != nil {
+			return err
+		}
+		r.Msg.Status = sms.StatusQueued
+		if o.SpendAttempt {
+			r.Msg.Attempts++
+		}
+		if o.LastError != "" {
+			r.Msg.LastError = o.LastError
+		}
+		r.Msg.UpdatedAt = now
+		r.Due = ms(now) + durMs(o.After)
+		if o.After > 0 {
+			r.Msg.NotBefore = time.UnixMilli(r.Due).UTC()
+		}
+		if err := putReady(tx, r); err != nil {
+			return err
+		}
+		return putRecord(tx, r)
+	})
+}
+
+func (q *Queue) Dead(ctx context.Context, l *queue.Leased, reason string, attempts int) error {
+	return q.ack(ctx, "dead", l, func(tx *bolt.Tx, r *record, now time.Time) error {
+		if err := endLease(tx, r); err != nil {
+			return err
+		}
+		r.Msg.Status = sms.StatusFailed
+		r.Msg.Dead = true
+		r.Msg.Attempts = attempts
+		r.Msg.LastError = reason
+		r.Msg.UpdatedAt = now
+		nowMs := ms(now)
+		if err := finish(tx, r, nowMs); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bDead).Put(timeKey(nowMs, r.Msg.ID), nil); err != nil {
+			return err
+		}
+		if err := addClass(tx, r.Msg.Class, kindDead, 1); err != nil {
+			return err
+		}
+		return putRecord(tx, r)
+	})
+}
+
+// Recover hands expired leases back to their old place in line, then prunes
+// one chunk of messages past retention.
+func (q *Queue) Recover(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		n, err := q.recoverChunk(ctx)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("queue: recover: %w", err)
+		}
+		if n < chunk {
+			break
+		}
+	}
+	q.metrics.recovered.Add(float64(total))
+	if total > 0 {
+		q.log.Info("recovered expired leases", "count", total)
+	}
+	if _, err := q.prune(ctx); err != nil {
+		return total, fmt.Errorf("queue: recover: %w", err)
+	}
+	return total, nil
+}
+
+func (q *Queue) recoverChunk(ctx context.Context) (int, error) {
+	expired := func(tx *bolt.Tx, now int64) [][]byte {
+		var keys [][]byte
+		c := tx.Bucket(bLeases).Cursor()
+		for k, _ := c.First(); k != nil && timeKeyAt(k) <= now && len(keys) < chunk; k, _ = c.Next() {
+			keys = append(keys, bytes.Clone(k))
+		}
+		return keys
+	}
+	var any bool
+	if err := q.view(ctx, func(tx *bolt.Tx) error {
+		any = len(expired(tx, ms(q.now()))) > 0
+		return nil
+	}); err != nil || !any {
+		return 0, err
+	}
+	n := 0
+	err := q.update(ctx, func(tx *bolt.Tx) error {
+		n = 0
+		now := q.now()
+		for _, k := range expired(tx, ms(now)) {
+			id := timeKeyID(k)
+			r, err := getRecord(tx, id)
+			if err != nil {
+				return err
+			}
+			if r == nil || r.Msg.Status != sms.StatusSending {
+				// A lease entry without its lease: drop it, never resurrect.
+				if err := tx.Bucket(bLeases).Delete(k); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := endLease(tx, r); err != nil {
+				return err
+			}
+			r.Msg.Status = sms.StatusQueued
+			r.Msg.UpdatedAt = now
+			if err := putReady(tx, r); err != nil {
+				return err
+			}
+			if err := putRecord(tx, r); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	return n, err
+}
+
+// Prune deletes up to one chunk of terminal messages older than the
+// retention, with their idempotency entries, and returns how many it deleted.
+// Recover calls it; it is exported for operators and tests.
+func (q *Queue) Prune(ctx context.Context) (int, error) {
+	n, err := q.prune(ctx)
+	if err != nil {
+		return n, fmt.Errorf("queue: prune: %w", err)
+	}
+	return n, nil
+}
+
+func (q *Queue) prune(ctx context.Context) (int, error) {
+	old := func(tx *bolt.Tx, now int64) [][]byte {
+		var keys [][]byte
+		cutoff := now - q.retention.Milliseconds()
+		c := tx.Bucket(bDone).Cursor()
+		for k, _ := c.First(); k != nil && timeKeyAt(k) <= cutoff && len(keys) < chunk; k, _ = c.Next() {
+			keys = append(keys, bytes.Clone(k))
+		}
+		return keys
+	}
+	var any bool
+	if err := q.view(ctx, func(tx *bolt.Tx) error {
+		any = len(old(tx, ms(q.now()))) > 0
+		return nil
+	}); err != nil || !any {
+		return 0, err
+	}
+	n := 0
+	err := q.update(ctx, func(tx *bolt.Tx) error {
+		n = 0
+		for _, k := range old(tx, ms(q.now())) {
+			if err := tx.Bucket(bDone).Delete(k); err != nil {
+				return err
+			}
+			id := timeKeyID(k)
+			r, err := getRecord(tx, id)
+			if err != nil {
+				return err
+			}
+			// A done entry whose message was retried and is live again
+			// (RetryDead removes it, but be safe): keep the message.
+			if r == nil || !r.Msg.Status.Terminal() {
+				continue
+			}
+			if r.Msg.Dead {
+				if err := tx.Bucket(bDead).Delete(timeKey(r.At, id)); err != nil {
+					return err
+				}
+				if err := addClass(tx, r.Msg.Class, kindDead, -1); err != nil {
+					return err
+				}
+			}
+			if r.Msg.IdempotencyKey != "" {
+				ik := idemKey(r.Msg.Producer, r.Msg.IdempotencyKey)
+				if v := tx.Bucket(bIdem).Get(ik); len(v) > 8 && string(v[8:]) == id {
+					if err := tx.Bucket(bIdem).Delete(ik); err != nil {
+						return err
+					}
+				}
+			}
+			if err := tx.Bucket(bMsgs).Delete([]byte(id)); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	q.metrics.pruned.Add(float64(n))
+	if n > 0 {
+		q.log.Debug("pruned terminal messages", "count", n)
+	}
+	return n, err
+}
+
+func (q *Queue) DeadLetters(ctx context.Context, limit int) ([]*sms.Message, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	var out []*sms.Message
+	err := q.view(ctx, func(tx *bolt.Tx) error {
+		c := tx.Bucket(bDead).Cursor()
+		for k, _ := c.First(); k != nil && len(out) < limit; k, _ = c.Next() {
+			r, err := getRecord(tx, timeKeyID(k))
+			if err != nil {
+				return err
+			}
+			if r != nil {
+				out = append(out, &r.Msg)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: dead letters: %w", err)
+	}
+	return out, nil
+}
+
+func (q *Queue) RetryDead(ctx context.Context, id string) error {
+	var missing bool
+	err := q.update(ctx, func(tx *bolt.Tx) error {
+		missing = false
+		r, err := getRecord(tx, id)
+		if err != nil {
+			return err
+		}
+		if r == nil || !r.Msg.Dead || r.Msg.Status != sms.StatusFailed {
+			missing = true
+			return nil
+		}
+		now := q.now()
+		if err := tx.Bucket(bDead).Delete(timeKey(r.At, id)); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bDone).Delete(timeKey(r.At, id)); err != nil {
+			return err
+		}
+		if err := addClass(tx, r.Msg.Class, kindDead, -1); err != nil {
+			return err
+		}
+		if err := addOut(tx, r.Msg.Producer, 1); err != nil {
+			return err
+		}
+		r.At = 0
+		r.Msg.Status = sms.StatusQueued
+		r.Msg.Dead = false
+		r.Msg.Attempts = 0
+		r.Msg.UpdatedAt = now
+		r.Due = ms(now)
+		if err := putReady(tx, r); err != nil {
+			return err
+		}
+		return putRecord(tx, r)
+	})
+	if err != nil {
+		return fmt.Errorf("queue: retry dead %s: %w", id, err)
+	}
+	if missing {
+		return fmt.Errorf("queue: retry dead %s: %w", id, queue.ErrNotFound)
+	}
+	return nil
+}
+
+func (q *Queue) Get(ctx context.Context, id string) (*sms.Message, error) {
+	var m *sms.Message
+	err := q.view(ctx, func(tx *bolt.Tx) error {
+		r, err := getRecord(tx, id)
+		if err != nil {
+			return err
+		}
+		if r == nil {
+			return queue.ErrNotFound
+		}
+		m = &r.Msg
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: get %s: %w", id, err)
+	}
+	return m, nil
+}
+
+// Stats reads the per-class counters and counts the scheduled tail of each
+// class (messages not yet due are few: delays and requeues).
+func (q *Queue) Stats(ctx context.Context) (map[sms.Class]queue.ClassStats, error) {
+	out := make(map[sms.Class]queue.ClassStats, len(sms.Classes))
+	err := q.view(ctx, func(tx *bolt.Tx) error {
+		now := ms(q.now())
+		counts := tx.Bucket(bCounts)
+		c := tx.Bucket(bReady).Cursor()
+		for _, cl := range sms.Classes {
+			st := queue.ClassStats{
+				Leased: getCount(counts, countKey(cl, kindLeased)),
+				Dead:   getCount(counts, countKey(cl, kindDead)),
+			}
+			if k, _ := c.Seek([]byte{byte(cl)}); k != nil && k[0] == byte(cl) && keyDue(k) <= now {
+				st.OldestAge = time.Duration(now-keyDue(k)) * time.Millisecond
+			}
+			for k, _ := c.Seek(readyKey(cl, now+1, 0)); k != nil && k[0] == byte(cl); k, _ = c.Next() {
+				st.Scheduled++
+			}
+			st.Ready = getCount(counts, countKey(cl, kindQueued)) - st.Scheduled
+			out[cl] = st
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: stats: %w", err)
+	}
+	return out, nil
+}
+
+func (q *Queue) Outstanding(ctx context.Context, producer string) (int64, error) {
+	var n int64
+	err := q.view(ctx, func(tx *bolt.Tx) error {
+		n = getCount(tx.Bucket(bOut), []byte(producer))
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("queue: outstanding %s: %w", producer, err)
+	}
+	return n, nil
+}

@@ -1,0 +1,176 @@
+package embedded
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"smsgw/internal/sms"
+)
+
+var (
+	bMsgs   = []byte("msgs")
+	bReady  = []byte("ready")
+	bLeases = []byte("leases")
+	bIdem   = []byte("idem")
+	bOut    = []byte("out")
+	bDead   = []byte("dead")
+	bDone   = []byte("done")
+	bCounts = []byte("counts")
+)
+
+// Kinds of per-class counters. Ready and scheduled are one counter because
+// the split moves with the clock; Stats counts the scheduled tail.
+const (
+	kindQueued byte = 'q'
+	kindLeased byte = 'l'
+	kindDead   byte = 'd'
+)
+
+func createBuckets(tx *bolt.Tx) error {
+	for _, name := range [][]byte{bMsgs, bReady, bLeases, bIdem, bOut, bDead, bDone, bCounts} {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return fmt.Errorf("bucket %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// record is what msgs stores: the message and where it sits in the indexes.
+type record struct {
+	Msg   sms.Message `json:"msg"`
+	Seq   uint64      `json:"seq"`             // enqueue order, the FIFO tie-break
+	Due   int64       `json:"due"`             // position in ready while queued; kept while leased so Recover restores it
+	Token string      `json:"token,omitempty"` // lease token while sending
+	Lease int64       `json:"lease,omitempty"` // lease expiry while sending
+	Owner string      `json:"owner,omitempty"` // lease holder while sending
+	At    int64       `json:"at,omitempty"`    // when it became terminal (done/dead key)
+}
+
+// ms is t in Unix milliseconds, never negative so keys sort.
+func ms(t time.Time) int64 { return max(t.UnixMilli(), 0) }
+
+// msCeil rounds up, so that a message is never due before its NotBefore.
+func msCeil(t time.Time) int64 {
+	m := ms(t)
+	if time.UnixMilli(m).Before(t) {
+		m++
+	}
+	return m
+}
+
+func durMs(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+func u64(v int64) []byte {
+	b := make([]byte, 8)
+	binary.BigEndian.PutUint64(b, uint64(v))
+	return b
+}
+
+func readyKey(c sms.Class, due int64, seq uint64) []byte {
+	k := make([]byte, 17)
+	k[0] = byte(c)
+	binary.BigEndian.PutUint64(k[1:], uint64(due))
+	binary.BigEndian.PutUint64(k[9:], seq)
+	return k
+}
+
+func keyDue(k []byte) int64 { return int64(binary.BigEndian.Uint64(k[1:9])) }
+
+// timeKey is at(8) id: the leases, dead and done indexes.
+func timeKey(at int64, id string) []byte {
+	k := make([]byte, 8+len(id))
+	binary.BigEndian.PutUint64(k, uint64(at))
+	copy(k[8:], id)
+	return k
+}
+
+func timeKeyAt(k []byte) int64               { return int64(binary.BigEndian.Uint64(k[:8])) }
+func timeKeyID(k []byte) string              { return string(k[8:]) }
+func countKey(c sms.Class, kind byte) []byte { return []byte{byte(c), kind} }
+
+// idemKey is length-prefixed so that no (producer, key) pair can collide with
+// another whatever bytes either holds.
+func idemKey(producer, key string) []byte {
+	k := binary.AppendUvarint(nil, uint64(len(producer)))
+	k = append(k, producer...)
+	return append(k, key...)
+}
+
+func getRecord(tx *bolt.Tx, id string) (*record, error) {
+	v := tx.Bucket(bMsgs).Get([]byte(id))
+	if v == nil {
+		return nil, nil
+	}
+	r := new(record)
+	if err := json.Unmarshal(v, r); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", id, err)
+	}
+	return r, nil
+}
+
+func putRecord(tx *bolt.Tx, r *record) error {
+	v, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", r.Msg.ID, err)
+	}
+	return tx.Bucket(bMsgs).Put([]byte(r.Msg.ID), v)
+}
+
+func getCount(b *bolt.Bucket, k []byte) int64 {
+	v := b.Get(k)
+	if len(v) != 8 {
+		return 0
+	}
+	return int64(binary.BigEndian.Uint64(v))
+}
+
+// addCount adjusts a counter, deleting it at zero so that idle producers
+// leave nothing behind.
+func addCount(b *bolt.Bucket, k []byte, delta int64) error {
+	n := getCount(b, k) + delta
+	if n <= 0 {
+		return b.Delete(k)
+	}
+	return b.Put(k, u64(n))
+}
+
+func addClass(tx *bolt.Tx, c sms.Class, kind byte, delta int64) error {
+	return addCount(tx.Bucket(bCounts), countKey(c, kind), delta)
+}
+
+func addOut(tx *bolt.Tx, producer string, delta int64) error {
+	return addCount(tx.Bucket(bOut), []byte(producer), delta)
+}
+
+// putReady puts r into the ready index at its due time.
+func putReady(tx *bolt.Tx, r *record) error {
+	if err := tx.Bucket(bReady).Put(readyKey(r.Msg.Class, r.Due, r.Seq), []byte(r.Msg.ID)); err != nil {
+		return err
+	}
+	return addClass(tx, r.Msg.Class, kindQueued, 1)
+}
+
+// endLease removes r's lease; the caller moves r on.
+func endLease(tx *bolt.Tx, r *record) error {
+	if err := tx.Bucket(bLeases).Delete(timeKey(r.Lease, r.Msg.ID)); err != nil {
+		return err
+	}
+	r.Token, r.Lease, r.Owner = "", 0, ""
+	return addClass(tx, r.Msg.Class, kindLeased, -1)
+}
+
+// finish makes r terminal at now: it leaves the producer's outstanding count
+// and enters the retention index.
+func finish(tx *bolt.Tx, r *record, now int64) error {
+	r.At = now
+	if err := tx.Bucket(bDone).Put(timeKey(now, r.Msg.ID), nil); err != nil {
+		return err
+	}
+	return addOut(tx, r.Msg.Producer, -1)
+}

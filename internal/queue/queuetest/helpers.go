@@ -1,0 +1,209 @@
+package queuetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"smsgw/internal/queue"
+	"smsgw/internal/sms"
+)
+
+// patience bounds every wait on the backend: generous, because the suite runs
+// on loaded CI machines and a wrong answer fails long before it.
+const patience = 20 * time.Second
+
+// slack is the clock resolution a backend may round to (milliseconds).
+const slack = 2 * time.Millisecond
+
+var seq atomic.Int64
+
+// newMsg returns a valid message the way the gateway builds one.
+func newMsg(producer string, c sms.Class) *sms.Message {
+	now := time.Now()
+	n := seq.Add(1)
+	return &sms.Message{
+		ID:        sms.NewID(now),
+		Producer:  producer,
+		Class:     c,
+		To:        "+819012345678",
+		Body:      fmt.Sprintf("queuetest %d", n),
+		Reference: fmt.Sprintf("ref-%d", n),
+		Segments:  1,
+		CreatedAt: now.UTC().Truncate(time.Millisecond),
+	}
+}
+
+func opts(classes ...sms.Class) queue.TakeOptions {
+	return queue.TakeOptions{Owner: "queuetest", Lease: time.Hour, Classes: classes}
+}
+
+func mustEnqueue(t *testing.T, q queue.Queue, ms ...*sms.Message) {
+	t.Helper()
+	for _, m := range ms {
+		res, err := q.Enqueue(t.Context(), m)
+		if err != nil {
+			t.Fatalf("Enqueue %s: %v", m.ID, err)
+		}
+		if res.Existed {
+			t.Fatalf("Enqueue %s: Existed for a new message", m.ID)
+		}
+	}
+}
+
+func mustTake(t *testing.T, q queue.Queue, o queue.TakeOptions) *queue.Leased {
+	t.Helper()
+	l, _, err := q.Take(t.Context(), o)
+	if err != nil {
+		t.Fatalf("Take(%v): %v", o.Classes, err)
+	}
+	if l == nil || l.Message == nil || l.Token == "" {
+		t.Fatalf("Take(%v) = %+v: want a message and a token", o.Classes, l)
+	}
+	if l.Message.Status != sms.StatusSending {
+		t.Fatalf("Take(%v): status %q, want sending", o.Classes, l.Message.Status)
+	}
+	return l
+}
+
+// mustEmpty asserts that nothing is ready and returns the wait Take gave.
+func mustEmpty(t *testing.T, q queue.Queue, o queue.TakeOptions) time.Duration {
+	t.Helper()
+	l, wait, err := q.Take(t.Context(), o)
+	if !errors.Is(err, queue.ErrEmpty) {
+		id := ""
+		if l != nil && l.Message != nil {
+			id = l.Message.ID
+		}
+		t.Fatalf("Take(%v) = %q, %v: want ErrEmpty", o.Classes, id, err)
+	}
+	if wait < 0 {
+		t.Fatalf("Take(%v): negative wait %v", o.Classes, wait)
+	}
+	return wait
+}
+
+func mustGet(t *testing.T, q queue.Queue, id string) *sms.Message {
+	t.Helper()
+	m, err := q.Get(t.Context(), id)
+	if err != nil {
+		t.Fatalf("Get %s: %v", id, err)
+	}
+	return m
+}
+
+func wantStatus(t *testing.T, q queue.Queue, id string, s sms.Status) *sms.Message {
+	t.Helper()
+	m := mustGet(t, q, id)
+	if m.Status != s {
+		t.Fatalf("Get %s: status %q, want %q", id, m.Status, s)
+	}
+	return m
+}
+
+func wantLost(t *testing.T, what string, err error) {
+	t.Helper()
+	if !errors.Is(err, queue.ErrLeaseLost) {
+		t.Fatalf("%s: %v, want ErrLeaseLost", what, err)
+	}
+}
+
+// allLost asserts that every ack call with l fails with ErrLeaseLost.
+func allLost(t *testing.T, q queue.Queue, l *queue.Leased) {
+	t.Helper()
+	ctx := t.Context()
+	wantLost(t, "Extend", q.Extend(ctx, l, time.Hour))
+	wantLost(t, "Complete", q.Complete(ctx, l, queue.Outcome{Status: sms.StatusSent, ProviderID: "stale", Attempts: 9}))
+	wantLost(t, "Requeue", q.Requeue(ctx, l, queue.RequeueOptions{SpendAttempt: true, LastError: "stale"}))
+	wantLost(t, "Dead", q.Dead(ctx, l, "stale", 9))
+}
+
+// recoverAll calls Recover until it has moved want leases in total; leases
+// expire on the backend's clock, so this polls rather than sleeps a guess.
+func recoverAll(t *testing.T, q queue.Queue, want int) {
+	t.Helper()
+	deadline := time.Now().Add(patience)
+	got := 0
+	for got < want {
+		n, err := q.Recover(t.Context())
+		if err != nil {
+			t.Fatalf("Recover: %v", err)
+		}
+		got += n
+		if got > want {
+			t.Fatalf("Recover moved %d leases, want %d", got, want)
+		}
+		if got < want {
+			if time.Now().After(deadline) {
+				t.Fatalf("Recover moved %d leases within %v, want %d", got, patience, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// takeWhenDue takes from q, sleeping the waits Take's ErrEmpty returns, and
+// fails if the message comes out before notBefore.
+func takeWhenDue(t *testing.T, q queue.Queue, o queue.TakeOptions, notBefore time.Time) *queue.Leased {
+	t.Helper()
+	deadline := time.Now().Add(patience)
+	for {
+		l, wait, err := q.Take(t.Context(), o)
+		after := time.Now()
+		switch {
+		case err == nil:
+			if after.Add(slack).Before(notBefore) {
+				t.Fatalf("Take handed %s out at %v, %v before its not-before", l.Message.ID, after, notBefore.Sub(after))
+			}
+			return l
+		case !errors.Is(err, queue.ErrEmpty):
+			t.Fatalf("Take: %v", err)
+		}
+		if wait <= 0 {
+			t.Fatalf("Take: ErrEmpty with wait %v while a message is scheduled at %v (now %v)", wait, notBefore, after)
+		}
+		if limit := notBefore.Sub(after) + time.Second; wait > limit {
+			t.Fatalf("Take: wait %v, want at most %v", wait, limit)
+		}
+		if after.After(deadline) {
+			t.Fatalf("scheduled message not taken within %v", patience)
+		}
+		time.Sleep(wait)
+	}
+}
+
+func ids(ms []*sms.Message) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.ID
+	}
+	return out
+}
+
+func stats(t *testing.T, q queue.Queue) map[sms.Class]queue.ClassStats {
+	t.Helper()
+	st, err := q.Stats(t.Context())
+	if err != nil {
+		t.Fatalf("Stats: %v", err)
+	}
+	return st
+}
+
+func outstanding(t *testing.T, q queue.Queue, producer string) int64 {
+	t.Helper()
+	n, err := q.Outstanding(t.Context(), producer)
+	if err != nil {
+		t.Fatalf("Outstanding %s: %v", producer, err)
+	}
+	return n
+}
+
+// canceled returns a context that is already cancelled.
+func canceled() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}
