@@ -1,0 +1,171 @@
+package redisq
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"smsgw/internal/queue"
+	"smsgw/internal/sms"
+)
+
+// maxBatch bounds one enqueue script so that Redis is never blocked long.
+const maxBatch = 1000
+
+// enqueueScript stores messages, each at most once per id and per
+// (producer, idempotency key).
+//
+// KEYS[1] msgs HASH, KEYS[2] seq counter, KEYS[3] outstanding HASH,
+// KEYS[4..] the ready ZSETs and idempotency keys the messages name.
+// ARGV[1] idempotency window ms; then four per message:
+// JSON, ready delay µs, index in KEYS of its ready ZSET, index in KEYS of its
+// idempotency key (0: none).
+// Returns one {existed 0|1, stored JSON} per message, in order.
+var enqueueScript = redis.NewScript(luaPrelude + `
+local now = now_us()
+local out = {}
+for i = 2, #ARGV, 4 do
+  local m = cjson.decode(ARGV[i])
+  local ik = tonumber(ARGV[i + 3])
+  local existing = false
+  if ik > 0 and not redis.call('SET', KEYS[ik], m.id, 'NX', 'PX', ARGV[1]) then
+    local first = redis.call('GET', KEYS[ik])
+    existing = redis.call('HGET', KEYS[1], first)
+    if not existing then
+      -- the first message was pruned: the key now maps to this one
+      redis.call('SET', KEYS[ik], m.id, 'PX', ARGV[1])
+    end
+  end
+  if not existing then
+    -- the same id stored before (a retried enqueue) is not stored twice
+    existing = redis.call('HGET', KEYS[1], m.id)
+  end
+  if existing then
+    out[#out + 1] = {1, existing}
+  else
+    m.status = 'queued'
+    m.updated_at = iso(now)
+    if m.created_at == nil or m.created_at == '0001-01-01T00:00:00Z' then
+      m.created_at = m.updated_at
+    end
+    local js = cjson.encode(m)
+    redis.call('HSET', KEYS[1], m.id, js)
+    local seq = redis.call('INCR', KEYS[2])
+    redis.call('ZADD', KEYS[tonumber(ARGV[i + 2])], now + tonumber(ARGV[i + 1]), new_member(seq, m.id))
+    redis.call('HINCRBY', KEYS[3], m.producer, 1)
+    out[#out + 1] = {0, js}
+  end
+end
+return out
+`)
+
+// Enqueue stores m; see queue.Queue.
+func (q *Queue) Enqueue(ctx context.Context, m *sms.Message) (queue.EnqueueResult, error) {
+	res, err := q.EnqueueMany(ctx, []*sms.Message{m})
+	if err != nil {
+		return queue.EnqueueResult{}, err
+	}
+	if res[0].Err != nil {
+		return res[0], res[0].Err
+	}
+	return res[0], nil
+}
+
+// EnqueueMany stores ms, up to maxBatch messages per atomic script.
+func (q *Queue) EnqueueMany(ctx context.Context, ms []*sms.Message) ([]queue.EnqueueResult, error) {
+	if err := q.begin(ctx, "enqueue"); err != nil {
+		return nil, err
+	}
+	results := make([]queue.EnqueueResult, len(ms))
+	for lo := 0; lo < len(ms); lo += maxBatch {
+		hi := min(lo+maxBatch, len(ms))
+		if err := q.enqueueBatch(ctx, ms[lo:hi], results[lo:hi]); err != nil {
+			return nil, err
+		}
+	}
+	return results, nil
+}
+
+func (q *Queue) enqueueBatch(ctx context.Context, ms []*sms.Message, results []queue.EnqueueResult) (err error) {
+	start := time.Now()
+	defer func() { q.m.observe("enqueue", start, err) }()
+
+	keys := []string{q.k.msgs(), q.k.seq(), q.k.outstanding()}
+	keyIndex := map[string]int{}
+	index := func(key string) int {
+		if i, ok := keyIndex[key]; ok {
+			return i
+		}
+		keys = append(keys, key)
+		keyIndex[key] = len(keys) // Lua indexes from 1
+		return len(keys)
+	}
+	args := []any{q.window.Milliseconds()}
+	var sent []int // positions in ms of the messages passed to the script
+	now := time.Now()
+	for i, m := range ms {
+		if err := validate(m); err != nil {
+			results[i] = queue.EnqueueResult{Message: m, Err: fmt.Errorf("redisq: enqueue: %w", err)}
+			continue
+		}
+		stored := *m
+		stored.Status = sms.StatusQueued
+		js, err := json.Marshal(&stored)
+		if err != nil {
+			results[i] = queue.EnqueueResult{Message: m, Err: fmt.Errorf("redisq: enqueue %s: %w", m.ID, err)}
+			continue
+		}
+		// NotBefore becomes a delay on the Redis clock; the conversion can
+		// only make it later, never earlier.
+		var delay int64
+		if !m.NotBefore.IsZero() {
+			delay = us(m.NotBefore.Sub(now))
+		}
+		ik := 0
+		if m.IdempotencyKey != "" {
+			ik = index(q.k.idem(m.Producer, m.IdempotencyKey))
+		}
+		args = append(args, js, strconv.FormatInt(delay, 10), index(q.k.ready(m.Class)), ik)
+		sent = append(sent, i)
+	}
+	if len(sent) == 0 {
+		return nil
+	}
+	reply, err := enqueueScript.Run(ctx, q.c, keys, args...).Slice()
+	if err != nil {
+		return fmt.Errorf("redisq: enqueue %d messages: %w", len(sent), err)
+	}
+	if len(reply) != len(sent) {
+		return fmt.Errorf("redisq: enqueue: %d replies for %d messages", len(reply), len(sent))
+	}
+	for j, r := range reply {
+		pair, ok := r.([]any)
+		if !ok || len(pair) != 2 {
+			return fmt.Errorf("redisq: enqueue: unexpected reply %v", r)
+		}
+		m, err := decodeMessage(pair[1])
+		if err != nil {
+			return fmt.Errorf("redisq: enqueue: %w", err)
+		}
+		existed, _ := pair[0].(int64)
+		results[sent[j]] = queue.EnqueueResult{Message: m, Existed: existed == 1}
+	}
+	return nil
+}
+
+func validate(m *sms.Message) error {
+	switch {
+	case m == nil:
+		return errors.New("nil message")
+	case m.ID == "":
+		return errors.New("message without id")
+	case !m.Class.Valid():
+		return fmt.Errorf("message %s: invalid class %d", m.ID, uint8(m.Class))
+	}
+	return nil
+}

@@ -1,0 +1,177 @@
+package redisq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"smsgw/internal/queue"
+	"smsgw/internal/redistest"
+	"smsgw/internal/sms"
+)
+
+// TestReplicaDied: replica A takes with a 200 ms lease and never acks (it
+// died); replica B, on its own connection, recovers the message once the
+// lease has expired on the Redis clock and delivers it; A's late ack fails.
+func TestReplicaDied(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	a := newShared(t)
+	b := open(t, newClient(t, redistest.Addr(t)), a.account)
+	m := msg("p", sms.ClassOTP)
+	enqueue(t, a, m)
+
+	taken := time.Now()
+	la, _, err := a.Take(ctx, queue.TakeOptions{Owner: "replica-a", Lease: 200 * time.Millisecond})
+	if err != nil || la.Message.ID != m.ID {
+		t.Fatalf("A Take = %v, %v", la, err)
+	}
+	if _, _, err := b.Take(ctx, queue.TakeOptions{Owner: "replica-b", Lease: time.Hour}); !errors.Is(err, queue.ErrEmpty) {
+		t.Fatalf("B Take while A holds the lease: %v, want ErrEmpty", err)
+	}
+	n, err := b.Recover(ctx)
+	if err != nil {
+		t.Fatalf("B Recover: %v", err)
+	}
+	// Only meaningful if this machine got here well within the lease.
+	if time.Since(taken) < 150*time.Millisecond && n != 0 {
+		t.Fatalf("B recovered %d leases before A's expired", n)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for n == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("B never recovered A's lease")
+		}
+		time.Sleep(20 * time.Millisecond)
+		if n, err = b.Recover(ctx); err != nil {
+			t.Fatalf("B Recover: %v", err)
+		}
+	}
+	if n != 1 || time.Since(taken) < 200*time.Millisecond {
+		t.Fatalf("B recovered %d leases after %v, want 1 after 200ms", n, time.Since(taken))
+	}
+	lb, _, err := b.Take(ctx, queue.TakeOptions{Owner: "replica-b", Lease: time.Hour})
+	if err != nil || lb.Message.ID != m.ID || lb.Message.Attempts != 0 {
+		t.Fatalf("B Take = %+v, %v: want %s with no attempt spent", lb, err, m.ID)
+	}
+	if err := a.Complete(ctx, la, queue.Outcome{Status: sms.StatusSent, ProviderID: "from-a", Attempts: 1}); !errors.Is(err, queue.ErrLeaseLost) {
+		t.Fatalf("A's late Complete: %v, want ErrLeaseLost", err)
+	}
+	if err := b.Complete(ctx, lb, queue.Outcome{Status: sms.StatusSent, ProviderID: "from-b", Attempts: 1}); err != nil {
+		t.Fatalf("B Complete: %v", err)
+	}
+	if got, err := a.Get(ctx, m.ID); err != nil || got.ProviderID != "from-b" || got.Status != sms.StatusSent {
+		t.Fatalf("Get = %+v, %v: want sent by B", got, err)
+	}
+}
+
+// TestRedisRestart enqueues through a private redis-server with AOF
+// (appendfsync always), stops or kills it, starts it again on the same data
+// and checks that every acknowledged message, lease and idempotency key came
+// back, using the same client (it reconnects by itself).
+func TestRedisRestart(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"stop", "kill"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			srv := redistest.StartServer(t, redistest.ServerOptions{AppendOnly: true})
+			c := newClient(t, srv.Addr)
+			q := open(t, c, redistest.Prefix(t))
+			if aof, err := q.CheckPersistence(ctx); err != nil || !aof {
+				t.Fatalf("CheckPersistence = %v, %v: want true", aof, err)
+			}
+			const n = 200
+			var all []*sms.Message
+			for i := range n {
+				m := msg(fmt.Sprintf("p%d", i%2), sms.Classes[i%3])
+				m.IdempotencyKey = fmt.Sprintf("k%d", i)
+				all = append(all, m)
+			}
+			enqueue(t, q, all[:n/2]...)
+			if rs, err := q.EnqueueMany(ctx, all[n/2:]); err != nil || len(rs) != n/2 {
+				t.Fatalf("EnqueueMany: %d, %v", len(rs), err)
+			}
+			sent := take(t, q, time.Hour)
+			if err := q.Complete(ctx, sent, queue.Outcome{Status: sms.StatusSent, ProviderID: "pm", Attempts: 1}); err != nil {
+				t.Fatal(err)
+			}
+			held := take(t, q, time.Hour)
+
+			if how == "kill" {
+				srv.Kill()
+			} else {
+				srv.Stop()
+			}
+			if err := c.Ping(ctx).Err(); err == nil {
+				t.Fatal("Redis still answers after it was stopped")
+			}
+			srv.Start()
+
+			for _, m := range all {
+				got, err := q.Get(ctx, m.ID)
+				if err != nil || got.Body != m.Body {
+					t.Fatalf("after restart Get %s = %+v, %v", m.ID, got, err)
+				}
+			}
+			if got, _ := q.Get(ctx, sent.Message.ID); got.Status != sms.StatusSent || got.ProviderID != "pm" {
+				t.Fatalf("completed message after restart: %+v", got)
+			}
+			// The lease survived: its holder can still finish it.
+			if err := q.Extend(ctx, held, time.Hour); err != nil {
+				t.Fatalf("Extend of a lease held across the restart: %v", err)
+			}
+			replay := msg("p0", sms.ClassOTP)
+			replay.IdempotencyKey = "k0"
+			if res, err := q.Enqueue(ctx, replay); err != nil || !res.Existed || res.Message.ID != all[0].ID {
+				t.Fatalf("replay after restart = %+v, %v", res, err)
+			}
+			seen := map[string]bool{sent.Message.ID: true, held.Message.ID: true}
+			for {
+				l, _, err := q.Take(ctx, queue.TakeOptions{Owner: "after", Lease: time.Hour})
+				if errors.Is(err, queue.ErrEmpty) {
+					break
+				}
+				if err != nil {
+					t.Fatalf("Take after restart: %v", err)
+				}
+				if seen[l.Message.ID] {
+					t.Fatalf("%s taken twice", l.Message.ID)
+				}
+				seen[l.Message.ID] = true
+			}
+			if len(seen) != n {
+				t.Fatalf("%d of %d messages accounted for after restart", len(seen), n)
+			}
+		})
+	}
+}
+
+// TestRedisDown: calls fail with an error (no panic, no hang past the
+// context) while Redis is down, and work again once it is back.
+func TestRedisDown(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{AppendOnly: true})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = c.Close() })
+	q := open(t, c, redistest.Prefix(t))
+	m := msg("p", sms.ClassOTP)
+	enqueue(t, q, m)
+	srv.Stop()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if _, _, err := q.Take(ctx, queue.TakeOptions{Owner: "w", Lease: time.Minute}); err == nil || errors.Is(err, queue.ErrEmpty) {
+		t.Fatalf("Take with Redis down: %v, want a Redis error", err)
+	}
+	if _, err := q.Enqueue(ctx, msg("p", sms.ClassOTP)); err == nil {
+		t.Fatal("Enqueue with Redis down: no error")
+	}
+	srv.Start()
+	if l := take(t, q, time.Minute); l.Message.ID != m.ID {
+		t.Fatalf("took %s after Redis came back, want %s", l.Message.ID, m.ID)
+	}
+}

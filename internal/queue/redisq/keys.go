@@ -1,0 +1,63 @@
+package redisq
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+
+	"smsgw/internal/sms"
+)
+
+// keys builds every Redis key of one provider account's queue. All of them
+// start with the hash tag {smsgw:<account>}, so every script's keys live in
+// one Redis Cluster slot; no key name is ever built inside Lua.
+type keys struct {
+	tag string // "{smsgw:<account>}:q:"
+}
+
+func newKeys(account string) keys {
+	return keys{tag: "{smsgw:" + account + "}:q:"}
+}
+
+// msgs is the HASH id -> message JSON (every message until retention prunes it).
+func (k keys) msgs() string { return k.tag + "msgs" }
+
+// leases is the HASH id -> lease JSON {t: token, o: owner, m: ready member, s: ready score}.
+func (k keys) leases() string { return k.tag + "leases" }
+
+// seq is the counter that orders messages of equal ready time (FIFO).
+func (k keys) seq() string { return k.tag + "seq" }
+
+// done is the ZSET id -> completion time µs of terminal messages, for retention.
+func (k keys) done() string { return k.tag + "done" }
+
+// outstanding is the HASH producer -> queued + leased messages.
+func (k keys) outstanding() string { return k.tag + "outstanding" }
+
+// ready is the ZSET of one class's queued messages: member "<seq:016>:<id>",
+// score the ready time in Redis µs.
+func (k keys) ready(c sms.Class) string { return k.tag + "ready:" + c.String() }
+
+// lease is the ZSET of one class's leased ids scored by lease expiry µs.
+func (k keys) lease(c sms.Class) string { return k.tag + "lease:" + c.String() }
+
+// dead is the ZSET of one class's dead letters scored by time of death µs.
+func (k keys) dead(c sms.Class) string { return k.tag + "dead:" + c.String() }
+
+// idem maps one (producer, idempotency key) to a message id for the window.
+// Hashed so that any producer or key text gives a bounded, unambiguous name.
+func (k keys) idem(producer, key string) string {
+	h := sha256.New()
+	h.Write([]byte(producer))
+	h.Write([]byte{0})
+	h.Write([]byte(key))
+	return k.tag + "idem:" + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// perClass returns f(c) for every class in sms.Classes order.
+func (k keys) perClass(f func(sms.Class) string) []string {
+	out := make([]string, len(sms.Classes))
+	for i, c := range sms.Classes {
+		out[i] = f(c)
+	}
+	return out
+}

@@ -1,0 +1,349 @@
+package redisq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"smsgw/internal/queue"
+	"smsgw/internal/sms"
+)
+
+// takeScript leases the first ready message of the first class that has one.
+//
+// KEYS[1..n] ready ZSETs in priority order, KEYS[n+1..2n] the lease ZSETs of
+// the same classes, KEYS[2n+1] msgs HASH, KEYS[2n+2] leases HASH.
+// ARGV[1] lease µs, ARGV[2] token, ARGV[3] owner.
+// Returns {1, message JSON} (status sending), or {0, µs until the earliest
+// scheduled message of these classes is due, -1 if none}.
+var takeScript = redis.NewScript(luaPrelude + `
+local n = (#KEYS - 2) / 2
+local msgs, leases = KEYS[2 * n + 1], KEYS[2 * n + 2]
+local now = now_us()
+local wait = -1
+for i = 1, n do
+  while true do
+    local r = redis.call('ZRANGEBYSCORE', KEYS[i], '-inf', now, 'WITHSCORES', 'LIMIT', 0, 1)
+    if #r == 0 then break end
+    local member, score = r[1], r[2]
+    local id = id_of(member)
+    redis.call('ZREM', KEYS[i], member)
+    local raw = redis.call('HGET', msgs, id)
+    -- an entry without its message (never written so) is dropped, not handed out
+    if raw then
+      local m = cjson.decode(raw)
+      m.status = 'sending'
+      m.updated_at = iso(now)
+      local js = cjson.encode(m)
+      redis.call('HSET', msgs, id, js)
+      redis.call('ZADD', KEYS[n + i], now + tonumber(ARGV[1]), id)
+      redis.call('HSET', leases, id, cjson.encode({t = ARGV[2], o = ARGV[3], m = member, s = score}))
+      return {1, js}
+    end
+  end
+  local head = redis.call('ZRANGE', KEYS[i], 0, 0, 'WITHSCORES')
+  if #head > 0 then
+    local w = tonumber(head[2]) - now
+    if wait < 0 or w < wait then wait = w end
+  end
+end
+return {0, wait}
+`)
+
+// Take leases the next ready message; see queue.Queue.
+func (q *Queue) Take(ctx context.Context, opt queue.TakeOptions) (_ *queue.Leased, _ time.Duration, err error) {
+	if err := q.begin(ctx, "take"); err != nil {
+		return nil, 0, err
+	}
+	if opt.Lease <= 0 {
+		return nil, 0, errors.New("redisq: take: lease must be positive")
+	}
+	classes, err := checkClasses(opt.Classes)
+	if err != nil {
+		return nil, 0, fmt.Errorf("redisq: take: %w", err)
+	}
+	start := time.Now()
+	defer func() { q.m.observe("take", start, err) }()
+
+	keys := make([]string, 0, 2*len(classes)+2)
+	for _, c := range classes {
+		keys = append(keys, q.k.ready(c))
+	}
+	for _, c := range classes {
+		keys = append(keys, q.k.lease(c))
+	}
+	keys = append(keys, q.k.msgs(), q.k.leases())
+	token := newToken()
+	reply, err := takeScript.Run(ctx, q.c, keys, us(opt.Lease), token, opt.Owner).Slice()
+	if err != nil {
+		return nil, 0, fmt.Errorf("redisq: take: %w", err)
+	}
+	if len(reply) != 2 {
+		return nil, 0, fmt.Errorf("redisq: take: unexpected reply %v", reply)
+	}
+	if ok, _ := reply[0].(int64); ok == 0 {
+		wait, _ := reply[1].(int64)
+		if wait < 0 {
+			return nil, 0, queue.ErrEmpty
+		}
+		// Due by now on the Redis clock: report the smallest wait, not 0,
+		// which means "nothing scheduled".
+		return nil, max(time.Duration(wait)*time.Microsecond, time.Microsecond), queue.ErrEmpty
+	}
+	m, err := decodeMessage(reply[1])
+	if err != nil {
+		return nil, 0, fmt.Errorf("redisq: take: %w", err)
+	}
+	return &queue.Leased{Message: m, Token: token}, 0, nil
+}
+
+// luaCheckLease is the start of every script that acts on a lease: it ends
+// the script with 0 unless the lease of ARGV[1] is held with token ARGV[2],
+// and with -1 if the lease is not in the lease ZSET KEYS[1] (the caller
+// changed Leased.Message.Class: acting on the wrong class's keys would leave
+// a lease behind for Recover to hand out again). It expects the leases HASH
+// as KEYS[2] and leaves the lease in lease.
+const luaCheckLease = `
+local raw_lease = redis.call('HGET', KEYS[2], ARGV[1])
+if not raw_lease then return 0 end
+local lease = cjson.decode(raw_lease)
+if lease.t ~= ARGV[2] then return 0 end
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return -1 end
+`
+
+// extendScript moves a held lease's expiry to now + ARGV[3].
+//
+// KEYS[1] lease ZSET of the message's class, KEYS[2] leases HASH.
+// ARGV[1] id, ARGV[2] token, ARGV[3] lease µs.
+// Returns 1, 0 when the lease is not held, -1 when it is not in KEYS[1].
+var extendScript = redis.NewScript(luaPrelude + luaCheckLease + `
+redis.call('ZADD', KEYS[1], now_us() + tonumber(ARGV[3]), ARGV[1])
+return 1
+`)
+
+// Extend moves the lease's expiry to now+lease (heartbeat).
+func (q *Queue) Extend(ctx context.Context, l *queue.Leased, lease time.Duration) (err error) {
+	if err := q.beginLease(ctx, "extend", l); err != nil {
+		return err
+	}
+	if lease <= 0 {
+		return errors.New("redisq: extend: lease must be positive")
+	}
+	start := time.Now()
+	defer func() { q.m.observe("extend", start, err) }()
+	keys := []string{q.k.lease(l.Message.Class), q.k.leases()}
+	return q.leaseResult("extend", l, extendScript.Run(ctx, q.c, keys, l.Message.ID, l.Token, us(lease)))
+}
+
+// completeScript ends a held lease with a terminal status and prunes
+// terminal messages older than the retention.
+//
+// KEYS[1] lease ZSET of the class, KEYS[2] leases HASH, KEYS[3] msgs HASH,
+// KEYS[4] done ZSET, KEYS[5] outstanding HASH.
+// ARGV[1] id, ARGV[2] token, ARGV[3] status, ARGV[4] provider id,
+// ARGV[5] reason, ARGV[6] attempts, ARGV[7] retention µs, ARGV[8] how many
+// old messages to prune at most.
+// Returns 1, 0 when the lease is not held, -1 when it is not in KEYS[1].
+var completeScript = redis.NewScript(luaPrelude + luaCheckLease + `
+local now = now_us()
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+local m = cjson.decode(redis.call('HGET', KEYS[3], ARGV[1]))
+m.status = ARGV[3]
+m.attempts = tonumber(ARGV[6])
+m.updated_at = iso(now)
+m.provider_message_id = ARGV[4]
+m.last_error = ARGV[5]
+if ARGV[3] == 'sent' then m.sent_at = m.updated_at end
+redis.call('HSET', KEYS[3], ARGV[1], cjson.encode(m))
+redis.call('ZADD', KEYS[4], now, ARGV[1])
+if redis.call('HINCRBY', KEYS[5], m.producer, -1) <= 0 then
+  redis.call('HDEL', KEYS[5], m.producer)
+end
+local old = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now - tonumber(ARGV[7]), 'LIMIT', 0, tonumber(ARGV[8]))
+for _, id in ipairs(old) do
+  redis.call('HDEL', KEYS[3], id)
+  redis.call('ZREM', KEYS[4], id)
+end
+return 1
+`)
+
+// prunePerComplete is how many expired terminal messages each Complete
+// deletes: more than one, so pruning keeps up with any completion rate.
+const prunePerComplete = 8
+
+// Complete ends the lease with o.Status (sent, failed or expired).
+func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) (err error) {
+	if err := q.beginLease(ctx, "complete", l); err != nil {
+		return err
+	}
+	switch o.Status {
+	case sms.StatusSent, sms.StatusFailed, sms.StatusExpired:
+	default:
+		return fmt.Errorf("redisq: complete %s: status %q is not terminal", l.Message.ID, o.Status)
+	}
+	start := time.Now()
+	defer func() { q.m.observe("complete", start, err) }()
+	keys := []string{q.k.lease(l.Message.Class), q.k.leases(), q.k.msgs(), q.k.done(), q.k.outstanding()}
+	return q.leaseResult("complete", l, completeScript.Run(ctx, q.c, keys, l.Message.ID, l.Token,
+		string(o.Status), o.ProviderID, o.Reason, o.Attempts, us(q.retention), prunePerComplete))
+}
+
+// requeueScript ends a held lease by queueing the message again at the back
+// of its class (ready at now + ARGV[3]).
+//
+// KEYS[1] lease ZSET of the class, KEYS[2] leases HASH, KEYS[3] msgs HASH,
+// KEYS[4] ready ZSET of the class, KEYS[5] seq counter.
+// ARGV[1] id, ARGV[2] token, ARGV[3] delay µs, ARGV[4] 1 to spend an
+// attempt, ARGV[5] last error (empty: keep the stored one).
+// Returns 1, 0 when the lease is not held, -1 when it is not in KEYS[1].
+var requeueScript = redis.NewScript(luaPrelude + luaCheckLease + `
+local now = now_us()
+local delay = tonumber(ARGV[3])
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+local m = cjson.decode(redis.call('HGET', KEYS[3], ARGV[1]))
+m.status = 'queued'
+m.updated_at = iso(now)
+if ARGV[4] == '1' then m.attempts = (m.attempts or 0) + 1 end
+if ARGV[5] ~= '' then m.last_error = ARGV[5] end
+if delay > 0 then m.not_before = iso(now + delay) end
+redis.call('HSET', KEYS[3], ARGV[1], cjson.encode(m))
+redis.call('ZADD', KEYS[4], now + delay, new_member(redis.call('INCR', KEYS[5]), ARGV[1]))
+return 1
+`)
+
+// Requeue ends the lease and queues the message again after o.After.
+func (q *Queue) Requeue(ctx context.Context, l *queue.Leased, o queue.RequeueOptions) (err error) {
+	if err := q.beginLease(ctx, "requeue", l); err != nil {
+		return err
+	}
+	start := time.Now()
+	defer func() { q.m.observe("requeue", start, err) }()
+	spend := 0
+	if o.SpendAttempt {
+		spend = 1
+	}
+	keys := []string{q.k.lease(l.Message.Class), q.k.leases(), q.k.msgs(), q.k.ready(l.Message.Class), q.k.seq()}
+	return q.leaseResult("requeue", l, requeueScript.Run(ctx, q.c, keys, l.Message.ID, l.Token,
+		us(o.After), spend, o.LastError))
+}
+
+// deadScript ends a held lease by making the message a dead letter.
+//
+// KEYS[1] lease ZSET of the class, KEYS[2] leases HASH, KEYS[3] msgs HASH,
+// KEYS[4] dead ZSET of the class, KEYS[5] outstanding HASH.
+// ARGV[1] id, ARGV[2] token, ARGV[3] reason, ARGV[4] attempts.
+// Returns 1, 0 when the lease is not held, -1 when it is not in KEYS[1].
+var deadScript = redis.NewScript(luaPrelude + luaCheckLease + `
+local now = now_us()
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+local m = cjson.decode(redis.call('HGET', KEYS[3], ARGV[1]))
+m.status = 'failed'
+m.dead = true
+m.attempts = tonumber(ARGV[4])
+m.updated_at = iso(now)
+if ARGV[3] ~= '' then m.last_error = ARGV[3] end
+redis.call('HSET', KEYS[3], ARGV[1], cjson.encode(m))
+redis.call('ZADD', KEYS[4], now, ARGV[1])
+if redis.call('HINCRBY', KEYS[5], m.producer, -1) <= 0 then
+  redis.call('HDEL', KEYS[5], m.producer)
+end
+return 1
+`)
+
+// Dead ends the lease and moves the message to the dead letters.
+func (q *Queue) Dead(ctx context.Context, l *queue.Leased, reason string, attempts int) (err error) {
+	if err := q.beginLease(ctx, "dead", l); err != nil {
+		return err
+	}
+	start := time.Now()
+	defer func() { q.m.observe("dead", start, err) }()
+	keys := []string{q.k.lease(l.Message.Class), q.k.leases(), q.k.msgs(), q.k.dead(l.Message.Class), q.k.outstanding()}
+	return q.leaseResult("dead", l, deadScript.Run(ctx, q.c, keys, l.Message.ID, l.Token, reason, attempts))
+}
+
+func (q *Queue) beginLease(ctx context.Context, op string, l *queue.Leased) error {
+	if err := q.begin(ctx, op); err != nil {
+		return err
+	}
+	if l == nil || l.Message == nil || !l.Message.Class.Valid() {
+		return fmt.Errorf("redisq: %s: invalid lease", op)
+	}
+	return nil
+}
+
+// leaseResult turns a lease script's reply into the seam's errors.
+func (q *Queue) leaseResult(op string, l *queue.Leased, cmd *redis.Cmd) error {
+	n, err := cmd.Int64()
+	if err != nil {
+		return fmt.Errorf("redisq: %s %s: %w", op, l.Message.ID, err)
+	}
+	switch n {
+	case 1:
+		return nil
+	case 0:
+		return fmt.Errorf("redisq: %s %s: %w", op, l.Message.ID, queue.ErrLeaseLost)
+	}
+	return fmt.Errorf("redisq: %s %s: lease is not in class %s (Leased.Message was changed)", op, l.Message.ID, l.Message.Class)
+}
+
+// recoverScript hands expired leases back to the ready queue at the place
+// they were taken from, without spending an attempt.
+//
+// KEYS[1] lease ZSET of one class, KEYS[2] leases HASH, KEYS[3] msgs HASH,
+// KEYS[4] ready ZSET of the class.
+// ARGV[1] the most leases to move.
+// Returns how many moved.
+var recoverScript = redis.NewScript(luaPrelude + `
+local now = now_us()
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
+for _, id in ipairs(ids) do
+  redis.call('ZREM', KEYS[1], id)
+  local raw_lease = redis.call('HGET', KEYS[2], id)
+  redis.call('HDEL', KEYS[2], id)
+  local raw = redis.call('HGET', KEYS[3], id)
+  if raw and raw_lease then
+    local lease = cjson.decode(raw_lease)
+    local m = cjson.decode(raw)
+    m.status = 'queued'
+    m.updated_at = iso(now)
+    redis.call('HSET', KEYS[3], id, cjson.encode(m))
+    redis.call('ZADD', KEYS[4], lease.s, lease.m)
+  end
+end
+return #ids
+`)
+
+// recoverBatch bounds one recover script so that Redis is never blocked long.
+const recoverBatch = 500
+
+// Recover hands every expired lease back; see queue.Queue.
+func (q *Queue) Recover(ctx context.Context) (total int, err error) {
+	if err := q.begin(ctx, "recover"); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	defer func() { q.m.observe("recover", start, err) }()
+	for _, c := range sms.Classes {
+		keys := []string{q.k.lease(c), q.k.leases(), q.k.msgs(), q.k.ready(c)}
+		for {
+			n, err := recoverScript.Run(ctx, q.c, keys, recoverBatch).Int()
+			if err != nil {
+				return total, fmt.Errorf("redisq: recover %s: %w", c, err)
+			}
+			total += n
+			if n < recoverBatch {
+				break
+			}
+		}
+	}
+	if total > 0 {
+		q.log.Info("recovered expired leases", "count", total)
+	}
+	return total, nil
+}

@@ -1,0 +1,46 @@
+package redisq
+
+// luaPrelude is prepended to every script that needs the clock or writes
+// message JSON.
+//
+// now_us(): Redis TIME in µs, the only clock of the backend.
+// iso(us): µs since the epoch as RFC 3339 UTC with µs, the form Go's
+// time.Time decodes; Redis Lua has no os.date, so the civil date is computed
+// with H. Hinnant's days-to-civil algorithm.
+// fmt_us(us): a µs value as an exact decimal string (tostring and ".." would
+// round it to 14 digits).
+// id_of(member): the message id of a ready ZSET member "<seq:016>:<id>".
+const luaPrelude = `
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local function fmt_us(us)
+  return string.format('%.0f', us)
+end
+local function iso(us)
+  local s = math.floor(us / 1000000)
+  local frac = us - s * 1000000
+  local days = math.floor(s / 86400)
+  local rem = s - days * 86400
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local y = yoe + era * 400
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local d = doy - math.floor((153 * mp + 2) / 5) + 1
+  local m = mp + 3
+  if mp >= 10 then m = mp - 9 end
+  if m <= 2 then y = y + 1 end
+  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%06dZ', y, m, d,
+    math.floor(rem / 3600), math.floor((rem % 3600) / 60), rem % 60, frac)
+end
+local function id_of(member)
+  return string.sub(member, 18)
+end
+local function new_member(seq, id)
+  return string.format('%016d', seq) .. ':' .. id
+end
+`

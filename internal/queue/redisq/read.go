@@ -1,0 +1,214 @@
+package redisq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"smsgw/internal/queue"
+	"smsgw/internal/sms"
+)
+
+// Get returns the stored message with id.
+func (q *Queue) Get(ctx context.Context, id string) (_ *sms.Message, err error) {
+	if err := q.begin(ctx, "get"); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	defer func() { q.m.observe("read", start, err) }()
+	raw, err := q.c.HGet(ctx, q.k.msgs(), id).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("redisq: get %s: %w", id, queue.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("redisq: get %s: %w", id, err)
+	}
+	m, err := decodeMessage(raw)
+	if err != nil {
+		return nil, fmt.Errorf("redisq: get %s: %w", id, err)
+	}
+	return m, nil
+}
+
+// Outstanding is the number of producer's messages queued or leased.
+func (q *Queue) Outstanding(ctx context.Context, producer string) (_ int64, err error) {
+	if err := q.begin(ctx, "outstanding"); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	defer func() { q.m.observe("read", start, err) }()
+	n, err := q.c.HGet(ctx, q.k.outstanding(), producer).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("redisq: outstanding %s: %w", producer, err)
+	}
+	return n, nil
+}
+
+// statsScript reads every class's depth at one instant of the Redis clock.
+//
+// KEYS[1..3] ready ZSETs, KEYS[4..6] lease ZSETs, KEYS[7..9] dead ZSETs, all
+// in sms.Classes order.
+// Returns {now µs, then per class: ready, scheduled, leased, dead, score of
+// the first ready message (-1 if none)}.
+var statsScript = redis.NewScript(luaPrelude + `
+local now = now_us()
+local out = {now}
+for i = 1, 3 do
+  local ready = redis.call('ZCOUNT', KEYS[i], '-inf', now)
+  out[#out + 1] = ready
+  out[#out + 1] = redis.call('ZCOUNT', KEYS[i], '(' .. fmt_us(now), '+inf')
+  out[#out + 1] = redis.call('ZCARD', KEYS[3 + i])
+  out[#out + 1] = redis.call('ZCARD', KEYS[6 + i])
+  local head = -1
+  if ready > 0 then
+    head = tonumber(redis.call('ZRANGE', KEYS[i], 0, 0, 'WITHSCORES')[2])
+  end
+  out[#out + 1] = head
+end
+return out
+`)
+
+// Stats returns every class's depth. OldestAge is how long the head of the
+// class has been due (now minus its ready time, on the Redis clock).
+func (q *Queue) Stats(ctx context.Context) (_ map[sms.Class]queue.ClassStats, err error) {
+	if err := q.begin(ctx, "stats"); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	defer func() { q.m.observe("read", start, err) }()
+	keys := slices.Concat(q.k.perClass(q.k.ready), q.k.perClass(q.k.lease), q.k.perClass(q.k.dead))
+	reply, err := statsScript.Run(ctx, q.c, keys).Int64Slice()
+	if err != nil {
+		return nil, fmt.Errorf("redisq: stats: %w", err)
+	}
+	if len(reply) != 1+5*len(sms.Classes) {
+		return nil, fmt.Errorf("redisq: stats: unexpected reply %v", reply)
+	}
+	now := reply[0]
+	out := make(map[sms.Class]queue.ClassStats, len(sms.Classes))
+	for i, c := range sms.Classes {
+		r := reply[1+5*i:]
+		st := queue.ClassStats{Ready: r[0], Scheduled: r[1], Leased: r[2], Dead: r[3]}
+		if r[4] >= 0 {
+			st.OldestAge = time.Duration(now-r[4]) * time.Microsecond
+		}
+		out[c] = st
+	}
+	return out, nil
+}
+
+// DeadLetters returns up to limit dead letters, those that died first first.
+func (q *Queue) DeadLetters(ctx context.Context, limit int) (_ []*sms.Message, err error) {
+	if err := q.begin(ctx, "dead letters"); err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		return nil, nil
+	}
+	start := time.Now()
+	defer func() { q.m.observe("read", start, err) }()
+	// Up to limit from each class, merged by time of death: a read, so a
+	// pipeline (one slot, one round trip) rather than a script.
+	cmds := make([]*redis.ZSliceCmd, len(sms.Classes))
+	_, err = q.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, c := range sms.Classes {
+			cmds[i] = p.ZRangeWithScores(ctx, q.k.dead(c), 0, int64(limit-1))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redisq: dead letters: %w", err)
+	}
+	var all []redis.Z
+	for _, cmd := range cmds {
+		all = append(all, cmd.Val()...)
+	}
+	slices.SortStableFunc(all, func(a, b redis.Z) int {
+		switch {
+		case a.Score < b.Score:
+			return -1
+		case a.Score > b.Score:
+			return 1
+		}
+		return 0
+	})
+	if len(all) > limit {
+		all = all[:limit]
+	}
+	if len(all) == 0 {
+		return nil, nil
+	}
+	ids := make([]string, len(all))
+	for i, z := range all {
+		ids[i], _ = z.Member.(string)
+	}
+	raws, err := q.c.HMGet(ctx, q.k.msgs(), ids...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redisq: dead letters: %w", err)
+	}
+	out := make([]*sms.Message, 0, len(raws))
+	for i, raw := range raws {
+		if raw == nil {
+			continue // retried and completed between the two reads
+		}
+		m, err := decodeMessage(raw)
+		if err != nil {
+			return nil, fmt.Errorf("redisq: dead letter %s: %w", ids[i], err)
+		}
+		if m.Dead {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+// retryDeadScript queues a dead letter again, attempts reset, at the back of
+// its class.
+//
+// KEYS[1] msgs HASH, KEYS[2] dead ZSET of the class, KEYS[3] ready ZSET of the
+// class, KEYS[4] seq counter, KEYS[5] outstanding HASH.
+// ARGV[1] id.
+// Returns 1, or 0 when id is not a dead letter of that class.
+var retryDeadScript = redis.NewScript(luaPrelude + `
+if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return 0 end
+local now = now_us()
+local m = cjson.decode(redis.call('HGET', KEYS[1], ARGV[1]))
+m.status = 'queued'
+m.dead = nil
+m.attempts = 0
+m.not_before = nil
+m.updated_at = iso(now)
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(m))
+redis.call('ZADD', KEYS[3], now, new_member(redis.call('INCR', KEYS[4]), ARGV[1]))
+redis.call('HINCRBY', KEYS[5], m.producer, 1)
+return 1
+`)
+
+// RetryDead queues the dead letter id again with its attempts reset.
+func (q *Queue) RetryDead(ctx context.Context, id string) (err error) {
+	// The class, and so the keys, come from the stored message; a class
+	// never changes, so reading it first is safe.
+	m, err := q.Get(ctx, id)
+	if err != nil {
+		return fmt.Errorf("redisq: retry dead letter: %w", err)
+	}
+	start := time.Now()
+	defer func() { q.m.observe("retry_dead", start, err) }()
+	keys := []string{q.k.msgs(), q.k.dead(m.Class), q.k.ready(m.Class), q.k.seq(), q.k.outstanding()}
+	n, err := retryDeadScript.Run(ctx, q.c, keys, id).Int()
+	if err != nil {
+		return fmt.Errorf("redisq: retry dead letter %s: %w", id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("redisq: retry dead letter %s: not a dead letter: %w", id, queue.ErrNotFound)
+	}
+	q.log.Info("dead letter queued again", "id", id, "class", m.Class.String())
+	return nil
+}

@@ -1,0 +1,166 @@
+// Package redisq is the Redis backend of the queue seam, shared by every
+// gateway replica of one provider account.
+//
+// Every state change is one Lua script (the contract of each sits above its
+// Go wrapper), so a change is atomic and one round trip: Take and Complete
+// cost one round trip each. All keys carry the hash tag {smsgw:<account>},
+// so the scripts run unchanged on Redis Cluster. Redis TIME is the only
+// clock; durations from callers are relative.
+//
+// Layout (see keys.go): message JSON in one HASH keyed by id; per class a
+// ready ZSET (score = ready time µs, member = sequence + id so equal times
+// stay FIFO), a lease ZSET (score = lease expiry µs) and a dead-letter ZSET;
+// one HASH of lease tokens; a ZSET of terminal messages pruned after
+// Retention; per-producer outstanding counters; one key per idempotency key.
+package redisq
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"smsgw/internal/queue"
+	"smsgw/internal/sms"
+)
+
+// Defaults for Config.
+const (
+	DefaultRetention         = 7 * 24 * time.Hour
+	DefaultIdempotencyWindow = 24 * time.Hour
+)
+
+// Config configures a Queue.
+type Config struct {
+	// Client reaches Redis: a *redis.Client, *redis.ClusterClient or a
+	// Sentinel failover client. The caller owns it; Close does not close it.
+	Client redis.UniversalClient
+	// Account is the provider account; it names the hash tag of every key.
+	Account string
+	Logger  *slog.Logger // nil: discard
+	// Retention is how long a terminal message stays readable by Get.
+	Retention time.Duration
+	// IdempotencyWindow is how long (Producer, IdempotencyKey) maps to the
+	// first message.
+	IdempotencyWindow time.Duration
+	// Registerer receives the backend's metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+}
+
+// Queue is the Redis queue. It is safe for concurrent use.
+type Queue struct {
+	c         redis.UniversalClient
+	account   string
+	k         keys
+	log       *slog.Logger
+	retention time.Duration
+	window    time.Duration
+	m         *metrics
+	closed    atomic.Bool
+}
+
+var _ queue.Queue = (*Queue)(nil)
+
+// New returns a queue over cfg.Client. It does not contact Redis; call
+// CheckPersistence at start-up.
+func New(cfg Config) (*Queue, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("redisq: Config.Client is required")
+	}
+	if cfg.Account == "" {
+		return nil, errors.New("redisq: Config.Account is required")
+	}
+	// A brace would move the hash tag and scatter the keys over slots.
+	if strings.ContainsAny(cfg.Account, "{}") {
+		return nil, fmt.Errorf("redisq: Config.Account %q must not contain { or }", cfg.Account)
+	}
+	if cfg.Retention < 0 || cfg.IdempotencyWindow < 0 {
+		return nil, errors.New("redisq: Retention and IdempotencyWindow must not be negative")
+	}
+	if cfg.Retention == 0 {
+		cfg.Retention = DefaultRetention
+	}
+	if cfg.IdempotencyWindow == 0 {
+		cfg.IdempotencyWindow = DefaultIdempotencyWindow
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("redisq: register metrics: %w", err)
+	}
+	return &Queue{
+		c:         cfg.Client,
+		account:   cfg.Account,
+		k:         newKeys(cfg.Account),
+		log:       log.With("component", "queue", "backend", "redis", "account", cfg.Account),
+		retention: cfg.Retention,
+		window:    cfg.IdempotencyWindow,
+		m:         m,
+	}, nil
+}
+
+// Close makes every later call return ErrClosed. The client stays open: the
+// caller owns it (the limiter shares it).
+func (q *Queue) Close() error {
+	if q.closed.Swap(true) {
+		return queue.ErrClosed
+	}
+	return nil
+}
+
+// begin is the common guard of every call.
+func (q *Queue) begin(ctx context.Context, op string) error {
+	if q.closed.Load() {
+		return fmt.Errorf("redisq: %s: %w", op, queue.ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("redisq: %s: %w", op, err)
+	}
+	return nil
+}
+
+// us converts a duration to whole µs, rounding up so that nothing is handed
+// out before its time.
+func us(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
+}
+
+func newToken() string { return rand.Text() }
+
+func decodeMessage(raw any) (*sms.Message, error) {
+	s, ok := raw.(string)
+	if !ok {
+		return nil, fmt.Errorf("unexpected message reply %T", raw)
+	}
+	var m sms.Message
+	if err := json.Unmarshal([]byte(s), &m); err != nil {
+		return nil, fmt.Errorf("decode stored message: %w", err)
+	}
+	return &m, nil
+}
+
+func checkClasses(cs []sms.Class) ([]sms.Class, error) {
+	if len(cs) == 0 {
+		return sms.Classes, nil
+	}
+	for _, c := range cs {
+		if !c.Valid() {
+			return nil, fmt.Errorf("invalid class %d", uint8(c))
+		}
+	}
+	return cs, nil
+}
