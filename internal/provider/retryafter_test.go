@@ -1,0 +1,56 @@
+package provider
+
+import (
+	"net/http"
+	"testing"
+	"time"
+)
+
+func TestParseRetryAfter(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	date := func(d time.Duration) string { return now.Add(d).Format(http.TimeFormat) }
+	tests := []struct {
+		name string
+		in   string
+		want time.Duration
+	}{
+		{"seconds", "3", 3 * time.Second},
+		{"seconds with spaces", " 2 ", 2 * time.Second},
+		{"fractional seconds", "1.5", 1500 * time.Millisecond},
+		{"missing", "", MinRetryAfter},
+		{"garbage", "soon", MinRetryAfter},
+		{"zero", "0", MinRetryAfter},
+		{"negative", "-5", MinRetryAfter},
+		{"below floor", "0.2", MinRetryAfter},
+		{"NaN", "NaN", MinRetryAfter},
+		{"absurd seconds capped", "999999999", MaxRetryAfter},
+		{"infinite capped", "Inf", MaxRetryAfter},
+		{"http date", date(7 * time.Second), 7 * time.Second},
+		{"http date in the past", date(-time.Minute), MinRetryAfter},
+		{"http date a week away capped", date(7 * 24 * time.Hour), MaxRetryAfter},
+		{"rfc850 date", now.Add(4 * time.Second).Format(time.RFC850), 4 * time.Second},
+		{"asctime date", now.Add(5 * time.Second).Format(time.ANSIC), 5 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := ParseRetryAfter(tt.in, now); got != tt.want {
+				t.Errorf("ParseRetryAfter(%q) = %v, want %v", tt.in, got, tt.want)
+			}
+		})
+	}
+}
+
+// Whatever a vendor sends, the pause is within [MinRetryAfter, MaxRetryAfter].
+func FuzzParseRetryAfter(f *testing.F) {
+	for _, s := range []string{"1", "0", "-1", "", "1e9", "NaN", "Wed, 21 Oct 2015 07:28:00 GMT", "0x10", "+Inf"} {
+		f.Add(s)
+	}
+	now := time.Now()
+	f.Fuzz(func(t *testing.T, v string) {
+		if d := ParseRetryAfter(v, now); d < MinRetryAfter || d > MaxRetryAfter {
+			t.Fatalf("ParseRetryAfter(%q) = %v", v, d)
+		}
+	})
+}

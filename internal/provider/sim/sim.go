@@ -1,0 +1,404 @@
+// Package sim is the provider simulator: an SMS provider that enforces the
+// contract of DESIGN.md section 1 exactly and records everything it accepts,
+// so that tests and benchmarks measure the gateway at the provider.
+//
+// It speaks the generic protocol (package httpprov): POST /send with
+// {"to","from","body","reference","segments","class"}, answering 200
+// {"id":"sim-N"}. A send costs "segments" units (1 when absent or < 1).
+// Over the limit it answers 429 with Retry-After; more than SuspendAfter 429s
+// in a rolling SuspendWindow suspend the account (403 {"error":"account
+// suspended"} with Retry-After) for SuspendFor. A rejected send changes no
+// counter of the limit.
+//
+// Control and measurement endpoints:
+//
+//	GET  /stats     Stats as JSON
+//	GET  /accepted  every accepted send (Record) as JSON, in acceptance order
+//	POST /reset     forget all sends, 429s and suspension; faults back to Config
+//	GET  /control   current faults
+//	POST /control   change faults at run time (Control, JSON)
+//	GET  /healthz
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Record is one accepted send.
+type Record struct {
+	At         time.Time `json:"at"`                   // when the simulator accepted it
+	Arrived    time.Time `json:"arrived"`              // when the request arrived (before injected latency)
+	ID         string    `json:"id"`                   // the simulator's provider id
+	Reference  string    `json:"reference"`            // the gateway's message id
+	To         string    `json:"to"`                   // recipient as sent
+	From       string    `json:"from,omitempty"`       // sender as sent
+	Body       string    `json:"body"`                 // text as sent
+	Class      string    `json:"class,omitempty"`      // the optional "class" field
+	Units      int       `json:"units"`                // units of rate it cost
+	AcceptedAt time.Time `json:"accepted_at,omitzero"` // the gateway's acceptance time (X-Smsgw-Accepted-At), if sent
+	Duplicate  bool      `json:"duplicate,omitempty"`  // its reference was accepted before
+}
+
+// Sim is one simulated provider account. It is safe for concurrent use.
+type Sim struct {
+	cfg  Config
+	now  func() time.Time
+	done chan struct{} // closed by Close: releases hanging requests
+
+	mu          sync.Mutex
+	limit       int
+	faults      Faults
+	throttleEnd time.Time // throttle_all: every send is 429 until then
+	recent      []unitAt  // sliding: accepts in the trailing second, oldest first
+	recentSum   int
+	fixedIdx    int64 // fixed: index of the current window
+	fixedSum    int
+	tooMany     []time.Time // 429 times within the suspension window, oldest first
+	suspendEnd  time.Time
+	records     []Record
+	refs        map[string]int
+	counters    counters
+	nextID      uint64
+
+	srvMu sync.Mutex
+	srv   *http.Server
+	ln    net.Listener
+	serve chan struct{} // closed when Serve returns
+}
+
+type unitAt struct {
+	at    time.Time
+	units int
+}
+
+type counters struct {
+	rejected429 int
+	rejected403 int
+	failed5xx   int
+	timeouts    int
+	lostReplies int
+	badRequests int
+	suspensions int
+}
+
+// New validates cfg and returns a simulator; it does not listen until Start
+// (or mount Handler yourself).
+func New(cfg Config) (*Sim, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	s := &Sim{cfg: cfg, now: cfg.Now, done: make(chan struct{})}
+	s.resetLocked()
+	return s, nil
+}
+
+func (s *Sim) resetLocked() {
+	s.limit = s.cfg.Limit
+	s.faults = s.cfg.Faults
+	s.throttleEnd = time.Time{}
+	s.recent, s.recentSum = nil, 0
+	s.fixedIdx, s.fixedSum = math.MinInt64, 0
+	s.tooMany = nil
+	s.suspendEnd = time.Time{}
+	s.records = nil
+	s.refs = map[string]int{}
+	s.counters = counters{}
+}
+
+// Reset forgets every send, 429 and suspension and restores the faults and
+// limit of the Config.
+func (s *Sim) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.resetLocked()
+}
+
+// Control is a run-time change of faults (POST /control). Nil fields are left
+// as they are; Clear first removes every fault, throttle_all included.
+type Control struct {
+	Clear          bool      `json:"clear,omitempty"`
+	Latency        *Duration `json:"latency,omitempty"`
+	LatencyJitter  *Duration `json:"latency_jitter,omitempty"`
+	FailRate       *float64  `json:"fail_rate,omitempty"`
+	FailStatus     *int      `json:"status,omitempty"`
+	TimeoutRate    *float64  `json:"timeout_rate,omitempty"`
+	LostReplyRate  *float64  `json:"lost_reply_rate,omitempty"`
+	ThrottleAllFor *Duration `json:"throttle_all_for,omitempty"` // answer 429 to every send for this long, from now
+	Limit          *int      `json:"limit,omitempty"`            // change the contract's limit (0: unlimited)
+}
+
+// ControlState is the answer to GET/POST /control.
+type ControlState struct {
+	Faults       Faults    `json:"faults"`
+	Limit        int       `json:"limit"`
+	ThrottledTil time.Time `json:"throttled_until,omitzero"`
+}
+
+// Apply changes faults at run time.
+func (s *Sim) Apply(c Control) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.faults
+	if c.Clear {
+		f = Faults{}
+	}
+	set := func(dst *Duration, v *Duration) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	setF := func(dst *float64, v *float64) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	set(&f.Latency, c.Latency)
+	set(&f.LatencyJitter, c.LatencyJitter)
+	setF(&f.FailRate, c.FailRate)
+	setF(&f.TimeoutRate, c.TimeoutRate)
+	setF(&f.LostReplyRate, c.LostReplyRate)
+	if c.FailStatus != nil {
+		f.FailStatus = *c.FailStatus
+	}
+	if err := f.validate(); err != nil {
+		return fmt.Errorf("sim: control: %w", err)
+	}
+	if c.ThrottleAllFor != nil && *c.ThrottleAllFor < 0 {
+		return fmt.Errorf("sim: control: throttle_all_for must not be negative")
+	}
+	s.faults = f
+	if c.Clear {
+		s.throttleEnd = time.Time{}
+	}
+	if c.Limit != nil {
+		s.limit = *c.Limit
+	}
+	if c.ThrottleAllFor != nil {
+		s.throttleEnd = s.now().Add(time.Duration(*c.ThrottleAllFor))
+		s.cfg.Logger.Info("sim: throttling every send", "for", time.Duration(*c.ThrottleAllFor))
+	}
+	return nil
+}
+
+func (s *Sim) controlState() ControlState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return ControlState{Faults: s.faults, Limit: s.limit, ThrottledTil: s.throttleEnd}
+}
+
+// Accepted returns a copy of every accepted send, in acceptance order.
+func (s *Sim) Accepted() []Record {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.records)
+}
+
+// outcome is the decision for one send.
+type outcome int
+
+const (
+	accepted outcome = iota
+	throttled
+	suspended
+)
+
+// decide applies the contract to a send and records it if accepted. It is
+// the only place that changes the limit's counters, and it changes them only
+// on acceptance. The time is read under the lock so that accept times are in
+// the same order as decisions: a time read before the lock could be older
+// than an accept another request made meanwhile, and the window would then
+// be judged against entries already dropped.
+func (s *Sim) decide(rec Record) (outcome, time.Duration, Record) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	if now.Before(s.suspendEnd) {
+		s.counters.rejected403++
+		return suspended, s.suspendEnd.Sub(now), rec
+	}
+	if now.Before(s.throttleEnd) {
+		// The pause covers the whole throttle, so a client that honours
+		// Retry-After sees at most one 429 from it.
+		s.tooManyLocked(now)
+		return throttled, max(s.cfg.RetryAfter, s.throttleEnd.Sub(now)), rec
+	}
+	if s.limit > 0 && !s.admitLocked(now, rec.Units) {
+		s.tooManyLocked(now)
+		return throttled, s.cfg.RetryAfter, rec
+	}
+	s.nextID++
+	rec.At = now
+	rec.ID = "sim-" + strconv.FormatUint(s.nextID, 10)
+	if rec.Reference != "" {
+		rec.Duplicate = s.refs[rec.Reference] > 0
+		s.refs[rec.Reference]++
+	}
+	s.records = append(s.records, rec)
+	return accepted, 0, rec
+}
+
+// admitLocked applies the window and, on success, counts the units.
+func (s *Sim) admitLocked(now time.Time, units int) bool {
+	if s.cfg.Window == WindowFixed {
+		n := now.UnixNano() - int64(s.cfg.Offset)
+		idx := n / int64(time.Second)
+		if n < 0 && n%int64(time.Second) != 0 {
+			idx-- // floor, for instants before the epoch
+		}
+		if idx != s.fixedIdx {
+			s.fixedIdx, s.fixedSum = idx, 0
+		}
+		if s.fixedSum+units > s.limit {
+			return false
+		}
+		s.fixedSum += units
+		return true
+	}
+	// Sliding: an accept at a stays in the window (now-1s, now] while
+	// now-a < 1s.
+	drop := 0
+	for drop < len(s.recent) && now.Sub(s.recent[drop].at) >= time.Second {
+		s.recentSum -= s.recent[drop].units
+		drop++
+	}
+	s.recent = s.recent[drop:]
+	if s.recentSum+units > s.limit {
+		return false
+	}
+	s.recent = append(s.recent, unitAt{now, units})
+	s.recentSum += units
+	return true
+}
+
+// tooManyLocked counts a 429 toward suspension and suspends the account when
+// there are more than SuspendAfter in the rolling window.
+func (s *Sim) tooManyLocked(now time.Time) {
+	s.counters.rejected429++
+	if s.cfg.SuspendAfter < 0 {
+		return
+	}
+	drop := 0
+	for drop < len(s.tooMany) && now.Sub(s.tooMany[drop]) >= s.cfg.SuspendWindow {
+		drop++
+	}
+	s.tooMany = append(s.tooMany[drop:], now)
+	if len(s.tooMany) > s.cfg.SuspendAfter {
+		s.suspendEnd = now.Add(s.cfg.SuspendFor)
+		s.counters.suspensions++
+		s.tooMany = nil // the count starts again once the suspension lifts
+		s.cfg.Logger.Warn("sim: account suspended", "after_429s", s.cfg.SuspendAfter+1,
+			"within", s.cfg.SuspendWindow, "for", s.cfg.SuspendFor)
+	}
+}
+
+// faultsNow returns the current faults.
+func (s *Sim) faultsNow() Faults {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.faults
+}
+
+func (s *Sim) count(f func(*counters)) {
+	s.mu.Lock()
+	f(&s.counters)
+	s.mu.Unlock()
+}
+
+// wait sleeps d, or less if the client gives up or the sim closes; it
+// reports whether the full time passed.
+func (s *Sim) wait(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+	case <-s.done:
+	}
+	return false
+}
+
+// hang blocks until the client gives up or the sim closes.
+func (s *Sim) hang(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-s.done:
+	}
+}
+
+func roll(p float64) bool { return p > 0 && rand.Float64() < p }
+
+func jitter(d Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return rand.N(time.Duration(d))
+}
+
+// Start listens on addr (e.g. "127.0.0.1:0") and serves in the background.
+// It returns the base URL; the send endpoint is URL()+"/send".
+func (s *Sim) Start(addr string) (string, error) {
+	s.srvMu.Lock()
+	defer s.srvMu.Unlock()
+	if s.srv != nil {
+		return "", errors.New("sim: already started")
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("sim: listen %s: %w", addr, err)
+	}
+	s.ln = ln
+	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	s.serve = make(chan struct{})
+	go func() {
+		defer close(s.serve)
+		_ = s.srv.Serve(ln) // returns ErrServerClosed on Close
+	}()
+	return s.url(), nil
+}
+
+func (s *Sim) url() string { return "http://" + s.ln.Addr().String() }
+
+// URL returns the base URL of a started simulator ("" before Start).
+func (s *Sim) URL() string {
+	s.srvMu.Lock()
+	defer s.srvMu.Unlock()
+	if s.ln == nil {
+		return ""
+	}
+	return s.url()
+}
+
+// Close releases every hanging request and stops the server Start started.
+func (s *Sim) Close() error {
+	s.srvMu.Lock()
+	defer s.srvMu.Unlock()
+	select {
+	case <-s.done:
+		return nil
+	default:
+		close(s.done)
+	}
+	if s.srv == nil {
+		return nil
+	}
+	err := s.srv.Close()
+	<-s.serve
+	if err != nil {
+		return fmt.Errorf("sim: close: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,206 @@
+// Package twilio is the adapter for Twilio's Programmable Messaging REST API
+// (the Message resource):
+//
+//	POST {BaseURL}/2010-04-01/Accounts/{AccountSid}/Messages.json
+//	Authorization: Basic (AccountSid or API key SID : auth token or key secret)
+//	form: To, From | MessagingServiceSid, Body[, StatusCallback]
+//
+// 201 answers the Message resource ({"sid":"SM...",...}); errors answer
+// {"code","message","more_info","status"}. 429 / code 20429 is a throttle;
+// 10001 and 20005 ("account not active") are a suspension.
+//
+// Twilio has no idempotency key for creating messages. The adapter still
+// sends the message id as Idempotency-Key (ignored by Twilio, visible to
+// proxies and fakes) and, when a StatusCallback is configured, as its
+// smsgw_ref query parameter so delivery reports can be matched. A retry after
+// an unknown outcome (timeout, reset) can therefore duplicate at Twilio.
+package twilio
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"smsgw/internal/provider"
+	"smsgw/internal/provider/httpprov"
+	"smsgw/internal/sms"
+)
+
+// DefaultBaseURL is Twilio's API host.
+const DefaultBaseURL = "https://api.twilio.com"
+
+// Twilio error codes the adapter treats specially.
+const (
+	codeTooManyRequests = 20429
+	codeAccountInactive = 20005
+	codeAccountDisabled = 10001
+)
+
+// Config configures the Twilio adapter.
+type Config struct {
+	BaseURL             string // default DefaultBaseURL; tests point it at a fake
+	AccountSID          string // AC...; required
+	AuthToken           string // required; with APIKeySID set, the API key's secret
+	APIKeySID           string // optional SK...: authenticate with an API key instead of the account
+	From                string // sender when a request has none
+	MessagingServiceSID string // MG...: used when neither the request nor From gives a sender
+	StatusCallback      string // optional delivery-report URL; smsgw_ref=<message id> is appended
+	Timeout             time.Duration
+	Client              *http.Client
+	Logger              *slog.Logger
+}
+
+// Provider sends through Twilio.
+type Provider struct {
+	cfg      Config
+	endpoint string
+	client   *http.Client
+	log      *slog.Logger
+}
+
+var _ provider.Provider = (*Provider)(nil)
+
+// New validates cfg and returns the adapter.
+func New(cfg Config) (*Provider, error) {
+	if cfg.BaseURL == "" {
+		cfg.BaseURL = DefaultBaseURL
+	}
+	u, err := url.Parse(cfg.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("twilio: base url %q: want an absolute http(s) URL", cfg.BaseURL)
+	}
+	if cfg.AccountSID == "" || cfg.AuthToken == "" {
+		return nil, fmt.Errorf("twilio: account_sid and auth_token are required")
+	}
+	if cfg.StatusCallback != "" {
+		if _, err := url.Parse(cfg.StatusCallback); err != nil {
+			return nil, fmt.Errorf("twilio: status_callback: %w", err)
+		}
+	}
+	if cfg.Timeout < 0 {
+		return nil, fmt.Errorf("twilio: timeout %v: must not be negative", cfg.Timeout)
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = httpprov.DefaultTimeout
+	}
+	p := &Provider{cfg: cfg, client: cfg.Client, log: cfg.Logger,
+		endpoint: strings.TrimRight(cfg.BaseURL, "/") + "/2010-04-01/Accounts/" + url.PathEscape(cfg.AccountSID) + "/Messages.json"}
+	if p.client == nil {
+		p.client = httpprov.NewClient()
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	return p, nil
+}
+
+// Name implements provider.Provider.
+func (p *Provider) Name() string { return "twilio" }
+
+// CloseIdleConnections releases idle keep-alive connections.
+func (p *Provider) CloseIdleConnections() { p.client.CloseIdleConnections() }
+
+// apiError is Twilio's error body.
+type apiError struct {
+	Code     int    `json:"code"`
+	Message  string `json:"message"`
+	MoreInfo string `json:"more_info"`
+	Status   int    `json:"status"`
+}
+
+// message is the part of the Message resource we read.
+type message struct {
+	SID    string `json:"sid"`
+	Status string `json:"status"`
+}
+
+// Send implements provider.Provider.
+func (p *Provider) Send(ctx context.Context, req *provider.Request) (provider.Result, error) {
+	form := url.Values{"To": {req.To}, "Body": {req.Body}}
+	switch {
+	case req.From != "":
+		form.Set("From", req.From)
+	case p.cfg.From != "":
+		form.Set("From", p.cfg.From)
+	case p.cfg.MessagingServiceSID != "":
+		form.Set("MessagingServiceSid", p.cfg.MessagingServiceSID)
+	}
+	if p.cfg.StatusCallback != "" {
+		form.Set("StatusCallback", withRef(p.cfg.StatusCallback, req.ID))
+	}
+	ctx, cancel := httpprov.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, p.endpoint, strings.NewReader(form.Encode()))
+	if err != nil {
+		return provider.Result{}, fmt.Errorf("twilio: build request: %w", err)
+	}
+	hreq.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	hreq.Header.Set("Accept", "application/json")
+	hreq.Header.Set(httpprov.HeaderIdempotencyKey, req.ID)
+	user := p.cfg.AccountSID
+	if p.cfg.APIKeySID != "" {
+		user = p.cfg.APIKeySID
+	}
+	hreq.SetBasicAuth(user, p.cfg.AuthToken)
+
+	res, err := p.send(ctx, hreq)
+	if pe := provider.AsError(err); pe != nil {
+		p.log.Debug("provider send failed", "provider", "twilio", "id", req.ID, "to", sms.MaskPhone(req.To),
+			"reason", pe.Reason, "status", pe.Status, "error", pe.Message)
+	}
+	return res, err
+}
+
+func (p *Provider) send(ctx context.Context, hreq *http.Request) (provider.Result, error) {
+	resp, err := p.client.Do(hreq)
+	if err != nil {
+		return provider.Result{}, httpprov.TransportError(ctx, err)
+	}
+	body, rerr := httpprov.ReadBody(resp)
+	now := time.Now()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		var ae apiError
+		_ = json.Unmarshal(body, &ae)
+		msg := ae.Message
+		if ae.Code != 0 {
+			msg = fmt.Sprintf("twilio %d: %s", ae.Code, ae.Message)
+		}
+		switch ae.Code {
+		case codeTooManyRequests:
+			pe := httpprov.StatusError(http.StatusTooManyRequests, resp.Header, now, msg)
+			pe.Status = resp.StatusCode
+			return provider.Result{}, pe
+		case codeAccountInactive, codeAccountDisabled:
+			return provider.Result{}, httpprov.Suspended(resp.StatusCode, resp.Header, now, msg)
+		}
+		return provider.Result{}, httpprov.StatusError(resp.StatusCode, resp.Header, now, msg)
+	}
+	if rerr != nil {
+		return provider.Result{}, httpprov.BadResponse(resp.StatusCode, rerr.Error())
+	}
+	var m message
+	if err := json.Unmarshal(body, &m); err != nil {
+		return provider.Result{}, httpprov.BadResponse(resp.StatusCode, "decode message resource: "+err.Error())
+	}
+	if m.SID == "" {
+		return provider.Result{}, httpprov.BadResponse(resp.StatusCode, "message resource has no sid")
+	}
+	return provider.Result{ProviderID: m.SID}, nil
+}
+
+// withRef appends smsgw_ref=id to a callback URL.
+func withRef(callback, id string) string {
+	u, err := url.Parse(callback)
+	if err != nil {
+		return callback // validated in New
+	}
+	q := u.Query()
+	q.Set("smsgw_ref", id)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
