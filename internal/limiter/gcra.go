@@ -1,0 +1,154 @@
+package limiter
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// All limiter arithmetic is in integer microseconds: exact in int64 here and
+// in the doubles of Redis Lua (Unix time in µs is about 2^51, below 2^53).
+// Floating-point seconds since the epoch keep only about 100 µs of precision
+// once printed, which is coarser than the 100 µs interval of 10,000/s.
+
+const (
+	maxPerSecond = 1e6 // one unit per microsecond is the finest interval
+	// maxHorizonMicros bounds burst·interval so that TAT + cost·interval
+	// stays far below 2^53 in Lua.
+	maxHorizonMicros = int64(400 * 24 * time.Hour / time.Microsecond)
+)
+
+// params is one GCRA key in microseconds.
+type params struct {
+	interval int64 // emission interval 1/rate, rounded up so that the rate is never exceeded
+	burst    int64
+}
+
+// toParams validates a Rate and converts it. The interval is rounded up: a
+// rate of 90/s becomes an interval of 11,112 µs (89.99/s), never 11,111 µs
+// (90.0009/s), so rounding can only slow the limiter down.
+func toParams(name string, r Rate) (params, error) {
+	if math.IsNaN(r.PerSecond) || r.PerSecond <= 0 || r.PerSecond > maxPerSecond {
+		return params{}, fmt.Errorf("limiter: %s: rate %v/s must be > 0 and <= %v", name, r.PerSecond, maxPerSecond)
+	}
+	if r.Burst < 1 {
+		return params{}, fmt.Errorf("limiter: %s: burst %d must be >= 1", name, r.Burst)
+	}
+	p := params{interval: int64(math.Ceil(1e6 / r.PerSecond)), burst: int64(r.Burst)}
+	if p.interval > maxHorizonMicros/p.burst {
+		return params{}, fmt.Errorf("limiter: %s: burst %d at %v/s spans more than %s", name, r.Burst, r.PerSecond, time.Duration(maxHorizonMicros)*time.Microsecond)
+	}
+	return p, nil
+}
+
+// compiled is a validated Config.
+type compiled struct {
+	global  params
+	classes map[string]params
+}
+
+func compile(cfg Config) (compiled, error) {
+	var errs []error
+	g, err := toParams("global", cfg.Global)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	c := compiled{global: g, classes: make(map[string]params, len(cfg.Classes))}
+	for name, r := range cfg.Classes {
+		if name == "" {
+			errs = append(errs, errors.New("limiter: a class cap has an empty name"))
+			continue
+		}
+		p, err := toParams("class "+name, r)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c.classes[name] = p
+	}
+	if len(errs) > 0 {
+		return compiled{}, errors.Join(errs...)
+	}
+	return c, nil
+}
+
+func checkRequest(r Request) error {
+	if r.Cost < 1 {
+		return fmt.Errorf("limiter: cost %d must be >= 1", r.Cost)
+	}
+	return nil
+}
+
+// ceilMicros converts a duration to microseconds, rounding up.
+func ceilMicros(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
+}
+
+// floorMicros converts a duration to microseconds, rounding down: used for
+// MaxWait, where rounding down can only make the caller wait less.
+func floorMicros(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64(d / time.Microsecond)
+}
+
+func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
+
+// exceedsBurst tells whether cost can never pass one of the keys.
+func exceedsBurst(ps []params, cost int64) bool {
+	for _, p := range ps {
+		if cost > p.burst {
+			return true
+		}
+	}
+	return false
+}
+
+// outcome is the answer of one GCRA step.
+type outcome int
+
+const (
+	granted outcome = iota
+	tooLate         // the wait exceeds max_wait; wait-maxWait is the retry-after
+	tooBig          // cost > burst of a key: never grantable
+)
+
+// step is the GCRA decision over one or more keys, the Go twin of
+// reserveScript (the Lua must stay line-for-line equivalent):
+//
+//   - per key, the earliest conforming time of cost units is
+//     max(tat, now) + cost·interval − burst·interval;
+//   - the send time is the latest of those and now; it is granted when it is
+//     at most maxWait ahead;
+//   - every key then records max(tat, send) + cost·interval. Using the send
+//     time (not now) keeps a key that did not set the delay from counting
+//     these units earlier than they are really sent, which would let another
+//     sender use the same capacity a second time.
+//
+// On a grant step updates tats in place and returns the wait (>= 0); on a
+// denial it changes nothing and returns the full wait from now.
+func step(now int64, tats []int64, ps []params, cost, maxWait int64) (outcome, int64) {
+	var wait int64
+	for i, p := range ps {
+		if cost > p.burst {
+			return tooBig, 0
+		}
+		tat := max(tats[i], now)
+		if w := tat + cost*p.interval - p.burst*p.interval - now; w > wait {
+			wait = w
+		}
+	}
+	if wait > maxWait {
+		return tooLate, wait
+	}
+	send := now + wait
+	for i, p := range ps {
+		tats[i] = max(tats[i], send) + cost*p.interval
+	}
+	return granted, wait
+}

@@ -1,0 +1,145 @@
+package limiter
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"smsgw/internal/redistest"
+)
+
+func keyLimiters(t *testing.T) (map[string]KeyLimiter, *fakeClock) {
+	t.Helper()
+	clock := &fakeClock{}
+	clock.us.Store(5_000_000)
+	local := NewLocalKeys()
+	local.clock = clock.now
+	rk, err := NewRedisKeys(redistest.Client(t), redistest.Prefix(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string]KeyLimiter{"local": local, "redis": rk}, clock
+}
+
+// TestKeyLimiterDenialChangesNothing: a client that keeps retrying while
+// limited is let in as soon as its burst has refilled; denials never push
+// the schedule further out.
+func TestKeyLimiterDenialChangesNothing(t *testing.T) {
+	t.Parallel()
+	lims, clock := keyLimiters(t)
+	rate := Rate{PerSecond: 20, Burst: 2}
+	for name, l := range lims {
+		t.Run(name, func(t *testing.T) {
+			for i := range 2 {
+				if d, err := l.Allow(bg, "p1", rate, 1); err != nil || !d.Allowed {
+					t.Fatalf("request %d within the burst: %+v %v", i, d, err)
+				}
+			}
+			var last KeyDecision
+			for range 50 {
+				d, err := l.Allow(bg, "p1", rate, 1)
+				if err != nil || d.Allowed {
+					t.Fatalf("over the burst: %+v %v", d, err)
+				}
+				if d.RetryAfter > 50*time.Millisecond {
+					t.Fatalf("denials pushed the retry to %s, want at most one interval (50ms)", d.RetryAfter)
+				}
+				last = d
+			}
+			if name == "local" {
+				clock.advance(last.RetryAfter)
+			} else {
+				time.Sleep(last.RetryAfter)
+			}
+			if d, err := l.Allow(bg, "p1", rate, 1); err != nil || !d.Allowed {
+				t.Fatalf("after the retry-after: %+v %v", d, err)
+			}
+			// Another key is untouched.
+			if d, _ := l.Allow(bg, "p2", rate, 2); !d.Allowed {
+				t.Fatal("a second key was limited by the first")
+			}
+		})
+	}
+}
+
+// TestKeyLimiterHeaders checks Remaining and ResetAfter, the RateLimit-*
+// header values, exactly on the local clock and closely on Redis.
+func TestKeyLimiterHeaders(t *testing.T) {
+	t.Parallel()
+	lims, _ := keyLimiters(t)
+	rate := Rate{PerSecond: 10, Burst: 3}
+	for name, l := range lims {
+		t.Run(name, func(t *testing.T) {
+			want := []KeyDecision{
+				{Allowed: true, Remaining: 2, ResetAfter: 100 * time.Millisecond},
+				{Allowed: true, Remaining: 0, ResetAfter: 300 * time.Millisecond},
+				{Allowed: false, RetryAfter: 100 * time.Millisecond, Remaining: 0, ResetAfter: 300 * time.Millisecond},
+			}
+			costs := []int{1, 2, 1}
+			for i, w := range want {
+				d, err := l.Allow(bg, "p", rate, costs[i])
+				if err != nil {
+					t.Fatal(err)
+				}
+				// Redis time moves between calls: allow 50 ms less.
+				near := func(got, want time.Duration) bool {
+					if name == "local" {
+						return got == want
+					}
+					return got <= want && got > want-50*time.Millisecond
+				}
+				if d.Allowed != w.Allowed || d.Remaining != w.Remaining || !near(d.RetryAfter, w.RetryAfter) || !near(d.ResetAfter, w.ResetAfter) {
+					t.Fatalf("call %d (cost %d): %+v, want %+v", i, costs[i], d, w)
+				}
+			}
+			if _, err := l.Allow(bg, "p", rate, 4); !errors.Is(err, ErrCostExceedsBurst) {
+				t.Fatalf("cost 4 over burst 3: %v", err)
+			}
+		})
+	}
+}
+
+// TestRedisKeysSharedAcrossReplicas: two replicas (clients) share a key.
+func TestRedisKeysSharedAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	account := redistest.Prefix(t)
+	a, err := NewRedisKeys(redistest.Client(t), account)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewRedisKeys(redistest.Client(t), account)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rate := Rate{PerSecond: 1, Burst: 2}
+	for _, l := range []KeyLimiter{a, b} {
+		if d, _ := l.Allow(bg, "p", rate, 1); !d.Allowed {
+			t.Fatal("within the burst: denied")
+		}
+	}
+	for _, l := range []KeyLimiter{a, b} {
+		if d, _ := l.Allow(bg, "p", rate, 1); d.Allowed {
+			t.Fatal("a replica allowed past the shared burst")
+		}
+	}
+}
+
+func TestLocalKeysForgetsIdleKeys(t *testing.T) {
+	t.Parallel()
+	lims, clock := keyLimiters(t)
+	l := lims["local"].(*LocalKeys)
+	for i := range 3000 {
+		if _, err := l.Allow(bg, "k"+string(rune('a'+i%26))+time.Duration(i).String(), Rate{PerSecond: 1, Burst: 1}, 1); err != nil {
+			t.Fatal(err)
+		}
+		if i == 1500 {
+			clock.advance(time.Hour)
+		}
+	}
+	l.mu.Lock()
+	n := len(l.tats)
+	l.mu.Unlock()
+	if n >= 3000 {
+		t.Fatalf("%d keys kept, idle keys are never forgotten", n)
+	}
+}

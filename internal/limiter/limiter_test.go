@@ -1,0 +1,167 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"smsgw/internal/redistest"
+)
+
+// mutation list — `make mutate` (scripts/mutate.sh → go run ./internal/limiter/mutate)
+// applies each mutant to a copy of its file through `go test -overlay`, runs
+// the tests named in brackets and expects them to fail (KILLED). Format: a
+// line "name [Tests]", then one edit per line: file: `old` -> `new` (old must
+// occur exactly once in the file). Every mutant is one edit but two: the
+// caller's clock (the wrapper has no time to pass, so the bug must first add
+// one) and banking idle time on Redis (a TAT left in the past also needs an
+// expiry that Redis accepts).
+//
+//	caller-clock [TestCallerClockIgnored]
+//	  redis.go: `args := []any{req.Cost, maxWait, r.c.global.interval, r.c.global.burst}` -> `args := []any{req.Cost, maxWait, r.c.global.interval, r.c.global.burst, r.clock().UnixMicro()}`
+//	  redis.go: `local cost = tonumber(ARGV[1])` -> `local cost = tonumber(ARGV[1]) now = tonumber(ARGV[#ARGV])`
+//	bank-idle-time-redis [TestIdleDoesNotBankCredit]
+//	  redis.go: `local tat = math.max(tats[i], send) + cost` -> `local tat = tats[i] + cost`
+//	  redis.go: `math.ceil((tat - now) / 1000) + 1))` -> `math.max(1, math.ceil((tat - now) / 1000) + 1)))`
+//	bank-idle-time-local [TestLocalIdleDoesNotBankCredit]
+//	  gcra.go: `tats[i] = max(tats[i], send) + cost*p.interval` -> `tats[i] = max(tats[i], send*0) + cost*p.interval`
+//	skip-the-pause [TestPauseSeenByOtherClientAndNeverShortened]
+//	  redis.go: `if pause > now then` -> `if false then`
+//	shorten-a-pause [TestPauseSeenByOtherClientAndNeverShortened]
+//	  redis.go: `if cur >= want then` -> `if false then`
+//	write-global-when-class-fails [TestReserveScriptStates]
+//	  redis.go: `tats[i] = tonumber(redis.call('GET', KEYS[i]) or '0')` -> `tats[i] = tonumber(redis.call('GET', KEYS[i]) or '0') redis.call('SET', KEYS[i], string.format('%d', math.max(tats[i], now) + cost * interval))`
+//	book-at-now-not-send-time [TestReserveScriptStates]
+//	  redis.go: `local tat = math.max(tats[i], send) + cost` -> `local tat = math.max(tats[i], now) + cost`
+//	omit-cost [TestCostConsumesN]
+//	  redis.go: `args := []any{req.Cost, maxWait,` -> `args := []any{1, maxWait,`
+//	ignore-max-wait [TestReserveScriptStates]
+//	  redis.go: `if wait > tonumber(ARGV[2]) then` -> `if false then`
+//	cost-above-burst-waits [TestCostExceedsBurst]
+//	  redis.go: `    return {3, 0, now}` -> `    wait = wait`
+//	round-interval-down [TestRateRoundingNeverSpeedsUp]
+//	  gcra.go: `interval: int64(math.Ceil(1e6 / r.PerSecond))` -> `interval: int64(1e6 / r.PerSecond)`
+//	round-expiry-down [TestPrecision]
+//	  redis.go: `'PX', string.format('%d', math.ceil((tat - now) / 1000) + 1))` -> `'PX', string.format('%d', math.floor((tat - now) / 1000)))`
+//	float-text-tat [TestPrecision]
+//	  redis.go: `redis.call('SET', KEYS[i], string.format('%d', tat),` -> `redis.call('SET', KEYS[i], tostring(tat),`
+//	whole-second-clock [TestPrecision]
+//	  redis.go: `local cost = tonumber(ARGV[1])` -> `local cost = tonumber(ARGV[1]) now = tonumber(t[1]) * 1000000`
+//	drop-the-hash-tag [TestClusterScriptsStayInOneSlot]
+//	  keys.go: `return "{smsgw:" + account + "}"` -> `return "smsgw:" + account`
+//	fail-open-on-redis-error [TestSharedFallbackAndRecovery]
+//	  shared.go: `d, err = s.fallback.Reserve(ctx, req)` -> `d, err = Decision{Allowed: true, Mode: ModeFallback}, nil`
+//	fallback-not-divided [TestSharedFallbackAndRecovery]
+//	  shared.go: `return Rate{PerSecond: r.PerSecond / float64(n), Burst: max(1, r.Burst/n)}` -> `return Rate{PerSecond: r.PerSecond, Burst: r.Burst}`
+//	never-retry-redis [TestSharedFallbackAndRecovery]
+//	  shared.go: `Timeout:     redisRetryEvery,` -> `Timeout:     time.Hour,`
+//	retry-redis-every-call [TestSharedRetriesRedisAtMostOncePerSecond]
+//	  shared.go: `return c.ConsecutiveFailures >= 1 }` -> `return c.ConsecutiveFailures >= 1000000 }`
+//	log-mode-per-call [TestSharedFallbackAndRecovery]
+//	  shared.go: `s.log.Debug("limiter: deciding locally", "err", err)` -> `s.log.Warn("limiter: deciding locally", "err", err)`
+//	forget-shared-pause-in-fallback [TestSharedPauseHoldsWhenRedisDies]
+//	  shared.go: `_ = s.fallback.Pause(ctx, d.RetryAfter)` -> `_ = ctx`
+//	ignore-local-pause [TestSharedPauseHoldsWhenRedisDies]
+//	  shared.go: `if rem := s.fallback.pauseRemaining(); rem > 0 {` -> `if rem := s.fallback.pauseRemaining(); rem > time.Hour {`
+//	local-skip-pause [TestLocalPause]
+//	  local.go: `if l.pauseUntil > now {` -> `if false {`
+//	ingress-denial-writes [TestKeyLimiterDenialChangesNothing]
+//	  ingress.go: `local new = tat + tonumber(ARGV[3]) * interval` -> `local new = tat + tonumber(ARGV[3]) * interval redis.call('SET', KEYS[1], string.format('%d', new))`
+//	ingress-increment-before-check [TestKeyLimiterDenialChangesNothing]
+//	  ingress.go: `	if d.Allowed {` -> `	if true {`
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+var bg = context.Background()
+
+// newRedisLimiter returns a Redis limiter on the shared Redis under a fresh
+// account (its own keys), with its own client.
+func newRedisLimiter(t *testing.T, cfg Config) (*Redis, *redis.Client, string) {
+	t.Helper()
+	client := redistest.Client(t)
+	account := redistest.Prefix(t)
+	r, err := NewRedis(client, account, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, client, account
+}
+
+// redisMicros is the current Redis time in µs.
+func redisMicros(t *testing.T, c redis.UniversalClient) int64 {
+	t.Helper()
+	tm, err := c.Time(bg).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tm.UnixMicro()
+}
+
+// overshoot returns "" when no interval [sends[i], sends[j]] holds more
+// than rate·(sends[j]−sends[i]) + burst units, else the worst interval.
+// sends are send times in µs, one per unit; rate is an integer per second so
+// the check is exact.
+func overshoot(sends []int64, rate, burst int64) string {
+	s := slices.Clone(sends)
+	slices.Sort(s)
+	var worst int64
+	msg := ""
+	for i := range s {
+		for j := i; j < len(s); j++ {
+			count := int64(j - i + 1)
+			// count <= rate·Δt/1e6 + burst, in integers.
+			if over := (count-burst)*1_000_000 - rate*(s[j]-s[i]); over > worst {
+				worst = over
+				msg = fmt.Sprintf("%d units within %s > %d/s·t + %d", count, micros(s[j]-s[i]), rate, burst)
+			}
+		}
+	}
+	return msg
+}
+
+func TestOvershootCheckerCanFail(t *testing.T) {
+	t.Parallel()
+	if overshoot([]int64{0, 0, 0}, 10, 2) == "" {
+		t.Error("3 simultaneous units with burst 2 passed")
+	}
+	if overshoot([]int64{0, 100_000, 150_000}, 10, 1) == "" {
+		t.Error("3 units within 150 ms at 10/s burst 1 passed")
+	}
+	if msg := overshoot([]int64{0, 0, 100_000, 200_000}, 10, 2); msg != "" {
+		t.Errorf("a conforming schedule failed: %s", msg)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	bad := []Config{
+		{Global: Rate{PerSecond: 0, Burst: 1}},
+		{Global: Rate{PerSecond: -1, Burst: 1}},
+		{Global: Rate{PerSecond: 10, Burst: 0}},
+		{Global: Rate{PerSecond: 2e6, Burst: 1}},
+		{Global: Rate{PerSecond: 10, Burst: 1}, Classes: map[string]Rate{"marketing": {PerSecond: 0, Burst: 1}}},
+		{Global: Rate{PerSecond: 10, Burst: 1}, Classes: map[string]Rate{"": {PerSecond: 1, Burst: 1}}},
+	}
+	offline := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer offline.Close()
+	for i, cfg := range bad {
+		if _, err := NewLocal(cfg); err == nil {
+			t.Errorf("case %d: NewLocal(%+v) accepted an invalid config", i, cfg)
+		}
+		if _, err := NewRedis(offline, "a", cfg); err == nil {
+			t.Errorf("case %d: NewRedis(%+v) accepted an invalid config", i, cfg)
+		}
+	}
+	if _, err := NewRedis(offline, "a}b", Config{Global: Rate{PerSecond: 1, Burst: 1}}); err == nil {
+		t.Error("NewRedis accepted an account with a brace, which would break the hash tag")
+	}
+	if _, err := (&Local{}).Reserve(bg, Request{Cost: 0}); err == nil {
+		t.Error("Reserve accepted cost 0")
+	}
+}

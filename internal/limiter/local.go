@@ -1,0 +1,153 @@
+package limiter
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Local is GCRA in one process. It reads a monotonic clock, so a wall-clock
+// step (NTP, an operator's date command) neither stops nor frees sending.
+// Safe for concurrent use.
+type Local struct {
+	clock func() int64 // monotonic microseconds
+	mode  Mode
+	cfg   Config
+	c     compiled
+
+	mu         sync.Mutex
+	globalTAT  int64
+	classTAT   map[string]int64
+	pauseUntil int64
+}
+
+var _ Limiter = (*Local)(nil)
+
+// NewLocal returns an in-process limiter for cfg.
+func NewLocal(cfg Config) (*Local, error) {
+	return newLocal(cfg, monotonicClock())
+}
+
+// monotonicClock returns microseconds since its creation; time.Since reads
+// the monotonic clock.
+func monotonicClock() func() int64 {
+	start := time.Now()
+	return func() int64 { return int64(time.Since(start) / time.Microsecond) }
+}
+
+func newLocal(cfg Config, clock func() int64) (*Local, error) {
+	c, err := compile(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Local{clock: clock, mode: ModeLocal, cfg: cfg, c: c, classTAT: make(map[string]int64)}, nil
+}
+
+// Reserve decides r against the global key and, for a capped class, the
+// class key.
+func (l *Local) Reserve(ctx context.Context, r Request) (Decision, error) {
+	if err := checkRequest(r); err != nil {
+		return Decision{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Decision{}, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.clock()
+	ps := []params{l.c.global}
+	tats := []int64{l.globalTAT}
+	cp, capped := l.c.classes[r.Class]
+	if capped {
+		ps = append(ps, cp)
+		tats = append(tats, l.classTAT[r.Class])
+	}
+	if exceedsBurst(ps, int64(r.Cost)) {
+		return Decision{}, ErrCostExceedsBurst
+	}
+	if l.pauseUntil > now {
+		return Decision{RetryAfter: micros(l.pauseUntil - now), Paused: true, Mode: l.mode}, nil
+	}
+	out, wait := step(now, tats, ps, int64(r.Cost), floorMicros(r.MaxWait))
+	switch out {
+	case tooBig:
+		return Decision{}, ErrCostExceedsBurst
+	case tooLate:
+		return Decision{RetryAfter: micros(wait - floorMicros(r.MaxWait)), Mode: l.mode}, nil
+	}
+	l.globalTAT = tats[0]
+	if capped {
+		l.classTAT[r.Class] = tats[1]
+	}
+	return Decision{Allowed: true, Delay: micros(wait), Mode: l.mode}, nil
+}
+
+// Pause stops every Reserve of this process for d; it never shortens a
+// longer pause.
+func (l *Local) Pause(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pauseUntil = max(l.pauseUntil, l.clock()+ceilMicros(d))
+	return nil
+}
+
+// Resume ends the pause at once: an operator's override (Pause itself
+// never shortens a pause).
+func (l *Local) Resume(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pauseUntil = 0
+	return nil
+}
+
+// pauseRemaining is how long the local pause still holds.
+func (l *Local) pauseRemaining() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return micros(max(0, l.pauseUntil-l.clock()))
+}
+
+// spend marks every key as just used up to its burst, so that a limiter
+// taking over from another (fallback after Redis) starts without a burst of
+// its own on top of what the shared schedule already sent.
+func (l *Local) spend() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.clock()
+	l.globalTAT = max(l.globalTAT, now+l.c.global.burst*l.c.global.interval)
+	for name, p := range l.c.classes {
+		l.classTAT[name] = max(l.classTAT[name], now+p.burst*p.interval)
+	}
+}
+
+// State reports how far ahead each key's schedule runs and the pause.
+func (l *Local) State(ctx context.Context) (State, error) {
+	if err := ctx.Err(); err != nil {
+		return State{}, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.clock()
+	st := State{Mode: l.mode, PauseRemaining: micros(max(0, l.pauseUntil-now))}
+	st.Keys = append(st.Keys, KeyState{Name: "global", Ahead: micros(max(0, l.globalTAT-now)), Rate: l.cfg.Global})
+	for _, name := range sortedClasses(l.cfg) {
+		st.Keys = append(st.Keys, KeyState{Name: name, Ahead: micros(max(0, l.classTAT[name]-now)), Rate: l.cfg.Classes[name]})
+	}
+	return st, nil
+}
+
+func sortedClasses(cfg Config) []string {
+	names := make([]string, 0, len(cfg.Classes))
+	for name := range cfg.Classes {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}

@@ -1,0 +1,161 @@
+package limiter
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fakeClock is a monotonic clock in µs that tests move by hand.
+type fakeClock struct{ us atomic.Int64 }
+
+func (c *fakeClock) now() int64              { return c.us.Load() }
+func (c *fakeClock) advance(d time.Duration) { c.us.Add(int64(d / time.Microsecond)) }
+
+func newFakeLocal(t *testing.T, cfg Config) (*Local, *fakeClock) {
+	t.Helper()
+	c := &fakeClock{}
+	c.us.Store(1_000_000_000) // an arbitrary origin: nothing may assume 0
+	l, err := newLocal(cfg, c.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, c
+}
+
+func TestLocalIdleDoesNotBankCredit(t *testing.T) {
+	t.Parallel()
+	l, clock := newFakeLocal(t, Config{Global: Rate{PerSecond: 10, Burst: 3}})
+	clock.advance(time.Hour)
+	allowed := 0
+	var last Decision
+	for range 10 {
+		d, err := l.Reserve(bg, Request{Cost: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			allowed++
+		}
+		last = d
+	}
+	if allowed != 3 {
+		t.Fatalf("after an hour idle %d units passed at once, want the burst 3", allowed)
+	}
+	if last.RetryAfter != 100*time.Millisecond {
+		t.Fatalf("retry after %s, want one interval 100ms", last.RetryAfter)
+	}
+}
+
+func TestLocalPause(t *testing.T) {
+	t.Parallel()
+	l, clock := newFakeLocal(t, Config{Global: Rate{PerSecond: 10, Burst: 3}})
+	if err := l.Pause(bg, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Pause(bg, time.Second); err != nil { // must not shorten
+		t.Fatal(err)
+	}
+	d, err := l.Reserve(bg, Request{Cost: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Allowed || !d.Paused || d.RetryAfter != 2*time.Second {
+		t.Fatalf("during a 2s pause got %+v, want paused for 2s", d)
+	}
+	clock.advance(2 * time.Second)
+	if d, _ := l.Reserve(bg, Request{Cost: 1}); !d.Allowed {
+		t.Fatalf("after the pause got %+v, want allowed", d)
+	}
+	st, _ := l.State(bg)
+	if st.PauseRemaining != 0 || st.Mode != ModeLocal {
+		t.Fatalf("state %+v", st)
+	}
+}
+
+// TestLocalReservations checks the reserved delays of one key exactly: the
+// burst at once, then one interval apart, and a denial with the exact wait.
+func TestLocalReservations(t *testing.T) {
+	t.Parallel()
+	l, _ := newFakeLocal(t, Config{Global: Rate{PerSecond: 10_000, Burst: 2}})
+	want := []time.Duration{0, 0, 100 * time.Microsecond, 200 * time.Microsecond, 300 * time.Microsecond}
+	for i, w := range want {
+		d, err := l.Reserve(bg, Request{Cost: 1, MaxWait: 300 * time.Microsecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed || d.Delay != w {
+			t.Fatalf("reservation %d: %+v, want delay %s", i, d, w)
+		}
+	}
+	d, _ := l.Reserve(bg, Request{Cost: 1, MaxWait: 300 * time.Microsecond})
+	if d.Allowed || d.RetryAfter != 100*time.Microsecond {
+		t.Fatalf("past max_wait: %+v, want denied with retry after 100µs", d)
+	}
+	st, _ := l.State(bg)
+	if st.Keys[0].Ahead != 500*time.Microsecond {
+		t.Fatalf("state %+v, want the global schedule 500µs ahead", st)
+	}
+}
+
+// TestLocalPrecisionOnePerMinute: 1/minute keeps its full minute.
+func TestLocalPrecisionOnePerMinute(t *testing.T) {
+	t.Parallel()
+	l, clock := newFakeLocal(t, Config{Global: Rate{PerSecond: 1.0 / 60, Burst: 1}})
+	if d, _ := l.Reserve(bg, Request{Cost: 1}); !d.Allowed {
+		t.Fatal("first unit denied")
+	}
+	clock.advance(59*time.Second + 999_999*time.Microsecond)
+	d, _ := l.Reserve(bg, Request{Cost: 1})
+	if d.Allowed || d.RetryAfter != time.Microsecond {
+		t.Fatalf("1µs before the minute: %+v, want denied, retry after 1µs", d)
+	}
+	clock.advance(time.Microsecond)
+	if d, _ := l.Reserve(bg, Request{Cost: 1}); !d.Allowed {
+		t.Fatalf("at the minute: %+v, want allowed", d)
+	}
+}
+
+// TestLocalConcurrent: many goroutines on one frozen clock get distinct
+// conforming slots (run with -race).
+func TestLocalConcurrent(t *testing.T) {
+	t.Parallel()
+	l, clock := newFakeLocal(t, Config{Global: Rate{PerSecond: 1000, Burst: 5}})
+	var mu sync.Mutex
+	var sends []int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for range 50 {
+				d, err := l.Reserve(bg, Request{Cost: 1, MaxWait: time.Hour})
+				if err != nil || !d.Allowed {
+					t.Errorf("reserve: %+v %v", d, err)
+					return
+				}
+				mu.Lock()
+				sends = append(sends, clock.now()+ceilMicros(d.Delay))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(sends) != 800 {
+		t.Fatalf("%d grants, want 800", len(sends))
+	}
+	if msg := overshoot(sends, 1000, 5); msg != "" {
+		t.Fatal(msg)
+	}
+}
+
+func TestLocalCostExceedsBurst(t *testing.T) {
+	t.Parallel()
+	l, _ := newFakeLocal(t, Config{Global: Rate{PerSecond: 10, Burst: 5}, Classes: map[string]Rate{"marketing": {PerSecond: 5, Burst: 2}}})
+	if _, err := l.Reserve(bg, Request{Class: "marketing", Cost: 3, MaxWait: time.Hour}); !errors.Is(err, ErrCostExceedsBurst) {
+		t.Fatalf("cost 3 over a class burst 2: err %v, want ErrCostExceedsBurst", err)
+	}
+	if d, err := l.Reserve(bg, Request{Class: "otp", Cost: 5}); err != nil || !d.Allowed {
+		t.Fatalf("cost 5 = global burst for an uncapped class: %+v %v", d, err)
+	}
+}

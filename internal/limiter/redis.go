@@ -1,0 +1,261 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Redis is GCRA shared by every replica: one Lua script per decision, with
+// Redis TIME as the only clock. Its methods take no time from the caller, so
+// a replica whose clock is minutes off decides exactly like the others.
+// Safe for concurrent use.
+type Redis struct {
+	client redis.UniversalClient
+	keys   keySet
+	cfg    Config
+	c      compiled
+	// classKeys caches the class key names (no allocation per decision).
+	classKeys map[string]string
+	// clock is only used to observe this replica's clock skew against
+	// Redis; no decision ever reads it.
+	clock func() time.Time
+	skew  atomic.Int64 // local minus Redis time at the last answer, µs
+}
+
+var _ Limiter = (*Redis)(nil)
+
+// NewRedis returns the shared limiter of the provider account on client
+// (a single node, Sentinel or Cluster client).
+func NewRedis(client redis.UniversalClient, account string, cfg Config) (*Redis, error) {
+	if client == nil {
+		return nil, errors.New("limiter: redis client is nil")
+	}
+	if err := checkAccount(account); err != nil {
+		return nil, err
+	}
+	c, err := compile(cfg)
+	if err != nil {
+		return nil, err
+	}
+	r := &Redis{client: client, keys: newKeySet(account), cfg: cfg, c: c, classKeys: make(map[string]string), clock: time.Now}
+	for name := range c.classes {
+		r.classKeys[name] = r.keys.class(name)
+	}
+	return r, nil
+}
+
+func checkAccount(account string) error {
+	if account == "" || strings.ContainsAny(account, "{}") {
+		return fmt.Errorf("limiter: account %q must be non-empty and free of braces (it is a Cluster hash tag)", account)
+	}
+	return nil
+}
+
+// reserveScript decides one request against the shared schedule.
+//
+//	KEYS[1]  pause key: pause end, Unix µs of Redis time (absent: no pause)
+//	KEYS[2]  global key: theoretical arrival time (TAT), Unix µs
+//	KEYS[3]  class key, only for a capped class: TAT, Unix µs
+//	ARGV[1]  cost in units (>= 1)
+//	ARGV[2]  max_wait, µs: how far ahead a slot may be reserved
+//	ARGV[3]  global emission interval, µs;  ARGV[4] global burst
+//	ARGV[5]  class emission interval, µs;   ARGV[6] class burst (with KEYS[3])
+//
+// Returns {code, µs, now}, now being Redis TIME in µs:
+//
+//	code 1  granted; µs = delay: the reserved send time is now + µs
+//	code 0  denied;  µs = retry-after: the same request is granted after it
+//	code 2  paused;  µs = pause remaining
+//	code 3  cost exceeds the burst of a key: never grantable
+//
+// Only code 1 writes anything: when either key would be exceeded neither
+// changes. Every key records max(tat, send) + cost·interval (see step in
+// gcra.go, its Go twin) and expires once its schedule has run out: PX is
+// rounded up, plus 1 ms because Redis counts the expiry from its millisecond
+// clock, which may be up to 1 ms behind TIME.
+//
+// When a capped class's own key sets the delay, the global key is booked at
+// that later send time and the global capacity before it stays unused (a
+// single TAT cannot keep a hole for later). Booking it earlier would let
+// another class spend the same capacity again and overshoot. Callers keep
+// the waste harmless by reserving a capped class at most (global burst − 2)
+// global intervals ahead (33 ms at 90/s, burst 5): then the slots booked
+// ahead fit inside the burst and delay no one.
+var reserveScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local cost = tonumber(ARGV[1])
+local tats = {}
+local wait = 0
+for i = 2, #KEYS do
+  local interval = tonumber(ARGV[2 * i - 1])
+  local burst = tonumber(ARGV[2 * i])
+  if cost > burst then
+    return {3, 0, now}
+  end
+  tats[i] = tonumber(redis.call('GET', KEYS[i]) or '0')
+  local w = math.max(tats[i], now) + cost * interval - burst * interval - now
+  if w > wait then
+    wait = w
+  end
+end
+local pause = tonumber(redis.call('GET', KEYS[1]) or '0')
+if pause > now then
+  return {2, pause - now, now}
+end
+if wait > tonumber(ARGV[2]) then
+  return {0, wait - tonumber(ARGV[2]), now}
+end
+local send = now + wait
+for i = 2, #KEYS do
+  local tat = math.max(tats[i], send) + cost * tonumber(ARGV[2 * i - 1])
+  redis.call('SET', KEYS[i], string.format('%d', tat), 'PX', string.format('%d', math.ceil((tat - now) / 1000) + 1))
+end
+return {1, wait, now}
+`)
+
+// Reserve decides r in one round trip.
+func (r *Redis) Reserve(ctx context.Context, req Request) (Decision, error) {
+	d, _, err := r.reserve(ctx, req)
+	return d, err
+}
+
+// reserve also returns Redis time of the decision in µs (tests check the
+// reserved send times, now + delay, on the one clock that decides).
+func (r *Redis) reserve(ctx context.Context, req Request) (Decision, int64, error) {
+	if err := checkRequest(req); err != nil {
+		return Decision{}, 0, err
+	}
+	maxWait := floorMicros(req.MaxWait)
+	keys := []string{r.keys.pause(), r.keys.global()}
+	args := []any{req.Cost, maxWait, r.c.global.interval, r.c.global.burst}
+	if p, ok := r.c.classes[req.Class]; ok {
+		keys = append(keys, r.classKeys[req.Class])
+		args = append(args, p.interval, p.burst)
+	}
+	res, err := reserveScript.Run(ctx, r.client, keys, args...).Int64Slice()
+	if err != nil {
+		return Decision{}, 0, fmt.Errorf("limiter: reserve on redis: %w", err)
+	}
+	if len(res) != 3 {
+		return Decision{}, 0, fmt.Errorf("limiter: reserve on redis: unexpected answer %v", res)
+	}
+	now := res[2]
+	r.observe(now)
+	switch res[0] {
+	case 1:
+		return Decision{Allowed: true, Delay: micros(res[1]), Mode: ModeShared}, now, nil
+	case 0:
+		return Decision{RetryAfter: micros(res[1]), Mode: ModeShared}, now, nil
+	case 2:
+		return Decision{RetryAfter: micros(res[1]), Paused: true, Mode: ModeShared}, now, nil
+	case 3:
+		return Decision{}, now, ErrCostExceedsBurst
+	}
+	return Decision{}, now, fmt.Errorf("limiter: reserve on redis: unexpected answer %v", res)
+}
+
+func (r *Redis) observe(redisMicros int64) {
+	r.skew.Store(r.clock().UnixMicro() - redisMicros)
+}
+
+// ClockSkew is this process's wall clock minus Redis time at the last answer
+// (plus up to one round trip). Decisions never use it; it shows an operator
+// a replica whose clock drifted, the failure that broke the old limiter.
+func (r *Redis) ClockSkew() time.Duration { return micros(r.skew.Load()) }
+
+// pauseScript extends the shared pause; it never shortens it.
+//
+//	KEYS[1]  pause key: pause end, Unix µs of Redis time
+//	ARGV[1]  pause length, µs (> 0)
+//
+// Returns {remaining µs, now}: the pause now in force, which is longer than
+// ARGV[1] when a longer pause was already set.
+var pauseScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local want = now + tonumber(ARGV[1])
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+if cur >= want then
+  return {cur - now, now}
+end
+redis.call('SET', KEYS[1], string.format('%d', want), 'PX', string.format('%d', math.ceil((want - now) / 1000) + 1))
+return {want - now, now}
+`)
+
+// Pause stops every replica's Reserve for d, measured on Redis time.
+func (r *Redis) Pause(ctx context.Context, d time.Duration) error {
+	_, err := r.pause(ctx, d)
+	return err
+}
+
+// pause returns the pause in force after the call.
+func (r *Redis) pause(ctx context.Context, d time.Duration) (time.Duration, error) {
+	us := ceilMicros(d)
+	if us <= 0 {
+		return 0, fmt.Errorf("limiter: pause %s must be > 0", d)
+	}
+	res, err := pauseScript.Run(ctx, r.client, []string{r.keys.pause()}, us).Int64Slice()
+	if err != nil {
+		return 0, fmt.Errorf("limiter: pause on redis: %w", err)
+	}
+	if len(res) != 2 {
+		return 0, fmt.Errorf("limiter: pause on redis: unexpected answer %v", res)
+	}
+	r.observe(res[1])
+	return micros(res[0]), nil
+}
+
+// Resume ends the shared pause at once for every replica: an operator's
+// override (Pause itself never shortens a pause).
+func (r *Redis) Resume(ctx context.Context) error {
+	if err := r.client.Del(ctx, r.keys.pause()).Err(); err != nil {
+		return fmt.Errorf("limiter: resume on redis: %w", err)
+	}
+	return nil
+}
+
+// stateScript reads the schedule on Redis time.
+//
+//	KEYS[1]   pause key
+//	KEYS[2..] TAT keys (global first, then the classes)
+//
+// Returns {now, pause end, tat...}, each in Unix µs, 0 for a missing key.
+var stateScript = redis.NewScript(`
+local t = redis.call('TIME')
+local out = {tonumber(t[1]) * 1000000 + tonumber(t[2])}
+for i = 1, #KEYS do
+  out[i + 1] = tonumber(redis.call('GET', KEYS[i]) or '0')
+end
+return out
+`)
+
+// State reports how far ahead each key's schedule runs and the pause.
+func (r *Redis) State(ctx context.Context) (State, error) {
+	names := sortedClasses(r.cfg)
+	keys := []string{r.keys.pause(), r.keys.global()}
+	for _, name := range names {
+		keys = append(keys, r.classKeys[name])
+	}
+	res, err := stateScript.Run(ctx, r.client, keys).Int64Slice()
+	if err != nil {
+		return State{}, fmt.Errorf("limiter: state on redis: %w", err)
+	}
+	if len(res) != len(keys)+1 {
+		return State{}, fmt.Errorf("limiter: state on redis: unexpected answer %v", res)
+	}
+	now := res[0]
+	r.observe(now)
+	st := State{Mode: ModeShared, PauseRemaining: micros(max(0, res[1]-now))}
+	st.Keys = append(st.Keys, KeyState{Name: "global", Ahead: micros(max(0, res[2]-now)), Rate: r.cfg.Global})
+	for i, name := range names {
+		st.Keys = append(st.Keys, KeyState{Name: name, Ahead: micros(max(0, res[3+i]-now)), Rate: r.cfg.Classes[name]})
+	}
+	return st, nil
+}

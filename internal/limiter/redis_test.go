@@ -1,0 +1,602 @@
+package limiter
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"smsgw/internal/redistest"
+)
+
+// stateCfg has intervals large enough that a loaded machine's few ms between
+// seeding and the script never change an answer: global 10/s (100 ms) burst
+// 5, marketing 5/s (200 ms) burst 2.
+var stateCfg = Config{
+	Global:  Rate{PerSecond: 10, Burst: 5},
+	Classes: map[string]Rate{"marketing": {PerSecond: 5, Burst: 2}},
+}
+
+const ms = int64(1000) // µs
+
+// at is a time in a state table: base+Off, or the script's now+Off.
+type at struct {
+	Off     int64
+	FromNow bool
+}
+
+func fromBase(off int64) at { return at{Off: off} }
+func fromNow(off int64) at  { return at{Off: off, FromNow: true} }
+
+func (a at) resolve(base, now int64) int64 {
+	if a.FromNow {
+		return now + a.Off
+	}
+	return base + a.Off
+}
+
+// keyState is a key's value and absolute expiry (ms), as read from Redis.
+type keyState struct {
+	val      int64
+	expireMS int64
+}
+
+func readKeys(t *testing.T, c redis.UniversalClient, keys map[string]string) map[string]keyState {
+	t.Helper()
+	out := make(map[string]keyState)
+	for name, k := range keys {
+		v, err := c.Get(bg, k).Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			t.Fatalf("%s holds %q, not integer microseconds", name, v)
+		}
+		exp, err := c.PExpireTime(bg, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[name] = keyState{val: n, expireMS: int64(exp / time.Millisecond)}
+	}
+	return out
+}
+
+// checkExpiry fails when a key could expire before the time it holds (its
+// TAT or pause end): the expiry must round up, never down.
+func checkExpiry(t *testing.T, states map[string]keyState) {
+	t.Helper()
+	for name, s := range states {
+		if s.expireMS <= 0 {
+			t.Errorf("%s has no expiry", name)
+		} else if s.expireMS*ms < s.val {
+			t.Errorf("%s expires at %d ms, before the %d µs it holds", name, s.expireMS, s.val)
+		}
+	}
+}
+
+// TestReserveScriptStates seeds the keys, reserves once through the wrapper
+// and compares the decision and the whole resulting state.
+func TestReserveScriptStates(t *testing.T) {
+	t.Parallel()
+	type want struct {
+		allowed, paused bool
+		err             error
+		// slot: when granted, the reserved send time (now + Delay); when
+		// denied, the time the slot would be conforming (now + RetryAfter
+		// + MaxWait); when paused, the pause end.
+		slot  at
+		after map[string]at // keys that change; every other key must not
+	}
+	tests := []struct {
+		name string
+		seed map[string]int64 // offsets from base, µs
+		req  Request
+		want want
+	}{
+		{"idle keys", nil, Request{Cost: 1},
+			want{allowed: true, slot: fromNow(0), after: map[string]at{"global": fromNow(100 * ms)}}},
+		{"within the burst", map[string]int64{"global": 300 * ms}, Request{Cost: 1},
+			want{allowed: true, slot: fromNow(0), after: map[string]at{"global": fromBase(400 * ms)}}},
+		{"stale schedule counts from now", map[string]int64{"global": -3600_000 * ms}, Request{Cost: 1},
+			want{allowed: true, slot: fromNow(0), after: map[string]at{"global": fromNow(100 * ms)}}},
+		{"global full, no wait accepted", map[string]int64{"global": 800 * ms}, Request{Cost: 1},
+			want{slot: fromBase(400 * ms)}},
+		{"global full, slot within max_wait", map[string]int64{"global": 800 * ms}, Request{Cost: 1, MaxWait: time.Second},
+			want{allowed: true, slot: fromBase(400 * ms), after: map[string]at{"global": fromBase(900 * ms)}}},
+		{"class full while global has room", map[string]int64{"global": 100 * ms, "marketing": 600 * ms}, Request{Class: "marketing", Cost: 1},
+			want{slot: fromBase(400 * ms)}},
+		{"global full while class has room", map[string]int64{"global": 800 * ms, "marketing": -100 * ms}, Request{Class: "marketing", Cost: 1},
+			want{slot: fromBase(400 * ms)}},
+		{"class sets the delay: global booked at the send time", map[string]int64{"global": 100 * ms, "marketing": 600 * ms},
+			Request{Class: "marketing", Cost: 1, MaxWait: time.Second},
+			want{allowed: true, slot: fromBase(400 * ms), after: map[string]at{"global": fromBase(500 * ms), "marketing": fromBase(800 * ms)}}},
+		{"uncapped class passes the global key only", map[string]int64{"global": 100 * ms, "marketing": 600 * ms}, Request{Class: "otp", Cost: 1},
+			want{allowed: true, slot: fromNow(0), after: map[string]at{"global": fromBase(200 * ms)}}},
+		{"cost 3 consumes 3 intervals", map[string]int64{"global": 100 * ms}, Request{Cost: 3},
+			want{allowed: true, slot: fromNow(0), after: map[string]at{"global": fromBase(400 * ms)}}},
+		{"paused", map[string]int64{"pause": 700 * ms, "global": 100 * ms}, Request{Cost: 1, MaxWait: time.Hour},
+			want{paused: true, slot: fromBase(700 * ms)}},
+		{"pause over", map[string]int64{"pause": -1 * ms}, Request{Cost: 1},
+			want{allowed: true, slot: fromNow(0), after: map[string]at{"global": fromNow(100 * ms)}}},
+		{"cost above the class burst", map[string]int64{"global": 100 * ms}, Request{Class: "marketing", Cost: 3, MaxWait: time.Hour},
+			want{err: ErrCostExceedsBurst}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r, client, _ := newRedisLimiter(t, stateCfg)
+			keys := map[string]string{"global": r.keys.global(), "marketing": r.keys.class("marketing"), "pause": r.keys.pause()}
+			base := redisMicros(t, client)
+			for name, off := range tc.seed {
+				// Seeded keys live an hour, so that an unchanged expiry is
+				// visible as unchanged.
+				if err := client.Set(bg, keys[name], base+off, time.Hour).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := readKeys(t, client, keys)
+			d, now, err := r.reserve(bg, tc.req)
+			if !errors.Is(err, tc.want.err) {
+				t.Fatalf("err %v, want %v", err, tc.want.err)
+			}
+			if err == nil {
+				if d.Allowed != tc.want.allowed || d.Paused != tc.want.paused || d.Mode != ModeShared {
+					t.Fatalf("decision %+v, want allowed=%v paused=%v", d, tc.want.allowed, tc.want.paused)
+				}
+				slot := tc.want.slot.resolve(base, now)
+				var got int64
+				switch {
+				case d.Allowed:
+					got = now + d.Delay.Microseconds()
+					if d.RetryAfter != 0 {
+						t.Errorf("granted with a retry-after %s", d.RetryAfter)
+					}
+				case d.Paused:
+					got = now + d.RetryAfter.Microseconds()
+				default:
+					got = now + d.RetryAfter.Microseconds() + tc.req.MaxWait.Microseconds()
+				}
+				if got != slot {
+					t.Errorf("slot at base%+d µs, want base%+d µs (decision %+v)", got-base, slot-base, d)
+				}
+			}
+			after := readKeys(t, client, keys)
+			wantState := maps.Clone(before)
+			for name, a := range tc.want.after {
+				wantState[name] = keyState{val: a.resolve(base, now), expireMS: after[name].expireMS}
+			}
+			if !maps.Equal(after, wantState) {
+				t.Errorf("state after:\n got %v\nwant %v\n(values relative to base %d, now = base%+d)", rel(after, base), rel(wantState, base), base, now-base)
+			}
+			changed := make(map[string]keyState)
+			for name := range tc.want.after {
+				changed[name] = after[name]
+			}
+			checkExpiry(t, changed)
+		})
+	}
+}
+
+func rel(m map[string]keyState, base int64) map[string]string {
+	out := make(map[string]string)
+	for k, v := range m {
+		out[k] = fmt.Sprintf("base%+dµs exp=%dms", v.val-base, v.expireMS)
+	}
+	return out
+}
+
+// limiters returns a fresh Local, Redis and Shared limiter for cfg: the
+// properties below must hold for each.
+func limiters(t *testing.T, cfg Config) map[string]Limiter {
+	t.Helper()
+	l, err := NewLocal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _, _ := newRedisLimiter(t, cfg)
+	r2, _, _ := newRedisLimiter(t, cfg)
+	s, err := NewShared(SharedConfig{Redis: r2, MaxSenders: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string]Limiter{"local": l, "redis": r, "shared": s}
+}
+
+// TestIdleDoesNotBankCredit: however long a key was idle, at most its burst
+// passes at once.
+func TestIdleDoesNotBankCredit(t *testing.T) {
+	t.Parallel()
+	r, client, _ := newRedisLimiter(t, Config{Global: Rate{PerSecond: 10, Burst: 3}})
+	// An hour-old schedule, as an idle key that has not expired yet.
+	if err := client.Set(bg, r.keys.global(), redisMicros(t, client)-3600_000_000, time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	allowed := 0
+	for range 8 {
+		d, err := r.Reserve(bg, Request{Cost: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			allowed++
+		}
+	}
+	if allowed != 3 {
+		t.Fatalf("after an hour idle %d units passed at once, want the burst 3", allowed)
+	}
+}
+
+// TestMarketingCapAndOTPHeadroom: the marketing cap holds while the global
+// key has room, and OTP still passes while marketing is saturated.
+func TestMarketingCapAndOTPHeadroom(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Global: Rate{PerSecond: 10, Burst: 6}, Classes: map[string]Rate{"marketing": {PerSecond: 2, Burst: 2}}}
+	for name, l := range limiters(t, cfg) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			mkt := 0
+			var denied Decision
+			for range 6 {
+				d, err := l.Reserve(bg, Request{Class: "marketing", Cost: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Allowed {
+					mkt++
+				} else {
+					denied = d
+				}
+			}
+			if mkt != 2 {
+				t.Fatalf("marketing got %d at once, want its cap's burst 2 (the global key had room for 6)", mkt)
+			}
+			// The class's own interval (500 ms) sets the wait, minus the
+			// little time the calls took.
+			if denied.RetryAfter <= 300*time.Millisecond || denied.RetryAfter > 500*time.Millisecond {
+				t.Fatalf("marketing denied with retry after %s, want about 500ms", denied.RetryAfter)
+			}
+			otp := 0
+			for range 6 {
+				d, err := l.Reserve(bg, Request{Class: "otp", Cost: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Allowed {
+					otp++
+				}
+			}
+			if otp != 4 {
+				t.Fatalf("OTP got %d while marketing was saturated, want the 4 left of the global burst", otp)
+			}
+		})
+	}
+}
+
+// TestCostConsumesN: a cost of n uses n units of every key it passes.
+func TestCostConsumesN(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Global: Rate{PerSecond: 1, Burst: 5}, Classes: map[string]Rate{"marketing": {PerSecond: 1, Burst: 4}}}
+	for name, l := range limiters(t, cfg) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			if d, err := l.Reserve(bg, Request{Class: "marketing", Cost: 3}); err != nil || !d.Allowed {
+				t.Fatalf("cost 3: %+v %v", d, err)
+			}
+			if d, _ := l.Reserve(bg, Request{Class: "marketing", Cost: 2}); d.Allowed {
+				t.Fatal("cost 2 passed a class burst 4 after cost 3")
+			}
+			if d, _ := l.Reserve(bg, Request{Class: "otp", Cost: 2}); !d.Allowed {
+				t.Fatal("cost 2 denied with 2 of the global burst 5 left")
+			}
+			if d, _ := l.Reserve(bg, Request{Class: "otp", Cost: 1}); d.Allowed {
+				t.Fatal("a unit passed after costs 3 + 2 used the global burst 5")
+			}
+			st, err := l.State(bg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// global: 5 units at 1/s → about 5 s ahead; marketing: 3 s.
+			if g := st.Keys[0].Ahead; g < 4500*time.Millisecond || g > 5*time.Second {
+				t.Errorf("global %s ahead, want about 5s", g)
+			}
+			if m := st.Keys[1].Ahead; st.Keys[1].Name != "marketing" || m < 2500*time.Millisecond || m > 3*time.Second {
+				t.Errorf("marketing %+v, want about 3s ahead", st.Keys[1])
+			}
+		})
+	}
+}
+
+// TestCostExceedsBurst: a cost above a key's burst is an error, never a
+// finite wait, and records nothing.
+func TestCostExceedsBurst(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Global: Rate{PerSecond: 10, Burst: 4}, Classes: map[string]Rate{"marketing": {PerSecond: 10, Burst: 2}}}
+	for name, l := range limiters(t, cfg) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			for _, req := range []Request{{Cost: 5, MaxWait: time.Hour}, {Class: "marketing", Cost: 3, MaxWait: time.Hour}} {
+				d, err := l.Reserve(bg, req)
+				if !errors.Is(err, ErrCostExceedsBurst) {
+					t.Fatalf("%+v: got %+v, %v; want ErrCostExceedsBurst", req, d, err)
+				}
+			}
+			st, _ := l.State(bg)
+			for _, k := range st.Keys {
+				if k.Ahead != 0 {
+					t.Errorf("a refused cost moved %s %s ahead", k.Name, k.Ahead)
+				}
+			}
+		})
+	}
+}
+
+// TestPauseSeenByOtherClientAndNeverShortened: a pause set through one
+// connection holds at once for another, and a shorter pause never shortens
+// it.
+func TestPauseSeenByOtherClientAndNeverShortened(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Global: Rate{PerSecond: 100, Burst: 5}}
+	a, _, account := newRedisLimiter(t, cfg)
+	other := redistest.Client(t)
+	b, err := NewRedis(other, account, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Pause(bg, 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Pause(bg, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	d, err := b.Reserve(bg, Request{Cost: 1, MaxWait: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Allowed || !d.Paused || d.RetryAfter < 2500*time.Millisecond || d.RetryAfter > 3*time.Second {
+		t.Fatalf("other client during a 3s pause: %+v, want paused about 3s", d)
+	}
+	st, err := b.State(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.PauseRemaining < 2500*time.Millisecond {
+		t.Fatalf("state pause remaining %s, want about 3s", st.PauseRemaining)
+	}
+	checkExpiry(t, readKeys(t, other, map[string]string{"pause": b.keys.pause()}))
+	// A longer pause does extend it.
+	if err := b.Pause(bg, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := a.Reserve(bg, Request{Cost: 1}); d.RetryAfter < 9*time.Second {
+		t.Fatalf("after extending to 10s: %+v", d)
+	}
+	if err := a.Pause(bg, 0); err == nil {
+		t.Fatal("a zero pause was accepted")
+	}
+}
+
+// TestCallerClockIgnored: two replicas whose clocks are 7 minutes apart
+// (either way) share one schedule: together they never exceed it, and
+// neither is locked out by the other's clock.
+func TestCallerClockIgnored(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Global: Rate{PerSecond: 20, Burst: 2}}
+	a, _, account := newRedisLimiter(t, cfg)
+	b, err := NewRedis(redistest.Client(t), account, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.clock = func() time.Time { return time.Now().Add(7 * time.Minute) }
+	b.clock = func() time.Time { return time.Now().Add(-7 * time.Minute) }
+	var mu sync.Mutex
+	var sends []int64
+	grants := map[*Redis]int{}
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	for _, l := range []*Redis{a, b, a, b} {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				d, now, err := l.reserve(bg, Request{Cost: 1})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					mu.Lock()
+					sends = append(sends, now)
+					grants[l]++
+					mu.Unlock()
+					continue
+				}
+				if d.RetryAfter > 50*time.Millisecond {
+					t.Errorf("denied with retry after %s at 20/s: a clock off by minutes locked a replica out", d.RetryAfter)
+					return
+				}
+				time.Sleep(d.RetryAfter)
+			}
+		})
+	}
+	wg.Wait()
+	if msg := overshoot(sends, 20, 2); msg != "" {
+		t.Fatal(msg)
+	}
+	if grants[a] == 0 || grants[b] == 0 {
+		t.Fatalf("grants %v: a replica got nothing", grants)
+	}
+	if s := a.ClockSkew(); s < 6*time.Minute || s > 8*time.Minute {
+		t.Errorf("a's clock skew %s, want about +7m", s)
+	}
+	if s := b.ClockSkew(); s > -6*time.Minute || s < -8*time.Minute {
+		t.Errorf("b's clock skew %s, want about -7m", s)
+	}
+}
+
+// TestRateRoundingNeverSpeedsUp: 3/s has no whole-µs interval; rounding
+// must make it slightly slower, never faster.
+func TestRateRoundingNeverSpeedsUp(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Global: Rate{PerSecond: 3, Burst: 1}}
+	r, _, _ := newRedisLimiter(t, cfg)
+	l, clock := newFakeLocal(t, cfg)
+	var redisSends, localSends []int64
+	for range 30 {
+		d, now, err := r.reserve(bg, Request{Cost: 1, MaxWait: time.Minute})
+		if err != nil || !d.Allowed {
+			t.Fatalf("redis: %+v %v", d, err)
+		}
+		redisSends = append(redisSends, now+d.Delay.Microseconds())
+		d, err = l.Reserve(bg, Request{Cost: 1, MaxWait: time.Minute})
+		if err != nil || !d.Allowed {
+			t.Fatalf("local: %+v %v", d, err)
+		}
+		localSends = append(localSends, clock.now()+d.Delay.Microseconds())
+	}
+	if msg := overshoot(redisSends, 3, 1); msg != "" {
+		t.Error("redis:", msg)
+	}
+	if msg := overshoot(localSends, 3, 1); msg != "" {
+		t.Error("local:", msg)
+	}
+}
+
+// TestPrecision: the script works in integer µs at 10,000/s (100 µs apart,
+// exactly) and at 1/minute, and every key expires no earlier than the time
+// it holds.
+func TestPrecision(t *testing.T) {
+	t.Parallel()
+	t.Run("10000/s", func(t *testing.T) {
+		t.Parallel()
+		r, client, _ := newRedisLimiter(t, Config{Global: Rate{PerSecond: 10_000, Burst: 1}})
+		// Start the schedule 10 s ahead, so that every reservation is a
+		// future slot however slow this machine is.
+		if err := client.Set(bg, r.keys.global(), redisMicros(t, client)+10_000_000, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		var prev int64
+		for i := range 200 {
+			before := redisMicros(t, client)
+			d, now, err := r.reserve(bg, Request{Cost: 1, MaxWait: time.Minute})
+			if err != nil || !d.Allowed {
+				t.Fatalf("reservation %d: %+v %v", i, d, err)
+			}
+			if after := redisMicros(t, client); now < before || now > after {
+				t.Fatalf("the script decided at %d µs, outside the Redis TIME bracket [%d, %d]", now, before, after)
+			}
+			send := now + d.Delay.Microseconds()
+			if i > 0 && send != prev+100 {
+				t.Fatalf("reservation %d at +%d µs after the previous, want exactly 100 µs", i, send-prev)
+			}
+			prev = send
+			if i%20 == 0 {
+				st := readKeys(t, client, map[string]string{"global": r.keys.global()})
+				if st["global"].val != send+100 {
+					t.Fatalf("stored TAT %d, want %d", st["global"].val, send+100)
+				}
+				checkExpiry(t, st)
+			}
+		}
+	})
+	t.Run("1/minute", func(t *testing.T) {
+		t.Parallel()
+		r, client, _ := newRedisLimiter(t, Config{Global: Rate{PerSecond: 1.0 / 60, Burst: 1}})
+		d, now1, err := r.reserve(bg, Request{Cost: 1})
+		if err != nil || !d.Allowed {
+			t.Fatalf("first: %+v %v", d, err)
+		}
+		st := readKeys(t, client, map[string]string{"global": r.keys.global()})
+		if st["global"].val != now1+60_000_000 {
+			t.Fatalf("stored TAT now%+d µs, want now+60,000,000", st["global"].val-now1)
+		}
+		checkExpiry(t, st)
+		d, now2, err := r.reserve(bg, Request{Cost: 1})
+		if err != nil || d.Allowed {
+			t.Fatalf("second: %+v %v", d, err)
+		}
+		if got, want := d.RetryAfter.Microseconds(), now1+60_000_000-now2; got != want {
+			t.Fatalf("retry after %d µs, want exactly %d", got, want)
+		}
+	})
+}
+
+// TestConcurrentReservationsNeverOvershoot: goroutines over several
+// connections reserve for 5 s, sleeping their delays as senders do. Every
+// grant's send time (Redis time) is recorded; no interval holds more than
+// rate·t + burst, marketing keeps its cap, and at least 97% of the rate is
+// reached.
+func TestConcurrentReservationsNeverOvershoot(t *testing.T) {
+	t.Parallel()
+	const rate, burst, mktRate, mktBurst = 300, 10, 150, 5
+	cfg := Config{Global: Rate{PerSecond: rate, Burst: burst}, Classes: map[string]Rate{"marketing": {PerSecond: mktRate, Burst: mktBurst}}}
+	_, _, account := newRedisLimiter(t, cfg)
+	// Reserving at most (global burst − 2) intervals ahead: a capped class
+	// that books global slots ahead then never delays the others (see
+	// reserveScript).
+	const maxWait = 20 * time.Millisecond
+	var mu sync.Mutex
+	var all, mkt []int64
+	var wg sync.WaitGroup
+	stop := time.Now().Add(5 * time.Second)
+	for c := range 4 { // 4 clients: several connections
+		client := redis.NewClient(&redis.Options{Addr: redistest.Addr(t), PoolSize: 4})
+		t.Cleanup(func() { _ = client.Close() })
+		l, err := NewRedis(client, account, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for g := range 6 {
+			class := "otp"
+			if (c+g)%2 == 0 {
+				class = "marketing"
+			}
+			wg.Go(func() {
+				for time.Now().Before(stop) {
+					d, now, err := l.reserve(bg, Request{Class: class, Cost: 1, MaxWait: maxWait})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if !d.Allowed {
+						time.Sleep(d.RetryAfter)
+						continue
+					}
+					send := now + d.Delay.Microseconds()
+					mu.Lock()
+					all = append(all, send)
+					if class == "marketing" {
+						mkt = append(mkt, send)
+					}
+					mu.Unlock()
+					time.Sleep(d.Delay)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if msg := overshoot(all, rate, burst); msg != "" {
+		t.Error("global:", msg)
+	}
+	if msg := overshoot(mkt, mktRate, mktBurst); msg != "" {
+		t.Error("marketing:", msg)
+	}
+	first, last := all[0], all[0]
+	for _, s := range all {
+		first, last = min(first, s), max(last, s)
+	}
+	achieved := float64(len(all)-1) / (float64(last-first) / 1e6)
+	t.Logf("%d grants over %s: %.1f/s of %d/s (marketing %d)", len(all), micros(last-first), achieved, rate, len(mkt))
+	if last-first < 4_500_000 {
+		t.Fatalf("grants span only %s", micros(last-first))
+	}
+	if achieved < 0.97*rate {
+		t.Fatalf("achieved %.1f/s, below 97%% of %d/s", achieved, rate)
+	}
+}

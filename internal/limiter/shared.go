@@ -1,0 +1,279 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sony/gobreaker/v2"
+)
+
+// redisRetryEvery is how long the breaker stays open after a Redis failure:
+// Redis is tried again at most once a second, by one caller; every other
+// caller decides locally meanwhile.
+const redisRetryEvery = time.Second
+
+// SharedConfig configures a Shared limiter.
+type SharedConfig struct {
+	Redis *Redis // the shared limiter; required
+	// Config is the shared limits the fallback divides; zero means the
+	// Config Redis was built with.
+	Config Config
+	// MaxSenders is the most processes that may send at once (replicas ×
+	// senders that each hold a limiter); the fallback runs at 1/MaxSenders
+	// of every limit so that all of them together stay under the target.
+	MaxSenders int
+	Logger     *slog.Logger          // nil: discard
+	Registerer prometheus.Registerer // nil: no metrics
+	// RedisTimeout bounds one Redis call; past it the call counts as a
+	// failure and the decision is taken locally. Zero: 500 ms.
+	RedisTimeout time.Duration
+}
+
+// Shared is the limiter of a replica that shares Redis with others. It
+// decides on Redis; when Redis fails or the breaker is open it decides
+// locally at the fallback rate. It never fails open: every grant comes from
+// Redis or from the local fallback GCRA.
+type Shared struct {
+	redis    *Redis
+	fallback *Local // also holds this process's copy of every pause it saw
+	cb       *gobreaker.CircuitBreaker[struct{}]
+	log      *slog.Logger
+	timeout  time.Duration
+	mode     atomic.Value // Mode: ModeShared or ModeFallback
+	metrics  *metrics
+}
+
+var _ Limiter = (*Shared)(nil)
+
+// errCallerGone marks a Redis call that failed because the caller's context
+// ended: it says nothing about Redis, so the breaker ignores it.
+var errCallerGone = errors.New("limiter: caller context done")
+
+// NewShared returns a Shared limiter.
+func NewShared(cfg SharedConfig) (*Shared, error) {
+	if cfg.Redis == nil {
+		return nil, errors.New("limiter: shared: Redis limiter is required")
+	}
+	if cfg.MaxSenders < 1 {
+		return nil, fmt.Errorf("limiter: shared: max_senders %d must be >= 1", cfg.MaxSenders)
+	}
+	limits := cfg.Config
+	if limits.Global.PerSecond == 0 && limits.Global.Burst == 0 && len(limits.Classes) == 0 {
+		limits = cfg.Redis.cfg
+	}
+	fallback, err := newLocal(fallbackConfig(limits, cfg.MaxSenders), monotonicClock())
+	if err != nil {
+		return nil, fmt.Errorf("limiter: shared: fallback: %w", err)
+	}
+	fallback.mode = ModeFallback
+	s := &Shared{redis: cfg.Redis, fallback: fallback, log: cfg.Logger, timeout: cfg.RedisTimeout}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.timeout <= 0 {
+		s.timeout = 500 * time.Millisecond
+	}
+	s.mode.Store(ModeShared)
+	s.cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        "limiter-redis",
+		MaxRequests: 1, // one probe when half-open; the rest decide locally
+		Timeout:     redisRetryEvery,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= 1 },
+		IsSuccessful: func(err error) bool {
+			return err == nil || errors.Is(err, ErrCostExceedsBurst)
+		},
+		IsExcluded:    func(err error) bool { return errors.Is(err, errCallerGone) },
+		OnStateChange: s.onStateChange,
+	})
+	if cfg.Registerer != nil {
+		m, err := newMetrics(cfg.Registerer, s)
+		if err != nil {
+			return nil, err
+		}
+		s.metrics = m
+	}
+	return s, nil
+}
+
+// fallbackConfig divides every limit by n. Rates divide exactly; a burst
+// becomes max(1, burst/n) (rounded down): n processes deciding alone then
+// release at most max(burst, n) units at once together, the shared burst
+// whenever burst >= n, and a GCRA key needs a burst of at least 1 to grant
+// anything.
+func fallbackConfig(cfg Config, n int) Config {
+	div := func(r Rate) Rate {
+		return Rate{PerSecond: r.PerSecond / float64(n), Burst: max(1, r.Burst/n)}
+	}
+	out := Config{Global: div(cfg.Global)}
+	if len(cfg.Classes) > 0 {
+		out.Classes = make(map[string]Rate, len(cfg.Classes))
+		for name, r := range cfg.Classes {
+			out.Classes[name] = div(r)
+		}
+	}
+	return out
+}
+
+// onStateChange runs under the breaker's lock: it only records and logs.
+func (s *Shared) onStateChange(_ string, from, to gobreaker.State) {
+	switch {
+	case from == gobreaker.StateClosed && to == gobreaker.StateOpen:
+		// The fallback starts with its burst spent: the shared schedule
+		// has just been sending at full rate.
+		s.fallback.spend()
+		s.setMode(ModeFallback)
+		s.log.Warn("limiter: redis unavailable, deciding locally at the fallback rate",
+			"retry_every", redisRetryEvery)
+	case to == gobreaker.StateClosed:
+		s.setMode(ModeShared)
+		s.log.Info("limiter: redis is back, deciding on the shared schedule")
+	}
+}
+
+func (s *Shared) setMode(m Mode) {
+	s.mode.Store(m)
+	if s.metrics != nil {
+		s.metrics.setMode(m)
+	}
+}
+
+// Mode is ModeShared while Redis decides and ModeFallback while the
+// process decides alone.
+func (s *Shared) Mode() Mode {
+	// State() also moves an open breaker to half-open once its timeout has
+	// passed; the mode stays fallback until a probe succeeds.
+	_ = s.cb.State()
+	return s.mode.Load().(Mode)
+}
+
+// ClockSkew is this process's clock minus Redis time at the last answer.
+func (s *Shared) ClockSkew() time.Duration { return s.redis.ClockSkew() }
+
+// onRedis runs one Redis call through the breaker with its own timeout.
+func (s *Shared) onRedis(ctx context.Context, call func(context.Context) error) error {
+	_, err := s.cb.Execute(func() (struct{}, error) {
+		cctx, cancel := context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+		err := call(cctx)
+		if err != nil && ctx.Err() != nil {
+			return struct{}{}, fmt.Errorf("%w: %w", errCallerGone, err)
+		}
+		return struct{}{}, err
+	})
+	return err
+}
+
+// Reserve decides on Redis, or locally at the fallback rate when Redis
+// cannot answer. A pause this process knows of holds in either mode.
+func (s *Shared) Reserve(ctx context.Context, req Request) (Decision, error) {
+	if err := checkRequest(req); err != nil {
+		return Decision{}, err
+	}
+	if rem := s.fallback.pauseRemaining(); rem > 0 {
+		d := Decision{RetryAfter: rem, Paused: true, Mode: s.Mode()}
+		s.count(d)
+		return d, nil
+	}
+	var d Decision
+	err := s.onRedis(ctx, func(ctx context.Context) error {
+		var err error
+		d, err = s.redis.Reserve(ctx, req)
+		return err
+	})
+	switch {
+	case err == nil:
+		if d.Paused {
+			// Keep the shared pause locally too: it must hold if Redis
+			// dies before it ends.
+			_ = s.fallback.Pause(ctx, d.RetryAfter)
+		}
+		s.count(d)
+		return d, nil
+	case errors.Is(err, ErrCostExceedsBurst):
+		return Decision{}, err
+	case ctx.Err() != nil:
+		return Decision{}, fmt.Errorf("limiter: reserve: %w", ctx.Err())
+	}
+	s.log.Debug("limiter: deciding locally", "err", err)
+	d, err = s.fallback.Reserve(ctx, req)
+	if err != nil {
+		return Decision{}, err
+	}
+	s.count(d)
+	return d, nil
+}
+
+func (s *Shared) count(d Decision) {
+	if s.metrics != nil {
+		s.metrics.count(d)
+	}
+}
+
+// Pause stops sending for d on every replica (through Redis) and in this
+// process (locally, so that it holds even if Redis fails before it ends). A
+// shorter pause never shortens a longer one. When Redis cannot be reached
+// the pause still holds here and Pause returns nil: the other replicas
+// learn of the throttling from their own provider answers.
+func (s *Shared) Pause(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("limiter: pause %s must be > 0", d)
+	}
+	if err := s.fallback.Pause(ctx, d); err != nil {
+		return fmt.Errorf("limiter: pause: %w", err)
+	}
+	var inForce time.Duration
+	err := s.onRedis(ctx, func(ctx context.Context) error {
+		var err error
+		inForce, err = s.redis.pause(ctx, d)
+		return err
+	})
+	switch {
+	case err == nil:
+		// A longer shared pause set by another replica holds here too.
+		if inForce > d {
+			_ = s.fallback.Pause(ctx, inForce)
+		}
+	case ctx.Err() != nil:
+		return fmt.Errorf("limiter: pause: %w", ctx.Err())
+	default:
+		s.log.Debug("limiter: pause kept locally only", "err", err, "pause", d)
+	}
+	return nil
+}
+
+// Resume ends the pause here and on Redis (an operator's override). Other
+// replicas keep a pause they had already seen until it ends; when Redis
+// cannot be reached the error says so.
+func (s *Shared) Resume(ctx context.Context) error {
+	if err := s.fallback.Resume(ctx); err != nil {
+		return fmt.Errorf("limiter: resume: %w", err)
+	}
+	return s.onRedis(ctx, s.redis.Resume)
+}
+
+// State reports the shared schedule when Redis answers, else the local
+// fallback's.
+func (s *Shared) State(ctx context.Context) (State, error) {
+	var st State
+	err := s.onRedis(ctx, func(ctx context.Context) error {
+		var err error
+		st, err = s.redis.State(ctx)
+		return err
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return State{}, fmt.Errorf("limiter: state: %w", ctx.Err())
+		}
+		if st, err = s.fallback.State(ctx); err != nil {
+			return State{}, err
+		}
+	}
+	st.Mode = s.Mode()
+	st.PauseRemaining = max(st.PauseRemaining, s.fallback.pauseRemaining())
+	return st, nil
+}

@@ -1,0 +1,332 @@
+package limiter
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"smsgw/internal/redistest"
+)
+
+// logCounter counts log records by level and message.
+type logCounter struct {
+	mu      sync.Mutex
+	records []string
+}
+
+func (h *logCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (h *logCounter) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.records = append(h.records, r.Level.String()+" "+r.Message)
+	return nil
+}
+func (h *logCounter) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *logCounter) WithGroup(string) slog.Handler      { return h }
+
+// count returns how many records at level or above mention substr.
+func (h *logCounter) count(minLevel slog.Level, substr string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, r := range h.records {
+		var lvl slog.Level
+		_ = lvl.UnmarshalText([]byte(strings.Fields(r)[0]))
+		if lvl >= minLevel && strings.Contains(r, substr) {
+			n++
+		}
+	}
+	return n
+}
+
+// scriptCalls counts the script commands a client sends (each Redis attempt
+// of the limiter).
+type scriptCalls struct{ n atomic.Int64 }
+
+func (h *scriptCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *scriptCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *scriptCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// metricValue reads one gauge or counter from reg; labels are name, value
+// pairs that must all match.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
+						found = true
+					}
+				}
+				if !found {
+					continue metric
+				}
+			}
+			if m.GetGauge() != nil {
+				return m.GetGauge().GetValue()
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("metric %s %v not found", name, labels)
+	return 0
+}
+
+type sharedFixture struct {
+	srv     *redistest.Server
+	client  *redis.Client
+	shared  *Shared
+	logs    *logCounter
+	calls   *scriptCalls
+	reg     *prometheus.Registry
+	account string
+}
+
+// newShared returns a Shared limiter on a private redis-server (to kill).
+func newShared(t *testing.T, srv *redistest.Server, account string, cfg Config, maxSenders int) *sharedFixture {
+	t.Helper()
+	f := &sharedFixture{srv: srv, logs: &logCounter{}, calls: &scriptCalls{}, reg: prometheus.NewRegistry(), account: account}
+	f.client = redis.NewClient(&redis.Options{Addr: srv.Addr})
+	f.client.AddHook(f.calls)
+	t.Cleanup(func() { _ = f.client.Close() })
+	r, err := NewRedis(f.client, account, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.shared, err = NewShared(SharedConfig{Redis: r, MaxSenders: maxSenders, Logger: slog.New(f.logs), Registerer: f.reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestSharedFallbackAndRecovery: Redis killed → decisions come from the
+// local fallback at target/max_senders (never fail open), the mode change
+// is logged once; Redis back → shared again within about a second.
+func TestSharedFallbackAndRecovery(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	cfg := Config{Global: Rate{PerSecond: 200, Burst: 8}, Classes: map[string]Rate{"marketing": {PerSecond: 100, Burst: 4}}}
+	f := newShared(t, srv, redistest.Prefix(t), cfg, 4) // fallback: 50/s burst 2
+	s := f.shared
+	if d, err := s.Reserve(bg, Request{Cost: 1}); err != nil || !d.Allowed || d.Mode != ModeShared {
+		t.Fatalf("with Redis up: %+v %v", d, err)
+	}
+	// The fallback's clock stands still, so that the reserved send times
+	// below are exact (no scheduling jitter of this loaded machine).
+	clock := &fakeClock{}
+	clock.us.Store(1_000_000)
+	s.fallback.clock = clock.now
+	srv.Kill()
+
+	var sends []int64
+	for i := range 30 {
+		d, err := s.Reserve(bg, Request{Cost: 1, MaxWait: time.Second})
+		if err != nil {
+			t.Fatalf("reservation %d with Redis down: %v", i, err)
+		}
+		if d.Mode != ModeFallback {
+			t.Fatalf("reservation %d with Redis down: mode %s", i, d.Mode)
+		}
+		if d.Allowed {
+			sends = append(sends, clock.now()+d.Delay.Microseconds())
+		}
+	}
+	// 50/s with max_wait 1s, starting spent: 50 − 1 slots fit, all asked.
+	if len(sends) != 30 {
+		t.Fatalf("%d grants of 30 within 1s at 50/s", len(sends))
+	}
+	if msg := overshoot(sends, 50, 2); msg != "" {
+		t.Fatalf("fallback exceeded 200/4 = 50/s: %s", msg)
+	}
+	if s.Mode() != ModeFallback {
+		t.Fatalf("mode %s with Redis down", s.Mode())
+	}
+	if got := metricValue(t, f.reg, "smsgw_limiter_mode", "mode", "fallback"); got != 1 {
+		t.Fatalf("mode gauge fallback = %v", got)
+	}
+	if n := f.logs.count(slog.LevelWarn, ""); n != 1 {
+		t.Fatalf("%d warnings for one outage, want the mode change logged once: %v", n, f.logs.records)
+	}
+
+	if got := metricValue(t, f.reg, "smsgw_limiter_decisions_total", "mode", "fallback", "result", "allowed"); got != float64(len(sends)) {
+		t.Fatalf("fallback grants counted %v, want %d", got, len(sends))
+	}
+
+	srv.Start()
+	back := time.Now()
+	for s.Mode() != ModeShared {
+		if time.Since(back) > 2500*time.Millisecond {
+			t.Fatalf("still %s %s after Redis came back", s.Mode(), time.Since(back))
+		}
+		if _, err := s.Reserve(bg, Request{Cost: 1}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("shared again %s after Redis came back", time.Since(back))
+	if d, err := s.Reserve(bg, Request{Cost: 1, MaxWait: time.Second}); err != nil || d.Mode != ModeShared {
+		t.Fatalf("after recovery: %+v %v", d, err)
+	}
+	if n := f.logs.count(slog.LevelInfo, "redis is back"); n != 1 {
+		t.Fatalf("recovery logged %d times", n)
+	}
+}
+
+// TestSharedRetriesRedisAtMostOncePerSecond: while Redis is down, callers
+// decide locally and only one probe a second reaches Redis.
+func TestSharedRetriesRedisAtMostOncePerSecond(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	f := newShared(t, srv, redistest.Prefix(t), Config{Global: Rate{PerSecond: 1000, Burst: 10}}, 2)
+	srv.Kill()
+	f.calls.n.Store(0)
+	start := time.Now()
+	calls := 0
+	for time.Since(start) < 2200*time.Millisecond {
+		if _, err := f.shared.Reserve(bg, Request{Cost: 1}); err != nil {
+			t.Fatal(err)
+		}
+		calls++
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The first failure, then one probe per second: 3 in 2.2 s.
+	if n := f.calls.n.Load(); n > 4 {
+		t.Fatalf("%d Redis attempts for %d decisions in 2.2s, want at most one a second", n, calls)
+	}
+	// Decisions meanwhile do not wait on Redis (≥ 5 ms apart: ≤ 440).
+	if calls < 100 {
+		t.Fatalf("only %d decisions in 2.2s: callers waited on a dead Redis", calls)
+	}
+}
+
+// TestSharedPauseHoldsWhenRedisDies: a pause set through Redis holds in
+// every replica that has seen it, after Redis dies and after Redis comes
+// back empty.
+func TestSharedPauseHoldsWhenRedisDies(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	cfg := Config{Global: Rate{PerSecond: 100, Burst: 5}}
+	account := redistest.Prefix(t)
+	a := newShared(t, srv, account, cfg, 2).shared
+	b := newShared(t, srv, account, cfg, 2).shared
+	if err := a.Pause(bg, 4*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := b.Reserve(bg, Request{Cost: 1}); err != nil || !d.Paused || d.Mode != ModeShared {
+		t.Fatalf("b while a paused: %+v %v", d, err)
+	}
+	srv.Kill() // no persistence: the pause key is gone for good
+	for name, s := range map[string]*Shared{"a": a, "b": b} {
+		d, err := s.Reserve(bg, Request{Cost: 1, MaxWait: time.Hour})
+		if err != nil || d.Allowed || !d.Paused || d.RetryAfter < 2*time.Second {
+			t.Fatalf("%s with Redis down during the pause: %+v %v", name, d, err)
+		}
+	}
+	srv.Start()
+	for name, s := range map[string]*Shared{"a": a, "b": b} {
+		deadline := time.Now().Add(2500 * time.Millisecond)
+		for s.Mode() != ModeShared {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s not shared again", name)
+			}
+			_, _ = s.State(bg) // probes Redis through the breaker
+			time.Sleep(20 * time.Millisecond)
+		}
+		d, err := s.Reserve(bg, Request{Cost: 1})
+		if err != nil || d.Allowed || !d.Paused {
+			t.Fatalf("%s after Redis came back without the pause key: %+v %v", name, d, err)
+		}
+		st, err := s.State(bg)
+		if err != nil || st.Mode != ModeShared || st.PauseRemaining <= 0 {
+			t.Fatalf("%s state %+v %v", name, st, err)
+		}
+	}
+}
+
+// TestSharedState: State reports the shared schedule while Redis answers
+// and the divided fallback limits when it does not.
+func TestSharedState(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	cfg := Config{Global: Rate{PerSecond: 10, Burst: 5}, Classes: map[string]Rate{"marketing": {PerSecond: 5, Burst: 2}}}
+	f := newShared(t, srv, redistest.Prefix(t), cfg, 2)
+	for range 3 {
+		if _, err := f.shared.Reserve(bg, Request{Class: "marketing", Cost: 1, MaxWait: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := f.shared.State(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode != ModeShared || len(st.Keys) != 2 || st.Keys[1].Name != "marketing" {
+		t.Fatalf("state %+v", st)
+	}
+	// marketing: 3 units at 5/s → 600 ms ahead; global 3 at 10/s → the
+	// third was booked at marketing's send time (200 ms) + 100 ms.
+	if a := st.Keys[1].Ahead; a < 500*time.Millisecond || a > 600*time.Millisecond {
+		t.Errorf("marketing %s ahead, want about 600ms", a)
+	}
+	if a := st.Keys[0].Ahead; a < 200*time.Millisecond || a > 300*time.Millisecond {
+		t.Errorf("global %s ahead, want about 300ms", a)
+	}
+	f.srv.Kill()
+	st, err = f.shared.State(bg)
+	if err != nil || st.Mode != ModeFallback || st.Keys[0].Rate.PerSecond != 5 {
+		t.Fatalf("state with Redis down: %+v %v", st, err)
+	}
+}
+
+// TestResume: an operator's resume ends the pause here and on Redis.
+func TestResume(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	cfg := Config{Global: Rate{PerSecond: 100, Burst: 5}}
+	account := redistest.Prefix(t)
+	a := newShared(t, srv, account, cfg, 2).shared
+	if err := a.Pause(bg, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Resume(bg); err != nil {
+		t.Fatal(err)
+	}
+	fresh := newShared(t, srv, account, cfg, 2).shared
+	for name, s := range map[string]*Shared{"resumed": a, "fresh replica": fresh} {
+		if d, err := s.Reserve(bg, Request{Cost: 1}); err != nil || !d.Allowed {
+			t.Fatalf("%s after resume: %+v %v", name, d, err)
+		}
+	}
+	l, _ := newFakeLocal(t, cfg)
+	_ = l.Pause(bg, time.Minute)
+	_ = l.Resume(bg)
+	if d, _ := l.Reserve(bg, Request{Cost: 1}); !d.Allowed {
+		t.Fatalf("local after resume: %+v", d)
+	}
+}
