@@ -1,0 +1,79 @@
+package dispatch
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"smsgw/internal/provider"
+	"smsgw/internal/sms"
+)
+
+// TestBreakerOpensOnFailures: after BreakerFailures consecutive 5xx the
+// provider breaker opens and nothing is sent while it is open; messages it
+// holds back spend no attempt. After BreakerOpen one probe goes through.
+func TestBreakerOpensOnFailures(t *testing.T) {
+	t.Parallel()
+	acct := newAccount(t)
+	q := acct.queue(t, nil)
+	var (
+		mu    sync.Mutex
+		calls []time.Time
+	)
+	p := funcProvider(func(context.Context, *provider.Request) (provider.Result, error) {
+		mu.Lock()
+		calls = append(calls, time.Now())
+		mu.Unlock()
+		return provider.Result{}, unavailableErr()
+	})
+	ms := make([]*sms.Message, 10)
+	for i := range ms {
+		ms[i] = newMsg(sms.ClassTransactional)
+	}
+	enqueue(t, q, ms...)
+	const open = 1500 * time.Millisecond
+	d, _ := newDispatcher(t, Config{Queue: q, Limiter: acct.limiter(t, nil, defaultLimits), Provider: p,
+		Workers: 1, BulkBatch: 1, MaxAttempts: 100, BackoffBase: time.Millisecond, BackoffMax: time.Millisecond,
+		BreakerFailures: 3, BreakerOpen: open})
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(calls) }
+	waitUntil(t, "3 failed sends", func() bool { return count() >= 3 })
+	time.Sleep(open / 2)
+	if n := count(); n != 3 {
+		t.Fatalf("%d sends with the breaker open, want it to stop after 3 failures", n-3)
+	}
+	waitUntil(t, "the half-open probe", func() bool { return count() >= 4 })
+	mu.Lock()
+	gap := calls[3].Sub(calls[2])
+	mu.Unlock()
+	if gap < open-100*time.Millisecond {
+		t.Errorf("probe %s after the breaker opened, want after %s", gap, open)
+	}
+	before, spent := count(), 0
+	for _, m := range ms {
+		got, err := q.Get(context.Background(), m.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spent += got.Attempts
+	}
+	if after := count(); spent < before || spent > after {
+		t.Errorf("%d attempts spent for %d..%d provider calls: sends held back by the breaker must spend none", spent, before, after)
+	}
+	if st := d.breaker.State(); st.String() == "closed" {
+		t.Errorf("breaker %s after failing probes, want open or half-open", st)
+	}
+}
+
+func TestNewConfigErrors(t *testing.T) {
+	_, err := New(Config{Workers: -1, OTPWorkers: -1, Lease: -time.Second})
+	if err == nil {
+		t.Fatal("New accepted an empty config")
+	}
+	for _, want := range []string{"Queue", "Limiter", "Provider", "Owner", "Workers", "OTPWorkers", "Lease"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+}

@@ -1,0 +1,476 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sony/gobreaker/v2"
+
+	"smsgw/internal/limiter"
+	"smsgw/internal/provider"
+	"smsgw/internal/queue"
+	"smsgw/internal/sms"
+)
+
+// Defaults for Config.
+const (
+	DefaultWorkers         = 8
+	DefaultLease           = 30 * time.Second
+	DefaultMaxAttempts     = 5
+	DefaultBackoffBase     = time.Second
+	DefaultBackoffMax      = 5 * time.Minute
+	DefaultBulkMaxWait     = 5 * time.Millisecond
+	DefaultBulkBatch       = 4
+	DefaultOTPMaxWait      = time.Second
+	DefaultHoldMax         = 250 * time.Millisecond
+	DefaultOTPPoll         = 100 * time.Millisecond
+	DefaultBulkPoll        = 250 * time.Millisecond
+	DefaultBreakerFailures = 5
+	DefaultBreakerOpen     = 5 * time.Second
+	DefaultGuardSlowdown   = 2
+	DefaultGuardRefresh    = time.Second
+	DefaultSendNowDeadline = time.Second
+)
+
+// Config configures a Dispatcher. Zero durations and counts take the
+// defaults above.
+type Config struct {
+	Queue    queue.Queue
+	Limiter  limiter.Limiter
+	Provider provider.Provider
+	// Guard counts provider 429s (NewRedisGuard with Redis, NewLocalGuard
+	// embedded); nil disables the suspension guard.
+	Guard Guard
+	// Owner identifies this replica in leases (hostname, pod name).
+	Owner string
+
+	Workers    int // senders of the bulk lane (transactional, marketing)
+	OTPWorkers int // senders that only ever send OTP (the gateway's dispatch.otp_workers); 0: none, OTP then shares the bulk lane
+
+	Lease       time.Duration // lease per take; the heartbeat extends it every Lease/3
+	MaxAttempts int           // attempts before a temporarily failing message is a dead letter
+	BackoffBase time.Duration // retry n waits a random time in [0, min(BackoffMax, BackoffBase·2^(n-1))]
+	BackoffMax  time.Duration
+	// CountSegments makes a message cost its Segments in the limiter
+	// (provider.count_segments); otherwise every message costs 1.
+	CountSegments bool
+
+	// BulkMaxWait is how far ahead a transactional or marketing
+	// reservation may be. Small on purpose: when bulk saturates the global
+	// key a reservation pushes its schedule up to τ+T+MaxWait ahead, and an
+	// OTP arriving then waits about MaxWait+T.
+	BulkMaxWait time.Duration
+	// BulkBatch is how many units of rate the bulk pacer reserves in one
+	// limiter call: it takes messages of one class while senders are free
+	// until their cost reaches BulkBatch, reserves them together and hands
+	// them to senders with the same delay. With N replicas saturating a
+	// key every slot opening is asked for by N pacers; batching divides
+	// those limiter calls by the batch size. It must not exceed the
+	// limiter's burst (a larger batch is split and the cap learned); 1
+	// turns batching off. A batch of k marketing units moves the global
+	// key k·T ahead at once, so an OTP arriving right after it waits up to
+	// BulkMaxWait (with burst 5 and k <= 4).
+	BulkBatch int
+	// OTPMaxWait is how far ahead a queued OTP reserves (capped by its TTL).
+	OTPMaxWait time.Duration
+	// HoldMax is the longest a pacer holds a leased message waiting for a
+	// slot; a longer RetryAfter (a pause, a saturated cap) requeues the
+	// message without spending an attempt and the lane takes again.
+	HoldMax time.Duration
+	// OTPPoll and BulkPoll bound how long an idle lane waits before asking
+	// the queue again. The API calls Notify after every enqueue, which wakes
+	// this process's lane at once; the poll is the backstop for messages
+	// enqueued elsewhere, and costs one Redis round trip per poll.
+	OTPPoll  time.Duration
+	BulkPoll time.Duration
+	// SendTimeout bounds one provider call; 0 leaves it to the adapter.
+	SendTimeout time.Duration
+	// RecoverEvery is the recoverer's period; default Lease/2.
+	RecoverEvery time.Duration
+
+	// BreakerFailures consecutive transient provider failures open the
+	// breaker for BreakerOpen.
+	BreakerFailures int
+	BreakerOpen     time.Duration
+
+	// While the guard is active every reservation costs GuardSlowdown times
+	// the message's cost (capped by the limiter's burst) and every pause
+	// lasts GuardSlowdown times the provider's Retry-After: every replica
+	// sends at 1/GuardSlowdown of the rate.
+	GuardSlowdown int
+	// GuardRefresh is how often each replica reads the shared 429 count.
+	GuardRefresh time.Duration
+
+	Logger     *slog.Logger          // nil: discard
+	Registerer prometheus.Registerer // nil: a private registry
+	Now        func() time.Time      // nil: time.Now; read for TTLs and queue latency only (waits use the monotonic clock)
+}
+
+func (c *Config) setDefaults() error {
+	var errs []error
+	if c.Queue == nil {
+		errs = append(errs, errors.New("Queue is required"))
+	}
+	if c.Limiter == nil {
+		errs = append(errs, errors.New("Limiter is required"))
+	}
+	if c.Provider == nil {
+		errs = append(errs, errors.New("Provider is required"))
+	}
+	if c.Owner == "" {
+		errs = append(errs, errors.New("Owner is required"))
+	}
+	for _, f := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"Lease", &c.Lease, DefaultLease},
+		{"BackoffBase", &c.BackoffBase, DefaultBackoffBase},
+		{"BackoffMax", &c.BackoffMax, DefaultBackoffMax},
+		{"BulkMaxWait", &c.BulkMaxWait, DefaultBulkMaxWait},
+		{"OTPMaxWait", &c.OTPMaxWait, DefaultOTPMaxWait},
+		{"HoldMax", &c.HoldMax, DefaultHoldMax},
+		{"OTPPoll", &c.OTPPoll, DefaultOTPPoll},
+		{"BulkPoll", &c.BulkPoll, DefaultBulkPoll},
+		{"BreakerOpen", &c.BreakerOpen, DefaultBreakerOpen},
+		{"GuardRefresh", &c.GuardRefresh, DefaultGuardRefresh},
+	} {
+		switch {
+		case *f.v < 0:
+			errs = append(errs, fmt.Errorf("%s %s must not be negative", f.name, *f.v))
+		case *f.v == 0:
+			*f.v = f.def
+		}
+	}
+	if c.SendTimeout < 0 {
+		errs = append(errs, fmt.Errorf("SendTimeout %s must not be negative", c.SendTimeout))
+	}
+	if c.RecoverEvery < 0 {
+		errs = append(errs, fmt.Errorf("RecoverEvery %s must not be negative", c.RecoverEvery))
+	} else if c.RecoverEvery == 0 {
+		c.RecoverEvery = c.Lease / 2
+	}
+	if c.HoldMax > c.Lease/2 {
+		c.HoldMax = c.Lease / 2 // never sit on a lease close to its expiry
+	}
+	for _, f := range []struct {
+		name string
+		v    *int
+		def  int
+	}{
+		{"Workers", &c.Workers, DefaultWorkers},
+		{"BulkBatch", &c.BulkBatch, DefaultBulkBatch},
+		{"MaxAttempts", &c.MaxAttempts, DefaultMaxAttempts},
+		{"BreakerFailures", &c.BreakerFailures, DefaultBreakerFailures},
+		{"GuardSlowdown", &c.GuardSlowdown, DefaultGuardSlowdown},
+	} {
+		switch {
+		case *f.v < 0:
+			errs = append(errs, fmt.Errorf("%s %d must not be negative", f.name, *f.v))
+		case *f.v == 0:
+			*f.v = f.def
+		}
+	}
+	if c.OTPWorkers < 0 {
+		errs = append(errs, fmt.Errorf("OTPWorkers %d must not be negative", c.OTPWorkers))
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Registerer == nil {
+		c.Registerer = prometheus.NewRegistry()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("dispatch: config: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// Dispatcher runs the send loop of one process. Create it with New, run it
+// with Start, end it with Stop.
+type Dispatcher struct {
+	cfg     Config
+	log     *slog.Logger
+	m       *metrics
+	breaker *gobreaker.TwoStepCircuitBreaker[struct{}]
+	lanes   []*lane
+
+	// pausedUntil is this process's copy of the shared pause (nanoseconds
+	// since epoch, on the monotonic clock): set on a 429 here or a Paused
+	// reservation, so that senders holding a slot granted before the pause
+	// do not send into it.
+	pausedUntil atomic.Int64
+	epoch       time.Time
+	// queueErrAt is when a queue call last failed (nanoseconds since
+	// epoch; 0: never). The recoverer holds back for a lease after it.
+	queueErrAt atomic.Int64
+	// slowdown is the cost multiplier: 1, or GuardSlowdown while the guard
+	// is active.
+	slowdown atomic.Int64
+	// costCap is, per class (indexed by sms.Class), the largest slowed
+	// cost the limiter accepts (0: not learned yet).
+	costCap [sms.ClassMarketing + 1]atomic.Int64
+	// batchCap is, per class, the largest batch cost that fits the burst
+	// (0: not learned yet; BulkBatch applies).
+	batchCap [sms.ClassMarketing + 1]atomic.Int64
+
+	mu      sync.Mutex
+	flights map[*queue.Leased]*flight
+	started bool
+	stopped bool
+
+	runCtx     context.Context    // every queue, limiter and provider call; canceled by a crash or the end of Stop
+	cancelRun  context.CancelFunc //
+	takeCtx    context.Context    // pacers; canceled first by Stop
+	cancelTake context.CancelFunc
+	// releaseCtx, set by Stop when its bound passes, is what senders use to
+	// put back messages whose send was cut short. Unset (a crash: the
+	// parent context ended) they put back nothing and the leases expire.
+	releaseCtx atomic.Pointer[context.Context]
+
+	pacers  sync.WaitGroup
+	senders sync.WaitGroup
+	loops   []backgroundLoop
+}
+
+// backgroundLoop is a periodic loop of this package (see loops.go).
+type backgroundLoop interface {
+	Start(context.Context)
+	Stop()
+}
+
+// flight is one leased message held by this process.
+type flight struct {
+	l     *queue.Leased
+	lane  *lane
+	lost  atomic.Bool // the heartbeat found the lease gone: never send it
+	ready time.Time   // when it became ready in the queue (latency origin)
+}
+
+// New checks cfg and returns a Dispatcher; it starts nothing.
+func New(cfg Config) (*Dispatcher, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	d := &Dispatcher{
+		cfg:     cfg,
+		log:     cfg.Logger.With("component", "dispatch", "owner", cfg.Owner, "provider", cfg.Provider.Name()),
+		m:       m,
+		flights: make(map[*queue.Leased]*flight),
+		epoch:   time.Now(),
+	}
+	d.slowdown.Store(1)
+	d.breaker = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        "provider-" + cfg.Provider.Name(),
+		MaxRequests: 1,
+		Timeout:     cfg.BreakerOpen,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= uint32(cfg.BreakerFailures) },
+		// Only failures that say the provider is unwell count: a throttle,
+		// a rejected number or our own cancellation says nothing about it.
+		IsSuccessful: func(err error) bool { return err == nil || !breakerFailure(err) },
+		IsExcluded:   func(err error) bool { return errors.Is(err, context.Canceled) },
+		OnStateChange: func(name string, from, to gobreaker.State) {
+			d.log.Warn("provider breaker changed state", "breaker", name, "from", from.String(), "to", to.String())
+		},
+	})
+	if cfg.OTPWorkers > 0 {
+		d.lanes = append(d.lanes,
+			newLane(laneOTP, []sms.Class{sms.ClassOTP}, cfg.OTPWorkers, cfg.OTPPoll),
+			newLane(laneBulk, []sms.Class{sms.ClassTransactional, sms.ClassMarketing}, cfg.Workers, cfg.BulkPoll))
+	} else {
+		d.lanes = append(d.lanes, newLane(laneBulk, sms.Classes, cfg.Workers, cfg.OTPPoll))
+	}
+	return d, nil
+}
+
+// breakerFailure tells whether err means the provider is failing (5xx,
+// timeout, network, unparseable answer) rather than answering.
+func breakerFailure(err error) bool {
+	pe := provider.AsError(err)
+	if pe == nil {
+		return true
+	}
+	switch pe.Reason {
+	case provider.ReasonUnavailable, provider.ReasonTimeout, provider.ReasonNetwork, provider.ReasonBadResponse:
+		return true
+	}
+	return false
+}
+
+// Start runs the lanes and the background loops until Stop or until ctx
+// ends. Ending ctx is a crash: nothing is put back, leases expire and the
+// recoverer of another replica hands the messages on.
+func (d *Dispatcher) Start(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.started {
+		return errors.New("dispatch: already started")
+	}
+	d.started = true
+	d.runCtx, d.cancelRun = context.WithCancel(ctx)
+	d.takeCtx, d.cancelTake = context.WithCancel(d.runCtx)
+
+	d.loops = []backgroundLoop{newHeartbeat(d), newRecoverer(d)}
+	if d.cfg.Guard != nil {
+		d.loops = append(d.loops, newLoop("guard", d.cfg.GuardRefresh, d.refreshGuard))
+	}
+	for _, l := range d.loops {
+		l.Start(d.runCtx)
+	}
+	for _, ln := range d.lanes {
+		d.pacers.Add(1)
+		go func() {
+			defer d.pacers.Done()
+			d.pace(ln)
+		}()
+	}
+	d.log.Info("send loop started", "workers", d.cfg.Workers, "otp_workers", d.cfg.OTPWorkers, "lease", d.cfg.Lease)
+	return nil
+}
+
+// Stop ends the send loop gracefully: no more takes; messages held for a
+// slot are put back at once; sends in progress finish while ctx allows.
+// When ctx ends first those sends are cut short and their messages put back
+// without spending an attempt (the provider may have them: the id is the
+// idempotency key of the next attempt).
+func (d *Dispatcher) Stop(ctx context.Context) error {
+	d.mu.Lock()
+	if !d.started || d.stopped {
+		d.mu.Unlock()
+		return nil
+	}
+	d.stopped = true
+	d.mu.Unlock()
+
+	d.cancelTake()
+	d.pacers.Wait()
+
+	done := make(chan struct{})
+	go func() { d.senders.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		rctx := context.WithoutCancel(ctx)
+		d.releaseCtx.Store(&rctx)
+		d.cancelRun()
+		<-done
+		err = fmt.Errorf("dispatch: stop: in-flight sends cut short: %w", ctx.Err())
+	}
+	for _, l := range d.loops {
+		l.Stop()
+	}
+	d.cancelRun()
+	d.log.Info("send loop stopped", "graceful", err == nil)
+	return err
+}
+
+// Notify wakes the lane serving class c, so that a message just enqueued by
+// this process is taken without waiting for the next poll. The API calls it
+// after each enqueue; it never blocks.
+func (d *Dispatcher) Notify(c sms.Class) {
+	for _, ln := range d.lanes {
+		if ln.serves(c) {
+			select {
+			case ln.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+func (d *Dispatcher) track(f *flight) {
+	d.mu.Lock()
+	d.flights[f.l] = f
+	d.mu.Unlock()
+	d.m.inFlight.Inc()
+}
+
+func (d *Dispatcher) untrack(f *flight) {
+	d.mu.Lock()
+	_, ok := d.flights[f.l]
+	delete(d.flights, f.l)
+	d.mu.Unlock()
+	if ok {
+		d.m.inFlight.Dec()
+	}
+}
+
+func (d *Dispatcher) inFlight() []*flight {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]*flight, 0, len(d.flights))
+	for _, f := range d.flights {
+		out = append(out, f)
+	}
+	return out
+}
+
+// pauseLocal extends this process's pause to now+p (never shortens it).
+func (d *Dispatcher) pauseLocal(p time.Duration) {
+	until := int64(time.Since(d.epoch) + p)
+	for {
+		cur := d.pausedUntil.Load()
+		if cur >= until || d.pausedUntil.CompareAndSwap(cur, until) {
+			return
+		}
+	}
+}
+
+// pauseLeft is how long this process's pause still runs.
+func (d *Dispatcher) pauseLeft() time.Duration {
+	left := time.Duration(d.pausedUntil.Load()) - time.Since(d.epoch)
+	return max(left, 0)
+}
+
+// setGuardCount applies the shared 429 count to this process.
+func (d *Dispatcher) setGuardCount(n int) {
+	d.m.guardCount.Set(float64(n))
+	active := n >= d.cfg.Guard.ActivateAt()
+	factor := int64(1)
+	if active {
+		factor = int64(d.cfg.GuardSlowdown)
+	}
+	if old := d.slowdown.Swap(factor); old != factor {
+		if active {
+			d.log.Warn("suspension guard active: slowing down", "throttles_in_window", n, "activate_at", d.cfg.Guard.ActivateAt(), "slowdown", factor)
+		} else {
+			d.log.Info("suspension guard inactive", "throttles_in_window", n)
+		}
+	}
+	if active {
+		d.m.guardActive.Set(1)
+	} else {
+		d.m.guardActive.Set(0)
+	}
+}
+
+// GuardActive reports whether the suspension guard slows this process down.
+func (d *Dispatcher) GuardActive() bool { return d.slowdown.Load() > 1 }
+
+// noteQueueError records that the queue (Redis) just failed a call.
+func (d *Dispatcher) noteQueueError() { d.queueErrAt.Store(max(1, int64(time.Since(d.epoch)))) }
+
+// sinceQueueError is how long ago a queue call last failed; ok is false
+// when none ever did.
+func (d *Dispatcher) sinceQueueError() (time.Duration, bool) {
+	at := d.queueErrAt.Load()
+	if at == 0 {
+		return 0, false
+	}
+	return time.Since(d.epoch) - time.Duration(at), true
+}

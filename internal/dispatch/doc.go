@@ -1,0 +1,57 @@
+// Package dispatch is the send loop: it takes messages from the queue, paces
+// them through the limiter, sends them through the provider behind a circuit
+// breaker and records each outcome. The steps of one send are in
+// sendpath.go; the lease loops (heartbeat, recoverer, guard refresh) in
+// loops.go; the OTP fast path in sendnow.go; the suspension guard in
+// guard.go.
+//
+// # Shape of one process
+//
+//	otp lane:  pacer ──▶ OTPWorkers senders   (takes OTP only)
+//	bulk lane: pacer ──▶ Workers senders      (takes transactional, then marketing)
+//
+// A pacer is the only goroutine of its lane that calls Take and Reserve. It
+// takes a message only when one of its senders is free, reserves its slot
+// and hands it to a sender, which sleeps the reserved delay and sends. When
+// the limiter denies, the pacer alone sleeps exactly the returned
+// RetryAfter (W workers never wake together to ask Redis again), or, when
+// that is longer than HoldMax (a pause, a saturated cap), requeues the
+// message without spending an attempt and keeps off that class until then,
+// so that an OTP arriving meanwhile is taken at once. OTP has senders of its
+// own, so it never waits for a worker busy with marketing.
+//
+// The bulk pacer reserves in batches: it takes up to BulkBatch units of one
+// class and reserves them in one limiter call. With N replicas saturating a
+// key, every slot opening is asked for by N pacers; batching divides those
+// calls by the batch size (measured, 3 replicas at the 70/s marketing cap:
+// 1.0 reservation per message instead of 3.8). The first send of a batch
+// goes alone and the rest follow its answer, so a 429 stops them in this
+// process.
+//
+// The API calls Notify after every enqueue; it wakes this process's lane at
+// once. The lanes' polls (OTPPoll, BulkPoll) are only the backstop for
+// messages enqueued elsewhere.
+//
+// # What the send loop does to a message
+//
+//	queued ──Take──▶ sending ──sent──────────────▶ sent
+//	                    │    ──permanent error────▶ failed
+//	                    │    ──TTL passed─────────▶ expired (never sent)
+//	                    │    ──temporary error, attempts left──▶ queued at now+backoff (attempt spent)
+//	                    │    ──temporary error, no attempts────▶ failed, dead letter
+//	                    │    ──429 / suspension───▶ queued at now+Retry-After (no attempt; every replica paused)
+//	                    │    ──limiter wait > HoldMax, breaker open, Stop──▶ queued (no attempt)
+//	                    └────replica dies: lease expires, another replica's recoverer──▶ queued
+//
+// # Suspension guard
+//
+// Every provider 429 is recorded in a rolling window shared by all
+// replicas (RedisGuard: a ZSET under the account's hash tag, trimmed by a
+// Lua script on Redis time; LocalGuard in memory for embedded mode). Each
+// replica reads the count every GuardRefresh. From ActivateAt (default half
+// of the provider's 300) every reservation costs GuardSlowdown (default 2)
+// times the message's cost, capped by the limiter's burst, and every
+// throttle pause lasts GuardSlowdown times the Retry-After: all replicas
+// send at half the rate until the window forgets the 429s. The gauge
+// smsgw_dispatch_suspension_guard_active says when.
+package dispatch

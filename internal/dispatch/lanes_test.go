@@ -1,0 +1,84 @@
+package dispatch
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"smsgw/internal/provider"
+	"smsgw/internal/sms"
+)
+
+// TestOTPNotStarvedByMarketing: every bulk sender is stuck on a slow
+// marketing send, and an OTP enqueued meanwhile still goes at once, on the
+// senders reserved for OTP (the starvation of shared worker pools).
+func TestOTPNotStarvedByMarketing(t *testing.T) {
+	t.Parallel()
+	acct := newAccount(t)
+	q := acct.queue(t, nil)
+	release := make(chan struct{})
+	defer close(release)
+	bulkBusy := make(chan struct{}, 16)
+	otpSent := make(chan time.Time, 1)
+	p := funcProvider(func(ctx context.Context, req *provider.Request) (provider.Result, error) {
+		if req.Class == sms.ClassOTP {
+			otpSent <- time.Now()
+			return provider.Result{ProviderID: "otp"}, nil
+		}
+		bulkBusy <- struct{}{}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return provider.Result{ProviderID: "mkt"}, nil
+	})
+	ms := make([]*sms.Message, 6)
+	for i := range ms {
+		ms[i] = newMsg(sms.ClassMarketing)
+	}
+	enqueue(t, q, ms...)
+	d, _ := newDispatcher(t, Config{Queue: q, Limiter: acct.limiter(t, nil, defaultLimits), Provider: p,
+		Workers: 2, OTPWorkers: 1, BulkBatch: 1})
+	for range 2 {
+		<-bulkBusy
+	}
+	otp := newMsg(sms.ClassOTP)
+	enqueue(t, q, otp)
+	start := time.Now()
+	d.Notify(sms.ClassOTP)
+	select {
+	case at := <-otpSent:
+		if took := at.Sub(start); took > 500*time.Millisecond {
+			t.Errorf("OTP sent %s after enqueue while marketing held every bulk sender", took)
+		}
+	case <-time.After(patience):
+		t.Fatal("OTP never sent while marketing held every bulk sender")
+	}
+}
+
+// TestNotifyWakesLane: with a poll far longer than the test, a message is
+// taken only because Notify woke its lane.
+func TestNotifyWakesLane(t *testing.T) {
+	t.Parallel()
+	acct := newAccount(t)
+	q := acct.queue(t, nil)
+	rec := newRecorder(funcProvider(func(context.Context, *provider.Request) (provider.Result, error) {
+		return provider.Result{ProviderID: "ok"}, nil
+	}))
+	d, _ := newDispatcher(t, Config{Queue: q, Limiter: acct.limiter(t, nil, defaultLimits), Provider: rec,
+		OTPWorkers: 1, OTPPoll: time.Hour, BulkPoll: time.Hour})
+	time.Sleep(100 * time.Millisecond) // both lanes found the queue empty and idle for an hour
+	for _, c := range []sms.Class{sms.ClassOTP, sms.ClassMarketing} {
+		m := newMsg(c)
+		enqueue(t, q, m)
+		d.Notify(c)
+		select {
+		case id := <-rec.call:
+			if id != m.ID {
+				t.Errorf("sent %s, want %s", id, m.ID)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s message not taken 5 s after Notify", c)
+		}
+	}
+}

@@ -1,0 +1,272 @@
+package dispatch
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"smsgw/internal/provider"
+	"smsgw/internal/provider/sim"
+	"smsgw/internal/sms"
+)
+
+// hangingProvider signals each call on called and blocks until ctx ends or
+// release is closed; then it accepts.
+type hangingProvider struct {
+	called  chan string
+	release chan struct{}
+}
+
+func newHangingProvider() *hangingProvider {
+	return &hangingProvider{called: make(chan string, 64), release: make(chan struct{})}
+}
+
+func (h *hangingProvider) Name() string { return "hanging" }
+func (h *hangingProvider) Send(ctx context.Context, req *provider.Request) (provider.Result, error) {
+	h.called <- req.ID
+	select {
+	case <-ctx.Done():
+		return provider.Result{}, &provider.Error{Reason: provider.ReasonTimeout, Temporary: true, Message: ctx.Err().Error()}
+	case <-h.release:
+		return provider.Result{ProviderID: "hang-" + req.ID}, nil
+	}
+}
+
+func (h *hangingProvider) waitCalls(t *testing.T, n int) []string {
+	t.Helper()
+	var ids []string
+	timeout := time.After(patience)
+	for len(ids) < n {
+		select {
+		case id := <-h.called:
+			ids = append(ids, id)
+		case <-timeout:
+			t.Fatalf("provider called %d times, want %d", len(ids), n)
+		}
+	}
+	return ids
+}
+
+// TestCrashedReplicaMessagesRecovered: replica A dies mid-send (its context
+// is cancelled: heartbeats stop, nothing is acknowledged or put back).
+// Replica B's recoverer hands A's messages on once their lease expires, and
+// the provider receives every message exactly once.
+func TestCrashedReplicaMessagesRecovered(t *testing.T) {
+	t.Parallel()
+	const n, lease = 6, time.Second
+	acct := newAccount(t)
+	q := acct.queue(t, nil)
+	ms := make([]*sms.Message, n)
+	ids := make([]string, n)
+	for i := range ms {
+		ms[i] = newMsg(sms.ClassTransactional)
+		ids[i] = ms[i].ID
+	}
+	enqueue(t, q, ms...)
+
+	hang := newHangingProvider()
+	a, err := New(Config{Queue: q, Limiter: acct.limiter(t, nil, defaultLimits), Provider: hang, Owner: "a",
+		Workers: 2, Lease: lease, Logger: testLogger(), Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	crash, kill := context.WithCancel(context.Background())
+	if err := a.Start(crash); err != nil {
+		t.Fatal(err)
+	}
+	held := hang.waitCalls(t, 2) // both of A's senders are mid-send
+	kill()
+	killedAt := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = a.Stop(ctx) // returns once A's goroutines are gone; it acknowledges nothing
+
+	for _, id := range held {
+		m, err := q.Get(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Status != sms.StatusSending {
+			t.Fatalf("message %s held by the crashed replica is %s, want still sending (lease not released)", id, m.Status)
+		}
+	}
+
+	s, p, _ := startSim(t, sim.Config{Limit: 100})
+	newDispatcher(t, Config{Queue: q, Limiter: acct.limiter(t, nil, defaultLimits), Provider: p, Owner: "b",
+		Lease: lease, RecoverEvery: 100 * time.Millisecond})
+	msgs := waitTerminal(t, q, ids...)
+
+	st := s.Stats()
+	if st.Accepted != n || st.Duplicates != 0 {
+		t.Errorf("provider accepted %d with %d duplicates, want %d exactly once", st.Accepted, st.Duplicates, n)
+	}
+	for _, id := range ids {
+		if msgs[id].Status != sms.StatusSent {
+			t.Errorf("message %s is %s, want sent", id, msgs[id].Status)
+		}
+	}
+	for _, rec := range s.Accepted() {
+		if slices.Contains(held, rec.Reference) && rec.At.Sub(killedAt) < lease-100*time.Millisecond {
+			t.Errorf("message %s held by the crashed replica was sent %s after the crash, before its %s lease expired", rec.Reference, rec.At.Sub(killedAt), lease)
+		}
+	}
+}
+
+// TestHeartbeatKeepsLease: a send slower than the lease keeps its lease
+// because the heartbeat extends it, so another replica's recoverer never
+// hands the message on and the provider receives it once.
+func TestHeartbeatKeepsLease(t *testing.T) {
+	t.Parallel()
+	const lease = time.Second
+	acct := newAccount(t)
+	q := acct.queue(t, nil)
+	m := newMsg(sms.ClassTransactional)
+	enqueue(t, q, m)
+
+	hang := newHangingProvider()
+	newDispatcher(t, Config{Queue: q, Limiter: acct.limiter(t, nil, defaultLimits), Provider: hang, Owner: "slow",
+		Workers: 1, Lease: lease, RecoverEvery: time.Hour})
+	hang.waitCalls(t, 1)
+
+	other := newRecorder(funcProvider(func(context.Context, *provider.Request) (provider.Result, error) {
+		return provider.Result{ProviderID: "other"}, nil
+	}))
+	newDispatcher(t, Config{Queue: q, Limiter: acct.limiter(t, nil, defaultLimits), Provider: other, Owner: "other",
+		Lease: lease, RecoverEvery: 50 * time.Millisecond})
+	time.Sleep(3 * lease) // the slow send outlives its lease three times over
+	close(hang.release)
+	got := waitTerminal(t, q, m.ID)[m.ID]
+	if got.Status != sms.StatusSent || got.ProviderID != "hang-"+m.ID {
+		t.Errorf("message %s (%s), want sent by the slow replica", got.Status, got.ProviderID)
+	}
+	if calls := other.calls(); len(calls) != 0 {
+		t.Errorf("the other replica sent %v: the lease was handed on despite the heartbeat", calls)
+	}
+}
+
+// TestStop covers graceful stop: sends in progress finish within the bound;
+// past the bound they are cut short and their messages put back without
+// spending an attempt; nothing is taken after Stop.
+func TestStop(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		bound    time.Duration
+		release  bool // let the in-flight sends finish
+		want     sms.Status
+		wantErr  bool
+		attempts int
+	}{
+		{name: "in-flight sends finish", bound: 10 * time.Second, release: true, want: sms.StatusSent, attempts: 1},
+		{name: "past the bound leases are released", bound: 200 * time.Millisecond, want: sms.StatusQueued, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			acct := newAccount(t)
+			q := acct.queue(t, nil)
+			ms := make([]*sms.Message, 5)
+			for i := range ms {
+				ms[i] = newMsg(sms.ClassTransactional)
+			}
+			enqueue(t, q, ms...)
+			hang := newHangingProvider()
+			d, err := New(Config{Queue: q, Limiter: acct.limiter(t, nil, defaultLimits), Provider: hang, Owner: "stop",
+				Workers: 2, OTPWorkers: 1, Logger: testLogger(), Registerer: prometheus.NewRegistry()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			inFlight := hang.waitCalls(t, 2)
+
+			ctx, cancel := context.WithTimeout(context.Background(), tc.bound)
+			defer cancel()
+			var (
+				stopErr error
+				wg      sync.WaitGroup
+			)
+			wg.Go(func() { stopErr = d.Stop(ctx) })
+			if tc.release {
+				waitUntil(t, "the pacers to stop", func() bool { return d.takeCtx.Err() != nil })
+				close(hang.release)
+			}
+			wg.Wait()
+			if (stopErr != nil) != tc.wantErr {
+				t.Fatalf("Stop = %v, want error %v", stopErr, tc.wantErr)
+			}
+			if extra := len(hang.called); extra != 0 {
+				t.Errorf("%d more sends after Stop began", extra)
+			}
+			for _, id := range inFlight {
+				m, err := q.Get(context.Background(), id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if m.Status != tc.want || m.Attempts != tc.attempts {
+					t.Errorf("in-flight message %s: %s with %d attempts, want %s with %d", id, m.Status, m.Attempts, tc.want, tc.attempts)
+				}
+			}
+			st, err := q.Stats(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l := st[sms.ClassTransactional].Leased; l != 0 {
+				t.Errorf("%d leases still held after Stop", l)
+			}
+			if v := value(d.m.inFlight); v != 0 {
+				t.Errorf("in-flight gauge %v after Stop, want 0", v)
+			}
+		})
+	}
+}
+
+// TestStopReleasesHeldMessage: a message the pacer holds while it waits for
+// a limiter slot goes back to the queue at once on Stop, unspent.
+func TestStopReleasesHeldMessage(t *testing.T) {
+	t.Parallel()
+	acct := newAccount(t)
+	q := acct.queue(t, nil)
+	a, b := newMsg(sms.ClassTransactional), newMsg(sms.ClassTransactional)
+	enqueue(t, q, a, b)
+	rec := newRecorder(funcProvider(func(context.Context, *provider.Request) (provider.Result, error) {
+		return provider.Result{ProviderID: "ok"}, nil
+	}))
+	// One per 2 s: the second message waits ~2 s for its slot, within HoldMax.
+	lim := acct.limiter(t, nil, limiterConfig(0.5, 1))
+	d, err := New(Config{Queue: q, Limiter: lim, Provider: rec, Owner: "hold", HoldMax: 5 * time.Second,
+		Logger: testLogger(), Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the first send and the second reservation denied", func() bool {
+		return len(rec.calls()) == 1 && value(d.m.reservations.WithLabelValues("transactional", reserveDenied)) >= 1
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := d.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("Stop took %s: it waited for the slot instead of releasing the message", took)
+	}
+	held := b.ID
+	if rec.calls()[0] == b.ID {
+		held = a.ID
+	}
+	m, err := q.Get(context.Background(), held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Status != sms.StatusQueued || m.Attempts != 0 {
+		t.Errorf("held message: %s with %d attempts, want queued with 0", m.Status, m.Attempts)
+	}
+}

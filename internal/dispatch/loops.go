@@ -1,0 +1,147 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"smsgw/internal/queue"
+)
+
+// loop runs once every period until stopped: the shape of every background
+// loop here (heartbeat, recoverer, guard refresh).
+type loop struct {
+	name   string
+	every  time.Duration
+	once   func(context.Context)
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func newLoop(name string, every time.Duration, once func(context.Context)) *loop {
+	return &loop{name: name, every: every, once: once}
+}
+
+// Start runs the loop until Stop or until ctx ends.
+func (l *loop) Start(ctx context.Context) {
+	ctx, l.cancel = context.WithCancel(ctx)
+	l.done = make(chan struct{})
+	go func() {
+		defer close(l.done)
+		t := time.NewTicker(l.every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				l.once(ctx)
+			}
+		}
+	}()
+}
+
+// Stop ends the loop and waits for a running round to finish.
+func (l *loop) Stop() {
+	if l.cancel == nil {
+		return
+	}
+	l.cancel()
+	<-l.done
+}
+
+// heartbeat extends the lease of every message this process holds, so that
+// a send waiting on a slot or a slow provider never loses its lease. A lease
+// found lost is marked so that the sender does not send it.
+type heartbeat struct {
+	*loop
+	flights   func() []*flight
+	extend    func(context.Context, *queue.Leased, time.Duration) error
+	lease     time.Duration
+	log       *slog.Logger
+	m         *metrics
+	noteError func()
+}
+
+func newHeartbeat(d *Dispatcher) *heartbeat {
+	h := &heartbeat{flights: d.inFlight, extend: d.cfg.Queue.Extend, lease: d.cfg.Lease, log: d.log, m: d.m, noteError: d.noteQueueError}
+	h.loop = newLoop("heartbeat", max(d.cfg.Lease/3, time.Millisecond), h.runOnce)
+	return h
+}
+
+func (h *heartbeat) runOnce(ctx context.Context) {
+	for _, f := range h.flights() {
+		err := h.extend(ctx, f.l, h.lease)
+		switch {
+		case err == nil:
+		case errors.Is(err, queue.ErrLeaseLost):
+			f.lost.Store(true)
+			h.m.loopErrors.WithLabelValues("extend").Inc()
+			h.log.Warn("heartbeat: lease lost", "id", f.l.Message.ID)
+		case ctx.Err() != nil:
+			return
+		default:
+			h.noteError()
+			h.m.loopErrors.WithLabelValues("extend").Inc()
+			h.log.Warn("heartbeat: extend failed", "id", f.l.Message.ID, "err", err)
+		}
+	}
+}
+
+// recoverer hands expired leases (of a replica that died) back to the queue.
+// Every replica runs one; Recover is atomic per lease, so they never clash.
+// recoverer hands expired leases on. After a queue error (Redis down) it
+// holds back for one lease from the last error: leases expire on Redis's
+// clock while Redis is unreachable, and their live holders are still
+// retrying their acks; recovering at once would hand a message already sent
+// to another replica, which would send it again. A dead holder's messages
+// wait one lease longer; nothing is lost.
+type recoverer struct {
+	*loop
+	recover   func(context.Context) (int, error)
+	log       *slog.Logger
+	m         *metrics
+	grace     time.Duration
+	sinceErr  func() (time.Duration, bool)
+	noteError func()
+}
+
+func newRecoverer(d *Dispatcher) *recoverer {
+	r := &recoverer{recover: d.cfg.Queue.Recover, log: d.log, m: d.m, grace: d.cfg.Lease,
+		sinceErr: d.sinceQueueError, noteError: d.noteQueueError}
+	r.loop = newLoop("recoverer", d.cfg.RecoverEvery, r.runOnce)
+	return r
+}
+
+func (r *recoverer) runOnce(ctx context.Context) {
+	if since, ok := r.sinceErr(); ok && since < r.grace {
+		return
+	}
+	n, err := r.recover(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.noteError()
+			r.m.loopErrors.WithLabelValues("recover").Inc()
+			r.log.Warn("recoverer: recover failed", "err", err)
+		}
+		return
+	}
+	if n > 0 {
+		r.log.Info("recoverer: expired leases handed back", "count", n)
+	}
+}
+
+// refreshGuard reads the shared 429 count, so that every replica slows down
+// when any of them saw too many.
+func (d *Dispatcher) refreshGuard(ctx context.Context) {
+	n, err := d.cfg.Guard.Count(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			d.m.loopErrors.WithLabelValues("guard").Inc()
+			d.log.Warn("suspension guard: count failed", "err", err)
+		}
+		return
+	}
+	d.setGuardCount(n)
+}

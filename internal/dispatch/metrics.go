@@ -1,0 +1,183 @@
+package dispatch
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"smsgw/internal/provider"
+	"smsgw/internal/sms"
+)
+
+// Closed label values. Every label set is created at zero in newMetrics.
+const (
+	outcomeSent     = "sent"
+	outcomeFailed   = "failed"
+	outcomeExpired  = "expired"
+	outcomeRequeued = "requeued"
+	outcomeDead     = "dead"
+)
+
+var outcomes = []string{outcomeSent, outcomeFailed, outcomeExpired, outcomeRequeued, outcomeDead}
+
+// Why a leased message went back to the queue (the requeue reason label).
+const (
+	requeueThrottled = "throttled" // provider 429 or suspension
+	requeueRetry     = "retry"     // temporary failure, attempt spent
+	requeueRateWait  = "rate_wait" // limiter wait longer than the lane holds a message
+	requeuePaused    = "paused"    // local pause set after a 429 in this process
+	requeueBreaker   = "breaker"   // provider breaker open
+	requeueReleased  = "released"  // graceful stop, limiter error
+)
+
+var requeueReasons = []string{requeueThrottled, requeueRetry, requeueRateWait, requeuePaused, requeueBreaker, requeueReleased}
+
+// Reservation results.
+const (
+	reserveGranted = "granted"
+	reserveDenied  = "denied"
+	reservePaused  = "paused"
+	reserveTooBig  = "too_big"
+	reserveError   = "error"
+)
+
+var reserveResults = []string{reserveGranted, reserveDenied, reservePaused, reserveTooBig, reserveError}
+
+// Send results: "ok", a provider.Reason, or one of these.
+const (
+	sendOK       = "ok"
+	sendOther    = "other"    // an error the adapter did not classify
+	sendCanceled = "canceled" // this process stopped mid-send
+)
+
+func sendResults() []string {
+	out := []string{sendOK, sendOther, sendCanceled}
+	for _, r := range provider.Reasons {
+		out = append(out, string(r))
+	}
+	return out
+}
+
+// SendNow results.
+const (
+	nowSent        = "sent"
+	nowNoSlot      = "no_slot"
+	nowUnknown     = "unknown"
+	nowUnavailable = "unavailable"
+	nowFailed      = "failed"
+)
+
+var nowResults = []string{nowSent, nowNoSlot, nowUnknown, nowUnavailable, nowFailed}
+
+// Take results.
+const (
+	takeMessage = "message"
+	takeEmpty   = "empty"
+	takeError   = "error"
+)
+
+type metrics struct {
+	takes          *prometheus.CounterVec   // lane, result
+	outcomes       *prometheus.CounterVec   // class, outcome
+	requeues       *prometheus.CounterVec   // class, reason
+	reservations   *prometheus.CounterVec   // class, result
+	reserveDelay   *prometheus.HistogramVec // class
+	sendDuration   *prometheus.HistogramVec // result
+	queueToSend    *prometheus.HistogramVec // class
+	throttles      prometheus.Counter
+	breakerRejects prometheus.Counter
+	inFlight       prometheus.Gauge
+	guardActive    prometheus.Gauge
+	guardCount     prometheus.Gauge
+	sendNow        *prometheus.CounterVec // result
+	loopErrors     *prometheus.CounterVec // loop
+}
+
+// Latency buckets: sub-millisecond to seconds; the OTP target is 20 ms.
+var latencyBuckets = []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		takes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "smsgw_dispatch_takes_total", Help: "Queue takes by lane and result (message, empty, error).",
+		}, []string{"lane", "result"}),
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "smsgw_dispatch_messages_total", Help: "Leases ended by the send loop, by class and outcome.",
+		}, []string{"class", "outcome"}),
+		requeues: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "smsgw_dispatch_requeues_total", Help: "Messages put back in the queue, by class and reason.",
+		}, []string{"class", "reason"}),
+		reservations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "smsgw_dispatch_reservations_total", Help: "Limiter reservations by class and result.",
+		}, []string{"class", "result"}),
+		reserveDelay: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "smsgw_dispatch_reservation_delay_seconds", Help: "Delay of granted reservations (slept before sending).",
+			Buckets: latencyBuckets,
+		}, []string{"class"}),
+		sendDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "smsgw_dispatch_send_duration_seconds", Help: "Provider call duration by result.",
+			Buckets: latencyBuckets,
+		}, []string{"result"}),
+		queueToSend: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "smsgw_dispatch_queue_to_provider_seconds", Help: "From a message being ready in the queue to the provider call, by class.",
+			Buckets: latencyBuckets,
+		}, []string{"class"}),
+		throttles: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "smsgw_dispatch_provider_throttles_total", Help: "Provider 429s (throttles) seen by this process.",
+		}),
+		breakerRejects: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "smsgw_dispatch_breaker_rejections_total", Help: "Sends not attempted because the provider breaker was open.",
+		}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "smsgw_dispatch_in_flight_messages", Help: "Leased messages held by this process.",
+		}),
+		guardActive: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "smsgw_dispatch_suspension_guard_active", Help: "1 while the suspension guard slows sending down.",
+		}),
+		guardCount: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "smsgw_dispatch_suspension_guard_throttles", Help: "Provider 429s in the guard's rolling window (all replicas).",
+		}),
+		sendNow: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "smsgw_dispatch_send_now_total", Help: "OTP fast-path sends by result.",
+		}, []string{"result"}),
+		loopErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "smsgw_dispatch_loop_errors_total", Help: "Errors of the background loops and queue calls, by step.",
+		}, []string{"step"}),
+	}
+	for _, c := range []prometheus.Collector{m.takes, m.outcomes, m.requeues, m.reservations, m.reserveDelay,
+		m.sendDuration, m.queueToSend, m.throttles, m.breakerRejects, m.inFlight, m.guardActive, m.guardCount,
+		m.sendNow, m.loopErrors} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("dispatch: register metrics: %w", err)
+		}
+	}
+	for _, lane := range []string{laneOTP, laneBulk} {
+		for _, r := range []string{takeMessage, takeEmpty, takeError} {
+			m.takes.WithLabelValues(lane, r)
+		}
+	}
+	for _, c := range sms.Classes {
+		cl := c.String()
+		for _, o := range outcomes {
+			m.outcomes.WithLabelValues(cl, o)
+		}
+		for _, r := range requeueReasons {
+			m.requeues.WithLabelValues(cl, r)
+		}
+		for _, r := range reserveResults {
+			m.reservations.WithLabelValues(cl, r)
+		}
+		m.reserveDelay.WithLabelValues(cl)
+		m.queueToSend.WithLabelValues(cl)
+	}
+	for _, r := range sendResults() {
+		m.sendDuration.WithLabelValues(r)
+	}
+	for _, r := range nowResults {
+		m.sendNow.WithLabelValues(r)
+	}
+	for _, s := range []string{"take", "ack", "extend", "recover", "guard", "reserve", "pause"} {
+		m.loopErrors.WithLabelValues(s)
+	}
+	return m, nil
+}

@@ -1,0 +1,165 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"smsgw/internal/limiter"
+	"smsgw/internal/provider"
+	"smsgw/internal/provider/sim"
+	"smsgw/internal/sms"
+)
+
+// newSendNow returns a Dispatcher that is never started: SendNow needs no
+// loop and queues nothing.
+func newSendNow(t *testing.T, acct account, lim limiter.Limiter, p provider.Provider) *Dispatcher {
+	t.Helper()
+	d, err := New(Config{Queue: acct.queue(t, nil), Limiter: lim, Provider: p, Owner: "api",
+		Logger: testLogger(), Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func assertNothingQueued(t *testing.T, d *Dispatcher) {
+	t.Helper()
+	st, err := d.cfg.Queue.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for c, cs := range st {
+		if cs.Ready+cs.Scheduled+cs.Leased+cs.Dead != 0 {
+			t.Errorf("class %s holds %+v: SendNow must queue nothing", c, cs)
+		}
+	}
+}
+
+func TestSendNowSent(t *testing.T) {
+	t.Parallel()
+	acct := newAccount(t)
+	s, p, _ := startSim(t, sim.Config{Limit: 100})
+	d := newSendNow(t, acct, acct.limiter(t, nil, defaultLimits), p)
+	m := newMsg(sms.ClassOTP)
+	res, err := d.SendNow(context.Background(), m, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := s.Accepted()
+	if len(recs) != 1 || recs[0].Reference != m.ID || recs[0].ID != res.ProviderID {
+		t.Errorf("provider accepted %+v, want one send with reference %s and id %s", recs, m.ID, res.ProviderID)
+	}
+	if res.Waited > 100*time.Millisecond {
+		t.Errorf("waited %s for an idle limiter", res.Waited)
+	}
+	assertNothingQueued(t, d)
+}
+
+// TestSendNowNoSlot: a slot further away than the deadline is refused with
+// the exact RetryAfter, and nothing reaches the provider.
+func TestSendNowNoSlot(t *testing.T) {
+	t.Parallel()
+	acct := newAccount(t)
+	s, p, _ := startSim(t, sim.Config{Limit: 100})
+	d := newSendNow(t, acct, acct.limiter(t, nil, limiterConfig(1, 1)), p)
+	if _, err := d.SendNow(context.Background(), newMsg(sms.ClassOTP), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	_, err := d.SendNow(context.Background(), newMsg(sms.ClassOTP), 100*time.Millisecond)
+	var ns ErrNoSlot
+	if !errors.As(err, &ns) || ns.Reason != "rate" {
+		t.Fatalf("second SendNow = %v, want ErrNoSlot{rate}", err)
+	}
+	if ns.RetryAfter < 700*time.Millisecond || ns.RetryAfter > time.Second {
+		t.Errorf("RetryAfter %s, want the ~900 ms until the next slot minus the deadline", ns.RetryAfter)
+	}
+	if st := s.Stats(); st.Accepted != 1 {
+		t.Errorf("provider accepted %d, want 1", st.Accepted)
+	}
+	assertNothingQueued(t, d)
+}
+
+// TestSendNowThrottled: a 429 on the fast path pauses every replica (the
+// shared limiter) and answers ErrNoSlot; the next call is refused without
+// reaching the provider.
+func TestSendNowThrottled(t *testing.T) {
+	t.Parallel()
+	acct := newAccount(t)
+	s, p, _ := startSim(t, sim.Config{Limit: 100})
+	throttle := sim.Duration(2 * time.Second)
+	if err := s.Apply(sim.Control{ThrottleAllFor: &throttle}); err != nil {
+		t.Fatal(err)
+	}
+	lim := acct.limiter(t, nil, defaultLimits)
+	d := newSendNow(t, acct, lim, p)
+	_, err := d.SendNow(context.Background(), newMsg(sms.ClassOTP), time.Second)
+	var ns ErrNoSlot
+	if !errors.As(err, &ns) || ns.Reason != "throttled" || ns.RetryAfter < time.Second {
+		t.Fatalf("SendNow = %v, want ErrNoSlot{throttled} with the provider's Retry-After", err)
+	}
+	// Another replica (its own Dispatcher, same Redis) is paused too.
+	other := newSendNow(t, acct, acct.limiter(t, nil, defaultLimits), p)
+	_, err = other.SendNow(context.Background(), newMsg(sms.ClassOTP), time.Second)
+	if !errors.As(err, &ns) || ns.Reason != "paused" {
+		t.Errorf("other replica's SendNow = %v, want ErrNoSlot{paused}", err)
+	}
+	if st := s.Stats(); st.Rejected429 != 1 || st.Accepted != 0 {
+		t.Errorf("provider saw %d 429s and %d accepts, want 1 and 0", st.Rejected429, st.Accepted)
+	}
+	state, err := lim.State(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if state.PauseRemaining <= 0 {
+		t.Errorf("shared limiter not paused after a 429")
+	}
+}
+
+func TestSendNowErrors(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		p    funcProvider
+		want error
+	}{
+		{"provider timeout is an unknown outcome", func(ctx context.Context, _ *provider.Request) (provider.Result, error) {
+			<-ctx.Done() // the deadline is the provider timeout
+			return provider.Result{}, &provider.Error{Reason: provider.ReasonTimeout, Temporary: true, Message: ctx.Err().Error()}
+		}, ErrOutcomeUnknown},
+		{"5xx is unavailable", func(context.Context, *provider.Request) (provider.Result, error) {
+			return provider.Result{}, unavailableErr()
+		}, ErrUnavailable},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			acct := newAccount(t)
+			d := newSendNow(t, acct, acct.limiter(t, nil, defaultLimits), tc.p)
+			start := time.Now()
+			_, err := d.SendNow(context.Background(), newMsg(sms.ClassOTP), 150*time.Millisecond)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("SendNow = %v, want %v", err, tc.want)
+			}
+			if took := time.Since(start); took > time.Second {
+				t.Errorf("SendNow took %s with a 150 ms deadline", took)
+			}
+			assertNothingQueued(t, d)
+		})
+	}
+	t.Run("permanent rejection", func(t *testing.T) {
+		t.Parallel()
+		acct := newAccount(t)
+		d := newSendNow(t, acct, acct.limiter(t, nil, defaultLimits), funcProvider(func(context.Context, *provider.Request) (provider.Result, error) {
+			return provider.Result{}, rejectedErr()
+		}))
+		_, err := d.SendNow(context.Background(), newMsg(sms.ClassOTP), time.Second)
+		var ns ErrNoSlot
+		if pe := provider.AsError(err); pe == nil || pe.Reason != provider.ReasonRejected || errors.As(err, &ns) {
+			t.Errorf("SendNow = %v, want the provider's rejection", err)
+		}
+	})
+}
