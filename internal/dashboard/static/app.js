@@ -1,0 +1,480 @@
+// smsgw ops page. It polls the public admin API every 2 s (backing off on
+// errors) and renders what it gets. No framework and no third-party code.
+// The DOM is built from elements and text nodes only: the page's CSP
+// requires Trusted Types, so any HTML string sink would throw. Figures the
+// API does not report are shown as "—", never guessed.
+
+const KEY_STORAGE = 'smsgw.adminKey';
+const POLL_MS = 2000;
+const MAX_BACKOFF_MS = 30000;
+const STALE_MS = 10000;
+const REQUEST_TIMEOUT_MS = 5000;
+const DEAD_LIMIT = 50;
+const CLASS_ORDER = ['otp', 'transactional', 'marketing'];
+const OTP_LATE_S = 5; // a queued OTP older than this is late
+const OTP_VERY_LATE_S = 30;
+const OTP_P99_SLOW_MS = 1000;
+const BACKLOG_SLOW_S = 300; // oldest ready message this old while not paused: sending is slow
+// Relative to /dashboard/, so the page also works behind a path prefix.
+const API = '../v1/admin/';
+
+const $ = (id) => document.getElementById(id);
+
+class AuthError extends Error {}
+class APIError extends Error {}
+
+const state = {
+  session: 0, // bumped on every sign-in and sign-out; late answers of an old session are dropped
+  stats: null,
+  dead: null,
+  deadSig: '',
+  lastOK: 0,
+  lastErr: '',
+  failures: 0,
+  nextAt: 0,
+  timer: 0,
+  inflight: -1, // the session whose poll is running, or -1
+  again: false,
+  prevSent: null, // {t, total} for a rate from sent_total counters
+  rate: null,
+};
+
+// ---- key -------------------------------------------------------------
+
+function getKey() {
+  try {
+    return sessionStorage.getItem(KEY_STORAGE) || '';
+  } catch {
+    return '';
+  }
+}
+
+function setKey(k) { sessionStorage.setItem(KEY_STORAGE, k); }
+function clearKey() { sessionStorage.removeItem(KEY_STORAGE); }
+
+// ---- API -------------------------------------------------------------
+
+async function api(method, path, body) {
+  const key = getKey();
+  if (!key) throw new AuthError('no admin key');
+  const headers = { Authorization: 'Bearer ' + key, Accept: 'application/json' };
+  const ctl = new AbortController();
+  const init = {
+    method, headers, signal: ctl.signal,
+    cache: 'no-store', credentials: 'omit', referrerPolicy: 'no-referrer', redirect: 'error',
+  };
+  if (body !== undefined) {
+    headers['Content-Type'] = 'application/json';
+    init.body = JSON.stringify(body);
+  }
+  const timer = setTimeout(() => ctl.abort(), REQUEST_TIMEOUT_MS);
+  let res, text;
+  try {
+    res = await fetch(API + path, init);
+    text = await res.text();
+  } catch {
+    throw new APIError(ctl.signal.aborted ? 'the gateway did not answer in time' : 'the gateway is unreachable');
+  } finally {
+    clearTimeout(timer);
+  }
+  let data = null;
+  try {
+    data = text ? JSON.parse(text) : null;
+  } catch {
+    data = null;
+  }
+  const why = (data && (data.detail || data.title)) || `HTTP ${res.status}`;
+  if (res.status === 401 || res.status === 403) throw new AuthError(why);
+  if (!res.ok) throw new APIError(why);
+  return data;
+}
+
+// ---- formatting ------------------------------------------------------
+
+const num = (v) => (typeof v === 'number' && Number.isFinite(v) ? v : null);
+const fmtInt = (v) => (num(v) === null ? '—' : Math.round(v).toLocaleString('en-US'));
+const fmtRate = (v) => (num(v) === null ? '—' : `${v.toFixed(v < 10 ? 1 : 0)}/s`);
+
+function fmtSecs(s) {
+  if (num(s) === null) return '—';
+  if (s < 10) return `${s.toFixed(s < 1 && s > 0 ? 1 : 0)} s`;
+  if (s < 60) return `${Math.round(s)} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`;
+  return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+}
+
+const fmtMs = (ms) => (num(ms) === null ? '—' : ms < 1000 ? `${Math.round(ms)} ms` : fmtSecs(ms / 1000));
+
+// Times are UTC, like the logs an operator will compare them with.
+function fmtClock(t) {
+  const d = new Date(t);
+  return Number.isNaN(d.getTime()) ? '—' : d.toISOString().slice(11, 19) + ' UTC';
+}
+
+function fmtDateTime(t) {
+  const d = new Date(t);
+  return Number.isNaN(d.getTime()) ? '—' : d.toISOString().slice(0, 19).replace('T', ' ') + ' UTC';
+}
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === 'class') e.className = v;
+    else if (k === 'data') Object.assign(e.dataset, v);
+    else e.setAttribute(k, v);
+  }
+  e.append(...children.map((c) => (c instanceof Node ? c : String(c))));
+  return e;
+}
+
+// ---- rendering -------------------------------------------------------
+
+function tile(name, st, value, detail) {
+  $('tile-' + name).dataset.state = st;
+  $('st-' + name).textContent = value;
+  $('st-' + name + '-detail').textContent = detail;
+}
+
+function classNames(classes) {
+  const extra = Object.keys(classes).filter((c) => !CLASS_ORDER.includes(c)).sort();
+  return CLASS_ORDER.filter((c) => c in classes).concat(extra);
+}
+
+const queued = (c) => (num(c.ready) ?? 0) + (num(c.scheduled) ?? 0) + (num(c.leased) ?? 0);
+
+// sendRate is the provider's achieved rate: reported directly, or derived
+// from per-class sent_total counters between two polls; null when neither.
+function sendRate(s, now) {
+  const direct = num(s.provider?.sent_per_second);
+  if (direct !== null) return direct;
+  const cs = Object.values(s.classes || {});
+  if (cs.length === 0 || cs.some((c) => num(c.sent_total) === null)) {
+    state.prevSent = null;
+    return null;
+  }
+  const total = cs.reduce((a, c) => a + c.sent_total, 0);
+  const prev = state.prevSent;
+  state.prevSent = { t: now, total };
+  if (!prev || now <= prev.t || total < prev.total) return state.rate; // first sample or counter reset
+  state.rate = ((total - prev.total) * 1000) / (now - prev.t);
+  return state.rate;
+}
+
+function renderTiles(s, now, rate) {
+  const classes = s.classes || {};
+  const all = Object.values(classes);
+  const backlog = all.reduce((a, c) => a + queued(c), 0);
+  const ready = all.reduce((a, c) => a + (num(c.ready) ?? 0), 0);
+  const oldest = Math.max(0, ...all.map((c) => num(c.oldest_age_seconds) ?? 0));
+  const paused = s.pause?.paused === true;
+  const holdMs = num(s.limiter?.pause_remaining_ms) ?? 0;
+  const mode = s.limiter?.mode;
+  const rateText = `rate ${fmtRate(rate)}`;
+
+  if (paused) tile('sending', 'bad', 'NO', `paused by an operator · ${fmtInt(backlog)} queued`);
+  else if (holdMs > 0) tile('sending', 'warn', 'HELD', `provider answered 429: every replica waits ${fmtMs(holdMs)}`);
+  else if (rate === 0 && ready > 0) tile('sending', 'bad', 'STALLED', `${fmtInt(backlog)} queued, nothing sent`);
+  else if (ready > 0 && oldest > BACKLOG_SLOW_S) tile('sending', 'warn', 'SLOW', `${fmtInt(backlog)} queued, oldest waits ${fmtSecs(oldest)} · ${rateText}`);
+  else if (backlog > 0 || rate > 0) tile('sending', 'ok', 'YES', `${fmtInt(backlog)} queued · ${rateText}`);
+  else tile('sending', 'ok', 'IDLE', `queue empty · ${rateText}`);
+
+  if (paused) {
+    const until = s.pause.until ? `until ${fmtClock(s.pause.until)} (${fmtSecs(Math.max(0, (Date.parse(s.pause.until) - now) / 1000))} left)` : 'until resumed';
+    tile('pause', 'bad', 'PAUSED', until + (s.pause.reason ? ` · “${s.pause.reason}”` : ''));
+  } else {
+    tile('pause', 'ok', 'NO', 'sending allowed');
+  }
+
+  const global = (s.limiter?.keys || []).find((k) => k.name === 'global');
+  if (mode === 'shared') tile('redis', 'ok', 'OK', 'one shared limit for every replica');
+  else if (mode === 'fallback') tile('redis', 'bad', 'DOWN', `fallback: each process sends at most ${fmtRate(global?.rate_per_second)}`);
+  else if (mode === 'local') tile('redis', 'none', 'NOT USED', 'embedded store: one replica, local limiter');
+  else tile('redis', 'unknown', '—', 'limiter mode not reported');
+
+  const otp = classes.otp || {};
+  const otpQueued = queued(otp);
+  const otpAge = num(otp.oldest_age_seconds) ?? 0;
+  const p99 = num(s.otp?.latency_p99_ms);
+  const p99Text = `p99 ${fmtMs(p99)}`;
+  if (paused) tile('otp', 'bad', 'BLOCKED', 'paused: POST /v1/otp answers 503');
+  else if (holdMs > 0) tile('otp', 'warn', 'HELD', `provider 429 hold, ${fmtMs(holdMs)} left`);
+  else if (otpQueued > 0 && otpAge > OTP_LATE_S) tile('otp', otpAge > OTP_VERY_LATE_S ? 'bad' : 'warn', 'LATE', `oldest queued OTP waits ${fmtSecs(otpAge)} · ${p99Text}`);
+  else if (p99 !== null && p99 > OTP_P99_SLOW_MS) tile('otp', 'warn', 'SLOW', p99Text);
+  else tile('otp', 'ok', 'OK', `${otpQueued ? fmtInt(otpQueued) + ' queued' : 'none waiting'} · ${p99Text}`);
+
+  // The tab title carries the alarms, for a page left open in the background.
+  const names = { sending: 'Sending', pause: '', redis: 'Redis', otp: 'OTP' };
+  const alarms = Object.keys(names)
+    .filter((n) => ['bad', 'warn'].includes($('tile-' + n).dataset.state))
+    .map((n) => `${names[n]} ${$('st-' + n).textContent}`.trim());
+  document.title = (alarms.length ? alarms.join(' · ') + ' — ' : '') + 'smsgw ops';
+}
+
+function renderQueues(s) {
+  const classes = s.classes || {};
+  const rows = classNames(classes).map((name) => {
+    const c = classes[name] || {};
+    const td = (field, text) => el('td', { class: 'num', data: { field } }, text);
+    return el('tr', { data: { class: name } },
+      el('th', { scope: 'row' }, name),
+      td('queued', fmtInt(queued(c))),
+      td('ready', fmtInt(c.ready)),
+      td('scheduled', fmtInt(c.scheduled)),
+      td('leased', fmtInt(c.leased)),
+      td('oldest', queued(c) ? fmtSecs(c.oldest_age_seconds) : '—'),
+      td('dead', fmtInt(c.dead)),
+      td('sent', fmtInt(c.sent_total)),
+      td('failed', fmtInt(c.failed_total)));
+  });
+  if (rows.length === 0) rows.push(el('tr', { class: 'empty' }, el('td', { colspan: '9' }, 'No classes reported.')));
+  document.querySelector('#queues tbody').replaceChildren(...rows);
+}
+
+function renderLimiter(s) {
+  const l = s.limiter || {};
+  const modes = { local: 'local (embedded, one replica)', shared: 'shared (Redis)', fallback: 'FALLBACK (Redis unreachable)' };
+  $('lim-mode').textContent = modes[l.mode] || l.mode || '—';
+  $('lim-mode').dataset.mode = l.mode || '';
+  const hold = num(l.pause_remaining_ms);
+  $('lim-hold').textContent = hold === null ? '—' : hold > 0 ? `${fmtMs(hold)} left` : 'none';
+  const rows = (l.keys || []).map((k) => el('tr', { data: { key: k.name } },
+    el('th', { scope: 'row' }, k.name),
+    el('td', { class: 'num' }, fmtRate(k.rate_per_second)),
+    el('td', { class: 'num' }, fmtInt(k.burst)),
+    el('td', { class: 'num' }, fmtMs(k.ahead_ms))));
+  document.querySelector('#limiter-keys tbody').replaceChildren(...rows);
+}
+
+function renderProvider(s, rate) {
+  const p = s.provider || {};
+  const o = s.otp || {};
+  $('pv-rate').textContent = fmtRate(rate);
+  $('pv-target').textContent = fmtRate(num(p.target_rps));
+  $('pv-429').textContent = fmtInt(p.throttled_total);
+  const win = num(p.throttled_in_window);
+  const limit = num(p.suspend_after);
+  $('pv-429-window').textContent = win === null ? '—' : limit === null ? fmtInt(win) : `${fmtInt(win)} of ${fmtInt(limit)}`;
+  $('pv-otp-p99').textContent = fmtMs(num(o.latency_p99_ms));
+  $('pv-otp-503').textContent = fmtInt(o.unavailable_total);
+}
+
+function renderDead(s, d) {
+  const total = Object.values(s.classes || {}).reduce((a, c) => a + (num(c.dead) ?? 0), 0);
+  const msgs = d?.messages || [];
+  $('dead-summary').textContent = msgs.length === 0
+    ? 'No dead letters.'
+    : `${fmtInt(total)} dead in total; showing the oldest ${fmtInt(msgs.length)}.`;
+  // Rebuild only when the list changed, so a focused Retry button keeps focus.
+  const sig = JSON.stringify(msgs.map((m) => [m.id, m.attempts, m.last_error]));
+  if (sig === state.deadSig) return;
+  state.deadSig = sig;
+  const rows = msgs.map((m) => el('tr', { data: { id: m.id } },
+    el('td', { class: 'mono' }, m.id),
+    el('td', {}, m.class || '—'),
+    el('td', { class: 'mono', data: { field: 'to' } }, m.to || '—'),
+    el('td', {}, m.producer || '—'),
+    el('td', { class: 'num' }, fmtInt(m.attempts)),
+    el('td', { class: 'err' }, m.last_error || '—'),
+    el('td', {}, fmtDateTime(m.created_at)),
+    el('td', {}, retryButton(m.id))));
+  if (rows.length === 0) rows.push(el('tr', { class: 'empty' }, el('td', { colspan: '8' }, 'None.')));
+  document.querySelector('#dead tbody').replaceChildren(...rows);
+}
+
+function retryButton(id) {
+  const b = el('button', { type: 'button', class: 'small', 'aria-label': `Retry message ${id}` }, 'Retry');
+  b.addEventListener('click', () => act(b, `dead-letters/${encodeURIComponent(id)}/retry`, undefined, `Message ${id} queued again.`));
+  return b;
+}
+
+function render() {
+  const s = state.stats;
+  if (!s) return;
+  const now = Date.now();
+  const rate = sendRate(s, now);
+  renderTiles(s, now, rate);
+  renderQueues(s);
+  renderLimiter(s);
+  renderProvider(s, rate);
+  renderDead(s, state.dead);
+  const paused = s.pause?.paused === true;
+  $('resume').disabled = !paused;
+  $('pause-start').textContent = paused ? 'Change the pause…' : 'Pause sending…';
+  document.body.dataset.paused = String(paused);
+}
+
+function renderFreshness() {
+  const now = Date.now();
+  const f = $('freshness');
+  const parts = [];
+  if (state.lastOK) parts.push(`Last updated ${fmtClock(state.lastOK)} (${fmtSecs(Math.floor((now - state.lastOK) / 1000))} ago)`);
+  if (state.lastErr) {
+    const wait = Math.max(0, Math.ceil((state.nextAt - now) / 1000));
+    parts.push(`update failed: ${state.lastErr}; retrying in ${wait} s`);
+  }
+  f.textContent = parts.length ? parts.join(' — ') : 'Connecting…';
+  f.dataset.state = state.lastErr ? 'error' : 'ok';
+  const stale = state.lastErr !== '' && (!state.lastOK || now - state.lastOK > STALE_MS);
+  document.body.dataset.stale = String(stale);
+  const banner = $('stale');
+  banner.hidden = !stale;
+  if (stale) {
+    banner.textContent = state.lastOK
+      ? `STALE: no answer from the gateway since ${fmtClock(state.lastOK)}. The figures below are old.`
+      : 'No answer from the gateway yet.';
+  }
+}
+
+// ---- polling ---------------------------------------------------------
+
+async function poll() {
+  clearTimeout(state.timer);
+  state.timer = 0;
+  const session = state.session;
+  if (state.inflight === session) {
+    state.again = true;
+    return;
+  }
+  state.inflight = session;
+  let delay = POLL_MS;
+  try {
+    const [stats, dead] = await Promise.all([api('GET', 'stats'), api('GET', `dead-letters?limit=${DEAD_LIMIT}`)]);
+    if (session !== state.session) return;
+    state.stats = stats;
+    state.dead = dead;
+    state.lastOK = Date.now();
+    state.lastErr = '';
+    state.failures = 0;
+    render();
+  } catch (e) {
+    if (session !== state.session) return;
+    if (e instanceof AuthError) {
+      signOut(`The gateway refused the key: ${e.message}`);
+      return;
+    }
+    state.failures++;
+    state.lastErr = e.message;
+    delay = Math.min(MAX_BACKOFF_MS, POLL_MS * 2 ** state.failures);
+  } finally {
+    if (state.inflight === session) state.inflight = -1;
+  }
+  if (state.again) {
+    state.again = false;
+    delay = 0;
+  }
+  state.nextAt = Date.now() + delay;
+  state.timer = setTimeout(poll, delay);
+  renderFreshness();
+}
+
+// act runs one admin action, reports it, and refreshes at once.
+async function act(button, path, body, done) {
+  const msg = $('action-msg');
+  button.disabled = true;
+  msg.dataset.state = 'busy';
+  msg.textContent = 'Working…';
+  try {
+    await api('POST', path, body);
+    msg.dataset.state = 'ok';
+    msg.textContent = `${done} (${fmtClock(Date.now())})`;
+    return true;
+  } catch (e) {
+    if (e instanceof AuthError) {
+      signOut(`The gateway refused the key: ${e.message}`);
+      return false;
+    }
+    msg.dataset.state = 'error';
+    msg.textContent = `Failed: ${e.message}`;
+    return false;
+  } finally {
+    button.disabled = false;
+    poll();
+  }
+}
+
+// ---- session ---------------------------------------------------------
+
+function resetState() {
+  clearTimeout(state.timer);
+  Object.assign(state, {
+    stats: null, dead: null, deadSig: '', lastOK: 0, lastErr: '', failures: 0, nextAt: 0, timer: 0,
+    again: false, prevSent: null, rate: null, inflight: -1,
+  });
+  state.session++;
+}
+
+function signIn() {
+  resetState();
+  $('login').hidden = true;
+  $('main').hidden = false;
+  $('signout').hidden = false;
+  $('key-error').hidden = true;
+  $('action-msg').textContent = '';
+  renderFreshness();
+  poll();
+}
+
+function signOut(why) {
+  clearKey();
+  resetState();
+  $('main').hidden = true;
+  $('signout').hidden = true;
+  $('login').hidden = false;
+  $('freshness').textContent = 'Not connected';
+  $('freshness').dataset.state = 'ok';
+  $('stale').hidden = true;
+  document.body.dataset.stale = 'false';
+  document.title = 'smsgw ops';
+  const err = $('key-error');
+  err.hidden = !why;
+  err.textContent = why || '';
+  $('key-input').focus();
+}
+
+function init() {
+  $('key-form').addEventListener('submit', (e) => {
+    e.preventDefault();
+    const input = $('key-input');
+    const key = input.value.trim();
+    input.value = '';
+    if (!key) return;
+    setKey(key);
+    signIn();
+  });
+  $('signout').addEventListener('click', () => signOut(''));
+
+  const form = $('pause-form');
+  $('pause-start').addEventListener('click', () => {
+    form.hidden = false;
+    $('pause-reason').focus();
+  });
+  $('pause-cancel').addEventListener('click', () => {
+    form.hidden = true;
+    $('pause-start').focus();
+  });
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const body = {};
+    const reason = $('pause-reason').value.trim();
+    const secs = Number($('pause-duration').value);
+    if (reason) body.reason = reason;
+    if (secs > 0) body.duration_seconds = secs;
+    if (await act($('pause-confirm'), 'pause', body, 'Sending paused on every replica.')) {
+      form.hidden = true;
+      $('pause-reason').value = '';
+    }
+  });
+  $('resume').addEventListener('click', () => act($('resume'), 'resume', undefined, 'Sending resumed.'));
+
+  document.addEventListener('visibilitychange', () => {
+    if (!document.hidden && getKey()) poll();
+  });
+  setInterval(() => {
+    if (getKey()) renderFreshness();
+  }, 1000);
+
+  if (getKey()) signIn();
+  else signOut('');
+}
+
+init();
