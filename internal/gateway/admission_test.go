@@ -1,0 +1,123 @@
+package gateway
+
+import (
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// TestRetryingClientIsNotLockedOut is the classic increment-then-check
+// bug: a client that keeps retrying while limited must be admitted once
+// it waits the Retry-After of its first refusal. With a counter that
+// counts refused requests, the hammering below would push the limit
+// tens of seconds into the future.
+func TestRetryingClientIsNotLockedOut(t *testing.T) {
+	for _, m := range modes {
+		t.Run(string(m), func(t *testing.T) {
+			t.Parallel()
+			h := start(t, m, nil)
+			// "slow": 2 messages/s, burst 2.
+			for i := range 2 {
+				wantStatus(t, h.post("/v1/messages", keySlow, msg("transactional", "reference", "r"+strconv.Itoa(i))), http.StatusAccepted)
+			}
+			first := h.post("/v1/messages", keySlow, msg("transactional"))
+			firstAt := time.Now()
+			wantStatus(t, first, http.StatusTooManyRequests)
+			ra, err := strconv.Atoi(first.header.Get("Retry-After"))
+			if err != nil || ra < 1 || ra > 2 {
+				t.Fatalf("Retry-After %q", first.header.Get("Retry-After"))
+			}
+			if first.header.Get("RateLimit-Limit") != "2" || first.header.Get("RateLimit-Remaining") != "0" {
+				t.Errorf("RateLimit headers %v", first.header)
+			}
+			if p := first.problem(t); p["type"] != ProblemTypeBase+"rate-limited" {
+				t.Errorf("problem %v", p)
+			}
+			// Hammer for most of the Retry-After: every request refused.
+			refused := 0
+			for time.Since(firstAt) < time.Duration(ra)*time.Second-600*time.Millisecond || refused < 20 {
+				r := h.post("/v1/messages", keySlow, msg("transactional"))
+				if r.status != http.StatusTooManyRequests {
+					break
+				}
+				refused++
+			}
+			if refused < 20 {
+				t.Fatalf("only %d refusals before being admitted", refused)
+			}
+			time.Sleep(time.Until(firstAt.Add(time.Duration(ra) * time.Second)))
+			wantStatus(t, h.post("/v1/messages", keySlow, msg("transactional")), http.StatusAccepted)
+			t.Logf("%d refused retries; admitted after the first Retry-After (%ds)", refused, ra)
+		})
+	}
+}
+
+// TestMaxOutstanding refuses past max_outstanding, and the refusal does
+// not count: once messages are sent, the producer is admitted again.
+func TestMaxOutstanding(t *testing.T) {
+	h := start(t, embeddedMode, nil)
+	wantStatus(t, h.post("/v1/admin/pause", keyAdmin, nil), http.StatusOK)
+	for range 2 {
+		wantStatus(t, h.post("/v1/messages", keyCapped, msg("transactional")), http.StatusAccepted)
+	}
+	for range 3 {
+		r := h.post("/v1/messages", keyCapped, msg("transactional"))
+		wantStatus(t, r, http.StatusTooManyRequests)
+		if p := r.problem(t); p["type"] != ProblemTypeBase+"too-many-outstanding" || p["max_outstanding"] != float64(2) {
+			t.Fatalf("problem %v", p)
+		}
+	}
+	wantStatus(t, h.post("/v1/admin/resume", keyAdmin, nil), http.StatusOK)
+	eventually(t, "the backlog to be sent", func() bool { return len(h.sim.Accepted()) == 2 })
+	wantStatus(t, h.post("/v1/messages", keyCapped, msg("transactional")), http.StatusAccepted)
+}
+
+// TestTTLShorterThanBacklogIsRefused: with a backlog ahead that takes
+// longer than the message's TTL, the message is refused up front with the
+// estimate, while one with a longer TTL is accepted with an honest ETA.
+func TestTTLShorterThanBacklogIsRefused(t *testing.T) {
+	for _, m := range modes {
+		t.Run(string(m), func(t *testing.T) {
+			t.Parallel()
+			h := start(t, m, func(c *Config) {
+				c.Limits.TargetRPS = 10
+				c.Limits.Classes = map[string]ClassLimits{"marketing": {MaxRPS: 5}}
+			})
+			wantStatus(t, h.post("/v1/admin/pause", keyAdmin, map[string]any{"reason": "build a backlog"}), http.StatusOK)
+			// 50 marketing messages at 5/s: 10 s of backlog.
+			items := make([]any, 50)
+			for i := range items {
+				items[i] = msg("marketing")
+			}
+			b := h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": items})
+			wantStatus(t, b, http.StatusOK)
+			time.Sleep(2 * etaRefresh)
+
+			r := h.post("/v1/messages", keyNotify, msg("marketing", "ttl_seconds", 3))
+			wantStatus(t, r, http.StatusTooManyRequests)
+			p := r.problem(t)
+			eta, err := time.Parse(time.RFC3339Nano, p["estimated_send_at"].(string))
+			if err != nil || p["type"] != ProblemTypeBase+"would-expire-before-send" {
+				t.Fatalf("problem %v", p)
+			}
+			if wait := time.Until(eta); wait < 8*time.Second || wait > 12*time.Second {
+				t.Errorf("estimated wait %v, want about 10s", wait)
+			}
+			if ra, _ := strconv.Atoi(r.header.Get("Retry-After")); ra < 5 {
+				t.Errorf("Retry-After %q, want the ~7 s the backlog needs to drain below the TTL", r.header.Get("Retry-After"))
+			}
+
+			ok := h.post("/v1/messages", keyNotify, msg("marketing", "ttl_seconds", 60))
+			wantStatus(t, ok, http.StatusAccepted)
+			var a acceptedMessage
+			ok.json(t, &a)
+			if wait := time.Until(a.EstimatedSendAt); wait < 8*time.Second || wait > 12*time.Second {
+				t.Errorf("estimated_send_at in %v, want about 10s", wait)
+			}
+			// Transactional goes ahead of the marketing backlog.
+			tx := h.post("/v1/messages", keyNotify, msg("transactional", "ttl_seconds", 3))
+			wantStatus(t, tx, http.StatusAccepted)
+		})
+	}
+}

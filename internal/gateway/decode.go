@@ -1,0 +1,268 @@
+package gateway
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"smsgw/internal/sms"
+)
+
+// MaxReferenceLen bounds the producer's own reference.
+const MaxReferenceLen = 128
+
+// messageRequest is the body of POST /v1/messages and one item of a batch.
+type messageRequest struct {
+	To         string `json:"to"`
+	Body       string `json:"body"`
+	Class      string `json:"class"`
+	From       string `json:"from,omitempty"`
+	Reference  string `json:"reference,omitempty"`
+	TTLSeconds *int64 `json:"ttl_seconds,omitempty"`
+}
+
+type batchRequest struct {
+	Messages []json.RawMessage `json:"messages"`
+}
+
+type otpRequest struct {
+	To         string `json:"to"`
+	Body       string `json:"body"`
+	From       string `json:"from,omitempty"`
+	Reference  string `json:"reference,omitempty"`
+	DeadlineMS *int64 `json:"deadline_ms,omitempty"`
+}
+
+type pauseRequest struct {
+	DurationSeconds *float64 `json:"duration_seconds,omitempty"`
+	Reason          string   `json:"reason,omitempty"`
+}
+
+// readBody checks the content type and reads the whole (size-limited) body.
+// An empty body is allowed only when allowEmpty.
+func readBody(r *http.Request, allowEmpty bool) ([]byte, error) {
+	raw, err := io.ReadAll(r.Body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, err
+		}
+		return nil, &Error{Kind: KindInvalid, Detail: "could not read the request body", Fields: []FieldError{{"request", "unreadable body"}}, Err: err}
+	}
+	if len(raw) == 0 && allowEmpty {
+		return nil, nil
+	}
+	if err := checkJSONContentType(r.Header.Get("Content-Type")); err != nil {
+		return nil, err
+	}
+	return raw, nil
+}
+
+func checkJSONContentType(ct string) error {
+	if ct == "" {
+		return errorf(KindUnsupportedMedia, "send Content-Type: application/json")
+	}
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return errorf(KindUnsupportedMedia, "unparseable Content-Type; send application/json")
+	}
+	if mt != "application/json" && !(strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")) {
+		return errorf(KindUnsupportedMedia, "Content-Type "+mt+" is not supported; send application/json")
+	}
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+		return errorf(KindUnsupportedMedia, "charset "+cs+" is not supported; JSON is UTF-8")
+	}
+	return nil
+}
+
+// decodeStrict decodes one JSON object into dst: valid UTF-8 checked on the
+// raw bytes first (encoding/json would silently replace invalid bytes and
+// lone surrogates with U+FFFD), unknown fields refused, nothing after the
+// object. Field names in errors carry prefix ("messages[3].").
+func decodeStrict(raw []byte, dst any, prefix string) error {
+	if !sms.ValidUTF8JSON(raw) {
+		return fieldError(prefix+invalidUTF8Field(raw), "is not valid UTF-8 (or holds an unpaired surrogate escape)")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		return jsonError(err, prefix)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return fieldError(strings.TrimSuffix(prefix, ".")+orWhole(prefix), "must be a single JSON object with nothing after it")
+	}
+	return nil
+}
+
+func orWhole(prefix string) string {
+	if prefix == "" {
+		return "request"
+	}
+	return ""
+}
+
+// invalidUTF8Field finds the top-level member whose value is not valid
+// UTF-8, to name it in the error; "request" when it cannot tell.
+func invalidUTF8Field(raw []byte) string {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) != nil {
+		return "request"
+	}
+	for k, v := range m {
+		if !sms.ValidUTF8JSON(v) && utf8.ValidString(k) && plainToken(k, 32) {
+			return k
+		}
+	}
+	return "request"
+}
+
+// jsonError names the field a decoding error is about.
+func jsonError(err error, prefix string) error {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	whole := strings.TrimSuffix(prefix, ".") + orWhole(prefix)
+	switch {
+	case errors.As(err, &te):
+		if te.Field == "" {
+			return fieldError(whole, "must be a JSON object")
+		}
+		return fieldError(prefix+te.Field, "must be "+jsonTypeName(te.Type.Kind().String()))
+	case errors.As(err, &se):
+		return fieldError(whole, fmt.Sprintf("is not valid JSON (at byte %d)", se.Offset))
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return fieldError(whole, "is empty or truncated JSON")
+	}
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		if f, uerr := strconv.Unquote(name); uerr == nil && plainToken(f, 64) {
+			return fieldError(prefix+f, "is not a known field")
+		}
+		return fieldError(whole, "holds an unknown field")
+	}
+	return fieldError(whole, "is not valid JSON")
+}
+
+func jsonTypeName(kind string) string {
+	switch kind {
+	case "string":
+		return "a string"
+	case "int", "int64", "float64", "uint8":
+		return "a number"
+	case "slice":
+		return "an array"
+	case "struct", "map":
+		return "an object"
+	case "ptr":
+		return "a number"
+	}
+	return "of another type"
+}
+
+// validated is a message request that passed every check.
+type validated struct {
+	msg      *sms.Message
+	segments sms.Segments
+	ttl      time.Duration // 0: never expires
+}
+
+// validateMessage checks a request field by field and reports every
+// problem at once. The class is checked for shape here; whether the
+// producer may use it is the caller's (403, not 400).
+func (s *server) validateMessage(req *messageRequest, class sms.Class, prefix string) (validated, []FieldError) {
+	var errs []FieldError
+	add := func(err error) {
+		var ve *sms.ValidationError
+		if errors.As(err, &ve) {
+			errs = append(errs, FieldError{prefix + ve.Field, ve.Reason})
+		} else if err != nil {
+			errs = append(errs, FieldError{prefix + "request", err.Error()})
+		}
+	}
+	to, err := sms.ParseE164(req.To)
+	if req.To == "" {
+		err = &sms.ValidationError{Field: "to", Reason: "is required"}
+	}
+	add(err)
+	add(sms.ValidateSender(req.From))
+	seg, err := sms.ValidateBody(req.Body, s.cfg.Messages.MaxSegments)
+	add(err)
+	if len(req.Reference) > MaxReferenceLen {
+		errs = append(errs, FieldError{prefix + "reference", fmt.Sprintf("has at most %d bytes", MaxReferenceLen)})
+	} else if strings.ContainsFunc(req.Reference, unicode.IsControl) {
+		errs = append(errs, FieldError{prefix + "reference", "must not contain control characters"})
+	}
+	ttl := s.cfg.Messages.DefaultTTL
+	if req.TTLSeconds != nil {
+		maxTTL := int64(s.cfg.Messages.MaxTTL / time.Second)
+		switch v := *req.TTLSeconds; {
+		case v < 1:
+			errs = append(errs, FieldError{prefix + "ttl_seconds", "must be at least 1"})
+		case v > maxTTL:
+			errs = append(errs, FieldError{prefix + "ttl_seconds", fmt.Sprintf("must be at most %d (messages.max_ttl)", maxTTL)})
+		default:
+			ttl = time.Duration(v) * time.Second
+		}
+	}
+	if len(errs) > 0 {
+		return validated{}, errs
+	}
+	cost := 1
+	if s.cfg.Provider.CountSegments {
+		cost = max(1, seg.Count)
+	}
+	m := &sms.Message{
+		Class:     class,
+		To:        to,
+		From:      req.From,
+		Body:      req.Body,
+		Reference: req.Reference,
+		Segments:  cost,
+	}
+	m.RequestHash = requestHash(m, ttl)
+	return validated{msg: m, segments: seg, ttl: ttl}, nil
+}
+
+// parseClass checks the class field's shape.
+func parseClass(name, prefix string) (sms.Class, *FieldError) {
+	if name == "" {
+		return 0, &FieldError{prefix + "class", "is required (otp, transactional or marketing)"}
+	}
+	c, err := sms.ParseClass(name)
+	if err != nil {
+		return 0, &FieldError{prefix + "class", "must be one of otp, transactional, marketing"}
+	}
+	return c, nil
+}
+
+// requestHash digests the canonical request (normalized number, every
+// field that changes what is sent), so a replay under the same
+// Idempotency-Key with another body is told apart.
+func requestHash(m *sms.Message, ttl time.Duration) string {
+	h := sha256.New()
+	for _, f := range []string{"v1", m.Class.String(), m.To, m.From, m.Body, m.Reference, strconv.FormatInt(int64(ttl/time.Second), 10)} {
+		h.Write([]byte(strconv.Itoa(len(f))))
+		h.Write([]byte{':'})
+		h.Write([]byte(f))
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func hashBytes(parts ...[]byte) string {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write([]byte(strconv.Itoa(len(p))))
+		h.Write([]byte{':'})
+		h.Write(p)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}

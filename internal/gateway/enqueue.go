@@ -1,0 +1,121 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"smsgw/internal/queue"
+	"smsgw/internal/sms"
+)
+
+// enqueuer stores one message (the queue, or a coalescer in front of it).
+type enqueuer interface {
+	Enqueue(ctx context.Context, m *sms.Message) (queue.EnqueueResult, error)
+}
+
+// coalescer turns concurrent single enqueues into EnqueueMany calls: one
+// goroutine takes whatever requests are waiting (up to coalesceMax) and
+// stores them with one call, so with Redis many POSTs share one script
+// round trip. Nothing waits for a timer: under light load a batch is one
+// message; under heavy load batches grow while the previous call runs.
+type coalescer struct {
+	base    context.Context // the App's: values only, never cancelled
+	q       queue.Queue
+	in      chan *enqueueCall
+	done    chan struct{}
+	timeout time.Duration
+}
+
+type enqueueCall struct {
+	m   *sms.Message
+	out chan enqueueReply
+}
+
+type enqueueReply struct {
+	res queue.EnqueueResult
+	err error
+}
+
+const (
+	coalesceMax     = 256
+	coalesceTimeout = 5 * time.Second
+)
+
+func newCoalescer(ctx context.Context, q queue.Queue) *coalescer {
+	c := &coalescer{base: context.WithoutCancel(ctx), q: q, in: make(chan *enqueueCall, coalesceMax), done: make(chan struct{}), timeout: coalesceTimeout}
+	go c.run()
+	return c
+}
+
+// Enqueue hands m to the batch loop and waits for its result. A caller
+// that gives up (ctx done) may still have its message stored, as with any
+// enqueue cut short; an idempotency key makes the retry safe.
+func (c *coalescer) Enqueue(ctx context.Context, m *sms.Message) (queue.EnqueueResult, error) {
+	call := &enqueueCall{m: m, out: make(chan enqueueReply, 1)}
+	select {
+	case c.in <- call:
+	case <-ctx.Done():
+		return queue.EnqueueResult{}, ctx.Err()
+	}
+	select {
+	case r := <-call.out:
+		return r.res, r.err
+	case <-ctx.Done():
+		return queue.EnqueueResult{}, ctx.Err()
+	}
+}
+
+func (c *coalescer) run() {
+	defer close(c.done)
+	batch := make([]*enqueueCall, 0, coalesceMax)
+	for first := range c.in {
+		batch = append(batch[:0], first)
+	drain:
+		for len(batch) < coalesceMax {
+			select {
+			case call, ok := <-c.in:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, call)
+			default:
+				break drain
+			}
+		}
+		c.flush(batch)
+	}
+}
+
+// flush stores one batch. Its context is its own: one caller giving up
+// must not fail the others.
+func (c *coalescer) flush(batch []*enqueueCall) {
+	ms := make([]*sms.Message, len(batch))
+	for i, call := range batch {
+		ms[i] = call.m
+	}
+	ctx, cancel := context.WithTimeout(c.base, c.timeout)
+	defer cancel()
+	results, err := c.q.EnqueueMany(ctx, ms)
+	if err == nil && len(results) != len(batch) {
+		err = fmt.Errorf("enqueue: %d results for %d messages", len(results), len(batch))
+	}
+	for i, call := range batch {
+		switch {
+		case err != nil:
+			call.out <- enqueueReply{err: err}
+		case results[i].Err != nil:
+			call.out <- enqueueReply{err: results[i].Err}
+		default:
+			call.out <- enqueueReply{res: results[i]}
+		}
+	}
+}
+
+// close stops the loop once every accepted call is answered. Callers must
+// have stopped calling Enqueue (the HTTP server has drained).
+func (c *coalescer) close() error {
+	close(c.in)
+	<-c.done
+	return nil
+}

@@ -1,0 +1,150 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"smsgw/internal/provider/sim"
+)
+
+func TestIdempotencyKey(t *testing.T) {
+	for _, m := range modes {
+		t.Run(string(m), func(t *testing.T) {
+			t.Parallel()
+			h := start(t, m, nil)
+			body := msg("transactional", "reference", "invoice-9")
+			first := h.post("/v1/messages", keyNotify, body, "Idempotency-Key", "order-9-confirmation")
+			wantStatus(t, first, http.StatusAccepted)
+			if first.header.Get("Idempotent-Replayed") != "" {
+				t.Error("first answer marked as replayed")
+			}
+			again := h.post("/v1/messages", keyNotify, body, "Idempotency-Key", "order-9-confirmation")
+			wantStatus(t, again, http.StatusAccepted)
+			if again.header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(first.body, again.body) ||
+				again.header.Get("Location") != first.header.Get("Location") {
+				t.Errorf("replay %s %v, want the first answer %s", again.body, again.header, first.body)
+			}
+			// The same key from another producer is another key.
+			other := h.post("/v1/messages", keySlow, body, "Idempotency-Key", "order-9-confirmation")
+			wantStatus(t, other, http.StatusAccepted)
+			if bytes.Equal(other.body, first.body) {
+				t.Error("another producer got this producer's answer")
+			}
+			changed := h.post("/v1/messages", keyNotify, msg("transactional", "reference", "invoice-10"), "Idempotency-Key", "order-9-confirmation")
+			wantStatus(t, changed, http.StatusUnprocessableEntity)
+			if p := changed.problem(t); p["type"] != ProblemTypeBase+"idempotency-key-reused" {
+				t.Errorf("problem %v", p)
+			}
+			bad := h.post("/v1/messages", keyNotify, body, "Idempotency-Key", "")
+			wantStatus(t, bad, http.StatusBadRequest)
+
+			var a acceptedMessage
+			first.json(t, &a)
+			eventually(t, "the send", func() bool { return sentRefs(h.sim)[a.ID] == 1 })
+			time.Sleep(200 * time.Millisecond)
+			if n := len(h.sim.Accepted()); n != 2 {
+				t.Errorf("the provider got %d sends, want 2 (one per producer)", n)
+			}
+		})
+	}
+}
+
+// TestIdempotencyInFlight: a retry that races the first request gets 409
+// with Retry-After, then the first answer once it is stored.
+func TestIdempotencyInFlight(t *testing.T) {
+	for _, m := range modes {
+		t.Run(string(m), func(t *testing.T) {
+			t.Parallel()
+			h := start(t, m, nil)
+			p := h.app.srv.auth.producerFor(keyHash(keyNotify, ""))
+			k := idemKey(p.Name, "message", "slow-first")
+			// Hold the lock as a first request still in progress would.
+			_, token, err := h.app.srv.idem.Acquire(context.Background(), k, time.Minute)
+			if err != nil || token == "" {
+				t.Fatalf("acquire: %q %v", token, err)
+			}
+			body := msg("transactional")
+			r := h.post("/v1/messages", keyNotify, body, "Idempotency-Key", "slow-first")
+			wantStatus(t, r, http.StatusConflict)
+			if r.header.Get("Retry-After") != "1" {
+				t.Errorf("Retry-After %q", r.header.Get("Retry-After"))
+			}
+			if err := h.app.srv.idem.Finish(context.Background(), k, token, nil); err != nil {
+				t.Fatal(err)
+			}
+			wantStatus(t, h.post("/v1/messages", keyNotify, body, "Idempotency-Key", "slow-first"), http.StatusAccepted)
+		})
+	}
+}
+
+// TestIdempotencyAcrossReplicas: three replicas on one Redis; a POST
+// retried on another replica yields the same id and one send.
+func TestIdempotencyAcrossReplicas(t *testing.T) {
+	s := newSim(t, sim.Config{})
+	cfg := testConfig(t, redisMode, s.URL())
+	var hs []*harness
+	for range 3 {
+		c := cfg
+		c.Store.Path = t.TempDir()
+		hs = append(hs, startWith(t, c, s))
+	}
+	body := msg("transactional")
+	var ids []string
+	for i, h := range hs {
+		r := h.post("/v1/messages", keyNotify, body, "Idempotency-Key", "checkout-42")
+		wantStatus(t, r, http.StatusAccepted)
+		var a acceptedMessage
+		r.json(t, &a)
+		ids = append(ids, a.ID)
+		if replayed := r.header.Get("Idempotent-Replayed") == "true"; replayed != (i > 0) {
+			t.Errorf("replica %d: Idempotent-Replayed %v", i, replayed)
+		}
+	}
+	if ids[0] != ids[1] || ids[1] != ids[2] {
+		t.Fatalf("ids %v, want one id", ids)
+	}
+	eventually(t, "the send", func() bool { return sentRefs(s)[ids[0]] >= 1 })
+	time.Sleep(300 * time.Millisecond)
+	if n := len(s.Accepted()); n != 1 {
+		t.Errorf("the provider got %d sends, want 1", n)
+	}
+	// The batch and OTP endpoints replay too.
+	items := map[string]any{"messages": []any{msg("transactional", "reference", "a"), msg("transactional", "to", "bad")}}
+	b1 := hs[0].post("/v1/messages/batch", keyNotify, items, "Idempotency-Key", "batch-7")
+	b2 := hs[1].post("/v1/messages/batch", keyNotify, items, "Idempotency-Key", "batch-7")
+	wantStatus(t, b1, http.StatusOK)
+	if !bytes.Equal(b1.body, b2.body) || b2.header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("batch replay %s, want %s", b2.body, b1.body)
+	}
+}
+
+// TestIdempotencySurvivesRestart: the embedded answer store is memory, but
+// the queue keeps (producer, key) → id on disk; after a restart a replay
+// still gets the first id (and a changed body still gets 422).
+func TestIdempotencySurvivesRestart(t *testing.T) {
+	s := newSim(t, sim.Config{})
+	cfg := testConfig(t, embeddedMode, s.URL())
+	h1 := startWith(t, cfg, s)
+	body := msg("marketing", "reference", "promo-1")
+	first := h1.post("/v1/messages", keyNotify, body, "Idempotency-Key", "promo-1")
+	wantStatus(t, first, http.StatusAccepted)
+	if err := h1.app.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	h2 := startWith(t, cfg, s)
+	// A changed body first, so that it is told apart by the stored
+	// message, not by an answer cached by the replay below.
+	changed := h2.post("/v1/messages", keyNotify, msg("marketing", "reference", "promo-2"), "Idempotency-Key", "promo-1")
+	wantStatus(t, changed, http.StatusUnprocessableEntity)
+	again := h2.post("/v1/messages", keyNotify, body, "Idempotency-Key", "promo-1")
+	wantStatus(t, again, http.StatusAccepted)
+	var a, b acceptedMessage
+	first.json(t, &a)
+	again.json(t, &b)
+	if a.ID != b.ID || again.header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("after restart: %s %v, want id %s replayed", again.body, again.header, a.ID)
+	}
+}

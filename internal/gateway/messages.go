@@ -1,0 +1,357 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"smsgw/internal/sms"
+)
+
+// MaxBatch is the most messages one batch may hold.
+const MaxBatch = 1000
+
+// acceptedMessage is the 202 body of POST /v1/messages and of each
+// accepted batch item.
+type acceptedMessage struct {
+	ID              string     `json:"id"`
+	Status          sms.Status `json:"status"`
+	Class           sms.Class  `json:"class"`
+	Segments        int        `json:"segments"`
+	Encoding        string     `json:"encoding"`
+	EstimatedSendAt time.Time  `json:"estimated_send_at"`
+	ExpiresAt       *time.Time `json:"expires_at,omitempty"`
+}
+
+// messageView is GET /v1/messages/{id}.
+type messageView struct {
+	ID                string     `json:"id"`
+	Status            sms.Status `json:"status"`
+	Class             sms.Class  `json:"class"`
+	To                string     `json:"to"`
+	From              string     `json:"from,omitempty"`
+	Reference         string     `json:"reference,omitempty"`
+	Segments          int        `json:"segments"`
+	Attempts          int        `json:"attempts"`
+	LastError         string     `json:"last_error,omitempty"`
+	ProviderMessageID string     `json:"provider_message_id,omitempty"`
+	CreatedAt         time.Time  `json:"created_at"`
+	UpdatedAt         *time.Time `json:"updated_at,omitempty"`
+	SentAt            *time.Time `json:"sent_at,omitempty"`
+	ExpiresAt         *time.Time `json:"expires_at,omitempty"`
+}
+
+func optTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+func viewOf(m *sms.Message) messageView {
+	st := m.Status
+	if st == "" {
+		st = sms.StatusUnknown
+	}
+	return messageView{
+		ID: m.ID, Status: st, Class: m.Class, To: m.To, From: m.From, Reference: m.Reference,
+		Segments: sms.CountSegments(m.Body).Count, Attempts: m.Attempts, LastError: m.LastError,
+		ProviderMessageID: m.ProviderID, CreatedAt: m.CreatedAt.UTC(), UpdatedAt: optTime(m.UpdatedAt),
+		SentAt: optTime(m.SentAt), ExpiresAt: optTime(m.ExpiresAt),
+	}
+}
+
+func acceptedOf(m *sms.Message, eta time.Time) acceptedMessage {
+	seg := sms.CountSegments(m.Body)
+	if nb := m.NotBefore; nb.After(eta) {
+		eta = nb
+	}
+	return acceptedMessage{
+		ID: m.ID, Status: sms.StatusQueued, Class: m.Class, Segments: seg.Count, Encoding: string(seg.Encoding),
+		EstimatedSendAt: eta.UTC().Truncate(time.Millisecond), ExpiresAt: optTime(m.ExpiresAt),
+	}
+}
+
+func location(id string) string { return "/v1/messages/" + id }
+
+// invalid builds the 400 for a list of field errors.
+func invalid(errs []FieldError) *Error {
+	parts := make([]string, 0, len(errs))
+	for _, e := range errs {
+		parts = append(parts, e.Field+": "+e.Reason)
+	}
+	return &Error{Kind: KindInvalid, Detail: strings.Join(parts, "; "), Fields: errs}
+}
+
+// checkMessage decodes and validates one message request; the error is a
+// 400 (every bad field) or a 403 (class not allowed for the producer).
+func (s *server) checkMessage(p *producer, raw []byte, prefix string) (validated, error) {
+	var req messageRequest
+	if err := decodeStrict(raw, &req, prefix); err != nil {
+		return validated{}, err
+	}
+	class, ferr := parseClass(req.Class, prefix)
+	v, errs := s.validateMessage(&req, class, prefix)
+	if ferr != nil {
+		errs = append([]FieldError{*ferr}, errs...)
+	}
+	if len(errs) > 0 {
+		return validated{}, invalid(errs)
+	}
+	if !p.allowed(class) {
+		return validated{}, errorf(KindForbidden, fmt.Sprintf("producer %s may not send class %s", p.Name, class))
+	}
+	return v, nil
+}
+
+func (s *server) postMessage(w http.ResponseWriter, r *http.Request) {
+	p := producerFrom(r.Context())
+	raw, err := readBody(r, false)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	v, err := s.checkMessage(p, raw, "")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.idempotent(w, r, p, "message", v.msg.RequestHash, func(ctx context.Context, key string) (*response, error) {
+		return s.accept(ctx, w, p, v, key)
+	})
+}
+
+// accept runs admission for one message and queues it.
+func (s *server) accept(ctx context.Context, w http.ResponseWriter, p *producer, v validated, key string) (*response, error) {
+	now := s.now()
+	if _, err := s.admitOutstanding(ctx, p, 1); err != nil {
+		return nil, err
+	}
+	wait := s.eta.wait(ctx, v.msg.Class)
+	if err := s.admitTTL(wait, v.ttl, now); err != nil {
+		return nil, err
+	}
+	if _, err := s.admitIngress(ctx, w, p, 1); err != nil {
+		return nil, err
+	}
+	m := s.stamp(v, p, key, now)
+	res, err := s.enq.Enqueue(ctx, m)
+	if err != nil {
+		return nil, fmt.Errorf("enqueue: %w", err)
+	}
+	if res.Existed {
+		return s.existing(res.Message, m, now.Add(wait))
+	}
+	s.notify(m.Class)
+	s.metrics.accepted.WithLabelValues(m.Class.String()).Inc()
+	return &response{status: http.StatusAccepted, body: acceptedOf(m, now.Add(wait)), location: location(m.ID)}, nil
+}
+
+// existing answers a request whose Idempotency-Key the queue already knew
+// but whose first answer was not in the answer store.
+func (s *server) existing(first, m *sms.Message, eta time.Time) (*response, error) {
+	if first.RequestHash != m.RequestHash {
+		return nil, errorf(KindKeyReused, "this Idempotency-Key was first used with a different request; use a new key for a new request")
+	}
+	s.metrics.replays.Inc()
+	return &response{status: http.StatusAccepted, body: acceptedOf(first, eta), location: location(first.ID), replayed: true}, nil
+}
+
+// stamp makes the validated request a message of producer p.
+func (s *server) stamp(v validated, p *producer, key string, now time.Time) *sms.Message {
+	m := *v.msg
+	m.ID = sms.NewID(now)
+	m.Producer = p.Name
+	m.IdempotencyKey = key
+	m.CreatedAt = now.UTC()
+	if v.ttl > 0 {
+		m.ExpiresAt = now.Add(v.ttl).UTC()
+	}
+	return &m
+}
+
+func (s *server) notify(c sms.Class) {
+	if s.notifier != nil {
+		s.notifier.Notify(c)
+	}
+}
+
+func (s *server) getMessage(w http.ResponseWriter, r *http.Request) {
+	p := producerFrom(r.Context())
+	id := chi.URLParam(r, "id")
+	if !sms.ValidID(id) {
+		s.writeError(w, r, errorf(KindNotFound, "no such message"))
+		return
+	}
+	m, err := s.queue.Get(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, fmt.Errorf("get %s: %w", id, err))
+		return
+	}
+	if m.Producer != p.Name {
+		// The same answer as a missing id: ids of others are not revealed.
+		s.writeError(w, r, errorf(KindNotFound, "no such message"))
+		return
+	}
+	writeJSON(w, s.log, "application/json", http.StatusOK, viewOf(m))
+}
+
+// batchItem is the result of one batch item: Message when accepted,
+// Error (a problem) when not. Status is the HTTP status the item would
+// have had on its own.
+type batchItem struct {
+	Index   int              `json:"index"`
+	Status  int              `json:"status"`
+	Message *acceptedMessage `json:"message,omitempty"`
+	Error   *problem         `json:"error,omitempty"`
+}
+
+type batchResponse struct {
+	Accepted int         `json:"accepted"`
+	Rejected int         `json:"rejected"`
+	Results  []batchItem `json:"results"`
+}
+
+func (s *server) postBatch(w http.ResponseWriter, r *http.Request) {
+	p := producerFrom(r.Context())
+	raw, err := readBody(r, false)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var req batchRequest
+	if err := decodeStrict(raw, &req, ""); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if n := len(req.Messages); n == 0 || n > MaxBatch {
+		s.writeError(w, r, fieldError("messages", fmt.Sprintf("must hold 1 to %d messages (got %d)", MaxBatch, n)))
+		return
+	}
+	items := make([]batchItem, len(req.Messages))
+	vs := make([]validated, len(req.Messages))
+	var valid []int
+	hashes := make([][]byte, len(req.Messages))
+	for i, rawItem := range req.Messages {
+		items[i].Index = i
+		v, err := s.checkMessage(p, rawItem, "messages["+strconv.Itoa(i)+"].")
+		if err != nil {
+			s.itemError(r, &items[i], err)
+			hashes[i] = rawItem
+			continue
+		}
+		vs[i] = v
+		hashes[i] = []byte(v.msg.RequestHash)
+		valid = append(valid, i)
+	}
+	s.idempotent(w, r, p, "batch", hashBytes(hashes...), func(ctx context.Context, key string) (*response, error) {
+		return s.acceptBatch(ctx, w, r, p, vs, valid, items, key)
+	})
+}
+
+func (s *server) itemError(r *http.Request, it *batchItem, err error) {
+	pr, _ := s.problemOf(r, err)
+	it.Status, it.Error, it.Message = pr.Status, &pr, nil
+}
+
+// acceptBatch admits the valid items: those that would expire before their
+// turn are refused one by one; then as many as max_outstanding and the
+// ingress quota allow, in order; the rest get 429. When none fits the
+// whole batch is a 429, so a client simply retries it later.
+func (s *server) acceptBatch(ctx context.Context, w http.ResponseWriter, r *http.Request, p *producer,
+	vs []validated, valid []int, items []batchItem, key string) (*response, error) {
+	now := s.now()
+	etas := map[int]time.Time{}
+	var eligible []int
+	if len(valid) > 0 {
+		room, err := s.admitOutstanding(ctx, p, len(valid))
+		if err != nil {
+			return nil, err
+		}
+		// Items of one class queue behind each other too.
+		inBatch := map[sms.Class]int{}
+		for _, i := range valid {
+			c := vs[i].msg.Class
+			wait := s.eta.wait(ctx, c) + time.Duration(float64(inBatch[c])/s.eta.pace(c)*float64(time.Second))
+			if err := s.admitTTL(wait, vs[i].ttl, now); err != nil {
+				s.itemError(r, &items[i], err)
+				continue
+			}
+			inBatch[c]++
+			etas[i] = now.Add(wait)
+			if len(eligible) < room {
+				eligible = append(eligible, i)
+			} else {
+				s.itemError(r, &items[i], &Error{Kind: KindTooManyQueued, RetryAfter: time.Second,
+					Detail: fmt.Sprintf("producer %s may have at most %d messages queued or in flight", p.Name, p.MaxOutstanding)})
+			}
+		}
+	}
+	var ms []*sms.Message
+	if len(eligible) > 0 {
+		granted, err := s.admitIngress(ctx, w, p, len(eligible))
+		if err != nil {
+			return nil, err
+		}
+		for k, i := range eligible {
+			if k >= granted {
+				s.itemError(r, &items[i], &Error{Kind: KindRateLimited, RetryAfter: time.Second,
+					Detail: fmt.Sprintf("the batch exceeded producer %s's ingress burst of %d", p.Name, p.Ingress.Burst)})
+				continue
+			}
+			ik := ""
+			if key != "" {
+				// A space never appears in a header key, so an item key
+				// cannot collide with a single message's key.
+				ik = key + " #" + strconv.Itoa(i)
+			}
+			ms = append(ms, s.stamp(vs[i], p, ik, now))
+		}
+		eligible = eligible[:min(granted, len(eligible))]
+	}
+	if len(ms) > 0 {
+		results, err := s.queue.EnqueueMany(ctx, ms)
+		if err != nil {
+			return nil, fmt.Errorf("enqueue batch: %w", err)
+		}
+		notified := map[sms.Class]bool{}
+		for k, i := range eligible {
+			res := results[k]
+			switch {
+			case res.Err != nil:
+				s.itemError(r, &items[i], fmt.Errorf("enqueue batch item %d: %w", i, res.Err))
+			case res.Existed:
+				rr, err := s.existing(res.Message, ms[k], etas[i])
+				if err != nil {
+					s.itemError(r, &items[i], err)
+					continue
+				}
+				am := rr.body.(acceptedMessage)
+				items[i].Status, items[i].Message = http.StatusAccepted, &am
+			default:
+				am := acceptedOf(ms[k], etas[i])
+				items[i].Status, items[i].Message = http.StatusAccepted, &am
+				s.metrics.accepted.WithLabelValues(ms[k].Class.String()).Inc()
+				if !notified[ms[k].Class] {
+					notified[ms[k].Class] = true
+					s.notify(ms[k].Class)
+				}
+			}
+		}
+	}
+	out := batchResponse{Results: items}
+	for _, it := range items {
+		if it.Message != nil {
+			out.Accepted++
+		} else {
+			out.Rejected++
+		}
+	}
+	return &response{status: http.StatusOK, body: out}, nil
+}

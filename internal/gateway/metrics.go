@@ -1,0 +1,95 @@
+package gateway
+
+import (
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"smsgw/internal/dispatch"
+	"smsgw/internal/provider"
+	"smsgw/internal/sms"
+)
+
+// apiMetrics are the HTTP edge's metrics. Labels come from closed sets:
+// route patterns, methods, status codes, Kinds, classes, OTP outcomes.
+type apiMetrics struct {
+	requests        *prometheus.CounterVec
+	duration        *prometheus.HistogramVec
+	rejected        *prometheus.CounterVec
+	accepted        *prometheus.CounterVec
+	replays         prometheus.Counter
+	otpDuration     *prometheus.HistogramVec
+	ingressFallback prometheus.Counter
+}
+
+// OTP outcomes, the label of smsgw_api_otp_duration_seconds.
+var otpOutcomes = []string{"sent", "no_slot", "unknown", "unavailable", "rejected", "error"}
+
+func newAPIMetrics(reg prometheus.Registerer) (*apiMetrics, error) {
+	m := &apiMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "smsgw_http_requests_total", Help: "HTTP requests by route pattern, method and status code.",
+		}, []string{"route", "method", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "smsgw_http_request_duration_seconds", Help: "HTTP request latency by route pattern.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"route"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "smsgw_api_rejections_total", Help: "Requests (and batch items) refused, by problem kind.",
+		}, []string{"kind"}),
+		accepted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "smsgw_api_accepted_total", Help: "Messages queued, by class.",
+		}, []string{"class"}),
+		replays: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "smsgw_api_idempotent_replays_total", Help: "Requests answered with a stored first answer.",
+		}),
+		otpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "smsgw_api_otp_duration_seconds", Help: "POST /v1/otp time in the send path, by outcome.",
+			Buckets: []float64{.001, .0025, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"outcome"}),
+		ingressFallback: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "smsgw_api_ingress_fallback_total", Help: "Ingress decisions taken locally because Redis failed.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.rejected, m.accepted, m.replays, m.otpDuration, m.ingressFallback} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	for _, k := range Kinds {
+		m.rejected.WithLabelValues(string(k))
+	}
+	for _, c := range sms.Classes {
+		m.accepted.WithLabelValues(c.String())
+	}
+	for _, o := range otpOutcomes {
+		m.otpDuration.WithLabelValues(o)
+	}
+	return m, nil
+}
+
+func (m *apiMetrics) observe(route, method string, status int, d time.Duration) {
+	m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
+	m.duration.WithLabelValues(route).Observe(d.Seconds())
+}
+
+func (m *apiMetrics) otp(err error, d time.Duration) {
+	outcome := "sent"
+	var noSlot dispatch.ErrNoSlot
+	switch pe := provider.AsError(err); {
+	case err == nil:
+	case errors.As(err, &noSlot):
+		outcome = "no_slot"
+	case errors.Is(err, dispatch.ErrOutcomeUnknown):
+		outcome = "unknown"
+	case errors.Is(err, dispatch.ErrUnavailable):
+		outcome = "unavailable"
+	case pe != nil && !pe.Temporary:
+		outcome = "rejected"
+	default:
+		outcome = "error"
+	}
+	m.otpDuration.WithLabelValues(outcome).Observe(d.Seconds())
+}

@@ -1,0 +1,232 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"smsgw/internal/provider/sim"
+	"smsgw/internal/redistest"
+)
+
+// TestReadyzUnreadyFromStop: /readyz answers 503 as soon as Stop begins,
+// while the listener still serves (DrainDelay), and 200 before.
+func TestReadyzUnreadyFromStop(t *testing.T) {
+	for _, m := range modes {
+		t.Run(string(m), func(t *testing.T) {
+			t.Parallel()
+			s := newSim(t, sim.Config{})
+			cfg := testConfig(t, m, s.URL())
+			app, err := New(t.Context(), cfg, Options{DrainDelay: 2 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := app.Start(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			h := &harness{t: t, app: app, sim: s, base: "http://" + app.Addr(), cfg: cfg, client: &http.Client{Timeout: 5 * time.Second}}
+			r := h.get("/readyz", "")
+			wantStatus(t, r, http.StatusOK)
+			if !strings.Contains(string(r.body), `"store":"ok"`) || !strings.Contains(string(r.body), `"limiter":"ok"`) {
+				t.Errorf("readyz %s", r.body)
+			}
+			stopped := make(chan error, 1)
+			go func() { stopped <- app.Stop(context.Background()) }()
+			eventually(t, "readyz to turn unready", func() bool { return h.get("/readyz", "").status == http.StatusServiceUnavailable })
+			wantStatus(t, h.get("/healthz", ""), http.StatusOK) // still serving while draining
+			if err := <-stopped; err != nil {
+				t.Fatal(err)
+			}
+			if _, err := http.Get(h.base + "/healthz"); err == nil {
+				t.Error("still listening after Stop")
+			}
+			h.client.CloseIdleConnections()
+		})
+	}
+}
+
+func TestAdminPauseStatsDeadLetters(t *testing.T) {
+	h := start(t, embeddedMode, func(c *Config) {
+		c.Dispatch.MaxAttempts = 1
+	})
+	p := h.post("/v1/admin/pause", keyAdmin, map[string]any{"duration_seconds": 60, "reason": "provider maintenance"})
+	wantStatus(t, p, http.StatusOK)
+	var ps PauseState
+	p.json(t, &ps)
+	if !ps.Paused || ps.Until == nil || ps.Reason != "provider maintenance" {
+		t.Errorf("pause %+v", ps)
+	}
+	wantStatus(t, h.post("/v1/admin/pause", keyAdmin, map[string]any{"duration_seconds": 0}), http.StatusBadRequest)
+	for range 3 {
+		wantStatus(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusAccepted)
+	}
+	time.Sleep(300 * time.Millisecond)
+	var st statsResponse
+	h.get("/v1/admin/stats", keyAdmin).json(t, &st)
+	if q := st.Classes["marketing"]; q.Ready+q.Leased != 3 || !st.Pause.Paused || st.Limiter.Mode != "local" {
+		t.Errorf("stats %+v", st)
+	}
+	if n := len(h.sim.Accepted()); n != 0 {
+		t.Fatalf("sent %d while paused", n)
+	}
+
+	// Every send fails (transient); with max_attempts 1 each is a dead letter.
+	fail := 1.0
+	if err := h.sim.Apply(sim.Control{FailRate: &fail}); err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, h.post("/v1/admin/resume", keyAdmin, nil), http.StatusOK)
+	var dl deadLettersResponse
+	eventually(t, "three dead letters", func() bool {
+		r := h.get("/v1/admin/dead-letters?limit=10", keyAdmin)
+		wantStatus(t, r, http.StatusOK)
+		r.json(t, &dl)
+		return len(dl.Messages) == 3
+	})
+	d := dl.Messages[0]
+	if d.Producer != "notify" || d.Status != "failed" || d.LastError == "" || strings.Contains(d.To, "12345678") {
+		t.Errorf("dead letter %+v (recipient must be masked)", d)
+	}
+	wantStatus(t, h.get("/v1/admin/dead-letters?limit=0", keyAdmin), http.StatusBadRequest)
+
+	zero := 0.0
+	if err := h.sim.Apply(sim.Control{FailRate: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	r := h.post("/v1/admin/dead-letters/"+d.ID+"/retry", keyAdmin, nil)
+	wantStatus(t, r, http.StatusAccepted)
+	eventually(t, "the retried dead letter to be sent", func() bool { return sentRefs(h.sim)[d.ID] == 1 })
+	wantStatus(t, h.post("/v1/admin/dead-letters/"+d.ID+"/retry", keyAdmin, nil), http.StatusNotFound)
+	wantStatus(t, h.post("/v1/admin/dead-letters/nope/retry", keyAdmin, nil), http.StatusNotFound)
+}
+
+// TestAdminPauseIsShared: a pause set on one replica stops sending on the
+// other; resume on the other lifts it everywhere.
+func TestAdminPauseIsShared(t *testing.T) {
+	s := newSim(t, sim.Config{})
+	cfg := testConfig(t, redisMode, s.URL())
+	a := startWith(t, cfg, s)
+	cfg.Store.Path = t.TempDir()
+	b := startWith(t, cfg, s)
+	wantStatus(t, a.post("/v1/admin/pause", keyAdmin, nil), http.StatusOK)
+	eventually(t, "replica b to see the pause", func() bool {
+		var st statsResponse
+		b.get("/v1/admin/stats", keyAdmin).json(t, &st)
+		return st.Pause.Paused
+	})
+	r := b.post("/v1/otp", keyLogin, otpBody("deadline_ms", 100))
+	wantStatus(t, r, http.StatusServiceUnavailable)
+	wantStatus(t, b.post("/v1/admin/resume", keyAdmin, nil), http.StatusOK)
+	eventually(t, "replica a to see the resume", func() bool {
+		var st statsResponse
+		a.get("/v1/admin/stats", keyAdmin).json(t, &st)
+		return !st.Pause.Paused
+	})
+	time.Sleep(2 * pausedRetry)
+	wantStatus(t, a.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
+}
+
+func TestClientIPFromTrustedProxiesOnly(t *testing.T) {
+	s := &server{trusted: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::1/128")}}
+	for _, tc := range []struct {
+		remote, xff, want string
+	}{
+		{"203.0.113.7:1234", "", "203.0.113.7"},
+		{"203.0.113.7:1234", "198.51.100.1", "203.0.113.7"},                  // untrusted peer: header ignored
+		{"10.1.2.3:1234", "198.51.100.1", "198.51.100.1"},                    // one trusted proxy
+		{"10.1.2.3:1234", "6.6.6.6, 198.51.100.1, 10.9.9.9", "198.51.100.1"}, // spoofed left part ignored
+		{"10.1.2.3:1234", "", "10.1.2.3"},
+		{"10.1.2.3:1234", "garbage, 198.51.100.1", "198.51.100.1"},
+		{"10.1.2.3:1234", "198.51.100.1, garbage", "10.1.2.3"},
+		{"[::1]:1234", "2001:db8::1", "2001:db8::1"},
+	} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = tc.remote
+		if tc.xff != "" {
+			r.Header.Set("X-Forwarded-For", tc.xff)
+		}
+		if got := s.resolveClientIP(r); got != tc.want {
+			t.Errorf("remote %s XFF %q: %s, want %s", tc.remote, tc.xff, got, tc.want)
+		}
+	}
+}
+
+// TestUnknownErrorIs500WithoutDetail: an unexpected error reaches the
+// client as a bare 500 and the log in full; a panic likewise.
+func TestUnknownErrorIs500WithoutDetail(t *testing.T) {
+	var logs syncBuffer
+	m, err := newAPIMetrics(newRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &server{log: slog.New(slog.NewJSONHandler(&logs, nil)), metrics: m}
+	h := s.requestID(s.recoverer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/panic" {
+			panic("secret-panic-value")
+		}
+		s.writeError(w, r, errors.New("dial tcp 10.0.0.5:6379: secret-internal-detail"))
+	})))
+	for _, path := range []string{"/err", "/panic"} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		body := rec.Body.String()
+		if rec.Code != 500 || strings.Contains(body, "secret") || !strings.Contains(body, `"type":"urn:smsgw:problem:internal"`) {
+			t.Errorf("%s: %d %s", path, rec.Code, body)
+		}
+	}
+	if !strings.Contains(logs.String(), "secret-internal-detail") || !strings.Contains(logs.String(), "secret-panic-value") {
+		t.Errorf("log lacks the detail: %s", logs.String())
+	}
+}
+
+// TestRedisCluster: with several addresses the App runs on Redis Cluster;
+// every key it touches shares the account's hash tag, so queue, limiter,
+// ingress, idempotency and pause scripts all work there.
+func TestRedisCluster(t *testing.T) {
+	addrs := redistest.StartCluster(t)
+	s := newSim(t, sim.Config{})
+	cfg := testConfig(t, redisMode, s.URL())
+	cfg.Redis.Addr = strings.Join(addrs, ",")
+	h := startWith(t, cfg, s)
+	r := h.post("/v1/messages", keyNotify, msg("transactional"), "Idempotency-Key", "k1")
+	wantStatus(t, r, http.StatusAccepted)
+	again := h.post("/v1/messages", keyNotify, msg("transactional"), "Idempotency-Key", "k1")
+	wantStatus(t, again, http.StatusAccepted)
+	if again.header.Get("Idempotent-Replayed") != "true" {
+		t.Error("no replay on Cluster")
+	}
+	var a acceptedMessage
+	r.json(t, &a)
+	eventually(t, "the send", func() bool { return sentRefs(s)[a.ID] == 1 })
+	wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
+	wantStatus(t, h.post("/v1/admin/pause", keyAdmin, map[string]any{"duration_seconds": 5}), http.StatusOK)
+	wantStatus(t, h.post("/v1/admin/resume", keyAdmin, nil), http.StatusOK)
+	wantStatus(t, h.get("/readyz", ""), http.StatusOK)
+}
+
+func TestDashboardHook(t *testing.T) {
+	s := newSim(t, sim.Config{})
+	cfg := testConfig(t, embeddedMode, s.URL())
+	dash := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("dash " + r.URL.Path)) })
+	app, err := New(t.Context(), cfg, Options{Dashboard: dash})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = app.Stop(context.Background()) }()
+	rec := httptest.NewRecorder()
+	app.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/dashboard/app.js", nil))
+	if rec.Code != 200 || rec.Body.String() != "dash /dashboard/app.js" {
+		t.Errorf("%d %q", rec.Code, rec.Body.String())
+	}
+	rec = httptest.NewRecorder()
+	app.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/dashboard", nil))
+	if rec.Code != http.StatusMovedPermanently || rec.Header().Get("Location") != "/dashboard/" {
+		t.Errorf("%d %v", rec.Code, rec.Header())
+	}
+}

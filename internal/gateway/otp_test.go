@@ -1,0 +1,177 @@
+package gateway
+
+import (
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"smsgw/internal/provider/sim"
+	"smsgw/internal/redistest"
+	"smsgw/internal/sms"
+)
+
+func otpBody(extra ...any) map[string]any {
+	m := map[string]any{"to": "+819012345678", "body": "Your code is 123456"}
+	for i := 0; i+1 < len(extra); i += 2 {
+		m[extra[i].(string)] = extra[i+1]
+	}
+	return m
+}
+
+func TestOTPSendsNow(t *testing.T) {
+	for _, m := range modes {
+		t.Run(string(m), func(t *testing.T) {
+			t.Parallel()
+			h := start(t, m, nil)
+			r := h.post("/v1/otp", keyLogin, otpBody())
+			wantStatus(t, r, http.StatusOK)
+			var sent otpSent
+			r.json(t, &sent)
+			if !sms.ValidID(sent.ID) || sent.Status != sms.StatusSent || sent.ProviderMessageID == "" || sent.WaitedMS > 500 {
+				t.Fatalf("answer %+v", sent)
+			}
+			// Synchronous: the provider has it when the answer arrives.
+			if got := sentRefs(h.sim)[sent.ID]; got != 1 {
+				t.Errorf("provider has %d sends of %s", got, sent.ID)
+			}
+			// Nothing is queued.
+			var st statsResponse
+			h.get("/v1/admin/stats", keyAdmin).json(t, &st)
+			if q := st.Classes["otp"]; q.Ready+q.Leased+q.Scheduled != 0 {
+				t.Errorf("otp queue %+v", q)
+			}
+		})
+	}
+}
+
+func TestOTPRefusals(t *testing.T) {
+	h := start(t, embeddedMode, nil)
+	for _, tc := range []struct {
+		name   string
+		body   any
+		status int
+		field  string
+	}{
+		{"deadline too long", otpBody("deadline_ms", 5001), 400, "deadline_ms"},
+		{"deadline zero", otpBody("deadline_ms", 0), 400, "deadline_ms"},
+		{"bad number", otpBody("to", "+1"), 400, "to"},
+		{"class is not a field", otpBody("class", "otp"), 400, "class"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := h.with(t)
+			r := h.post("/v1/otp", keyLogin, tc.body)
+			wantStatus(t, r, tc.status)
+			if !slices.Contains(r.fields(t), tc.field) {
+				t.Errorf("fields %v, want %s", r.fields(t), tc.field)
+			}
+		})
+	}
+	if n := len(h.sim.Accepted()); n != 0 {
+		t.Errorf("provider got %d sends", n)
+	}
+}
+
+// TestOTPNotWithinDeadline: paused by the operator, or a provider slower
+// than the deadline: 503 with Retry-After, nothing queued.
+func TestOTPNotWithinDeadline(t *testing.T) {
+	h := start(t, embeddedMode, nil)
+	wantStatus(t, h.post("/v1/admin/pause", keyAdmin, map[string]any{"duration_seconds": 30}), http.StatusOK)
+	r := h.post("/v1/otp", keyLogin, otpBody("deadline_ms", 200))
+	wantStatus(t, r, http.StatusServiceUnavailable)
+	if r.header.Get("Retry-After") == "" {
+		t.Error("503 without Retry-After")
+	}
+	wantStatus(t, h.post("/v1/admin/resume", keyAdmin, nil), http.StatusOK)
+	time.Sleep(2 * pausedRetry) // the dispatcher holds a denial that long
+
+	lat := sim.Duration(600 * time.Millisecond)
+	if err := h.sim.Apply(sim.Control{Latency: &lat}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	r = h.post("/v1/otp", keyLogin, otpBody("deadline_ms", 150))
+	took := time.Since(start)
+	wantStatus(t, r, http.StatusServiceUnavailable)
+	if d := r.problem(t)["detail"].(string); !strings.Contains(d, "may or may not") {
+		t.Errorf("detail %q does not say the outcome is unknown", d)
+	}
+	if took > 450*time.Millisecond {
+		t.Errorf("answered after %v, deadline 150ms", took)
+	}
+	var st statsResponse
+	h.get("/v1/admin/stats", keyAdmin).json(t, &st)
+	if q := st.Classes["otp"]; q.Ready+q.Leased+q.Scheduled != 0 {
+		t.Errorf("otp queue %+v", q)
+	}
+}
+
+// TestOTPWithRedisDown: with Redis stopped the OTP still goes, through the
+// limiter's local fallback and the local ingress fallback.
+func TestOTPWithRedisDown(t *testing.T) {
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	s := newSim(t, sim.Config{})
+	cfg := testConfig(t, redisMode, s.URL())
+	cfg.Redis.Addr = srv.Addr
+	cfg.Redis.Timeout = 200 * time.Millisecond
+	h := startWith(t, cfg, s)
+	wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
+	srv.Stop()
+	r := h.get("/readyz", "")
+	wantStatus(t, r, http.StatusServiceUnavailable)
+	ok := 0
+	for range 3 {
+		r := h.post("/v1/otp", keyLogin, otpBody("deadline_ms", 2000))
+		if r.status == http.StatusOK {
+			ok++
+		}
+	}
+	if ok == 0 {
+		t.Fatalf("no OTP sent with Redis down; logs:\n%s", h.logs.String())
+	}
+	if n := len(s.Accepted()); n != 1+ok {
+		t.Errorf("provider got %d, want %d", n, 1+ok)
+	}
+}
+
+// TestOTPDuringCampaign: OTPs sent while a marketing campaign saturates
+// its cap reach the provider within 20 ms (p99, arrival at the gateway to
+// arrival at the provider, as the simulator measures it), with no 429.
+func TestOTPDuringCampaign(t *testing.T) {
+	for _, m := range modes {
+		t.Run(string(m), func(t *testing.T) {
+			t.Parallel()
+			s := newSim(t, sim.Config{Limit: 100})
+			h := startWith(t, testConfig(t, m, s.URL()), s)
+			items := make([]any, 600)
+			for i := range items {
+				items[i] = msg("marketing", "body", "Big sale today only")
+			}
+			wantStatus(t, h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": items}), http.StatusOK)
+			eventually(t, "the campaign to saturate its cap", func() bool { return len(s.Accepted()) > 70 })
+			var ids []string
+			for range 30 {
+				r := h.post("/v1/otp", keyLogin, otpBody())
+				wantStatus(t, r, http.StatusOK)
+				var sent otpSent
+				r.json(t, &sent)
+				ids = append(ids, sent.ID)
+				time.Sleep(100 * time.Millisecond)
+			}
+			st := s.Stats()
+			lat := st.Latency["otp"]
+			t.Logf("%s: %d sent, marketing %d, otp latency p50 %.1fms p99 %.1fms max %.1fms, 429s %d, max in any 1s %d",
+				m, st.Accepted, st.PerClass["marketing"], lat.P50, lat.P99, lat.Max, st.Rejected429, st.MaxInAny1s)
+			if lat.Count != len(ids) || lat.P99 >= 20 {
+				t.Errorf("otp latency %+v, want %d sends with p99 < 20 ms", lat, len(ids))
+			}
+			if st.Rejected429 != 0 || st.MaxInAny1s > 100 {
+				t.Errorf("provider saw %d 429s and %d in one second", st.Rejected429, st.MaxInAny1s)
+			}
+			if st.PerClass["marketing"] < 150 {
+				t.Errorf("campaign starved: %d marketing sent", st.PerClass["marketing"])
+			}
+		})
+	}
+}

@@ -1,0 +1,249 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"smsgw/api"
+	"smsgw/internal/limiter"
+	"smsgw/internal/queue"
+)
+
+// server holds what the handlers need. It is built by New and never
+// changes after, except the readiness flag.
+type server struct {
+	cfg       Config
+	log       *slog.Logger
+	now       func() time.Time
+	queue     queue.Queue
+	enq       enqueuer
+	limiter   limiter.Limiter
+	ingress   *ingress
+	idem      idemStore
+	otp       otpSender
+	notifier  notifier
+	auth      *authenticator
+	eta       *etaEstimator
+	pause     *operatorPause
+	metrics   *apiMetrics
+	gatherer  prometheus.Gatherer
+	dashboard http.Handler
+	checks    []readyCheck
+	trusted   []netip.Prefix
+	stopping  atomic.Bool
+}
+
+// routes builds the chi router. Every route here must be a path of
+// api/openapi.yaml (TestRoutesMatchSpec).
+func (s *server) routes() http.Handler {
+	r := chi.NewRouter()
+	r.Use(s.requestID, s.instrument, s.recoverer, s.clientIP)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, errorf(KindNotFound, "no such route"))
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, errorf(KindMethodNotAllowed, r.Method+" is not allowed here"))
+	})
+
+	r.Get("/healthz", s.healthz)
+	r.Get("/readyz", s.readyz)
+	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}))
+	r.Get("/openapi.yaml", func(w http.ResponseWriter, r *http.Request) {
+		writeRaw(w, "application/yaml", http.StatusOK, api.OpenAPI)
+	})
+
+	r.Route("/v1", func(r chi.Router) {
+		r.Use(s.limitBody)
+		r.Group(func(r chi.Router) {
+			r.Use(s.authProducer)
+			r.Post("/messages", s.postMessage)
+			r.Post("/messages/batch", s.postBatch)
+			r.Get("/messages/{id}", s.getMessage)
+			r.Post("/otp", s.postOTP)
+		})
+		r.Route("/admin", func(r chi.Router) {
+			r.Use(s.authAdmin)
+			r.Get("/stats", s.adminStats)
+			r.Post("/pause", s.adminPause)
+			r.Post("/resume", s.adminResume)
+			r.Get("/dead-letters", s.adminDeadLetters)
+			r.Post("/dead-letters/{id}/retry", s.adminRetryDead)
+		})
+	})
+	if s.dashboard != nil {
+		r.Get("/dashboard", func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, "/dashboard/", http.StatusMovedPermanently)
+		})
+		r.Handle("/dashboard/*", s.dashboard) // served with the full path
+	}
+	return r
+}
+
+// requestID takes the caller's X-Request-Id when it is short and plain (it
+// ends up in logs), otherwise makes one, and echoes it on the answer.
+// chi's RequestID would accept any header value.
+func (s *server) requestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get(middleware.RequestIDHeader)
+		if !plainToken(id, 64) {
+			id = rand.Text()[:20]
+		}
+		w.Header().Set(middleware.RequestIDHeader, id)
+		ctx := context.WithValue(r.Context(), middleware.RequestIDKey, id)
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// plainToken reports whether s is 1..max characters of [A-Za-z0-9._:-].
+func plainToken(s string, maxLen int) bool {
+	if s == "" || len(s) > maxLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// recoverer turns a handler panic into a logged 500 instead of a dropped
+// connection. http.ErrAbortHandler keeps its meaning.
+func (s *server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.writeError(w, r, fmt.Errorf("panic: %v", v))
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+type clientIPKey struct{}
+
+// clientIP records the client address: the peer, or, when the peer is a
+// trusted proxy, the right-most X-Forwarded-For entry that is not itself a
+// trusted proxy. Everything left of that could be written by the client.
+func (s *server) clientIP(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ip := s.resolveClientIP(r)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), clientIPKey{}, ip)))
+	})
+}
+
+func (s *server) resolveClientIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	peer, err := netip.ParseAddr(host)
+	if err != nil || !s.isTrusted(peer) {
+		return host
+	}
+	hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
+	for i := len(hops) - 1; i >= 0; i-- {
+		a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+		if err != nil {
+			break // garbage from here leftwards cannot be trusted
+		}
+		if !s.isTrusted(a.Unmap()) {
+			return a.Unmap().String()
+		}
+		peer = a.Unmap()
+	}
+	return peer.String()
+}
+
+func (s *server) isTrusted(a netip.Addr) bool {
+	a = a.Unmap()
+	for _, p := range s.trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// ClientIP returns the client address the request was attributed to.
+func ClientIP(ctx context.Context) string {
+	ip, _ := ctx.Value(clientIPKey{}).(string)
+	return ip
+}
+
+// limitBody refuses bodies over http.max_body_bytes: up front from
+// Content-Length, and while reading for chunked bodies.
+func (s *server) limitBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		limit := s.cfg.HTTP.MaxBodyBytes
+		if r.ContentLength > limit {
+			s.writeError(w, r, errorf(KindTooLarge, "the request body is larger than "+strconv.FormatInt(limit, 10)+" bytes"))
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, limit)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// statusWriter remembers the status for metrics and logs.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// instrument counts and times every request by route pattern (a closed
+// set), never by raw path.
+func (s *server) instrument(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		route := chi.RouteContext(r.Context()).RoutePattern()
+		if route == "" {
+			route = "unmatched"
+		}
+		if sw.status == 0 {
+			sw.status = http.StatusOK
+		}
+		s.metrics.observe(route, r.Method, sw.status, time.Since(start))
+		if s.log.Enabled(r.Context(), slog.LevelDebug) {
+			s.log.DebugContext(r.Context(), "http request", "method", r.Method, "route", route, "status", sw.status,
+				"duration", time.Since(start), "client_ip", ClientIP(r.Context()),
+				"request_id", middleware.GetReqID(r.Context()))
+		}
+	})
+}
