@@ -1,0 +1,198 @@
+package tests
+
+import (
+	"net/http"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"smsgw/internal/redistest"
+)
+
+// campaignRun is one multi-process run: n gateways sharing one Redis, one
+// simulator, a marketing campaign and an OTP trickle.
+type campaignRun struct {
+	sim      *simProc
+	gws      []*gwProc
+	campaign []string // accepted marketing ids
+	otp      []string // accepted OTP ids
+}
+
+// runCampaign posts a marketing campaign spread over the gateways, then
+// trickles OTP through all of them (one every 150 ms) until the campaign is
+// delivered.
+func runCampaign(t *testing.T, sim *simProc, gws []*gwProc, campaign int) *campaignRun {
+	t.Helper()
+	r := &campaignRun{sim: sim, gws: gws}
+	per := campaign / len(gws)
+	for i, gw := range gws {
+		n := per
+		if i == len(gws)-1 {
+			n = campaign - per*(len(gws)-1)
+		}
+		r.campaign = append(r.campaign, postBatch(t, gw, keyMarketing, "marketing", i*per, n)...)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(150 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			gw := gws[i%len(gws)]
+			res := post(t, gw.URL+"/v1/messages", keyOTP, message{To: phone(500000 + i), Body: "Your code is 123456", Class: "otp"})
+			if res.Status != http.StatusAccepted {
+				t.Errorf("otp post: %d %s", res.Status, res.Body)
+				return
+			}
+			mu.Lock()
+			r.otp = append(r.otp, res.ID)
+			mu.Unlock()
+		}
+	}()
+	deadline := time.Now().Add(time.Duration(campaign/60+60) * time.Second)
+	for time.Now().Before(deadline) {
+		if st := sim.Stats(t); st.PerClass["marketing"] >= campaign {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	mu.Lock()
+	n := len(r.campaign) + len(r.otp)
+	mu.Unlock()
+	sim.WaitAccepted(t, n, 30*time.Second)
+	return r
+}
+
+// checkExactlyOnce asserts the provider received every accepted id exactly
+// once and nothing else.
+func checkExactlyOnce(t *testing.T, recs []simRecord, ids ...[]string) {
+	t.Helper()
+	want := map[string]bool{}
+	for _, set := range ids {
+		for _, id := range set {
+			want[id] = true
+		}
+	}
+	seen := map[string]int{}
+	for _, r := range recs {
+		seen[r.Reference]++
+	}
+	lost, dup, extra := 0, 0, 0
+	for id := range want {
+		switch seen[id] {
+		case 0:
+			lost++
+		case 1:
+		default:
+			dup++
+		}
+	}
+	for ref := range seen {
+		if !want[ref] {
+			extra++
+		}
+	}
+	if lost+dup+extra > 0 {
+		t.Errorf("provider received: %d of %d accepted ids missing, %d duplicated, %d unknown", lost, len(want), dup, extra)
+	}
+}
+
+// classRate is the achieved rate of a class at the provider, from its first
+// to its last accepted message.
+func classRate(recs []simRecord, class string) (float64, int) {
+	var ts []time.Time
+	for _, r := range recs {
+		if r.Class == class {
+			ts = append(ts, r.At)
+		}
+	}
+	if len(ts) < 2 {
+		return 0, len(ts)
+	}
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+	return float64(len(ts)-1) / ts[len(ts)-1].Sub(ts[0]).Seconds(), len(ts)
+}
+
+// maxInAnyInterval counts the most records accepted within any interval of
+// length d (a trailing window at every record).
+func maxInAnyInterval(recs []simRecord, d time.Duration) int {
+	ts := make([]time.Time, 0, len(recs))
+	for _, r := range recs {
+		ts = append(ts, r.At)
+	}
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+	best, lo := 0, 0
+	for hi := range ts {
+		for ts[hi].Sub(ts[lo]) >= d {
+			lo++
+		}
+		best = max(best, hi-lo+1)
+	}
+	return best
+}
+
+func checkContract(t *testing.T, r *campaignRun, limit int) {
+	t.Helper()
+	st := r.sim.Stats(t)
+	recs := r.sim.Accepted(t)
+	if st.Rejected429 != 0 || st.Rejected403 != 0 {
+		t.Errorf("provider answered %d 429s and %d 403s; want none", st.Rejected429, st.Rejected403)
+	}
+	if got := maxInAnyInterval(recs, time.Second); got > limit {
+		t.Errorf("provider saw %d messages within one second; contract is %d", got, limit)
+	}
+	if st.MaxInAny1s > limit {
+		t.Errorf("simulator reports %d in its worst second; contract is %d", st.MaxInAny1s, limit)
+	}
+	checkExactlyOnce(t, recs, r.campaign, r.otp)
+	rate, n := classRate(recs, "marketing")
+	if rate < 0.97*70 {
+		t.Errorf("marketing ran at %.1f/s over %d messages; want >= 97%% of its 70/s cap", rate, n)
+	}
+	lat := st.Latency["otp"]
+	if lat.Count < len(r.otp)/2 || lat.P99 >= 20 {
+		t.Errorf("OTP queue-to-provider: %+v over %d OTP; want p99 < 20 ms", lat, len(r.otp))
+	}
+	t.Logf("campaign %d + OTP %d: 429s %d, max in any 1 s %d (limit %d), marketing %.2f/s, OTP p50 %.1f ms p99 %.1f ms max %.1f ms",
+		len(r.campaign), len(r.otp), st.Rejected429, st.MaxInAny1s, limit, rate, lat.P50, lat.P99, lat.Max)
+}
+
+// Three gateway processes share Redis; the provider counts any trailing
+// second. Nothing may be rejected, lost or duplicated, marketing runs at its
+// cap, and OTP goes through the campaign in under 20 ms.
+func TestThreeReplicasSlidingWindow(t *testing.T) {
+	skipShort(t)
+	sim := startSim(t, "--limit", "100", "--window", "sliding")
+	acct := redistest.Prefix(t)
+	var gws []*gwProc
+	for i := 0; i < 3; i++ {
+		gws = append(gws, startGateway(t, "gw"+string(rune('a'+i)), gwOptions{RedisAddr: redistest.Addr(t), Account: acct, SimURL: sim.URL}))
+	}
+	r := runCampaign(t, sim, gws, 2000)
+	checkContract(t, r, 100)
+}
+
+// Five processes; the provider counts fixed one-second windows starting
+// 0.37 s past each second.
+func TestFiveReplicasFixedWindowOffset(t *testing.T) {
+	skipShort(t)
+	sim := startSim(t, "--limit", "100", "--window", "fixed", "--offset", "0.37")
+	acct := redistest.Prefix(t)
+	var gws []*gwProc
+	for i := 0; i < 5; i++ {
+		gws = append(gws, startGateway(t, "gw"+string(rune('a'+i)), gwOptions{RedisAddr: redistest.Addr(t), Account: acct, SimURL: sim.URL}))
+	}
+	r := runCampaign(t, sim, gws, 2000)
+	checkContract(t, r, 100)
+}
