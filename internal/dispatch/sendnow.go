@@ -104,7 +104,7 @@ func (d *Dispatcher) SendNow(ctx context.Context, m *sms.Message, deadline time.
 	}
 	sendAt := time.Now()
 	d.m.queueToSend.WithLabelValues(cls).Observe(sendAt.Sub(start).Seconds())
-	res, err := d.cfg.Provider.Send(ctx, &provider.Request{ID: m.ID, To: m.To, From: m.From, Body: m.Body, Segments: m.Segments, Class: m.Class})
+	res, err := d.cfg.Provider.Send(ctx, &provider.Request{ID: m.ID, To: m.To, From: m.From, Body: m.Body, Segments: m.Segments, Class: m.Class, AcceptedAt: m.CreatedAt})
 	done(err)
 	pe := provider.AsError(err)
 	result := sendOK

@@ -301,7 +301,7 @@ func (d *Dispatcher) send(ctx context.Context, f *flight) (provider.Result, erro
 	}
 	start := time.Now()
 	d.m.queueToSend.WithLabelValues(m.Class.String()).Observe(max(d.cfg.Now().Sub(f.ready), 0).Seconds())
-	res, err := d.cfg.Provider.Send(ctx, &provider.Request{ID: m.ID, To: m.To, From: m.From, Body: m.Body, Segments: m.Segments, Class: m.Class})
+	res, err := d.cfg.Provider.Send(ctx, &provider.Request{ID: m.ID, To: m.To, From: m.From, Body: m.Body, Segments: m.Segments, Class: m.Class, AcceptedAt: m.CreatedAt})
 	result := sendOK
 	switch pe := provider.AsError(err); {
 	case err == nil:
