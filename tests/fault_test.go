@@ -32,7 +32,8 @@ func TestReplicaKilledMidCampaign(t *testing.T) {
 	if st.Rejected429 != 0 || st.MaxInAny1s > 100 {
 		t.Errorf("after the kill: 429s %d, max in any 1 s %d", st.Rejected429, st.MaxInAny1s)
 	}
-	t.Logf("killed 1 of 3 after %d sends: %d/%d delivered, duplicates %d", 200, st.Accepted, len(ids), st.Duplicates)
+	t.Logf("killed 1 of 3 after %d sends: %d/%d delivered, duplicates %d, retries absorbed by the provider's idempotency key %d",
+		200, st.Accepted, len(ids), st.Duplicates, st.Replays)
 }
 
 // The provider throttles everything for 3 s: every gateway pauses on the
@@ -94,5 +95,6 @@ func TestRedisRestartLosesNothing(t *testing.T) {
 	if st.Rejected429 != 0 || st.MaxInAny1s > 100 {
 		t.Errorf("429s %d, max in any 1 s %d", st.Rejected429, st.MaxInAny1s)
 	}
-	t.Logf("Redis down 10 s: %d sends during the outage, %d/%d delivered after, duplicates %d", during, st.Accepted, len(ids), st.Duplicates)
+	t.Logf("Redis down 10 s: %d sends during the outage, %d/%d delivered after, duplicates %d, retries absorbed by the provider's idempotency key %d",
+		during, st.Accepted, len(ids), st.Duplicates, st.Replays)
 }

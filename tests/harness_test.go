@@ -184,6 +184,7 @@ type simStats struct {
 	Suspensions  int                `json:"suspensions"`
 	MaxInAny1s   int                `json:"max_in_any_1s"`
 	Duplicates   int                `json:"duplicates"`
+	Replays      int                `json:"replays"` // retries absorbed by the provider's Idempotency-Key
 	PerClass     map[string]int     `json:"per_class"`
 	Latency      map[string]latency `json:"latency"`
 	AchievedRate float64            `json:"achieved_rate"`

@@ -31,6 +31,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	suspendAfter := fs.Int("suspend-after", sim.DefaultSuspendAfter, "suspend the account after more than this many 429s in --suspend-window; negative: never")
 	suspendWindow := fs.Duration("suspend-window", sim.DefaultSuspendWindow, "rolling window in which 429s are counted")
 	suspendFor := fs.Duration("suspend-for", sim.DefaultSuspendFor, "how long a suspension lasts (every send answers 403)")
+	noIdem := fs.Bool("no-idempotency", false, "ignore Idempotency-Key: deliver a retried send again (a provider without idempotency)")
 	ignoreSegments := fs.Bool("ignore-segments", false, "count every message as one unit even when it says it has several segments")
 	latency := fs.Duration("latency", 0, "latency added to every send")
 	jitter := fs.Duration("latency-jitter", 0, "random extra latency in [0, jitter)")
@@ -68,6 +69,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		SuspendWindow:  *suspendWindow,
 		SuspendFor:     *suspendFor,
 		IgnoreSegments: *ignoreSegments,
+		NoIdempotency:  *noIdem,
 		Faults: sim.Faults{Latency: sim.Duration(*latency), LatencyJitter: sim.Duration(*jitter),
 			FailRate: *failRate, FailStatus: *failStatus, TimeoutRate: *timeoutRate, LostReplyRate: *lostReplyRate},
 		Logger: logger,

@@ -51,6 +51,13 @@ type Config struct {
 	SuspendWindow time.Duration
 	SuspendFor    time.Duration
 
+	// NoIdempotency makes the simulator ignore the Idempotency-Key header:
+	// a retry of a send it already accepted is accepted (and delivered)
+	// again, as by a provider without idempotency (Twilio, Vonage). By
+	// default a repeated key is answered with the first id and not sent
+	// again, as the generic protocol (DESIGN.md section 4) specifies.
+	NoIdempotency bool
+
 	// IgnoreSegments counts every message as one unit even when the request
 	// says it has several segments (a provider that bills per message).
 	IgnoreSegments bool

@@ -58,8 +58,9 @@ func (s *Sim) handleSend(w http.ResponseWriter, r *http.Request) {
 	}
 	rec := Record{Arrived: arrived, Reference: req.Reference, To: req.To, From: req.From,
 		Body: req.Body, Class: req.Class, Units: 1}
+	rec.key = r.Header.Get(httpprov.HeaderIdempotencyKey)
 	if rec.Reference == "" {
-		rec.Reference = r.Header.Get(httpprov.HeaderIdempotencyKey)
+		rec.Reference = rec.key
 	}
 	if req.Segments > 1 && !s.cfg.IgnoreSegments {
 		rec.Units = req.Segments
@@ -99,6 +100,9 @@ func (s *Sim) handleSend(w http.ResponseWriter, r *http.Request) {
 		log.Debug("sim: 429", "to", sms.MaskPhone(req.To), "reference", req.Reference)
 		w.Header().Set("Retry-After", seconds(retry))
 		writeJSON(w, http.StatusTooManyRequests, httpprov.ErrorResponse{Error: "rate limit exceeded"})
+	case replayed:
+		log.Debug("sim: idempotent replay", "reference", req.Reference, "id", rec.ID)
+		writeJSON(w, http.StatusOK, httpprov.SendResponse{ID: rec.ID})
 	case accepted:
 		log.Debug("sim: accepted", "to", sms.MaskPhone(req.To), "reference", req.Reference, "id", rec.ID, "units", rec.Units)
 		if roll(f.LostReplyRate) {

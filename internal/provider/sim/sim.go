@@ -47,6 +47,8 @@ type Record struct {
 	Units      int       `json:"units"`                // units of rate it cost
 	AcceptedAt time.Time `json:"accepted_at,omitzero"` // the gateway's acceptance time (X-Smsgw-Accepted-At), if sent
 	Duplicate  bool      `json:"duplicate,omitempty"`  // its reference was accepted before
+
+	key string // the request's Idempotency-Key
 }
 
 // Sim is one simulated provider account. It is safe for concurrent use.
@@ -67,6 +69,7 @@ type Sim struct {
 	suspendEnd  time.Time
 	records     []Record
 	refs        map[string]int
+	idem        map[string]string // Idempotency-Key -> provider id of its first accept
 	counters    counters
 	nextID      uint64
 
@@ -89,6 +92,7 @@ type counters struct {
 	lostReplies int
 	badRequests int
 	suspensions int
+	replays     int
 }
 
 // New validates cfg and returns a simulator; it does not listen until Start
@@ -112,6 +116,7 @@ func (s *Sim) resetLocked() {
 	s.suspendEnd = time.Time{}
 	s.records = nil
 	s.refs = map[string]int{}
+	s.idem = map[string]string{}
 	s.counters = counters{}
 }
 
@@ -210,6 +215,7 @@ const (
 	accepted outcome = iota
 	throttled
 	suspended
+	replayed // an Idempotency-Key seen before: the first answer again
 )
 
 // decide applies the contract to a send and records it if accepted. It is
@@ -236,9 +242,20 @@ func (s *Sim) decide(rec Record) (outcome, time.Duration, Record) {
 		s.tooManyLocked(now)
 		return throttled, s.cfg.RetryAfter, rec
 	}
+	if id, ok := s.idem[rec.key]; ok && rec.key != "" && !s.cfg.NoIdempotency {
+		// A retry of a send already accepted (the gateway lost the answer):
+		// answered with the first id, never sent twice. It still used a
+		// unit of the rate above: the provider counts requests.
+		s.counters.replays++
+		rec.ID = id
+		return replayed, 0, rec
+	}
 	s.nextID++
 	rec.At = now
 	rec.ID = "sim-" + strconv.FormatUint(s.nextID, 10)
+	if rec.key != "" {
+		s.idem[rec.key] = rec.ID
+	}
 	if rec.Reference != "" {
 		rec.Duplicate = s.refs[rec.Reference] > 0
 		s.refs[rec.Reference]++

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -520,5 +521,38 @@ func TestCloseReleasesHangingRequests(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("Close did not release the hanging request")
+	}
+}
+
+// A retry with the same Idempotency-Key is answered with the first id and
+// not delivered again; with NoIdempotency it is delivered twice and counted
+// as a duplicate.
+func TestIdempotencyKeyReplays(t *testing.T) {
+	for _, noIdem := range []bool{false, true} {
+		s, err := sim.New(sim.Config{Limit: 100, NoIdempotency: noIdem})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := s.Handler()
+		var ids []string
+		for range 2 {
+			req := httptest.NewRequest(http.MethodPost, "/send", strings.NewReader(`{"to":"+819012345678","body":"hi","reference":"msg_1"}`))
+			req.Header.Set("Idempotency-Key", "msg_1")
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != http.StatusOK {
+				t.Fatalf("status %d: %s", rec.Code, rec.Body)
+			}
+			var out struct{ ID string }
+			_ = json.Unmarshal(rec.Body.Bytes(), &out)
+			ids = append(ids, out.ID)
+		}
+		st := s.Stats()
+		if !noIdem && (ids[0] != ids[1] || st.Accepted != 1 || st.Replays != 1 || st.Duplicates != 0) {
+			t.Errorf("idempotent: ids %v, stats %+v", ids, st)
+		}
+		if noIdem && (ids[0] == ids[1] || st.Accepted != 2 || st.Replays != 0 || st.Duplicates != 1) {
+			t.Errorf("no idempotency: ids %v, stats %+v", ids, st)
+		}
 	}
 }

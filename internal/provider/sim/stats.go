@@ -30,8 +30,11 @@ type Stats struct {
 	MaxInAny1s         int `json:"max_in_any_1s"`
 	MaxMessagesInAny1s int `json:"max_messages_in_any_1s"`
 
-	Duplicates int            `json:"duplicates"` // accepts whose reference was accepted before
-	PerClass   map[string]int `json:"per_class"`  // messages per "class" field ("none" when absent)
+	Duplicates int `json:"duplicates"` // accepts whose reference was accepted before
+	// Replays are sends whose Idempotency-Key was accepted before: answered
+	// with the first id and not delivered again (0 with NoIdempotency).
+	Replays  int            `json:"replays"`
+	PerClass map[string]int `json:"per_class"` // messages per "class" field ("none" when absent)
 
 	// Latency is, per class, provider arrival minus the gateway's acceptance
 	// time (X-Smsgw-Accepted-At), for sends that carried it.
@@ -60,7 +63,7 @@ func (s *Sim) Stats() Stats {
 		Rejected429: s.counters.rejected429, Rejected403: s.counters.rejected403,
 		Failed5xx: s.counters.failed5xx, Timeouts: s.counters.timeouts,
 		LostReplies: s.counters.lostReplies, BadRequests: s.counters.badRequests,
-		Suspensions: s.counters.suspensions}
+		Suspensions: s.counters.suspensions, Replays: s.counters.replays}
 	if now := s.now(); now.Before(s.suspendEnd) {
 		st.Suspended, st.SuspendedUntil = true, s.suspendEnd
 	}
