@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"smsgw/internal/bench"
+	"smsgw/internal/provider/sim"
+)
+
+func init() {
+	register(command{name: "bench", usage: "what the provider sees under the old limiters and ours (--pods 16 --duration 5s --window both)", run: runBench})
+}
+
+// runBench runs the benchmark of DESIGN.md section 7 and prints its table
+// (or JSON with --json). It exits non-zero only when it cannot run (bad
+// flags, no Redis), never because of the figures.
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	pods := fs.Int("pods", bench.DefaultPods, "simulated producer pods")
+	duration := fs.Duration("duration", bench.DefaultDuration, "sending time of each run")
+	window := fs.String("window", "both", "provider window shape: sliding, fixed or both")
+	offset := fs.Float64("offset", -1, "fixed windows: start of each window past the second, in seconds [0, 1); negative: random")
+	redisAddr := fs.String("redis", bench.DefaultRedisAddr, "Redis address (loopback only); keys get a random prefix and are deleted afterwards")
+	strategies := fs.String("strategies", "", "comma-separated strategies (default all): per-pod, redis-fixed-window, atomic-incr, gcra")
+	skew := fs.Duration("skew", bench.DefaultSkew, "pod clocks are spread evenly over ±skew (old strategies)")
+	otpRate := fs.Float64("otp-rate", bench.DefaultOTPRate, "OTPs per second")
+	phase := fs.Float64("start-phase", bench.DefaultStartPhase.Seconds(), "the flood starts this far past a wall-clock second, in seconds [0, 1); negative: at once")
+	jsonOut := fs.Bool("json", false, "print machine-readable JSON instead of the table")
+	verbose := fs.Bool("v", false, "log progress to stderr")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "smsgw bench: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if *pods < 1 {
+		fmt.Fprintf(stderr, "smsgw bench: --pods %d: want at least 1\n", *pods)
+		return 2
+	}
+	if *phase >= 1 {
+		fmt.Fprintf(stderr, "smsgw bench: --start-phase %v: want seconds in [0, 1), or negative for at once\n", *phase)
+		return 2
+	}
+	cfg := bench.Config{Pods: *pods, Duration: *duration, RedisAddr: *redisAddr, OTPRate: *otpRate, Skew: *skew}
+	cfg.StartPhase = time.Duration(*phase * float64(time.Second))
+	switch {
+	case *phase < 0:
+		cfg.StartPhase = -1 // at once
+	case cfg.StartPhase == 0:
+		cfg.StartPhase = 1 // on the second (0 would mean the default)
+	}
+	if *skew == 0 {
+		cfg.Skew = -1 // explicitly none
+	}
+	switch *window {
+	case "both":
+		cfg.Windows = []sim.Window{sim.WindowSliding, sim.WindowFixed}
+	case string(sim.WindowSliding), string(sim.WindowFixed):
+		cfg.Windows = []sim.Window{sim.Window(*window)}
+	default:
+		fmt.Fprintf(stderr, "smsgw bench: --window %q: want sliding, fixed or both\n", *window)
+		return 2
+	}
+	if *offset >= 1 {
+		fmt.Fprintf(stderr, "smsgw bench: --offset %v: want seconds in [0, 1), or negative for random\n", *offset)
+		return 2
+	}
+	cfg.Offset = -1
+	if *offset >= 0 {
+		cfg.Offset = time.Duration(*offset * float64(time.Second))
+	}
+	if *strategies != "" {
+		for name := range strings.SplitSeq(*strategies, ",") {
+			st, err := bench.ParseStrategy(strings.TrimSpace(name))
+			if err != nil {
+				fmt.Fprintf(stderr, "smsgw bench: --strategies: %v\n", err)
+				return 2
+			}
+			cfg.Strategies = append(cfg.Strategies, st)
+		}
+	}
+	level := slog.LevelWarn
+	if *verbose {
+		level = slog.LevelInfo
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	rep, err := bench.Run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "smsgw bench: %v\n", err)
+		return 1
+	}
+	if *jsonOut {
+		err = bench.WriteJSON(stdout, rep)
+	} else {
+		err = bench.WriteTable(stdout, rep)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "smsgw bench: write: %v\n", err)
+		return 1
+	}
+	return 0
+}
