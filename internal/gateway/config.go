@@ -346,6 +346,12 @@ func applyEnv(cfg *Config, environ []string) error {
 	}
 	slices.SortFunc(todo, func(a, b kv) int { return len(a.path) - len(b.path) })
 	for _, x := range todo {
+		// A string key takes the value as it is: parsed as YAML, a password
+		// "0123" would become 83 and a hex digest of digits a float.
+		if f := paths[x.path]; f.IsValid() && f.Kind() == reflect.String {
+			f.SetString(x.val)
+			continue
+		}
 		if err := setPath(cfg, x.path, x.val); err != nil {
 			errs = append(errs, fmt.Errorf("%s (from %s): %w", x.path, x.name, err))
 		}

@@ -107,6 +107,28 @@ producers: [{name: app, key: "app-key-0123456789ab", classes: [otp], rate: 1, bu
 	}
 }
 
+// String keys take environment values verbatim: YAML would read "0123" as
+// the octal 83, "1e3" as 1000 and a digest of digits as a float.
+func TestEnvStringsAreNotParsedAsYAML(t *testing.T) {
+	base := []byte(`
+provider: {url: "http://127.0.0.1:9100/send"}
+producers: [{name: app, key: "app-key-0123456789ab", classes: [otp], rate: 1, burst: 1}]
+`)
+	digest := strings.Repeat("1234567890", 6) + "1234"
+	cfg, err := Load(base, []string{
+		"SMSGW_REDIS_PASSWORD=0123",
+		"SMSGW_ACCOUNT=1e3",
+		"SMSGW_ADMIN_KEY_SHA256=" + digest,
+		"SMSGW_PROVIDER_TOKEN= spaced: yes ",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Redis.Password != "0123" || cfg.Account != "1e3" || cfg.Admin.KeySHA256 != digest || cfg.Provider.Token != " spaced: yes " {
+		t.Fatalf("strings changed: password %q account %q digest %q token %q", cfg.Redis.Password, cfg.Account, cfg.Admin.KeySHA256, cfg.Provider.Token)
+	}
+}
+
 func TestEnvTypoAndBadValueNameTheVariable(t *testing.T) {
 	base := []byte(`
 provider: {url: "http://127.0.0.1:9100/send"}
