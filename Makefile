@@ -2,7 +2,7 @@
 GO ?= go
 TEST_TIMEOUT ?= 25m
 
-.PHONY: test test-short vet mutate bench demo build fuzz
+.PHONY: test test-short vet mutate bench demo build helm-check
 
 test: vet
 	bash scripts/ensure-redis.sh
@@ -21,6 +21,11 @@ vet:
 mutate:
 	bash scripts/ensure-redis.sh
 	bash scripts/mutate.sh
+
+# Lints and renders the Helm chart for several value sets, checks its
+# replica rules, and runs smsgw check-config on every rendered config.
+helm-check:
+	bash scripts/helm-check.sh
 
 bench:
 	bash scripts/ensure-redis.sh
