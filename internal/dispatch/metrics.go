@@ -28,9 +28,10 @@ const (
 	requeuePaused    = "paused"    // local pause set after a 429 in this process
 	requeueBreaker   = "breaker"   // provider breaker open
 	requeueReleased  = "released"  // graceful stop, limiter error
+	requeueAuth      = "auth"      // the provider refused our credentials
 )
 
-var requeueReasons = []string{requeueThrottled, requeueRetry, requeueRateWait, requeuePaused, requeueBreaker, requeueReleased}
+var requeueReasons = []string{requeueThrottled, requeueRetry, requeueRateWait, requeuePaused, requeueBreaker, requeueReleased, requeueAuth}
 
 // Reservation results.
 const (

@@ -331,6 +331,8 @@ func (d *Dispatcher) outcome(f *flight, res provider.Result, err error) {
 		d.abandon(f, "send cut short by stop")
 	case pe != nil && (pe.Reason == provider.ReasonThrottled || pe.Reason == provider.ReasonSuspended):
 		d.throttled(f, pe)
+	case pe != nil && pe.Reason == provider.ReasonAuth:
+		d.authFailed(f, pe)
 	case pe != nil && !pe.Temporary:
 		d.log.Info("permanent failure", "id", m.ID, "class", m.Class.String(), "to", sms.MaskPhone(m.To), "reason", string(pe.Reason), "err", err)
 		d.complete(f, queue.Outcome{Status: sms.StatusFailed, Reason: pe.Error(), Attempts: attempts}, outcomeFailed)
@@ -356,6 +358,28 @@ func (d *Dispatcher) throttled(f *flight, pe *provider.Error) {
 	}
 	d.log.Warn("provider throttled: every replica paused", "id", m.ID, "class", m.Class.String(), "reason", string(pe.Reason), "pause", pause)
 	d.requeue(f, pause, false, requeueThrottled, pe.Error())
+}
+
+// AuthPause is how long every replica stops sending after the provider
+// refused the account's credentials.
+const AuthPause = time.Minute
+
+// authFailed handles a provider that refuses our credentials (401/403). That
+// is not the message's fault: failing it would empty the whole queue into
+// failures within seconds of a rotated token. Every replica pauses for
+// AuthPause and the message goes back without spending an attempt, so
+// nothing is lost while an operator fixes the credentials; the error log
+// and smsgw_dispatch_requeues_total{reason="auth"} say why nothing is sent.
+func (d *Dispatcher) authFailed(f *flight, pe *provider.Error) {
+	m := f.l.Message
+	d.pauseLocal(AuthPause)
+	if err := d.cfg.Limiter.Pause(d.runCtx, AuthPause); err != nil {
+		d.m.loopErrors.WithLabelValues("pause").Inc()
+		d.log.Error("shared pause failed; pausing this process only", "pause", AuthPause, "err", err)
+	}
+	d.log.Error("provider refused the account's credentials: every replica paused; fix provider credentials",
+		"id", m.ID, "class", m.Class.String(), "pause", AuthPause, "err", pe.Error())
+	d.requeue(f, AuthPause, false, requeueAuth, pe.Error())
 }
 
 func (d *Dispatcher) record429() {
