@@ -150,6 +150,9 @@ type stats struct {
 		Paused bool   `json:"paused"`
 		Reason string `json:"reason"`
 	} `json:"pause"`
+	OTP struct {
+		LatencyP99MS *float64 `json:"latency_p99_ms"`
+	} `json:"otp"`
 }
 
 func (s *stack) stats(t *testing.T) stats {
@@ -288,6 +291,9 @@ func (b *browser) screenshot() {
 	b.t.Logf("screenshot: %s", path)
 }
 
+func queued(class string) string   { return `#queues tr[data-class=` + class + `] td[data-field=queued]` }
+func sentCell(class string) string { return `#queues tr[data-class=` + class + `] td[data-field=sent]` }
+
 // TestDashboardInBrowser drives the real page in headless Chromium against
 // a real gateway and provider simulator, and checks that what the page
 // shows follows the real state, and that what the page does changes it.
@@ -333,7 +339,58 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatal("the admin key is in the URL")
 	}
 	if got := br.text("#pv-otp-p99"); got != "—" {
-		t.Errorf("OTP p99 shows %q; the stats do not report it, so want —", got)
+		t.Errorf("OTP p99 shows %q before any OTP was sent, want —", got)
+	}
+	for sel, want := range map[string]string{"#pv-target": "90/s", "#pv-contract": "100/s", "#pv-429": "0",
+		"#pv-429-window": "0 of 300", "#pv-otp-503": "0", sentCell("otp"): "0"} {
+		if got := br.text(sel); got != want {
+			t.Errorf("%s shows %q, want %q", sel, got, want)
+		}
+	}
+	if got := br.text("#replica"); !strings.Contains(got, "embedded store") || !strings.Contains(got, "Answered by replica ") {
+		t.Errorf("replica line %q", got)
+	}
+
+	// An OTP on the fast path: the page counts it, shows a rate and the
+	// p99, and the OTP tile judges that p99 by the 20 ms rule.
+	if code := st.call(t, "POST", "/v1/otp", loginKey, map[string]string{"to": "+819012345679", "body": "code 123456"}, nil); code != 200 {
+		t.Fatalf("POST /v1/otp: %d", code)
+	}
+	br.waitText(sentCell("otp"), "1", wait)
+	br.waitFor("a send rate", `/^[0-9.]+\/s$/.test(document.getElementById('pv-rate').textContent) &&
+		parseFloat(document.getElementById('pv-rate').textContent) > 0`, wait)
+	br.waitFor("the OTP p99", `/^[0-9.]+ (ms|s)$/.test(document.getElementById('pv-otp-p99').textContent)`, wait)
+	p99 := st.stats(t).OTP.LatencyP99MS
+	if p99 == nil {
+		t.Fatal("the stats report no OTP p99 after an OTP was sent")
+	}
+	wantOTP := "OK"
+	if *p99 >= 20 {
+		wantOTP = "SLOW"
+	}
+	br.waitText("#st-otp", wantOTP, wait)
+	if got := br.text("#st-otp-detail"); !strings.Contains(got, "p99") {
+		t.Errorf("OTP tile detail %q does not give the p99", got)
+	}
+
+	// The provider throttles: the 503 the OTP gets and the 429 behind it
+	// show, the OTP tile says BLOCKED, the guard's bar moves off zero.
+	throttle := sim.Duration(time.Second)
+	if err := st.sim.Apply(sim.Control{ThrottleAllFor: &throttle}); err != nil {
+		t.Fatal(err)
+	}
+	if code := st.call(t, "POST", "/v1/otp", loginKey, map[string]string{"to": "+819012345679", "body": "code 654321"}, nil); code != 503 {
+		t.Fatalf("POST /v1/otp to a throttling provider: %d, want 503", code)
+	}
+	br.waitText("#pv-429", "1", wait)
+	br.waitText("#pv-otp-503", "1", wait)
+	br.waitText("#pv-429-window", "1 of 300", wait)
+	br.waitText("#st-otp", "BLOCKED", wait)
+	if v := evalJS[float64](br, `document.getElementById('pv-guard-meter').value`); v != 1 {
+		t.Errorf("guard meter value %v, want 1", v)
+	}
+	if err := st.sim.Apply(sim.Control{Clear: true}); err != nil {
+		t.Fatal(err)
 	}
 
 	// Pause with the page's button; the API sees it.
@@ -365,7 +422,6 @@ func TestDashboardInBrowser(t *testing.T) {
 	enqueue(notifyKey, "transactional", "+819012345671")
 	enqueue(notifyKey, "marketing", "+819012345672")
 	enqueue(notifyKey, "marketing", "+819012345673")
-	queued := func(class string) string { return `#queues tr[data-class=` + class + `] td[data-field=queued]` }
 	br.waitText(queued("otp"), "1", wait)
 	br.waitText(queued("transactional"), "1", wait)
 	br.waitText(queued("marketing"), "2", wait)
@@ -420,6 +476,36 @@ func TestDashboardInBrowser(t *testing.T) {
 			t.Fatalf("retried message %s is %q, want sent", retried, m.Status)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	br.waitText(sentCell("otp"), "2", wait)
+
+	// Look messages up by id: the retried one is sent, a dead one failed,
+	// numbers masked; an unknown id says so.
+	lookup := func(id string) {
+		br.do(chromedp.SetValue(chromedp.ID("lookup-id"), id), chromedp.Click(chromedp.CSS(`#lookup-form button`)))
+	}
+	lookup(retried)
+	br.waitText(`#lookup-result [data-field=status]`, "sent", wait)
+	if got := br.text(`#lookup-result [data-field=to]`); got != sms.MaskPhone("+819012345670") {
+		t.Errorf("lookup shows recipient %q, want %q", got, sms.MaskPhone("+819012345670"))
+	}
+	if got := br.text(`#lookup-result [data-field=producer]`); got != "login" {
+		t.Errorf("lookup shows producer %q", got)
+	}
+	for id, to := range numbers {
+		if to == "+819012345673" {
+			lookup(id)
+		}
+	}
+	br.waitText(`#lookup-result [data-field=producer]`, "notify", wait)
+	br.waitText(`#lookup-result [data-field=status]`, "failed", wait)
+	lookup(sms.NewID(time.Now()))
+	br.waitFor("the not-found answer", `document.getElementById('lookup-result').hidden &&
+		document.getElementById('lookup-msg').textContent.includes('no such message')`, wait)
+	lookup("not-an-id")
+	br.waitFor("the id format hint", `document.getElementById('lookup-msg').textContent.includes('msg_ followed by')`, wait)
+	if body := evalJS[string](br, `document.body.innerText`); strings.Contains(body, "+819012345") {
+		t.Error("a full phone number is on the page")
 	}
 
 	// State changed behind the page's back shows up by itself; a reload

@@ -17,6 +17,45 @@ type classStats struct {
 	Leased           int64   `json:"leased"`
 	Dead             int64   `json:"dead"`
 	OldestAgeSeconds float64 `json:"oldest_age_seconds"`
+	// Cumulative outcomes; their scope is statsResponse.Counters.
+	SentTotal    int64 `json:"sent_total"`
+	FailedTotal  int64 `json:"failed_total"`
+	ExpiredTotal int64 `json:"expired_total"`
+	DeadTotal    int64 `json:"dead_total"`
+}
+
+type countersInfo struct {
+	Scope string    `json:"scope"` // shared | process
+	Since time.Time `json:"since"`
+}
+
+type providerStats struct {
+	Name              string  `json:"name"`
+	SentPerSecond     float64 `json:"sent_per_second"`
+	RateScope         string  `json:"rate_scope"` // shared | process
+	TargetRPS         float64 `json:"target_rps"`
+	ContractRPS       float64 `json:"contract_rps"`
+	ThrottledTotal    int64   `json:"throttled_total"`
+	ThrottledInWindow int64   `json:"throttled_in_window"`
+	GuardActivateAt   int64   `json:"guard_activate_at"`
+	SuspendAfter      int     `json:"suspend_after"`
+	WindowSeconds     float64 `json:"window_seconds"`
+	GuardActive       bool    `json:"guard_active"`
+}
+
+type otpStats struct {
+	LatencyP50MS     *float64 `json:"latency_p50_ms,omitempty"`
+	LatencyP99MS     *float64 `json:"latency_p99_ms,omitempty"`
+	LatencySamples   int      `json:"latency_samples"`
+	UnavailableTotal int64    `json:"unavailable_total"`
+}
+
+type replicaStats struct {
+	Owner         string    `json:"owner"`
+	StartedAt     time.Time `json:"started_at"`
+	UptimeSeconds float64   `json:"uptime_seconds"`
+	Mode          string    `json:"mode"`
+	LimiterMode   string    `json:"limiter_mode"`
 }
 
 type limiterKey struct {
@@ -33,9 +72,13 @@ type limiterStats struct {
 }
 
 type statsResponse struct {
-	Classes map[string]classStats `json:"classes"`
-	Limiter limiterStats          `json:"limiter"`
-	Pause   PauseState            `json:"pause"`
+	Classes  map[string]classStats `json:"classes"`
+	Limiter  limiterStats          `json:"limiter"`
+	Pause    PauseState            `json:"pause"`
+	Counters countersInfo          `json:"counters"`
+	Provider providerStats         `json:"provider"`
+	OTP      otpStats              `json:"otp"`
+	Replica  replicaStats          `json:"replica"`
 }
 
 func (s *server) adminStats(w http.ResponseWriter, r *http.Request) {
@@ -50,18 +93,58 @@ func (s *server) adminStats(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("limiter state: %w", err))
 		return
 	}
-	out := statsResponse{Classes: map[string]classStats{}, Pause: s.pause.state()}
-	for _, c := range sms.Classes {
-		st := qs[c]
-		out.Classes[c.String()] = classStats{Ready: st.Ready, Scheduled: st.Scheduled, Leased: st.Leased,
-			Dead: st.Dead, OldestAgeSeconds: st.OldestAge.Seconds()}
+	tot, scope, since, err := s.live.totals.read(ctx)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
 	}
+	out := statsResponse{Classes: map[string]classStats{}, Pause: s.pause.state(),
+		Counters: countersInfo{Scope: scope, Since: since.UTC()}}
+	for _, c := range sms.Classes {
+		st, t := qs[c], tot.classes[c]
+		out.Classes[c.String()] = classStats{Ready: st.Ready, Scheduled: st.Scheduled, Leased: st.Leased,
+			Dead: st.Dead, OldestAgeSeconds: st.OldestAge.Seconds(),
+			SentTotal: t.Sent, FailedTotal: t.Failed, ExpiredTotal: t.Expired, DeadTotal: t.Dead}
+	}
+	snap := s.live.snap()
+	g := s.cfg.Dispatch.SuspensionGuard
+	out.Provider = providerStats{Name: s.live.providerName, SentPerSecond: s.live.totals.rate(), RateScope: scope,
+		TargetRPS: s.cfg.Limits.TargetRPS, ContractRPS: s.cfg.Provider.ContractRPS,
+		ThrottledTotal: tot.throttled, ThrottledInWindow: snap.GuardCount, GuardActivateAt: snap.GuardActivateAt,
+		SuspendAfter: g.Threshold, WindowSeconds: g.Window.Seconds(), GuardActive: snap.GuardActive}
+	out.OTP = otpStats{UnavailableTotal: tot.otpRefused}
+	if q, n := s.live.otp.quantiles(0.5, 0.99); n > 0 {
+		p50, p99 := ms(q[0]), ms(q[1])
+		out.OTP.LatencyP50MS, out.OTP.LatencyP99MS, out.OTP.LatencySamples = &p50, &p99, n
+	}
+	rep := s.live.replica
+	out.Replica = replicaStats{Owner: rep.owner, StartedAt: rep.started.UTC(), UptimeSeconds: s.now().Sub(rep.started).Seconds(),
+		Mode: rep.mode, LimiterMode: string(ls.Mode)}
 	out.Limiter = limiterStats{Mode: string(ls.Mode), PauseRemainingMS: ls.PauseRemaining.Milliseconds(), Keys: []limiterKey{}}
 	for _, k := range ls.Keys {
 		out.Limiter.Keys = append(out.Limiter.Keys, limiterKey{Name: k.Name, AheadMS: k.Ahead.Milliseconds(),
 			RatePerSecond: k.Rate.PerSecond, Burst: k.Rate.Burst})
 	}
 	writeJSON(w, s.log, "application/json", http.StatusOK, out)
+}
+
+// ms is d in milliseconds, to the microsecond.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// adminGetMessage is any message's status, number masked: the operator
+// looks a message up by id without learning the recipient.
+func (s *server) adminGetMessage(w http.ResponseWriter, r *http.Request) {
+	id := chi.URLParam(r, "id")
+	if !sms.ValidID(id) {
+		s.writeError(w, r, errorf(KindNotFound, "no such message"))
+		return
+	}
+	m, err := s.queue.Get(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, fmt.Errorf("admin get %s: %w", id, err))
+		return
+	}
+	writeJSON(w, s.log, "application/json", http.StatusOK, adminView(m))
 }
 
 // MaxPause bounds an operator pause with a duration.
@@ -110,13 +193,21 @@ func (s *server) adminResume(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, s.log, "application/json", http.StatusOK, s.pause.state())
 }
 
-type deadLetter struct {
+// adminMessage is a message as an operator sees it: the recipient masked,
+// the producer named.
+type adminMessage struct {
 	messageView
 	Producer string `json:"producer"`
 }
 
+func adminView(m *sms.Message) adminMessage {
+	v := viewOf(m)
+	v.To = sms.MaskPhone(v.To)
+	return adminMessage{messageView: v, Producer: m.Producer}
+}
+
 type deadLettersResponse struct {
-	Messages []deadLetter `json:"messages"`
+	Messages []adminMessage `json:"messages"`
 }
 
 const (
@@ -141,11 +232,9 @@ func (s *server) adminDeadLetters(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("dead letters: %w", err))
 		return
 	}
-	out := deadLettersResponse{Messages: make([]deadLetter, 0, len(ms))}
+	out := deadLettersResponse{Messages: make([]adminMessage, 0, len(ms))}
 	for _, m := range ms {
-		v := viewOf(m)
-		v.To = sms.MaskPhone(v.To)
-		out.Messages = append(out.Messages, deadLetter{messageView: v, Producer: m.Producer})
+		out.Messages = append(out.Messages, adminView(m))
 	}
 	writeJSON(w, s.log, "application/json", http.StatusOK, out)
 }

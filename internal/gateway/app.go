@@ -173,7 +173,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 		}
 	} else {
 		eq, err := embedded.Open(embedded.Config{Path: cfg.Store.Path, Logger: log,
-			Retention: cfg.Messages.Retention, IdempotencyWindow: IdempotencyWindow})
+			Retention: cfg.Messages.Retention, IdempotencyWindow: IdempotencyWindow, Registerer: reg})
 		if err != nil {
 			return nil, fmt.Errorf("gateway: queue: %w", err)
 		}
@@ -194,6 +194,9 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 		}
 	}
 	a.closed = append([]func() error{a.queue.Close}, a.closed...)
+	if err := reg.Register(newQueueCollector(a.queue, log)); err != nil {
+		return nil, fmt.Errorf("gateway: queue metrics: %w", err)
+	}
 	s.queue, s.enq = a.queue, a.queue
 	if a.redis != nil {
 		// Many concurrent POSTs share one enqueue script round trip. The
@@ -211,9 +214,11 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 			return nil, err
 		}
 	}
+	otpLatency := newLatencyWindow(otpLatencySamples)
 	a.disp, err = dispatch.New(dispatch.Config{
-		Queue: a.queue, Limiter: pausedLimiter{Limiter: s.limiter, p: s.pause}, Provider: a.prov, Guard: guard,
-		Owner: owner, Workers: cfg.Dispatch.Workers, OTPWorkers: cfg.Dispatch.OTPWorkers,
+		Queue: a.queue, Limiter: pausedLimiter{Limiter: s.limiter, p: s.pause}, Guard: guard,
+		Provider: observedProvider{Provider: a.prov, now: now, otp: otpLatency}, Owner: owner,
+		Workers: cfg.Dispatch.Workers, OTPWorkers: cfg.Dispatch.OTPWorkers,
 		Lease: cfg.Dispatch.Lease, MaxAttempts: cfg.Dispatch.MaxAttempts,
 		BackoffBase: cfg.Dispatch.BackoffBase, BackoffMax: cfg.Dispatch.BackoffMax,
 		CountSegments: cfg.Provider.CountSegments, Logger: log, Registerer: reg, Now: now,
@@ -223,6 +228,14 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 	}
 	s.otp, s.notifier = a.disp, a.disp
 	s.eta = &etaEstimator{q: a.queue, lim: s.limiter, pause: s.pause, cfg: cfg, now: now, log: log, refresh: etaRefresh}
+	mode := "embedded"
+	var countersKey string
+	if a.redis != nil {
+		mode, countersKey = "redis", newAPIKeys(cfg.Account).counters()
+	}
+	started := now()
+	s.live = &liveStats{replica: replica{owner: owner, mode: mode, started: started}, providerName: a.prov.Name(),
+		snap: a.disp.Snapshot, otp: otpLatency, totals: newTotalsLoop(a.disp.Snapshot, a.redis, countersKey, log, started)}
 	a.srv = s
 	a.http = &http.Server{
 		Handler:           s.routes(),
@@ -232,10 +245,6 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	mode := "embedded"
-	if a.redis != nil {
-		mode = "redis"
 	}
 	log.Info("gateway ready to start", "mode", mode, "account", cfg.Account, "provider", a.prov.Name(),
 		"producers", len(cfg.Producers), "target_rps", cfg.Limits.TargetRPS, "owner", owner)
@@ -340,6 +349,7 @@ func (a *App) Start(ctx context.Context) error {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	a.srv.pause.start(runCtx)
+	a.srv.live.totals.start(runCtx)
 	a.ln, a.cancel, a.started = ln, cancel, true
 	a.served = make(chan error, 1)
 	go func() { a.served <- a.http.Serve(ln) }()
@@ -398,6 +408,7 @@ func (a *App) Stop(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 		a.srv.pause.close()
+		a.srv.live.totals.close(ctx)
 		a.cancel()
 	}
 	a.closeAll()

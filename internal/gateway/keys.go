@@ -16,3 +16,9 @@ func (k apiKeys) idemLock(h string) string { return k.tag + "idemlock:" + h }
 
 // pause is the operator pause shared by every replica (value: reason).
 func (k apiKeys) pause() string { return k.tag + "pause" }
+
+// counters is the hash of account-wide outcome counters (stats): fields
+// "sent:<class>", "failed:<class>", "expired:<class>", "dead:<class>",
+// "throttled", "otp_unavailable", and "since_ms", when the first replica
+// wrote it. A few dozen bytes that never expire.
+func (k apiKeys) counters() string { return k.tag + "counters" }

@@ -138,10 +138,11 @@ func TestOTPWithRedisDown(t *testing.T) {
 // TestOTPDuringCampaign: OTPs sent while a marketing campaign saturates
 // its cap reach the provider within 20 ms (p99, arrival at the gateway to
 // arrival at the provider, as the simulator measures it), with no 429.
+// 100 OTPs, so that the p99 is a percentile and not the single worst
+// sample; the modes run one after the other so they do not share the CPU.
 func TestOTPDuringCampaign(t *testing.T) {
 	for _, m := range modes {
 		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
 			s := newSim(t, sim.Config{Limit: 100})
 			h := startWith(t, testConfig(t, m, s.URL()), s)
 			items := make([]any, 600)
@@ -151,13 +152,13 @@ func TestOTPDuringCampaign(t *testing.T) {
 			wantStatus(t, h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": items}), http.StatusOK)
 			eventually(t, "the campaign to saturate its cap", func() bool { return len(s.Accepted()) > 70 })
 			var ids []string
-			for range 30 {
+			for range 100 {
 				r := h.post("/v1/otp", keyLogin, otpBody())
 				wantStatus(t, r, http.StatusOK)
 				var sent otpSent
 				r.json(t, &sent)
 				ids = append(ids, sent.ID)
-				time.Sleep(100 * time.Millisecond)
+				time.Sleep(50 * time.Millisecond)
 			}
 			st := s.Stats()
 			lat := st.Latency["otp"]

@@ -39,6 +39,7 @@ type server struct {
 	auth      *authenticator
 	eta       *etaEstimator
 	pause     *operatorPause
+	live      *liveStats
 	metrics   *apiMetrics
 	gatherer  prometheus.Gatherer
 	dashboard http.Handler
@@ -78,6 +79,7 @@ func (s *server) routes() http.Handler {
 		r.Route("/admin", func(r chi.Router) {
 			r.Use(s.authAdmin)
 			r.Get("/stats", s.adminStats)
+			r.Get("/messages/{id}", s.adminGetMessage)
 			r.Post("/pause", s.adminPause)
 			r.Post("/resume", s.adminResume)
 			r.Get("/dead-letters", s.adminDeadLetters)

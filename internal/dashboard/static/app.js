@@ -13,7 +13,9 @@ const DEAD_LIMIT = 50;
 const CLASS_ORDER = ['otp', 'transactional', 'marketing'];
 const OTP_LATE_S = 5; // a queued OTP older than this is late
 const OTP_VERY_LATE_S = 30;
-const OTP_P99_SLOW_MS = 1000;
+const OTP_P99_SLOW_MS = 20; // accept-to-provider p99 at or above this is SLOW
+const OTP_503_RECENT_MS = 10000; // BLOCKED while fast-path 503s grew this recently
+const MESSAGE_ID = /^msg_[0-9A-HJKMNP-TV-Z]{26}$/;
 const BACKLOG_SLOW_S = 300; // oldest ready message this old while not paused: sending is slow
 // Relative to /dashboard/, so the page also works behind a path prefix.
 const API = '../v1/admin/';
@@ -37,6 +39,7 @@ const state = {
   again: false,
   prevSent: null, // {t, total} for a rate from sent_total counters
   rate: null,
+  otp503: null, // {total, grewAt}: when the fast path's 503 count last grew
 };
 
 // ---- key -------------------------------------------------------------
@@ -99,11 +102,11 @@ function fmtSecs(s) {
   if (num(s) === null) return '—';
   if (s < 10) return `${s.toFixed(s < 1 && s > 0 ? 1 : 0)} s`;
   if (s < 60) return `${Math.round(s)} s`;
-  if (s < 3600) return `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`;
+  if (s < 3600) return Math.round(s % 60) === 0 ? `${Math.floor(s / 60)} min` : `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`;
   return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
 }
 
-const fmtMs = (ms) => (num(ms) === null ? '—' : ms < 1000 ? `${Math.round(ms)} ms` : fmtSecs(ms / 1000));
+const fmtMs = (ms) => (num(ms) === null ? '—' : ms < 10 && ms > 0 ? `${ms.toFixed(1)} ms` : ms < 1000 ? `${Math.round(ms)} ms` : fmtSecs(ms / 1000));
 
 // Times are UTC, like the logs an operator will compare them with.
 function fmtClock(t) {
@@ -160,6 +163,20 @@ function sendRate(s, now) {
   return state.rate;
 }
 
+// otp503Growing tells whether the fast path's 503 count grew within
+// OTP_503_RECENT_MS. The first sample only sets the baseline: 503s from
+// before the page opened are history, not news.
+function otp503Growing(total, now) {
+  if (total === null) {
+    state.otp503 = null;
+    return false;
+  }
+  const prev = state.otp503;
+  if (!prev || total < prev.total) state.otp503 = { total, grewAt: 0 };
+  else if (total > prev.total) state.otp503 = { total, grewAt: now };
+  return state.otp503.grewAt > 0 && now - state.otp503.grewAt < OTP_503_RECENT_MS;
+}
+
 function renderTiles(s, now, rate) {
   const classes = s.classes || {};
   const all = Object.values(classes);
@@ -195,11 +212,13 @@ function renderTiles(s, now, rate) {
   const otpQueued = queued(otp);
   const otpAge = num(otp.oldest_age_seconds) ?? 0;
   const p99 = num(s.otp?.latency_p99_ms);
-  const p99Text = `p99 ${fmtMs(p99)}`;
+  const p99Text = p99 === null ? 'no OTP sent yet' : `p99 ${fmtMs(p99)}`;
+  const refusedRecently = otp503Growing(num(s.otp?.unavailable_total), now);
   if (paused) tile('otp', 'bad', 'BLOCKED', 'paused: POST /v1/otp answers 503');
+  else if (refusedRecently) tile('otp', 'bad', 'BLOCKED', `POST /v1/otp answers 503 (${fmtInt(s.otp.unavailable_total)} so far) · ${p99Text}`);
   else if (holdMs > 0) tile('otp', 'warn', 'HELD', `provider 429 hold, ${fmtMs(holdMs)} left`);
   else if (otpQueued > 0 && otpAge > OTP_LATE_S) tile('otp', otpAge > OTP_VERY_LATE_S ? 'bad' : 'warn', 'LATE', `oldest queued OTP waits ${fmtSecs(otpAge)} · ${p99Text}`);
-  else if (p99 !== null && p99 > OTP_P99_SLOW_MS) tile('otp', 'warn', 'SLOW', p99Text);
+  else if (p99 !== null && p99 >= OTP_P99_SLOW_MS) tile('otp', 'warn', 'SLOW', `${p99Text}, want under ${OTP_P99_SLOW_MS} ms`);
   else tile('otp', 'ok', 'OK', `${otpQueued ? fmtInt(otpQueued) + ' queued' : 'none waiting'} · ${p99Text}`);
 
   // The tab title carries the alarms, for a page left open in the background.
@@ -224,10 +243,14 @@ function renderQueues(s) {
       td('oldest', queued(c) ? fmtSecs(c.oldest_age_seconds) : '—'),
       td('dead', fmtInt(c.dead)),
       td('sent', fmtInt(c.sent_total)),
-      td('failed', fmtInt(c.failed_total)));
+      td('failed', fmtInt(c.failed_total)),
+      td('expired', fmtInt(c.expired_total)));
   });
-  if (rows.length === 0) rows.push(el('tr', { class: 'empty' }, el('td', { colspan: '9' }, 'No classes reported.')));
+  if (rows.length === 0) rows.push(el('tr', { class: 'empty' }, el('td', { colspan: '10' }, 'No classes reported.')));
   document.querySelector('#queues tbody').replaceChildren(...rows);
+  const ct = s.counters;
+  $('counters-scope').textContent = !ct ? 'Sent, failed, expired: not reported.'
+    : `Sent, failed, expired: since ${fmtDateTime(ct.since)}, ${ct.scope === 'shared' ? 'all replicas' : 'this process only'}.`;
 }
 
 function renderLimiter(s) {
@@ -245,17 +268,55 @@ function renderLimiter(s) {
   document.querySelector('#limiter-keys tbody').replaceChildren(...rows);
 }
 
+function setMeter(id, value, max, low, high, optimum) {
+  const m = $(id);
+  const ok = num(value) !== null && num(max) !== null && max > 0;
+  // Attributes in the order the clamping rules need: max before the rest.
+  m.max = ok ? max : 1;
+  m.low = ok && num(low) !== null ? low : m.max;
+  m.high = ok && num(high) !== null ? high : m.max;
+  m.optimum = ok && num(optimum) !== null ? optimum : 0;
+  m.value = ok ? Math.min(value, max) : 0;
+  m.dataset.value = ok ? String(value) : '';
+}
+
 function renderProvider(s, rate) {
   const p = s.provider || {};
   const o = s.otp || {};
+  $('pv-name').textContent = p.name ? `(${p.name})` : '';
   $('pv-rate').textContent = fmtRate(rate);
   $('pv-target').textContent = fmtRate(num(p.target_rps));
-  $('pv-429').textContent = fmtInt(p.throttled_total);
+  $('pv-contract').textContent = fmtRate(num(p.contract_rps));
+  const contract = num(p.contract_rps);
+  const target = num(p.target_rps);
+  // Green up to the target, red above it (the gateway should never be there).
+  setMeter('pv-rate-meter', rate, contract, target, target, 0);
+  $('pv-rate-scope').textContent = num(p.sent_per_second) === null ? ''
+    : `Messages per second over the last 10 s, ${p.rate_scope === 'shared' ? 'all replicas' : 'this replica only'}.`;
+
   const win = num(p.throttled_in_window);
   const limit = num(p.suspend_after);
+  const activate = num(p.guard_activate_at);
   $('pv-429-window').textContent = win === null ? '—' : limit === null ? fmtInt(win) : `${fmtInt(win)} of ${fmtInt(limit)}`;
+  setMeter('pv-guard-meter', win, limit, activate === null ? null : activate / 2, activate, 0);
+  const winText = num(p.window_seconds) === null ? '' : ` within ${fmtSecs(p.window_seconds)}`;
+  $('pv-guard-detail').textContent = limit === null ? '—'
+    : `The provider suspends the account after ${fmtInt(limit)} 429s${winText}.` +
+      (activate === null ? '' : ` From ${fmtInt(activate)} every replica sends at a reduced rate.`);
+  $('pv-guard-state').hidden = p.guard_active !== true;
+  $('pv-429').textContent = fmtInt(p.throttled_total);
+  $('pv-otp-p50').textContent = fmtMs(num(o.latency_p50_ms));
   $('pv-otp-p99').textContent = fmtMs(num(o.latency_p99_ms));
   $('pv-otp-503').textContent = fmtInt(o.unavailable_total);
+}
+
+function renderReplica(s) {
+  const r = s.replica;
+  const e = $('replica');
+  e.hidden = !r;
+  if (!r) return;
+  const store = r.mode === 'redis' ? 'Redis' : r.mode === 'embedded' ? 'embedded store' : r.mode;
+  e.textContent = `Answered by replica ${r.owner} · up ${fmtSecs(r.uptime_seconds)} · ${store}`;
 }
 
 function renderDead(s, d) {
@@ -296,6 +357,7 @@ function render() {
   renderQueues(s);
   renderLimiter(s);
   renderProvider(s, rate);
+  renderReplica(s);
   renderDead(s, state.dead);
   const paused = s.pause?.paused === true;
   $('resume').disabled = !paused;
@@ -392,14 +454,60 @@ async function act(button, path, body, done) {
   }
 }
 
+// ---- message lookup --------------------------------------------------
+
+async function lookup(id) {
+  const msg = $('lookup-msg');
+  const out = $('lookup-result');
+  const session = state.session;
+  out.hidden = true;
+  if (!MESSAGE_ID.test(id)) {
+    msg.dataset.state = 'error';
+    msg.textContent = 'A message id is msg_ followed by 26 characters (0-9, A-Z without I, L, O, U).';
+    return;
+  }
+  msg.dataset.state = 'busy';
+  msg.textContent = 'Looking up…';
+  let m;
+  try {
+    m = await api('GET', `messages/${encodeURIComponent(id)}`);
+  } catch (e) {
+    if (session !== state.session) return;
+    if (e instanceof AuthError) {
+      signOut(`The gateway refused the key: ${e.message}`);
+      return;
+    }
+    msg.dataset.state = 'error';
+    msg.textContent = `${id}: ${e.message}`;
+    return;
+  }
+  if (session !== state.session) return;
+  msg.dataset.state = 'ok';
+  msg.textContent = `${id} (${fmtClock(Date.now())})`;
+  const facts = [
+    ['status', 'Status', m.status], ['class', 'Class', m.class], ['to', 'To', m.to],
+    ['producer', 'Producer', m.producer], ['attempts', 'Attempts', fmtInt(m.attempts)],
+    ['segments', 'Segments', fmtInt(m.segments)], ['created', 'Created', fmtDateTime(m.created_at)],
+    ['sent', 'Sent', m.sent_at ? fmtDateTime(m.sent_at) : '—'], ['reference', 'Reference', m.reference],
+    ['provider-id', 'Provider id', m.provider_message_id], ['last-error', 'Last error', m.last_error],
+  ];
+  out.replaceChildren(...facts.map(([field, label, v]) => el('div', {},
+    el('dt', {}, label), el('dd', { data: { field } }, v === undefined || v === '' ? '—' : v))));
+  out.hidden = false;
+}
+
 // ---- session ---------------------------------------------------------
 
 function resetState() {
   clearTimeout(state.timer);
   Object.assign(state, {
     stats: null, dead: null, deadSig: '', lastOK: 0, lastErr: '', failures: 0, nextAt: 0, timer: 0,
-    again: false, prevSent: null, rate: null, inflight: -1,
+    again: false, prevSent: null, rate: null, otp503: null, inflight: -1,
   });
+  $('replica').hidden = true;
+  $('lookup-result').hidden = true;
+  $('lookup-result').replaceChildren();
+  $('lookup-msg').textContent = '';
   state.session++;
 }
 
@@ -465,6 +573,10 @@ function init() {
     }
   });
   $('resume').addEventListener('click', () => act($('resume'), 'resume', undefined, 'Sending resumed.'));
+  $('lookup-form').addEventListener('submit', (e) => {
+    e.preventDefault();
+    lookup($('lookup-id').value.trim());
+  });
 
   document.addEventListener('visibilitychange', () => {
     if (!document.hidden && getKey()) poll();
