@@ -95,10 +95,10 @@ func TestOTPFastPathDuringCampaign(t *testing.T) {
 		campaign = append(campaign, postBatch(t, gw, keyMarketing, "marketing", i*400, 400)...)
 	}
 	sim.WaitAccepted(t, 100, 30*time.Second) // the campaign is running
-	ok, refused := otpFastPath(t, gws, 80, 100*time.Millisecond)
+	ok, refused := otpFastPath(t, gws, 100, 80*time.Millisecond)
 	st := sim.Stats(t)
 	if refused > 0 {
-		t.Errorf("%d of 80 OTP refused during the campaign", refused)
+		t.Errorf("%d of 100 OTP refused during the campaign", refused)
 	}
 	lat := st.Latency["otp"]
 	if lat.Count < len(ok) || lat.P99 >= 20 {
