@@ -2,8 +2,14 @@ package sms
 
 import (
 	"errors"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/nyaruka/phonenumbers"
 )
 
 func wantField(t *testing.T, err error, field string) {
@@ -17,50 +23,51 @@ func wantField(t *testing.T, err error, field string) {
 	}
 }
 
+var parseE164Tests = []struct {
+	in, want string // want "" means rejected
+}{
+	{"+819012345678", "+819012345678"}, // JP mobile
+	{"+81312345678", "+81312345678"},   // JP Tokyo landline
+	{"+12025550123", "+12025550123"},   // US
+	{"+447911123456", "+447911123456"}, // UK mobile
+	{"+442079460000", "+442079460000"}, // UK London
+	{"+80012345678", "+80012345678"},   // international freephone
+	// A trunk prefix written after the country code is normalized away.
+	{"+4402079460000", "+442079460000"},
+	{"+8109012345678", "+819012345678"},
+
+	// Shape.
+	{"", ""},
+	{"+", ""},
+	{"+1234567", ""},          // 7 digits
+	{"+1234567890123456", ""}, // 16 digits
+	{"819012345678", ""},      // no +
+	{"00819012345678", ""},    // international prefix instead of +
+	{"++819012345678", ""},
+	{"+81 90 1234 5678", ""},
+	{"+81-90-1234-5678", ""},
+	{"+(81)9012345678", ""},
+	{" +819012345678", ""},
+	{"+819012345678 ", ""},
+	{"+819012345678\n", ""},
+	{"+81901234567a", ""},
+	{"+8190123456７8", ""}, // fullwidth digit
+	{"+٨١٩٠١٢٣٤٥٦٧٨", ""}, // Arabic-Indic digits
+	{"tel:+819012345678", ""},
+
+	// Right shape, but the library says no.
+	{"+0081901234567", ""}, // leading 00 after the +
+	{"+15555555555", ""},   // no such US area code
+	{"+8190123456789", ""}, // one digit too many for a JP mobile
+	{"+81901234567", ""},   // one digit too few
+	{"+999123456789", ""},  // unassigned country code
+	{"+12345678", ""},
+	{"+49040000", ""}, // valid, but only 7 digits once the trunk 0 is dropped
+}
+
 func TestParseE164(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		in, want string // want "" means rejected
-	}{
-		{"+819012345678", "+819012345678"}, // JP mobile
-		{"+81312345678", "+81312345678"},   // JP Tokyo landline
-		{"+12025550123", "+12025550123"},   // US
-		{"+447911123456", "+447911123456"}, // UK mobile
-		{"+442079460000", "+442079460000"}, // UK London
-		{"+80012345678", "+80012345678"},   // international freephone
-		// A trunk prefix written after the country code is normalized away.
-		{"+4402079460000", "+442079460000"},
-		{"+8109012345678", "+819012345678"},
-
-		// Shape.
-		{"", ""},
-		{"+", ""},
-		{"+1234567", ""},          // 7 digits
-		{"+1234567890123456", ""}, // 16 digits
-		{"819012345678", ""},      // no +
-		{"00819012345678", ""},    // international prefix instead of +
-		{"++819012345678", ""},
-		{"+81 90 1234 5678", ""},
-		{"+81-90-1234-5678", ""},
-		{"+(81)9012345678", ""},
-		{" +819012345678", ""},
-		{"+819012345678 ", ""},
-		{"+819012345678\n", ""},
-		{"+81901234567a", ""},
-		{"+8190123456７8", ""}, // fullwidth digit
-		{"+٨١٩٠١٢٣٤٥٦٧٨", ""}, // Arabic-Indic digits
-		{"tel:+819012345678", ""},
-
-		// Right shape, but the library says no.
-		{"+0081901234567", ""}, // leading 00 after the +
-		{"+15555555555", ""},   // no such US area code
-		{"+8190123456789", ""}, // one digit too many for a JP mobile
-		{"+81901234567", ""},   // one digit too few
-		{"+999123456789", ""},  // unassigned country code
-		{"+12345678", ""},
-		{"+49040000", ""}, // valid, but only 7 digits once the trunk 0 is dropped
-	}
-	for _, tt := range tests {
+	for _, tt := range parseE164Tests {
 		t.Run(tt.in, func(t *testing.T) {
 			t.Parallel()
 			got, err := ParseE164(tt.in)
@@ -81,11 +88,140 @@ func TestParseE164(t *testing.T) {
 	}
 }
 
+// referenceParseE164 is parseE164 as it was before validE164: the
+// library's general parser. The fast path must answer exactly like it.
+func referenceParseE164(field, s string) (string, error) {
+	if !e164Shape(s) {
+		return "", invalid(field, "must be E.164: '+' then 8 to 15 digits, with no spaces or other characters")
+	}
+	num, err := phonenumbers.Parse(s, "")
+	if err != nil || !phonenumbers.IsValidNumber(num) {
+		return "", invalid(field, "is not a valid phone number")
+	}
+	out := phonenumbers.Format(num, phonenumbers.E164)
+	if !e164Shape(out) {
+		return "", invalid(field, "is not a valid phone number")
+	}
+	return out, nil
+}
+
+// sameAsReference fails t unless ParseE164(s) answers exactly like the
+// reference: the same number, or the same error.
+func sameAsReference(t *testing.T, s string) {
+	t.Helper()
+	want, wantErr := referenceParseE164("to", s)
+	got, err := ParseE164(s)
+	if got != want || errString(err) != errString(wantErr) {
+		t.Fatalf("ParseE164(%q) = %q, %v; the library's parser gives %q, %v", s, got, err, want, wantErr)
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// parseE164Corpus returns inputs that reach every branch of parseDigits:
+// the test vectors; the library's example number of every region and
+// non-geographical code for every number type, as is, with a digit more or
+// less, and behind every one- and two-digit prefix (trunk prefixes, carrier
+// codes, leading zeros); random digits after every calling code, and
+// random digits alone.
+func parseE164Corpus(perCode int) []string {
+	var in []string
+	for _, tt := range parseE164Tests {
+		in = append(in, tt.in)
+	}
+	var examples []*phonenumbers.PhoneNumber
+	for _, region := range slices.Sorted(maps.Keys(phonenumbers.GetSupportedRegions())) {
+		for typ := phonenumbers.FIXED_LINE; typ <= phonenumbers.UNKNOWN; typ++ {
+			examples = append(examples, phonenumbers.GetExampleNumberForType(region, typ))
+		}
+	}
+	for _, code := range slices.Sorted(maps.Keys(phonenumbers.GetSupportedGlobalNetworkCallingCodes())) {
+		examples = append(examples, phonenumbers.GetExampleNumberForNonGeoEntity(code))
+	}
+	var prefixes []string
+	for i := range 110 {
+		if i < 10 {
+			prefixes = append(prefixes, strconv.Itoa(i))
+		} else {
+			prefixes = append(prefixes, strconv.Itoa(100 + i - 10)[1:])
+		}
+	}
+	seen := map[string]bool{}
+	for _, num := range examples {
+		if num == nil {
+			continue
+		}
+		cc := strconv.Itoa(int(num.GetCountryCode()))
+		nsn := phonenumbers.GetNationalSignificantNumber(num)
+		if seen[cc+" "+nsn] {
+			continue
+		}
+		seen[cc+" "+nsn] = true
+		in = append(in, "+"+cc+nsn, "+"+cc+nsn+"0", "+"+cc+nsn[:len(nsn)-1])
+		for _, p := range prefixes {
+			in = append(in, "+"+cc+p+nsn)
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	digits := func(n int) string {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte('0' + rng.IntN(10))
+		}
+		return string(b)
+	}
+	for _, code := range slices.Sorted(maps.Keys(phonenumbers.GetSupportedCallingCodes())) {
+		cc := strconv.Itoa(code)
+		for range perCode {
+			n := 8 + rng.IntN(8) - len(cc)
+			in = append(in, "+"+cc+digits(n), "+"+cc+"0"+digits(n-1), "+"+cc+"00"+digits(n-2))
+		}
+	}
+	for range 20 * perCode {
+		in = append(in, "+"+digits(8+rng.IntN(8)))
+	}
+	return in
+}
+
+func TestParseE164MatchesLibraryParser(t *testing.T) {
+	t.Parallel()
+	perCode := 40
+	if testing.Short() {
+		perCode = 4
+	}
+	corpus := parseE164Corpus(perCode)
+	accepted, normalized := 0, 0
+	for _, s := range corpus {
+		sameAsReference(t, s)
+		if out, err := ParseE164(s); err == nil {
+			accepted++
+			if out != s {
+				normalized++
+			}
+		}
+	}
+	// A corpus that the shape check or the calling code rejects whole
+	// would prove nothing (the full one has ~5,800 and ~1,200).
+	t.Logf("%d inputs: %d accepted, %d of them normalized", len(corpus), accepted, normalized)
+	if accepted < 2000 || normalized < 500 {
+		t.Fatalf("corpus too weak: %d of %d accepted, %d normalized", accepted, len(corpus), normalized)
+	}
+}
+
 func FuzzParseE164(f *testing.F) {
-	for _, s := range []string{"+819012345678", "+4402079460000", "+15555555555", "+", "", "00819012345678", "+81 90", "+٨١٩"} {
+	for _, s := range []string{
+		"+819012345678", "+4402079460000", "+15555555555", "+", "", "00819012345678", "+81 90", "+٨١٩",
+		"+390612345678", "+3900000000", "+5491123456789", "+78123456789", "+5502112345678", "+80012345678",
+	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
+		sameAsReference(t, s)
 		got, err := ParseE164(s)
 		if err != nil {
 			wantField(t, err, "to")
@@ -107,11 +243,26 @@ func FuzzParseE164(f *testing.F) {
 	})
 }
 
+// BenchmarkParseE164 compares the fast path (new) with the library's parser
+// (old) on a mix of valid numbers, one with a trunk prefix to drop.
 func BenchmarkParseE164(b *testing.B) {
-	for b.Loop() {
-		if _, err := ParseE164("+819012345678"); err != nil {
-			b.Fatal(err)
-		}
+	numbers := []string{"+819012345678", "+12025550123", "+447911123456", "+4402079460000", "+390612345678", "+5491123456789", "+4915123456789", "+33612345678"}
+	for _, bb := range []struct {
+		name  string
+		parse func(string) (string, error)
+	}{
+		{"old", func(s string) (string, error) { return referenceParseE164("to", s) }},
+		{"new", ParseE164},
+	} {
+		b.Run(bb.name, func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				if _, err := bb.parse(numbers[i%len(numbers)]); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
 	}
 }
 
