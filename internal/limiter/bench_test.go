@@ -16,7 +16,14 @@ import (
 // benchCfg never denies, so every op is one full decision that writes.
 var benchCfg = Config{Global: Rate{PerSecond: maxPerSecond, Burst: 1_000_000}, Classes: map[string]Rate{"marketing": {PerSecond: maxPerSecond, Burst: 1_000_000}}}
 
-func BenchmarkRedisReserve(b *testing.B) {
+// BenchmarkRedisReserve is a capped class (marketing): three keys.
+func BenchmarkRedisReserve(b *testing.B) { benchmarkRedisReserve(b, "marketing") }
+
+// BenchmarkRedisReserveOTP is an uncapped class (OTP, transactional): the
+// pause and global keys only.
+func BenchmarkRedisReserveOTP(b *testing.B) { benchmarkRedisReserve(b, "otp") }
+
+func benchmarkRedisReserve(b *testing.B, class string) {
 	client := redistest.Client(b)
 	r, err := NewRedis(client, redistest.Prefix(b), benchCfg)
 	if err != nil {
@@ -24,7 +31,7 @@ func BenchmarkRedisReserve(b *testing.B) {
 	}
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if _, err := r.Reserve(bg, Request{Class: "marketing", Cost: 1}); err != nil {
+			if _, err := r.Reserve(bg, Request{Class: class, Cost: 1}); err != nil {
 				b.Error(err)
 				return
 			}

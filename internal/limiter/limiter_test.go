@@ -22,7 +22,7 @@ import (
 // expiry that Redis accepts).
 //
 //	caller-clock [TestCallerClockIgnored]
-//	  redis.go: `args := []any{req.Cost, maxWait, r.c.global.interval, r.c.global.burst}` -> `args := []any{req.Cost, maxWait, r.c.global.interval, r.c.global.burst, r.clock().UnixMicro()}`
+//	  redis.go: `args := append([]any{req.Cost, floorMicros(req.MaxWait)}, call.args...)` -> `args := append([]any{req.Cost, floorMicros(req.MaxWait)}, append(slices.Clip(call.args), r.clock().UnixMicro())...)`
 //	  redis.go: `local cost = tonumber(ARGV[1])` -> `local cost = tonumber(ARGV[1]) now = tonumber(ARGV[#ARGV])`
 //	bank-idle-time-redis [TestIdleDoesNotBankCredit]
 //	  redis.go: `local tat = math.max(tats[i], send) + cost` -> `local tat = tats[i] + cost`
@@ -34,11 +34,11 @@ import (
 //	shorten-a-pause [TestPauseSeenByOtherClientAndNeverShortened]
 //	  redis.go: `if cur >= want then` -> `if false then`
 //	write-global-when-class-fails [TestReserveScriptStates]
-//	  redis.go: `tats[i] = tonumber(redis.call('GET', KEYS[i]) or '0')` -> `tats[i] = tonumber(redis.call('GET', KEYS[i]) or '0') redis.call('SET', KEYS[i], string.format('%d', math.max(tats[i], now) + cost * interval))`
+//	  redis.go: `tats[i] = tonumber(vals[i] or '0')` -> `tats[i] = tonumber(vals[i] or '0') redis.call('SET', KEYS[i], string.format('%d', math.max(tats[i], now) + cost * interval))`
 //	book-at-now-not-send-time [TestReserveScriptStates]
 //	  redis.go: `local tat = math.max(tats[i], send) + cost` -> `local tat = math.max(tats[i], now) + cost`
 //	omit-cost [TestCostConsumesN]
-//	  redis.go: `args := []any{req.Cost, maxWait,` -> `args := []any{1, maxWait,`
+//	  redis.go: `[]any{req.Cost, floorMicros(req.MaxWait)}` -> `[]any{1, floorMicros(req.MaxWait)}`
 //	ignore-max-wait [TestReserveScriptStates]
 //	  redis.go: `if wait > tonumber(ARGV[2]) then` -> `if false then`
 //	cost-above-burst-waits [TestCostExceedsBurst]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -22,6 +23,10 @@ type Redis struct {
 	c      compiled
 	// classKeys caches the class key names (no allocation per decision).
 	classKeys map[string]string
+	// uncapped and capped are the reserve script's KEYS and fixed ARGV, for
+	// a class without a cap and per capped class: built once, read only.
+	uncapped reserveCall
+	capped   map[string]reserveCall
 	// clock is only used to observe this replica's clock skew against
 	// Redis; no decision ever reads it.
 	clock func() time.Time
@@ -44,10 +49,26 @@ func NewRedis(client redis.UniversalClient, account string, cfg Config) (*Redis,
 		return nil, err
 	}
 	r := &Redis{client: client, keys: newKeySet(account), cfg: cfg, c: c, classKeys: make(map[string]string), clock: time.Now}
-	for name := range c.classes {
+	r.uncapped = reserveCall{
+		keys: []string{r.keys.pause(), r.keys.global()},
+		args: []any{c.global.interval, c.global.burst},
+	}
+	r.capped = make(map[string]reserveCall, len(c.classes))
+	for name, p := range c.classes {
 		r.classKeys[name] = r.keys.class(name)
+		r.capped[name] = reserveCall{
+			keys: append(slices.Clip(r.uncapped.keys), r.classKeys[name]),
+			args: append(slices.Clip(r.uncapped.args), p.interval, p.burst),
+		}
 	}
 	return r, nil
+}
+
+// reserveCall is what reserveScript gets for one class but the request's
+// cost and max wait: KEYS, and ARGV[3] on.
+type reserveCall struct {
+	keys []string
+	args []any
 }
 
 func checkAccount(account string) error {
@@ -74,6 +95,9 @@ func checkAccount(account string) error {
 //	code 2  paused;  µs = pause remaining
 //	code 3  cost exceeds the burst of a key: never grantable
 //
+// All keys are read in one MGET, so a grant makes 3 (OTP) or 4 (capped
+// class) Redis calls: TIME, MGET, a SET per TAT key. (MGET reads a key of
+// another type as absent where GET failed; nothing else writes these keys.)
 // Only code 1 writes anything: when either key would be exceeded neither
 // changes. Every key records max(tat, send) + cost·interval (see step in
 // gcra.go, its Go twin) and expires once its schedule has run out: PX is
@@ -91,6 +115,7 @@ var reserveScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local cost = tonumber(ARGV[1])
+local vals = redis.call('MGET', unpack(KEYS))
 local tats = {}
 local wait = 0
 for i = 2, #KEYS do
@@ -99,13 +124,13 @@ for i = 2, #KEYS do
   if cost > burst then
     return {3, 0, now}
   end
-  tats[i] = tonumber(redis.call('GET', KEYS[i]) or '0')
+  tats[i] = tonumber(vals[i] or '0')
   local w = math.max(tats[i], now) + cost * interval - burst * interval - now
   if w > wait then
     wait = w
   end
 end
-local pause = tonumber(redis.call('GET', KEYS[1]) or '0')
+local pause = tonumber(vals[1] or '0')
 if pause > now then
   return {2, pause - now, now}
 end
@@ -132,14 +157,12 @@ func (r *Redis) reserve(ctx context.Context, req Request) (Decision, int64, erro
 	if err := checkRequest(req); err != nil {
 		return Decision{}, 0, err
 	}
-	maxWait := floorMicros(req.MaxWait)
-	keys := []string{r.keys.pause(), r.keys.global()}
-	args := []any{req.Cost, maxWait, r.c.global.interval, r.c.global.burst}
-	if p, ok := r.c.classes[req.Class]; ok {
-		keys = append(keys, r.classKeys[req.Class])
-		args = append(args, p.interval, p.burst)
+	call, ok := r.capped[req.Class]
+	if !ok {
+		call = r.uncapped
 	}
-	res, err := reserveScript.Run(ctx, r.client, keys, args...).Int64Slice()
+	args := append([]any{req.Cost, floorMicros(req.MaxWait)}, call.args...)
+	res, err := reserveScript.Run(ctx, r.client, call.keys, args...).Int64Slice()
 	if err != nil {
 		return Decision{}, 0, fmt.Errorf("limiter: reserve on redis: %w", err)
 	}
