@@ -255,6 +255,9 @@ type flight struct {
 	lane  *lane
 	lost  atomic.Bool // the heartbeat found the lease gone: never send it
 	ready time.Time   // when it became ready in the queue (latency origin)
+	// acking: its outcome is being written (Complete, Requeue, Dead); a
+	// lease the heartbeat then finds gone was most likely ended by it.
+	acking atomic.Bool
 }
 
 // New checks cfg and returns a Dispatcher; it starts nothing.
@@ -408,6 +411,17 @@ func (d *Dispatcher) untrack(f *flight) {
 	if ok {
 		d.m.inFlight.Dec()
 	}
+}
+
+// tracked reports whether f is still in flight and not being acked.
+func (d *Dispatcher) tracked(f *flight) bool {
+	if f.acking.Load() {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.flights[f.l]
+	return ok
 }
 
 func (d *Dispatcher) inFlight() []*flight {

@@ -62,10 +62,14 @@ type heartbeat struct {
 	log       *slog.Logger
 	m         *metrics
 	noteError func()
+	// tracked reports whether a flight is still in flight: one that was
+	// acked between the snapshot and its Extend loses its lease by design.
+	tracked func(*flight) bool
 }
 
 func newHeartbeat(d *Dispatcher) *heartbeat {
-	h := &heartbeat{flights: d.inFlight, extend: d.cfg.Queue.Extend, lease: d.cfg.Lease, log: d.log, m: d.m, noteError: d.noteQueueError}
+	h := &heartbeat{flights: d.inFlight, extend: d.cfg.Queue.Extend, lease: d.cfg.Lease, log: d.log, m: d.m,
+		noteError: d.noteQueueError, tracked: d.tracked}
 	h.loop = newLoop("heartbeat", max(d.cfg.Lease/3, time.Millisecond), h.runOnce)
 	return h
 }
@@ -76,6 +80,9 @@ func (h *heartbeat) runOnce(ctx context.Context) {
 		switch {
 		case err == nil:
 		case errors.Is(err, queue.ErrLeaseLost):
+			if h.tracked != nil && !h.tracked(f) {
+				continue // acked meanwhile: its lease ended normally
+			}
 			f.lost.Store(true)
 			h.m.loopErrors.WithLabelValues("extend").Inc()
 			h.log.Warn("heartbeat: lease lost", "id", f.l.Message.ID)

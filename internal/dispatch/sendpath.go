@@ -459,6 +459,7 @@ func (d *Dispatcher) abandon(f *flight, why string) {
 // hold back for a lease after a queue error (see recoverer), so a live
 // holder acks first once Redis is back.
 func (d *Dispatcher) ack(f *flight, op, label string, call func(context.Context) error) {
+	f.acking.Store(true)
 	defer d.untrack(f)
 	ctx := d.runCtx
 	if ctx.Err() != nil {
