@@ -384,27 +384,37 @@ func (q *Queue) Recover(ctx context.Context) (int, error) {
 	return total, nil
 }
 
-func (q *Queue) recoverChunk(ctx context.Context) (int, error) {
-	expired := func(tx *bolt.Tx, now int64) [][]byte {
-		var keys [][]byte
-		c := tx.Bucket(bLeases).Cursor()
-		for k, _ := c.First(); k != nil && timeKeyAt(k) <= now && len(keys) < chunk; k, _ = c.Next() {
-			keys = append(keys, bytes.Clone(k))
-		}
-		return keys
+// dueKeys returns up to limit keys of a time-keyed bucket (leases, done)
+// whose time is at or before cutoff, oldest first.
+func dueKeys(tx *bolt.Tx, bucket []byte, cutoff int64, limit int) [][]byte {
+	var keys [][]byte
+	c := tx.Bucket(bucket).Cursor()
+	for k, _ := c.First(); k != nil && timeKeyAt(k) <= cutoff && len(keys) < limit; k, _ = c.Next() {
+		keys = append(keys, bytes.Clone(k))
 	}
-	var any bool
-	if err := q.view(ctx, func(tx *bolt.Tx) error {
-		any = len(expired(tx, ms(q.now()))) > 0
+	return keys
+}
+
+// anyDue looks in a read-only transaction whether bucket holds a key due at
+// cutoff, so that an idle Recover or Prune costs no write and no fsync.
+func (q *Queue) anyDue(ctx context.Context, bucket []byte, cutoff int64) (bool, error) {
+	var due bool
+	err := q.view(ctx, func(tx *bolt.Tx) error {
+		due = len(dueKeys(tx, bucket, cutoff, 1)) > 0
 		return nil
-	}); err != nil || !any {
+	})
+	return due, err
+}
+
+func (q *Queue) recoverChunk(ctx context.Context) (int, error) {
+	if due, err := q.anyDue(ctx, bLeases, ms(q.now())); err != nil || !due {
 		return 0, err
 	}
 	n := 0
 	err := q.update(ctx, func(tx *bolt.Tx) error {
 		n = 0
 		now := q.now()
-		for _, k := range expired(tx, ms(now)) {
+		for _, k := range dueKeys(tx, bLeases, ms(now), chunk) {
 			id := timeKeyID(k)
 			r, err := getRecord(tx, id)
 			if err != nil {
@@ -447,26 +457,14 @@ func (q *Queue) Prune(ctx context.Context) (int, error) {
 }
 
 func (q *Queue) prune(ctx context.Context) (int, error) {
-	old := func(tx *bolt.Tx, now int64) [][]byte {
-		var keys [][]byte
-		cutoff := now - q.retention.Milliseconds()
-		c := tx.Bucket(bDone).Cursor()
-		for k, _ := c.First(); k != nil && timeKeyAt(k) <= cutoff && len(keys) < chunk; k, _ = c.Next() {
-			keys = append(keys, bytes.Clone(k))
-		}
-		return keys
-	}
-	var any bool
-	if err := q.view(ctx, func(tx *bolt.Tx) error {
-		any = len(old(tx, ms(q.now()))) > 0
-		return nil
-	}); err != nil || !any {
+	cutoff := func() int64 { return ms(q.now()) - q.retention.Milliseconds() }
+	if due, err := q.anyDue(ctx, bDone, cutoff()); err != nil || !due {
 		return 0, err
 	}
 	n := 0
 	err := q.update(ctx, func(tx *bolt.Tx) error {
 		n = 0
-		for _, k := range old(tx, ms(q.now())) {
+		for _, k := range dueKeys(tx, bDone, cutoff(), chunk) {
 			if err := tx.Bucket(bDone).Delete(k); err != nil {
 				return err
 			}
