@@ -24,7 +24,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -84,26 +83,13 @@ var _ provider.Provider = (*Provider)(nil)
 
 // New validates cfg and returns the adapter.
 func New(cfg Config) (*Provider, error) {
-	u, err := url.Parse(cfg.URL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("httpprov: url %q: want an absolute http(s) URL", cfg.URL)
+	c, err := Setup("httpprov: url", cfg.URL, cfg.Timeout, cfg.Client, cfg.Logger)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Timeout < 0 {
-		return nil, fmt.Errorf("httpprov: timeout %v: must not be negative", cfg.Timeout)
-	}
-	p := &Provider{name: cfg.Name, url: cfg.URL, token: cfg.Token, tmo: cfg.Timeout,
-		client: cfg.Client, log: cfg.Logger}
+	p := &Provider{name: cfg.Name, url: cfg.URL, token: cfg.Token, tmo: c.Timeout, client: c.Client, log: c.Logger}
 	if p.name == "" {
 		p.name = "http"
-	}
-	if p.tmo == 0 {
-		p.tmo = DefaultTimeout
-	}
-	if p.client == nil {
-		p.client = NewClient()
-	}
-	if p.log == nil {
-		p.log = slog.New(slog.DiscardHandler)
 	}
 	return p, nil
 }

@@ -70,10 +70,11 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.BaseURL == "" {
 		cfg.BaseURL = DefaultBaseURL
 	}
-	u, err := url.Parse(cfg.BaseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("twilio: base url %q: want an absolute http(s) URL", cfg.BaseURL)
+	c, err := httpprov.Setup("twilio: base url", cfg.BaseURL, cfg.Timeout, cfg.Client, cfg.Logger)
+	if err != nil {
+		return nil, err
 	}
+	cfg.Timeout = c.Timeout
 	if cfg.AccountSID == "" || cfg.AuthToken == "" {
 		return nil, fmt.Errorf("twilio: account_sid and auth_token are required")
 	}
@@ -82,21 +83,8 @@ func New(cfg Config) (*Provider, error) {
 			return nil, fmt.Errorf("twilio: status_callback: %w", err)
 		}
 	}
-	if cfg.Timeout < 0 {
-		return nil, fmt.Errorf("twilio: timeout %v: must not be negative", cfg.Timeout)
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = httpprov.DefaultTimeout
-	}
-	p := &Provider{cfg: cfg, client: cfg.Client, log: cfg.Logger,
-		endpoint: strings.TrimRight(cfg.BaseURL, "/") + "/2010-04-01/Accounts/" + url.PathEscape(cfg.AccountSID) + "/Messages.json"}
-	if p.client == nil {
-		p.client = httpprov.NewClient()
-	}
-	if p.log == nil {
-		p.log = slog.New(slog.DiscardHandler)
-	}
-	return p, nil
+	return &Provider{cfg: cfg, client: c.Client, log: c.Logger,
+		endpoint: strings.TrimRight(cfg.BaseURL, "/") + "/2010-04-01/Accounts/" + url.PathEscape(cfg.AccountSID) + "/Messages.json"}, nil
 }
 
 // Name implements provider.Provider.

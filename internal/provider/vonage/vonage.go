@@ -55,28 +55,16 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.BaseURL == "" {
 		cfg.BaseURL = DefaultBaseURL
 	}
-	u, err := url.Parse(cfg.BaseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("vonage: base url %q: want an absolute http(s) URL", cfg.BaseURL)
+	c, err := httpprov.Setup("vonage: base url", cfg.BaseURL, cfg.Timeout, cfg.Client, cfg.Logger)
+	if err != nil {
+		return nil, err
 	}
+	cfg.Timeout = c.Timeout
 	if cfg.APIKey == "" || cfg.APISecret == "" {
 		return nil, fmt.Errorf("vonage: api_key and api_secret are required")
 	}
-	if cfg.Timeout < 0 {
-		return nil, fmt.Errorf("vonage: timeout %v: must not be negative", cfg.Timeout)
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = httpprov.DefaultTimeout
-	}
-	p := &Provider{cfg: cfg, client: cfg.Client, log: cfg.Logger,
-		endpoint: strings.TrimRight(cfg.BaseURL, "/") + "/sms/json"}
-	if p.client == nil {
-		p.client = httpprov.NewClient()
-	}
-	if p.log == nil {
-		p.log = slog.New(slog.DiscardHandler)
-	}
-	return p, nil
+	return &Provider{cfg: cfg, client: c.Client, log: c.Logger,
+		endpoint: strings.TrimRight(cfg.BaseURL, "/") + "/sms/json"}, nil
 }
 
 // Name implements provider.Provider.
