@@ -134,17 +134,9 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // adminGetMessage is any message's status, number masked: the operator
 // looks a message up by id without learning the recipient.
 func (s *server) adminGetMessage(w http.ResponseWriter, r *http.Request) {
-	id := chi.URLParam(r, "id")
-	if !sms.ValidID(id) {
-		s.writeError(w, r, errorf(KindNotFound, "no such message"))
-		return
+	if m, ok := s.lookup(w, r); ok {
+		writeJSON(w, s.log, "application/json", http.StatusOK, adminView(m))
 	}
-	m, err := s.queue.Get(r.Context(), id)
-	if err != nil {
-		s.writeError(w, r, fmt.Errorf("admin get %s: %w", id, err))
-		return
-	}
-	writeJSON(w, s.log, "application/json", http.StatusOK, adminView(m))
 }
 
 // MaxPause bounds an operator pause with a duration.

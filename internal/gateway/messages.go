@@ -182,16 +182,26 @@ func (s *server) notify(c sms.Class) {
 	}
 }
 
-func (s *server) getMessage(w http.ResponseWriter, r *http.Request) {
-	p := producerFrom(r.Context())
+// lookup reads the message named by the {id} route parameter, answering
+// 404 for a malformed or unknown id; ok is false when it has answered.
+func (s *server) lookup(w http.ResponseWriter, r *http.Request) (*sms.Message, bool) {
 	id := chi.URLParam(r, "id")
 	if !sms.ValidID(id) {
 		s.writeError(w, r, errorf(KindNotFound, "no such message"))
-		return
+		return nil, false
 	}
 	m, err := s.queue.Get(r.Context(), id)
 	if err != nil {
 		s.writeError(w, r, fmt.Errorf("get %s: %w", id, err))
+		return nil, false
+	}
+	return m, true
+}
+
+func (s *server) getMessage(w http.ResponseWriter, r *http.Request) {
+	p := producerFrom(r.Context())
+	m, ok := s.lookup(w, r)
+	if !ok {
 		return
 	}
 	if m.Producer != p.Name {
