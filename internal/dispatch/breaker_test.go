@@ -71,9 +71,26 @@ func TestNewConfigErrors(t *testing.T) {
 	if err == nil {
 		t.Fatal("New accepted an empty config")
 	}
-	for _, want := range []string{"Queue", "Limiter", "Provider", "Owner", "Workers", "OTPWorkers", "Lease"} {
+	for _, want := range []string{"Queue", "Limiter", "Provider", "Owner", "Workers", "OTPWorkers", "Lease", "MaxAttempts", "BackoffBase", "BackoffMax"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}
+	}
+	// The product settings have their defaults in the gateway's
+	// configuration only: zero is refused here, except OTPWorkers.
+	_, err = New(Config{})
+	for _, want := range []string{"Workers 0", "Lease 0s", "MaxAttempts 0", "BackoffBase 0s", "BackoffMax 0s"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not refuse %s", err, want)
+		}
+	}
+	if err != nil && strings.Contains(err.Error(), "OTPWorkers") {
+		t.Errorf("error %q refuses OTPWorkers 0", err)
+	}
+	acct := newAccount(t)
+	_, err = New(Config{Queue: acct.queue(t, nil), Limiter: acct.limiter(t, nil, defaultLimits), Provider: funcProvider(nil),
+		Owner: "o", Workers: 1, Lease: time.Second, MaxAttempts: 1, BackoffBase: 2 * time.Second, BackoffMax: time.Second})
+	if err == nil || !strings.Contains(err.Error(), "BackoffMax 1s must be >= BackoffBase 2s") {
+		t.Errorf("New = %v, want BackoffMax below BackoffBase refused", err)
 	}
 }

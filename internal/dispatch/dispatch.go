@@ -18,28 +18,29 @@ import (
 	"smsgw/internal/sms"
 )
 
-// Defaults for Config.
+// Defaults of the tuning knobs the gateway's configuration does not
+// expose. The product defaults (workers, lease, attempts, backoff) live in
+// the gateway's configuration alone: the caller sets those fields.
 const (
-	DefaultWorkers         = 8
-	DefaultLease           = 30 * time.Second
-	DefaultMaxAttempts     = 5
-	DefaultBackoffBase     = time.Second
-	DefaultBackoffMax      = 5 * time.Minute
-	DefaultBulkMaxWait     = 5 * time.Millisecond
-	DefaultBulkBatch       = 4
-	DefaultOTPMaxWait      = time.Second
-	DefaultHoldMax         = 250 * time.Millisecond
-	DefaultOTPPoll         = 100 * time.Millisecond
-	DefaultBulkPoll        = 250 * time.Millisecond
-	DefaultBreakerFailures = 5
-	DefaultBreakerOpen     = 5 * time.Second
-	DefaultGuardSlowdown   = 2
-	DefaultGuardRefresh    = time.Second
-	DefaultSendNowDeadline = time.Second
+	defaultBulkMaxWait     = 5 * time.Millisecond
+	defaultBulkBatch       = 4
+	defaultOTPMaxWait      = time.Second
+	defaultHoldMax         = 250 * time.Millisecond
+	defaultOTPPoll         = 100 * time.Millisecond
+	defaultBulkPoll        = 250 * time.Millisecond
+	defaultBreakerFailures = 5
+	defaultBreakerOpen     = 5 * time.Second
+	defaultGuardSlowdown   = 2
+	defaultGuardRefresh    = time.Second
+	defaultSendNowDeadline = time.Second
 )
 
-// Config configures a Dispatcher. Zero durations and counts take the
-// defaults above.
+// Config configures a Dispatcher. Queue, Limiter, Provider, Owner and the
+// fields the gateway sets from its configuration (Workers, OTPWorkers,
+// Lease, MaxAttempts, BackoffBase, BackoffMax, CountSegments) are the
+// caller's: New refuses a zero Workers, Lease, MaxAttempts, BackoffBase or
+// BackoffMax, naming the field. The tuning knobs below them take a default
+// when zero.
 type Config struct {
 	Queue    queue.Queue
 	Limiter  limiter.Limiter
@@ -50,16 +51,19 @@ type Config struct {
 	// Owner identifies this replica in leases (hostname, pod name).
 	Owner string
 
-	Workers    int // senders of the bulk lane (transactional, marketing)
-	OTPWorkers int // senders that only ever send OTP (the gateway's dispatch.otp_workers); 0: none, OTP then shares the bulk lane
-
+	// Set by the caller from the gateway's configuration (dispatch.*,
+	// provider.count_segments); no defaults here.
+	Workers     int           // senders of the bulk lane (transactional, marketing); >= 1
+	OTPWorkers  int           // senders that only ever send OTP; 0: none, OTP then shares the bulk lane
 	Lease       time.Duration // lease per take; the heartbeat extends it every Lease/3
-	MaxAttempts int           // attempts before a temporarily failing message is a dead letter
+	MaxAttempts int           // attempts before a temporarily failing message is a dead letter; >= 1
 	BackoffBase time.Duration // retry n waits a random time in [0, min(BackoffMax, BackoffBase·2^(n-1))]
-	BackoffMax  time.Duration
-	// CountSegments makes a message cost its Segments in the limiter
-	// (provider.count_segments); otherwise every message costs 1.
+	BackoffMax  time.Duration // >= BackoffBase
+	// CountSegments makes a message cost its Segments in the limiter;
+	// otherwise every message costs 1.
 	CountSegments bool
+
+	// Tuning knobs: zero takes the package's default.
 
 	// BulkMaxWait is how far ahead a transactional or marketing
 	// reservation may be. Small on purpose: when bulk saturates the global
@@ -113,34 +117,20 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() error {
-	var errs []error
-	if c.Queue == nil {
-		errs = append(errs, errors.New("Queue is required"))
-	}
-	if c.Limiter == nil {
-		errs = append(errs, errors.New("Limiter is required"))
-	}
-	if c.Provider == nil {
-		errs = append(errs, errors.New("Provider is required"))
-	}
-	if c.Owner == "" {
-		errs = append(errs, errors.New("Owner is required"))
-	}
+	errs := c.required()
 	for _, f := range []struct {
 		name string
 		v    *time.Duration
 		def  time.Duration
 	}{
-		{"Lease", &c.Lease, DefaultLease},
-		{"BackoffBase", &c.BackoffBase, DefaultBackoffBase},
-		{"BackoffMax", &c.BackoffMax, DefaultBackoffMax},
-		{"BulkMaxWait", &c.BulkMaxWait, DefaultBulkMaxWait},
-		{"OTPMaxWait", &c.OTPMaxWait, DefaultOTPMaxWait},
-		{"HoldMax", &c.HoldMax, DefaultHoldMax},
-		{"OTPPoll", &c.OTPPoll, DefaultOTPPoll},
-		{"BulkPoll", &c.BulkPoll, DefaultBulkPoll},
-		{"BreakerOpen", &c.BreakerOpen, DefaultBreakerOpen},
-		{"GuardRefresh", &c.GuardRefresh, DefaultGuardRefresh},
+		{"BulkMaxWait", &c.BulkMaxWait, defaultBulkMaxWait},
+		{"OTPMaxWait", &c.OTPMaxWait, defaultOTPMaxWait},
+		{"HoldMax", &c.HoldMax, defaultHoldMax},
+		{"OTPPoll", &c.OTPPoll, defaultOTPPoll},
+		{"BulkPoll", &c.BulkPoll, defaultBulkPoll},
+		{"BreakerOpen", &c.BreakerOpen, defaultBreakerOpen},
+		{"GuardRefresh", &c.GuardRefresh, defaultGuardRefresh},
+		{"RecoverEvery", &c.RecoverEvery, max(c.Lease/2, time.Millisecond)},
 	} {
 		switch {
 		case *f.v < 0:
@@ -152,11 +142,6 @@ func (c *Config) setDefaults() error {
 	if c.SendTimeout < 0 {
 		errs = append(errs, fmt.Errorf("SendTimeout %s must not be negative", c.SendTimeout))
 	}
-	if c.RecoverEvery < 0 {
-		errs = append(errs, fmt.Errorf("RecoverEvery %s must not be negative", c.RecoverEvery))
-	} else if c.RecoverEvery == 0 {
-		c.RecoverEvery = c.Lease / 2
-	}
 	if c.HoldMax > c.Lease/2 {
 		c.HoldMax = c.Lease / 2 // never sit on a lease close to its expiry
 	}
@@ -165,11 +150,9 @@ func (c *Config) setDefaults() error {
 		v    *int
 		def  int
 	}{
-		{"Workers", &c.Workers, DefaultWorkers},
-		{"BulkBatch", &c.BulkBatch, DefaultBulkBatch},
-		{"MaxAttempts", &c.MaxAttempts, DefaultMaxAttempts},
-		{"BreakerFailures", &c.BreakerFailures, DefaultBreakerFailures},
-		{"GuardSlowdown", &c.GuardSlowdown, DefaultGuardSlowdown},
+		{"BulkBatch", &c.BulkBatch, defaultBulkBatch},
+		{"BreakerFailures", &c.BreakerFailures, defaultBreakerFailures},
+		{"GuardSlowdown", &c.GuardSlowdown, defaultGuardSlowdown},
 	} {
 		switch {
 		case *f.v < 0:
@@ -177,9 +160,6 @@ func (c *Config) setDefaults() error {
 		case *f.v == 0:
 			*f.v = f.def
 		}
-	}
-	if c.OTPWorkers < 0 {
-		errs = append(errs, fmt.Errorf("OTPWorkers %d must not be negative", c.OTPWorkers))
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -194,6 +174,43 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("dispatch: config: %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+// required checks the fields the caller must set: the dependencies and the
+// product settings, whose defaults belong to the gateway's configuration.
+func (c *Config) required() []error {
+	var errs []error
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{
+		{"Queue", c.Queue != nil}, {"Limiter", c.Limiter != nil}, {"Provider", c.Provider != nil}, {"Owner", c.Owner != ""},
+	} {
+		if !f.set {
+			errs = append(errs, fmt.Errorf("%s is required", f.name))
+		}
+	}
+	if c.Workers < 1 {
+		errs = append(errs, fmt.Errorf("Workers %d must be >= 1", c.Workers))
+	}
+	if c.OTPWorkers < 0 {
+		errs = append(errs, fmt.Errorf("OTPWorkers %d must not be negative", c.OTPWorkers))
+	}
+	if c.MaxAttempts < 1 {
+		errs = append(errs, fmt.Errorf("MaxAttempts %d must be >= 1", c.MaxAttempts))
+	}
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{{"Lease", c.Lease}, {"BackoffBase", c.BackoffBase}, {"BackoffMax", c.BackoffMax}} {
+		if f.v <= 0 {
+			errs = append(errs, fmt.Errorf("%s %s must be > 0", f.name, f.v))
+		}
+	}
+	if c.BackoffMax < c.BackoffBase {
+		errs = append(errs, fmt.Errorf("BackoffMax %s must be >= BackoffBase %s", c.BackoffMax, c.BackoffBase))
+	}
+	return errs
 }
 
 // Dispatcher runs the send loop of one process. Create it with New, run it

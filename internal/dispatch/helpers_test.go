@@ -63,7 +63,7 @@ func (a account) queue(t testing.TB, c redis.UniversalClient) queue.Queue {
 	return q
 }
 
-// defaultLimits is DESIGN.md's shape: 90/s global, burst 5, marketing 70/s.
+// defaultLimits is the product's shape: 90/s global, burst 5, marketing 70/s.
 var defaultLimits = limiter.Config{
 	Global:  limiter.Rate{PerSecond: 90, Burst: 5},
 	Classes: map[string]limiter.Rate{"marketing": {PerSecond: 70, Burst: 5}},
@@ -149,9 +149,32 @@ func enqueue(t testing.TB, q queue.Queue, ms ...*sms.Message) {
 	}
 }
 
-// newDispatcher returns a started Dispatcher stopped at cleanup.
+// withRequired fills the Config fields the gateway always sets and a test
+// left zero, with the values these tests were written for.
+func withRequired(cfg Config) Config {
+	if cfg.Workers == 0 {
+		cfg.Workers = 8
+	}
+	if cfg.Lease == 0 {
+		cfg.Lease = 30 * time.Second
+	}
+	if cfg.MaxAttempts == 0 {
+		cfg.MaxAttempts = 5
+	}
+	if cfg.BackoffBase == 0 {
+		cfg.BackoffBase = time.Second
+	}
+	if cfg.BackoffMax == 0 {
+		cfg.BackoffMax = max(5*time.Minute, cfg.BackoffBase)
+	}
+	return cfg
+}
+
+// newDispatcher returns a started Dispatcher stopped at cleanup. Fields the
+// gateway always sets take the values of withRequired when zero.
 func newDispatcher(t testing.TB, cfg Config) (*Dispatcher, *prometheus.Registry) {
 	t.Helper()
+	cfg = withRequired(cfg)
 	reg := prometheus.NewRegistry()
 	if cfg.Registerer == nil {
 		cfg.Registerer = reg

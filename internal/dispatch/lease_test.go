@@ -69,8 +69,8 @@ func TestCrashedReplicaMessagesRecovered(t *testing.T) {
 	enqueue(t, q, ms...)
 
 	hang := newHangingProvider()
-	a, err := New(Config{Queue: q, Limiter: acct.limiter(t, nil, defaultLimits), Provider: hang, Owner: "a",
-		Workers: 2, Lease: lease, Logger: testLogger(), Registerer: prometheus.NewRegistry()})
+	a, err := New(withRequired(Config{Queue: q, Limiter: acct.limiter(t, nil, defaultLimits), Provider: hang, Owner: "a",
+		Workers: 2, Lease: lease, Logger: testLogger(), Registerer: prometheus.NewRegistry()}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,8 +174,8 @@ func TestStop(t *testing.T) {
 			}
 			enqueue(t, q, ms...)
 			hang := newHangingProvider()
-			d, err := New(Config{Queue: q, Limiter: acct.limiter(t, nil, defaultLimits), Provider: hang, Owner: "stop",
-				Workers: 2, OTPWorkers: 1, Logger: testLogger(), Registerer: prometheus.NewRegistry()})
+			d, err := New(withRequired(Config{Queue: q, Limiter: acct.limiter(t, nil, defaultLimits), Provider: hang, Owner: "stop",
+				Workers: 2, OTPWorkers: 1, Logger: testLogger(), Registerer: prometheus.NewRegistry()}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -238,8 +238,8 @@ func TestStopReleasesHeldMessage(t *testing.T) {
 	}))
 	// One per 2 s: the second message waits ~2 s for its slot, within HoldMax.
 	lim := acct.limiter(t, nil, limiterConfig(0.5, 1))
-	d, err := New(Config{Queue: q, Limiter: lim, Provider: rec, Owner: "hold", HoldMax: 5 * time.Second,
-		Logger: testLogger(), Registerer: prometheus.NewRegistry()})
+	d, err := New(withRequired(Config{Queue: q, Limiter: lim, Provider: rec, Owner: "hold", HoldMax: 5 * time.Second,
+		Logger: testLogger(), Registerer: prometheus.NewRegistry()}))
 	if err != nil {
 		t.Fatal(err)
 	}

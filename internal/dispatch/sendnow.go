@@ -52,7 +52,7 @@ var (
 // permanent rejection, limiter.ErrCostExceedsBurst.
 func (d *Dispatcher) SendNow(ctx context.Context, m *sms.Message, deadline time.Duration) (SendNowResult, error) {
 	if deadline <= 0 {
-		deadline = DefaultSendNowDeadline
+		deadline = defaultSendNowDeadline
 	}
 	ctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()

@@ -18,8 +18,8 @@ import (
 // loop and queues nothing.
 func newSendNow(t *testing.T, acct account, lim limiter.Limiter, p provider.Provider) *Dispatcher {
 	t.Helper()
-	d, err := New(Config{Queue: acct.queue(t, nil), Limiter: lim, Provider: p, Owner: "api",
-		Logger: testLogger(), Registerer: prometheus.NewRegistry()})
+	d, err := New(withRequired(Config{Queue: acct.queue(t, nil), Limiter: lim, Provider: p, Owner: "api",
+		Logger: testLogger(), Registerer: prometheus.NewRegistry()}))
 	if err != nil {
 		t.Fatal(err)
 	}
