@@ -152,6 +152,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			return nil, fmt.Errorf("dispatch: register metrics: %w", err)
 		}
 	}
+	m.createAtZero()
+	return m, nil
+}
+
+// createAtZero creates every label set of the closed label values, so
+// that each series exists from the start.
+func (m *metrics) createAtZero() {
 	for _, lane := range []string{laneOTP, laneBulk} {
 		for _, r := range []string{takeMessage, takeEmpty, takeError} {
 			m.takes.WithLabelValues(lane, r)
@@ -180,5 +187,4 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, s := range []string{"take", "ack", "extend", "recover", "guard", "reserve", "pause"} {
 		m.loopErrors.WithLabelValues(s)
 	}
-	return m, nil
 }
