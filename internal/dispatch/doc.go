@@ -1,9 +1,12 @@
 // Package dispatch is the send loop: it takes messages from the queue, paces
 // them through the limiter, sends them through the provider behind a circuit
 // breaker and records each outcome. The steps of one send are in
-// sendpath.go; the lease loops (heartbeat, recoverer, guard refresh) in
-// loops.go; the OTP fast path in sendnow.go; the suspension guard in
-// guard.go.
+// sendpath.go; what a provider's answer means (one classification and its
+// effects on every replica, for both paths) in outcome.go; the OTP fast
+// path, which runs the same reservation, breaker, send and answer steps but
+// returns a typed error instead of queueing, in sendnow.go; the lease loops
+// (heartbeat, recoverer, guard refresh) in loops.go; the suspension guard
+// in guard.go.
 //
 // # Shape of one process
 //
@@ -40,8 +43,17 @@
 //	                    │    ──temporary error, attempts left──▶ queued at now+backoff (attempt spent)
 //	                    │    ──temporary error, no attempts────▶ failed, dead letter
 //	                    │    ──429 / suspension───▶ queued at now+Retry-After (no attempt; every replica paused)
+//	                    │    ──credentials refused▶ queued at now+AuthPause (no attempt; every replica paused)
 //	                    │    ──limiter wait > HoldMax, breaker open, Stop──▶ queued (no attempt)
 //	                    └────replica dies: lease expires, another replica's recoverer──▶ queued
+//
+// A temporary error is a 5xx or a network failure (the provider did not
+// take the message) or an unknown outcome (timeout, unreadable 2xx: the
+// provider may have it, so the retry carries the same id). The OTP fast
+// path (SendNow) has the same effects on every replica for each answer (a
+// 429 or refused credentials pause everyone) and answers its caller with
+// NoSlotError, ErrUnavailable, ErrOutcomeUnknown or the provider's
+// rejection; nothing is queued.
 //
 // # Suspension guard
 //

@@ -1,5 +1,14 @@
 package dispatch
 
+// The OTP fast path: the steps of sendpath.go without the queue.
+//
+//	pause check → reserve → sleep delay → pause check → breaker → send → answered → typed error
+//
+// reserveSlot, breakerAllow, send and answered are the queued path's own
+// steps, so a provider answer has the same effects on every replica
+// whichever path sent; only the message's fate differs: nothing is queued,
+// the caller gets the answer.
+
 import (
 	"context"
 	"errors"
@@ -19,15 +28,25 @@ type SendNowResult struct {
 	Waited time.Duration
 }
 
-// ErrNoSlot means no slot could be had within the deadline (the limiter
-// denied, the account is paused, or the provider throttled): nothing was
-// sent. RetryAfter is when a slot may be free; the API answers 503 with it.
-type ErrNoSlot struct {
+// NoSlotError means the message could not be sent within the deadline and
+// was not: the limiter denied, every replica is paused, the provider
+// throttled, or the provider refused our credentials (which pauses every
+// replica for AuthPause). RetryAfter is when a slot may be free; the API
+// answers 503 with it.
+type NoSlotError struct {
 	RetryAfter time.Duration
-	Reason     string // "rate", "paused" or "throttled"
+	Reason     string // "rate", "paused", "throttled" or "provider-auth"
 }
 
-func (e ErrNoSlot) Error() string {
+// Reasons of a NoSlotError.
+const (
+	noSlotRate      = "rate"          // the limiter has no slot within the deadline
+	noSlotPaused    = "paused"        // every replica is paused (an earlier throttle, an operator)
+	noSlotThrottled = "throttled"     // the provider throttled or suspended this send
+	noSlotAuth      = "provider-auth" // the provider refused our credentials
+)
+
+func (e NoSlotError) Error() string {
 	return fmt.Sprintf("dispatch: no send slot within the deadline (%s); retry after %s", e.Reason, e.RetryAfter)
 }
 
@@ -46,10 +65,11 @@ var (
 // than deadline ahead, sleep to it and send synchronously with what is left
 // of the deadline as the provider timeout. Nothing is queued.
 //
-// Errors: ErrNoSlot (denied, paused or throttled; a throttle also pauses
-// every replica), ErrOutcomeUnknown (timeout: the provider may have it),
-// ErrUnavailable (the provider failed), a wrapped *provider.Error for a
-// permanent rejection, limiter.ErrCostExceedsBurst.
+// Errors: NoSlotError (denied, paused, throttled or credentials refused; a
+// throttle or refused credentials also pause every replica), ErrOutcomeUnknown
+// (timeout: the provider may have it), ErrUnavailable (the provider failed),
+// a wrapped *provider.Error for a permanent rejection,
+// limiter.ErrCostExceedsBurst.
 func (d *Dispatcher) SendNow(ctx context.Context, m *sms.Message, deadline time.Duration) (SendNowResult, error) {
 	if deadline <= 0 {
 		deadline = defaultSendNowDeadline
@@ -57,100 +77,85 @@ func (d *Dispatcher) SendNow(ctx context.Context, m *sms.Message, deadline time.
 	ctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
 	start := time.Now()
-	cls := m.Class.String()
-
-	if left := d.pauseLeft(); left > 0 {
-		d.m.sendNow.WithLabelValues(nowNoSlot).Inc()
-		return SendNowResult{}, ErrNoSlot{RetryAfter: left, Reason: "paused"}
-	}
-	cost := d.cost(m)
-	dec, err := d.reserveSlot(ctx, m.Class, cost, deadline)
-	switch {
-	case errors.Is(err, limiter.ErrCostExceedsBurst):
-		d.m.reservations.WithLabelValues(cls, reserveTooBig).Inc()
-		d.m.sendNow.WithLabelValues(nowFailed).Inc()
-		return SendNowResult{}, fmt.Errorf("dispatch: send now %s: %d segments: %w", m.ID, cost, err)
-	case err != nil:
-		d.m.reservations.WithLabelValues(cls, reserveError).Inc()
-		d.m.sendNow.WithLabelValues(nowNoSlot).Inc()
-		return SendNowResult{}, fmt.Errorf("dispatch: send now %s: reserve: %w", m.ID, errors.Join(ErrNoSlot{RetryAfter: provider.MinRetryAfter, Reason: "rate"}, err))
-	case !dec.Allowed:
-		reason := "rate"
-		if dec.Paused {
-			reason = "paused"
-			d.pauseLocal(dec.RetryAfter)
-			d.m.reservations.WithLabelValues(cls, reservePaused).Inc()
-		} else {
-			d.m.reservations.WithLabelValues(cls, reserveDenied).Inc()
-		}
-		d.m.sendNow.WithLabelValues(nowNoSlot).Inc()
-		return SendNowResult{}, ErrNoSlot{RetryAfter: dec.RetryAfter, Reason: reason}
-	}
-	d.m.reservations.WithLabelValues(cls, reserveGranted).Inc()
-	d.m.reserveDelay.WithLabelValues(cls).Observe(dec.Delay.Seconds())
-	if !sleepCtx(ctx, dec.Delay) {
-		d.m.sendNow.WithLabelValues(nowNoSlot).Inc()
-		return SendNowResult{}, ErrNoSlot{RetryAfter: dec.Delay, Reason: "rate"}
-	}
-	if left := d.pauseLeft(); left > 0 {
-		d.m.sendNow.WithLabelValues(nowNoSlot).Inc()
-		return SendNowResult{}, ErrNoSlot{RetryAfter: left, Reason: "paused"}
-	}
-	done, err := d.breaker.Allow()
+	delay, err := d.nowSlot(ctx, m, deadline)
 	if err != nil {
-		d.m.breakerRejects.Inc()
+		return SendNowResult{}, err
+	}
+	if !sleepCtx(ctx, delay) {
+		return SendNowResult{}, d.noSlot(noSlotRate, delay)
+	}
+	if left := d.pauseLeft(); left > 0 {
+		// A throttle or refused credentials paused us after this slot was granted.
+		return SendNowResult{}, d.noSlot(noSlotPaused, left)
+	}
+	done, _, err := d.breakerAllow(m)
+	if err != nil {
 		d.m.sendNow.WithLabelValues(nowUnavailable).Inc()
 		return SendNowResult{}, fmt.Errorf("dispatch: send now %s: breaker: %w", m.ID, errors.Join(ErrUnavailable, err))
 	}
-	sendAt := time.Now()
-	d.m.queueToSend.WithLabelValues(cls).Observe(sendAt.Sub(start).Seconds())
-	res, err := d.cfg.Provider.Send(ctx, &provider.Request{ID: m.ID, To: m.To, From: m.From, Body: m.Body, Segments: m.Segments, Class: m.Class, AcceptedAt: m.CreatedAt})
+	waited := time.Since(start)
+	res, kind, err := d.send(ctx, m, waited, nil)
 	done(err)
-	pe := provider.AsError(err)
-	result := sendOK
-	if err != nil {
-		result = sendOther
-		if pe != nil {
-			result = string(pe.Reason)
-		}
+	pause := d.answered(ctx, kind, err, m)
+	if kind != kindSent {
+		return SendNowResult{}, d.nowFailure(m, kind, pause, err)
 	}
-	d.m.sendDuration.WithLabelValues(result).Observe(time.Since(sendAt).Seconds())
-	waited := sendAt.Sub(start)
+	d.m.sendNow.WithLabelValues(nowSent).Inc()
+	d.log.Debug("sent now", "id", m.ID, "to", sms.MaskPhone(m.To), "waited", waited)
+	return SendNowResult{ProviderID: res.ProviderID, Waited: waited}, nil
+}
+
+// nowSlot reserves the fast path's slot: no further than deadline ahead,
+// never into a pause. It returns the delay to sleep, or the error the API
+// answers with.
+func (d *Dispatcher) nowSlot(ctx context.Context, m *sms.Message, deadline time.Duration) (time.Duration, error) {
+	if left := d.pauseLeft(); left > 0 {
+		return 0, d.noSlot(noSlotPaused, left)
+	}
+	cost := d.cost(m)
+	dec, err := d.reserveSlot(ctx, m.Class, cost, 1, deadline)
 	switch {
-	case err == nil:
-		d.m.sendNow.WithLabelValues(nowSent).Inc()
-		d.log.Debug("sent now", "id", m.ID, "to", sms.MaskPhone(m.To), "waited", waited)
-		return SendNowResult{ProviderID: res.ProviderID, Waited: waited}, nil
-	case pe != nil && (pe.Reason == provider.ReasonThrottled || pe.Reason == provider.ReasonSuspended):
-		pause := provider.ClampRetryAfter(pe.RetryAfter) * time.Duration(d.slowdown.Load())
-		d.pauseLocal(pause)
-		// The caller's deadline may be spent; the pause must still land.
-		pctx, pcancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
-		defer pcancel()
-		if perr := d.cfg.Limiter.Pause(pctx, pause); perr != nil {
-			d.m.loopErrors.WithLabelValues("pause").Inc()
-			d.log.Error("shared pause failed; pausing this process only", "pause", pause, "err", perr)
-		}
-		if pe.Reason == provider.ReasonThrottled {
-			d.m.throttles.Inc()
-			if d.cfg.Guard != nil {
-				if n, gerr := d.cfg.Guard.Record429(pctx); gerr == nil {
-					d.setGuardCount(n)
-				}
-			}
-		}
-		d.log.Warn("provider throttled the OTP fast path: every replica paused", "id", m.ID, "pause", pause)
-		d.m.sendNow.WithLabelValues(nowNoSlot).Inc()
-		return SendNowResult{}, ErrNoSlot{RetryAfter: pause, Reason: "throttled"}
-	case pe != nil && !pe.Temporary:
+	case errors.Is(err, limiter.ErrCostExceedsBurst):
 		d.m.sendNow.WithLabelValues(nowFailed).Inc()
-		return SendNowResult{}, fmt.Errorf("dispatch: send now %s: %w", m.ID, err)
-	case pe != nil && (pe.Reason == provider.ReasonUnavailable || pe.Reason == provider.ReasonNetwork):
+		return 0, fmt.Errorf("dispatch: send now %s: %d segments: %w", m.ID, cost, err)
+	case err != nil:
+		d.m.sendNow.WithLabelValues(nowNoSlot).Inc()
+		return 0, fmt.Errorf("dispatch: send now %s: reserve: %w", m.ID, errors.Join(NoSlotError{RetryAfter: provider.MinRetryAfter, Reason: noSlotRate}, err))
+	case dec.Allowed:
+		return dec.Delay, nil
+	case dec.Paused:
+		return 0, d.noSlot(noSlotPaused, dec.RetryAfter)
+	}
+	return 0, d.noSlot(noSlotRate, dec.RetryAfter)
+}
+
+// noSlot counts and returns a NoSlotError.
+func (d *Dispatcher) noSlot(reason string, after time.Duration) NoSlotError {
+	d.m.sendNow.WithLabelValues(nowNoSlot).Inc()
+	return NoSlotError{RetryAfter: after, Reason: reason}
+}
+
+// nowFailure is the fast path's fate of a send the provider did not take:
+// the typed error the API answers with. answered has already paused every
+// replica for a throttle or refused credentials; the caller is told to come
+// back when that pause ends.
+func (d *Dispatcher) nowFailure(m *sms.Message, kind outcomeKind, pause time.Duration, err error) error {
+	var typed error
+	switch kind {
+	case kindThrottled:
+		typed = d.noSlot(noSlotThrottled, max(pause, d.pauseLeft()))
+	case kindAuth:
+		typed = d.noSlot(noSlotAuth, max(pause, d.pauseLeft()))
+	case kindRejected:
+		d.m.sendNow.WithLabelValues(nowFailed).Inc()
+		return fmt.Errorf("dispatch: send now %s: %w", m.ID, err)
+	case kindTransient:
 		d.m.sendNow.WithLabelValues(nowUnavailable).Inc()
-		return SendNowResult{}, fmt.Errorf("dispatch: send now %s: %w", m.ID, errors.Join(ErrUnavailable, err))
-	default: // timeout, unreadable answer, unclassified, deadline passed mid-call
+		typed = ErrUnavailable
+	default: // kindUnknown: timeout, unreadable answer, unclassified, deadline passed mid-call
 		d.m.sendNow.WithLabelValues(nowUnknown).Inc()
 		d.log.Warn("OTP fast path: outcome unknown", "id", m.ID, "to", sms.MaskPhone(m.To), "err", err)
-		return SendNowResult{}, fmt.Errorf("dispatch: send now %s: %w", m.ID, errors.Join(ErrOutcomeUnknown, err))
+		typed = ErrOutcomeUnknown
 	}
+	return fmt.Errorf("dispatch: send now %s: %w", m.ID, errors.Join(typed, err))
 }

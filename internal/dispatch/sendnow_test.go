@@ -70,9 +70,9 @@ func TestSendNowNoSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := d.SendNow(context.Background(), newMsg(sms.ClassOTP), 100*time.Millisecond)
-	var ns ErrNoSlot
+	var ns NoSlotError
 	if !errors.As(err, &ns) || ns.Reason != "rate" {
-		t.Fatalf("second SendNow = %v, want ErrNoSlot{rate}", err)
+		t.Fatalf("second SendNow = %v, want NoSlotError{rate}", err)
 	}
 	if ns.RetryAfter < 700*time.Millisecond || ns.RetryAfter > time.Second {
 		t.Errorf("RetryAfter %s, want the ~900 ms until the next slot minus the deadline", ns.RetryAfter)
@@ -84,7 +84,7 @@ func TestSendNowNoSlot(t *testing.T) {
 }
 
 // TestSendNowThrottled: a 429 on the fast path pauses every replica (the
-// shared limiter) and answers ErrNoSlot; the next call is refused without
+// shared limiter) and answers NoSlotError; the next call is refused without
 // reaching the provider.
 func TestSendNowThrottled(t *testing.T) {
 	t.Parallel()
@@ -97,15 +97,15 @@ func TestSendNowThrottled(t *testing.T) {
 	lim := acct.limiter(t, nil, defaultLimits)
 	d := newSendNow(t, acct, lim, p)
 	_, err := d.SendNow(context.Background(), newMsg(sms.ClassOTP), time.Second)
-	var ns ErrNoSlot
+	var ns NoSlotError
 	if !errors.As(err, &ns) || ns.Reason != "throttled" || ns.RetryAfter < time.Second {
-		t.Fatalf("SendNow = %v, want ErrNoSlot{throttled} with the provider's Retry-After", err)
+		t.Fatalf("SendNow = %v, want NoSlotError{throttled} with the provider's Retry-After", err)
 	}
 	// Another replica (its own Dispatcher, same Redis) is paused too.
 	other := newSendNow(t, acct, acct.limiter(t, nil, defaultLimits), p)
 	_, err = other.SendNow(context.Background(), newMsg(sms.ClassOTP), time.Second)
 	if !errors.As(err, &ns) || ns.Reason != "paused" {
-		t.Errorf("other replica's SendNow = %v, want ErrNoSlot{paused}", err)
+		t.Errorf("other replica's SendNow = %v, want NoSlotError{paused}", err)
 	}
 	if st := s.Stats(); st.Rejected429 != 1 || st.Accepted != 0 {
 		t.Errorf("provider saw %d 429s and %d accepts, want 1 and 0", st.Rejected429, st.Accepted)
@@ -157,7 +157,7 @@ func TestSendNowErrors(t *testing.T) {
 			return provider.Result{}, rejectedErr()
 		}))
 		_, err := d.SendNow(context.Background(), newMsg(sms.ClassOTP), time.Second)
-		var ns ErrNoSlot
+		var ns NoSlotError
 		if pe := provider.AsError(err); pe == nil || pe.Reason != provider.ReasonRejected || errors.As(err, &ns) {
 			t.Errorf("SendNow = %v, want the provider's rejection", err)
 		}

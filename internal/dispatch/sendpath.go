@@ -3,10 +3,13 @@ package dispatch
 // The send path, one named step per function, in the order a message meets
 // them:
 //
-//	take → expire check → reserve → sleep delay → breaker → send → outcome
+//	take → expire check → reserve → sleep delay → breaker → send → answered → outcome
 //
 // take, expire check and reserve run in the lane's pacer; the rest in a
-// sender goroutine. Each step logs and counts what it decides.
+// sender goroutine. Each step logs and counts what it decides. The OTP fast
+// path (sendnow.go) runs the same reservation (reserveSlot), breaker, send
+// and answered steps; only the message's fate (outcome here, a typed error
+// there) differs. What an answer means is decided in outcome.go.
 
 import (
 	"context"
@@ -107,19 +110,17 @@ func (d *Dispatcher) reserve(ctx context.Context, batch []*flight) (time.Duratio
 		for _, f := range batch {
 			cost += d.cost(f.l.Message)
 		}
-		dec, err := d.reserveSlot(ctx, m.Class, cost, d.maxWait(m))
+		dec, err := d.reserveSlot(ctx, m.Class, cost, len(batch), d.maxWait(m))
 		switch {
 		case errors.Is(err, limiter.ErrCostExceedsBurst) && len(batch) > 1:
 			d.lowerBatchCap(m.Class, cost-1)
 			return 0, reserveSplit
 		case errors.Is(err, limiter.ErrCostExceedsBurst):
-			d.m.reservations.WithLabelValues(cls, reserveTooBig).Inc()
 			d.log.Error("message can never be sent: its cost exceeds the limiter's burst", "id", m.ID, "class", cls, "cost", cost)
 			d.complete(batch[0], queue.Outcome{Status: sms.StatusFailed, Attempts: m.Attempts,
 				Reason: fmt.Sprintf("cost of %d segments exceeds the rate limiter's burst; it can never be sent", cost)}, outcomeFailed)
 			return 0, reserveGone
 		case err != nil:
-			d.m.reservations.WithLabelValues(cls, reserveError).Inc()
 			if ctx.Err() == nil {
 				d.m.loopErrors.WithLabelValues("reserve").Inc()
 				d.log.Warn("reserve failed; messages put back", "class", cls, "count", len(batch), "err", err)
@@ -128,10 +129,6 @@ func (d *Dispatcher) reserve(ctx context.Context, batch []*flight) (time.Duratio
 			d.requeueAll(batch, 0, requeueReleased)
 			return 0, reserveGone
 		case dec.Allowed:
-			d.m.reservations.WithLabelValues(cls, reserveGranted).Inc()
-			for range batch {
-				d.m.reserveDelay.WithLabelValues(cls).Observe(dec.Delay.Seconds())
-			}
 			return dec.Delay, reserveOK
 		}
 		ln := batch[0].lane
@@ -139,13 +136,9 @@ func (d *Dispatcher) reserve(ctx context.Context, batch []*flight) (time.Duratio
 		reason := requeueRateWait
 		if dec.Paused {
 			reason = requeuePaused
-			d.m.reservations.WithLabelValues(cls, reservePaused).Inc()
-			d.pauseLocal(dec.RetryAfter)
 			for _, c := range ln.classes {
 				ln.block(c, now.Add(dec.RetryAfter))
 			}
-		} else {
-			d.m.reservations.WithLabelValues(cls, reserveDenied).Inc()
 		}
 		if dec.RetryAfter > d.cfg.HoldMax {
 			ln.block(m.Class, now.Add(dec.RetryAfter))
@@ -188,12 +181,44 @@ func (d *Dispatcher) lowerBatchCap(class sms.Class, c int) {
 	}
 }
 
-// reserveSlot asks the limiter for one message's slot. While the
+// reserveSlot is the reservation both paths make: it asks the limiter for
+// the slot of n messages of class costing cost units in all, and counts the
+// answer (smsgw_dispatch_reservations_total by result; the granted delay
+// once per message). A paused answer also pauses this process, so that
+// senders holding a slot granted earlier do not send into the pause. A
+// batch too big for the burst is not counted: the pacer splits it and its
+// messages are counted one by one.
+func (d *Dispatcher) reserveSlot(ctx context.Context, class sms.Class, cost, n int, maxWait time.Duration) (limiter.Decision, error) {
+	dec, err := d.reserveSlowed(ctx, class, cost, maxWait)
+	cls := class.String()
+	result := reserveGranted
+	switch {
+	case errors.Is(err, limiter.ErrCostExceedsBurst) && n > 1:
+		return dec, err
+	case errors.Is(err, limiter.ErrCostExceedsBurst):
+		result = reserveTooBig
+	case err != nil:
+		result = reserveError
+	case dec.Allowed:
+		for range n {
+			d.m.reserveDelay.WithLabelValues(cls).Observe(dec.Delay.Seconds())
+		}
+	case dec.Paused:
+		result = reservePaused
+		d.pauseLocal(dec.RetryAfter)
+	default:
+		result = reserveDenied
+	}
+	d.m.reservations.WithLabelValues(cls, result).Inc()
+	return dec, err
+}
+
+// reserveSlowed asks the limiter for a slot of cost units. While the
 // suspension guard is active a message costs GuardSlowdown times its cost,
 // capped by the largest cost the limiter's burst accepts (learned from
 // ErrCostExceedsBurst): at the default burst 5 every message of 1 or 2
 // segments goes at half the rate, on every replica.
-func (d *Dispatcher) reserveSlot(ctx context.Context, class sms.Class, cost int, maxWait time.Duration) (limiter.Decision, error) {
+func (d *Dispatcher) reserveSlowed(ctx context.Context, class sms.Class, cost int, maxWait time.Duration) (limiter.Decision, error) {
 	cls := class.String()
 	want := cost * int(d.slowdown.Load())
 	capIdx := classIndex(class)
@@ -252,19 +277,23 @@ func (d *Dispatcher) sendOne(f *flight, delay time.Duration, gate *batchGate, le
 		d.untrack(f)
 		return
 	}
-	done, ok := d.breakerAllow(f)
-	if !ok {
+	done, after, err := d.breakerAllow(m)
+	if err != nil {
+		d.requeue(f, after, false, requeueBreaker, "provider breaker open")
 		return
 	}
-	res, err := d.send(ctx, f)
+	res, kind, err := d.send(ctx, m, d.cfg.Now().Sub(f.ready), d.stopping)
 	done(err)
-	if pe := provider.AsError(err); pe != nil && (pe.Reason == provider.ReasonThrottled || pe.Reason == provider.ReasonSuspended) {
-		// Stop this process's followers before anything else.
-		d.pauseLocal(provider.ClampRetryAfter(pe.RetryAfter))
-	}
+	// A throttle or refused credentials pause every replica before this
+	// batch's followers go.
+	pause := d.answered(ctx, kind, err, m)
 	gate.open()
-	d.outcome(f, res, err)
+	d.outcome(f, res, err, kind, pause)
 }
+
+// stopping reports whether a stop or a crash is cutting this process's
+// sends short.
+func (d *Dispatcher) stopping() bool { return d.runCtx.Err() != nil }
 
 // Step 4: sleep the reserved delay. False when the process is stopping hard.
 func (d *Dispatcher) sleepDelay(ctx context.Context, f *flight, delay time.Duration) bool {
@@ -274,125 +303,66 @@ func (d *Dispatcher) sleepDelay(ctx context.Context, f *flight, delay time.Durat
 	return sleepCtx(ctx, delay)
 }
 
-// Step 5: the provider's circuit breaker. An open breaker puts the message
-// back without spending an attempt.
-func (d *Dispatcher) breakerAllow(f *flight) (func(error), bool) {
-	done, err := d.breaker.Allow()
+// Step 5: the provider's circuit breaker. When it refuses, after is when
+// to try again; nothing was sent.
+func (d *Dispatcher) breakerAllow(m *sms.Message) (done func(error), after time.Duration, err error) {
+	done, err = d.breaker.Allow()
 	if err == nil {
-		return done, true
+		return done, 0, nil
 	}
 	d.m.breakerRejects.Inc()
-	after := 100 * time.Millisecond // half-open: one probe at a time
+	after = 100 * time.Millisecond // half-open: one probe at a time
 	if errors.Is(err, gobreaker.ErrOpenState) {
 		after = d.cfg.BreakerOpen
 	}
-	d.log.Debug("breaker rejected send", "id", f.l.Message.ID, "err", err)
-	d.requeue(f, after, false, requeueBreaker, "provider breaker open")
-	return nil, false
+	d.log.Debug("breaker rejected send", "id", m.ID, "err", err)
+	return nil, after, err
 }
 
-// Step 6: send through the provider, the message id as idempotency key.
-func (d *Dispatcher) send(ctx context.Context, f *flight) (provider.Result, error) {
-	m := f.l.Message
+// Step 6: send through the provider, the message id as idempotency key,
+// and classify the answer. waited is how long the message waited for this
+// call since it was ready. cutShort reports whether this process cut the
+// call short (a stop); nil on the fast path, whose call only its caller's
+// deadline bounds.
+func (d *Dispatcher) send(ctx context.Context, m *sms.Message, waited time.Duration, cutShort func() bool) (provider.Result, outcomeKind, error) {
 	if d.cfg.SendTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, d.cfg.SendTimeout)
 		defer cancel()
 	}
+	d.m.queueToSend.WithLabelValues(m.Class.String()).Observe(max(waited, 0).Seconds())
 	start := time.Now()
-	d.m.queueToSend.WithLabelValues(m.Class.String()).Observe(max(d.cfg.Now().Sub(f.ready), 0).Seconds())
-	res, err := d.cfg.Provider.Send(ctx, &provider.Request{ID: m.ID, To: m.To, From: m.From, Body: m.Body, Segments: m.Segments, Class: m.Class, AcceptedAt: m.CreatedAt})
-	result := sendOK
-	switch pe := provider.AsError(err); {
-	case err == nil:
-	case d.runCtx.Err() != nil:
-		result = sendCanceled
-	case pe != nil:
-		result = string(pe.Reason)
-	default:
-		result = sendOther
-	}
+	res, err := d.cfg.Provider.Send(ctx, providerRequest(m))
+	stopping := err != nil && cutShort != nil && cutShort()
+	result := sendResult(err, stopping)
 	d.m.sendDuration.WithLabelValues(result).Observe(time.Since(start).Seconds())
 	d.log.Debug("sent", "id", m.ID, "class", m.Class.String(), "to", sms.MaskPhone(m.To), "result", result)
-	return res, err
+	return res, classify(err, stopping), err
 }
 
-// Step 7: act on the provider's answer.
-func (d *Dispatcher) outcome(f *flight, res provider.Result, err error) {
+// Step 8: the message's fate in the queue. Throttles and refused
+// credentials spend no attempt: the provider did not take the message and
+// it is not the message's fault.
+func (d *Dispatcher) outcome(f *flight, res provider.Result, err error, kind outcomeKind, pause time.Duration) {
 	m := f.l.Message
 	attempts := m.Attempts + 1
-	pe := provider.AsError(err)
-	switch {
-	case err == nil:
+	switch kind {
+	case kindSent:
 		d.complete(f, queue.Outcome{Status: sms.StatusSent, ProviderID: res.ProviderID, Attempts: attempts}, outcomeSent)
-	case d.runCtx.Err() != nil:
+	case kindCanceled:
 		// We cut the send short; the provider may have it. The next
 		// attempt carries the same id.
 		d.abandon(f, "send cut short by stop")
-	case pe != nil && (pe.Reason == provider.ReasonThrottled || pe.Reason == provider.ReasonSuspended):
-		d.throttled(f, pe)
-	case pe != nil && pe.Reason == provider.ReasonAuth:
-		d.authFailed(f, pe)
-	case pe != nil && !pe.Temporary:
-		d.log.Info("permanent failure", "id", m.ID, "class", m.Class.String(), "to", sms.MaskPhone(m.To), "reason", string(pe.Reason), "err", err)
-		d.complete(f, queue.Outcome{Status: sms.StatusFailed, Reason: pe.Error(), Attempts: attempts}, outcomeFailed)
-	default:
+	case kindThrottled:
+		d.requeue(f, pause, false, requeueThrottled, lastError(err))
+	case kindAuth:
+		d.requeue(f, pause, false, requeueAuth, lastError(err))
+	case kindRejected:
+		d.log.Info("permanent failure", "id", m.ID, "class", m.Class.String(), "to", sms.MaskPhone(m.To), "reason", sendResult(err, false), "err", err)
+		d.complete(f, queue.Outcome{Status: sms.StatusFailed, Reason: lastError(err), Attempts: attempts}, outcomeFailed)
+	default: // kindTransient, kindUnknown
 		d.retry(f, attempts, err)
 	}
-}
-
-// throttled handles a 429 or a suspension: pause every replica for the
-// provider's Retry-After (longer while the guard is active) and put the
-// message back without spending an attempt. Never retried in place.
-func (d *Dispatcher) throttled(f *flight, pe *provider.Error) {
-	m := f.l.Message
-	pause := provider.ClampRetryAfter(pe.RetryAfter) * time.Duration(d.slowdown.Load())
-	d.pauseLocal(pause)
-	if err := d.cfg.Limiter.Pause(d.runCtx, pause); err != nil {
-		d.m.loopErrors.WithLabelValues("pause").Inc()
-		d.log.Error("shared pause failed; pausing this process only", "pause", pause, "err", err)
-	}
-	if pe.Reason == provider.ReasonThrottled {
-		d.m.throttles.Inc()
-		d.record429()
-	}
-	d.log.Warn("provider throttled: every replica paused", "id", m.ID, "class", m.Class.String(), "reason", string(pe.Reason), "pause", pause)
-	d.requeue(f, pause, false, requeueThrottled, pe.Error())
-}
-
-// AuthPause is how long every replica stops sending after the provider
-// refused the account's credentials.
-const AuthPause = time.Minute
-
-// authFailed handles a provider that refuses our credentials (401/403). That
-// is not the message's fault: failing it would empty the whole queue into
-// failures within seconds of a rotated token. Every replica pauses for
-// AuthPause and the message goes back without spending an attempt, so
-// nothing is lost while an operator fixes the credentials; the error log
-// and smsgw_dispatch_requeues_total{reason="auth"} say why nothing is sent.
-func (d *Dispatcher) authFailed(f *flight, pe *provider.Error) {
-	m := f.l.Message
-	d.pauseLocal(AuthPause)
-	if err := d.cfg.Limiter.Pause(d.runCtx, AuthPause); err != nil {
-		d.m.loopErrors.WithLabelValues("pause").Inc()
-		d.log.Error("shared pause failed; pausing this process only", "pause", AuthPause, "err", err)
-	}
-	d.log.Error("provider refused the account's credentials: every replica paused; fix provider credentials",
-		"id", m.ID, "class", m.Class.String(), "pause", AuthPause, "err", pe.Error())
-	d.requeue(f, AuthPause, false, requeueAuth, pe.Error())
-}
-
-func (d *Dispatcher) record429() {
-	if d.cfg.Guard == nil {
-		return
-	}
-	n, err := d.cfg.Guard.Record429(d.runCtx)
-	if err != nil {
-		d.m.loopErrors.WithLabelValues("guard").Inc()
-		d.log.Warn("suspension guard: record 429 failed", "err", err)
-		return
-	}
-	d.setGuardCount(n)
 }
 
 // retry handles a temporary failure: back off with full jitter under the

@@ -18,7 +18,7 @@ type ClassCounts struct {
 // SendNowCounts are the OTP fast path's answers (SendNow) of this process.
 type SendNowCounts struct {
 	Sent        int64
-	NoSlot      int64 // ErrNoSlot: denied, paused or throttled
+	NoSlot      int64 // NoSlotError: denied, paused, throttled or credentials refused
 	Unknown     int64 // ErrOutcomeUnknown
 	Unavailable int64 // ErrUnavailable
 	Failed      int64 // permanent rejection, cost over the burst

@@ -77,7 +77,7 @@ func (m *apiMetrics) observe(route, method string, status int, d time.Duration) 
 
 func (m *apiMetrics) otp(err error, d time.Duration) {
 	outcome := "sent"
-	var noSlot dispatch.ErrNoSlot
+	var noSlot dispatch.NoSlotError
 	switch pe := provider.AsError(err); {
 	case err == nil:
 	case errors.As(err, &noSlot):

@@ -2,11 +2,15 @@ package gateway
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"smsgw/internal/dispatch"
 	"smsgw/internal/provider/sim"
 	"smsgw/internal/redistest"
 	"smsgw/internal/sms"
@@ -104,6 +108,45 @@ func TestOTPNotWithinDeadline(t *testing.T) {
 	h.get("/v1/admin/stats", keyAdmin).json(t, &st)
 	if q := st.Classes["otp"]; q.Ready+q.Leased+q.Scheduled != 0 {
 		t.Errorf("otp queue %+v", q)
+	}
+}
+
+// TestOTPProviderRefusesCredentials: a provider answering 401 to the fast
+// path pauses every replica for dispatch.AuthPause, as on the queued path,
+// and the caller gets 503 with the remaining pause as Retry-After, not a
+// 422 for its message; the next OTP is refused without reaching the
+// provider, and nothing is queued.
+func TestOTPProviderRefusesCredentials(t *testing.T) {
+	for _, m := range modes {
+		t.Run(string(m), func(t *testing.T) {
+			t.Parallel()
+			var calls atomic.Int64
+			prov := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				calls.Add(1)
+				http.Error(w, "invalid credentials", http.StatusUnauthorized)
+			}))
+			t.Cleanup(prov.Close)
+			h := startWith(t, testConfig(t, m, prov.URL), nil)
+			for i := range 2 {
+				r := h.post("/v1/otp", keyLogin, otpBody())
+				wantStatus(t, r, http.StatusServiceUnavailable)
+				ra, err := strconv.Atoi(r.header.Get("Retry-After"))
+				if err != nil || ra < int(dispatch.AuthPause.Seconds())-5 || ra > int(dispatch.AuthPause.Seconds()) {
+					t.Errorf("OTP %d: Retry-After %q, want the remaining %s pause", i, r.header.Get("Retry-After"), dispatch.AuthPause)
+				}
+				if d, _ := r.problem(t)["detail"].(string); !strings.Contains(d, "nothing was sent or queued") {
+					t.Errorf("OTP %d: detail %q", i, d)
+				}
+			}
+			if n := calls.Load(); n != 1 {
+				t.Errorf("provider called %d times, want 1: every sender is paused after refused credentials", n)
+			}
+			var st statsResponse
+			h.get("/v1/admin/stats", keyAdmin).json(t, &st)
+			if q := st.Classes["otp"]; q.Ready+q.Leased+q.Scheduled+q.Dead != 0 {
+				t.Errorf("otp queue %+v, want nothing queued", q)
+			}
+		})
 	}
 }
 

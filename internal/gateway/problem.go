@@ -140,7 +140,7 @@ func toError(err error) *Error {
 	var e *Error
 	var ve *sms.ValidationError
 	var mbe *http.MaxBytesError
-	var noSlot dispatch.ErrNoSlot
+	var noSlot dispatch.NoSlotError
 	pe := provider.AsError(err)
 	switch {
 	case errors.As(err, &e):

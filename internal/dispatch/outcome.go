@@ -1,0 +1,151 @@
+package dispatch
+
+// What a provider's answer means, decided in one place for both send
+// paths. The queued path (sendpath.go) and the OTP fast path (sendnow.go)
+// classify every answer with classify and apply what it means for every
+// replica with answered; they differ only in the message's fate: the queued
+// path completes, requeues, retries or dead-letters it, the fast path
+// returns a typed error and queues nothing.
+
+import (
+	"context"
+	"time"
+
+	"smsgw/internal/provider"
+	"smsgw/internal/sms"
+)
+
+// outcomeKind is the closed set of provider answers as the send paths see
+// them.
+type outcomeKind int
+
+const (
+	kindSent      outcomeKind = iota // the provider took the message
+	kindThrottled                    // 429 or suspension: not taken; every replica pauses for the Retry-After
+	kindAuth                         // our credentials refused: not the message's fault; every replica pauses for AuthPause
+	kindTransient                    // 5xx, network: the provider did not take it
+	kindUnknown                      // timeout, unreadable 2xx, unclassified: the provider may have it
+	kindRejected                     // permanent rejection of this message
+	kindCanceled                     // this process stopped mid-send: the provider may have it
+)
+
+// classify tells what err, the answer of one provider call, means.
+// stopping: this process cut the call short (a hard stop).
+func classify(err error, stopping bool) outcomeKind {
+	if err == nil {
+		return kindSent
+	}
+	if stopping {
+		return kindCanceled
+	}
+	pe := provider.AsError(err)
+	switch {
+	case pe == nil:
+		return kindUnknown
+	case pe.Reason == provider.ReasonThrottled, pe.Reason == provider.ReasonSuspended:
+		return kindThrottled
+	case pe.Reason == provider.ReasonAuth:
+		return kindAuth
+	case !pe.Temporary:
+		return kindRejected
+	case pe.Reason == provider.ReasonUnavailable, pe.Reason == provider.ReasonNetwork:
+		return kindTransient
+	}
+	return kindUnknown
+}
+
+// sendResult is the result label of smsgw_dispatch_send_duration_seconds:
+// "ok", "canceled", the provider's reason, or "other".
+func sendResult(err error, stopping bool) string {
+	pe := provider.AsError(err)
+	switch {
+	case err == nil:
+		return sendOK
+	case stopping:
+		return sendCanceled
+	case pe != nil:
+		return string(pe.Reason)
+	}
+	return sendOther
+}
+
+// providerRequest is the provider call for m: its id is the idempotency key,
+// the same on every attempt and on both paths.
+func providerRequest(m *sms.Message) *provider.Request {
+	return &provider.Request{ID: m.ID, To: m.To, From: m.From, Body: m.Body, Segments: m.Segments,
+		Class: m.Class, AcceptedAt: m.CreatedAt}
+}
+
+// AuthPause is how long every replica stops sending after the provider
+// refused the account's credentials.
+const AuthPause = time.Minute
+
+// Step 7: what the answer means for every replica. A throttle or refused
+// credentials pause this process and, through the limiter, every replica;
+// a 429 is recorded by the suspension guard. It returns the pause (0: none).
+// The pause must land even when the caller's deadline is spent or a stop
+// is cutting sends short, so it gets a context of its own.
+func (d *Dispatcher) answered(ctx context.Context, kind outcomeKind, err error, m *sms.Message) time.Duration {
+	if kind != kindThrottled && kind != kindAuth {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
+	defer cancel()
+	pe := provider.AsError(err)
+	if kind == kindAuth {
+		return d.authFailed(ctx, pe, m)
+	}
+	return d.throttled(ctx, pe, m)
+}
+
+// throttled handles a 429 or a suspension: every replica pauses for the
+// provider's Retry-After, GuardSlowdown times longer while the guard is
+// active. Never retried in place.
+func (d *Dispatcher) throttled(ctx context.Context, pe *provider.Error, m *sms.Message) time.Duration {
+	pause := provider.ClampRetryAfter(pe.RetryAfter) * time.Duration(d.slowdown.Load())
+	d.pauseEveryone(ctx, pause)
+	if pe.Reason == provider.ReasonThrottled {
+		d.m.throttles.Inc()
+		d.record429(ctx)
+	}
+	d.log.Warn("provider throttled: every replica paused", "id", m.ID, "class", m.Class.String(),
+		"reason", string(pe.Reason), "pause", pause)
+	return pause
+}
+
+// authFailed handles a provider that refuses our credentials (401/403). That
+// is not the message's fault: failing it would empty the whole queue into
+// failures within seconds of a rotated token. Every replica pauses for
+// AuthPause, so nothing is sent (or lost) while an operator fixes the
+// credentials; the error log says why.
+func (d *Dispatcher) authFailed(ctx context.Context, pe *provider.Error, m *sms.Message) time.Duration {
+	d.pauseEveryone(ctx, AuthPause)
+	d.log.Error("provider refused the account's credentials: every replica paused; fix provider credentials",
+		"id", m.ID, "class", m.Class.String(), "pause", AuthPause, "err", pe.Error())
+	return AuthPause
+}
+
+// pauseEveryone pauses this process at once, then every replica through the
+// shared limiter. When that fails this process still pauses.
+func (d *Dispatcher) pauseEveryone(ctx context.Context, pause time.Duration) {
+	d.pauseLocal(pause)
+	if err := d.cfg.Limiter.Pause(ctx, pause); err != nil {
+		d.m.loopErrors.WithLabelValues("pause").Inc()
+		d.log.Error("shared pause failed; pausing this process only", "pause", pause, "err", err)
+	}
+}
+
+// record429 counts a 429 in the suspension guard's shared window and
+// applies the new count here at once.
+func (d *Dispatcher) record429(ctx context.Context) {
+	if d.cfg.Guard == nil {
+		return
+	}
+	n, err := d.cfg.Guard.Record429(ctx)
+	if err != nil {
+		d.m.loopErrors.WithLabelValues("guard").Inc()
+		d.log.Warn("suspension guard: record 429 failed", "err", err)
+		return
+	}
+	d.setGuardCount(n)
+}
