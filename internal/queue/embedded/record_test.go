@@ -66,6 +66,41 @@ func legacyValue(id string, c sms.Class, status string, attempts int, msgExtra s
 		id, c, msgExtra, iso, status, attempts, iso, seq, due, extra)
 }
 
+// seedLegacy stores four legacy records of producer p created at created,
+// with their index entries and counters as earlier releases kept them: a
+// (otp, queued, idempotency key k1) and b (otp, queued), c (transactional,
+// leased until a second before the clock's now), d (marketing, a dead
+// letter after 3 attempts).
+func seedLegacy(t *testing.T, q *Queue, created time.Time) (a, b, c, d string) {
+	t.Helper()
+	due, at, lease := ms(created), ms(created), ms(q.now())-1000
+	a, b, c, d = sms.NewID(created), sms.NewID(created), sms.NewID(created), sms.NewID(created)
+	err := q.db.Update(func(tx *bolt.Tx) error {
+		seed := func(id string, v []byte, index []byte, k []byte, kind byte, cl sms.Class, out int64) error {
+			return errors.Join(tx.Bucket(bMsgs).Put([]byte(id), v), tx.Bucket(index).Put(k, []byte(id)),
+				addClass(tx, cl, kind, 1), addOut(tx, "p", out))
+		}
+		return errors.Join(
+			seed(a, legacyValue(a, sms.ClassOTP, "queued", 0, `,"idempotency_key":"k1"`, 1, due, "", created),
+				bReady, readyKey(sms.ClassOTP, due, 1), kindQueued, sms.ClassOTP, 1),
+			seed(b, legacyValue(b, sms.ClassOTP, "queued", 0, "", 2, due, "", created),
+				bReady, readyKey(sms.ClassOTP, due, 2), kindQueued, sms.ClassOTP, 1),
+			seed(c, legacyValue(c, sms.ClassTransactional, "sending", 0, "", 3, due,
+				fmt.Sprintf(`,"token":"tok","lease":%d,"owner":"w"`, lease), created),
+				bLeases, timeKey(lease, c), kindLeased, sms.ClassTransactional, 1),
+			seed(d, legacyValue(d, sms.ClassMarketing, "failed", 3, `,"last_error":"gave up","dead":true`, 4, due,
+				fmt.Sprintf(`,"at":%d`, at), created),
+				bDead, timeKey(at, d), kindDead, sms.ClassMarketing, 0),
+			tx.Bucket(bDone).Put(timeKey(at, d), nil),
+			tx.Bucket(bIdem).Put(idemKey("p", "k1"), append(u64(at), a...)),
+			tx.Bucket(bMsgs).SetSequence(4))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, b, c, d
+}
+
 // TestLegacyRecords: records an earlier release stored are read exactly,
 // taken, requeued, completed, recovered, made dead letters and retried, an
 // idempotent replay returns them, and each is a record once written.
@@ -74,37 +109,7 @@ func TestLegacyRecords(t *testing.T) {
 	q := open(t, Config{Now: clk.Now})
 	ctx := t.Context()
 	created := clk.Now().Add(-time.Hour + 123456789*time.Nanosecond)
-	due, at, lease := ms(created), ms(created), ms(clk.Now())-1000
-	a, b, c, d := sms.NewID(created), sms.NewID(created), sms.NewID(created), sms.NewID(created)
-	err := q.db.Update(func(tx *bolt.Tx) error {
-		msgs := tx.Bucket(bMsgs)
-		seed := func(id string, v []byte, index []byte, k []byte, kind byte, cl sms.Class, out bool) {
-			if err := errors.Join(msgs.Put([]byte(id), v), tx.Bucket(index).Put(k, []byte(id)),
-				addClass(tx, cl, kind, 1)); err != nil {
-				t.Fatal(err)
-			}
-			if out {
-				if err := addOut(tx, "p", 1); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-		seed(a, legacyValue(a, sms.ClassOTP, "queued", 0, `,"idempotency_key":"k1"`, 1, due, "", created),
-			bReady, readyKey(sms.ClassOTP, due, 1), kindQueued, sms.ClassOTP, true)
-		seed(b, legacyValue(b, sms.ClassOTP, "queued", 0, "", 2, due, "", created),
-			bReady, readyKey(sms.ClassOTP, due, 2), kindQueued, sms.ClassOTP, true)
-		seed(c, legacyValue(c, sms.ClassTransactional, "sending", 0, "", 3, due,
-			fmt.Sprintf(`,"token":"tok","lease":%d,"owner":"w"`, lease), created),
-			bLeases, timeKey(lease, c), kindLeased, sms.ClassTransactional, true)
-		seed(d, legacyValue(d, sms.ClassMarketing, "failed", 3, `,"last_error":"gave up","dead":true`, 4, due,
-			fmt.Sprintf(`,"at":%d`, at), created),
-			bDead, timeKey(at, d), kindDead, sms.ClassMarketing, false)
-		return errors.Join(tx.Bucket(bDone).Put(timeKey(at, d), nil),
-			tx.Bucket(bIdem).Put(idemKey("p", "k1"), append(u64(at), a...)), msgs.SetSequence(4))
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, b, c, d := seedLegacy(t, q, created)
 	checkInvariants(t, q)
 
 	want := &sms.Message{ID: a, Producer: "p", Class: sms.ClassOTP, To: "+819012345678", Body: "hello", Segments: 1,

@@ -139,62 +139,70 @@ func checkField(t *testing.T, legacy bool, name string, got, want any, at time.T
 	}
 }
 
-// TestScriptsEditRecords is the state table of every script that edits a
-// stored message: from a seeded record and from a seeded legacy message, the
-// call under test changes exactly the fields listed (record names; a legacy
-// message gets them under its own names and in its own forms) and no other.
-func TestScriptsEditRecords(t *testing.T) {
-	t.Parallel()
-	hour := queue.RequeueOptions{After: time.Hour, SpendAttempt: true, LastError: "503"}
-	for _, tc := range []struct {
-		name  string
-		setup func(t *testing.T, q *Queue) *queue.Leased // before the call under test
-		call  func(t *testing.T, q *Queue, l *queue.Leased) error
-		want  map[string]any // changed fields; nil: removed
-	}{
-		{"take", nil,
-			func(t *testing.T, q *Queue, _ *queue.Leased) error {
-				_, _, err := q.Take(t.Context(), queue.TakeOptions{Owner: "w", Lease: time.Hour})
-				return err
-			},
-			map[string]any{"s": "l", "tu": aTime{}}},
-		{"complete sent", takeHour,
-			func(t *testing.T, q *Queue, l *queue.Leased) error {
-				return q.Complete(t.Context(), l, queue.Outcome{Status: sms.StatusSent, ProviderID: "pm-1", Attempts: 2})
-			},
-			map[string]any{"s": "s", "a": 2.0, "pm": "pm-1", "ts": aTime{}, "tu": aTime{}}},
-		{"complete failed", takeHour,
-			func(t *testing.T, q *Queue, l *queue.Leased) error {
-				return q.Complete(t.Context(), l, queue.Outcome{Status: sms.StatusFailed, Reason: "bad number", Attempts: 1})
-			},
-			map[string]any{"s": "f", "a": 1.0, "e": "bad number", "tu": aTime{}}},
-		{"requeue spending an attempt, after 1h", takeHour,
-			func(t *testing.T, q *Queue, l *queue.Leased) error { return q.Requeue(t.Context(), l, hour) },
-			map[string]any{"s": "q", "a": 1.0, "e": "503", "tb": aTime{time.Hour}, "tu": aTime{}}},
-		{"requeue for a rate wait", takeHour,
-			func(t *testing.T, q *Queue, l *queue.Leased) error {
-				return q.Requeue(t.Context(), l, queue.RequeueOptions{})
-			},
-			map[string]any{"s": "q", "tu": aTime{}}},
-		{"dead", takeHour,
-			func(t *testing.T, q *Queue, l *queue.Leased) error { return q.Dead(t.Context(), l, "gave up", 5) },
-			map[string]any{"s": "f", "d": true, "a": 5.0, "e": "gave up", "tu": aTime{}}},
-		{"recover", takeExpired,
-			func(t *testing.T, q *Queue, _ *queue.Leased) error {
-				recoverOne(t, q)
-				return nil
-			},
-			map[string]any{"s": "q", "tu": aTime{}}},
-		{"retry dead letter", func(t *testing.T, q *Queue) *queue.Leased {
+// scriptEdit is one row of the state table of the scripts that edit a
+// stored message.
+type scriptEdit struct {
+	name  string
+	setup func(t *testing.T, q *Queue) *queue.Leased // before the call under test; nil: none
+	call  func(t *testing.T, q *Queue, l *queue.Leased) error
+	want  map[string]any // changed fields by record name; nil: removed
+}
+
+var scriptEdits = []scriptEdit{
+	{"take", nil,
+		func(t *testing.T, q *Queue, _ *queue.Leased) error {
+			_, _, err := q.Take(t.Context(), queue.TakeOptions{Owner: "w", Lease: time.Hour})
+			return err
+		},
+		map[string]any{"s": "l", "tu": aTime{}}},
+	{"complete sent", takeHour,
+		func(t *testing.T, q *Queue, l *queue.Leased) error {
+			return q.Complete(t.Context(), l, queue.Outcome{Status: sms.StatusSent, ProviderID: "pm-1", Attempts: 2})
+		},
+		map[string]any{"s": "s", "a": 2.0, "pm": "pm-1", "ts": aTime{}, "tu": aTime{}}},
+	{"complete failed", takeHour,
+		func(t *testing.T, q *Queue, l *queue.Leased) error {
+			return q.Complete(t.Context(), l, queue.Outcome{Status: sms.StatusFailed, Reason: "bad number", Attempts: 1})
+		},
+		map[string]any{"s": "f", "a": 1.0, "e": "bad number", "tu": aTime{}}},
+	{"requeue spending an attempt, after 1h", takeHour,
+		func(t *testing.T, q *Queue, l *queue.Leased) error {
+			return q.Requeue(t.Context(), l, queue.RequeueOptions{After: time.Hour, SpendAttempt: true, LastError: "503"})
+		},
+		map[string]any{"s": "q", "a": 1.0, "e": "503", "tb": aTime{time.Hour}, "tu": aTime{}}},
+	{"requeue for a rate wait", takeHour,
+		func(t *testing.T, q *Queue, l *queue.Leased) error {
+			return q.Requeue(t.Context(), l, queue.RequeueOptions{})
+		},
+		map[string]any{"s": "q", "tu": aTime{}}},
+	{"dead", takeHour,
+		func(t *testing.T, q *Queue, l *queue.Leased) error { return q.Dead(t.Context(), l, "gave up", 5) },
+		map[string]any{"s": "f", "d": true, "a": 5.0, "e": "gave up", "tu": aTime{}}},
+	{"recover", takeExpired,
+		func(t *testing.T, q *Queue, _ *queue.Leased) error {
+			recoverOne(t, q)
+			return nil
+		},
+		map[string]any{"s": "q", "tu": aTime{}}},
+	{"retry dead letter",
+		func(t *testing.T, q *Queue) *queue.Leased {
 			l := takeHour(t, q)
 			if err := q.Dead(t.Context(), l, "gave up", 5); err != nil {
 				t.Fatal(err)
 			}
 			return l
 		},
-			func(t *testing.T, q *Queue, l *queue.Leased) error { return q.RetryDead(t.Context(), l.Message.ID) },
-			map[string]any{"s": "q", "d": nil, "a": nil, "tb": nil, "tu": aTime{}}},
-	} {
+		func(t *testing.T, q *Queue, l *queue.Leased) error { return q.RetryDead(t.Context(), l.Message.ID) },
+		map[string]any{"s": "q", "d": nil, "a": nil, "tb": nil, "tu": aTime{}}},
+}
+
+// TestScriptsEditRecords is the state table of every script that edits a
+// stored message: from a seeded record and from a seeded legacy message, the
+// call under test changes exactly the fields listed (record names; a legacy
+// message gets them under its own names and in its own forms) and no other.
+func TestScriptsEditRecords(t *testing.T) {
+	t.Parallel()
+	for _, tc := range scriptEdits {
 		for _, legacy := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/legacy=%v", tc.name, legacy), func(t *testing.T) {
 				t.Parallel()
@@ -210,37 +218,43 @@ func TestScriptsEditRecords(t *testing.T) {
 				if err := tc.call(t, q, l); err != nil {
 					t.Fatal(err)
 				}
-				after := storedFields(t, q, id)
-				names := map[string]string{} // stored name -> record name
-				for f := range tc.want {
-					if legacy {
-						names[legacyNames[f]] = f
-					} else {
-						names[f] = f
-					}
-				}
-				for name, v := range after {
-					if f, listed := names[name]; listed {
-						if tc.want[f] == nil {
-							t.Errorf("field %s = %v, want it removed", name, v)
-						} else {
-							checkField(t, legacy, f, v, tc.want[f], at)
-						}
-					} else if !reflect.DeepEqual(v, before[name]) {
-						t.Errorf("field %s changed from %v to %v", name, before[name], v)
-					}
-				}
-				for name, f := range names {
-					if _, ok := after[name]; !ok && tc.want[f] != nil {
-						t.Errorf("field %s missing", name)
-					}
-				}
-				for name := range before {
-					if _, ok := after[name]; !ok && names[name] == "" {
-						t.Errorf("field %s removed", name)
-					}
-				}
+				checkEdit(t, legacy, before, storedFields(t, q, id), tc.want, at)
 			})
+		}
+	}
+}
+
+// checkEdit compares the stored fields after a call with those before and
+// the expected changes (by record name) of a call made at.
+func checkEdit(t *testing.T, legacy bool, before, after, want map[string]any, at time.Time) {
+	t.Helper()
+	names := map[string]string{} // stored name -> record name
+	for f := range want {
+		if legacy {
+			names[legacyNames[f]] = f
+		} else {
+			names[f] = f
+		}
+	}
+	for name, v := range after {
+		f, listed := names[name]
+		switch {
+		case listed && want[f] == nil:
+			t.Errorf("field %s = %v, want it removed", name, v)
+		case listed:
+			checkField(t, legacy, f, v, want[f], at)
+		case !reflect.DeepEqual(v, before[name]):
+			t.Errorf("field %s changed from %v to %v", name, before[name], v)
+		}
+	}
+	for name, f := range names {
+		if _, ok := after[name]; !ok && want[f] != nil {
+			t.Errorf("field %s missing", name)
+		}
+	}
+	for name := range before {
+		if _, ok := after[name]; !ok && names[name] == "" {
+			t.Errorf("field %s removed", name)
 		}
 	}
 }
