@@ -4,11 +4,12 @@
 // acknowledged while ingress stays fast.
 //
 // The file is held with an exclusive lock: two embedded replicas never share
-// a store (each would also run the full provider rate; see DESIGN.md).
+// a store (each would also run the full provider rate; see docs/operations.md,
+// section 1).
 //
 // Layout (all integers big-endian, times in Unix milliseconds):
 //
-//	msgs     id → record (JSON: the message plus queue bookkeeping)
+//	msgs     id → record (record.go): the message and its bookkeeping, JSON
 //	ready    class(1) due(8) seq(8) → id      queued messages; Take seeks per class
 //	leases   expiry(8) id → nil               messages in flight; Recover scans the head
 //	idem     len(producer) producer key → created(8) id

@@ -295,7 +295,7 @@ func checkInvariants(t *testing.T, q *Queue) {
 		out := map[string]int64{}
 		inReady, inLease, inDead, inDone := 0, 0, 0, 0
 		err := tx.Bucket(bMsgs).ForEach(func(k, v []byte) error {
-			r, err := getRecord(tx, string(k))
+			r, err := getEntry(tx, string(k))
 			if err != nil {
 				return err
 			}

@@ -85,7 +85,7 @@ func (q *Queue) enqueueTx(tx *bolt.Tx, m *sms.Message, now time.Time) (queue.Enq
 	if m.IdempotencyKey != "" {
 		ik = idemKey(m.Producer, m.IdempotencyKey)
 		if v := idem.Get(ik); len(v) > 8 && int64(binary.BigEndian.Uint64(v[:8]))+q.window.Milliseconds() > nowMs {
-			first, err := getRecord(tx, string(v[8:]))
+			first, err := getEntry(tx, string(v[8:]))
 			if err != nil {
 				return queue.EnqueueResult{}, err
 			}
@@ -103,11 +103,11 @@ func (q *Queue) enqueueTx(tx *bolt.Tx, m *sms.Message, now time.Time) (queue.Enq
 	if err != nil {
 		return queue.EnqueueResult{}, err
 	}
-	r := &record{Msg: *m, Seq: seq, Due: max(nowMs, msCeil(m.NotBefore))}
+	r := &entry{Msg: *m, Seq: seq, Due: max(nowMs, msCeil(m.NotBefore))}
 	r.Msg.Status = sms.StatusQueued
 	r.Msg.Dead = false
 	r.Msg.UpdatedAt = now
-	if err := putRecord(tx, r); err != nil {
+	if err := putEntry(tx, r); err != nil {
 		return queue.EnqueueResult{}, err
 	}
 	if err := putReady(tx, r); err != nil {
@@ -197,7 +197,7 @@ func (q *Queue) Take(ctx context.Context, opt queue.TakeOptions) (*queue.Leased,
 			return nil // another taker was first
 		}
 		id := string(tx.Bucket(bReady).Get(k))
-		r, err := getRecord(tx, id)
+		r, err := getEntry(tx, id)
 		if err != nil {
 			return err
 		}
@@ -221,7 +221,7 @@ func (q *Queue) Take(ctx context.Context, opt queue.TakeOptions) (*queue.Leased,
 		if err := addClass(tx, r.Msg.Class, kindLeased, 1); err != nil {
 			return err
 		}
-		if err := putRecord(tx, r); err != nil {
+		if err := putEntry(tx, r); err != nil {
 			return err
 		}
 		m := r.Msg
@@ -237,10 +237,10 @@ func (q *Queue) Take(ctx context.Context, opt queue.TakeOptions) (*queue.Leased,
 	return leased, 0, nil
 }
 
-// ack runs fn on the record l leases, inside a group commit. fn sees the
-// record only while the lease is still held; otherwise the call returns
+// ack runs fn on the entry l leases, inside a group commit. fn sees the
+// entry only while the lease is still held; otherwise the call returns
 // ErrLeaseLost and nothing changes.
-func (q *Queue) ack(ctx context.Context, verb string, l *queue.Leased, fn func(tx *bolt.Tx, r *record, now time.Time) error) error {
+func (q *Queue) ack(ctx context.Context, verb string, l *queue.Leased, fn func(tx *bolt.Tx, r *entry, now time.Time) error) error {
 	if l == nil || l.Message == nil {
 		return fmt.Errorf("queue: %s: no lease", verb)
 	}
@@ -248,7 +248,7 @@ func (q *Queue) ack(ctx context.Context, verb string, l *queue.Leased, fn func(t
 	var lost bool
 	err := q.update(ctx, func(tx *bolt.Tx) error {
 		lost = false
-		r, err := getRecord(tx, id)
+		r, err := getEntry(tx, id)
 		if err != nil {
 			return err
 		}
@@ -271,7 +271,7 @@ func (q *Queue) Extend(ctx context.Context, l *queue.Leased, lease time.Duration
 	if lease <= 0 {
 		return fmt.Errorf("queue: extend: lease %v must be positive", lease)
 	}
-	return q.ack(ctx, "extend", l, func(tx *bolt.Tx, r *record, now time.Time) error {
+	return q.ack(ctx, "extend", l, func(tx *bolt.Tx, r *entry, now time.Time) error {
 		leases := tx.Bucket(bLeases)
 		if err := leases.Delete(timeKey(r.Lease, r.Msg.ID)); err != nil {
 			return err
@@ -280,7 +280,7 @@ func (q *Queue) Extend(ctx context.Context, l *queue.Leased, lease time.Duration
 		if err := leases.Put(timeKey(r.Lease, r.Msg.ID), nil); err != nil {
 			return err
 		}
-		return putRecord(tx, r)
+		return putEntry(tx, r)
 	})
 }
 
@@ -288,7 +288,7 @@ func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) 
 	if !o.Status.Terminal() {
 		return fmt.Errorf("queue: complete: status %q is not terminal", o.Status)
 	}
-	return q.ack(ctx, "complete", l, func(tx *bolt.Tx, r *record, now time.Time) error {
+	return q.ack(ctx, "complete", l, func(tx *bolt.Tx, r *entry, now time.Time) error {
 		if err := endLease(tx, r); err != nil {
 			return err
 		}
@@ -305,7 +305,7 @@ func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) 
 		if err := finish(tx, r, ms(now)); err != nil {
 			return err
 		}
-		return putRecord(tx, r)
+		return putEntry(tx, r)
 	})
 }
 
@@ -313,7 +313,7 @@ func (q *Queue) Requeue(ctx context.Context, l *queue.Leased, o queue.RequeueOpt
 	if o.After < 0 {
 		o.After = 0
 	}
-	return q.ack(ctx, "requeue", l, func(tx *bolt.Tx, r *record, now time.Time) error {
+	return q.ack(ctx, "requeue", l, func(tx *bolt.Tx, r *entry, now time.Time) error {
 		if err := endLease(tx, r); err != nil {
 			return err
 		}
@@ -332,12 +332,12 @@ func (q *Queue) Requeue(ctx context.Context, l *queue.Leased, o queue.RequeueOpt
 		if err := putReady(tx, r); err != nil {
 			return err
 		}
-		return putRecord(tx, r)
+		return putEntry(tx, r)
 	})
 }
 
 func (q *Queue) Dead(ctx context.Context, l *queue.Leased, reason string, attempts int) error {
-	return q.ack(ctx, "dead", l, func(tx *bolt.Tx, r *record, now time.Time) error {
+	return q.ack(ctx, "dead", l, func(tx *bolt.Tx, r *entry, now time.Time) error {
 		if err := endLease(tx, r); err != nil {
 			return err
 		}
@@ -356,7 +356,7 @@ func (q *Queue) Dead(ctx context.Context, l *queue.Leased, reason string, attemp
 		if err := addClass(tx, r.Msg.Class, kindDead, 1); err != nil {
 			return err
 		}
-		return putRecord(tx, r)
+		return putEntry(tx, r)
 	})
 }
 
@@ -416,7 +416,7 @@ func (q *Queue) recoverChunk(ctx context.Context) (int, error) {
 		now := q.now()
 		for _, k := range dueKeys(tx, bLeases, ms(now), chunk) {
 			id := timeKeyID(k)
-			r, err := getRecord(tx, id)
+			r, err := getEntry(tx, id)
 			if err != nil {
 				return err
 			}
@@ -435,7 +435,7 @@ func (q *Queue) recoverChunk(ctx context.Context) (int, error) {
 			if err := putReady(tx, r); err != nil {
 				return err
 			}
-			if err := putRecord(tx, r); err != nil {
+			if err := putEntry(tx, r); err != nil {
 				return err
 			}
 			n++
@@ -469,7 +469,7 @@ func (q *Queue) prune(ctx context.Context) (int, error) {
 				return err
 			}
 			id := timeKeyID(k)
-			r, err := getRecord(tx, id)
+			r, err := getEntry(tx, id)
 			if err != nil {
 				return err
 			}
@@ -516,7 +516,7 @@ func (q *Queue) DeadLetters(ctx context.Context, limit int) ([]*sms.Message, err
 	err := q.view(ctx, func(tx *bolt.Tx) error {
 		c := tx.Bucket(bDead).Cursor()
 		for k, _ := c.First(); k != nil && len(out) < limit; k, _ = c.Next() {
-			r, err := getRecord(tx, timeKeyID(k))
+			r, err := getEntry(tx, timeKeyID(k))
 			if err != nil {
 				return err
 			}
@@ -536,7 +536,7 @@ func (q *Queue) RetryDead(ctx context.Context, id string) error {
 	var missing bool
 	err := q.update(ctx, func(tx *bolt.Tx) error {
 		missing = false
-		r, err := getRecord(tx, id)
+		r, err := getEntry(tx, id)
 		if err != nil {
 			return err
 		}
@@ -566,7 +566,7 @@ func (q *Queue) RetryDead(ctx context.Context, id string) error {
 		if err := putReady(tx, r); err != nil {
 			return err
 		}
-		return putRecord(tx, r)
+		return putEntry(tx, r)
 	})
 	if err != nil {
 		return fmt.Errorf("queue: retry dead %s: %w", id, err)
@@ -580,7 +580,7 @@ func (q *Queue) RetryDead(ctx context.Context, id string) error {
 func (q *Queue) Get(ctx context.Context, id string) (*sms.Message, error) {
 	var m *sms.Message
 	err := q.view(ctx, func(tx *bolt.Tx) error {
-		r, err := getRecord(tx, id)
+		r, err := getEntry(tx, id)
 		if err != nil {
 			return err
 		}

@@ -2,7 +2,6 @@ package embedded
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -37,17 +36,6 @@ func createBuckets(tx *bolt.Tx) error {
 		}
 	}
 	return nil
-}
-
-// record is what msgs stores: the message and where it sits in the indexes.
-type record struct {
-	Msg   sms.Message `json:"msg"`
-	Seq   uint64      `json:"seq"`             // enqueue order, the FIFO tie-break
-	Due   int64       `json:"due"`             // position in ready while queued; kept while leased so Recover restores it
-	Token string      `json:"token,omitempty"` // lease token while sending
-	Lease int64       `json:"lease,omitempty"` // lease expiry while sending
-	Owner string      `json:"owner,omitempty"` // lease holder while sending
-	At    int64       `json:"at,omitempty"`    // when it became terminal (done/dead key)
 }
 
 // ms is t in Unix milliseconds, never negative so keys sort.
@@ -102,24 +90,28 @@ func idemKey(producer, key string) []byte {
 	return append(k, key...)
 }
 
-func getRecord(tx *bolt.Tx, id string) (*record, error) {
+// getEntry reads the message id with its bookkeeping; nil if not stored.
+func getEntry(tx *bolt.Tx, id string) (*entry, error) {
 	v := tx.Bucket(bMsgs).Get([]byte(id))
 	if v == nil {
 		return nil, nil
 	}
-	r := new(record)
-	if err := json.Unmarshal(v, r); err != nil {
+	e, err := decodeEntry(id, v)
+	if err != nil {
 		return nil, fmt.Errorf("decode %s: %w", id, err)
 	}
-	return r, nil
+	return e, nil
 }
 
-func putRecord(tx *bolt.Tx, r *record) error {
-	v, err := json.Marshal(r)
+// putEntry stores e as a record and leaves e as a later getEntry returns it
+// (times to the ms), so that what a call hands back is what is stored.
+func putEntry(tx *bolt.Tx, e *entry) error {
+	v, stored, err := encodeEntry(e)
 	if err != nil {
-		return fmt.Errorf("encode %s: %w", r.Msg.ID, err)
+		return err
 	}
-	return tx.Bucket(bMsgs).Put([]byte(r.Msg.ID), v)
+	*e = *stored
+	return tx.Bucket(bMsgs).Put([]byte(e.Msg.ID), v)
 }
 
 func getCount(b *bolt.Bucket, k []byte) int64 {
@@ -149,7 +141,7 @@ func addOut(tx *bolt.Tx, producer string, delta int64) error {
 }
 
 // putReady puts r into the ready index at its due time.
-func putReady(tx *bolt.Tx, r *record) error {
+func putReady(tx *bolt.Tx, r *entry) error {
 	if err := tx.Bucket(bReady).Put(readyKey(r.Msg.Class, r.Due, r.Seq), []byte(r.Msg.ID)); err != nil {
 		return err
 	}
@@ -157,7 +149,7 @@ func putReady(tx *bolt.Tx, r *record) error {
 }
 
 // endLease removes r's lease; the caller moves r on.
-func endLease(tx *bolt.Tx, r *record) error {
+func endLease(tx *bolt.Tx, r *entry) error {
 	if err := tx.Bucket(bLeases).Delete(timeKey(r.Lease, r.Msg.ID)); err != nil {
 		return err
 	}
@@ -167,7 +159,7 @@ func endLease(tx *bolt.Tx, r *record) error {
 
 // finish makes r terminal at now: it leaves the producer's outstanding count
 // and enters the retention index.
-func finish(tx *bolt.Tx, r *record, now int64) error {
+func finish(tx *bolt.Tx, r *entry, now int64) error {
 	r.At = now
 	if err := tx.Bucket(bDone).Put(timeKey(now, r.Msg.ID), nil); err != nil {
 		return err

@@ -22,43 +22,44 @@ const maxBatch = 1000
 //
 // KEYS[1] msgs HASH, KEYS[2] seq counter, KEYS[3] outstanding HASH,
 // KEYS[4..] the ready ZSETs and idempotency keys the messages name.
-// ARGV[1] idempotency window ms; then four per message:
-// JSON, ready delay µs, index in KEYS of its ready ZSET, index in KEYS of its
+// ARGV[1] idempotency window ms; then five per message: id, record JSON,
+// ready delay µs, index in KEYS of its ready ZSET, index in KEYS of its
 // idempotency key (0: none).
-// Returns one {existed 0|1, stored JSON} per message, in order.
+// Returns one {existed 0|1, stored value, its id} per message, in order; an
+// existing value may be a legacy message.
 var enqueueScript = redis.NewScript(luaPrelude + `
 local now = now_us()
 local out = {}
-for i = 2, #ARGV, 4 do
-  local m = cjson.decode(ARGV[i])
-  local ik = tonumber(ARGV[i + 3])
+for i = 2, #ARGV, 5 do
+  local id = ARGV[i]
+  local ik = tonumber(ARGV[i + 4])
   local existing = false
-  if ik > 0 and not redis.call('SET', KEYS[ik], m.id, 'NX', 'PX', ARGV[1]) then
+  if ik > 0 and not redis.call('SET', KEYS[ik], id, 'NX', 'PX', ARGV[1]) then
     local first = redis.call('GET', KEYS[ik])
     existing = redis.call('HGET', KEYS[1], first)
-    if not existing then
+    if existing then
+      out[#out + 1] = {1, existing, first}
+    else
       -- the first message was pruned: the key now maps to this one
-      redis.call('SET', KEYS[ik], m.id, 'PX', ARGV[1])
+      redis.call('SET', KEYS[ik], id, 'PX', ARGV[1])
     end
   end
   if not existing then
     -- the same id stored before (a retried enqueue) is not stored twice
-    existing = redis.call('HGET', KEYS[1], m.id)
+    existing = redis.call('HGET', KEYS[1], id)
+    if existing then out[#out + 1] = {1, existing, id} end
   end
-  if existing then
-    out[#out + 1] = {1, existing}
-  else
-    m.status = 'queued'
-    m.updated_at = iso(now)
-    if m.created_at == nil or m.created_at == '0001-01-01T00:00:00Z' then
-      m.created_at = m.updated_at
-    end
+  if not existing then
+    local m = cjson.decode(ARGV[i + 1])
+    m.s = 'q'
+    m.tu = math.floor(now / 1000)
+    if not m.tc then m.tc = m.tu end
     local js = cjson.encode(m)
-    redis.call('HSET', KEYS[1], m.id, js)
+    redis.call('HSET', KEYS[1], id, js)
     local seq = redis.call('INCR', KEYS[2])
-    redis.call('ZADD', KEYS[tonumber(ARGV[i + 2])], now + tonumber(ARGV[i + 1]), new_member(seq, m.id))
-    redis.call('HINCRBY', KEYS[3], m.producer, 1)
-    out[#out + 1] = {0, js}
+    redis.call('ZADD', KEYS[tonumber(ARGV[i + 3])], now + tonumber(ARGV[i + 2]), new_member(seq, id))
+    redis.call('HINCRBY', KEYS[3], m.p, 1)
+    out[#out + 1] = {0, js, id}
   end
 end
 return out
@@ -115,7 +116,12 @@ func (q *Queue) enqueueBatch(ctx context.Context, ms []*sms.Message, results []q
 		}
 		stored := *m
 		stored.Status = sms.StatusQueued
-		js, err := json.Marshal(&stored)
+		rec, err := toRecord(&stored)
+		if err != nil {
+			results[i] = queue.EnqueueResult{Message: m, Err: fmt.Errorf("redisq: enqueue %s: %w", m.ID, err)}
+			continue
+		}
+		js, err := json.Marshal(rec)
 		if err != nil {
 			results[i] = queue.EnqueueResult{Message: m, Err: fmt.Errorf("redisq: enqueue %s: %w", m.ID, err)}
 			continue
@@ -130,7 +136,7 @@ func (q *Queue) enqueueBatch(ctx context.Context, ms []*sms.Message, results []q
 		if m.IdempotencyKey != "" {
 			ik = index(q.k.idem(m.Producer, m.IdempotencyKey))
 		}
-		args = append(args, js, strconv.FormatInt(delay, 10), index(q.k.ready(m.Class)), ik)
+		args = append(args, m.ID, js, strconv.FormatInt(delay, 10), index(q.k.ready(m.Class)), ik)
 		sent = append(sent, i)
 	}
 	if len(sent) == 0 {
@@ -144,15 +150,16 @@ func (q *Queue) enqueueBatch(ctx context.Context, ms []*sms.Message, results []q
 		return fmt.Errorf("redisq: enqueue: %d replies for %d messages", len(reply), len(sent))
 	}
 	for j, r := range reply {
-		pair, ok := r.([]any)
-		if !ok || len(pair) != 2 {
+		triple, ok := r.([]any)
+		if !ok || len(triple) != 3 {
 			return fmt.Errorf("redisq: enqueue: unexpected reply %v", r)
 		}
-		m, err := decodeMessage(pair[1])
+		id, _ := triple[2].(string)
+		m, err := decodeStored(id, triple[1])
 		if err != nil {
 			return fmt.Errorf("redisq: enqueue: %w", err)
 		}
-		existed, _ := pair[0].(int64)
+		existed, _ := triple[0].(int64)
 		results[sent[j]] = queue.EnqueueResult{Message: m, Existed: existed == 1}
 	}
 	return nil

@@ -18,7 +18,9 @@ func newKeys(account string) keys {
 	return keys{tag: "{smsgw:" + account + "}:q:"}
 }
 
-// msgs is the HASH id -> message JSON (every message until retention prunes it).
+// msgs is the HASH id -> the message's record (record.go; a value stored by
+// an earlier release is a legacy message). A message stays while queued or
+// leased, then until Retention after Complete; a dead letter until retried.
 func (k keys) msgs() string { return k.tag + "msgs" }
 
 // leases is the HASH id -> lease JSON {t: token, o: owner, m: ready member, s: ready score}.
@@ -27,7 +29,8 @@ func (k keys) leases() string { return k.tag + "leases" }
 // seq is the counter that orders messages of equal ready time (FIFO).
 func (k keys) seq() string { return k.tag + "seq" }
 
-// done is the ZSET id -> completion time µs of terminal messages, for retention.
+// done is the ZSET of completed messages (sent, failed or expired by
+// Complete; not dead letters) scored by completion time µs, for retention.
 func (k keys) done() string { return k.tag + "done" }
 
 // outstanding is the HASH producer -> queued + leased messages.

@@ -17,9 +17,9 @@ import (
 // KEYS[1..n] ready ZSETs in priority order, KEYS[n+1..2n] the lease ZSETs of
 // the same classes, KEYS[2n+1] msgs HASH, KEYS[2n+2] leases HASH.
 // ARGV[1] lease µs, ARGV[2] token, ARGV[3] owner.
-// Returns {1, message JSON} (status sending), or {0, µs until the earliest
-// scheduled message of these classes is due, -1 if none}.
-var takeScript = redis.NewScript(luaPrelude + `
+// Returns {1, stored value (status sending), id}, or {0, µs until the
+// earliest scheduled message of these classes is due, -1 if none}.
+var takeScript = redis.NewScript(luaPrelude + luaRecord + `
 local n = (#KEYS - 2) / 2
 local msgs, leases = KEYS[2 * n + 1], KEYS[2 * n + 2]
 local now = now_us()
@@ -35,13 +35,13 @@ for i = 1, n do
     -- an entry without its message (never written so) is dropped, not handed out
     if raw then
       local m = cjson.decode(raw)
-      m.status = 'sending'
-      m.updated_at = iso(now)
+      set(m, 's', 'l')
+      set_time(m, 'tu', now)
       local js = cjson.encode(m)
       redis.call('HSET', msgs, id, js)
       redis.call('ZADD', KEYS[n + i], now + tonumber(ARGV[1]), id)
       redis.call('HSET', leases, id, cjson.encode({t = ARGV[2], o = ARGV[3], m = member, s = score}))
-      return {1, js}
+      return {1, js, id}
     end
   end
   local head = redis.call('ZRANGE', KEYS[i], 0, 0, 'WITHSCORES')
@@ -81,7 +81,7 @@ func (q *Queue) Take(ctx context.Context, opt queue.TakeOptions) (_ *queue.Lease
 	if err != nil {
 		return nil, 0, fmt.Errorf("redisq: take: %w", err)
 	}
-	if len(reply) != 2 {
+	if len(reply) < 2 {
 		return nil, 0, fmt.Errorf("redisq: take: unexpected reply %v", reply)
 	}
 	if ok, _ := reply[0].(int64); ok == 0 {
@@ -93,7 +93,11 @@ func (q *Queue) Take(ctx context.Context, opt queue.TakeOptions) (_ *queue.Lease
 		// which means "nothing scheduled".
 		return nil, max(time.Duration(wait)*time.Microsecond, time.Microsecond), queue.ErrEmpty
 	}
-	m, err := decodeMessage(reply[1])
+	if len(reply) != 3 {
+		return nil, 0, fmt.Errorf("redisq: take: unexpected reply %v", reply)
+	}
+	id, _ := reply[2].(string)
+	m, err := decodeStored(id, reply[1])
 	if err != nil {
 		return nil, 0, fmt.Errorf("redisq: take: %w", err)
 	}
@@ -143,25 +147,26 @@ func (q *Queue) Extend(ctx context.Context, l *queue.Leased, lease time.Duration
 //
 // KEYS[1] lease ZSET of the class, KEYS[2] leases HASH, KEYS[3] msgs HASH,
 // KEYS[4] done ZSET, KEYS[5] outstanding HASH.
-// ARGV[1] id, ARGV[2] token, ARGV[3] status, ARGV[4] provider id,
+// ARGV[1] id, ARGV[2] token, ARGV[3] status code (s, f or x), ARGV[4] provider id,
 // ARGV[5] reason, ARGV[6] attempts, ARGV[7] retention µs, ARGV[8] how many
 // old messages to prune at most.
 // Returns 1, 0 when the lease is not held, -1 when it is not in KEYS[1].
-var completeScript = redis.NewScript(luaPrelude + luaCheckLease + `
+var completeScript = redis.NewScript(luaPrelude + luaRecord + luaCheckLease + `
 local now = now_us()
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 local m = cjson.decode(redis.call('HGET', KEYS[3], ARGV[1]))
-m.status = ARGV[3]
-m.attempts = tonumber(ARGV[6])
-m.updated_at = iso(now)
-m.provider_message_id = ARGV[4]
-m.last_error = ARGV[5]
-if ARGV[3] == 'sent' then m.sent_at = m.updated_at end
+set(m, 's', ARGV[3])
+set(m, 'a', tonumber(ARGV[6]))
+set_time(m, 'tu', now)
+set(m, 'pm', ARGV[4])
+set(m, 'e', ARGV[5])
+if ARGV[3] == 's' then set_time(m, 'ts', now) end
 redis.call('HSET', KEYS[3], ARGV[1], cjson.encode(m))
 redis.call('ZADD', KEYS[4], now, ARGV[1])
-if redis.call('HINCRBY', KEYS[5], m.producer, -1) <= 0 then
-  redis.call('HDEL', KEYS[5], m.producer)
+local producer = get(m, 'p')
+if redis.call('HINCRBY', KEYS[5], producer, -1) <= 0 then
+  redis.call('HDEL', KEYS[5], producer)
 end
 local old = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now - tonumber(ARGV[7]), 'LIMIT', 0, tonumber(ARGV[8]))
 for _, id in ipairs(old) do
@@ -180,16 +185,18 @@ func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) 
 	if err := q.beginLease(ctx, "complete", l); err != nil {
 		return err
 	}
-	switch o.Status {
-	case sms.StatusSent, sms.StatusFailed, sms.StatusExpired:
-	default:
+	if !o.Status.Terminal() {
 		return fmt.Errorf("redisq: complete %s: status %q is not terminal", l.Message.ID, o.Status)
+	}
+	status, err := statusCode(o.Status)
+	if err != nil {
+		return fmt.Errorf("redisq: complete %s: %w", l.Message.ID, err)
 	}
 	start := time.Now()
 	defer func() { q.m.observe("complete", start, err) }()
 	keys := []string{q.k.lease(l.Message.Class), q.k.leases(), q.k.msgs(), q.k.done(), q.k.outstanding()}
 	return q.leaseResult("complete", l, completeScript.Run(ctx, q.c, keys, l.Message.ID, l.Token,
-		string(o.Status), o.ProviderID, o.Reason, o.Attempts, us(q.retention), prunePerComplete))
+		status, o.ProviderID, o.Reason, o.Attempts, us(q.retention), prunePerComplete))
 }
 
 // requeueScript ends a held lease by queueing the message again at the back
@@ -200,17 +207,17 @@ func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) 
 // ARGV[1] id, ARGV[2] token, ARGV[3] delay µs, ARGV[4] 1 to spend an
 // attempt, ARGV[5] last error (empty: keep the stored one).
 // Returns 1, 0 when the lease is not held, -1 when it is not in KEYS[1].
-var requeueScript = redis.NewScript(luaPrelude + luaCheckLease + `
+var requeueScript = redis.NewScript(luaPrelude + luaRecord + luaCheckLease + `
 local now = now_us()
 local delay = tonumber(ARGV[3])
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 local m = cjson.decode(redis.call('HGET', KEYS[3], ARGV[1]))
-m.status = 'queued'
-m.updated_at = iso(now)
-if ARGV[4] == '1' then m.attempts = (m.attempts or 0) + 1 end
-if ARGV[5] ~= '' then m.last_error = ARGV[5] end
-if delay > 0 then m.not_before = iso(now + delay) end
+set(m, 's', 'q')
+set_time(m, 'tu', now)
+if ARGV[4] == '1' then set(m, 'a', (get(m, 'a') or 0) + 1) end
+if ARGV[5] ~= '' then set(m, 'e', ARGV[5]) end
+if delay > 0 then set_time(m, 'tb', now + delay, true) end
 redis.call('HSET', KEYS[3], ARGV[1], cjson.encode(m))
 redis.call('ZADD', KEYS[4], now + delay, new_member(redis.call('INCR', KEYS[5]), ARGV[1]))
 return 1
@@ -238,20 +245,21 @@ func (q *Queue) Requeue(ctx context.Context, l *queue.Leased, o queue.RequeueOpt
 // KEYS[4] dead ZSET of the class, KEYS[5] outstanding HASH.
 // ARGV[1] id, ARGV[2] token, ARGV[3] reason, ARGV[4] attempts.
 // Returns 1, 0 when the lease is not held, -1 when it is not in KEYS[1].
-var deadScript = redis.NewScript(luaPrelude + luaCheckLease + `
+var deadScript = redis.NewScript(luaPrelude + luaRecord + luaCheckLease + `
 local now = now_us()
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 local m = cjson.decode(redis.call('HGET', KEYS[3], ARGV[1]))
-m.status = 'failed'
-m.dead = true
-m.attempts = tonumber(ARGV[4])
-m.updated_at = iso(now)
-if ARGV[3] ~= '' then m.last_error = ARGV[3] end
+set(m, 's', 'f')
+set(m, 'd', true)
+set(m, 'a', tonumber(ARGV[4]))
+set_time(m, 'tu', now)
+if ARGV[3] ~= '' then set(m, 'e', ARGV[3]) end
 redis.call('HSET', KEYS[3], ARGV[1], cjson.encode(m))
 redis.call('ZADD', KEYS[4], now, ARGV[1])
-if redis.call('HINCRBY', KEYS[5], m.producer, -1) <= 0 then
-  redis.call('HDEL', KEYS[5], m.producer)
+local producer = get(m, 'p')
+if redis.call('HINCRBY', KEYS[5], producer, -1) <= 0 then
+  redis.call('HDEL', KEYS[5], producer)
 end
 return 1
 `)
@@ -299,7 +307,7 @@ func (q *Queue) leaseResult(op string, l *queue.Leased, cmd *redis.Cmd) error {
 // KEYS[4] ready ZSET of the class.
 // ARGV[1] the most leases to move.
 // Returns how many moved.
-var recoverScript = redis.NewScript(luaPrelude + `
+var recoverScript = redis.NewScript(luaPrelude + luaRecord + `
 local now = now_us()
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
 for _, id in ipairs(ids) do
@@ -310,8 +318,8 @@ for _, id in ipairs(ids) do
   if raw and raw_lease then
     local lease = cjson.decode(raw_lease)
     local m = cjson.decode(raw)
-    m.status = 'queued'
-    m.updated_at = iso(now)
+    set(m, 's', 'q')
+    set_time(m, 'tu', now)
     redis.call('HSET', KEYS[3], id, cjson.encode(m))
     redis.call('ZADD', KEYS[4], lease.s, lease.m)
   end

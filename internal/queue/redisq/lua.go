@@ -1,12 +1,13 @@
 package redisq
 
-// luaPrelude is prepended to every script that needs the clock or writes
-// message JSON.
+// luaPrelude is prepended to every script that needs the clock or writes a
+// stored record (scripts that edit one also take luaRecord, record.go).
 //
 // now_us(): Redis TIME in µs, the only clock of the backend.
 // iso(us): µs since the epoch as RFC 3339 UTC with µs, the form Go's
-// time.Time decodes; Redis Lua has no os.date, so the civil date is computed
-// with H. Hinnant's days-to-civil algorithm.
+// time.Time decodes (records keep ms; legacy messages keep RFC 3339); Redis
+// Lua has no os.date, so the civil date is computed with H. Hinnant's
+// days-to-civil algorithm.
 // fmt_us(us): a µs value as an exact decimal string (tostring and ".." would
 // round it to 14 digits).
 // id_of(member): the message id of a ready ZSET member "<seq:016>:<id>".

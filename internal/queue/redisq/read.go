@@ -27,7 +27,7 @@ func (q *Queue) Get(ctx context.Context, id string) (_ *sms.Message, err error) 
 	if err != nil {
 		return nil, fmt.Errorf("redisq: get %s: %w", id, err)
 	}
-	m, err := decodeMessage(raw)
+	m, err := decodeStored(id, raw)
 	if err != nil {
 		return nil, fmt.Errorf("redisq: get %s: %w", id, err)
 	}
@@ -158,7 +158,7 @@ func (q *Queue) DeadLetters(ctx context.Context, limit int) (_ []*sms.Message, e
 		if raw == nil {
 			continue // retried and completed between the two reads
 		}
-		m, err := decodeMessage(raw)
+		m, err := decodeStored(ids[i], raw)
 		if err != nil {
 			return nil, fmt.Errorf("redisq: dead letter %s: %w", ids[i], err)
 		}
@@ -176,18 +176,18 @@ func (q *Queue) DeadLetters(ctx context.Context, limit int) (_ []*sms.Message, e
 // class, KEYS[4] seq counter, KEYS[5] outstanding HASH.
 // ARGV[1] id.
 // Returns 1, or 0 when id is not a dead letter of that class.
-var retryDeadScript = redis.NewScript(luaPrelude + `
+var retryDeadScript = redis.NewScript(luaPrelude + luaRecord + `
 if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return 0 end
 local now = now_us()
 local m = cjson.decode(redis.call('HGET', KEYS[1], ARGV[1]))
-m.status = 'queued'
-m.dead = nil
-m.attempts = 0
-m.not_before = nil
-m.updated_at = iso(now)
+set(m, 's', 'q')
+set(m, 'd', nil)
+set(m, 'a', 0)
+set(m, 'tb', nil)
+set_time(m, 'tu', now)
 redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(m))
 redis.call('ZADD', KEYS[3], now, new_member(redis.call('INCR', KEYS[4]), ARGV[1]))
-redis.call('HINCRBY', KEYS[5], m.producer, 1)
+redis.call('HINCRBY', KEYS[5], get(m, 'p'), 1)
 return 1
 `)
 

@@ -7,17 +7,17 @@
 // so the scripts run unchanged on Redis Cluster. Redis TIME is the only
 // clock; durations from callers are relative.
 //
-// Layout (see keys.go): message JSON in one HASH keyed by id; per class a
+// Layout (see keys.go): each message's record (record.go: JSON with its own
+// short field names, the storage schema) in one HASH keyed by id; per class a
 // ready ZSET (score = ready time µs, member = sequence + id so equal times
 // stay FIFO), a lease ZSET (score = lease expiry µs) and a dead-letter ZSET;
-// one HASH of lease tokens; a ZSET of terminal messages pruned after
+// one HASH of lease tokens; a ZSET of completed messages pruned after
 // Retention; per-producer outstanding counters; one key per idempotency key.
 package redisq
 
 import (
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -140,18 +140,6 @@ func us(d time.Duration) int64 {
 }
 
 func newToken() string { return rand.Text() }
-
-func decodeMessage(raw any) (*sms.Message, error) {
-	s, ok := raw.(string)
-	if !ok {
-		return nil, fmt.Errorf("unexpected message reply %T", raw)
-	}
-	var m sms.Message
-	if err := json.Unmarshal([]byte(s), &m); err != nil {
-		return nil, fmt.Errorf("decode stored message: %w", err)
-	}
-	return &m, nil
-}
 
 func checkClasses(cs []sms.Class) ([]sms.Class, error) {
 	if len(cs) == 0 {

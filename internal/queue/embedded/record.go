@@ -1,0 +1,257 @@
+package embedded
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"smsgw/internal/sms"
+)
+
+// entry is a message with its queue bookkeeping, the form every operation
+// works on; record is how it is stored.
+type entry struct {
+	Msg   sms.Message
+	Seq   uint64 // enqueue order, the FIFO tie-break
+	Due   int64  // position in ready while queued; kept while leased so Recover restores it
+	Token string // lease token while sending
+	Lease int64  // lease expiry while sending
+	Owner string // lease holder while sending
+	At    int64  // when it became terminal (done/dead key)
+}
+
+// record is the value of the msgs bucket. Its JSON names are the storage
+// schema, not sms.Message's: renaming a field of the domain type changes
+// nothing stored, and renaming a field here means still reading the old name.
+// Names are short (every page is fsynced); times are integer Unix
+// milliseconds, 0 (left out) for none, the resolution of the store's indexes.
+// The id is the key, not repeated in the record. The body and the full number
+// are fields of their own, so that a finished record can drop them. A record
+// always has "s"; a value without it is a legacy record (see legacyRecord).
+type record struct {
+	Producer  string `json:"p"`            // producer name; the out bucket counts by it
+	Class     uint8  `json:"c"`            // class code: 0 otp, 1 transactional, 2 marketing (classCodes)
+	To        string `json:"to,omitempty"` // recipient, E.164
+	From      string `json:"fr,omitempty"` // sender id
+	Body      string `json:"b,omitempty"`  // message text
+	Reference string `json:"r,omitempty"`  // the producer's own id
+	Segments  int    `json:"g,omitempty"`  // provider rate units the message costs
+
+	IdempotencyKey string `json:"k,omitempty"` // the producer's Idempotency-Key
+	RequestHash    string `json:"h,omitempty"` // digest of the creating request
+
+	Created   int64 `json:"tc,omitempty"` // created
+	NotBefore int64 `json:"tb,omitempty"` // not taken before; rounded up to the ms
+	Expires   int64 `json:"te,omitempty"` // expiry
+	Updated   int64 `json:"tu,omitempty"` // last change
+	Sent      int64 `json:"ts,omitempty"` // sent
+
+	Status     string `json:"s"`            // status code: q queued, l sending (leased), s sent, f failed, x expired
+	Attempts   int    `json:"a,omitempty"`  // attempts spent
+	LastError  string `json:"e,omitempty"`  // short, safe text of the last failure
+	ProviderID string `json:"pm,omitempty"` // the provider's message id
+	Dead       bool   `json:"d,omitempty"`  // a dead letter (status f)
+
+	Seq   uint64 `json:"sq"`           // entry.Seq
+	Due   int64  `json:"du"`           // entry.Due, ms
+	Token string `json:"lt,omitempty"` // entry.Token
+	Lease int64  `json:"le,omitempty"` // entry.Lease, ms
+	Owner string `json:"lo,omitempty"` // entry.Owner
+	At    int64  `json:"at,omitempty"` // entry.At, ms
+}
+
+// classCodes is the record's class numbering, fixed here rather than taken
+// from sms.Class's order.
+var classCodes = [...]sms.Class{0: sms.ClassOTP, 1: sms.ClassTransactional, 2: sms.ClassMarketing}
+
+// statusCodes are the record's status codes.
+var statusCodes = map[sms.Status]string{
+	sms.StatusQueued:  "q",
+	sms.StatusSending: "l",
+	sms.StatusSent:    "s",
+	sms.StatusFailed:  "f",
+	sms.StatusExpired: "x",
+}
+
+// unixMs is t in Unix ms, truncated; 0 for the zero time.
+func unixMs(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// unixMsUp is t in Unix ms rounded up, so that a not-before read back is
+// never earlier than the one given.
+func unixMsUp(t time.Time) int64 {
+	m := unixMs(t)
+	if m != 0 && time.UnixMilli(m).Before(t) {
+		m++
+	}
+	return m
+}
+
+func fromMs(m int64) time.Time {
+	if m == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(m).UTC()
+}
+
+// toRecord is e as stored.
+func toRecord(e *entry) (record, error) {
+	m := &e.Msg
+	class := -1
+	for code, c := range classCodes {
+		if c == m.Class {
+			class = code
+		}
+	}
+	if class < 0 {
+		return record{}, fmt.Errorf("message %s: class %d has no record code", m.ID, uint8(m.Class))
+	}
+	status, ok := statusCodes[m.Status]
+	if !ok {
+		return record{}, fmt.Errorf("message %s: status %q has no record code", m.ID, m.Status)
+	}
+	return record{
+		Producer: m.Producer, Class: uint8(class), To: m.To, From: m.From, Body: m.Body,
+		Reference: m.Reference, Segments: m.Segments,
+		IdempotencyKey: m.IdempotencyKey, RequestHash: m.RequestHash,
+		Created: unixMs(m.CreatedAt), NotBefore: unixMsUp(m.NotBefore), Expires: unixMs(m.ExpiresAt),
+		Updated: unixMs(m.UpdatedAt), Sent: unixMs(m.SentAt),
+		Status: status, Attempts: m.Attempts, LastError: m.LastError, ProviderID: m.ProviderID, Dead: m.Dead,
+		Seq: e.Seq, Due: e.Due, Token: e.Token, Lease: e.Lease, Owner: e.Owner, At: e.At,
+	}, nil
+}
+
+// entry is the record of message id as the form operations work on.
+func (r *record) entry(id string) (*entry, error) {
+	if int(r.Class) >= len(classCodes) {
+		return nil, fmt.Errorf("unknown class code %d", r.Class)
+	}
+	var status sms.Status
+	for s, code := range statusCodes {
+		if code == r.Status {
+			status = s
+		}
+	}
+	if status == "" {
+		return nil, fmt.Errorf("unknown status code %q", r.Status)
+	}
+	return &entry{
+		Msg: sms.Message{
+			ID: id, Producer: r.Producer, Class: classCodes[r.Class], To: r.To, From: r.From, Body: r.Body,
+			Reference: r.Reference, Segments: r.Segments,
+			IdempotencyKey: r.IdempotencyKey, RequestHash: r.RequestHash,
+			CreatedAt: fromMs(r.Created), NotBefore: fromMs(r.NotBefore), ExpiresAt: fromMs(r.Expires),
+			UpdatedAt: fromMs(r.Updated), SentAt: fromMs(r.Sent),
+			Status: status, Attempts: r.Attempts, LastError: r.LastError, ProviderID: r.ProviderID, Dead: r.Dead,
+		},
+		Seq: r.Seq, Due: r.Due, Token: r.Token, Lease: r.Lease, Owner: r.Owner, At: r.At,
+	}, nil
+}
+
+// encodeEntry is the stored value of e, and e as a later read returns it
+// (times to the ms).
+func encodeEntry(e *entry) ([]byte, *entry, error) {
+	r, err := toRecord(e)
+	if err != nil {
+		return nil, nil, err
+	}
+	v, err := json.Marshal(&r)
+	if err != nil {
+		return nil, nil, fmt.Errorf("encode %s: %w", e.Msg.ID, err)
+	}
+	stored, err := r.entry(e.Msg.ID)
+	if err != nil {
+		return nil, nil, err
+	}
+	return v, stored, nil
+}
+
+// decodeEntry reads the value of message id in the msgs bucket: a record, or
+// a legacy record.
+func decodeEntry(id string, v []byte) (*entry, error) {
+	var r record
+	if err := json.Unmarshal(v, &r); err != nil {
+		return nil, err
+	}
+	if r.Status == "" {
+		return decodeLegacy(id, v)
+	}
+	return r.entry(id)
+}
+
+// legacyRecord is how releases before the record type stored a message: the
+// message as sms.Message's JSON of the time under "msg", frozen here (with
+// legacyMessage) so that later changes to the domain type do not change how
+// those values read. A legacy record is read as an entry and written back as
+// a record, so each one is converted the first time it changes.
+type legacyRecord struct {
+	Msg   legacyMessage `json:"msg"`
+	Seq   uint64        `json:"seq"`
+	Due   int64         `json:"due"`
+	Token string        `json:"token"`
+	Lease int64         `json:"lease"`
+	Owner string        `json:"owner"`
+	At    int64         `json:"at"`
+}
+
+type legacyMessage struct {
+	ID             string    `json:"id"`
+	Producer       string    `json:"producer"`
+	Class          string    `json:"class"`
+	To             string    `json:"to"`
+	From           string    `json:"from"`
+	Body           string    `json:"body"`
+	Reference      string    `json:"reference"`
+	Segments       int       `json:"segments"`
+	IdempotencyKey string    `json:"idempotency_key"`
+	RequestHash    string    `json:"request_hash"`
+	CreatedAt      time.Time `json:"created_at"`
+	NotBefore      time.Time `json:"not_before"`
+	ExpiresAt      time.Time `json:"expires_at"`
+	Status         string    `json:"status"`
+	Attempts       int       `json:"attempts"`
+	LastError      string    `json:"last_error"`
+	ProviderID     string    `json:"provider_message_id"`
+	Dead           bool      `json:"dead"`
+	UpdatedAt      time.Time `json:"updated_at"`
+	SentAt         time.Time `json:"sent_at"`
+}
+
+var legacyStatuses = map[string]sms.Status{
+	"queued": sms.StatusQueued, "sending": sms.StatusSending, "sent": sms.StatusSent,
+	"failed": sms.StatusFailed, "expired": sms.StatusExpired,
+}
+
+func decodeLegacy(id string, v []byte) (*entry, error) {
+	var l legacyRecord
+	if err := json.Unmarshal(v, &l); err != nil {
+		return nil, fmt.Errorf("legacy record: %w", err)
+	}
+	m := l.Msg
+	if m.ID != id {
+		return nil, fmt.Errorf("value is neither a record nor a legacy record of that id")
+	}
+	class, err := sms.ParseClass(m.Class)
+	if err != nil {
+		return nil, fmt.Errorf("legacy record: %w", err)
+	}
+	status, ok := legacyStatuses[m.Status]
+	if !ok {
+		return nil, fmt.Errorf("legacy record: unknown status %q", m.Status)
+	}
+	return &entry{
+		Msg: sms.Message{
+			ID: m.ID, Producer: m.Producer, Class: class, To: m.To, From: m.From, Body: m.Body,
+			Reference: m.Reference, Segments: m.Segments,
+			IdempotencyKey: m.IdempotencyKey, RequestHash: m.RequestHash,
+			CreatedAt: m.CreatedAt, NotBefore: m.NotBefore, ExpiresAt: m.ExpiresAt,
+			Status: status, Attempts: m.Attempts, LastError: m.LastError, ProviderID: m.ProviderID,
+			Dead: m.Dead, UpdatedAt: m.UpdatedAt, SentAt: m.SentAt,
+		},
+		Seq: l.Seq, Due: l.Due, Token: l.Token, Lease: l.Lease, Owner: l.Owner, At: l.At,
+	}, nil
+}

@@ -1,0 +1,119 @@
+package embedded
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"smsgw/internal/queue"
+	"smsgw/internal/sms"
+)
+
+// sizeMessages is how many messages BenchmarkStoredBytes stores.
+const sizeMessages = 5000
+
+// sizeMsg is a typical transactional message: a 110-character body, an
+// E.164 number, a producer's reference, no idempotency key.
+func sizeMsg(i int) *sms.Message {
+	now := time.Now()
+	body := fmt.Sprintf("Your order %08d has shipped and will arrive tomorrow between 9:00 and 12:00. Track it in the app or reply STOP.", i)
+	return &sms.Message{
+		ID: sms.NewID(now), Producer: "shop-backend", Class: sms.ClassTransactional,
+		To: "+819012345678", Body: body[:110], Reference: fmt.Sprintf("order-%08d", i),
+		Segments: 1, CreatedAt: now.UTC(),
+	}
+}
+
+// storeSize is the file size and the bytes in use in the pages of the msgs
+// bucket and of every bucket (bbolt's own page statistics).
+type storeSize struct{ file, msgs, all int64 }
+
+func measureStore(tb testing.TB, q *Queue) storeSize {
+	tb.Helper()
+	var s storeSize
+	err := q.db.View(func(tx *bolt.Tx) error {
+		return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+			st := b.Stats()
+			inuse := int64(st.BranchInuse + st.LeafInuse + st.InlineBucketInuse)
+			s.all += inuse
+			if string(name) == string(bMsgs) {
+				s.msgs = inuse
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	fi, err := os.Stat(q.db.Path())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s.file = fi.Size()
+	return s
+}
+
+// BenchmarkStoredBytes reports what one message costs the bbolt file: bytes
+// in use per message in the msgs bucket and in all buckets, and the file size
+// per message, once sizeMessages messages are queued and once all are sent
+// (Take and Complete with a 34-character provider id). Run it once:
+//
+//	go test -run '^$' -bench StoredBytes -benchtime 1x ./internal/queue/embedded
+func BenchmarkStoredBytes(b *testing.B) {
+	var queued, sent storeSize
+	for b.Loop() {
+		q := open(b, Config{})
+		for lo := 0; lo < sizeMessages; lo += maxBatch {
+			batch := make([]*sms.Message, 0, maxBatch)
+			for i := lo; i < min(lo+maxBatch, sizeMessages); i++ {
+				batch = append(batch, sizeMsg(i))
+			}
+			if _, err := q.EnqueueMany(b.Context(), batch); err != nil {
+				b.Fatal(err)
+			}
+		}
+		queued = measureStore(b, q)
+		sendAll(b, q)
+		sent = measureStore(b, q)
+	}
+	for _, m := range []struct {
+		unit string
+		v    int64
+	}{
+		{"msgs-B/queued-msg", queued.msgs}, {"all-B/queued-msg", queued.all}, {"file-B/queued-msg", queued.file},
+		{"msgs-B/sent-msg", sent.msgs}, {"all-B/sent-msg", sent.all}, {"file-B/sent-msg", sent.file},
+	} {
+		b.ReportMetric(float64(m.v)/sizeMessages, m.unit)
+	}
+}
+
+// sendAll takes and completes every message with eight workers, so that
+// commits are shared as in the send loop.
+func sendAll(b *testing.B, q *Queue) {
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for {
+				l, _, err := q.Take(b.Context(), queue.TakeOptions{Owner: "size", Lease: time.Minute})
+				if errors.Is(err, queue.ErrEmpty) {
+					return
+				}
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				o := queue.Outcome{Status: sms.StatusSent, ProviderID: "SM0123456789abcdef0123456789abcdef", Attempts: 1}
+				if err := q.Complete(b.Context(), l, o); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}

@@ -1,0 +1,261 @@
+package redisq
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"smsgw/internal/sms"
+)
+
+// record is what the msgs HASH stores for one message, and the only JSON the
+// Lua scripts read and edit. Its JSON names are the storage schema, not
+// sms.Message's: renaming a field of the domain type changes nothing stored,
+// and renaming a field here means changing every script that names it (they
+// edit through luaRecord below) and still reading the old name.
+//
+// Names are short because Redis keeps every byte in RAM. Times are integer
+// Unix milliseconds, 0 (left out) for none: Redis's cjson writes numbers with
+// 14 significant digits, so a µs time (16 digits) would be rounded by the
+// first script that rewrites the record, while ms stay exact until the year
+// 5138. The id is the HASH field, not repeated in the record. The body and
+// the full number are fields of their own, so that a finished record can drop
+// them. A record always has "s"; a stored value without it is a legacy
+// message (see legacyMessage).
+type record struct {
+	Producer  string `json:"p"`            // producer name; the outstanding HASH counts by it
+	Class     uint8  `json:"c"`            // class code: 0 otp, 1 transactional, 2 marketing (classCodes)
+	To        string `json:"to,omitempty"` // recipient, E.164
+	From      string `json:"fr,omitempty"` // sender id
+	Body      string `json:"b,omitempty"`  // message text
+	Reference string `json:"r,omitempty"`  // the producer's own id
+	Segments  int    `json:"g,omitempty"`  // provider rate units the message costs
+
+	IdempotencyKey string `json:"k,omitempty"` // the producer's Idempotency-Key
+	RequestHash    string `json:"h,omitempty"` // digest of the creating request
+
+	Created   int64 `json:"tc,omitempty"` // created; the enqueue script sets it to the Redis clock when 0
+	NotBefore int64 `json:"tb,omitempty"` // not taken before; rounded up to the ms
+	Expires   int64 `json:"te,omitempty"` // expiry
+	Updated   int64 `json:"tu,omitempty"` // last change, Redis clock
+	Sent      int64 `json:"ts,omitempty"` // sent, Redis clock
+
+	Status     string `json:"s"`            // status code: q queued, l sending (leased), s sent, f failed, x expired
+	Attempts   int    `json:"a,omitempty"`  // attempts spent
+	LastError  string `json:"e,omitempty"`  // short, safe text of the last failure
+	ProviderID string `json:"pm,omitempty"` // the provider's message id
+	Dead       bool   `json:"d,omitempty"`  // a dead letter (status f)
+}
+
+// classCodes is the record's class numbering, fixed here rather than taken
+// from sms.Class's order.
+var classCodes = [...]sms.Class{0: sms.ClassOTP, 1: sms.ClassTransactional, 2: sms.ClassMarketing}
+
+// statusCodes are the record's status codes; the scripts write them as
+// literals.
+var statusCodes = map[sms.Status]string{
+	sms.StatusQueued:  "q",
+	sms.StatusSending: "l",
+	sms.StatusSent:    "s",
+	sms.StatusFailed:  "f",
+	sms.StatusExpired: "x",
+}
+
+func classCode(c sms.Class) (uint8, error) {
+	for code, cl := range classCodes {
+		if cl == c {
+			return uint8(code), nil
+		}
+	}
+	return 0, fmt.Errorf("class %d has no record code", uint8(c))
+}
+
+func statusCode(s sms.Status) (string, error) {
+	if code, ok := statusCodes[s]; ok {
+		return code, nil
+	}
+	return "", fmt.Errorf("status %q has no record code", s)
+}
+
+// unixMs is t in Unix ms, truncated; 0 for the zero time.
+func unixMs(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// unixMsUp is t in Unix ms rounded up, so that a not-before read back is
+// never earlier than the one given.
+func unixMsUp(t time.Time) int64 {
+	ms := unixMs(t)
+	if ms != 0 && time.UnixMilli(ms).Before(t) {
+		ms++
+	}
+	return ms
+}
+
+func fromMs(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms).UTC()
+}
+
+// toRecord is m as stored.
+func toRecord(m *sms.Message) (record, error) {
+	class, err := classCode(m.Class)
+	if err != nil {
+		return record{}, err
+	}
+	status, err := statusCode(m.Status)
+	if err != nil {
+		return record{}, err
+	}
+	return record{
+		Producer: m.Producer, Class: class, To: m.To, From: m.From, Body: m.Body,
+		Reference: m.Reference, Segments: m.Segments,
+		IdempotencyKey: m.IdempotencyKey, RequestHash: m.RequestHash,
+		Created: unixMs(m.CreatedAt), NotBefore: unixMsUp(m.NotBefore), Expires: unixMs(m.ExpiresAt),
+		Updated: unixMs(m.UpdatedAt), Sent: unixMs(m.SentAt),
+		Status: status, Attempts: m.Attempts, LastError: m.LastError, ProviderID: m.ProviderID, Dead: m.Dead,
+	}, nil
+}
+
+// message is the record of message id as the domain type.
+func (r record) message(id string) (*sms.Message, error) {
+	if int(r.Class) >= len(classCodes) {
+		return nil, fmt.Errorf("record %s: unknown class code %d", id, r.Class)
+	}
+	var status sms.Status
+	for s, code := range statusCodes {
+		if code == r.Status {
+			status = s
+		}
+	}
+	if status == "" {
+		return nil, fmt.Errorf("record %s: unknown status code %q", id, r.Status)
+	}
+	return &sms.Message{
+		ID: id, Producer: r.Producer, Class: classCodes[r.Class], To: r.To, From: r.From, Body: r.Body,
+		Reference: r.Reference, Segments: r.Segments,
+		IdempotencyKey: r.IdempotencyKey, RequestHash: r.RequestHash,
+		CreatedAt: fromMs(r.Created), NotBefore: fromMs(r.NotBefore), ExpiresAt: fromMs(r.Expires),
+		UpdatedAt: fromMs(r.Updated), SentAt: fromMs(r.Sent),
+		Status: status, Attempts: r.Attempts, LastError: r.LastError, ProviderID: r.ProviderID, Dead: r.Dead,
+	}, nil
+}
+
+// decodeStored reads the value of message id in the msgs HASH: a record, or
+// a legacy message.
+func decodeStored(id string, raw any) (*sms.Message, error) {
+	s, ok := raw.(string)
+	if !ok {
+		return nil, fmt.Errorf("unexpected message reply %T", raw)
+	}
+	var r record
+	if err := json.Unmarshal([]byte(s), &r); err != nil {
+		return nil, fmt.Errorf("decode stored message %s: %w", id, err)
+	}
+	if r.Status == "" {
+		return decodeLegacy(id, s)
+	}
+	return r.message(id)
+}
+
+// legacyMessage is how releases before the record type stored a message:
+// sms.Message's JSON as it was then, frozen here so that later changes to the
+// domain type do not change how those values read. The scripts edit such a
+// value in its own form (luaRecord), so it stays legacy until pruned; dead
+// letters are never pruned, so this reader stays until a release that
+// requires the queue to be drained first.
+type legacyMessage struct {
+	ID             string    `json:"id"`
+	Producer       string    `json:"producer"`
+	Class          string    `json:"class"`
+	To             string    `json:"to"`
+	From           string    `json:"from"`
+	Body           string    `json:"body"`
+	Reference      string    `json:"reference"`
+	Segments       int       `json:"segments"`
+	IdempotencyKey string    `json:"idempotency_key"`
+	RequestHash    string    `json:"request_hash"`
+	CreatedAt      time.Time `json:"created_at"`
+	NotBefore      time.Time `json:"not_before"`
+	ExpiresAt      time.Time `json:"expires_at"`
+	Status         string    `json:"status"`
+	Attempts       int       `json:"attempts"`
+	LastError      string    `json:"last_error"`
+	ProviderID     string    `json:"provider_message_id"`
+	Dead           bool      `json:"dead"`
+	UpdatedAt      time.Time `json:"updated_at"`
+	SentAt         time.Time `json:"sent_at"`
+}
+
+var legacyStatuses = map[string]sms.Status{
+	"queued": sms.StatusQueued, "sending": sms.StatusSending, "sent": sms.StatusSent,
+	"failed": sms.StatusFailed, "expired": sms.StatusExpired,
+}
+
+func decodeLegacy(id, s string) (*sms.Message, error) {
+	var l legacyMessage
+	if err := json.Unmarshal([]byte(s), &l); err != nil {
+		return nil, fmt.Errorf("decode legacy message %s: %w", id, err)
+	}
+	if l.ID != id {
+		return nil, fmt.Errorf("stored value of %s is neither a record nor a legacy message of that id", id)
+	}
+	class, err := sms.ParseClass(l.Class)
+	if err != nil {
+		return nil, fmt.Errorf("legacy message %s: %w", l.ID, err)
+	}
+	status, ok := legacyStatuses[l.Status]
+	if !ok {
+		return nil, fmt.Errorf("legacy message %s: unknown status %q", l.ID, l.Status)
+	}
+	return &sms.Message{
+		ID: l.ID, Producer: l.Producer, Class: class, To: l.To, From: l.From, Body: l.Body,
+		Reference: l.Reference, Segments: l.Segments,
+		IdempotencyKey: l.IdempotencyKey, RequestHash: l.RequestHash,
+		CreatedAt: l.CreatedAt, NotBefore: l.NotBefore, ExpiresAt: l.ExpiresAt,
+		Status: status, Attempts: l.Attempts, LastError: l.LastError, ProviderID: l.ProviderID,
+		Dead: l.Dead, UpdatedAt: l.UpdatedAt, SentAt: l.SentAt,
+	}, nil
+}
+
+// luaRecord gives the scripts the fields of a stored value by their record
+// names, whether it is a record or a legacy message ("s" absent), and writes
+// a legacy message in its own form: legacy names, status words, RFC 3339
+// times.
+//
+// get(m, f): field f ('p' producer, 'a' attempts).
+// set(m, f, v): sets field f to v; an empty string or 0 leaves it out.
+// set_time(m, f, us, up): sets time field f to us (Redis clock µs), in ms
+// rounded down, or up when up is true.
+const luaRecord = `
+local legacy_name = {s = 'status', a = 'attempts', e = 'last_error', pm = 'provider_message_id',
+  d = 'dead', tb = 'not_before', tu = 'updated_at', ts = 'sent_at', p = 'producer'}
+local legacy_status = {q = 'queued', l = 'sending', s = 'sent', f = 'failed', x = 'expired'}
+local function get(m, f)
+  if m.s then return m[f] end
+  return m[legacy_name[f]]
+end
+local function set(m, f, v)
+  if v == '' or v == 0 then v = nil end
+  if m.s then
+    m[f] = v
+  else
+    if f == 's' then v = legacy_status[v] end
+    m[legacy_name[f]] = v
+  end
+end
+local function set_time(m, f, us, up)
+  if not m.s then
+    m[legacy_name[f]] = iso(us)
+  elseif up then
+    m[f] = math.ceil(us / 1000)
+  else
+    m[f] = math.floor(us / 1000)
+  end
+end
+`

@@ -1,0 +1,360 @@
+package redisq
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"smsgw/internal/queue"
+	"smsgw/internal/sms"
+)
+
+// TestRecordKeepsEveryField: every field of sms.Message, set to a value of
+// its own, survives toRecord, JSON and decodeStored (times at ms). A field
+// added to the domain type fails here until the record stores it.
+func TestRecordKeepsEveryField(t *testing.T) {
+	t.Parallel()
+	m := &sms.Message{}
+	v := reflect.ValueOf(m).Elem()
+	base := time.Date(2026, 11, 30, 9, 0, 0, 123_000_000, time.UTC)
+	for i := range v.NumField() {
+		f, name := v.Field(i), v.Type().Field(i).Name
+		switch f.Interface().(type) {
+		case string:
+			f.SetString("x-" + name)
+		case int:
+			f.SetInt(int64(i + 1))
+		case bool:
+			f.SetBool(true)
+		case time.Time:
+			f.Set(reflect.ValueOf(base.Add(time.Duration(i) * time.Hour)))
+		case sms.Class:
+			f.Set(reflect.ValueOf(sms.ClassMarketing))
+		case sms.Status:
+			f.Set(reflect.ValueOf(sms.StatusFailed))
+		default:
+			t.Fatalf("sms.Message.%s is a %s: teach record (and this test) to store it", name, f.Type())
+		}
+	}
+	r, err := toRecord(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decodeStored(m.ID, string(js))
+	if err != nil {
+		t.Fatalf("decodeStored(%s): %v", js, err)
+	}
+	if !equalMessages(got, m) {
+		t.Fatalf("through the record %s\n got %+v\nwant %+v", js, got, m)
+	}
+}
+
+// The two stored forms the scripts must edit: a record as this release
+// writes it, and a legacy message as earlier releases wrote it (sms.Message
+// JSON after their enqueue script). Both are queued otp messages of producer
+// p with a not-before in the past.
+const (
+	seedRecord = `{"p":"p","c":0,"to":"+819012345678","b":"hello","g":1,"tc":%d,"tb":%d,"tu":%d,"s":"q"}`
+	seedLegacy = `{"id":"%s","producer":"p","class":"otp","to":"+819012345678","body":"hello","segments":1,` +
+		`"created_at":"%s","not_before":"%s","status":"queued","attempts":0,"updated_at":"%s"}`
+)
+
+// seedStored stores a queued otp message of producer p in either form,
+// ready at once, with its outstanding count, as an enqueue would.
+func seedStored(t *testing.T, q *Queue, legacy bool, id string, created time.Time) {
+	t.Helper()
+	ctx := t.Context()
+	nb := created.Add(-time.Minute)
+	value := fmt.Sprintf(seedRecord, created.UnixMilli(), nb.UnixMilli(), created.UnixMilli())
+	if legacy {
+		iso := func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+		value = fmt.Sprintf(seedLegacy, id, iso(created), iso(nb), iso(created))
+	}
+	seq := q.c.Incr(ctx, q.k.seq()).Val()
+	if err := q.c.HSet(ctx, q.k.msgs(), id, value).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.c.ZAdd(ctx, q.k.ready(sms.ClassOTP), redis.Z{Score: 1, Member: fmt.Sprintf("%016d:%s", seq, id)}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.c.HIncrBy(ctx, q.k.outstanding(), "p", 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// storedFields is the stored value of id as JSON fields.
+func storedFields(t *testing.T, q *Queue, id string) map[string]any {
+	t.Helper()
+	var f map[string]any
+	if err := json.Unmarshal([]byte(q.c.HGet(t.Context(), q.k.msgs(), id).Val()), &f); err != nil {
+		t.Fatalf("stored value of %s: %v", id, err)
+	}
+	return f
+}
+
+// aTime stands, in an expectation, for a time written by the script: near
+// now plus the offset.
+type aTime struct{ offset time.Duration }
+
+// legacyNames are the legacy form of the record fields the scripts write.
+var legacyNames = map[string]string{"s": "status", "a": "attempts", "e": "last_error", "pm": "provider_message_id",
+	"d": "dead", "tb": "not_before", "tu": "updated_at", "ts": "sent_at"}
+
+var legacyWords = map[string]string{"q": "queued", "l": "sending", "s": "sent", "f": "failed", "x": "expired"}
+
+// checkField compares one stored field with its expectation in record form,
+// translated for a legacy message.
+func checkField(t *testing.T, legacy bool, name string, got, want any, at time.Time) {
+	t.Helper()
+	if legacy && name == "s" {
+		want = legacyWords[want.(string)]
+	}
+	tm, isTime := want.(aTime)
+	switch {
+	case !isTime:
+		if got != want {
+			t.Errorf("field %s = %v (%T), want %v (%T)", name, got, got, want, want)
+		}
+	case legacy:
+		s, _ := got.(string)
+		parsed, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil || parsed.Sub(at.Add(tm.offset)).Abs() > 2*time.Second {
+			t.Errorf("field %s = %v, want an RFC 3339 time near %v", name, got, at.Add(tm.offset))
+		}
+	default:
+		ms, _ := got.(float64)
+		if ms != math.Trunc(ms) || time.UnixMilli(int64(ms)).Sub(at.Add(tm.offset)).Abs() > 2*time.Second {
+			t.Errorf("field %s = %v, want Unix ms near %v", name, got, at.Add(tm.offset))
+		}
+	}
+}
+
+// scriptEdit is one row of the state table of the scripts that edit a
+// stored message.
+type scriptEdit struct {
+	name  string
+	setup func(t *testing.T, q *Queue) *queue.Leased // before the call under test; nil: none
+	call  func(t *testing.T, q *Queue, l *queue.Leased) error
+	want  map[string]any // changed fields by record name; nil: removed
+}
+
+var scriptEdits = []scriptEdit{
+	{"take", nil,
+		func(t *testing.T, q *Queue, _ *queue.Leased) error {
+			_, _, err := q.Take(t.Context(), queue.TakeOptions{Owner: "w", Lease: time.Hour})
+			return err
+		},
+		map[string]any{"s": "l", "tu": aTime{}}},
+	{"complete sent", takeHour,
+		func(t *testing.T, q *Queue, l *queue.Leased) error {
+			return q.Complete(t.Context(), l, queue.Outcome{Status: sms.StatusSent, ProviderID: "pm-1", Attempts: 2})
+		},
+		map[string]any{"s": "s", "a": 2.0, "pm": "pm-1", "ts": aTime{}, "tu": aTime{}}},
+	{"complete failed", takeHour,
+		func(t *testing.T, q *Queue, l *queue.Leased) error {
+			return q.Complete(t.Context(), l, queue.Outcome{Status: sms.StatusFailed, Reason: "bad number", Attempts: 1})
+		},
+		map[string]any{"s": "f", "a": 1.0, "e": "bad number", "tu": aTime{}}},
+	{"requeue spending an attempt, after 1h", takeHour,
+		func(t *testing.T, q *Queue, l *queue.Leased) error {
+			return q.Requeue(t.Context(), l, queue.RequeueOptions{After: time.Hour, SpendAttempt: true, LastError: "503"})
+		},
+		map[string]any{"s": "q", "a": 1.0, "e": "503", "tb": aTime{time.Hour}, "tu": aTime{}}},
+	{"requeue for a rate wait", takeHour,
+		func(t *testing.T, q *Queue, l *queue.Leased) error {
+			return q.Requeue(t.Context(), l, queue.RequeueOptions{})
+		},
+		map[string]any{"s": "q", "tu": aTime{}}},
+	{"dead", takeHour,
+		func(t *testing.T, q *Queue, l *queue.Leased) error { return q.Dead(t.Context(), l, "gave up", 5) },
+		map[string]any{"s": "f", "d": true, "a": 5.0, "e": "gave up", "tu": aTime{}}},
+	{"recover", takeExpired,
+		func(t *testing.T, q *Queue, _ *queue.Leased) error {
+			recoverOne(t, q)
+			return nil
+		},
+		map[string]any{"s": "q", "tu": aTime{}}},
+	{"retry dead letter",
+		func(t *testing.T, q *Queue) *queue.Leased {
+			l := takeHour(t, q)
+			if err := q.Dead(t.Context(), l, "gave up", 5); err != nil {
+				t.Fatal(err)
+			}
+			return l
+		},
+		func(t *testing.T, q *Queue, l *queue.Leased) error { return q.RetryDead(t.Context(), l.Message.ID) },
+		map[string]any{"s": "q", "d": nil, "a": nil, "tb": nil, "tu": aTime{}}},
+}
+
+// TestScriptsEditRecords is the state table of every script that edits a
+// stored message: from a seeded record and from a seeded legacy message, the
+// call under test changes exactly the fields listed (record names; a legacy
+// message gets them under its own names and in its own forms) and no other.
+func TestScriptsEditRecords(t *testing.T) {
+	t.Parallel()
+	for _, tc := range scriptEdits {
+		for _, legacy := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/legacy=%v", tc.name, legacy), func(t *testing.T) {
+				t.Parallel()
+				q := newShared(t)
+				id := sms.NewID(time.Now())
+				seedStored(t, q, legacy, id, time.Now().Add(-time.Hour).Truncate(time.Millisecond))
+				var l *queue.Leased
+				if tc.setup != nil {
+					l = tc.setup(t, q)
+				}
+				before := storedFields(t, q, id)
+				at := time.Now()
+				if err := tc.call(t, q, l); err != nil {
+					t.Fatal(err)
+				}
+				checkEdit(t, legacy, before, storedFields(t, q, id), tc.want, at)
+			})
+		}
+	}
+}
+
+// checkEdit compares the stored fields after a call with those before and
+// the expected changes (by record name) of a call made at.
+func checkEdit(t *testing.T, legacy bool, before, after, want map[string]any, at time.Time) {
+	t.Helper()
+	names := map[string]string{} // stored name -> record name
+	for f := range want {
+		if legacy {
+			names[legacyNames[f]] = f
+		} else {
+			names[f] = f
+		}
+	}
+	for name, v := range after {
+		f, listed := names[name]
+		switch {
+		case listed && want[f] == nil:
+			t.Errorf("field %s = %v, want it removed", name, v)
+		case listed:
+			checkField(t, legacy, f, v, want[f], at)
+		case !reflect.DeepEqual(v, before[name]):
+			t.Errorf("field %s changed from %v to %v", name, before[name], v)
+		}
+	}
+	for name, f := range names {
+		if _, ok := after[name]; !ok && want[f] != nil {
+			t.Errorf("field %s missing", name)
+		}
+	}
+	for name := range before {
+		if _, ok := after[name]; !ok && names[name] == "" {
+			t.Errorf("field %s removed", name)
+		}
+	}
+}
+
+func takeHour(t *testing.T, q *Queue) *queue.Leased { return take(t, q, time.Hour) }
+
+func takeExpired(t *testing.T, q *Queue) *queue.Leased { return take(t, q, time.Millisecond) }
+
+// recoverOne calls Recover until it has handed one lease back.
+func recoverOne(t *testing.T, q *Queue) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		n, err := q.Recover(t.Context())
+		if err != nil || n > 1 {
+			t.Fatalf("Recover = %d, %v", n, err)
+		}
+		if n == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("lease not recovered")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestLegacyMessages: messages an earlier release stored (sms.Message JSON)
+// are read exactly, taken, requeued, completed, recovered, made dead letters
+// and retried by this release, and an idempotent replay returns them.
+func TestLegacyMessages(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	q := newShared(t)
+	created := time.Date(2026, 11, 30, 9, 0, 0, 123456789, time.UTC)
+	ids := make([]string, 3)
+	for i := range ids {
+		ids[i] = sms.NewID(time.Now())
+		seedStored(t, q, true, ids[i], created)
+	}
+	if err := q.c.Set(ctx, q.k.idem("p", "k1"), ids[0], time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := q.Get(ctx, ids[0])
+	want := &sms.Message{ID: ids[0], Producer: "p", Class: sms.ClassOTP, To: "+819012345678", Body: "hello",
+		Segments: 1, CreatedAt: created, NotBefore: created.Add(-time.Minute), Status: sms.StatusQueued, UpdatedAt: created}
+	if err != nil || !equalMessages(got, want) {
+		t.Fatalf("Get of a legacy message = %+v, %v\nwant %+v", got, err, want)
+	}
+	replay := msg("p", sms.ClassOTP)
+	replay.IdempotencyKey = "k1"
+	if res, err := q.Enqueue(ctx, replay); err != nil || !res.Existed || !equalMessages(res.Message, want) {
+		t.Fatalf("replay of a legacy message's key = %+v, %v", res, err)
+	}
+
+	// The first: requeued spending an attempt, then sent.
+	l := take(t, q, time.Hour)
+	if l.Message.ID != ids[0] || l.Message.Status != sms.StatusSending || !l.Message.CreatedAt.Equal(created) {
+		t.Fatalf("Take = %+v, want %s sending", l.Message, ids[0])
+	}
+	if err := q.Requeue(ctx, l, queue.RequeueOptions{SpendAttempt: true, LastError: "503"}); err != nil {
+		t.Fatal(err)
+	}
+	if l = take(t, q, time.Hour); l.Message.ID != ids[1] {
+		t.Fatalf("took %s, want %s ahead of the requeued one", l.Message.ID, ids[1])
+	}
+	// The second: a dead letter, retried.
+	if err := q.Dead(ctx, l, "gave up", 3); err != nil {
+		t.Fatal(err)
+	}
+	dl, err := q.DeadLetters(ctx, 10)
+	if err != nil || len(dl) != 1 || dl[0].ID != ids[1] || !dl[0].Dead || dl[0].Attempts != 3 || dl[0].LastError != "gave up" {
+		t.Fatalf("DeadLetters = %+v, %v", dl, err)
+	}
+	if err := q.RetryDead(ctx, ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	// The third: its lease expires and is recovered.
+	if l = take(t, q, time.Millisecond); l.Message.ID != ids[2] {
+		t.Fatalf("took %s, want %s", l.Message.ID, ids[2])
+	}
+	recoverOne(t, q)
+	for _, id := range []string{ids[2], ids[0], ids[1]} { // recovered at its old place
+		l := take(t, q, time.Hour)
+		if l.Message.ID != id {
+			t.Fatalf("took %s, want %s", l.Message.ID, id)
+		}
+		if err := q.Complete(ctx, l, queue.Outcome{Status: sms.StatusSent, ProviderID: "pm-" + id, Attempts: 2}); err != nil {
+			t.Fatal(err)
+		}
+		m, err := q.Get(ctx, id)
+		if err != nil || m.Status != sms.StatusSent || m.ProviderID != "pm-"+id || m.SentAt.IsZero() ||
+			m.Attempts != 2 || m.Dead || !m.CreatedAt.Equal(created) {
+			t.Fatalf("Get %s after Complete = %+v, %v", id, m, err)
+		}
+	}
+	if n, err := q.Outstanding(ctx, "p"); err != nil || n != 0 {
+		t.Fatalf("Outstanding = %d, %v: want 0", n, err)
+	}
+	if _, _, err := q.Take(ctx, queue.TakeOptions{Owner: "w", Lease: time.Hour}); !errors.Is(err, queue.ErrEmpty) {
+		t.Fatalf("Take at the end: %v, want ErrEmpty", err)
+	}
+}
