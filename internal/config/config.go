@@ -13,6 +13,10 @@ import (
 	"encoding/hex"
 	"strings"
 	"time"
+
+	"smsgw/internal/provider/httpprov"
+	"smsgw/internal/provider/twilio"
+	"smsgw/internal/provider/vonage"
 )
 
 // Config is the whole gateway configuration: one YAML file, every key
@@ -65,32 +69,20 @@ type StoreConfig struct {
 	Path string `yaml:"path"`
 }
 
-// ProviderConfig selects the provider adapter.
+// ProviderConfig selects the provider adapter. Each adapter's own keys are
+// its Settings type, validated by the adapter's rule.
 type ProviderConfig struct {
-	Kind          string        `yaml:"kind"` // http | twilio | vonage
-	URL           string        `yaml:"url"`  // http: the send endpoint; twilio/vonage: optional API base URL override
-	Timeout       time.Duration `yaml:"timeout"`
-	ContractRPS   float64       `yaml:"contract_rps"`
-	CountSegments bool          `yaml:"count_segments"`
-	Token         string        `yaml:"token"` // http: optional bearer token sent to the provider
+	Kind string `yaml:"kind"` // http | twilio | vonage
+	// HTTP holds url and token, which sit directly under provider: url is
+	// the send endpoint for kind http and an optional API base URL
+	// override for twilio and vonage; token is http's optional bearer.
+	HTTP          httpprov.Settings `yaml:",inline"`
+	Timeout       time.Duration     `yaml:"timeout"`
+	ContractRPS   float64           `yaml:"contract_rps"`
+	CountSegments bool              `yaml:"count_segments"`
 
-	Twilio TwilioConfig `yaml:"twilio"`
-	Vonage VonageConfig `yaml:"vonage"`
-}
-
-// TwilioConfig holds the Twilio account.
-type TwilioConfig struct {
-	AccountSID          string `yaml:"account_sid"`
-	AuthToken           string `yaml:"auth_token"`
-	From                string `yaml:"from"`
-	MessagingServiceSID string `yaml:"messaging_service_sid"`
-}
-
-// VonageConfig holds the Vonage account.
-type VonageConfig struct {
-	APIKey    string `yaml:"api_key"`
-	APISecret string `yaml:"api_secret"`
-	From      string `yaml:"from"`
+	Twilio twilio.Settings `yaml:"twilio"`
+	Vonage vonage.Settings `yaml:"vonage"`
 }
 
 // LimitsConfig paces sends to the provider.

@@ -23,7 +23,14 @@ func envPaths(v reflect.Value, prefix string, out map[string]reflect.Value) {
 	t := v.Type()
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		fv := v.Field(i)
+		if name == "" && slices.Contains(strings.Split(opts, ","), "inline") {
+			// An inlined struct's keys sit directly under prefix
+			// (provider.url is httpprov.Settings.URL).
+			envPaths(fv, prefix, out)
+			continue
+		}
 		if name == "" || name == "-" {
 			continue
 		}
@@ -31,7 +38,6 @@ func envPaths(v reflect.Value, prefix string, out map[string]reflect.Value) {
 		if prefix != "" {
 			path = prefix + "." + name
 		}
-		fv := v.Field(i)
 		switch {
 		case f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeOf(time.Duration(0)):
 			out[path] = fv

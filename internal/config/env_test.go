@@ -46,6 +46,37 @@ producers: [{name: app, key: "app-key-0123456789ab", classes: [otp], rate: 1, bu
 	}
 }
 
+// The adapters' Settings types keep the environment names: provider.url and
+// provider.token are inlined, the vendors' keys nested under their names.
+func TestEnvReachesProviderSettings(t *testing.T) {
+	base := []byte(`producers: [{name: app, key: "app-key-0123456789ab", classes: [otp], rate: 1, burst: 1}]`)
+	cfg, err := Load(base, []string{
+		"SMSGW_PROVIDER_KIND=twilio",
+		"SMSGW_PROVIDER_URL=https://twilio.example",
+		"SMSGW_PROVIDER_TOKEN=0123",
+		"SMSGW_PROVIDER_TWILIO_ACCOUNT_SID=AC0123",
+		"SMSGW_PROVIDER_TWILIO_AUTH_TOKEN=0777",
+		"SMSGW_PROVIDER_TWILIO_MESSAGING_SERVICE_SID=MG1",
+		"SMSGW_PROVIDER_VONAGE={api_key: k, api_secret: s}",
+		"SMSGW_PROVIDER_VONAGE_FROM=ACME",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := cfg.Provider
+	if p.Kind != "twilio" || p.HTTP.URL != "https://twilio.example" || p.HTTP.Token != "0123" ||
+		p.Twilio.AccountSID != "AC0123" || p.Twilio.AuthToken != "0777" || p.Twilio.MessagingServiceSID != "MG1" ||
+		p.Vonage.APIKey != "k" || p.Vonage.APISecret != "s" || p.Vonage.From != "ACME" {
+		t.Fatalf("provider = %+v", p)
+	}
+	_, err = Load(base, []string{"SMSGW_PROVIDER_KIND=twilio", "SMSGW_PROVIDER_TWILIO_ACCOUNT_SID=AC0123"})
+	for _, want := range []string{"provider.twilio.auth_token: must be set", "provider.twilio.from:"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q: %v", want, err)
+		}
+	}
+}
+
 // String keys take environment values verbatim: YAML would read "0123" as
 // the octal 83, "1e3" as 1000 and a digest of digits as a float.
 func TestEnvStringsAreNotParsedAsYAML(t *testing.T) {
@@ -63,8 +94,8 @@ producers: [{name: app, key: "app-key-0123456789ab", classes: [otp], rate: 1, bu
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Redis.Password != "0123" || cfg.Account != "1e3" || cfg.Admin.KeySHA256 != digest || cfg.Provider.Token != " spaced: yes " {
-		t.Fatalf("strings changed: password %q account %q digest %q token %q", cfg.Redis.Password, cfg.Account, cfg.Admin.KeySHA256, cfg.Provider.Token)
+	if cfg.Redis.Password != "0123" || cfg.Account != "1e3" || cfg.Admin.KeySHA256 != digest || cfg.Provider.HTTP.Token != " spaced: yes " {
+		t.Fatalf("strings changed: password %q account %q digest %q token %q", cfg.Redis.Password, cfg.Account, cfg.Admin.KeySHA256, cfg.Provider.HTTP.Token)
 	}
 }
 

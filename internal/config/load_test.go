@@ -72,6 +72,29 @@ producers: [{name: app, key: "app-key-0123456789ab", classes: [otp], rate: 1, bu
 	}
 }
 
+// The adapters' settings keep their YAML keys: provider.url and
+// provider.token sit directly under provider, each vendor's under its name.
+func TestProviderSettingsKeepTheirKeys(t *testing.T) {
+	cfg, err := Load([]byte(`
+provider:
+  kind: twilio
+  url: "https://twilio.example"
+  token: "unused"
+  twilio: {account_sid: AC1, auth_token: tok, from: "+15005550006", messaging_service_sid: MG1}
+  vonage: {api_key: k, api_secret: s, from: ACME}
+producers: [{name: app, key: "app-key-0123456789ab", classes: [otp], rate: 1, burst: 1}]
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := cfg.Provider
+	if p.HTTP.URL != "https://twilio.example" || p.HTTP.Token != "unused" ||
+		p.Twilio.AccountSID != "AC1" || p.Twilio.AuthToken != "tok" || p.Twilio.From != "+15005550006" ||
+		p.Twilio.MessagingServiceSID != "MG1" || p.Vonage.APIKey != "k" || p.Vonage.APISecret != "s" || p.Vonage.From != "ACME" {
+		t.Fatalf("provider = %+v", p)
+	}
+}
+
 func TestYAMLErrorsNameTheKey(t *testing.T) {
 	_, err := Load([]byte(`
 provider: {url: "http://127.0.0.1:9100/send", timeout: fast}

@@ -5,11 +5,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
 
+	"smsgw/internal/provider/httpprov"
 	"smsgw/internal/sms"
 )
 
@@ -54,7 +54,7 @@ func (c *Config) Validate() error {
 		bad("account", "%q may not contain braces, colons or spaces (it becomes a Redis hash tag)", c.Account)
 	}
 
-	c.validateProvider(bad)
+	errs = append(errs, leaves(c.validateProvider(bad)...)...)
 	c.validateLimits(bad)
 	c.validateProducers(bad)
 
@@ -148,39 +148,26 @@ func (c *Config) Validate() error {
 	return joinErrors(errs)
 }
 
-func (c *Config) validateProvider(bad func(key, format string, a ...any)) {
+// validateProvider leaves each adapter's own keys to its Settings.Validate,
+// the rule its constructor applies too.
+func (c *Config) validateProvider(bad func(key, format string, a ...any)) []error {
 	p := c.Provider
+	var errs []error
 	switch p.Kind {
 	case "http":
-		if p.URL == "" {
-			bad("provider.url", "must be set for provider.kind http (smsgw refuses to start without a provider)")
-		}
+		errs = append(errs, p.HTTP.Validate("provider"))
 	case "twilio":
-		if p.Twilio.AccountSID == "" {
-			bad("provider.twilio.account_sid", "must be set for provider.kind twilio")
-		}
-		if p.Twilio.AuthToken == "" {
-			bad("provider.twilio.auth_token", "must be set for provider.kind twilio")
-		}
-		if p.Twilio.From == "" && p.Twilio.MessagingServiceSID == "" {
-			bad("provider.twilio", "set from or messaging_service_sid")
-		}
+		errs = append(errs, p.Twilio.Validate("provider.twilio"))
 	case "vonage":
-		if p.Vonage.APIKey == "" {
-			bad("provider.vonage.api_key", "must be set for provider.kind vonage")
-		}
-		if p.Vonage.APISecret == "" {
-			bad("provider.vonage.api_secret", "must be set for provider.kind vonage")
-		}
+		errs = append(errs, p.Vonage.Validate("provider.vonage"))
 	case "":
 		bad("provider.kind", "must be set (http, twilio or vonage); smsgw refuses to start without a provider")
 	default:
 		bad("provider.kind", "%q is not one of http, twilio, vonage", p.Kind)
 	}
-	if p.URL != "" {
-		if u, err := url.Parse(p.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			bad("provider.url", "%q is not an http(s) URL", p.URL)
-		}
+	if p.Kind != "http" && p.HTTP.URL != "" {
+		// The API base URL override of twilio and vonage.
+		errs = append(errs, httpprov.CheckURL("provider.url", p.HTTP.URL))
 	}
 	if p.Timeout <= 0 {
 		bad("provider.timeout", "must be > 0")
@@ -188,6 +175,21 @@ func (c *Config) validateProvider(bad func(key, format string, a ...any)) {
 	if p.ContractRPS <= 0 {
 		bad("provider.contract_rps", "must be > 0")
 	}
+	return errs
+}
+
+// leaves flattens errors joined with errors.Join (an adapter's settings
+// errors, one per key) and drops nils.
+func leaves(errs ...error) []error {
+	var out []error
+	for _, err := range errs {
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			out = append(out, leaves(j.Unwrap()...)...)
+		} else if err != nil {
+			out = append(out, err)
+		}
+	}
+	return out
 }
 
 func (c *Config) validateLimits(bad func(key, format string, a ...any)) {

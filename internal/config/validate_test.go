@@ -6,6 +6,19 @@ import (
 	"testing"
 )
 
+// valid is a configuration Validate accepts; tests change one key of it.
+func valid(t *testing.T) Config {
+	t.Helper()
+	cfg, err := Load([]byte(`
+provider: {url: "http://127.0.0.1:9100/send"}
+producers: [{name: app, key: "app-key-0123456789ab", classes: [otp], rate: 1, burst: 1}]
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
 func TestValidateJoinsEveryProblem(t *testing.T) {
 	_, err := Load([]byte(`
 listen: "nope"
@@ -26,6 +39,27 @@ log: {level: loud}
 	}
 	if len(ce.Problems) < 12 {
 		t.Errorf("only %d problems reported", len(ce.Problems))
+	}
+}
+
+// An adapter's settings problems are reported one per key, like the
+// configuration's own, under the adapter's key path.
+func TestProviderSettingsProblemsArePerKey(t *testing.T) {
+	cfg := valid(t)
+	cfg.Provider.Kind = "twilio"
+	err := cfg.Validate()
+	var ce *Error
+	if !errors.As(err, &ce) {
+		t.Fatalf("want *Error, got %v", err)
+	}
+	var got []string
+	for _, p := range ce.Problems {
+		k, _, _ := strings.Cut(p.Error(), ": ")
+		got = append(got, k)
+	}
+	want := []string{"provider.twilio.account_sid", "provider.twilio.auth_token", "provider.twilio.from"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("problems name %v, want %v", got, want)
 	}
 }
 

@@ -314,13 +314,11 @@ func newProvider(pc config.ProviderConfig, log *slog.Logger) (provider.Provider,
 	)
 	switch pc.Kind {
 	case "http":
-		p, err = httpprov.New(httpprov.Config{URL: pc.URL, Token: pc.Token, Timeout: pc.Timeout, Logger: log})
+		p, err = httpprov.New(httpprov.Config{URL: pc.HTTP.URL, Token: pc.HTTP.Token, Timeout: pc.Timeout, Logger: log})
 	case "twilio":
-		p, err = twilio.New(twilio.Config{BaseURL: pc.URL, AccountSID: pc.Twilio.AccountSID, AuthToken: pc.Twilio.AuthToken,
-			From: pc.Twilio.From, MessagingServiceSID: pc.Twilio.MessagingServiceSID, Timeout: pc.Timeout, Logger: log})
+		p, err = twilio.New(twilio.Config{Settings: pc.Twilio, BaseURL: pc.HTTP.URL, Timeout: pc.Timeout, Logger: log})
 	case "vonage":
-		p, err = vonage.New(vonage.Config{BaseURL: pc.URL, APIKey: pc.Vonage.APIKey, APISecret: pc.Vonage.APISecret,
-			From: pc.Vonage.From, Timeout: pc.Timeout, Logger: log})
+		p, err = vonage.New(vonage.Config{Settings: pc.Vonage, BaseURL: pc.HTTP.URL, Timeout: pc.Timeout, Logger: log})
 	default:
 		err = fmt.Errorf("unknown kind %q", pc.Kind)
 	}

@@ -59,7 +59,7 @@ func testConfig(t testing.TB, m mode, simURL string) config.Config {
 	if m == redisMode {
 		cfg.Redis.Addr = redistest.Addr(t)
 	}
-	cfg.Provider.URL = simURL + "/send"
+	cfg.Provider.HTTP.URL = simURL + "/send"
 	cfg.Provider.Timeout = 2 * time.Second
 	cfg.Producers = []config.Producer{
 		{Name: "notify", Key: keyNotify, Classes: []string{"transactional", "marketing"}, Rate: 5000, Burst: 5000},
