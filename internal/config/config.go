@@ -5,7 +5,9 @@
 // they name keys too (yamlerr.go).
 //
 // Load applies, in order: Default, strict YAML (unknown keys rejected),
-// environment overrides, Validate.
+// environment overrides, Validate. A Config that Load returns is one that
+// `smsgw serve` starts with: every rule a component would refuse at
+// start-up is checked by Validate, so `smsgw check-config` reports it.
 package config
 
 import (
@@ -159,11 +161,12 @@ type MessagesConfig struct {
 	MaxSegments int           `yaml:"max_segments"`
 	DefaultTTL  time.Duration `yaml:"default_ttl"` // 0: messages never expire unless the producer sets ttl_seconds
 	MaxTTL      time.Duration `yaml:"max_ttl"`
-	Retention   time.Duration `yaml:"retention"` // how long finished messages stay readable by id
+	Retention   time.Duration `yaml:"retention"` // how long finished messages stay readable by id; at least IdempotencyWindow
 	OTPDeadline time.Duration `yaml:"otp_deadline"`
 }
 
-// Fixed by the API contract (api/openapi.yaml), not configurable.
+// Fixed by the API contract (api/openapi.yaml), not configurable; the
+// rules of Validate depend on them.
 const (
 	// IdempotencyWindow is how long an Idempotency-Key maps to its first
 	// answer.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 // valid is a configuration Validate accepts; tests change one key of it.
@@ -60,6 +61,47 @@ func TestProviderSettingsProblemsArePerKey(t *testing.T) {
 	want := []string{"provider.twilio.account_sid", "provider.twilio.auth_token", "provider.twilio.from"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("problems name %v, want %v", got, want)
+	}
+}
+
+// http.write_timeout must outlast the longest OTP request: the deadline a
+// request may ask for (5 s) plus the headroom around the send.
+func TestWriteTimeoutOutlastsTheLongestOTP(t *testing.T) {
+	for _, tc := range []struct {
+		write time.Duration
+		ok    bool
+	}{
+		{0, false},
+		{5 * time.Second, false},
+		{MaxOTPDeadline + otpReplyHeadroom, false},
+		{MaxOTPDeadline + otpReplyHeadroom + time.Millisecond, true},
+		{30 * time.Second, true},
+	} {
+		cfg := valid(t)
+		cfg.HTTP.WriteTimeout = tc.write
+		err := cfg.Validate()
+		if tc.ok != (err == nil) || (err != nil && !strings.Contains(err.Error(), "http.write_timeout")) {
+			t.Errorf("write_timeout %s: %v", tc.write, err)
+		}
+	}
+}
+
+// Retention shorter than the idempotency window is refused in both modes:
+// the embedded store refuses it at start-up, and Redis would end replays
+// early.
+func TestRetentionCoversTheIdempotencyWindow(t *testing.T) {
+	for _, redis := range []string{"", "127.0.0.1:6379"} {
+		for _, tc := range []struct {
+			retention time.Duration
+			ok        bool
+		}{{time.Hour, false}, {IdempotencyWindow - time.Second, false}, {IdempotencyWindow, true}} {
+			cfg := valid(t)
+			cfg.Redis.Addr = redis
+			cfg.Messages.Retention = tc.retention
+			if err := cfg.Validate(); tc.ok != (err == nil) {
+				t.Errorf("redis %q, retention %s: %v", redis, tc.retention, err)
+			}
+		}
 	}
 }
 
