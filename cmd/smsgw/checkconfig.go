@@ -7,7 +7,7 @@ import (
 	"io"
 	"os"
 
-	"smsgw/internal/gateway"
+	"smsgw/internal/config"
 )
 
 func init() {
@@ -25,7 +25,7 @@ func runCheckConfig(_ context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintln(stderr, "smsgw check-config: --config is required")
 		return 2
 	}
-	cfg, err := gateway.LoadFile(*path)
+	cfg, err := config.LoadFile(*path)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", *path, err)
 		return 1

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"smsgw/internal/config"
 	"smsgw/internal/dashboard"
 	"smsgw/internal/gateway"
 	"smsgw/internal/provider/sim"
@@ -102,7 +103,7 @@ producers:
 admin: {key: %q}
 log: {level: warn, format: text}
 `, o.listen, filepath.Join(dir, "data"), simURL+"/send", demoKeyLogin, demoKeyNotify, demoKeyAdmin)
-	cfg, err := gateway.Load([]byte(yaml), nil)
+	cfg, err := config.Load([]byte(yaml), nil)
 	if err != nil {
 		return err
 	}

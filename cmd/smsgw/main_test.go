@@ -8,7 +8,7 @@ import (
 
 func TestCheckConfig(t *testing.T) {
 	var out, errb bytes.Buffer
-	if code := run([]string{"check-config", "--config", "../../internal/gateway/testdata/config/good/full.yaml"}, &out, &errb); code != 0 {
+	if code := run([]string{"check-config", "--config", "../../internal/config/testdata/good/full.yaml"}, &out, &errb); code != 0 {
 		t.Fatalf("good config: exit %d: %s", code, errb.String())
 	}
 	if !strings.Contains(out.String(), "ok") {
@@ -16,7 +16,7 @@ func TestCheckConfig(t *testing.T) {
 	}
 	out.Reset()
 	errb.Reset()
-	if code := run([]string{"check-config", "--config", "../../internal/gateway/testdata/config/bad/over_contract.yaml"}, &out, &errb); code != 1 {
+	if code := run([]string{"check-config", "--config", "../../internal/config/testdata/bad/over_contract.yaml"}, &out, &errb); code != 1 {
 		t.Fatalf("bad config: exit %d", code)
 	}
 	if !strings.Contains(errb.String(), "limits.target_rps") {

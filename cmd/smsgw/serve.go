@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 
+	"smsgw/internal/config"
 	"smsgw/internal/dashboard"
 	"smsgw/internal/gateway"
 )
@@ -29,7 +30,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "smsgw serve: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	cfg, err := gateway.LoadFile(*path)
+	cfg, err := config.LoadFile(*path)
 	if err != nil {
 		fmt.Fprintf(stderr, "smsgw serve: %v\n", err)
 		return 1
@@ -44,7 +45,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 
 // newLogger builds the process logger from log.level and log.format
 // (both validated by the configuration).
-func newLogger(w io.Writer, lc gateway.LogConfig) *slog.Logger {
+func newLogger(w io.Writer, lc config.LogConfig) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(lc.Level))
 	opts := &slog.HandlerOptions{Level: level}

@@ -17,6 +17,7 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
+	"smsgw/internal/config"
 	"smsgw/internal/dashboard"
 	"smsgw/internal/gateway"
 	"smsgw/internal/provider/sim"
@@ -81,7 +82,7 @@ producers:
   - {name: login, key: %q, classes: [otp], rate: 100, burst: 100}
 admin: {key: %q}
 `, t.TempDir(), simURL+"/send", notifyKey, loginKey, adminKey)
-	cfg, err := gateway.Load([]byte(yaml), nil)
+	cfg, err := config.Load([]byte(yaml), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

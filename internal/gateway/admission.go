@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"smsgw/internal/config"
 	"smsgw/internal/limiter"
 	"smsgw/internal/queue"
 	"smsgw/internal/sms"
@@ -136,7 +137,7 @@ type etaEstimator struct {
 	q       queue.Queue
 	lim     limiter.Limiter
 	pause   *operatorPause
-	cfg     Config
+	cfg     config.Config
 	now     func() time.Time
 	log     *slog.Logger
 	refresh time.Duration

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"smsgw/internal/config"
 )
 
 // TestRetryingClientIsNotLockedOut is the classic increment-then-check
@@ -80,9 +82,9 @@ func TestTTLShorterThanBacklogIsRefused(t *testing.T) {
 	for _, m := range modes {
 		t.Run(string(m), func(t *testing.T) {
 			t.Parallel()
-			h := start(t, m, func(c *Config) {
+			h := start(t, m, func(c *config.Config) {
 				c.Limits.TargetRPS = 10
-				c.Limits.Classes = map[string]ClassLimits{"marketing": {MaxRPS: 5}}
+				c.Limits.Classes = map[string]config.ClassLimits{"marketing": {MaxRPS: 5}}
 			})
 			wantStatus(t, h.post("/v1/admin/pause", keyAdmin, map[string]any{"reason": "build a backlog"}), http.StatusOK)
 			// 50 marketing messages at 5/s: 10 s of backlog.

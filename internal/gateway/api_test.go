@@ -13,6 +13,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"smsgw/api"
+	"smsgw/internal/config"
 	"smsgw/internal/sms"
 )
 
@@ -136,7 +137,7 @@ func TestAuth(t *testing.T) {
 }
 
 func TestValidation(t *testing.T) {
-	h := start(t, embeddedMode, func(c *Config) { c.Messages.MaxSegments = 2 })
+	h := start(t, embeddedMode, func(c *config.Config) { c.Messages.MaxSegments = 2 })
 	long := strings.Repeat("a", 153*2+1)
 	for _, tc := range []struct {
 		name   string

@@ -1,4 +1,4 @@
-// Package gateway is the smsgw application: configuration, the wiring of
+// Package gateway is the smsgw application: the wiring of
 // queue, limiter, dispatcher and provider, the HTTP API with its admission
 // control, and the one place errors become HTTP answers.
 package gateway
@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
+	"smsgw/internal/config"
 	"smsgw/internal/dispatch"
 	"smsgw/internal/limiter"
 	"smsgw/internal/provider"
@@ -57,7 +58,7 @@ type Options struct {
 
 // App is one gateway replica.
 type App struct {
-	cfg    Config
+	cfg    config.Config
 	log    *slog.Logger
 	srv    *server
 	http   *http.Server
@@ -82,7 +83,7 @@ type App struct {
 // local fallback, shared ingress quotas, shared suspension guard) when
 // redis.addr is set, embedded mode (one node) otherwise. It does not listen
 // or send until Start.
-func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
+func New(ctx context.Context, cfg config.Config, opts Options) (_ *App, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -134,7 +135,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 		a.redis = newRedisClient(cfg.Redis)
 		a.closed = append(a.closed, a.redis.Close)
 		rq, err := redisq.New(redisq.Config{Client: a.redis, Account: cfg.Account, Logger: log,
-			Retention: cfg.Messages.Retention, IdempotencyWindow: IdempotencyWindow, Registerer: reg})
+			Retention: cfg.Messages.Retention, IdempotencyWindow: config.IdempotencyWindow, Registerer: reg})
 		if err != nil {
 			return nil, fmt.Errorf("gateway: queue: %w", err)
 		}
@@ -173,7 +174,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 		}
 	} else {
 		eq, err := embedded.Open(embedded.Config{Path: cfg.Store.Path, Logger: log,
-			Retention: cfg.Messages.Retention, IdempotencyWindow: IdempotencyWindow, Registerer: reg})
+			Retention: cfg.Messages.Retention, IdempotencyWindow: config.IdempotencyWindow, Registerer: reg})
 		if err != nil {
 			return nil, fmt.Errorf("gateway: queue: %w", err)
 		}
@@ -268,7 +269,7 @@ func registry(opts Options) (prometheus.Registerer, prometheus.Gatherer, error) 
 }
 
 // limiterConfig is the provider pacing of cfg.Limits.
-func limiterConfig(cfg Config) limiter.Config {
+func limiterConfig(cfg config.Config) limiter.Config {
 	out := limiter.Config{Global: limiter.Rate{PerSecond: cfg.Limits.TargetRPS, Burst: cfg.Limits.Burst}}
 	for name, cl := range cfg.Limits.Classes {
 		if out.Classes == nil {
@@ -285,7 +286,7 @@ func limiterConfig(cfg Config) limiter.Config {
 
 // newRedisClient: Sentinel when master_name is set, Cluster for several
 // addresses, a single node otherwise.
-func newRedisClient(rc RedisConfig) redis.UniversalClient {
+func newRedisClient(rc config.RedisConfig) redis.UniversalClient {
 	addrs := rc.Addrs()
 	var tlsCfg *tls.Config
 	if rc.TLS {
@@ -306,20 +307,18 @@ func newRedisClient(rc RedisConfig) redis.UniversalClient {
 		DialTimeout: rc.Timeout, ReadTimeout: rc.Timeout, WriteTimeout: rc.Timeout})
 }
 
-func newProvider(pc ProviderConfig, log *slog.Logger) (provider.Provider, error) {
+func newProvider(pc config.ProviderConfig, log *slog.Logger) (provider.Provider, error) {
 	var (
 		p   provider.Provider
 		err error
 	)
 	switch pc.Kind {
 	case "http":
-		p, err = httpprov.New(httpprov.Config{URL: pc.URL, Token: pc.Token, Timeout: pc.Timeout, Logger: log})
+		p, err = httpprov.New(httpprov.Config{URL: pc.HTTP.URL, Token: pc.HTTP.Token, Timeout: pc.Timeout, Logger: log})
 	case "twilio":
-		p, err = twilio.New(twilio.Config{BaseURL: pc.URL, AccountSID: pc.Twilio.AccountSID, AuthToken: pc.Twilio.AuthToken,
-			From: pc.Twilio.From, MessagingServiceSID: pc.Twilio.MessagingServiceSID, Timeout: pc.Timeout, Logger: log})
+		p, err = twilio.New(twilio.Config{Settings: pc.Twilio, BaseURL: pc.HTTP.URL, Timeout: pc.Timeout, Logger: log})
 	case "vonage":
-		p, err = vonage.New(vonage.Config{BaseURL: pc.URL, APIKey: pc.Vonage.APIKey, APISecret: pc.Vonage.APISecret,
-			From: pc.Vonage.From, Timeout: pc.Timeout, Logger: log})
+		p, err = vonage.New(vonage.Config{Settings: pc.Vonage, BaseURL: pc.HTTP.URL, Timeout: pc.Timeout, Logger: log})
 	default:
 		err = fmt.Errorf("unknown kind %q", pc.Kind)
 	}
@@ -431,7 +430,7 @@ func (a *App) closeAll() {
 
 // Run runs a gateway until ctx ends (SIGTERM), then stops it within
 // dispatch.shutdown_timeout.
-func Run(ctx context.Context, cfg Config, opts Options) error {
+func Run(ctx context.Context, cfg config.Config, opts Options) error {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 
+	"smsgw/internal/config"
 	"smsgw/internal/limiter"
 	"smsgw/internal/sms"
 )
@@ -30,7 +31,7 @@ type authenticator struct {
 	adminOn   bool
 }
 
-func newAuthenticator(cfg Config) *authenticator {
+func newAuthenticator(cfg config.Config) *authenticator {
 	a := &authenticator{admin: cfg.Admin.KeyHash(), adminOn: cfg.Admin.Enabled()}
 	for _, p := range cfg.Producers {
 		pr := &producer{

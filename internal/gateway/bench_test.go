@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"smsgw/internal/config"
 	"smsgw/internal/redistest"
 )
 
@@ -102,7 +103,7 @@ func load(b *testing.B, client *http.Client, d time.Duration, want int, newReq f
 func BenchmarkIngress(b *testing.B) {
 	for _, m := range modes {
 		b.Run(string(m), func(b *testing.B) {
-			h := start(b, m, func(c *Config) {
+			h := start(b, m, func(c *config.Config) {
 				c.Producers[0].Rate, c.Producers[0].Burst = 1e6, 1_000_000
 				if m == redisMode {
 					// A private Redis, away from other tests' load.
@@ -143,7 +144,7 @@ func BenchmarkIngress(b *testing.B) {
 // BenchmarkPostMessageHandler is the CPU cost of one accepted POST
 // /v1/messages through the whole handler chain, without the network.
 func BenchmarkPostMessageHandler(b *testing.B) {
-	h := start(b, embeddedMode, func(c *Config) {
+	h := start(b, embeddedMode, func(c *config.Config) {
 		c.Producers[0].Rate, c.Producers[0].Burst = 1e6, 1_000_000
 	})
 	handler := h.app.Handler()

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"smsgw/internal/config"
 )
 
 // Idempotency works in two layers:
@@ -30,8 +32,6 @@ import (
 // segments; estimated_send_at recomputed).
 
 const (
-	// IdempotencyWindow is how long a key maps to its first answer.
-	IdempotencyWindow = 24 * time.Hour
 	// idemLockTTL bounds how long a crashed request can hold a key; it is
 	// longer than any request may run (http.write_timeout defaults to 30 s,
 	// but an enqueue answers in milliseconds).
@@ -246,7 +246,7 @@ func (s *redisIdem) Finish(ctx context.Context, key, token string, a *answer) er
 		}
 	}
 	return finishScript.Run(ctx, s.c, []string{s.keys.idemAnswer(key), s.keys.idemLock(key)},
-		token, string(raw), IdempotencyWindow.Milliseconds()).Err()
+		token, string(raw), config.IdempotencyWindow.Milliseconds()).Err()
 }
 
 // localIdem is the embedded-mode store: this process's memory.
@@ -297,7 +297,7 @@ func (s *localIdem) Finish(_ context.Context, key, token string, a *answer) erro
 		if _, exists := s.answers[key]; !exists {
 			s.order = append(s.order, key)
 		}
-		s.answers[key] = localAnswer{a: *a, expires: now.Add(IdempotencyWindow)}
+		s.answers[key] = localAnswer{a: *a, expires: now.Add(config.IdempotencyWindow)}
 		s.prune(now)
 	}
 	if l, ok := s.locks[key]; ok && l.token == token {

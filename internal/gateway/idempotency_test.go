@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"smsgw/internal/config"
 	"smsgw/internal/provider/sim"
 )
 
@@ -59,7 +60,7 @@ func TestIdempotencyInFlight(t *testing.T) {
 		t.Run(string(m), func(t *testing.T) {
 			t.Parallel()
 			h := start(t, m, nil)
-			p := h.app.srv.auth.producerFor(keyHash(keyNotify, ""))
+			p := h.app.srv.auth.producerFor(config.Producer{Key: keyNotify}.KeyHash())
 			k := idemKey(p.Name, "message", "slow-first")
 			// Hold the lock as a first request still in progress would.
 			_, token, err := h.app.srv.idem.Acquire(context.Background(), k, time.Minute)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"smsgw/internal/config"
 	"smsgw/internal/provider/sim"
 	"smsgw/internal/sms"
 )
@@ -26,7 +27,7 @@ func TestStatsFiguresFollowTraffic(t *testing.T) {
 	for _, m := range modes {
 		t.Run(string(m), func(t *testing.T) {
 			t.Parallel()
-			h := start(t, m, func(c *Config) { c.Dispatch.MaxAttempts = 1 })
+			h := start(t, m, func(c *config.Config) { c.Dispatch.MaxAttempts = 1 })
 			st := h.stats()
 			for c, cs := range st.Classes {
 				if cs.SentTotal+cs.FailedTotal+cs.ExpiredTotal+cs.DeadTotal != 0 {

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"smsgw/api"
+	"smsgw/internal/config"
 	"smsgw/internal/provider/sim"
 	"smsgw/internal/redistest"
 )
@@ -50,17 +51,17 @@ var modes = []mode{embeddedMode, redisMode}
 
 // testConfig is a valid configuration for m, listening on a free port,
 // sending to the simulator at simURL.
-func testConfig(t testing.TB, m mode, simURL string) Config {
-	cfg := Default()
+func testConfig(t testing.TB, m mode, simURL string) config.Config {
+	cfg := config.Default()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Store.Path = t.TempDir()
 	cfg.Account = redistest.Prefix(t)
 	if m == redisMode {
 		cfg.Redis.Addr = redistest.Addr(t)
 	}
-	cfg.Provider.URL = simURL + "/send"
+	cfg.Provider.HTTP.URL = simURL + "/send"
 	cfg.Provider.Timeout = 2 * time.Second
-	cfg.Producers = []Producer{
+	cfg.Producers = []config.Producer{
 		{Name: "notify", Key: keyNotify, Classes: []string{"transactional", "marketing"}, Rate: 5000, Burst: 5000},
 		{Name: "login", Key: keyLogin, Classes: []string{"otp"}, Rate: 50, Burst: 100},
 		{Name: "slow", Key: keySlow, Classes: []string{"transactional"}, Rate: 2, Burst: 2},
@@ -98,7 +99,7 @@ type harness struct {
 	app    *App
 	sim    *sim.Sim
 	base   string
-	cfg    Config
+	cfg    config.Config
 	client *http.Client
 	logs   *syncBuffer
 }
@@ -135,7 +136,7 @@ func newSim(t testing.TB, cfg sim.Config) *sim.Sim {
 }
 
 // start runs an App in mode m; edit may change the config first.
-func start(t testing.TB, m mode, edit func(*Config)) *harness {
+func start(t testing.TB, m mode, edit func(*config.Config)) *harness {
 	t.Helper()
 	s := newSim(t, sim.Config{})
 	cfg := testConfig(t, m, s.URL())
@@ -145,7 +146,7 @@ func start(t testing.TB, m mode, edit func(*Config)) *harness {
 	return startWith(t, cfg, s)
 }
 
-func startWith(t testing.TB, cfg Config, s *sim.Sim) *harness {
+func startWith(t testing.TB, cfg config.Config, s *sim.Sim) *harness {
 	t.Helper()
 	logs := &syncBuffer{}
 	level := slog.LevelDebug // every log statement runs, so the phone check below covers them

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"smsgw/internal/config"
 	"smsgw/internal/provider/sim"
 	"smsgw/internal/redistest"
 )
@@ -52,7 +53,7 @@ func TestReadyzUnreadyFromStop(t *testing.T) {
 }
 
 func TestAdminPauseStatsDeadLetters(t *testing.T) {
-	h := start(t, embeddedMode, func(c *Config) {
+	h := start(t, embeddedMode, func(c *config.Config) {
 		c.Dispatch.MaxAttempts = 1
 	})
 	p := h.post("/v1/admin/pause", keyAdmin, map[string]any{"duration_seconds": 60, "reason": "provider maintenance"})

@@ -6,12 +6,10 @@ import (
 	"net/http"
 	"time"
 
+	"smsgw/internal/config"
 	"smsgw/internal/dispatch"
 	"smsgw/internal/sms"
 )
-
-// MaxOTPDeadline is the longest a producer may ask POST /v1/otp to try.
-const MaxOTPDeadline = 5 * time.Second
 
 // otpSender sends one message synchronously (the dispatcher).
 type otpSender interface {
@@ -56,8 +54,8 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 	deadline := s.cfg.Messages.OTPDeadline
 	if req.DeadlineMS != nil {
 		switch d := *req.DeadlineMS; {
-		case d < 1 || d > MaxOTPDeadline.Milliseconds():
-			errs = append(errs, FieldError{"deadline_ms", fmt.Sprintf("must be between 1 and %d", MaxOTPDeadline.Milliseconds())})
+		case d < 1 || d > config.MaxOTPDeadline.Milliseconds():
+			errs = append(errs, FieldError{"deadline_ms", fmt.Sprintf("must be between 1 and %d", config.MaxOTPDeadline.Milliseconds())})
 		default:
 			deadline = time.Duration(d) * time.Millisecond
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"smsgw/api"
+	"smsgw/internal/config"
 	"smsgw/internal/limiter"
 	"smsgw/internal/queue"
 )
@@ -26,7 +27,7 @@ import (
 // server holds what the handlers need. It is built by New and never
 // changes after, except the readiness flag.
 type server struct {
-	cfg       Config
+	cfg       config.Config
 	log       *slog.Logger
 	now       func() time.Time
 	queue     queue.Queue

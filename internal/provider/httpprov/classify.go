@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -28,44 +27,6 @@ const MaxBody = 64 << 10
 // without a Retry-After (Twilio 20005, Vonage status 8). Pausing only the 1 s
 // floor would poll a suspended account every second from every replica.
 const SuspendedPause = time.Minute
-
-// DefaultTimeout bounds one attempt when the caller's Config sets none.
-const DefaultTimeout = 5 * time.Second
-
-// Conn is what every HTTP adapter's Config says about reaching its vendor,
-// with the defaults filled in by Setup.
-type Conn struct {
-	Timeout time.Duration
-	Client  *http.Client
-	Logger  *slog.Logger
-}
-
-// Setup checks the settings every HTTP adapter shares and fills their
-// defaults: rawURL must be an absolute http(s) URL (what names it in the
-// error, e.g. "twilio: base url"), the timeout must not be negative (0:
-// DefaultTimeout), and a nil client or logger becomes NewClient() or a
-// discarding logger.
-func Setup(what, rawURL string, timeout time.Duration, client *http.Client, log *slog.Logger) (Conn, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return Conn{}, fmt.Errorf("%s %q: want an absolute http(s) URL", what, rawURL)
-	}
-	prefix, _, _ := strings.Cut(what, ":")
-	if timeout < 0 {
-		return Conn{}, fmt.Errorf("%s: timeout %v: must not be negative", prefix, timeout)
-	}
-	c := Conn{Timeout: timeout, Client: client, Logger: log}
-	if c.Timeout == 0 {
-		c.Timeout = DefaultTimeout
-	}
-	if c.Client == nil {
-		c.Client = NewClient()
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	return c, nil
-}
 
 // NewClient returns the client an adapter uses when none is configured: its
 // own transport with enough idle connections per host for a hundred sends a
@@ -189,7 +150,7 @@ func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
 // shorter of the two wins, so a dispatcher deadline is always honoured.
 func WithTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	if d <= 0 {
-		d = DefaultTimeout
+		d = defaultTimeout
 	}
 	return context.WithTimeout(ctx, d)
 }

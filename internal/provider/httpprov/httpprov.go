@@ -59,12 +59,12 @@ type ErrorResponse struct {
 	Error string `json:"error"`
 }
 
-// Config configures the generic adapter.
+// Config configures the generic adapter. URL and Token are its Settings.
 type Config struct {
 	Name    string        // provider name for logs and metrics; default "http"
 	URL     string        // the send endpoint, e.g. http://127.0.0.1:9100/send
 	Token   string        // optional bearer token; never logged
-	Timeout time.Duration // per attempt; default DefaultTimeout
+	Timeout time.Duration // per attempt; default 5 s
 	Client  *http.Client  // default NewClient()
 	Logger  *slog.Logger  // default: discard
 }
@@ -83,7 +83,10 @@ var _ provider.Provider = (*Provider)(nil)
 
 // New validates cfg and returns the adapter.
 func New(cfg Config) (*Provider, error) {
-	c, err := Setup("httpprov: url", cfg.URL, cfg.Timeout, cfg.Client, cfg.Logger)
+	if err := (Settings{URL: cfg.URL, Token: cfg.Token}).Validate("httpprov"); err != nil {
+		return nil, err
+	}
+	c, err := Setup("httpprov", cfg.Timeout, cfg.Client, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -95,12 +96,44 @@ func harness() providertest.Harness {
 
 func TestConformance(t *testing.T) { providertest.Run(t, harness()) }
 
+// One rule for the endpoint: Settings.Validate names the key under the
+// prefix it is given (the configuration passes "provider"), and New refuses
+// the same values naming "httpprov.url". A bad timeout names its key too.
 func TestNewRejectsBadConfig(t *testing.T) {
 	t.Parallel()
-	for _, cfg := range []httpprov.Config{{}, {URL: "127.0.0.1:9100/send"}, {URL: "ftp://x/send"},
-		{URL: "http://x/send", Timeout: -time.Second}} {
-		if _, err := httpprov.New(cfg); err == nil {
-			t.Errorf("New(%+v) succeeded", cfg)
+	for _, tc := range []struct {
+		cfg  httpprov.Config
+		want string // key; "" = accepted
+	}{
+		{httpprov.Config{}, "url"},
+		{httpprov.Config{URL: "127.0.0.1:9100/send"}, "url"},
+		{httpprov.Config{URL: "ftp://x/send"}, "url"},
+		{httpprov.Config{URL: "http://user:pw@/send"}, "url"},
+		{httpprov.Config{URL: "http://x/send", Timeout: -time.Second}, "timeout"},
+		{httpprov.Config{URL: "http://x/send", Token: token}, ""},
+	} {
+		var se *httpprov.SettingError
+		verr := httpprov.Settings{URL: tc.cfg.URL, Token: tc.cfg.Token}.Validate("provider")
+		switch {
+		case tc.want == "url" && (!errors.As(verr, &se) || se.Key != "provider.url"):
+			t.Errorf("Validate(%q) = %v, want an error naming provider.url", tc.cfg.URL, verr)
+		case tc.want != "url" && verr != nil:
+			t.Errorf("Validate(%q) = %v, want nil", tc.cfg.URL, verr)
+		}
+		p, err := httpprov.New(tc.cfg)
+		if tc.want == "" {
+			if err != nil {
+				t.Errorf("New(%+v) = %v", tc.cfg, err)
+			} else {
+				p.CloseIdleConnections()
+			}
+			continue
+		}
+		if !errors.As(err, &se) || se.Key != "httpprov."+tc.want {
+			t.Errorf("New(URL %q, timeout %v) = %v, want an error naming httpprov.%s", tc.cfg.URL, tc.cfg.Timeout, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "pw") {
+			t.Errorf("error shows the URL's password: %v", err)
 		}
 	}
 }

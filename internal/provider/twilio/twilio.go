@@ -19,6 +19,7 @@ package twilio
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -31,8 +32,8 @@ import (
 	"smsgw/internal/sms"
 )
 
-// DefaultBaseURL is Twilio's API host.
-const DefaultBaseURL = "https://api.twilio.com"
+// defaultBaseURL is Twilio's API host.
+const defaultBaseURL = "https://api.twilio.com"
 
 // Twilio error codes the adapter treats specially.
 const (
@@ -41,18 +42,43 @@ const (
 	codeAccountDisabled = 10001
 )
 
+// Settings are the Twilio account keys of the configuration
+// (provider.twilio.*).
+type Settings struct {
+	AccountSID          string `yaml:"account_sid"`           // AC...
+	AuthToken           string `yaml:"auth_token"`            // with Config.APIKeySID set, the API key's secret; never logged
+	From                string `yaml:"from"`                  // sender when a request has none
+	MessagingServiceSID string `yaml:"messaging_service_sid"` // MG...: used when neither the request nor From gives a sender
+}
+
+// Validate reports every problem of s, each an *httpprov.SettingError
+// naming its key under prefix.
+func (s Settings) Validate(prefix string) error {
+	var errs []error
+	if s.AccountSID == "" {
+		errs = append(errs, httpprov.Required(prefix, "account_sid"))
+	}
+	if s.AuthToken == "" {
+		errs = append(errs, httpprov.Required(prefix, "auth_token"))
+	}
+	// Twilio refuses a message with neither; a request's own sender is
+	// optional, so the account must have one to fall back on.
+	if s.From == "" && s.MessagingServiceSID == "" {
+		errs = append(errs, &httpprov.SettingError{Key: httpprov.KeyPath(prefix, "from"),
+			Problem: "set from or messaging_service_sid (the sender of a message that names none)"})
+	}
+	return errors.Join(errs...)
+}
+
 // Config configures the Twilio adapter.
 type Config struct {
-	BaseURL             string // default DefaultBaseURL; tests point it at a fake
-	AccountSID          string // AC...; required
-	AuthToken           string // required; with APIKeySID set, the API key's secret
-	APIKeySID           string // optional SK...: authenticate with an API key instead of the account
-	From                string // sender when a request has none
-	MessagingServiceSID string // MG...: used when neither the request nor From gives a sender
-	StatusCallback      string // optional delivery-report URL; smsgw_ref=<message id> is appended
-	Timeout             time.Duration
-	Client              *http.Client
-	Logger              *slog.Logger
+	Settings
+	BaseURL        string // default https://api.twilio.com; tests point it at a fake
+	APIKeySID      string // optional SK...: authenticate with an API key instead of the account
+	StatusCallback string // optional delivery-report URL; smsgw_ref=<message id> is appended
+	Timeout        time.Duration
+	Client         *http.Client
+	Logger         *slog.Logger
 }
 
 // Provider sends through Twilio.
@@ -68,21 +94,20 @@ var _ provider.Provider = (*Provider)(nil)
 // New validates cfg and returns the adapter.
 func New(cfg Config) (*Provider, error) {
 	if cfg.BaseURL == "" {
-		cfg.BaseURL = DefaultBaseURL
+		cfg.BaseURL = defaultBaseURL
 	}
-	c, err := httpprov.Setup("twilio: base url", cfg.BaseURL, cfg.Timeout, cfg.Client, cfg.Logger)
+	errs := []error{cfg.Settings.Validate("twilio"), httpprov.CheckURL("twilio.base_url", cfg.BaseURL)}
+	if cfg.StatusCallback != "" {
+		errs = append(errs, httpprov.CheckURL("twilio.status_callback", cfg.StatusCallback))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	c, err := httpprov.Setup("twilio", cfg.Timeout, cfg.Client, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
 	cfg.Timeout = c.Timeout
-	if cfg.AccountSID == "" || cfg.AuthToken == "" {
-		return nil, fmt.Errorf("twilio: account_sid and auth_token are required")
-	}
-	if cfg.StatusCallback != "" {
-		if _, err := url.Parse(cfg.StatusCallback); err != nil {
-			return nil, fmt.Errorf("twilio: status_callback: %w", err)
-		}
-	}
 	return &Provider{cfg: cfg, client: c.Client, log: c.Logger,
 		endpoint: strings.TrimRight(cfg.BaseURL, "/") + "/2010-04-01/Accounts/" + url.PathEscape(cfg.AccountSID) + "/Messages.json"}, nil
 }

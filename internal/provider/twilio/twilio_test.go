@@ -3,17 +3,21 @@ package twilio_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"smsgw/internal/provider"
+	"smsgw/internal/provider/httpprov"
 	"smsgw/internal/provider/providertest"
 	"smsgw/internal/provider/twilio"
 	"smsgw/internal/sms"
@@ -94,8 +98,8 @@ func TestConformance(t *testing.T) {
 		Decode:  decode,
 		Respond: respond,
 		New: func(t *testing.T, baseURL string, timeout time.Duration) provider.Provider {
-			p, err := twilio.New(twilio.Config{BaseURL: baseURL, AccountSID: accountSID, AuthToken: authToken,
-				StatusCallback: callback, Timeout: timeout})
+			p, err := twilio.New(twilio.Config{BaseURL: baseURL, StatusCallback: callback, Timeout: timeout,
+				Settings: twilio.Settings{AccountSID: accountSID, AuthToken: authToken, From: "+15005550006"}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -126,8 +130,8 @@ func TestCodesAndSender(t *testing.T) {
 			form = r.PostForm
 			writeError(w, tc.status, tc.code, "x")
 		}))
-		p, err := twilio.New(twilio.Config{BaseURL: srv.URL, AccountSID: accountSID, AuthToken: authToken,
-			MessagingServiceSID: "MG123"})
+		p, err := twilio.New(twilio.Config{BaseURL: srv.URL,
+			Settings: twilio.Settings{AccountSID: accountSID, AuthToken: authToken, MessagingServiceSID: "MG123"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -143,12 +147,74 @@ func TestCodesAndSender(t *testing.T) {
 	}
 }
 
-func TestNewRequiresCredentials(t *testing.T) {
+// One rule for the account settings: Validate names each missing key under
+// the prefix it is given (the configuration passes "provider.twilio"), and
+// New refuses exactly the same settings, naming them under "twilio".
+func TestSettingsOneRule(t *testing.T) {
 	t.Parallel()
-	for _, cfg := range []twilio.Config{{}, {AccountSID: accountSID}, {AuthToken: authToken},
-		{AccountSID: accountSID, AuthToken: authToken, BaseURL: "not a url"}} {
-		if _, err := twilio.New(cfg); err == nil {
-			t.Errorf("New(%+v) succeeded", cfg)
+	for _, tc := range []struct {
+		s    twilio.Settings
+		want []string
+	}{
+		{twilio.Settings{}, []string{"account_sid", "auth_token", "from"}},
+		{twilio.Settings{AccountSID: accountSID, From: "+15005550006"}, []string{"auth_token"}},
+		{twilio.Settings{AuthToken: authToken, MessagingServiceSID: "MG1"}, []string{"account_sid"}},
+		{twilio.Settings{AccountSID: accountSID, AuthToken: authToken}, []string{"from"}},
+		{twilio.Settings{AccountSID: accountSID, AuthToken: authToken, MessagingServiceSID: "MG1"}, nil},
+		{twilio.Settings{AccountSID: accountSID, AuthToken: authToken, From: "ACME"}, nil},
+	} {
+		if got := settingKeys(tc.s.Validate("provider.twilio")); !slices.Equal(got, prefixed("provider.twilio", tc.want)) {
+			t.Errorf("Validate(%+v) named %v, want %v", tc.s, got, tc.want)
+		}
+		p, err := twilio.New(twilio.Config{Settings: tc.s, BaseURL: "http://127.0.0.1:1"})
+		if got := settingKeys(err); !slices.Equal(got, prefixed("twilio", tc.want)) {
+			t.Errorf("New(%+v) named %v, want %v", tc.s, got, tc.want)
+		}
+		if p != nil {
+			p.CloseIdleConnections()
 		}
 	}
+}
+
+func TestNewRejectsBadURLs(t *testing.T) {
+	t.Parallel()
+	ok := twilio.Settings{AccountSID: accountSID, AuthToken: authToken, From: "ACME"}
+	for _, tc := range []struct {
+		cfg  twilio.Config
+		want string
+	}{
+		{twilio.Config{Settings: ok, BaseURL: "not a url"}, "twilio.base_url"},
+		{twilio.Config{Settings: ok, BaseURL: "ftp://api.example"}, "twilio.base_url"},
+		{twilio.Config{Settings: ok, StatusCallback: "/relative/status"}, "twilio.status_callback"},
+		{twilio.Config{Settings: ok, Timeout: -time.Second}, "twilio.timeout"},
+	} {
+		_, err := twilio.New(tc.cfg)
+		var se *httpprov.SettingError
+		if !errors.As(err, &se) || se.Key != tc.want {
+			t.Errorf("New(base %q, callback %q, timeout %v) = %v, want an error naming %s",
+				tc.cfg.BaseURL, tc.cfg.StatusCallback, tc.cfg.Timeout, err, tc.want)
+		}
+	}
+}
+
+// settingKeys lists the keys a (joined) settings error names, one line per
+// problem, in order.
+func settingKeys(err error) []string {
+	if err == nil {
+		return nil
+	}
+	var keys []string
+	for _, line := range strings.Split(err.Error(), "\n") {
+		k, _, _ := strings.Cut(line, ": ")
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+func prefixed(prefix string, names []string) []string {
+	var out []string
+	for _, n := range names {
+		out = append(out, prefix+"."+n)
+	}
+	return out
 }

@@ -14,6 +14,7 @@ package vonage
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -26,18 +27,37 @@ import (
 	"smsgw/internal/sms"
 )
 
-// DefaultBaseURL is the SMS API host.
-const DefaultBaseURL = "https://rest.nexmo.com"
+// defaultBaseURL is the SMS API host.
+const defaultBaseURL = "https://rest.nexmo.com"
+
+// Settings are the Vonage account keys of the configuration
+// (provider.vonage.*).
+type Settings struct {
+	APIKey    string `yaml:"api_key"`
+	APISecret string `yaml:"api_secret"` // never logged
+	From      string `yaml:"from"`       // sender when a request has none; Vonage needs one or the other
+}
+
+// Validate reports every problem of s, each an *httpprov.SettingError
+// naming its key under prefix.
+func (s Settings) Validate(prefix string) error {
+	var errs []error
+	if s.APIKey == "" {
+		errs = append(errs, httpprov.Required(prefix, "api_key"))
+	}
+	if s.APISecret == "" {
+		errs = append(errs, httpprov.Required(prefix, "api_secret"))
+	}
+	return errors.Join(errs...)
+}
 
 // Config configures the Vonage adapter.
 type Config struct {
-	BaseURL   string // default DefaultBaseURL; tests point it at a fake
-	APIKey    string // required
-	APISecret string // required; never logged
-	From      string // sender when a request has none; Vonage requires one
-	Timeout   time.Duration
-	Client    *http.Client
-	Logger    *slog.Logger
+	Settings
+	BaseURL string // default https://rest.nexmo.com; tests point it at a fake
+	Timeout time.Duration
+	Client  *http.Client
+	Logger  *slog.Logger
 }
 
 // Provider sends through Vonage.
@@ -53,16 +73,16 @@ var _ provider.Provider = (*Provider)(nil)
 // New validates cfg and returns the adapter.
 func New(cfg Config) (*Provider, error) {
 	if cfg.BaseURL == "" {
-		cfg.BaseURL = DefaultBaseURL
+		cfg.BaseURL = defaultBaseURL
 	}
-	c, err := httpprov.Setup("vonage: base url", cfg.BaseURL, cfg.Timeout, cfg.Client, cfg.Logger)
+	if err := errors.Join(cfg.Settings.Validate("vonage"), httpprov.CheckURL("vonage.base_url", cfg.BaseURL)); err != nil {
+		return nil, err
+	}
+	c, err := httpprov.Setup("vonage", cfg.Timeout, cfg.Client, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
 	cfg.Timeout = c.Timeout
-	if cfg.APIKey == "" || cfg.APISecret == "" {
-		return nil, fmt.Errorf("vonage: api_key and api_secret are required")
-	}
 	return &Provider{cfg: cfg, client: c.Client, log: c.Logger,
 		endpoint: strings.TrimRight(cfg.BaseURL, "/") + "/sms/json"}, nil
 }

@@ -3,17 +3,21 @@ package vonage_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"smsgw/internal/provider"
+	"smsgw/internal/provider/httpprov"
 	"smsgw/internal/provider/providertest"
 	"smsgw/internal/provider/vonage"
 	"smsgw/internal/sms"
@@ -95,7 +99,8 @@ func respond(w http.ResponseWriter, s providertest.Step) {
 
 func newProvider(t *testing.T, baseURL string, timeout time.Duration) *vonage.Provider {
 	t.Helper()
-	p, err := vonage.New(vonage.Config{BaseURL: baseURL, APIKey: apiKey, APISecret: apiSecret, Timeout: timeout})
+	p, err := vonage.New(vonage.Config{BaseURL: baseURL, Timeout: timeout,
+		Settings: vonage.Settings{APIKey: apiKey, APISecret: apiSecret}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,4 +180,71 @@ func TestUnicodeAndMultipart(t *testing.T) {
 			t.Errorf("%q: form %v", tc.body, f)
 		}
 	}
+}
+
+// One rule for the account settings: Validate names each missing key under
+// the prefix it is given (the configuration passes "provider.vonage"), and
+// New refuses exactly the same settings, naming them under "vonage".
+func TestSettingsOneRule(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		s    vonage.Settings
+		want []string
+	}{
+		{vonage.Settings{}, []string{"api_key", "api_secret"}},
+		{vonage.Settings{APIKey: apiKey, From: "ACME"}, []string{"api_secret"}},
+		{vonage.Settings{APISecret: apiSecret}, []string{"api_key"}},
+		{vonage.Settings{APIKey: apiKey, APISecret: apiSecret}, nil},
+	} {
+		if got := settingKeys(tc.s.Validate("provider.vonage")); !slices.Equal(got, prefixed("provider.vonage", tc.want)) {
+			t.Errorf("Validate(%+v) named %v, want %v", tc.s, got, tc.want)
+		}
+		p, err := vonage.New(vonage.Config{Settings: tc.s, BaseURL: "http://127.0.0.1:1"})
+		if got := settingKeys(err); !slices.Equal(got, prefixed("vonage", tc.want)) {
+			t.Errorf("New(%+v) named %v, want %v", tc.s, got, tc.want)
+		}
+		if p != nil {
+			p.CloseIdleConnections()
+		}
+	}
+}
+
+func TestNewRejectsBadConnection(t *testing.T) {
+	t.Parallel()
+	ok := vonage.Settings{APIKey: apiKey, APISecret: apiSecret}
+	for _, tc := range []struct {
+		cfg  vonage.Config
+		want string
+	}{
+		{vonage.Config{Settings: ok, BaseURL: "rest.nexmo.com"}, "vonage.base_url"},
+		{vonage.Config{Settings: ok, Timeout: -time.Second}, "vonage.timeout"},
+	} {
+		_, err := vonage.New(tc.cfg)
+		var se *httpprov.SettingError
+		if !errors.As(err, &se) || se.Key != tc.want {
+			t.Errorf("New(base %q, timeout %v) = %v, want an error naming %s", tc.cfg.BaseURL, tc.cfg.Timeout, err, tc.want)
+		}
+	}
+}
+
+// settingKeys lists the keys a (joined) settings error names, one line per
+// problem, in order.
+func settingKeys(err error) []string {
+	if err == nil {
+		return nil
+	}
+	var keys []string
+	for _, line := range strings.Split(err.Error(), "\n") {
+		k, _, _ := strings.Cut(line, ": ")
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+func prefixed(prefix string, names []string) []string {
+	var out []string
+	for _, n := range names {
+		out = append(out, prefix+"."+n)
+	}
+	return out
 }

@@ -1,0 +1,191 @@
+// Package config is the gateway configuration: its types (this file), the
+// product defaults (defaults.go), loading a YAML file with SMSGW_*
+// environment overrides (load.go, env.go), the validation that names every
+// bad key (validate.go) and the rewriting of YAML decoder errors so that
+// they name keys too (yamlerr.go).
+//
+// Load applies, in order: Default, strict YAML (unknown keys rejected),
+// environment overrides, Validate. A Config that Load returns is one that
+// `smsgw serve` starts with: every rule a component would refuse at
+// start-up is checked by Validate, so `smsgw check-config` reports it.
+package config
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+	"time"
+
+	"smsgw/internal/provider/httpprov"
+	"smsgw/internal/provider/twilio"
+	"smsgw/internal/provider/vonage"
+)
+
+// Config is the whole gateway configuration: one YAML file, every key
+// overridable by an environment variable SMSGW_<PATH> (SMSGW_REDIS_ADDR).
+type Config struct {
+	Listen    string         `yaml:"listen"`
+	Redis     RedisConfig    `yaml:"redis"`
+	Store     StoreConfig    `yaml:"store"`
+	Account   string         `yaml:"account"`
+	Provider  ProviderConfig `yaml:"provider"`
+	Limits    LimitsConfig   `yaml:"limits"`
+	Producers []Producer     `yaml:"producers"`
+	Admin     AdminConfig    `yaml:"admin"`
+	Dispatch  DispatchConfig `yaml:"dispatch"`
+	Messages  MessagesConfig `yaml:"messages"`
+	Log       LogConfig      `yaml:"log"`
+	HTTP      HTTPConfig     `yaml:"http"`
+}
+
+// RedisConfig selects the shared backend. Empty Addr: embedded store and a
+// local limiter (exactly one replica). One address: a single Redis (or, with
+// MasterName, Sentinel addresses). Several comma-separated addresses: Redis
+// Cluster seeds.
+type RedisConfig struct {
+	Addr       string        `yaml:"addr"`
+	MasterName string        `yaml:"master_name"`
+	Username   string        `yaml:"username"`
+	Password   string        `yaml:"password"`
+	DB         int           `yaml:"db"`
+	TLS        bool          `yaml:"tls"`
+	Timeout    time.Duration `yaml:"timeout"` // dial/read/write timeout
+}
+
+// Addrs splits Addr into its comma-separated addresses.
+func (r RedisConfig) Addrs() []string {
+	var out []string
+	for _, a := range strings.Split(r.Addr, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// Enabled reports whether Redis is configured.
+func (r RedisConfig) Enabled() bool { return len(r.Addrs()) > 0 }
+
+// StoreConfig places the embedded store.
+type StoreConfig struct {
+	Path string `yaml:"path"`
+}
+
+// ProviderConfig selects the provider adapter. Each adapter's own keys are
+// its Settings type, validated by the adapter's rule.
+type ProviderConfig struct {
+	Kind string `yaml:"kind"` // http | twilio | vonage
+	// HTTP holds url and token, which sit directly under provider: url is
+	// the send endpoint for kind http and an optional API base URL
+	// override for twilio and vonage; token is http's optional bearer.
+	HTTP          httpprov.Settings `yaml:",inline"`
+	Timeout       time.Duration     `yaml:"timeout"`
+	ContractRPS   float64           `yaml:"contract_rps"`
+	CountSegments bool              `yaml:"count_segments"`
+
+	Twilio twilio.Settings `yaml:"twilio"`
+	Vonage vonage.Settings `yaml:"vonage"`
+}
+
+// LimitsConfig paces sends to the provider.
+type LimitsConfig struct {
+	TargetRPS  float64                `yaml:"target_rps"`
+	Burst      int                    `yaml:"burst"`
+	MaxSenders int                    `yaml:"max_senders"` // the most gateway processes that may ever run; fallback rate = target_rps / max_senders
+	Classes    map[string]ClassLimits `yaml:"classes"`
+}
+
+// ClassLimits caps one class below the global rate.
+type ClassLimits struct {
+	MaxRPS float64 `yaml:"max_rps"`
+	Burst  int     `yaml:"burst"` // 0: the global burst
+}
+
+// Producer is one system allowed to post messages.
+type Producer struct {
+	Name           string   `yaml:"name"`
+	Key            string   `yaml:"key"`        // the bearer key in clear, or
+	KeySHA256      string   `yaml:"key_sha256"` // its SHA-256 in hex
+	Classes        []string `yaml:"classes"`
+	Rate           float64  `yaml:"rate"`            // ingress messages/s
+	Burst          int      `yaml:"burst"`           // ingress burst
+	MaxOutstanding int64    `yaml:"max_outstanding"` // queued + in flight; 0 = no limit
+}
+
+// KeyHash returns the SHA-256 of the producer's key.
+func (p Producer) KeyHash() [32]byte { return keyHash(p.Key, p.KeySHA256) }
+
+// AdminConfig holds the key of the admin endpoints.
+type AdminConfig struct {
+	Key       string `yaml:"key"`
+	KeySHA256 string `yaml:"key_sha256"`
+}
+
+// Enabled reports whether admin endpoints are reachable at all.
+func (a AdminConfig) Enabled() bool { return a.Key != "" || a.KeySHA256 != "" }
+
+// KeyHash returns the SHA-256 of the admin key.
+func (a AdminConfig) KeyHash() [32]byte { return keyHash(a.Key, a.KeySHA256) }
+
+func keyHash(clear, hexHash string) [32]byte {
+	if clear != "" {
+		return sha256.Sum256([]byte(clear))
+	}
+	var out [32]byte
+	b, _ := hex.DecodeString(hexHash)
+	copy(out[:], b)
+	return out
+}
+
+// DispatchConfig tunes the send loop.
+type DispatchConfig struct {
+	Workers         int                   `yaml:"workers"`     // concurrent provider sends for all classes
+	OTPWorkers      int                   `yaml:"otp_workers"` // extra senders that only ever take OTP
+	Lease           time.Duration         `yaml:"lease"`
+	MaxAttempts     int                   `yaml:"max_attempts"`
+	BackoffBase     time.Duration         `yaml:"backoff_base"`
+	BackoffMax      time.Duration         `yaml:"backoff_max"`
+	ShutdownTimeout time.Duration         `yaml:"shutdown_timeout"`
+	SuspensionGuard SuspensionGuardConfig `yaml:"suspension_guard"`
+}
+
+// SuspensionGuardConfig mirrors the provider's suspension rule.
+type SuspensionGuardConfig struct {
+	Threshold int           `yaml:"threshold"` // provider suspends after this many 429s ...
+	Window    time.Duration `yaml:"window"`    // ... within this rolling window
+	Share     float64       `yaml:"share"`     // act when our 429s pass this share of Threshold
+}
+
+// MessagesConfig bounds what producers may send.
+type MessagesConfig struct {
+	MaxSegments int           `yaml:"max_segments"`
+	DefaultTTL  time.Duration `yaml:"default_ttl"` // 0: messages never expire unless the producer sets ttl_seconds
+	MaxTTL      time.Duration `yaml:"max_ttl"`
+	Retention   time.Duration `yaml:"retention"` // how long finished messages stay readable by id; at least IdempotencyWindow
+	OTPDeadline time.Duration `yaml:"otp_deadline"`
+}
+
+// Fixed by the API contract (api/openapi.yaml), not configurable; the
+// rules of Validate depend on them.
+const (
+	// IdempotencyWindow is how long an Idempotency-Key maps to its first
+	// answer.
+	IdempotencyWindow = 24 * time.Hour
+	// MaxOTPDeadline is the longest a producer may ask POST /v1/otp to
+	// try (deadline_ms).
+	MaxOTPDeadline = 5 * time.Second
+)
+
+// LogConfig shapes the process log.
+type LogConfig struct {
+	Level  string `yaml:"level"`  // debug | info | warn | error
+	Format string `yaml:"format"` // json | text
+}
+
+// HTTPConfig tunes the HTTP edge.
+type HTTPConfig struct {
+	MaxBodyBytes   int64         `yaml:"max_body_bytes"`
+	ReadTimeout    time.Duration `yaml:"read_timeout"`
+	WriteTimeout   time.Duration `yaml:"write_timeout"`
+	TrustedProxies []string      `yaml:"trusted_proxies"` // CIDRs whose X-Forwarded-For is believed
+}

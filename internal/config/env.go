@@ -1,0 +1,155 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"smsgw/internal/sms"
+)
+
+// EnvPrefix starts every environment override.
+const EnvPrefix = "SMSGW_"
+
+// envPaths lists every overridable key path of Config, as yaml paths
+// ("limits.classes.marketing.max_rps") mapped to the field.
+func envPaths(v reflect.Value, prefix string, out map[string]reflect.Value) {
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		fv := v.Field(i)
+		if name == "" && slices.Contains(strings.Split(opts, ","), "inline") {
+			// An inlined struct's keys sit directly under prefix
+			// (provider.url is httpprov.Settings.URL).
+			envPaths(fv, prefix, out)
+			continue
+		}
+		if name == "" || name == "-" {
+			continue
+		}
+		path := name
+		if prefix != "" {
+			path = prefix + "." + name
+		}
+		switch {
+		case f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeOf(time.Duration(0)):
+			out[path] = fv
+			envPaths(fv, path, out)
+		case f.Type.Kind() == reflect.Map && f.Type.Elem().Kind() == reflect.Struct:
+			out[path] = fv
+			// Maps keyed by class: every class name is a possible key.
+			for _, c := range sms.Classes {
+				out[path+"."+c.String()] = reflect.Value{} // marker: map entry, handled in applyEnv
+				et := f.Type.Elem()
+				for j := 0; j < et.NumField(); j++ {
+					sub, _, _ := strings.Cut(et.Field(j).Tag.Get("yaml"), ",")
+					out[path+"."+c.String()+"."+sub] = reflect.Value{}
+				}
+			}
+		default:
+			out[path] = fv
+		}
+	}
+}
+
+func envName(path string) string {
+	return EnvPrefix + strings.ToUpper(strings.NewReplacer(".", "_").Replace(path))
+}
+
+// applyEnv overrides keys from SMSGW_* variables. The value is parsed as YAML
+// into the field, so scalars, durations ("5s") and lists
+// (SMSGW_PRODUCERS='[{name: a, ...}]') all work. An SMSGW_ variable that
+// names no key is an error: a typo must not be silently ignored.
+func applyEnv(cfg *Config, environ []string) error {
+	paths := map[string]reflect.Value{}
+	envPaths(reflect.ValueOf(cfg).Elem(), "", paths)
+	byEnv := map[string]string{}
+	for p := range paths {
+		byEnv[envName(p)] = p
+	}
+	var errs []error
+	// Apply in a stable order: shorter paths (whole sections) before the
+	// keys inside them, so SMSGW_LIMITS then SMSGW_LIMITS_BURST composes.
+	type kv struct{ name, path, val string }
+	var todo []kv
+	for _, e := range environ {
+		name, val, ok := strings.Cut(e, "=")
+		if !ok || !strings.HasPrefix(name, EnvPrefix) {
+			continue
+		}
+		p, known := byEnv[name]
+		if !known {
+			if isReservedEnv(name) {
+				continue
+			}
+			errs = append(errs, fmt.Errorf("%s: environment variable names no configuration key", name))
+			continue
+		}
+		todo = append(todo, kv{name, p, val})
+	}
+	slices.SortFunc(todo, func(a, b kv) int { return len(a.path) - len(b.path) })
+	for _, x := range todo {
+		// A string key takes the value as it is: parsed as YAML, a password
+		// "0123" would become 83 and a hex digest of digits a float.
+		if f := paths[x.path]; f.IsValid() && f.Kind() == reflect.String {
+			f.SetString(x.val)
+			continue
+		}
+		if err := setPath(cfg, x.path, x.val); err != nil {
+			errs = append(errs, fmt.Errorf("%s (from %s): %w", x.path, x.name, err))
+		}
+	}
+	return joinErrors(errs)
+}
+
+// isReservedEnv lets variables that are not configuration keys but are
+// read elsewhere (tests, the CLI) share the prefix.
+func isReservedEnv(name string) bool {
+	return name == "SMSGW_CONFIG" || strings.HasPrefix(name, "SMSGW_SKIP_") || strings.HasPrefix(name, "SMSGW_TEST_")
+}
+
+// setPath decodes val as YAML into the key at path, by rebuilding a small
+// YAML document around it and decoding strictly on top of cfg.
+func setPath(cfg *Config, path, val string) error {
+	parts := strings.Split(path, ".")
+	var node any = yamlScalarOrValue(val)
+	if len(parts) == 4 && parts[0] == "limits" && parts[1] == "classes" {
+		// yaml decodes a map entry afresh; carry the entry's other fields
+		// so SMSGW_LIMITS_CLASSES_MARKETING_BURST keeps max_rps.
+		cur := cfg.Limits.Classes[parts[2]]
+		entry := map[string]any{"max_rps": cur.MaxRPS, "burst": cur.Burst, parts[3]: node}
+		node = map[string]any{"limits": map[string]any{"classes": map[string]any{parts[2]: entry}}}
+		parts = nil
+	}
+	for i := len(parts) - 1; i >= 0; i-- {
+		node = map[string]any{parts[i]: node}
+	}
+	doc, err := yaml.Marshal(node)
+	if err != nil {
+		return err
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(doc))
+	dec.KnownFields(true)
+	if err := dec.Decode(cfg); err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	return nil
+}
+
+// yamlScalarOrValue parses val as YAML so that lists and maps in an
+// environment variable work; a value that is not valid YAML is taken as a
+// plain string.
+func yamlScalarOrValue(val string) any {
+	var v any
+	if err := yaml.Unmarshal([]byte(val), &v); err != nil || v == nil {
+		return val
+	}
+	return v
+}

@@ -1,0 +1,429 @@
+package config
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"math"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"smsgw/internal/limiter"
+	"smsgw/internal/provider/httpprov"
+	"smsgw/internal/sms"
+)
+
+// otpReplyHeadroom is what an OTP request may spend besides its deadline:
+// the idempotency lock and the ingress quota before it (one Redis call
+// each, bounded by redis.timeout) and, after it, the shared pause and the
+// suspension-guard count of a throttled send (2 s together) and storing the
+// answer for replays (2 s).
+const otpReplyHeadroom = 5 * time.Second
+
+// Validate checks every key and reports all problems at once, each naming
+// its key, as an *Error. It holds every rule a component would otherwise
+// only apply at start-up, so that `smsgw check-config` refuses exactly
+// what `smsgw serve` refuses.
+func (c *Config) Validate() error {
+	var p problems
+	c.validateBackend(&p)
+	c.validateProvider(&p)
+	c.validateLimits(&p)
+	c.validateProducers(&p)
+	c.validateAdmin(&p)
+	c.validateDispatch(&p)
+	c.validateMessages(&p)
+	c.validateEdge(&p)
+	return joinErrors(p)
+}
+
+// problems collects one error per bad key.
+type problems []error
+
+func (p *problems) add(key, format string, a ...any) {
+	*p = append(*p, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, a...)))
+}
+
+// addErr adds every error err holds: an adapter's Settings.Validate joins
+// one *httpprov.SettingError per key.
+func (p *problems) addErr(err error) {
+	if err == nil {
+		return
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			p.addErr(e)
+		}
+		return
+	}
+	*p = append(*p, err)
+}
+
+// validateBackend: listen, redis, store and account.
+func (c *Config) validateBackend(p *problems) {
+	if c.Listen == "" {
+		p.add("listen", "must not be empty (for example \":8080\")")
+	} else if _, port, err := net.SplitHostPort(c.Listen); err != nil {
+		p.add("listen", "%q is not host:port: %v", c.Listen, err)
+	} else if _, err := net.LookupPort("tcp", port); err != nil {
+		p.add("listen", "%q: %v", c.Listen, err)
+	}
+
+	if c.Redis.Enabled() {
+		for _, a := range c.Redis.Addrs() {
+			if _, port, err := net.SplitHostPort(a); err != nil {
+				p.add("redis.addr", "%q is not host:port", a)
+			} else if n, err := net.LookupPort("tcp", port); err != nil || n == 0 {
+				p.add("redis.addr", "%q has no valid port", a)
+			}
+		}
+	} else if c.Redis.MasterName != "" {
+		p.add("redis.master_name", "needs redis.addr (the Sentinel addresses)")
+	}
+	if c.Redis.DB < 0 {
+		p.add("redis.db", "must be >= 0")
+	}
+	if c.Redis.DB != 0 && len(c.Redis.Addrs()) > 1 && c.Redis.MasterName == "" {
+		p.add("redis.db", "Redis Cluster has only database 0")
+	}
+	if c.Redis.Timeout <= 0 {
+		p.add("redis.timeout", "must be > 0")
+	}
+	if !c.Redis.Enabled() && c.Store.Path == "" {
+		p.add("store.path", "must be set when redis.addr is empty (the embedded store needs a directory)")
+	}
+	// The queue, limiter and suspension guard each check the account too,
+	// each with its own rule; this one is the strictest of them.
+	if c.Account == "" {
+		p.add("account", "must not be empty")
+	} else if strings.ContainsAny(c.Account, "{}: \t\n") {
+		p.add("account", "%q may not contain braces, colons or spaces (it becomes a Redis hash tag)", c.Account)
+	}
+}
+
+// validateProvider leaves each adapter's own keys to its Settings.Validate,
+// the rule its constructor applies too.
+func (c *Config) validateProvider(p *problems) {
+	pc := c.Provider
+	switch pc.Kind {
+	case "http":
+		p.addErr(pc.HTTP.Validate("provider"))
+	case "twilio":
+		p.addErr(pc.Twilio.Validate("provider.twilio"))
+	case "vonage":
+		p.addErr(pc.Vonage.Validate("provider.vonage"))
+	case "":
+		p.add("provider.kind", "must be set (http, twilio or vonage); smsgw refuses to start without a provider")
+	default:
+		p.add("provider.kind", "%q is not one of http, twilio, vonage", pc.Kind)
+	}
+	if pc.Kind != "http" && pc.HTTP.URL != "" {
+		// The API base URL override of twilio and vonage.
+		p.addErr(httpprov.CheckURL("provider.url", pc.HTTP.URL))
+	}
+	if pc.Timeout <= 0 {
+		p.add("provider.timeout", "must be > 0")
+	}
+	if !positive(pc.ContractRPS) {
+		p.add("provider.contract_rps", "must be a number > 0")
+	}
+}
+
+func (c *Config) validateLimits(p *problems) {
+	l := c.Limits
+	contract := c.Provider.ContractRPS
+	targetOK := false
+	switch {
+	case !positive(l.TargetRPS):
+		p.add("limits.target_rps", "must be a number > 0")
+	case positive(contract) && l.TargetRPS > contract:
+		p.add("limits.target_rps", "%g exceeds provider.contract_rps %g", l.TargetRPS, contract)
+	default:
+		targetOK = true
+	}
+	if l.Burst < 1 {
+		p.add("limits.burst", "must be >= 1")
+	} else if targetOK && positive(contract) && l.TargetRPS+float64(l.Burst) > contract {
+		// GCRA bounds any interval t by rate·t + burst; over one second
+		// that must stay within the contract however the provider measures.
+		p.add("limits.burst", "target_rps %g + burst %d exceeds provider.contract_rps %g in a one-second window",
+			l.TargetRPS, l.Burst, contract)
+	}
+	rates := []limiter.Rate{{PerSecond: l.TargetRPS, Burst: l.Burst}}
+	ratesOK := targetOK && l.Burst >= 1 && checkRate(p, "limits.target_rps", "the rate", rates[0])
+	for _, name := range slices.Sorted(maps.Keys(l.Classes)) {
+		r, ok := c.validateClass(p, name, l.Classes[name])
+		rates, ratesOK = append(rates, r), ratesOK && ok
+	}
+	if l.MaxSenders < 1 {
+		p.add("limits.max_senders", "must be >= 1")
+		return
+	}
+	// Each rate divided among max_senders processes must still be one the
+	// limiter takes; one problem is enough to name the key.
+	for _, r := range rates {
+		if ratesOK && !checkRate(p, "limits.max_senders", "the Redis-down fallback (a rate / max_senders) of", fallbackRate(r, l.MaxSenders)) {
+			return
+		}
+	}
+}
+
+// validateClass checks one class cap and returns its limiter rate, and
+// whether the rate is valid.
+func (c *Config) validateClass(p *problems, name string, cl ClassLimits) (limiter.Rate, bool) {
+	l := c.Limits
+	key := "limits.classes." + name
+	cls, err := sms.ParseClass(name)
+	if err != nil {
+		p.add(key, "unknown class (want otp, transactional or marketing)")
+		return limiter.Rate{}, false
+	}
+	if cls == sms.ClassOTP {
+		p.add(key, "otp cannot be capped: it must always have the headroom the cap leaves")
+	}
+	if cl.Burst < 0 {
+		p.add(key+".burst", "must be >= 0 (0 means limits.burst)")
+	}
+	r := limiter.Rate{PerSecond: cl.MaxRPS, Burst: cl.Burst}
+	if r.Burst == 0 {
+		r.Burst = l.Burst
+	}
+	switch {
+	case !positive(cl.MaxRPS):
+		p.add(key+".max_rps", "must be a number > 0")
+	case positive(l.TargetRPS) && cl.MaxRPS >= l.TargetRPS:
+		p.add(key+".max_rps", "%g must be below limits.target_rps %g so OTP keeps headroom", cl.MaxRPS, l.TargetRPS)
+	case r.Burst >= 1:
+		return r, checkRate(p, key+".max_rps", "the cap", r)
+	}
+	return r, false
+}
+
+// positive reports whether x is a finite number > 0 (NaN is not).
+func positive(x float64) bool { return x > 0 && !math.IsInf(x, 1) }
+
+// checkRate applies the limiter's own rule for one GCRA key (the finest
+// interval, the longest horizon) to r, what the key leads to, and reports
+// a refusal under key.
+func checkRate(p *problems, key, what string, r limiter.Rate) bool {
+	if _, err := limiter.NewLocal(limiter.Config{Global: r}); err != nil {
+		p.add(key, "the limiter refuses %s %g/s with burst %d: %v", what, r.PerSecond, r.Burst, err)
+		return false
+	}
+	return true
+}
+
+// fallbackRate is r as limiter.NewShared divides it for each of n
+// processes deciding alone while Redis is down.
+func fallbackRate(r limiter.Rate, n int) limiter.Rate {
+	return limiter.Rate{PerSecond: r.PerSecond / float64(n), Burst: max(1, r.Burst/n)}
+}
+
+func (c *Config) validateProducers(p *problems) {
+	if len(c.Producers) == 0 {
+		p.add("producers", "must list at least one producer (nobody could send otherwise)")
+	}
+	names := map[string]bool{}
+	keys := map[[32]byte]string{}
+	for i, pr := range c.Producers {
+		key := fmt.Sprintf("producers[%d]", i)
+		if pr.Name != "" {
+			key = fmt.Sprintf("producers[%d] (%s)", i, pr.Name)
+		}
+		if pr.Name == "" {
+			p.add(key+".name", "must not be empty")
+		} else if names[pr.Name] {
+			p.add(key+".name", "duplicate producer name")
+		}
+		names[pr.Name] = true
+		if h, ok := validateProducerKey(p, key, pr); ok {
+			if other, dup := keys[h]; dup {
+				p.add(key+".key", "same key as producer %s", other)
+			}
+			keys[h] = pr.Name
+		}
+		if len(pr.Classes) == 0 {
+			p.add(key+".classes", "must list at least one class")
+		}
+		for j, cl := range pr.Classes {
+			if _, err := sms.ParseClass(cl); err != nil {
+				p.add(fmt.Sprintf("%s.classes[%d]", key, j), "%v", err)
+			}
+		}
+		if !positive(pr.Rate) {
+			p.add(key+".rate", "must be a number > 0 (messages per second)")
+		}
+		if pr.Burst < 1 {
+			p.add(key+".burst", "must be >= 1")
+		}
+		if positive(pr.Rate) && pr.Burst >= 1 {
+			// The ingress quota is a limiter key, checked on every request.
+			checkRate(p, key+".rate", "the ingress quota", limiter.Rate{PerSecond: pr.Rate, Burst: pr.Burst})
+		}
+		if pr.MaxOutstanding < 0 {
+			p.add(key+".max_outstanding", "must be >= 0 (0 means no limit)")
+		}
+	}
+	if c.Admin.Enabled() {
+		if _, dup := keys[c.Admin.KeyHash()]; dup {
+			p.add("admin.key", "must differ from every producer key")
+		}
+	}
+}
+
+// validateProducerKey checks a producer's key and returns its hash when it
+// is usable.
+func validateProducerKey(p *problems, key string, pr Producer) ([32]byte, bool) {
+	switch {
+	case pr.Key == "" && pr.KeySHA256 == "":
+		p.add(key+".key", "set key or key_sha256")
+	case pr.Key != "" && pr.KeySHA256 != "":
+		p.add(key+".key", "set key or key_sha256, not both")
+	case pr.KeySHA256 != "" && !isSHA256Hex(pr.KeySHA256):
+		p.add(key+".key_sha256", "must be 64 hex characters")
+	case pr.Key != "" && len(pr.Key) < 16:
+		p.add(key+".key", "must be at least 16 characters")
+	default:
+		return pr.KeyHash(), true
+	}
+	return [32]byte{}, false
+}
+
+func (c *Config) validateAdmin(p *problems) {
+	if c.Admin.Key != "" && c.Admin.KeySHA256 != "" {
+		p.add("admin", "set key or key_sha256, not both")
+	}
+	if c.Admin.KeySHA256 != "" && !isSHA256Hex(c.Admin.KeySHA256) {
+		p.add("admin.key_sha256", "must be 64 hex characters")
+	}
+	if c.Admin.Key != "" && len(c.Admin.Key) < 16 {
+		p.add("admin.key", "must be at least 16 characters")
+	}
+}
+
+func isSHA256Hex(s string) bool {
+	b, err := hex.DecodeString(s)
+	return err == nil && len(b) == sha256.Size
+}
+
+func (c *Config) validateDispatch(p *problems) {
+	d := c.Dispatch
+	if d.Workers < 1 {
+		p.add("dispatch.workers", "must be >= 1")
+	}
+	if d.OTPWorkers < 0 {
+		p.add("dispatch.otp_workers", "must be >= 0")
+	}
+	if d.Lease < time.Second {
+		p.add("dispatch.lease", "must be at least 1s (got %s)", d.Lease)
+	}
+	if d.MaxAttempts < 1 {
+		p.add("dispatch.max_attempts", "must be >= 1")
+	}
+	if d.BackoffBase <= 0 {
+		p.add("dispatch.backoff_base", "must be > 0")
+	}
+	if d.BackoffMax < d.BackoffBase {
+		p.add("dispatch.backoff_max", "must be >= dispatch.backoff_base")
+	}
+	if d.ShutdownTimeout <= 0 {
+		p.add("dispatch.shutdown_timeout", "must be > 0")
+	}
+	g := d.SuspensionGuard
+	if g.Threshold < 1 {
+		p.add("dispatch.suspension_guard.threshold", "must be >= 1")
+	}
+	// The guard counts on a millisecond clock.
+	if g.Window < time.Millisecond {
+		p.add("dispatch.suspension_guard.window", "must be at least 1ms (got %s)", g.Window)
+	}
+	if !(g.Share > 0 && g.Share < 1) {
+		p.add("dispatch.suspension_guard.share", "must be between 0 and 1 (exclusive), got %g", g.Share)
+	}
+}
+
+func (c *Config) validateMessages(p *problems) {
+	m := c.Messages
+	if m.MaxSegments < 1 || m.MaxSegments > 255 {
+		p.add("messages.max_segments", "must be between 1 and 255")
+	}
+	if m.DefaultTTL < 0 {
+		p.add("messages.default_ttl", "must be >= 0")
+	}
+	if m.MaxTTL <= 0 {
+		p.add("messages.max_ttl", "must be > 0")
+	} else if m.DefaultTTL > m.MaxTTL {
+		p.add("messages.default_ttl", "must be <= messages.max_ttl (%s)", m.MaxTTL)
+	}
+	// An idempotency entry lives with its message: a shorter retention
+	// would end the replay of a first answer before the window does.
+	if m.Retention < IdempotencyWindow {
+		p.add("messages.retention", "%s is shorter than the idempotency window (%s)", m.Retention, IdempotencyWindow)
+	}
+	if m.OTPDeadline <= 0 || m.OTPDeadline > MaxOTPDeadline {
+		p.add("messages.otp_deadline", "must be in (0, %s]", MaxOTPDeadline)
+	}
+}
+
+// validateEdge: log and http.
+func (c *Config) validateEdge(p *problems) {
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		p.add("log.level", "%q is not one of debug, info, warn, error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "json", "text":
+	default:
+		p.add("log.format", "%q is not one of json, text", c.Log.Format)
+	}
+
+	h := c.HTTP
+	if h.MaxBodyBytes < 1024 {
+		p.add("http.max_body_bytes", "must be at least 1024")
+	}
+	if h.ReadTimeout <= 0 {
+		p.add("http.read_timeout", "must be > 0")
+	}
+	// The server cuts a reply off at write_timeout. An OTP that is sent
+	// after that leaves the client with no answer; it retries and the code
+	// goes out twice.
+	longest := max(c.Messages.OTPDeadline, MaxOTPDeadline)
+	if need := longest + otpReplyHeadroom; h.WriteTimeout <= need {
+		p.add("http.write_timeout", "%s must be longer than %s, the longest OTP deadline (%s) plus %s for the calls around the send: "+
+			"a client cut off before its answer retries an OTP that may have been sent", h.WriteTimeout, need, longest, otpReplyHeadroom)
+	}
+	for i, s := range h.TrustedProxies {
+		// The parser the gateway uses, so that both accept the same CIDRs.
+		if _, err := netip.ParsePrefix(s); err != nil {
+			p.add(fmt.Sprintf("http.trusted_proxies[%d]", i), "%q is not a CIDR", s)
+		}
+	}
+}
+
+// Error holds every problem found, one per key.
+type Error struct{ Problems []error }
+
+func (e *Error) Error() string {
+	var sb strings.Builder
+	sb.WriteString("invalid configuration:")
+	for _, p := range e.Problems {
+		sb.WriteString("\n  - ")
+		sb.WriteString(p.Error())
+	}
+	return sb.String()
+}
+
+func (e *Error) Unwrap() []error { return e.Problems }
+
+func joinErrors(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
+	return &Error{Problems: errs}
+}
