@@ -1,12 +1,16 @@
 package gateway
 
 import (
+	"context"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"smsgw/internal/provider"
 	"smsgw/internal/provider/sim"
+	"smsgw/internal/queue"
 	"smsgw/internal/sms"
 )
 
@@ -97,6 +101,118 @@ func TestStatsFiguresFollowTraffic(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStatsNeverCountAheadOfTheQueue: an outcome counted in a stats answer
+// is in that answer's queue figures too. The dead letter is made to land
+// between the answer's two reads (after the queue's, before the counters'
+// if the queue were read first); the answer must not show it counted while
+// the queue still shows the message leased.
+func TestStatsNeverCountAheadOfTheQueue(t *testing.T) {
+	for _, m := range modes {
+		t.Run(string(m), func(t *testing.T) {
+			t.Parallel()
+			s := newSim(t, sim.Config{})
+			cfg := testConfig(t, m, s.URL())
+			cfg.Dispatch.MaxAttempts = 1
+			prov := &gatedProvider{entered: make(chan struct{}, 1), release: make(chan struct{})}
+			app, err := New(t.Context(), cfg, Options{Provider: prov})
+			if err != nil {
+				t.Fatal(err)
+			}
+			hooked := &statsHookQueue{Queue: app.srv.queue}
+			app.srv.queue = hooked // before Start: no handler runs yet
+			if err := app.Start(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if err := app.Stop(ctx); err != nil {
+					t.Errorf("Stop: %v", err)
+				}
+			})
+			h := &harness{t: t, app: app, sim: s, base: "http://" + app.Addr(), cfg: cfg,
+				client: &http.Client{Timeout: 20 * time.Second}}
+
+			wantStatus(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusAccepted)
+			select {
+			case <-prov.entered: // leased and at the provider
+			case <-time.After(15 * time.Second):
+				t.Fatal("timed out waiting for the send")
+			}
+			var ran atomic.Bool
+			hook := func() {
+				ran.Store(true)
+				close(prov.release) // the send fails; MaxAttempts 1 makes it a dead letter
+				if !waitFor(func() bool { return app.srv.live.snap().Classes[sms.ClassMarketing].Dead == 1 }) {
+					t.Error("timed out waiting for the dead letter to be counted")
+				}
+			}
+			hooked.after.Store(&hook)
+			c := h.stats().Classes["marketing"]
+			if !ran.Load() {
+				t.Fatal("the stats answer did not read the queue")
+			}
+			if c.DeadTotal > c.Dead {
+				t.Errorf("marketing %+v: a dead letter counted that the queue does not show", c)
+			}
+			eventually(t, "the dead letter in both figures", func() bool {
+				c = h.stats().Classes["marketing"]
+				return c.Dead == 1 && c.DeadTotal == 1 && c.Leased == 0
+			})
+		})
+	}
+}
+
+// statsHookQueue runs after (once) right after the queue's figures were
+// read for a stats answer.
+type statsHookQueue struct {
+	queue.Queue
+	after atomic.Pointer[func()]
+}
+
+func (q *statsHookQueue) Stats(ctx context.Context) (map[sms.Class]queue.ClassStats, error) {
+	st, err := q.Queue.Stats(ctx)
+	if f := q.after.Swap(nil); f != nil {
+		(*f)()
+	}
+	return st, err
+}
+
+// gatedProvider holds every send until release is closed, then fails it
+// temporarily (a 503).
+type gatedProvider struct {
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (p *gatedProvider) Name() string { return "gated" }
+
+func (p *gatedProvider) Send(ctx context.Context, _ *provider.Request) (provider.Result, error) {
+	select {
+	case p.entered <- struct{}{}:
+	default:
+	}
+	select {
+	case <-p.release:
+		return provider.Result{}, &provider.Error{Reason: provider.ReasonUnavailable, Temporary: true, Status: http.StatusServiceUnavailable, Message: "gated"}
+	case <-ctx.Done():
+		return provider.Result{}, ctx.Err()
+	}
+}
+
+// waitFor is eventually for goroutines other than the test's: false when
+// cond did not hold in time.
+func waitFor(cond func() bool) bool {
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
 }
 
 // TestSharedCountersAcrossReplicas: with Redis every replica reports the
