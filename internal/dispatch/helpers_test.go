@@ -63,7 +63,8 @@ func (a account) queue(t testing.TB, c redis.UniversalClient) queue.Queue {
 	return q
 }
 
-// defaultLimits is DESIGN.md's shape: 90/s global, burst 5, marketing 70/s.
+// defaultLimits are the default limits of docs/design.md section 2: 90/s
+// global, burst 5, marketing 70/s.
 var defaultLimits = limiter.Config{
 	Global:  limiter.Rate{PerSecond: 90, Burst: 5},
 	Classes: map[string]limiter.Rate{"marketing": {PerSecond: 70, Burst: 5}},

@@ -68,7 +68,7 @@ producers: [{name: app, key: "app-key-0123456789ab", classes: [otp], rate: 1, bu
 		cfg.Limits.MaxSenders != 23 || cfg.Limits.Classes["marketing"].MaxRPS != 70 ||
 		cfg.Listen != ":8080" || cfg.Account != "main" || cfg.Provider.Kind != "http" ||
 		!cfg.Provider.CountSegments || cfg.Redis.Enabled() {
-		t.Fatalf("defaults differ from DESIGN.md section 5: %+v", cfg)
+		t.Fatalf("defaults differ from docs/design.md section 7.3: %+v", cfg)
 	}
 }
 

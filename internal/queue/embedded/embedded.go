@@ -4,7 +4,8 @@
 // acknowledged while ingress stays fast.
 //
 // The file is held with an exclusive lock: two embedded replicas never share
-// a store (each would also run the full provider rate; see DESIGN.md).
+// a store (each would also run the full provider rate; see docs/design.md
+// section 2).
 //
 // Layout (all integers big-endian, times in Unix milliseconds):
 //
