@@ -40,6 +40,7 @@
 //	                    │    ──temporary error, attempts left──▶ queued at now+backoff (attempt spent)
 //	                    │    ──temporary error, no attempts────▶ failed, dead letter
 //	                    │    ──429 / suspension───▶ queued at now+Retry-After (no attempt; every replica paused)
+//	                    │    ──401/403 credentials▶ queued at now+AuthPause (no attempt; every replica paused)
 //	                    │    ──limiter wait > HoldMax, breaker open, Stop──▶ queued (no attempt)
 //	                    └────replica dies: lease expires, another replica's recoverer──▶ queued
 //

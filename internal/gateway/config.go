@@ -73,7 +73,7 @@ type StoreConfig struct {
 
 // ProviderConfig selects the provider adapter.
 type ProviderConfig struct {
-	Kind          string        `yaml:"kind"` // http | twilio | vonage | sim
+	Kind          string        `yaml:"kind"` // http | twilio | vonage
 	URL           string        `yaml:"url"`  // http: the send endpoint; twilio/vonage: optional API base URL override
 	Timeout       time.Duration `yaml:"timeout"`
 	ContractRPS   float64       `yaml:"contract_rps"`
