@@ -51,8 +51,10 @@ var allowed = map[string][]string{
 	"internal/dispatch": {"internal/limiter", "internal/provider", "internal/queue", "internal/sms",
 		"internal/keyspace", "internal/state"},
 
-	// Configuration: may read the defaults of the parts it configures.
-	"internal/config": {"internal/sms", "internal/keyspace", "internal/limiter", "internal/provider", "internal/queue",
+	// Configuration: may use the parts it configures for their defaults and
+	// checks (each provider adapter validates its own settings).
+	"internal/config": {"internal/sms", "internal/keyspace", "internal/limiter", "internal/provider",
+		"internal/provider/httpprov", "internal/provider/twilio", "internal/provider/vonage", "internal/queue",
 		"internal/dispatch"},
 
 	// The application and what runs it.
