@@ -17,7 +17,7 @@ func init() {
 	register(command{name: "bench", usage: "what the provider sees under the old limiters and ours (--pods 16 --duration 5s --window both)", run: runBench})
 }
 
-// runBench runs the benchmark of DESIGN.md section 7 and prints its table
+// runBench runs the benchmark of docs/design.md section 8 and prints its table
 // (or JSON with --json). It exits non-zero only when it cannot run (bad
 // flags, no Redis), never because of the figures.
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {

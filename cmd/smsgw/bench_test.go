@@ -9,7 +9,7 @@ import (
 	"smsgw/internal/bench"
 )
 
-// smsgw bench prints the table of DESIGN.md section 7.
+// smsgw bench prints the comparison of docs/design.md section 8.
 func TestBenchCommand(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the bench against the shared Redis for about 3 s")

@@ -1,4 +1,4 @@
-// Package bench reproduces the table of DESIGN.md section 7: what the
+// Package bench runs the comparison of docs/design.md section 8: what the
 // provider sees when many producer pods share one account, under the old
 // limiters and under ours. Every figure is counted at the provider simulator
 // (in-process, on 127.0.0.1), never by the senders.
@@ -35,7 +35,7 @@ import (
 // Strategy is one way of pacing the senders.
 type Strategy string
 
-// The strategies of DESIGN.md section 1 and ours.
+// The old strategies of docs/design.md section 1, and ours.
 const (
 	// PerPod: each pod limits itself to Contract/2 per second (its own clock)
 	// "because prod has 2 pods".

@@ -37,7 +37,7 @@ type GuardConfig struct {
 	Share     float64       // active from Share·Threshold 429s; default 0.5
 }
 
-// Guard defaults: the provider contract of DESIGN.md section 1.
+// Guard defaults: the provider contract of docs/design.md section 1.
 const (
 	DefaultGuardWindow    = 10 * time.Minute
 	DefaultGuardThreshold = 300

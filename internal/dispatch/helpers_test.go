@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net/http/httptest"
 	"os"
@@ -23,6 +22,7 @@ import (
 	"smsgw/internal/queue/redisq"
 	"smsgw/internal/redistest"
 	"smsgw/internal/sms"
+	"smsgw/internal/sms/smstest"
 )
 
 // patience bounds every wait in these tests: generous, because the package
@@ -63,7 +63,8 @@ func (a account) queue(t testing.TB, c redis.UniversalClient) queue.Queue {
 	return q
 }
 
-// defaultLimits is the product's shape: 90/s global, burst 5, marketing 70/s.
+// defaultLimits are the default limits of docs/design.md section 2: 90/s
+// global, burst 5, marketing 70/s.
 var defaultLimits = limiter.Config{
 	Global:  limiter.Rate{PerSecond: 90, Burst: 5},
 	Classes: map[string]limiter.Rate{"marketing": {PerSecond: 70, Burst: 5}},
@@ -119,22 +120,8 @@ func (f funcProvider) Send(ctx context.Context, req *provider.Request) (provider
 	return f(ctx, req)
 }
 
-var msgSeq atomic.Int64
-
 // newMsg builds a message the way the API does: id and CreatedAt now.
-func newMsg(c sms.Class) *sms.Message {
-	now := time.Now()
-	n := msgSeq.Add(1)
-	return &sms.Message{
-		ID:        sms.NewID(now),
-		Producer:  "test",
-		Class:     c,
-		To:        "+819012345678",
-		Body:      fmt.Sprintf("dispatch test %d", n),
-		Segments:  1,
-		CreatedAt: now,
-	}
-}
+func newMsg(c sms.Class) *sms.Message { return smstest.Message("test", c) }
 
 func enqueue(t testing.TB, q queue.Queue, ms ...*sms.Message) {
 	t.Helper()

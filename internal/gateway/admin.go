@@ -83,6 +83,15 @@ type statsResponse struct {
 
 func (s *server) adminStats(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
+	// Counters before the queue: the dispatcher counts an outcome only after
+	// the store recorded it, so every outcome counted here is already in the
+	// queue figures read next. Read the other way round, a dead letter ended
+	// between the two reads was counted but still shown leased.
+	tot, scope, since, err := s.live.totals.read(ctx)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	qs, err := s.queue.Stats(ctx)
 	if err != nil {
 		s.writeError(w, r, fmt.Errorf("queue stats: %w", err))
@@ -91,11 +100,6 @@ func (s *server) adminStats(w http.ResponseWriter, r *http.Request) {
 	ls, err := s.limiter.State(ctx)
 	if err != nil {
 		s.writeError(w, r, fmt.Errorf("limiter state: %w", err))
-		return
-	}
-	tot, scope, since, err := s.live.totals.read(ctx)
-	if err != nil {
-		s.writeError(w, r, err)
 		return
 	}
 	out := statsResponse{Classes: map[string]classStats{}, Pause: s.pause.state(),

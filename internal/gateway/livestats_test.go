@@ -1,13 +1,17 @@
 package gateway
 
 import (
+	"context"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"smsgw/internal/config"
+	"smsgw/internal/provider"
 	"smsgw/internal/provider/sim"
+	"smsgw/internal/queue"
 	"smsgw/internal/sms"
 )
 
@@ -100,6 +104,118 @@ func TestStatsFiguresFollowTraffic(t *testing.T) {
 	}
 }
 
+// TestStatsNeverCountAheadOfTheQueue: an outcome counted in a stats answer
+// is in that answer's queue figures too. The dead letter is made to land
+// between the answer's two reads (after the queue's, before the counters'
+// if the queue were read first); the answer must not show it counted while
+// the queue still shows the message leased.
+func TestStatsNeverCountAheadOfTheQueue(t *testing.T) {
+	for _, m := range modes {
+		t.Run(string(m), func(t *testing.T) {
+			t.Parallel()
+			s := newSim(t, sim.Config{})
+			cfg := testConfig(t, m, s.URL())
+			cfg.Dispatch.MaxAttempts = 1
+			prov := &gatedProvider{entered: make(chan struct{}, 1), release: make(chan struct{})}
+			app, err := New(t.Context(), cfg, Options{Provider: prov})
+			if err != nil {
+				t.Fatal(err)
+			}
+			hooked := &statsHookQueue{Queue: app.srv.queue}
+			app.srv.queue = hooked // before Start: no handler runs yet
+			if err := app.Start(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if err := app.Stop(ctx); err != nil {
+					t.Errorf("Stop: %v", err)
+				}
+			})
+			h := &harness{t: t, app: app, sim: s, base: "http://" + app.Addr(), cfg: cfg,
+				client: &http.Client{Timeout: 20 * time.Second}}
+
+			wantStatus(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusAccepted)
+			select {
+			case <-prov.entered: // leased and at the provider
+			case <-time.After(15 * time.Second):
+				t.Fatal("timed out waiting for the send")
+			}
+			var ran atomic.Bool
+			hook := func() {
+				ran.Store(true)
+				close(prov.release) // the send fails; MaxAttempts 1 makes it a dead letter
+				if !waitFor(func() bool { return app.srv.live.snap().Classes[sms.ClassMarketing].Dead == 1 }) {
+					t.Error("timed out waiting for the dead letter to be counted")
+				}
+			}
+			hooked.after.Store(&hook)
+			c := h.stats().Classes["marketing"]
+			if !ran.Load() {
+				t.Fatal("the stats answer did not read the queue")
+			}
+			if c.DeadTotal > c.Dead {
+				t.Errorf("marketing %+v: a dead letter counted that the queue does not show", c)
+			}
+			eventually(t, "the dead letter in both figures", func() bool {
+				c = h.stats().Classes["marketing"]
+				return c.Dead == 1 && c.DeadTotal == 1 && c.Leased == 0
+			})
+		})
+	}
+}
+
+// statsHookQueue runs after (once) right after the queue's figures were
+// read for a stats answer.
+type statsHookQueue struct {
+	queue.Queue
+	after atomic.Pointer[func()]
+}
+
+func (q *statsHookQueue) Stats(ctx context.Context) (map[sms.Class]queue.ClassStats, error) {
+	st, err := q.Queue.Stats(ctx)
+	if f := q.after.Swap(nil); f != nil {
+		(*f)()
+	}
+	return st, err
+}
+
+// gatedProvider holds every send until release is closed, then fails it
+// temporarily (a 503).
+type gatedProvider struct {
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (p *gatedProvider) Name() string { return "gated" }
+
+func (p *gatedProvider) Send(ctx context.Context, _ *provider.Request) (provider.Result, error) {
+	select {
+	case p.entered <- struct{}{}:
+	default:
+	}
+	select {
+	case <-p.release:
+		return provider.Result{}, &provider.Error{Reason: provider.ReasonUnavailable, Temporary: true, Status: http.StatusServiceUnavailable, Message: "gated"}
+	case <-ctx.Done():
+		return provider.Result{}, ctx.Err()
+	}
+}
+
+// waitFor is eventually for goroutines other than the test's: false when
+// cond did not hold in time.
+func waitFor(cond func() bool) bool {
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
+}
+
 // TestSharedCountersAcrossReplicas: with Redis every replica reports the
 // account's totals, whichever replica sent; and a stopped replica's last
 // sends are not lost.
@@ -114,10 +230,15 @@ func TestSharedCountersAcrossReplicas(t *testing.T) {
 	// Sent by a alone, on the fast path (b's dispatcher never sees them).
 	wantStatus(t, a.post("/v1/admin/resume", keyAdmin, nil), http.StatusOK)
 	eventually(t, "a to see the resume", func() bool { return !a.stats().Pause.Paused })
-	time.Sleep(2 * pausedRetry)
-	for range 4 {
-		wantStatus(t, a.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
-	}
+	// A denial during the pause holds a's sends back a little longer
+	// (pausedRetry): until then an OTP is refused, and nothing is sent.
+	sent := 0
+	eventually(t, "a to send 4 OTPs after the resume", func() bool {
+		if a.post("/v1/otp", keyLogin, otpBody()).status == http.StatusOK {
+			sent++
+		}
+		return sent == 4
+	})
 	eventually(t, "replica b to report a's sends", func() bool {
 		st := b.stats()
 		return st.Classes["otp"].SentTotal == 4 && st.Counters.Scope == scopeShared

@@ -30,6 +30,10 @@ type operatorPause struct {
 	on     bool
 	until  time.Time // zero: until resumed
 	reason string
+	// changes counts this process's Pause and Resume calls. A poll whose
+	// read began before one of them may carry the state from before it,
+	// and is dropped: applied, it would undo the change until the next poll.
+	changes uint64
 
 	stop chan struct{}
 	done chan struct{}
@@ -76,9 +80,32 @@ func (p *operatorPause) active(now time.Time) bool {
 	return p.on && (p.until.IsZero() || now.Before(p.until))
 }
 
+// set records a change made by this process.
 func (p *operatorPause) set(on bool, d time.Duration, reason string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.changes++
+	p.setLocked(on, d, reason)
+}
+
+// changeCount is the number of changes this process made so far.
+func (p *operatorPause) changeCount() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.changes
+}
+
+// setPolled records the shared state read by a poll that began after
+// change number seen, unless this process changed the state since.
+func (p *operatorPause) setPolled(seen uint64, on bool, d time.Duration, reason string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.changes == seen {
+		p.setLocked(on, d, reason)
+	}
+}
+
+func (p *operatorPause) setLocked(on bool, d time.Duration, reason string) {
 	p.on, p.reason, p.until = on, reason, time.Time{}
 	if on && d > 0 {
 		p.until = p.now().Add(d)
@@ -109,6 +136,7 @@ func (p *operatorPause) Resume(ctx context.Context) error {
 
 // poll reads the shared switch once.
 func (p *operatorPause) poll(ctx context.Context) error {
+	seen := p.changeCount()
 	pipe := p.c.Pipeline()
 	get := pipe.Get(ctx, p.key)
 	ttl := pipe.PTTL(ctx, p.key)
@@ -117,14 +145,14 @@ func (p *operatorPause) poll(ctx context.Context) error {
 	}
 	reason, err := get.Result()
 	if errors.Is(err, redis.Nil) {
-		p.set(false, 0, "")
+		p.setPolled(seen, false, 0, "")
 		return nil
 	}
 	d := ttl.Val()
 	if d < 0 {
 		d = 0
 	}
-	p.set(true, d, reason)
+	p.setPolled(seen, true, d, reason)
 	return nil
 }
 

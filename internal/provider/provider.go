@@ -1,6 +1,9 @@
 // Package provider is the seam between the send loop and an SMS provider.
-// Adapters live in sub-packages (http, twilio, vonage, sim) and classify their
-// own failures as *Error so the send loop never parses vendor responses.
+// Adapters live in sub-packages (httpprov for the generic protocol, twilio,
+// vonage) and classify their own failures as *Error so the send loop never
+// parses vendor responses. sim is the simulator the generic adapter talks to
+// in tests, the demo and the benchmark; providertest is the conformance
+// suite every adapter passes.
 package provider
 
 import (

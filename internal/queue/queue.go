@@ -1,9 +1,9 @@
 // Package queue is the seam for durable priority queues of messages.
 //
-// Backends live in sub-packages (embedded: one node, a file on disk; redis:
+// Backends live in sub-packages (embedded: one node, a file on disk; redisq:
 // shared by replicas). Every backend passes the conformance suite in
 // queuetest. All durations in this seam are relative so that no backend
-// depends on the caller's clock: a redis backend uses Redis TIME, the embedded
+// depends on the caller's clock: redisq uses Redis TIME, the embedded
 // backend its own clock.
 //
 // Delivery is at-least-once with leases: Take hands a message to one owner

@@ -1,5 +1,5 @@
 // Package httpprov is the adapter for smsgw's generic provider protocol
-// (DESIGN.md section 4), and holds the HTTP helpers the vendor adapters share.
+// (docs/design.md section 7.2), and holds the HTTP helpers the vendor adapters share.
 //
 // Wire format: POST {URL} with a JSON body
 //

@@ -22,7 +22,7 @@ const (
 	WindowFixed Window = "fixed"
 )
 
-// Defaults of the contract in DESIGN.md section 1.
+// Defaults of the contract in docs/design.md section 1.
 const (
 	DefaultRetryAfter    = time.Second
 	DefaultSuspendAfter  = 300
@@ -55,7 +55,7 @@ type Config struct {
 	// a retry of a send it already accepted is accepted (and delivered)
 	// again, as by a provider without idempotency (Twilio, Vonage). By
 	// default a repeated key is answered with the first id and not sent
-	// again, as the generic protocol (DESIGN.md section 4) specifies.
+	// again, as the generic protocol (docs/design.md section 7.2) specifies.
 	NoIdempotency bool
 
 	// IgnoreSegments counts every message as one unit even when the request

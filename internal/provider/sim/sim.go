@@ -1,5 +1,5 @@
 // Package sim is the provider simulator: an SMS provider that enforces the
-// contract of DESIGN.md section 1 exactly and records everything it accepts,
+// contract of docs/design.md section 1 exactly and records everything it accepts,
 // so that tests and benchmarks measure the gateway at the provider.
 //
 // It speaks the generic protocol (package httpprov): POST /send with

@@ -9,12 +9,10 @@ import (
 
 	"smsgw/internal/queue"
 	"smsgw/internal/sms"
+	"smsgw/internal/sms/smstest"
 )
 
-func benchMsg(c sms.Class) *sms.Message {
-	now := time.Now()
-	return &sms.Message{ID: sms.NewID(now), Producer: "bench", Class: c, To: "+819012345678", Body: "benchmark message", Segments: 1, CreatedAt: now}
-}
+func benchMsg(c sms.Class) *sms.Message { return smstest.Message("bench", c) }
 
 func reportRate(b *testing.B, msgs int) {
 	b.ReportMetric(float64(msgs)/b.Elapsed().Seconds(), "msgs/s")

@@ -15,6 +15,7 @@ import (
 	"smsgw/internal/queue"
 	"smsgw/internal/queue/queuetest"
 	"smsgw/internal/sms"
+	"smsgw/internal/sms/smstest"
 )
 
 func TestMain(m *testing.M) {
@@ -105,7 +106,7 @@ func (c *clock) Add(d time.Duration) {
 func newClock() *clock { return &clock{now: time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)} }
 
 func msg(producer string, c sms.Class, now time.Time) *sms.Message {
-	return &sms.Message{ID: sms.NewID(now), Producer: producer, Class: c, To: "+819012345678", Body: "hi", Segments: 1, CreatedAt: now}
+	return smstest.MessageAt(producer, c, now)
 }
 
 func TestRetention(t *testing.T) {

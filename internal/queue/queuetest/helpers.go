@@ -3,13 +3,12 @@ package queuetest
 import (
 	"context"
 	"errors"
-	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"smsgw/internal/queue"
 	"smsgw/internal/sms"
+	"smsgw/internal/sms/smstest"
 )
 
 // patience bounds every wait on the backend: generous, because the suite runs
@@ -19,23 +18,8 @@ const patience = 20 * time.Second
 // slack is the clock resolution a backend may round to (milliseconds).
 const slack = 2 * time.Millisecond
 
-var seq atomic.Int64
-
 // newMsg returns a valid message the way the gateway builds one.
-func newMsg(producer string, c sms.Class) *sms.Message {
-	now := time.Now()
-	n := seq.Add(1)
-	return &sms.Message{
-		ID:        sms.NewID(now),
-		Producer:  producer,
-		Class:     c,
-		To:        "+819012345678",
-		Body:      fmt.Sprintf("queuetest %d", n),
-		Reference: fmt.Sprintf("ref-%d", n),
-		Segments:  1,
-		CreatedAt: now.UTC().Truncate(time.Millisecond),
-	}
-}
+func newMsg(producer string, c sms.Class) *sms.Message { return smstest.Message(producer, c) }
 
 func opts(classes ...sms.Class) queue.TakeOptions {
 	return queue.TakeOptions{Owner: "queuetest", Lease: time.Hour, Classes: classes}

@@ -14,6 +14,7 @@ import (
 	"smsgw/internal/queue"
 	"smsgw/internal/redistest"
 	"smsgw/internal/sms"
+	"smsgw/internal/sms/smstest"
 )
 
 func TestMain(m *testing.M) {
@@ -118,13 +119,7 @@ func dump(t testing.TB, q *Queue) []string {
 }
 
 // msg returns a valid message of class c from producer p.
-func msg(p string, c sms.Class) *sms.Message {
-	now := time.Now()
-	return &sms.Message{
-		ID: sms.NewID(now), Producer: p, Class: c, To: "+819012345678", Body: "hello",
-		Segments: 1, CreatedAt: now.UTC().Truncate(time.Millisecond),
-	}
-}
+func msg(p string, c sms.Class) *sms.Message { return smstest.Message(p, c) }
 
 func enqueue(t testing.TB, q queue.Queue, ms ...*sms.Message) {
 	t.Helper()

@@ -1,0 +1,94 @@
+package gateway
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"smsgw/internal/redistest"
+)
+
+// TestPausePollNeverUndoesALocalChange: a poll of the shared switch whose
+// read was answered before this process paused (or resumed), and which
+// records its answer after, must not undo the change. It did: the pause
+// was lifted until the next poll and queued messages were sent meanwhile.
+func TestPausePollNeverUndoesALocalChange(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		before     func(p *operatorPause, ctx context.Context) error // the state the poll reads
+		change     func(p *operatorPause, ctx context.Context) error // made while the poll's answer is in flight
+		wantPaused bool
+	}{
+		{"pause", (*operatorPause).Resume, pauseFor(0), true},
+		{"resume", pauseFor(0), (*operatorPause).Resume, false},
+		{"timed pause", (*operatorPause).Resume, pauseFor(time.Hour), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			c := redistest.Client(t)
+			key := redistest.Prefix(t) + ":pause"
+			hook := &afterPipeline{key: key}
+			c.AddHook(hook)
+			p := &operatorPause{c: c, key: key, now: time.Now, log: slog.New(slog.DiscardHandler), every: pausePollEvery}
+			if err := tc.before(p, ctx); err != nil {
+				t.Fatal(err)
+			}
+			var changeErr error
+			change := func() { changeErr = tc.change(p, ctx) }
+			hook.f.Store(&change)
+			if err := p.poll(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if changeErr != nil {
+				t.Fatal(changeErr)
+			}
+			if hook.f.Load() != nil {
+				t.Fatal("the poll sent no pipeline")
+			}
+			if got := p.active(time.Now()); got != tc.wantPaused {
+				t.Errorf("after the racing poll paused=%v, want %v", got, tc.wantPaused)
+			}
+			// The next poll reads the change and keeps it.
+			if err := p.poll(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := p.active(time.Now()); got != tc.wantPaused {
+				t.Errorf("after the next poll paused=%v, want %v", got, tc.wantPaused)
+			}
+		})
+	}
+}
+
+func pauseFor(d time.Duration) func(*operatorPause, context.Context) error {
+	return func(p *operatorPause, ctx context.Context) error { return p.Pause(ctx, d, "maintenance") }
+}
+
+// afterPipeline runs f (once) when the answer to a pipeline reading key has
+// arrived, before the caller sees it. (go-redis also pipelines its own
+// commands when it opens a connection.)
+type afterPipeline struct {
+	key string
+	f   atomic.Pointer[func()]
+}
+
+func (h *afterPipeline) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *afterPipeline) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h *afterPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if len(cmds) == 0 || len(cmds[0].Args()) < 2 || cmds[0].Args()[1] != h.key {
+			return err
+		}
+		if f := h.f.Swap(nil); f != nil {
+			(*f)()
+		}
+		return err
+	}
+}

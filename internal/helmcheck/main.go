@@ -1,0 +1,85 @@
+// Command helmcheck checks one `helm template` output of the smsgw chart:
+// the Kubernetes objects keep the replica rules of the chosen mode, the
+// probes and shutdown timing fit, no secret leaks into the ConfigMap; then
+// it runs `smsgw check-config` on the smsgw.yaml of the ConfigMap with the
+// SMSGW_* environment the Deployment gives the container (the Secret through
+// envFrom, plus literal env entries). scripts/helm-check.sh builds it and
+// runs it on every value set it renders, so the chart can never render a
+// configuration the binary refuses.
+//
+//	helmcheck -rendered out.yaml -smsgw bin/smsgw -out dir -mode embedded -replicas 1
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+func main() {
+	rendered := flag.String("rendered", "", "helm template output")
+	bin := flag.String("smsgw", "", "smsgw binary")
+	out := flag.String("out", "", "directory for the extracted smsgw.yaml")
+	var want expectation
+	flag.StringVar(&want.mode, "mode", "", "expected mode: embedded or redis")
+	flag.IntVar(&want.replicas, "replicas", -1, "expected spec.replicas (-1: absent, HPA)")
+	flag.StringVar(&want.readiness, "readiness", "/readyz", "expected readiness path")
+	flag.BoolVar(&want.hpa, "hpa", false, "expect a HorizontalPodAutoscaler")
+	flag.Var((*multi)(&want.extraEnv), "env", "KEY=VALUE the container gets besides the rendered Secret (repeatable)")
+	flag.Var((*multi)(&want.existingSecret), "existing-secret", "KEY=VALUE of the existingSecret the release refers to (repeatable)")
+	flag.Parse()
+	if err := run(*rendered, *bin, *out, want, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+// multi is a repeatable string flag.
+type multi []string
+
+func (m *multi) String() string     { return strings.Join(*m, ",") }
+func (m *multi) Set(s string) error { *m = append(*m, s); return nil }
+
+// run checks the render in file rendered and, when it passes, runs bin's
+// check-config on its configuration.
+func run(rendered, bin, out string, want expectation, stdout io.Writer) error {
+	data, err := os.ReadFile(rendered)
+	if err != nil {
+		return err
+	}
+	r, err := inspect(data, want)
+	if err != nil {
+		return err
+	}
+	if len(r.problems) > 0 {
+		return errors.New(strings.Join(r.problems, "\n"))
+	}
+	path := filepath.Join(out, "smsgw.yaml")
+	if err := os.WriteFile(path, []byte(r.config), 0o600); err != nil {
+		return err
+	}
+	names := make([]string, 0, len(r.env))
+	cmdEnv := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	for k, v := range r.env {
+		names = append(names, k)
+		cmdEnv = append(cmdEnv, k+"="+v)
+	}
+	slices.Sort(names)
+	fmt.Fprintf(stdout, "      env from the Deployment: %s\n", strings.Join(names, " "))
+	cmd := exec.Command(bin, "check-config", "--config", path)
+	cmd.Env = cmdEnv
+	o, err := cmd.CombinedOutput()
+	for _, l := range strings.Split(strings.TrimRight(string(o), "\n"), "\n") {
+		fmt.Fprintf(stdout, "      | %s\n", l)
+	}
+	if err != nil {
+		return fmt.Errorf("smsgw check-config refused the rendered configuration: %w", err)
+	}
+	return nil
+}
