@@ -17,6 +17,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"smsgw/internal/keyspace"
 	"smsgw/internal/sms"
 )
 
@@ -439,10 +440,8 @@ func (c *Config) Validate() error {
 	if !c.Redis.Enabled() && c.Store.Path == "" {
 		bad("store.path", "must be set when redis.addr is empty (the embedded store needs a directory)")
 	}
-	if c.Account == "" {
-		bad("account", "must not be empty")
-	} else if strings.ContainsAny(c.Account, "{}: \t\n") {
-		bad("account", "%q may not contain braces, colons or spaces (it becomes a Redis hash tag)", c.Account)
+	if err := keyspace.ValidateAccount(c.Account); err != nil {
+		bad("account", "%v", err)
 	}
 
 	c.validateProvider(bad)

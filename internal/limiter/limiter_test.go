@@ -52,7 +52,7 @@ import (
 //	whole-second-clock [TestPrecision]
 //	  redis.go: `local cost = tonumber(ARGV[1])` -> `local cost = tonumber(ARGV[1]) now = tonumber(t[1]) * 1000000`
 //	drop-the-hash-tag [TestClusterScriptsStayInOneSlot]
-//	  keys.go: `return "{smsgw:" + account + "}"` -> `return "smsgw:" + account`
+//	  keys.go: `return keySet{tag: sp.Tag()}, nil` -> `return keySet{tag: "smsgw:" + sp.Account()}, nil`
 //	fail-open-on-redis-error [TestSharedFallbackAndRecovery]
 //	  shared.go: `d, err = s.fallback.Reserve(ctx, req)` -> `d, err = Decision{Allowed: true, Mode: ModeFallback}, nil`
 //	fallback-not-divided [TestSharedFallbackAndRecovery]
