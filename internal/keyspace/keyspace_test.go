@@ -2,6 +2,11 @@ package keyspace
 
 import (
 	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -75,4 +80,41 @@ func FuzzAccountTag(f *testing.F) {
 			t.Fatalf("key %q hashes on %q, want smsgw:%s", key, got, account)
 		}
 	})
+}
+
+// TestTagLiteralInOnePlace: the hash tag's text is written in one string
+// literal of the module's non-test code, this package's; every other
+// package builds its keys from a Space.
+func TestTagLiteralInOnePlace(t *testing.T) {
+	t.Parallel()
+	root := filepath.Join("..", "..")
+	var found []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".")) && path != root {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			if lit, ok := n.(*ast.BasicLit); ok && lit.Kind == token.STRING && strings.Contains(lit.Value, "{smsgw:") {
+				found = append(found, filepath.ToSlash(path))
+			}
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(found) != 1 || !strings.HasSuffix(found[0], "internal/keyspace/keyspace.go") {
+		t.Errorf("the tag literal is in %v, want only internal/keyspace/keyspace.go", found)
+	}
 }
