@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"smsgw/internal/keyspace"
 	"smsgw/internal/limiter"
 	"smsgw/internal/provider/httpprov"
 	"smsgw/internal/sms"
@@ -96,12 +97,9 @@ func (c *Config) validateBackend(p *problems) {
 	if !c.Redis.Enabled() && c.Store.Path == "" {
 		p.add("store.path", "must be set when redis.addr is empty (the embedded store needs a directory)")
 	}
-	// The queue, limiter and suspension guard each check the account too,
-	// each with its own rule; this one is the strictest of them.
-	if c.Account == "" {
-		p.add("account", "must not be empty")
-	} else if strings.ContainsAny(c.Account, "{}: \t\n") {
-		p.add("account", "%q may not contain braces, colons or spaces (it becomes a Redis hash tag)", c.Account)
+	// The one account rule: it becomes the hash tag of every shared key.
+	if err := keyspace.ValidateAccount(c.Account); err != nil {
+		p.add("account", "%v", err)
 	}
 }
 

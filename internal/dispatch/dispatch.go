@@ -45,8 +45,9 @@ type Config struct {
 	Queue    queue.Queue
 	Limiter  limiter.Limiter
 	Provider provider.Provider
-	// Guard counts provider 429s (NewRedisGuard with Redis, NewLocalGuard
-	// embedded); nil disables the suspension guard.
+	// Guard counts provider 429s (NewGuard over a window of
+	// internal/state: shared with Redis, in memory embedded); nil disables
+	// the suspension guard.
 	Guard Guard
 	// Owner identifies this replica in leases (hostname, pod name).
 	Owner string

@@ -58,8 +58,9 @@
 // # Suspension guard
 //
 // Every provider 429 is recorded in a rolling window shared by all
-// replicas (RedisGuard: a ZSET under the account's hash tag, trimmed by a
-// Lua script on Redis time; LocalGuard in memory for embedded mode). Each
+// replicas. The window's storage is the caller's (internal/state: a ZSET
+// under the account's hash tag, trimmed by a Lua script on Redis time, or
+// memory for embedded mode); this package holds the policy (NewGuard). Each
 // replica reads the count every GuardRefresh. From ActivateAt (default half
 // of the provider's 300) every reservation costs GuardSlowdown (default 2)
 // times the message's cost, capped by the limiter's burst, and every

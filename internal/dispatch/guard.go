@@ -2,23 +2,14 @@ package dispatch
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"math"
-	"strings"
-	"sync"
-	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Guard counts provider 429s in a rolling window so that the send loop can
 // slow down long before the provider suspends the account (the simulator and
 // the real provider suspend after more than 300 429s in 10 minutes).
-//
-// RedisGuard shares the count between every replica of an account;
-// LocalGuard counts in memory for embedded mode (one replica).
 type Guard interface {
 	// Record429 records one provider 429 now and returns how many the
 	// window holds, this one included.
@@ -30,24 +21,30 @@ type Guard interface {
 	ActivateAt() int
 }
 
-// GuardConfig shapes a guard. Zero fields take the defaults.
-type GuardConfig struct {
-	Window    time.Duration // rolling window; default 10 minutes (the provider's)
-	Threshold int           // 429s in Window that suspend the account; default 300
-	Share     float64       // active from Share·Threshold 429s; default 0.5
+// ThrottleWindow is where a Guard keeps its 429s: the rolling window of
+// the provider's suspension rule. The caller owns the storage and its
+// window length: internal/state has one shared by every replica of an
+// account (Redis) and one in this process (embedded mode). This package
+// only applies the policy.
+type ThrottleWindow interface {
+	Record429(ctx context.Context) (int, error)
+	Count(ctx context.Context) (int, error)
 }
 
-// Guard defaults: the provider contract of docs/design.md section 1.
+// GuardConfig is the guard's policy. Zero fields take the defaults.
+type GuardConfig struct {
+	Threshold int     // 429s in the window that suspend the account; default 300
+	Share     float64 // active from Share·Threshold 429s; default 0.5
+}
+
+// Guard defaults: the provider's suspension rule (more than 300 429s in 10
+// minutes; the window is the storage's).
 const (
-	DefaultGuardWindow    = 10 * time.Minute
 	DefaultGuardThreshold = 300
 	DefaultGuardShare     = 0.5
 )
 
 func (c GuardConfig) withDefaults() (GuardConfig, error) {
-	if c.Window == 0 {
-		c.Window = DefaultGuardWindow
-	}
 	if c.Threshold == 0 {
 		c.Threshold = DefaultGuardThreshold
 	}
@@ -55,9 +52,6 @@ func (c GuardConfig) withDefaults() (GuardConfig, error) {
 		c.Share = DefaultGuardShare
 	}
 	var errs []error
-	if c.Window < time.Millisecond {
-		errs = append(errs, fmt.Errorf("window %s must be at least 1ms", c.Window))
-	}
 	if c.Threshold < 1 {
 		errs = append(errs, fmt.Errorf("threshold %d must be >= 1", c.Threshold))
 	}
@@ -70,125 +64,25 @@ func (c GuardConfig) withDefaults() (GuardConfig, error) {
 	return c, nil
 }
 
-func (c GuardConfig) activateAt() int {
-	return max(1, int(math.Ceil(c.Share*float64(c.Threshold))))
+// windowGuard is a Guard: a ThrottleWindow with the policy's activation
+// count.
+type windowGuard struct {
+	ThrottleWindow
+	activateAt int
 }
 
-// RedisGuard is the Guard shared by every replica of one account.
-type RedisGuard struct {
-	client redis.UniversalClient
-	key    string
-	cfg    GuardConfig
-}
-
-var _ Guard = (*RedisGuard)(nil)
-
-// NewRedisGuard returns the shared guard of account on client.
-func NewRedisGuard(client redis.UniversalClient, account string, cfg GuardConfig) (*RedisGuard, error) {
-	if client == nil {
-		return nil, errors.New("dispatch: guard: redis client is nil")
-	}
-	if account == "" || strings.ContainsAny(account, "{}") {
-		return nil, fmt.Errorf("dispatch: guard: account %q must be non-empty and free of braces (it is a Cluster hash tag)", account)
+// NewGuard returns the Guard that counts in w and is active from
+// ceil(Share · Threshold) 429s.
+func NewGuard(w ThrottleWindow, cfg GuardConfig) (Guard, error) {
+	if w == nil {
+		return nil, errors.New("dispatch: guard: window is nil")
 	}
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	return &RedisGuard{client: client, key: newDispatchKeys(account).throttles(), cfg: cfg}, nil
-}
-
-// guardScript trims the 429 log to the window and optionally records one.
-//
-//	KEYS[1]  ZSET of 429s: member "<µs>:<nonce>", score Redis time in µs
-//	ARGV[1]  window, µs
-//	ARGV[2]  nonce of the 429 to record; '' only counts
-//
-// Returns the number of 429s within the window after the call. Redis TIME is
-// the only clock, so replicas with skewed clocks share one window. The key
-// expires one window after the last 429.
-var guardScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local window = tonumber(ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%d', now - window))
-if ARGV[2] ~= '' then
-  redis.call('ZADD', KEYS[1], string.format('%d', now), string.format('%d', now) .. ':' .. ARGV[2])
-  redis.call('PEXPIRE', KEYS[1], string.format('%d', math.ceil(window / 1000)))
-end
-return redis.call('ZCARD', KEYS[1])
-`)
-
-func (g *RedisGuard) run(ctx context.Context, nonce string) (int, error) {
-	n, err := guardScript.Run(ctx, g.client, []string{g.key}, g.cfg.Window.Microseconds(), nonce).Int()
-	if err != nil {
-		return 0, fmt.Errorf("dispatch: guard on redis: %w", err)
-	}
-	return n, nil
-}
-
-// Record429 records one 429 on Redis time.
-func (g *RedisGuard) Record429(ctx context.Context) (int, error) { return g.run(ctx, rand.Text()) }
-
-// Count returns the 429s in the window on Redis time.
-func (g *RedisGuard) Count(ctx context.Context) (int, error) { return g.run(ctx, "") }
-
-// ActivateAt is ceil(Share · Threshold).
-func (g *RedisGuard) ActivateAt() int { return g.cfg.activateAt() }
-
-// LocalGuard counts 429s of this process only: embedded mode, one replica.
-type LocalGuard struct {
-	cfg GuardConfig
-	now func() time.Time
-
-	mu    sync.Mutex
-	times []time.Time // ascending
-}
-
-var _ Guard = (*LocalGuard)(nil)
-
-// NewLocalGuard returns an in-memory guard.
-func NewLocalGuard(cfg GuardConfig) (*LocalGuard, error) {
-	cfg, err := cfg.withDefaults()
-	if err != nil {
-		return nil, err
-	}
-	return &LocalGuard{cfg: cfg, now: time.Now}, nil
-}
-
-// trim drops 429s at least one window old. Callers hold mu.
-func (g *LocalGuard) trim(now time.Time) {
-	cut := now.Add(-g.cfg.Window)
-	i := 0
-	for i < len(g.times) && !g.times[i].After(cut) {
-		i++
-	}
-	g.times = append(g.times[:0], g.times[i:]...)
-}
-
-// Record429 records one 429 now.
-func (g *LocalGuard) Record429(ctx context.Context) (int, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("dispatch: guard: %w", err)
-	}
-	now := g.now()
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.trim(now)
-	g.times = append(g.times, now)
-	return len(g.times), nil
-}
-
-// Count returns the 429s in the window.
-func (g *LocalGuard) Count(ctx context.Context) (int, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("dispatch: guard: %w", err)
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.trim(g.now())
-	return len(g.times), nil
+	return windowGuard{ThrottleWindow: w, activateAt: max(1, int(math.Ceil(cfg.Share*float64(cfg.Threshold))))}, nil
 }
 
 // ActivateAt is ceil(Share · Threshold).
-func (g *LocalGuard) ActivateAt() int { return g.cfg.activateAt() }
+func (g windowGuard) ActivateAt() int { return g.activateAt }

@@ -6,163 +6,95 @@ import (
 	"sort"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"smsgw/internal/keyspace"
 	"smsgw/internal/provider"
 	"smsgw/internal/sms"
+	"smsgw/internal/state"
 )
 
-// TestRedisGuardScript is a state table for the guard script on real Redis:
-// seed the 429 log relative to Redis time, call, compare the whole log.
-func TestRedisGuardScript(t *testing.T) {
+// guard returns a Guard counting in the account's shared 429 window
+// (internal/state, as the gateway wires it) over c (nil: the account's
+// client).
+func (a account) guard(t testing.TB, c redis.UniversalClient, cfg GuardConfig) Guard {
+	t.Helper()
+	if c == nil {
+		c = a.client
+	}
+	sp, err := keyspace.New(a.name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := state.NewRedisThrottles(c, sp, 10*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := NewGuard(w, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// localGuard returns a Guard counting in this process (embedded mode).
+func localGuard(t testing.TB, cfg GuardConfig) Guard {
+	t.Helper()
+	w, err := state.NewLocalThrottles(10 * time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := NewGuard(w, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// TestGuardPolicy: the guard is active from ceil(Share · Threshold) 429s
+// and counts in the window it was given.
+func TestGuardPolicy(t *testing.T) {
 	t.Parallel()
-	const window = 10 * time.Minute
-	cases := []struct {
-		name      string
-		seedAgo   []time.Duration // 429s this long before Redis now
-		record    bool
-		wantCount int
-		wantKept  int // seeded entries left after the trim
+	for _, tc := range []struct {
+		cfg  GuardConfig
+		want int
 	}{
-		{name: "empty count", wantCount: 0},
-		{name: "empty record", record: true, wantCount: 1},
-		{name: "trims only what left the window", seedAgo: []time.Duration{11 * time.Minute, window + time.Millisecond, 9 * time.Minute, time.Second},
-			wantCount: 2, wantKept: 2},
-		{name: "record on a trimmed log", seedAgo: []time.Duration{20 * time.Minute, time.Minute}, record: true, wantCount: 2, wantKept: 1},
+		{GuardConfig{}, 150},
+		{GuardConfig{Threshold: 10, Share: 0.5}, 5},
+		{GuardConfig{Threshold: 7, Share: 0.5}, 4},
+		{GuardConfig{Threshold: 1, Share: 0.01}, 1},
+		{GuardConfig{Threshold: 300, Share: 1}, 300},
+	} {
+		if got := localGuard(t, tc.cfg).ActivateAt(); got != tc.want {
+			t.Errorf("%+v: ActivateAt %d, want %d", tc.cfg, got, tc.want)
+		}
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			acct := newAccount(t)
-			ctx := context.Background()
-			g, err := NewRedisGuard(acct.client, acct.name, GuardConfig{Window: window})
-			if err != nil {
-				t.Fatal(err)
-			}
-			now, err := acct.client.Time(ctx).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			key := newDispatchKeys(acct.name).throttles()
-			var kept []string
-			for i, ago := range tc.seedAgo {
-				at := now.Add(-ago).UnixMicro()
-				member := fmt.Sprintf("%d:seed%d", at, i)
-				if err := acct.client.ZAdd(ctx, key, redis.Z{Score: float64(at), Member: member}).Err(); err != nil {
-					t.Fatal(err)
-				}
-				if ago < window {
-					kept = append(kept, member)
-				}
-			}
-			var n int
-			if tc.record {
-				n, err = g.Record429(ctx)
-			} else {
-				n, err = g.Count(ctx)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if n != tc.wantCount {
-				t.Errorf("count %d, want %d", n, tc.wantCount)
-			}
-			all, err := acct.client.ZRange(ctx, key, 0, -1).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(all) != tc.wantCount {
-				t.Errorf("log holds %v, want %d entries", all, tc.wantCount)
-			}
-			got := map[string]bool{}
-			for _, m := range all {
-				got[m] = true
-			}
-			for _, m := range kept {
-				if !got[m] {
-					t.Errorf("entry %s inside the window was trimmed", m)
-				}
-			}
-			if len(kept) != tc.wantKept {
-				t.Fatalf("test table: %d seeded entries inside the window, want %d", len(kept), tc.wantKept)
-			}
-			if tc.record {
-				ttl, err := acct.client.PTTL(ctx, key).Result()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if ttl <= window-time.Minute || ttl > window {
-					t.Errorf("log TTL %s, want about the window %s", ttl, window)
-				}
-			}
-		})
+	g := localGuard(t, GuardConfig{Threshold: 10})
+	for i := range 3 {
+		if n, err := g.Record429(context.Background()); err != nil || n != i+1 {
+			t.Fatalf("Record429 = %d, %v; want %d", n, err, i+1)
+		}
 	}
-}
-
-// TestRedisGuardShared: 429s recorded concurrently by several replicas land
-// in one count, each counted once.
-func TestRedisGuardShared(t *testing.T) {
-	t.Parallel()
-	acct := newAccount(t)
-	var wg sync.WaitGroup
-	for range 3 {
-		c := redis.NewClient(&redis.Options{Addr: acct.client.Options().Addr})
-		defer c.Close()
-		g, err := NewRedisGuard(c, acct.name, GuardConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		wg.Go(func() {
-			for range 20 {
-				if _, err := g.Record429(context.Background()); err != nil {
-					t.Error(err)
-				}
-			}
-		})
+	if n, err := g.Count(context.Background()); err != nil || n != 3 {
+		t.Fatalf("Count = %d, %v; want 3", n, err)
 	}
-	wg.Wait()
-	g, _ := NewRedisGuard(acct.client, acct.name, GuardConfig{})
-	if n, err := g.Count(context.Background()); err != nil || n != 60 {
-		t.Errorf("Count = %d, %v; want 60", n, err)
-	}
-}
-
-func TestLocalGuard(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		g, err := NewLocalGuard(GuardConfig{Threshold: 10, Share: 0.5})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if g.ActivateAt() != 5 {
-			t.Errorf("ActivateAt %d, want 5", g.ActivateAt())
-		}
-		ctx := context.Background()
-		for range 3 {
-			_, _ = g.Record429(ctx)
-		}
-		time.Sleep(5 * time.Minute)
-		if n, _ := g.Record429(ctx); n != 4 {
-			t.Errorf("count %d, want 4", n)
-		}
-		time.Sleep(5 * time.Minute) // the first three are exactly one window old: out
-		if n, _ := g.Count(ctx); n != 1 {
-			t.Errorf("count after 10 min %d, want 1", n)
-		}
-		time.Sleep(5 * time.Minute)
-		if n, _ := g.Count(ctx); n != 0 {
-			t.Errorf("count after 15 min %d, want 0", n)
-		}
-	})
 }
 
 func TestGuardConfigInvalid(t *testing.T) {
-	for _, c := range []GuardConfig{{Share: 1.5}, {Threshold: -1}, {Window: -time.Second}} {
-		if _, err := NewLocalGuard(c); err == nil {
-			t.Errorf("NewLocalGuard(%+v) accepted an invalid config", c)
+	t.Parallel()
+	w, err := state.NewLocalThrottles(time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []GuardConfig{{Share: 1.5}, {Threshold: -1}, {Share: -0.1}} {
+		if _, err := NewGuard(w, c); err == nil {
+			t.Errorf("NewGuard(%+v) accepted an invalid config", c)
 		}
+	}
+	if _, err := NewGuard(nil, GuardConfig{}); err == nil {
+		t.Error("NewGuard without a window accepted")
 	}
 }
 
@@ -188,15 +120,12 @@ func TestGuardSlowsEveryReplica(t *testing.T) {
 	})
 	var reps []*Dispatcher
 	for i := range 2 {
-		g, err := NewRedisGuard(acct.client, acct.name, gcfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		g := acct.guard(t, nil, gcfg)
 		d, _ := newDispatcher(t, Config{Queue: q, Limiter: acct.limiter(t, nil, limiterConfig(rate, 5)), Provider: p,
 			Guard: g, Owner: fmt.Sprint("r", i), GuardRefresh: 20 * time.Millisecond})
 		reps = append(reps, d)
 	}
-	other, _ := NewRedisGuard(acct.client, acct.name, gcfg) // 429s seen by a third replica
+	other := acct.guard(t, nil, gcfg) // 429s seen by a third replica
 	for range 2 {
 		if _, err := other.Record429(context.Background()); err != nil {
 			t.Fatal(err)

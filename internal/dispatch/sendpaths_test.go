@@ -78,7 +78,7 @@ func outcomeRows() []outcomeRow {
 type pathRig struct {
 	q     queue.Queue
 	lim   limiter.Limiter
-	guard *LocalGuard
+	guard Guard
 	calls atomic.Int64
 	p     funcProvider
 }
@@ -86,10 +86,7 @@ type pathRig struct {
 func newPathRig(t *testing.T, answer error) *pathRig {
 	t.Helper()
 	acct := newAccount(t)
-	g, err := NewLocalGuard(GuardConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := localGuard(t, GuardConfig{})
 	r := &pathRig{q: acct.queue(t, nil), lim: acct.limiter(t, nil, limiterConfig(100, 5)), guard: g}
 	r.p = func(_ context.Context, req *provider.Request) (provider.Result, error) {
 		r.calls.Add(1)
@@ -240,11 +237,7 @@ func TestRecord429FailureCountedOnBothPaths(t *testing.T) {
 	broken := func(t *testing.T) Guard {
 		c := redis.NewClient(&redis.Options{Addr: redistest.Addr(t)})
 		_ = c.Close()
-		g, err := NewRedisGuard(c, redistest.Prefix(t), GuardConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return g
+		return account{name: redistest.Prefix(t), client: c}.guard(t, c, GuardConfig{})
 	}
 	check := func(t *testing.T, d *Dispatcher, lim limiter.Limiter) {
 		t.Helper()

@@ -34,10 +34,7 @@ func startReplicas(t *testing.T, acct account, n int, url string, hook *rttHook,
 		c := redis.NewClient(&redis.Options{Addr: acct.client.Options().Addr, PoolSize: 16})
 		c.AddHook(hook)
 		t.Cleanup(func() { _ = c.Close() })
-		guard, err := NewRedisGuard(c, acct.name, GuardConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		guard := acct.guard(t, c, GuardConfig{})
 		cfg := Config{
 			Queue:    acct.queue(t, c),
 			Limiter:  acct.limiter(t, c, defaultLimits),

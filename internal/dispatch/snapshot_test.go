@@ -19,10 +19,7 @@ func TestSnapshotCountsOutcomes(t *testing.T) {
 	t.Parallel()
 	acct := newAccount(t)
 	q := acct.queue(t, nil)
-	guard, err := NewLocalGuard(GuardConfig{Threshold: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
+	guard := localGuard(t, GuardConfig{Threshold: 10})
 	var mu sync.Mutex
 	throttledOnce := map[string]bool{}
 	p := funcProvider(func(ctx context.Context, req *provider.Request) (provider.Result, error) {

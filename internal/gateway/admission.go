@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -29,27 +28,12 @@ import (
 // concurrent requests a producer may overshoot it by the requests in
 // flight. It bounds a backlog, not a rate, so that slack is harmless.
 
-// ingress is the per-producer GCRA with a local fallback: when Redis fails,
-// each replica decides alone at the producer's full rate, so the shared
-// quota may be exceeded by the replica count until Redis answers again.
-// It is a courtesy limit; the provider rate is guarded by the dispatcher.
+// ingress is the per-producer GCRA: limiter.LocalKeys embedded, and with
+// Redis limiter.SharedKeys, which decides on Redis and, while Redis fails,
+// in this process under the send limiter's breaker policy. It is a courtesy
+// limit; the provider rate is guarded by the dispatcher.
 type ingress struct {
-	primary  limiter.KeyLimiter
-	fallback limiter.KeyLimiter // nil in embedded mode (primary is local)
-	log      *slog.Logger
-	onError  func()
-}
-
-func (g *ingress) decide(ctx context.Context, key string, r limiter.Rate, cost int) (limiter.KeyDecision, error) {
-	d, err := g.primary.Allow(ctx, key, r, cost)
-	if err == nil || g.fallback == nil || errors.Is(err, limiter.ErrCostExceedsBurst) || ctx.Err() != nil {
-		return d, err
-	}
-	if g.onError != nil {
-		g.onError()
-	}
-	g.log.WarnContext(ctx, "ingress limiter: redis failed, deciding locally", "err", err)
-	return g.fallback.Allow(ctx, key, r, cost)
+	keys limiter.KeyLimiter
 }
 
 // setRateLimitHeaders writes the RateLimit-Limit/-Remaining/-Reset fields
@@ -87,7 +71,7 @@ func (s *server) admitIngress(ctx context.Context, w http.ResponseWriter, p *pro
 func (g *ingress) allowN(ctx context.Context, p *producer, n int) (int, limiter.KeyDecision, error) {
 	want := n
 	cost := min(want, p.Ingress.Burst)
-	d, err := g.decide(ctx, p.Name, p.Ingress, cost)
+	d, err := g.keys.Allow(ctx, p.Name, p.Ingress, cost)
 	if err != nil {
 		return 0, d, err
 	}
@@ -97,7 +81,7 @@ func (g *ingress) allowN(ctx context.Context, p *producer, n int) (int, limiter.
 	if cost > 1 && d.Remaining > 0 {
 		// A batch takes what fits now rather than nothing.
 		part := min(d.Remaining, cost)
-		d2, err := g.decide(ctx, p.Name, p.Ingress, part)
+		d2, err := g.keys.Allow(ctx, p.Name, p.Ingress, part)
 		if err != nil {
 			return 0, d, err
 		}

@@ -29,9 +29,6 @@ import (
 	"smsgw/internal/provider/httpprov"
 	"smsgw/internal/provider/twilio"
 	"smsgw/internal/provider/vonage"
-	"smsgw/internal/queue"
-	"smsgw/internal/queue/embedded"
-	"smsgw/internal/queue/redisq"
 )
 
 // Options are what a caller of New may supply besides the configuration.
@@ -58,16 +55,14 @@ type Options struct {
 
 // App is one gateway replica.
 type App struct {
-	cfg    config.Config
-	log    *slog.Logger
-	srv    *server
-	http   *http.Server
-	disp   *dispatch.Dispatcher
-	queue  queue.Queue
-	redis  redis.UniversalClient // nil in embedded mode
-	prov   provider.Provider
-	drain  time.Duration
-	closed []func() error
+	cfg   config.Config
+	log   *slog.Logger
+	srv   *server
+	http  *http.Server
+	disp  *dispatch.Dispatcher
+	b     *backend
+	prov  provider.Provider
+	drain time.Duration
 
 	mu       sync.Mutex
 	ln       net.Listener
@@ -79,167 +74,122 @@ type App struct {
 	stopDone chan struct{}
 }
 
-// New builds the App: Redis mode (shared queue, shared limiter with its
-// local fallback, shared ingress quotas, shared suspension guard) when
-// redis.addr is set, embedded mode (one node) otherwise. It does not listen
-// or send until Start.
-func New(ctx context.Context, cfg config.Config, opts Options) (_ *App, err error) {
+// New builds the App: Redis mode (shared queue, shared limiter and ingress
+// quotas with their local fallbacks, shared state) when redis.addr is set,
+// embedded mode (one node) otherwise. It neither contacts Redis nor starts
+// anything: Start does (ctx is not used).
+func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	now := opts.Now
-	if now == nil {
-		now = time.Now
-	}
-	reg, gath, err := registry(opts)
+	d, gath, err := newDeps(opts)
 	if err != nil {
 		return nil, err
 	}
-	owner := opts.Owner
-	if owner == "" {
-		host, _ := os.Hostname()
-		owner = host + "-" + strconv.Itoa(os.Getpid()) + "-" + rand.Text()[:6]
+	newBackend := newEmbeddedBackend
+	if cfg.Redis.Enabled() {
+		newBackend = newRedisBackend
 	}
-	a := &App{cfg: cfg, log: log, drain: opts.DrainDelay, stopDone: make(chan struct{})}
+	b, err := newBackend(cfg, d)
+	if err != nil {
+		return nil, err
+	}
+	a := &App{cfg: cfg, log: d.log, b: b, drain: opts.DrainDelay, stopDone: make(chan struct{})}
 	defer func() {
 		if err != nil {
-			a.closeAll()
+			_ = a.closeAll() // logged step by step
 		}
 	}()
-
-	metrics, err := newAPIMetrics(reg)
-	if err != nil {
-		return nil, fmt.Errorf("gateway: metrics: %w", err)
-	}
-	s := &server{
-		cfg: cfg, log: log, now: now, metrics: metrics, gatherer: gath,
-		auth: newAuthenticator(cfg), dashboard: opts.Dashboard,
-	}
-	for _, p := range cfg.HTTP.TrustedProxies {
-		pr, perr := netip.ParsePrefix(p)
-		if perr != nil {
-			return nil, fmt.Errorf("gateway: http.trusted_proxies: %w", perr)
-		}
-		s.trusted = append(s.trusted, pr.Masked())
-	}
-	lcfg := limiterConfig(cfg)
-	var guard dispatch.Guard
-	gcfg := dispatch.GuardConfig{Window: cfg.Dispatch.SuspensionGuard.Window,
-		Threshold: cfg.Dispatch.SuspensionGuard.Threshold, Share: cfg.Dispatch.SuspensionGuard.Share}
-
-	if cfg.Redis.Enabled() {
-		a.redis = newRedisClient(cfg.Redis)
-		a.closed = append(a.closed, a.redis.Close)
-		rq, err := redisq.New(redisq.Config{Client: a.redis, Account: cfg.Account, Logger: log,
-			Retention: cfg.Messages.Retention, IdempotencyWindow: config.IdempotencyWindow, Registerer: reg})
-		if err != nil {
-			return nil, fmt.Errorf("gateway: queue: %w", err)
-		}
-		a.queue = rq
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if _, perr := rq.CheckPersistence(pctx); perr != nil {
-			log.Error("could not check whether Redis persists the queue (is it reachable?)", "err", perr)
-		}
-		cancel()
-		rl, err := limiter.NewRedis(a.redis, cfg.Account, lcfg)
-		if err != nil {
-			return nil, fmt.Errorf("gateway: limiter: %w", err)
-		}
-		sl, err := limiter.NewShared(limiter.SharedConfig{Redis: rl, Config: lcfg, MaxSenders: cfg.Limits.MaxSenders,
-			Logger: log, Registerer: reg, RedisTimeout: cfg.Redis.Timeout})
-		if err != nil {
-			return nil, fmt.Errorf("gateway: limiter: %w", err)
-		}
-		s.limiter = sl
-		keys, err := limiter.NewRedisKeys(a.redis, cfg.Account)
-		if err != nil {
-			return nil, fmt.Errorf("gateway: ingress limiter: %w", err)
-		}
-		s.ingress = &ingress{primary: keys, fallback: limiter.NewLocalKeys(), log: log,
-			onError: metrics.ingressFallback.Inc}
-		if guard, err = dispatch.NewRedisGuard(a.redis, cfg.Account, gcfg); err != nil {
-			return nil, fmt.Errorf("gateway: suspension guard: %w", err)
-		}
-		ak := newAPIKeys(cfg.Account)
-		s.idem = &redisIdem{c: a.redis, keys: ak}
-		s.pause = &operatorPause{c: a.redis, key: ak.pause(), now: now, log: log, every: pausePollEvery}
-		client := a.redis
-		s.checks = []readyCheck{
-			{"redis", func(ctx context.Context) error { return client.Ping(ctx).Err() }},
-			{"store", func(ctx context.Context) error { _, err := rq.Stats(ctx); return err }},
-		}
-	} else {
-		eq, err := embedded.Open(embedded.Config{Path: cfg.Store.Path, Logger: log,
-			Retention: cfg.Messages.Retention, IdempotencyWindow: config.IdempotencyWindow, Registerer: reg})
-		if err != nil {
-			return nil, fmt.Errorf("gateway: queue: %w", err)
-		}
-		a.queue = eq
-		ll, err := limiter.NewLocal(lcfg)
-		if err != nil {
-			return nil, fmt.Errorf("gateway: limiter: %w", err)
-		}
-		s.limiter = ll
-		s.ingress = &ingress{primary: limiter.NewLocalKeys(), log: log}
-		if guard, err = dispatch.NewLocalGuard(gcfg); err != nil {
-			return nil, fmt.Errorf("gateway: suspension guard: %w", err)
-		}
-		s.idem = newLocalIdem(now)
-		s.pause = &operatorPause{now: now, log: log, every: pausePollEvery}
-		s.checks = []readyCheck{
-			{"store", func(ctx context.Context) error { _, err := eq.Stats(ctx); return err }},
-		}
-	}
-	a.closed = append([]func() error{a.queue.Close}, a.closed...)
-	if err := reg.Register(newQueueCollector(a.queue, log)); err != nil {
+	if err := d.reg.Register(newQueueCollector(b.queue, d.log)); err != nil {
 		return nil, fmt.Errorf("gateway: queue metrics: %w", err)
 	}
-	s.queue, s.enq = a.queue, a.queue
-	if a.redis != nil {
-		// Many concurrent POSTs share one enqueue script round trip. The
-		// embedded store already shares one commit between them.
-		co := newCoalescer(ctx, a.queue)
-		s.enq = co
-		a.closed = append([]func() error{co.close}, a.closed...)
-	}
-	lim := s.limiter
-	s.checks = append(s.checks, readyCheck{"limiter", func(ctx context.Context) error { _, err := lim.State(ctx); return err }})
-
-	a.prov = opts.Provider
-	if a.prov == nil {
-		if a.prov, err = newProvider(cfg.Provider, log); err != nil {
+	if a.prov = opts.Provider; a.prov == nil {
+		if a.prov, err = newProvider(cfg.Provider, d.log); err != nil {
 			return nil, err
 		}
 	}
-	otpLatency := newLatencyWindow(otpLatencySamples)
-	a.disp, err = dispatch.New(dispatch.Config{
-		Queue: a.queue, Limiter: pausedLimiter{Limiter: s.limiter, p: s.pause}, Guard: guard,
-		Provider: observedProvider{Provider: a.prov, now: now, otp: otpLatency}, Owner: owner,
+	owner, otpLatency := ownerName(opts.Owner), newLatencyWindow(otpLatencySamples)
+	prov := observedProvider{Provider: a.prov, now: d.now, otp: otpLatency}
+	if a.disp, err = dispatch.New(dispatcherConfig(cfg, d, b, prov, owner)); err != nil {
+		return nil, fmt.Errorf("gateway: dispatcher: %w", err)
+	}
+	started := d.now()
+	live := &liveStats{replica: replica{owner: owner, mode: b.mode, started: started}, providerName: a.prov.Name(),
+		snap: a.disp.Snapshot, otp: otpLatency, totals: newTotalsLoop(a.disp.Snapshot, b.counters, b.scope, d.log, started)}
+	if a.srv, err = newServer(cfg, d, gath, b, a.disp, live, opts.Dashboard); err != nil {
+		return nil, err
+	}
+	a.http = newHTTPServer(cfg, a.srv.routes(), d.log)
+	d.log.Info("gateway ready to start", "mode", b.mode, "account", cfg.Account, "provider", a.prov.Name(),
+		"producers", len(cfg.Producers), "target_rps", cfg.Limits.TargetRPS, "owner", owner)
+	return a, nil
+}
+
+// dispatcherConfig is the send loop of cfg over the backend: its limiter
+// obeys the operator pause.
+func dispatcherConfig(cfg config.Config, d deps, b *backend, prov provider.Provider, owner string) dispatch.Config {
+	return dispatch.Config{
+		Queue: b.queue, Limiter: pausedLimiter{Limiter: b.limiter, p: b.pause}, Guard: b.guard,
+		Provider: prov, Owner: owner,
 		Workers: cfg.Dispatch.Workers, OTPWorkers: cfg.Dispatch.OTPWorkers,
 		Lease: cfg.Dispatch.Lease, MaxAttempts: cfg.Dispatch.MaxAttempts,
 		BackoffBase: cfg.Dispatch.BackoffBase, BackoffMax: cfg.Dispatch.BackoffMax,
-		CountSegments: cfg.Provider.CountSegments, Logger: log, Registerer: reg, Now: now,
-	})
+		CountSegments: cfg.Provider.CountSegments, Logger: d.log, Registerer: d.reg, Now: d.now,
+	}
+}
+
+// newDeps resolves the Options' defaults and the API metrics.
+func newDeps(opts Options) (deps, prometheus.Gatherer, error) {
+	d := deps{log: opts.Logger, now: opts.Now}
+	if d.log == nil {
+		d.log = slog.New(slog.DiscardHandler)
+	}
+	if d.now == nil {
+		d.now = time.Now
+	}
+	reg, gath, err := registry(opts)
 	if err != nil {
-		return nil, fmt.Errorf("gateway: dispatcher: %w", err)
+		return deps{}, nil, err
 	}
-	s.otp, s.notifier = a.disp, a.disp
-	s.eta = &etaEstimator{q: a.queue, lim: s.limiter, pause: s.pause, cfg: cfg, now: now, log: log, refresh: etaRefresh}
-	mode := "embedded"
-	var countersKey string
-	if a.redis != nil {
-		mode, countersKey = "redis", newAPIKeys(cfg.Account).counters()
+	d.reg = reg
+	if d.metrics, err = newAPIMetrics(reg); err != nil {
+		return deps{}, nil, fmt.Errorf("gateway: metrics: %w", err)
 	}
-	started := now()
-	s.live = &liveStats{replica: replica{owner: owner, mode: mode, started: started}, providerName: a.prov.Name(),
-		snap: a.disp.Snapshot, otp: otpLatency, totals: newTotalsLoop(a.disp.Snapshot, a.redis, countersKey, log, started)}
-	a.srv = s
-	a.http = &http.Server{
-		Handler:           s.routes(),
+	return d, gath, nil
+}
+
+// ownerName names this replica in queue leases: owner, or host-pid-random.
+func ownerName(owner string) string {
+	if owner != "" {
+		return owner
+	}
+	host, _ := os.Hostname()
+	return host + "-" + strconv.Itoa(os.Getpid()) + "-" + rand.Text()[:6]
+}
+
+// newServer is what the handlers need.
+func newServer(cfg config.Config, d deps, gath prometheus.Gatherer, b *backend, disp *dispatch.Dispatcher, live *liveStats,
+	dashboard http.Handler) (*server, error) {
+	s := &server{
+		cfg: cfg, log: d.log, now: d.now, metrics: d.metrics, gatherer: gath,
+		auth: newAuthenticator(cfg), dashboard: dashboard,
+		queue: b.queue, enq: b.enq, limiter: b.limiter, ingress: &ingress{keys: b.ingress}, idem: b.idem,
+		pause: b.pause, checks: b.checks, otp: disp, notifier: disp, live: live,
+		eta: &etaEstimator{q: b.queue, lim: b.limiter, pause: b.pause, cfg: cfg, now: d.now, log: d.log, refresh: etaRefresh},
+	}
+	for _, p := range cfg.HTTP.TrustedProxies {
+		pr, err := netip.ParsePrefix(p)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: http.trusted_proxies: %w", err)
+		}
+		s.trusted = append(s.trusted, pr.Masked())
+	}
+	return s, nil
+}
+
+func newHTTPServer(cfg config.Config, h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
 		ReadHeaderTimeout: min(cfg.HTTP.ReadTimeout, 5*time.Second),
 		ReadTimeout:       cfg.HTTP.ReadTimeout,
 		WriteTimeout:      cfg.HTTP.WriteTimeout,
@@ -247,9 +197,6 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *App, err erro
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	log.Info("gateway ready to start", "mode", mode, "account", cfg.Account, "provider", a.prov.Name(),
-		"producers", len(cfg.Producers), "target_rps", cfg.Limits.TargetRPS, "owner", owner)
-	return a, nil
 }
 
 func registry(opts Options) (prometheus.Registerer, prometheus.Gatherer, error) {
@@ -328,12 +275,16 @@ func newProvider(pc config.ProviderConfig, log *slog.Logger) (provider.Provider,
 	return p, nil
 }
 
-// Start listens on cfg.Listen and starts the send loop.
+// Start asks Redis whether it persists the queue (persistenceCheck), then
+// listens on cfg.Listen and starts the send loop and the background loops.
 func (a *App) Start(ctx context.Context) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.started {
 		return errors.New("gateway: already started")
+	}
+	if a.b.persist != nil {
+		a.b.persist.startUp(ctx)
 	}
 	ln, err := net.Listen("tcp", a.cfg.Listen)
 	if err != nil {
@@ -347,13 +298,19 @@ func (a *App) Start(ctx context.Context) error {
 		_ = ln.Close()
 		return fmt.Errorf("gateway: %w", err)
 	}
-	a.srv.pause.start(runCtx)
-	a.srv.live.totals.start(runCtx)
+	for _, l := range a.loops() {
+		l.Start(runCtx)
+	}
 	a.ln, a.cancel, a.started = ln, cancel, true
 	a.served = make(chan error, 1)
 	go func() { a.served <- a.http.Serve(ln) }()
 	a.log.Info("gateway listening", "addr", ln.Addr().String())
 	return nil
+}
+
+// loops are the backend's loops and the stats totals, in start order.
+func (a *App) loops() []loop {
+	return append(a.b.loops[:len(a.b.loops):len(a.b.loops)], a.srv.live.totals)
 }
 
 // Addr is the address the App listens on ("" before Start).
@@ -371,8 +328,9 @@ func (a *App) Handler() http.Handler { return a.http.Handler }
 
 // Stop shuts the App down in order: /readyz turns unready, the listener
 // keeps serving for DrainDelay, in-flight HTTP requests finish, the send
-// loop stops (in-flight sends finish while ctx allows), then the stores
-// close. Stop may be called more than once.
+// loop stops (in-flight sends finish while ctx allows), the background
+// loops stop, then the stop stack closes the stores and the Redis client.
+// Stop may be called more than once.
 func (a *App) Stop(ctx context.Context) error {
 	a.mu.Lock()
 	if a.stopped {
@@ -406,26 +364,28 @@ func (a *App) Stop(ctx context.Context) error {
 		if err := a.disp.Stop(ctx); err != nil {
 			errs = append(errs, err)
 		}
-		a.srv.pause.close()
-		a.srv.live.totals.close(ctx)
+		// Last started first: the totals' final flush still has Redis, the
+		// coalescer has no caller left.
+		loops := a.loops()
+		for i := len(loops) - 1; i >= 0; i-- {
+			loops[i].Stop()
+		}
 		a.cancel()
 	}
-	a.closeAll()
+	if err := a.closeAll(); err != nil {
+		errs = append(errs, err)
+	}
 	a.stopErr = errors.Join(errs...)
 	a.log.Info("gateway stopped", "err", a.stopErr)
 	return a.stopErr
 }
 
-func (a *App) closeAll() {
+// closeAll closes what New opened, last opened first.
+func (a *App) closeAll() error {
 	if c, ok := a.prov.(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
 	}
-	for _, c := range a.closed {
-		if err := c(); err != nil && !errors.Is(err, queue.ErrClosed) {
-			a.log.Warn("close", "err", err)
-		}
-	}
-	a.closed = nil
+	return a.b.stops.run(a.log)
 }
 
 // Run runs a gateway until ctx ends (SIGTERM), then stops it within

@@ -18,13 +18,15 @@ type enqueuer interface {
 // goroutine takes whatever requests are waiting (up to coalesceMax) and
 // stores them with one call, so with Redis many POSTs share one script
 // round trip. Nothing waits for a timer: under light load a batch is one
-// message; under heavy load batches grow while the previous call runs.
+// message; under heavy load batches grow while the previous call runs. The
+// goroutine runs from Start to Stop (it is one of the App's loops).
 type coalescer struct {
-	base    context.Context // the App's: values only, never cancelled
 	q       queue.Queue
 	in      chan *enqueueCall
-	done    chan struct{}
 	timeout time.Duration
+
+	base context.Context // Start's, values only, never cancelled
+	done chan struct{}   // nil before Start
 }
 
 type enqueueCall struct {
@@ -42,10 +44,15 @@ const (
 	coalesceTimeout = 5 * time.Second
 )
 
-func newCoalescer(ctx context.Context, q queue.Queue) *coalescer {
-	c := &coalescer{base: context.WithoutCancel(ctx), q: q, in: make(chan *enqueueCall, coalesceMax), done: make(chan struct{}), timeout: coalesceTimeout}
+func newCoalescer(q queue.Queue) *coalescer {
+	return &coalescer{q: q, in: make(chan *enqueueCall, coalesceMax), timeout: coalesceTimeout}
+}
+
+// Start starts the batch loop. Requests reach Enqueue only once the App
+// serves HTTP, after Start.
+func (c *coalescer) Start(ctx context.Context) {
+	c.base, c.done = context.WithoutCancel(ctx), make(chan struct{})
 	go c.run()
-	return c
 }
 
 // Enqueue hands m to the batch loop and waits for its result. A caller
@@ -112,10 +119,13 @@ func (c *coalescer) flush(batch []*enqueueCall) {
 	}
 }
 
-// close stops the loop once every accepted call is answered. Callers must
+// Stop ends the loop once every accepted call is answered. Callers must
 // have stopped calling Enqueue (the HTTP server has drained).
-func (c *coalescer) close() error {
+func (c *coalescer) Stop() {
+	if c.done == nil {
+		return
+	}
 	close(c.in)
 	<-c.done
-	return nil
+	c.done = nil
 }

@@ -4,13 +4,15 @@ package gateway
 // outcome counters, the achieved send rate, OTP latency and this replica.
 //
 // Counters. Each replica's dispatcher counts what it ended (dispatch.Snapshot).
-// Embedded, those are the figures (since this process started). With Redis
-// a totals loop adds each replica's increments, once a second, to one hash
-// under the account's hash tag, so every replica answers the same
-// account-wide totals whichever one the dashboard's poll reaches. The hash
-// keeps counting across restarts; its "since" field says from when.
+// A totals loop adds this replica's increments, once a second, to the
+// account's state.Counters: with Redis one hash shared by every replica, so
+// each answers the same account-wide totals whichever one the dashboard's
+// poll reaches (the hash keeps counting across restarts; its "since" says
+// from when); embedded, this process's memory (since it started). The loop
+// lives here, not in internal/state, because it turns dispatcher snapshots
+// into the stats answer's figures; state only stores the counters.
 //
-// Rate. The loop samples the (shared or process) sent total once a second;
+// Rate. The loop samples the stored sent total once a second;
 // sent_per_second is the increase over the last rateWindow.
 //
 // OTP latency. observedProvider wraps the provider the dispatcher calls and
@@ -22,17 +24,16 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"smsgw/internal/dispatch"
 	"smsgw/internal/provider"
 	"smsgw/internal/sms"
+	"smsgw/internal/state"
 )
 
 const (
@@ -67,7 +68,7 @@ func totalsOf(s dispatch.Snapshot) totals {
 	return t
 }
 
-// fields names every counter as a field of the shared hash.
+// fields names every counter as a field of the counters store.
 func (t *totals) fields() map[string]*int64 {
 	out := map[string]*int64{"throttled": &t.throttled, "otp_unavailable": &t.otpRefused}
 	for _, c := range sms.Classes {
@@ -76,6 +77,31 @@ func (t *totals) fields() map[string]*int64 {
 		out["sent:"+n], out["failed:"+n], out["expired:"+n], out["dead:"+n] = &cc.Sent, &cc.Failed, &cc.Expired, &cc.Dead
 	}
 	return out
+}
+
+// totalsFields is the field set of the counters store.
+func totalsFields() []string {
+	var t totals
+	return slices.Sorted(maps.Keys(t.fields()))
+}
+
+// values is t as store fields, without the zero ones.
+func (t totals) values() map[string]int64 {
+	out := map[string]int64{}
+	for f, p := range t.fields() {
+		if *p != 0 {
+			out[f] = *p
+		}
+	}
+	return out
+}
+
+func totalsFrom(values map[string]int64) totals {
+	var t totals
+	for f, p := range t.fields() {
+		*p = values[f]
+	}
+	return t
 }
 
 // plus returns t + sign·o, field by field.
@@ -95,62 +121,57 @@ func (t totals) sent() int64 {
 	return n
 }
 
-// sinceField is the hash field holding when the shared counters began (Unix ms).
-const sinceField = "since_ms"
-
 type rateSample struct {
 	at   time.Time // monotonic
 	sent int64
 }
 
-// totalsLoop keeps the counters: read from this process, and with Redis
-// flushed to and read from the account's shared hash.
+// totalsLoop keeps the counters: this process's increments flushed to the
+// counters store every period, and the store read back.
 type totalsLoop struct {
 	snap    func() dispatch.Snapshot
-	c       redis.UniversalClient // nil: embedded, process counters
-	key     string
+	store   state.Counters
+	scope   string // scopeShared or scopeProcess
 	log     *slog.Logger
 	started time.Time
 	every   time.Duration
+	t       ticker
 
 	mu      sync.Mutex
-	flushed totals // this process's counts already added to the hash
+	flushed totals // this process's counts already added to the store
 	since   time.Time
 	samples []rateSample // oldest first, spanning at most rateWindow
 	failing bool
-
-	stop chan struct{}
-	done chan struct{}
 }
 
-func newTotalsLoop(snap func() dispatch.Snapshot, c redis.UniversalClient, key string, log *slog.Logger, now time.Time) *totalsLoop {
-	return &totalsLoop{snap: snap, c: c, key: key, log: log, started: now, since: now, every: totalsEvery}
+func newTotalsLoop(snap func() dispatch.Snapshot, store state.Counters, scope string, log *slog.Logger, now time.Time) *totalsLoop {
+	return &totalsLoop{snap: snap, store: store, scope: scope, log: log, started: now, since: now, every: totalsEvery}
 }
 
-// runOnce flushes this process's increments (Redis mode) and samples the
-// sent total for the rate.
+// runOnce flushes this process's increments and samples the stored sent
+// total for the rate.
 func (l *totalsLoop) runOnce(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	cur := totalsOf(l.snap())
-	sent := cur.sent()
-	if l.c != nil {
-		shared, since, err := l.flush(ctx, cur)
-		if err != nil {
-			if !l.failing {
-				l.log.Warn("stats: shared counters not updated; retrying every second", "err", err)
-			}
-			l.failing = true
-			return err
+	stored, since, err := l.store.Add(ctx, cur.plus(l.flushed, -1).values())
+	if err != nil {
+		if !l.failing {
+			l.log.Warn("stats: counters not updated; retrying every second", "scope", l.scope, "err", err)
 		}
-		if l.failing {
-			l.log.Info("stats: shared counters updated again")
-		}
-		l.failing = false
-		sent, l.since = shared.sent(), since
+		l.failing = true
+		return fmt.Errorf("stats: flush counters: %w", err)
+	}
+	if l.failing {
+		l.log.Info("stats: counters updated again", "scope", l.scope)
+	}
+	l.failing = false
+	l.flushed = cur
+	if !since.IsZero() {
+		l.since = since
 	}
 	now := time.Now()
-	l.samples = append(l.samples, rateSample{at: now, sent: sent})
+	l.samples = append(l.samples, rateSample{at: now, sent: totalsFrom(stored).sent()})
 	i := 0
 	for i < len(l.samples)-1 && now.Sub(l.samples[i+1].at) >= rateWindow {
 		i++ // keep one sample at least rateWindow old
@@ -159,57 +180,19 @@ func (l *totalsLoop) runOnce(ctx context.Context) error {
 	return nil
 }
 
-// flush adds cur − flushed to the hash and reads it back, in one
-// transaction on one key. Callers hold mu.
-func (l *totalsLoop) flush(ctx context.Context, cur totals) (totals, time.Time, error) {
-	delta := cur.plus(l.flushed, -1)
-	pipe := l.c.TxPipeline()
-	for f, v := range delta.fields() {
-		if *v != 0 {
-			pipe.HIncrBy(ctx, l.key, f, *v)
-		}
-	}
-	pipe.HSetNX(ctx, l.key, sinceField, time.Now().UnixMilli())
-	all := pipe.HGetAll(ctx, l.key)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return totals{}, time.Time{}, fmt.Errorf("stats: flush %s: %w", l.key, err)
-	}
-	l.flushed = cur
-	shared, since := parseTotals(all.Val())
-	return shared, since, nil
-}
-
 // read returns the counters now, their scope and since when they count.
 func (l *totalsLoop) read(ctx context.Context) (totals, string, time.Time, error) {
-	if l.c == nil {
-		return totalsOf(l.snap()), scopeProcess, l.started, nil
-	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	all, err := l.c.HGetAll(ctx, l.key).Result()
+	values, since, err := l.store.Read(ctx)
 	if err != nil {
-		return totals{}, "", time.Time{}, fmt.Errorf("stats: read %s: %w", l.key, err)
+		return totals{}, "", time.Time{}, fmt.Errorf("stats: read counters: %w", err)
 	}
-	shared, since := parseTotals(all)
 	if since.IsZero() {
 		since = l.since
 	}
 	// This process's increments not flushed yet count at once.
-	return shared.plus(totalsOf(l.snap()).plus(l.flushed, -1), 1), scopeShared, since, nil
-}
-
-func parseTotals(h map[string]string) (totals, time.Time) {
-	var t totals
-	for f, p := range t.fields() {
-		if v, err := strconv.ParseInt(h[f], 10, 64); err == nil {
-			*p = v
-		}
-	}
-	var since time.Time
-	if ms, err := strconv.ParseInt(h[sinceField], 10, 64); err == nil {
-		since = time.UnixMilli(ms).UTC()
-	}
-	return t, since
+	return totalsFrom(values).plus(totalsOf(l.snap()).plus(l.flushed, -1), 1), l.scope, since, nil
 }
 
 // rate is the sent rate over the samples (at most the last rateWindow).
@@ -227,42 +210,18 @@ func (l *totalsLoop) rate() float64 {
 	return float64(b.sent-a.sent) / dt
 }
 
-// start runs the loop until close.
-func (l *totalsLoop) start(ctx context.Context) {
-	l.stop, l.done = make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(l.done)
-		t := time.NewTicker(l.every)
-		defer t.Stop()
-		for {
-			rctx, cancel := context.WithTimeout(ctx, l.every)
-			_ = l.runOnce(rctx) // logged by runOnce
-			cancel()
-			select {
-			case <-t.C:
-			case <-l.stop:
-				return
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-}
+// Start runs the loop until Stop or until ctx ends.
+func (l *totalsLoop) Start(ctx context.Context) { l.t.start(ctx, l.every, l.runOnce) }
 
-// close stops the loop and flushes a last time, so that the sends of a
+// Stop ends the loop and flushes a last time, so that the sends of a
 // replica that stops are not missing from the shared totals.
-func (l *totalsLoop) close(ctx context.Context) {
-	if l.stop == nil {
+func (l *totalsLoop) Stop() {
+	if !l.t.halt() {
 		return
 	}
-	close(l.stop)
-	<-l.done
-	l.stop = nil
-	if l.c != nil {
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), totalsFlushBound)
-		defer cancel()
-		_ = l.runOnce(fctx)
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), totalsFlushBound)
+	defer cancel()
+	_ = l.runOnce(ctx) // logged by runOnce
 }
 
 // latencyWindow keeps the last n durations.

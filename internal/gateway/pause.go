@@ -8,23 +8,24 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"smsgw/internal/limiter"
+	"smsgw/internal/state"
 )
 
-// operatorPause is the admin's stop switch. Unlike the limiter's pause
-// (which a provider 429 sets, and which only ever lengthens) it can be
-// lifted. It acts through the limiter the dispatcher uses: while paused
-// every reservation is denied, so queued messages wait and the OTP fast
-// path answers 503. With Redis the switch is one key shared by every
-// replica, read every pollEvery; without Redis it lives in this process.
+// operatorPause is the admin's stop switch as this replica sees it. Unlike
+// the limiter's pause (which a provider 429 sets, and which only ever
+// lengthens) it can be lifted. It acts through the limiter the dispatcher
+// uses: while paused every reservation is denied, so queued messages wait
+// and the OTP fast path answers 503.
+//
+// The switch itself is a state.Pause: one key shared by every replica with
+// Redis, this process's memory embedded. Every reservation asks the switch,
+// so it answers from this copy: what this replica last set, or (with Redis)
+// what a pausePoller last read; another replica's pause reaches this one
+// within the poll period.
 type operatorPause struct {
-	c     redis.UniversalClient // nil: local only
-	key   string
+	store state.Pause
 	now   func() time.Time
-	log   *slog.Logger
-	every time.Duration
 
 	mu     sync.Mutex
 	on     bool
@@ -34,12 +35,13 @@ type operatorPause struct {
 	// read began before one of them may carry the state from before it,
 	// and is dropped: applied, it would undo the change until the next poll.
 	changes uint64
-
-	stop chan struct{}
-	done chan struct{}
 }
 
 const pausePollEvery = 500 * time.Millisecond
+
+func newOperatorPause(store state.Pause, now func() time.Time) *operatorPause {
+	return &operatorPause{store: store, now: now}
+}
 
 // PauseState is what the admin API reports.
 type PauseState struct {
@@ -112,12 +114,10 @@ func (p *operatorPause) setLocked(on bool, d time.Duration, reason string) {
 	}
 }
 
-// Pause stops sending for d (0: until Resume).
+// Pause stops sending for d (0: until Resume) on every replica.
 func (p *operatorPause) Pause(ctx context.Context, d time.Duration, reason string) error {
-	if p.c != nil {
-		if err := p.c.Set(ctx, p.key, reason, d).Err(); err != nil {
-			return fmt.Errorf("pause: %w", err)
-		}
+	if err := p.store.Set(ctx, d, reason); err != nil {
+		return fmt.Errorf("pause: %w", err)
 	}
 	p.set(true, d, reason)
 	return nil
@@ -125,73 +125,62 @@ func (p *operatorPause) Pause(ctx context.Context, d time.Duration, reason strin
 
 // Resume lifts the pause on every replica.
 func (p *operatorPause) Resume(ctx context.Context) error {
-	if p.c != nil {
-		if err := p.c.Del(ctx, p.key).Err(); err != nil {
-			return fmt.Errorf("resume: %w", err)
-		}
+	if err := p.store.Clear(ctx); err != nil {
+		return fmt.Errorf("resume: %w", err)
 	}
 	p.set(false, 0, "")
 	return nil
 }
 
-// poll reads the shared switch once.
-func (p *operatorPause) poll(ctx context.Context) error {
+// refresh copies the stored switch.
+func (p *operatorPause) refresh(ctx context.Context) error {
 	seen := p.changeCount()
-	pipe := p.c.Pipeline()
-	get := pipe.Get(ctx, p.key)
-	ttl := pipe.PTTL(ctx, p.key)
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	st, err := p.store.Get(ctx)
+	if err != nil {
 		return err
 	}
-	reason, err := get.Result()
-	if errors.Is(err, redis.Nil) {
-		p.setPolled(seen, false, 0, "")
-		return nil
-	}
-	d := ttl.Val()
-	if d < 0 {
-		d = 0
-	}
-	p.setPolled(seen, true, d, reason)
+	p.setPolled(seen, st.On, st.Remaining, st.Reason)
 	return nil
 }
 
-// start polls the shared switch until stopped; a failed read keeps the
-// last known state.
-func (p *operatorPause) start(ctx context.Context) {
-	if p.c == nil {
-		return
-	}
-	p.stop, p.done = make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(p.done)
-		t := time.NewTicker(p.every)
-		defer t.Stop()
-		for {
-			pctx, cancel := context.WithTimeout(ctx, p.every)
-			if err := p.poll(pctx); err != nil && ctx.Err() == nil {
-				p.log.Warn("operator pause: read shared state", "err", err)
-			}
-			cancel()
-			select {
-			case <-t.C:
-			case <-p.stop:
-				return
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+// pausePoller rereads the shared switch every period. A failed read keeps
+// the last known state; the failure is logged once, and the recovery once.
+type pausePoller struct {
+	p     *operatorPause
+	every time.Duration
+	log   *slog.Logger
+	t     ticker
+
+	mu      sync.Mutex
+	failing bool
 }
 
-func (p *operatorPause) close() {
-	if p.stop == nil {
-		return
-	}
-	close(p.stop)
-	<-p.done
-	p.stop = nil
+func newPausePoller(p *operatorPause, every time.Duration, log *slog.Logger) *pausePoller {
+	return &pausePoller{p: p, every: every, log: log}
 }
+
+// runOnce reads the switch once. A read cut short by Stop (a cancelled
+// context) is not a failure; one that ran out of time is.
+func (l *pausePoller) runOnce(ctx context.Context) error {
+	err := l.p.refresh(ctx)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case err != nil && !errors.Is(ctx.Err(), context.Canceled) && !l.failing:
+		l.failing = true
+		l.log.Warn("operator pause: cannot read the shared switch; keeping the last known state", "err", err)
+	case err == nil && l.failing:
+		l.failing = false
+		l.log.Info("operator pause: reading the shared switch again")
+	}
+	return err
+}
+
+// Start polls until Stop or until ctx ends.
+func (l *pausePoller) Start(ctx context.Context) { l.t.start(ctx, l.every, l.runOnce) }
+
+// Stop ends the polling and waits for it.
+func (l *pausePoller) Stop() { l.t.halt() }
 
 // pausedLimiter denies every reservation while the operator pause is on.
 type pausedLimiter struct {

@@ -2,14 +2,15 @@ package gateway
 
 import (
 	"context"
-	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"smsgw/internal/keyspace"
 	"smsgw/internal/redistest"
+	"smsgw/internal/state"
 )
 
 // TestPausePollNeverUndoesALocalChange: a poll of the shared switch whose
@@ -32,17 +33,24 @@ func TestPausePollNeverUndoesALocalChange(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
 			c := redistest.Client(t)
-			key := redistest.Prefix(t) + ":pause"
-			hook := &afterPipeline{key: key}
+			sp, err := keyspace.New(redistest.Prefix(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			store, err := state.NewRedisPause(c, sp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hook := &afterPipeline{key: sp.Key("api", "pause")}
 			c.AddHook(hook)
-			p := &operatorPause{c: c, key: key, now: time.Now, log: slog.New(slog.DiscardHandler), every: pausePollEvery}
+			p := newOperatorPause(store, time.Now)
 			if err := tc.before(p, ctx); err != nil {
 				t.Fatal(err)
 			}
 			var changeErr error
 			change := func() { changeErr = tc.change(p, ctx) }
 			hook.f.Store(&change)
-			if err := p.poll(ctx); err != nil {
+			if err := p.refresh(ctx); err != nil {
 				t.Fatal(err)
 			}
 			if changeErr != nil {
@@ -55,7 +63,7 @@ func TestPausePollNeverUndoesALocalChange(t *testing.T) {
 				t.Errorf("after the racing poll paused=%v, want %v", got, tc.wantPaused)
 			}
 			// The next poll reads the change and keeps it.
-			if err := p.poll(ctx); err != nil {
+			if err := p.refresh(ctx); err != nil {
 				t.Fatal(err)
 			}
 			if got := p.active(time.Now()); got != tc.wantPaused {

@@ -41,7 +41,11 @@ func benchmarkRedisReserve(b *testing.B, class string) {
 
 func BenchmarkRedisSET(b *testing.B) {
 	client := redistest.Client(b)
-	key := hashTag(redistest.Prefix(b)) + ":bench"
+	ks, err := newKeySet(redistest.Prefix(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	key := ks.tag + ":bench"
 	var n atomic.Int64
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {

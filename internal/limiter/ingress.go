@@ -131,10 +131,11 @@ func NewRedisKeys(client redis.UniversalClient, account string) (*RedisKeys, err
 	if client == nil {
 		return nil, fmt.Errorf("limiter: redis client is nil")
 	}
-	if err := checkAccount(account); err != nil {
+	keys, err := newKeySet(account)
+	if err != nil {
 		return nil, err
 	}
-	return &RedisKeys{client: client, keys: newKeySet(account)}, nil
+	return &RedisKeys{client: client, keys: keys}, nil
 }
 
 // allowScript is one single-key GCRA decision, allowed now or not at all.

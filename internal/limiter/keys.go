@@ -1,19 +1,30 @@
 package limiter
 
-// Every Redis key of the limiter is built here and nowhere else. All keys of
-// one provider account share the hash tag {smsgw:<account>}, so that one
-// script may touch the pause, global and class keys together on Redis
-// Cluster (they land in one slot).
+import (
+	"fmt"
 
-// hashTag is the Cluster hash tag of an account.
-func hashTag(account string) string { return "{smsgw:" + account + "}" }
+	"smsgw/internal/keyspace"
+)
+
+// Every Redis key of the limiter is built here and nowhere else, from the
+// account's key space: all keys of one provider account share its hash tag
+// (keyspace), so that one script may touch the pause, global and class keys
+// together on Redis Cluster (they land in one slot).
 
 // keySet names the keys of one account's limiter.
 type keySet struct {
-	tag string
+	tag string // the account's hash tag
 }
 
-func newKeySet(account string) keySet { return keySet{tag: hashTag(account)} }
+// newKeySet names the keys of account, refusing an account that
+// keyspace.ValidateAccount refuses.
+func newKeySet(account string) (keySet, error) {
+	sp, err := keyspace.New(account)
+	if err != nil {
+		return keySet{}, fmt.Errorf("limiter: account: %w", err)
+	}
+	return keySet{tag: sp.Tag()}, nil
+}
 
 func (k keySet) pause() string              { return k.tag + ":limiter:pause" }
 func (k keySet) global() string             { return k.tag + ":limiter:global" }

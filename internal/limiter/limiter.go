@@ -4,7 +4,10 @@
 // monotonic clock) and Redis (one Lua script per decision, Redis TIME as the
 // only clock, shared by every replica). Shared wraps Redis in a circuit
 // breaker and falls back to a Local limiter at target_rps / max_senders when
-// Redis fails. The package knows nothing of queues or providers.
+// Redis fails. The producer ingress keys have the same pair (LocalKeys,
+// RedisKeys) and the same wrapper (SharedKeys); both wrappers follow the one
+// breaker policy of breaker.go. The package knows nothing of queues or
+// providers.
 package limiter
 
 import (

@@ -52,15 +52,23 @@ import (
 //	whole-second-clock [TestPrecision]
 //	  redis.go: `local cost = tonumber(ARGV[1])` -> `local cost = tonumber(ARGV[1]) now = tonumber(t[1]) * 1000000`
 //	drop-the-hash-tag [TestClusterScriptsStayInOneSlot]
-//	  keys.go: `return "{smsgw:" + account + "}"` -> `return "smsgw:" + account`
+//	  keys.go: `return keySet{tag: sp.Tag()}, nil` -> `return keySet{tag: "smsgw:" + sp.Account()}, nil`
 //	fail-open-on-redis-error [TestSharedFallbackAndRecovery]
 //	  shared.go: `d, err = s.fallback.Reserve(ctx, req)` -> `d, err = Decision{Allowed: true, Mode: ModeFallback}, nil`
 //	fallback-not-divided [TestSharedFallbackAndRecovery]
 //	  shared.go: `return Rate{PerSecond: r.PerSecond / float64(n), Burst: max(1, r.Burst/n)}` -> `return Rate{PerSecond: r.PerSecond, Burst: r.Burst}`
 //	never-retry-redis [TestSharedFallbackAndRecovery]
-//	  shared.go: `Timeout:     redisRetryEvery,` -> `Timeout:     time.Hour,`
+//	  breaker.go: `Timeout:     redisRetryEvery,` -> `Timeout:     time.Hour,`
 //	retry-redis-every-call [TestSharedRetriesRedisAtMostOncePerSecond]
-//	  shared.go: `return c.ConsecutiveFailures >= 1 }` -> `return c.ConsecutiveFailures >= 1000000 }`
+//	  breaker.go: `return c.ConsecutiveFailures >= 1 }` -> `return c.ConsecutiveFailures >= 1000000 }`
+//	ingress-never-retry-redis [TestSharedKeysOutage]
+//	  breaker.go: `Timeout:     redisRetryEvery,` -> `Timeout:     time.Hour,`
+//	ingress-retry-redis-every-call [TestSharedKeysOutage]
+//	  breaker.go: `return c.ConsecutiveFailures >= 1 }` -> `return c.ConsecutiveFailures >= 1000000 }`
+//	ingress-fail-open-on-redis-error [TestSharedKeysOutage]
+//	  sharedkeys.go: `return s.fallback.Allow(ctx, key, r, cost)` -> `return KeyDecision{Allowed: true}, nil`
+//	ingress-log-per-call [TestSharedKeysOutage]
+//	  sharedkeys.go: `if s.onLocal != nil {` -> `if s.br.cfg.log.Warn(s.br.cfg.lost); s.onLocal != nil {`
 //	log-mode-per-call [TestSharedFallbackAndRecovery]
 //	  shared.go: `s.log.Debug("limiter: deciding locally", "err", err)` -> `s.log.Warn("limiter: deciding locally", "err", err)`
 //	forget-shared-pause-in-fallback [TestSharedPauseHoldsWhenRedisDies]

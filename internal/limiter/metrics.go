@@ -50,15 +50,7 @@ func newMetrics(reg prometheus.Registerer, s *Shared) (*metrics, error) {
 	return m, nil
 }
 
-func (m *metrics) setMode(cur Mode) {
-	for _, mode := range allModes {
-		v := 0.0
-		if mode == cur {
-			v = 1
-		}
-		m.mode.WithLabelValues(string(mode)).Set(v)
-	}
-}
+func (m *metrics) setMode(cur Mode) { setModeGauge(m.mode, cur) }
 
 func (m *metrics) count(d Decision) {
 	result := "denied"

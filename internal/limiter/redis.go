@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -41,14 +40,15 @@ func NewRedis(client redis.UniversalClient, account string, cfg Config) (*Redis,
 	if client == nil {
 		return nil, errors.New("limiter: redis client is nil")
 	}
-	if err := checkAccount(account); err != nil {
+	keys, err := newKeySet(account)
+	if err != nil {
 		return nil, err
 	}
 	c, err := compile(cfg)
 	if err != nil {
 		return nil, err
 	}
-	r := &Redis{client: client, keys: newKeySet(account), cfg: cfg, c: c, classKeys: make(map[string]string), clock: time.Now}
+	r := &Redis{client: client, keys: keys, cfg: cfg, c: c, classKeys: make(map[string]string), clock: time.Now}
 	r.uncapped = reserveCall{
 		keys: []string{r.keys.pause(), r.keys.global()},
 		args: []any{c.global.interval, c.global.burst},
@@ -69,13 +69,6 @@ func NewRedis(client redis.UniversalClient, account string, cfg Config) (*Redis,
 type reserveCall struct {
 	keys []string
 	args []any
-}
-
-func checkAccount(account string) error {
-	if account == "" || strings.ContainsAny(account, "{}") {
-		return fmt.Errorf("limiter: account %q must be non-empty and free of braces (it is a Cluster hash tag)", account)
-	}
-	return nil
 }
 
 // reserveScript decides one request against the shared schedule.

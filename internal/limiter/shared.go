@@ -5,17 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/sony/gobreaker/v2"
 )
-
-// redisRetryEvery is how long the breaker stays open after a Redis failure:
-// Redis is tried again at most once a second, by one caller; every other
-// caller decides locally meanwhile.
-const redisRetryEvery = time.Second
 
 // SharedConfig configures a Shared limiter.
 type SharedConfig struct {
@@ -41,18 +34,12 @@ type SharedConfig struct {
 type Shared struct {
 	redis    *Redis
 	fallback *Local // also holds this process's copy of every pause it saw
-	cb       *gobreaker.CircuitBreaker[struct{}]
+	br       *breaker
 	log      *slog.Logger
-	timeout  time.Duration
-	mode     atomic.Value // Mode: ModeShared or ModeFallback
 	metrics  *metrics
 }
 
 var _ Limiter = (*Shared)(nil)
-
-// errCallerGone marks a Redis call that failed because the caller's context
-// ended: it says nothing about Redis, so the breaker ignores it.
-var errCallerGone = errors.New("limiter: caller context done")
 
 // NewShared returns a Shared limiter.
 func NewShared(cfg SharedConfig) (*Shared, error) {
@@ -71,24 +58,22 @@ func NewShared(cfg SharedConfig) (*Shared, error) {
 		return nil, fmt.Errorf("limiter: shared: fallback: %w", err)
 	}
 	fallback.mode = ModeFallback
-	s := &Shared{redis: cfg.Redis, fallback: fallback, log: cfg.Logger, timeout: cfg.RedisTimeout}
+	s := &Shared{redis: cfg.Redis, fallback: fallback, log: cfg.Logger}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	if s.timeout <= 0 {
-		s.timeout = 500 * time.Millisecond
-	}
-	s.mode.Store(ModeShared)
-	s.cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
-		Name:        "limiter-redis",
-		MaxRequests: 1, // one probe when half-open; the rest decide locally
-		Timeout:     redisRetryEvery,
-		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= 1 },
-		IsSuccessful: func(err error) bool {
-			return err == nil || errors.Is(err, ErrCostExceedsBurst)
+	s.br = newBreaker(breakerConfig{
+		name: "limiter-redis", timeout: cfg.RedisTimeout, log: s.log,
+		lost: "limiter: redis unavailable, deciding locally at the fallback rate",
+		back: "limiter: redis is back, deciding on the shared schedule",
+		// The fallback starts with its burst spent: the shared schedule
+		// has just been sending at full rate.
+		onOpen: fallback.spend,
+		onMode: func(m Mode) {
+			if s.metrics != nil {
+				s.metrics.setMode(m)
+			}
 		},
-		IsExcluded:    func(err error) bool { return errors.Is(err, errCallerGone) },
-		OnStateChange: s.onStateChange,
 	})
 	if cfg.Registerer != nil {
 		m, err := newMetrics(cfg.Registerer, s)
@@ -119,53 +104,16 @@ func fallbackConfig(cfg Config, n int) Config {
 	return out
 }
 
-// onStateChange runs under the breaker's lock: it only records and logs.
-func (s *Shared) onStateChange(_ string, from, to gobreaker.State) {
-	switch {
-	case from == gobreaker.StateClosed && to == gobreaker.StateOpen:
-		// The fallback starts with its burst spent: the shared schedule
-		// has just been sending at full rate.
-		s.fallback.spend()
-		s.setMode(ModeFallback)
-		s.log.Warn("limiter: redis unavailable, deciding locally at the fallback rate",
-			"retry_every", redisRetryEvery)
-	case to == gobreaker.StateClosed:
-		s.setMode(ModeShared)
-		s.log.Info("limiter: redis is back, deciding on the shared schedule")
-	}
-}
-
-func (s *Shared) setMode(m Mode) {
-	s.mode.Store(m)
-	if s.metrics != nil {
-		s.metrics.setMode(m)
-	}
-}
-
 // Mode is ModeShared while Redis decides and ModeFallback while the
 // process decides alone.
-func (s *Shared) Mode() Mode {
-	// State() also moves an open breaker to half-open once its timeout has
-	// passed; the mode stays fallback until a probe succeeds.
-	_ = s.cb.State()
-	return s.mode.Load().(Mode)
-}
+func (s *Shared) Mode() Mode { return s.br.Mode() }
 
 // ClockSkew is this process's clock minus Redis time at the last answer.
 func (s *Shared) ClockSkew() time.Duration { return s.redis.ClockSkew() }
 
-// onRedis runs one Redis call through the breaker with its own timeout.
+// onRedis runs one Redis call under the breaker policy (breaker.go).
 func (s *Shared) onRedis(ctx context.Context, call func(context.Context) error) error {
-	_, err := s.cb.Execute(func() (struct{}, error) {
-		cctx, cancel := context.WithTimeout(ctx, s.timeout)
-		defer cancel()
-		err := call(cctx)
-		if err != nil && ctx.Err() != nil {
-			return struct{}{}, fmt.Errorf("%w: %w", errCallerGone, err)
-		}
-		return struct{}{}, err
-	})
-	return err
+	return s.br.do(ctx, call)
 }
 
 // Reserve decides on Redis, or locally at the fallback rate when Redis

@@ -4,18 +4,23 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 
+	"smsgw/internal/keyspace"
 	"smsgw/internal/sms"
 )
 
 // keys builds every Redis key of one provider account's queue. All of them
-// start with the hash tag {smsgw:<account>}, so every script's keys live in
-// one Redis Cluster slot; no key name is ever built inside Lua.
+// start with the account's hash tag (keyspace), so every script's keys live
+// in one Redis Cluster slot; no key name is ever built inside Lua.
 type keys struct {
-	tag string // "{smsgw:<account>}:q:"
+	tag string // the account's prefix "q" (keyspace.Space.Prefix)
 }
 
+// newKeys names the queue keys of account. New has already refused an
+// account that keyspace.ValidateAccount refuses, so the error of
+// keyspace.New cannot occur here.
 func newKeys(account string) keys {
-	return keys{tag: "{smsgw:" + account + "}:q:"}
+	sp, _ := keyspace.New(account)
+	return keys{tag: sp.Prefix("q")}
 }
 
 // msgs is the HASH id -> the message's record (record.go; a value stored by

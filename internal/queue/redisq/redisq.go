@@ -21,13 +21,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"smsgw/internal/keyspace"
 	"smsgw/internal/queue"
 	"smsgw/internal/sms"
 )
@@ -75,12 +75,8 @@ func New(cfg Config) (*Queue, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("redisq: Config.Client is required")
 	}
-	if cfg.Account == "" {
-		return nil, errors.New("redisq: Config.Account is required")
-	}
-	// A brace would move the hash tag and scatter the keys over slots.
-	if strings.ContainsAny(cfg.Account, "{}") {
-		return nil, fmt.Errorf("redisq: Config.Account %q must not contain { or }", cfg.Account)
+	if err := keyspace.ValidateAccount(cfg.Account); err != nil {
+		return nil, fmt.Errorf("redisq: Config.Account: %w", err)
 	}
 	if cfg.Retention < 0 || cfg.IdempotencyWindow < 0 {
 		return nil, errors.New("redisq: Retention and IdempotencyWindow must not be negative")

@@ -1,0 +1,186 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"smsgw/internal/config"
+	"smsgw/internal/dispatch"
+	"smsgw/internal/keyspace"
+	"smsgw/internal/limiter"
+	"smsgw/internal/queue"
+	"smsgw/internal/queue/embedded"
+	"smsgw/internal/queue/redisq"
+	"smsgw/internal/state"
+)
+
+// backend is what one mode provides the App: the queue, the limiters and
+// the shared state, with the readiness checks, the loops Start runs and the
+// stop stack of what was opened. newEmbeddedBackend and newRedisBackend
+// build the same shape; nothing else in the App depends on the mode.
+type backend struct {
+	mode     string // "embedded" | "redis"
+	scope    string // of the counters: scopeProcess | scopeShared
+	queue    queue.Queue
+	enq      enqueuer // the queue, or a coalescer in front of it
+	limiter  limiter.Limiter
+	ingress  limiter.KeyLimiter
+	idem     state.Idempotency
+	pause    *operatorPause
+	counters state.Counters
+	guard    dispatch.Guard
+	checks   []readyCheck
+	loops    []loop            // started by Start in order
+	persist  *persistenceCheck // Redis only: asked once by Start
+	stops    stopStack
+}
+
+// deps are what New hands both backends.
+type deps struct {
+	log     *slog.Logger
+	reg     prometheus.Registerer
+	now     func() time.Time
+	metrics *apiMetrics
+}
+
+// newEmbeddedBackend: the bbolt store, the local limiters, and the shared
+// state in this process's memory (exactly one replica).
+func newEmbeddedBackend(cfg config.Config, d deps) (_ *backend, err error) {
+	b := &backend{mode: "embedded", scope: scopeProcess}
+	defer b.closeOnError(&err, d.log)
+	eq, err := embedded.Open(embedded.Config{Path: cfg.Store.Path, Logger: d.log,
+		Retention: cfg.Messages.Retention, IdempotencyWindow: config.IdempotencyWindow, Registerer: d.reg})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: queue: %w", err)
+	}
+	b.stops.push("queue", eq.Close)
+	b.queue, b.enq = eq, eq
+	b.checks = append(b.checks, readyCheck{"store", func(ctx context.Context) error { _, err := eq.Stats(ctx); return err }})
+	if b.limiter, err = limiter.NewLocal(limiterConfig(cfg)); err != nil {
+		return nil, fmt.Errorf("gateway: limiter: %w", err)
+	}
+	b.ingress = limiter.NewLocalKeys()
+	if b.idem, err = state.NewLocalIdempotency(config.IdempotencyWindow, 0); err != nil {
+		return nil, fmt.Errorf("gateway: idempotency store: %w", err)
+	}
+	b.pause = newOperatorPause(state.NewLocalPause(), d.now)
+	if b.counters, err = state.NewLocalCounters(totalsFields()); err != nil {
+		return nil, fmt.Errorf("gateway: counters: %w", err)
+	}
+	window, err := state.NewLocalThrottles(cfg.Dispatch.SuspensionGuard.Window)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: suspension guard: %w", err)
+	}
+	return b, b.finish(cfg, window)
+}
+
+// newRedisBackend: the Redis queue and limiters with their local
+// fallbacks, and the shared state under the account's hash tag. It opens a
+// client but contacts nothing: Start asks Redis whether it persists the
+// queue (persistenceCheck says what happens when it cannot).
+func newRedisBackend(cfg config.Config, d deps) (_ *backend, err error) {
+	b := &backend{mode: "redis", scope: scopeShared}
+	defer b.closeOnError(&err, d.log)
+	sp, err := keyspace.New(cfg.Account)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: account: %w", err)
+	}
+	client := newRedisClient(cfg.Redis)
+	b.stops.push("redis client", client.Close)
+	rq, err := redisq.New(redisq.Config{Client: client, Account: cfg.Account, Logger: d.log,
+		Retention: cfg.Messages.Retention, IdempotencyWindow: config.IdempotencyWindow, Registerer: d.reg})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: queue: %w", err)
+	}
+	b.stops.push("queue", rq.Close)
+	// Many concurrent POSTs share one enqueue script round trip. (The
+	// embedded store already shares one commit between them.)
+	co := newCoalescer(rq)
+	b.queue, b.enq, b.loops = rq, co, append(b.loops, co)
+	if b.persist, err = newPersistenceCheck(rq.CheckPersistence, d.reg, d.log); err != nil {
+		return nil, err
+	}
+	b.checks = append(b.checks,
+		readyCheck{"redis", func(ctx context.Context) error { return client.Ping(ctx).Err() }},
+		readyCheck{"store", func(ctx context.Context) error { _, err := rq.Stats(ctx); return err }},
+		readyCheck{"persistence", b.persist.run})
+	if err := b.redisLimiters(cfg, d, client); err != nil {
+		return nil, err
+	}
+	window, err := b.redisState(cfg, d, client, sp)
+	if err != nil {
+		return nil, err
+	}
+	return b, b.finish(cfg, window)
+}
+
+// redisLimiters are the send limiter and the ingress keys, each on Redis
+// behind the one breaker policy, with its local fallback.
+func (b *backend) redisLimiters(cfg config.Config, d deps, client redis.UniversalClient) error {
+	lcfg := limiterConfig(cfg)
+	rl, err := limiter.NewRedis(client, cfg.Account, lcfg)
+	if err != nil {
+		return fmt.Errorf("gateway: limiter: %w", err)
+	}
+	if b.limiter, err = limiter.NewShared(limiter.SharedConfig{Redis: rl, Config: lcfg, MaxSenders: cfg.Limits.MaxSenders,
+		Logger: d.log, Registerer: d.reg, RedisTimeout: cfg.Redis.Timeout}); err != nil {
+		return fmt.Errorf("gateway: limiter: %w", err)
+	}
+	keys, err := limiter.NewRedisKeys(client, cfg.Account)
+	if err != nil {
+		return fmt.Errorf("gateway: ingress limiter: %w", err)
+	}
+	if b.ingress, err = limiter.NewSharedKeys(limiter.SharedKeysConfig{Redis: keys, Logger: d.log, Registerer: d.reg,
+		RedisTimeout: cfg.Redis.Timeout, OnLocal: d.metrics.ingressFallback.Inc}); err != nil {
+		return fmt.Errorf("gateway: ingress limiter: %w", err)
+	}
+	return nil
+}
+
+// redisState is the shared state of the account; it returns the 429 window
+// for the guard.
+func (b *backend) redisState(cfg config.Config, d deps, client redis.UniversalClient, sp keyspace.Space) (dispatch.ThrottleWindow, error) {
+	var err error
+	if b.idem, err = state.NewRedisIdempotency(client, sp, config.IdempotencyWindow); err != nil {
+		return nil, fmt.Errorf("gateway: idempotency store: %w", err)
+	}
+	ps, err := state.NewRedisPause(client, sp)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: operator pause: %w", err)
+	}
+	b.pause = newOperatorPause(ps, d.now)
+	b.loops = append(b.loops, newPausePoller(b.pause, pausePollEvery, d.log))
+	if b.counters, err = state.NewRedisCounters(client, sp, totalsFields()); err != nil {
+		return nil, fmt.Errorf("gateway: counters: %w", err)
+	}
+	window, err := state.NewRedisThrottles(client, sp, cfg.Dispatch.SuspensionGuard.Window)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: suspension guard: %w", err)
+	}
+	return window, nil
+}
+
+// finish is what both modes add last: the suspension guard's policy over
+// the mode's 429 window, and the limiter's readiness check.
+func (b *backend) finish(cfg config.Config, window dispatch.ThrottleWindow) error {
+	g := cfg.Dispatch.SuspensionGuard
+	var err error
+	if b.guard, err = dispatch.NewGuard(window, dispatch.GuardConfig{Threshold: g.Threshold, Share: g.Share}); err != nil {
+		return fmt.Errorf("gateway: suspension guard: %w", err)
+	}
+	lim := b.limiter
+	b.checks = append(b.checks, readyCheck{"limiter", func(ctx context.Context) error { _, err := lim.State(ctx); return err }})
+	return nil
+}
+
+// closeOnError closes what a failed constructor opened.
+func (b *backend) closeOnError(err *error, log *slog.Logger) {
+	if *err != nil {
+		_ = b.stops.run(log)
+	}
+}

@@ -1,0 +1,126 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+)
+
+// The one breaker policy of every limiter that decides on Redis with a
+// local fallback (Shared for sends, SharedKeys for producer ingress):
+//
+//   - one failed Redis call opens the breaker (a limiter call must not wait
+//     on a dead Redis twice);
+//   - while open, nothing calls Redis: every decision is taken locally;
+//   - after redisRetryEvery one caller probes Redis (half-open); its success
+//     closes the breaker, its failure keeps it open another redisRetryEvery;
+//   - a call the caller gave up on (its context ended) says nothing about
+//     Redis and counts neither way; ErrCostExceedsBurst is an answer, not a
+//     failure;
+//   - the mode changes are logged once each (Warn when Redis is lost, Info
+//     when it is back), never per decision.
+
+// redisRetryEvery is how long the breaker stays open after a Redis failure:
+// Redis is tried again at most once a second, by one caller; every other
+// caller decides locally meanwhile.
+const redisRetryEvery = time.Second
+
+// defaultRedisTimeout bounds one Redis call when the caller sets none.
+const defaultRedisTimeout = 500 * time.Millisecond
+
+// errCallerGone marks a Redis call that failed because the caller's context
+// ended: it says nothing about Redis, so the breaker ignores it.
+var errCallerGone = errors.New("limiter: caller context done")
+
+// breakerConfig shapes a breaker.
+type breakerConfig struct {
+	name    string        // the breaker's name
+	timeout time.Duration // one Redis call; 0: defaultRedisTimeout
+	log     *slog.Logger  // nil: discard
+	lost    string        // logged at Warn when Redis is lost
+	back    string        // logged at Info when Redis answers again
+	onOpen  func()        // optional; runs under the breaker's lock when it opens
+	onMode  func(Mode)    // optional; every mode change (metrics)
+}
+
+// breaker runs Redis calls under the policy above and knows the mode.
+type breaker struct {
+	cfg  breakerConfig
+	cb   *gobreaker.CircuitBreaker[struct{}]
+	mode atomic.Value // Mode: ModeShared or ModeFallback
+}
+
+func newBreaker(cfg breakerConfig) *breaker {
+	if cfg.log == nil {
+		cfg.log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.timeout <= 0 {
+		cfg.timeout = defaultRedisTimeout
+	}
+	b := &breaker{cfg: cfg}
+	b.mode.Store(ModeShared)
+	b.cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        cfg.name,
+		MaxRequests: 1, // one probe when half-open; the rest decide locally
+		Timeout:     redisRetryEvery,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= 1 },
+		IsSuccessful: func(err error) bool {
+			return err == nil || errors.Is(err, ErrCostExceedsBurst)
+		},
+		IsExcluded:    func(err error) bool { return errors.Is(err, errCallerGone) },
+		OnStateChange: b.onStateChange,
+	})
+	return b
+}
+
+// onStateChange runs under the breaker's lock: it only records and logs.
+func (b *breaker) onStateChange(_ string, from, to gobreaker.State) {
+	switch {
+	case from == gobreaker.StateClosed && to == gobreaker.StateOpen:
+		if b.cfg.onOpen != nil {
+			b.cfg.onOpen()
+		}
+		b.setMode(ModeFallback)
+		b.cfg.log.Warn(b.cfg.lost, "retry_every", redisRetryEvery)
+	case to == gobreaker.StateClosed:
+		b.setMode(ModeShared)
+		b.cfg.log.Info(b.cfg.back)
+	}
+}
+
+func (b *breaker) setMode(m Mode) {
+	b.mode.Store(m)
+	if b.cfg.onMode != nil {
+		b.cfg.onMode(m)
+	}
+}
+
+// Mode is ModeShared while Redis decides and ModeFallback while the
+// process decides alone.
+func (b *breaker) Mode() Mode {
+	// State() also moves an open breaker to half-open once its timeout has
+	// passed; the mode stays fallback until a probe succeeds.
+	_ = b.cb.State()
+	return b.mode.Load().(Mode)
+}
+
+// do runs one Redis call through the breaker with its own timeout. While
+// the breaker is open it returns at once with gobreaker.ErrOpenState (or
+// ErrTooManyRequests while another caller probes).
+func (b *breaker) do(ctx context.Context, call func(context.Context) error) error {
+	_, err := b.cb.Execute(func() (struct{}, error) {
+		cctx, cancel := context.WithTimeout(ctx, b.cfg.timeout)
+		defer cancel()
+		err := call(cctx)
+		if err != nil && ctx.Err() != nil {
+			return struct{}{}, fmt.Errorf("%w: %w", errCallerGone, err)
+		}
+		return struct{}{}, err
+	})
+	return err
+}

@@ -1,0 +1,38 @@
+package redisq
+
+import (
+	"errors"
+	"testing"
+
+	"smsgw/internal/keyspace"
+	"smsgw/internal/redistest"
+	"smsgw/internal/sms"
+)
+
+// TestKeyNamesUnchanged: the queue's key names are what every release
+// wrote, so that messages already in Redis stay readable across an upgrade.
+func TestKeyNamesUnchanged(t *testing.T) {
+	t.Parallel()
+	k := newKeys("acct")
+	for _, tc := range []struct{ got, want string }{
+		{k.msgs(), "{smsgw:acct}:q:msgs"},
+		{k.leases(), "{smsgw:acct}:q:leases"},
+		{k.seq(), "{smsgw:acct}:q:seq"},
+		{k.done(), "{smsgw:acct}:q:done"},
+		{k.outstanding(), "{smsgw:acct}:q:outstanding"},
+		{k.ready(sms.ClassOTP), "{smsgw:acct}:q:ready:otp"},
+		{k.lease(sms.ClassTransactional), "{smsgw:acct}:q:lease:transactional"},
+		{k.dead(sms.ClassMarketing), "{smsgw:acct}:q:dead:marketing"},
+		{k.idem("p", "k"), // sha256("p\x00k")[:16]
+			"{smsgw:acct}:q:idem:776e9c643a14b5e91d039a77beb6dd51"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("key %q, want %q", tc.got, tc.want)
+		}
+	}
+	for _, bad := range []string{"", "a{b}", "a:b", "a b"} {
+		if _, err := New(Config{Client: redistest.Client(t), Account: bad}); !errors.Is(err, keyspace.ErrInvalidAccount) {
+			t.Errorf("New with account %q = %v, want keyspace.ErrInvalidAccount", bad, err)
+		}
+	}
+}

@@ -1,0 +1,36 @@
+package state
+
+import "smsgw/internal/keyspace"
+
+// Every Redis key of this package is built here and nowhere else, from the
+// account's key space (keyspace), so all of them share the account's hash
+// tag with the queue and limiter keys. The names predate this package
+// (the gateway and dispatch wrote them): they must not change, or state
+// already in Redis would be lost on an upgrade (TestKeyNamesUnchanged).
+type keys struct {
+	api      string // the gateway's prefix "api"
+	dispatch string // the send loop's prefix "dispatch"
+}
+
+func newKeys(sp keyspace.Space) keys {
+	return keys{api: sp.Prefix("api"), dispatch: sp.Prefix("dispatch")}
+}
+
+// idemAnswer holds the first answer to one hashed idempotency key (STRING,
+// JSON Answer).
+func (k keys) idemAnswer(key string) string { return k.api + "idem:" + key }
+
+// idemLock is the in-flight lock of the same (STRING, token).
+func (k keys) idemLock(key string) string { return k.api + "idemlock:" + key }
+
+// pause is the operator pause (STRING, reason; its TTL is the pause's rest).
+func (k keys) pause() string { return k.api + "pause" }
+
+// counters is the HASH of account-wide counters: one field per counter and
+// sinceField, when the first replica wrote it. A few dozen bytes that never
+// expire.
+func (k keys) counters() string { return k.api + "counters" }
+
+// throttles is the ZSET of provider 429s: member "<µs>:<nonce>", score the
+// Redis time of the 429 in µs; the script trims it to the window.
+func (k keys) throttles() string { return k.dispatch + "throttles" }

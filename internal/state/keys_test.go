@@ -1,0 +1,30 @@
+package state
+
+import (
+	"testing"
+
+	"smsgw/internal/keyspace"
+)
+
+// TestKeyNamesUnchanged: the names are those the gateway and dispatch
+// wrote before this package existed, so answers, the pause, the counters and
+// the 429 window already in Redis stay in force across an upgrade.
+func TestKeyNamesUnchanged(t *testing.T) {
+	t.Parallel()
+	sp, err := keyspace.New("acct")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := newKeys(sp)
+	for _, tc := range []struct{ got, want string }{
+		{k.idemAnswer("0a1b"), "{smsgw:acct}:api:idem:0a1b"},
+		{k.idemLock("0a1b"), "{smsgw:acct}:api:idemlock:0a1b"},
+		{k.pause(), "{smsgw:acct}:api:pause"},
+		{k.counters(), "{smsgw:acct}:api:counters"},
+		{k.throttles(), "{smsgw:acct}:dispatch:throttles"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("key %q, want %q", tc.got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,134 @@
+package state
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"smsgw/internal/keyspace"
+	"smsgw/internal/redistest"
+)
+
+// TestLocalIdempotencyBounds: the in-process store never holds more than
+// its cap of answers (the oldest go) or of locks (the newest stays held).
+func TestLocalIdempotencyBounds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := NewLocalIdempotency(time.Hour, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		k := fmt.Sprint("a", i)
+		_, token, err := s.Acquire(ctx, k, time.Minute)
+		if err != nil || token == "" {
+			t.Fatalf("Acquire %s: %q %v", k, token, err)
+		}
+		if err := s.Finish(ctx, k, token, &Answer{Status: 200 + i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(s.answers) != 3 || len(s.order) != 3 {
+		t.Fatalf("%d answers (%d in order), want the cap 3", len(s.answers), len(s.order))
+	}
+	for i := range 5 {
+		a, _, err := s.Acquire(ctx, fmt.Sprint("a", i), time.Minute)
+		if err != nil || (a != nil) != (i >= 2) {
+			t.Errorf("answer a%d = %+v %v; want only the newest 3 kept", i, a, err)
+		}
+	}
+
+	locks, err := NewLocalIdempotency(time.Hour, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		if _, token, err := locks.Acquire(ctx, fmt.Sprint("l", i), time.Minute); err != nil || token == "" {
+			t.Fatalf("Acquire l%d: %q %v", i, token, err)
+		}
+		if len(locks.locks) > 8 {
+			t.Fatalf("%d locks after %d Acquires, want at most the cap 8", len(locks.locks), i+1)
+		}
+	}
+	if _, token, _ := locks.Acquire(ctx, "l99", time.Minute); token != "" {
+		t.Fatal("the newest lock was dropped")
+	}
+}
+
+// TestLocalThrottlesWindowAndBound: a 429 leaves the window exactly one
+// window after it was recorded; the log never holds more than
+// MaxLocalThrottles.
+func TestLocalThrottlesWindowAndBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, err := NewLocalThrottles(10 * time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		for range 3 {
+			_, _ = g.Record429(ctx)
+		}
+		time.Sleep(5 * time.Minute)
+		if n, _ := g.Record429(ctx); n != 4 {
+			t.Errorf("count %d, want 4", n)
+		}
+		time.Sleep(5 * time.Minute) // the first three are exactly one window old: out
+		if n, _ := g.Count(ctx); n != 1 {
+			t.Errorf("count after 10 min %d, want 1", n)
+		}
+		time.Sleep(5 * time.Minute)
+		if n, _ := g.Count(ctx); n != 0 {
+			t.Errorf("count after 15 min %d, want 0", n)
+		}
+		for range MaxLocalThrottles + 10 {
+			_, _ = g.Record429(ctx)
+		}
+		if n, _ := g.Count(ctx); n != MaxLocalThrottles || len(g.times) != MaxLocalThrottles {
+			t.Errorf("count %d (%d held) after %d 429s, want the bound %d", n, len(g.times), MaxLocalThrottles+10, MaxLocalThrottles)
+		}
+	})
+}
+
+func TestConstructorsRefuseBadArguments(t *testing.T) {
+	t.Parallel()
+	c := redistest.Client(t)
+	sp, err := keyspace.New("acct")
+	if err != nil {
+		t.Fatal(err)
+	}
+	many := make([]string, MaxCounterFields+1)
+	for i := range many {
+		many[i] = fmt.Sprint("f", i)
+	}
+	for name, err := range map[string]error{
+		"local idem window 0":   second(NewLocalIdempotency(0, 0)),
+		"local idem cap -1":     second(NewLocalIdempotency(time.Hour, -1)),
+		"redis idem nil client": second(NewRedisIdempotency(nil, sp, time.Hour)),
+		"redis idem zero space": second(NewRedisIdempotency(c, keyspace.Space{}, time.Hour)),
+		"redis idem window 0":   second(NewRedisIdempotency(c, sp, 0)),
+		"redis pause nil":       second(NewRedisPause(nil, sp)),
+		"counters none":         second(NewLocalCounters(nil)),
+		"counters reserved":     second(NewLocalCounters([]string{"sent", sinceField})),
+		"counters repeated":     second(NewLocalCounters([]string{"sent", "sent"})),
+		"counters empty name":   second(NewRedisCounters(c, sp, []string{""})),
+		"counters too many":     second(NewRedisCounters(c, sp, many)),
+		"throttles window 0":    second(NewLocalThrottles(0)),
+		"redis throttles 0":     second(NewRedisThrottles(c, sp, 0)),
+		"redis throttles space": second(NewRedisThrottles(c, keyspace.Space{}, time.Minute)),
+	} {
+		if err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if _, err := NewLocalCounters(many[:MaxCounterFields]); err != nil {
+		t.Errorf("%d fields: %v", MaxCounterFields, err)
+	}
+	if !ValidKey(strings.Repeat("a", MaxKeyLen)) || ValidKey(strings.Repeat("a", MaxKeyLen+1)) {
+		t.Error("ValidKey bound")
+	}
+}
+
+func second[T any](_ T, err error) error { return err }

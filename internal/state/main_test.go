@@ -1,0 +1,44 @@
+package state
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"smsgw/internal/keyspace"
+	"smsgw/internal/redistest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// newSpace returns the key space of a fresh account whose keys are deleted
+// from the shared Redis when the test ends.
+func newSpace(t testing.TB) keyspace.Space {
+	t.Helper()
+	sp, err := keyspace.New(redistest.Prefix(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteKeys(t, sp) })
+	return sp
+}
+
+// deleteKeys removes every key of sp's account from the shared Redis.
+func deleteKeys(t testing.TB, sp keyspace.Space) {
+	c := redis.NewClient(&redis.Options{Addr: redistest.SharedAddr})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	keys, err := c.Keys(ctx, sp.Tag()+"*").Result()
+	if err == nil && len(keys) > 0 {
+		err = c.Del(ctx, keys...).Err()
+	}
+	if err != nil {
+		t.Logf("delete keys of %s: %v", sp.Account(), err)
+	}
+}
