@@ -197,6 +197,9 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 	if err := reg.Register(newQueueCollector(a.queue, log)); err != nil {
 		return nil, fmt.Errorf("gateway: queue metrics: %w", err)
 	}
+	if err := registerConfigMetrics(reg, cfg, s.pause); err != nil {
+		return nil, fmt.Errorf("gateway: config metrics: %w", err)
+	}
 	s.queue, s.enq = a.queue, a.queue
 	if a.redis != nil {
 		// Many concurrent POSTs share one enqueue script round trip. The
@@ -236,6 +239,9 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 	started := now()
 	s.live = &liveStats{replica: replica{owner: owner, mode: mode, started: started}, providerName: a.prov.Name(),
 		snap: a.disp.Snapshot, otp: otpLatency, totals: newTotalsLoop(a.disp.Snapshot, a.redis, countersKey, log, started)}
+	if s.history, err = newHistoryView(cfg, a.redis, a.disp.Snapshot, metrics.accepted, a.queue, log); err != nil {
+		return nil, err
+	}
 	a.srv = s
 	a.http = &http.Server{
 		Handler:           s.routes(),
@@ -350,6 +356,7 @@ func (a *App) Start(ctx context.Context) error {
 	}
 	a.srv.pause.start(runCtx)
 	a.srv.live.totals.start(runCtx)
+	a.srv.history.rec.Start(runCtx)
 	a.ln, a.cancel, a.started = ln, cancel, true
 	a.served = make(chan error, 1)
 	go func() { a.served <- a.http.Serve(ln) }()
@@ -409,6 +416,7 @@ func (a *App) Stop(ctx context.Context) error {
 		}
 		a.srv.pause.close()
 		a.srv.live.totals.close(ctx)
+		a.srv.history.rec.Stop()
 		a.cancel()
 	}
 	a.closeAll()

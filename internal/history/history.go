@@ -55,7 +55,7 @@ type Sample struct {
 	Direct    int64    // of Sent, OTP fast-path sends (they never were in the queue)
 	Accepted  PerClass // messages producers queued
 	Throttled int64    // provider 429s
-	Queued    PerClass // ready + scheduled + leased, valid when HasQueued
+	Queued    PerClass // the backlog due now (ready + leased), valid when HasQueued
 	HasQueued bool     // some replica read the queue depth in this step
 }
 
