@@ -65,9 +65,11 @@ func TestStatsFiguresFollowTraffic(t *testing.T) {
 				t.Fatal(err)
 			}
 			wantStatus(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusAccepted)
+			// One answer reads the queue before the counters: wait until
+			// both show the dead letter.
 			eventually(t, "the dead letter counted", func() bool {
 				st = h.stats()
-				return st.Classes["marketing"].DeadTotal == 1
+				return st.Classes["marketing"].DeadTotal == 1 && st.Classes["marketing"].Dead == 1
 			})
 			if err := h.sim.Apply(sim.Control{Clear: true}); err != nil {
 				t.Fatal(err)
