@@ -47,6 +47,7 @@ package main
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -54,6 +55,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -100,17 +102,18 @@ func main() {
 	replicas := flag.Int("replicas", -1, "expected spec.replicas (-1: absent, HPA)")
 	readiness := flag.String("readiness", "/readyz", "expected readiness path")
 	hpa := flag.Bool("hpa", false, "expect a HorizontalPodAutoscaler")
+	grafana := flag.Bool("grafana", false, "expect the Grafana dashboard ConfigMap")
 	var extraEnv, extraSecret multi
 	flag.Var(&extraEnv, "env", "KEY=VALUE the container gets besides the rendered Secret (repeatable)")
 	flag.Var(&extraSecret, "existing-secret", "KEY=VALUE of the existingSecret the release refers to (repeatable)")
 	flag.Parse()
-	if err := run(*rendered, *bin, *out, *mode, *replicas, *readiness, *hpa, extraEnv, extraSecret); err != nil {
+	if err := run(*rendered, *bin, *out, *mode, *replicas, *readiness, *hpa, *grafana, extraEnv, extraSecret); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 }
 
-func run(rendered, bin, out, mode string, replicas int, readiness string, wantHPA bool, extraEnv, extraSecret []string) error {
+func run(rendered, bin, out, mode string, replicas int, readiness string, wantHPA, wantGrafana bool, extraEnv, extraSecret []string) error {
 	data, err := os.ReadFile(rendered)
 	if err != nil {
 		return err
@@ -138,6 +141,33 @@ func run(rendered, bin, out, mode string, replicas int, readiness string, wantHP
 		return byKind[kind][0]
 	}
 
+	// The Grafana dashboard's ConfigMap (optional) is checked apart from
+	// the one holding smsgw.yaml.
+	isDashboard := func(c obj) bool { _, ok := get(c, "data", "smsgw.json").(string); return ok }
+	var dashboards []obj
+	for _, c := range byKind["ConfigMap"] {
+		if isDashboard(c) {
+			dashboards = append(dashboards, c)
+		}
+	}
+	byKind["ConfigMap"] = slices.DeleteFunc(byKind["ConfigMap"], isDashboard)
+	switch {
+	case wantGrafana && len(dashboards) != 1:
+		bad("want one Grafana dashboard ConfigMap, got %d", len(dashboards))
+	case !wantGrafana && len(dashboards) != 0:
+		bad("the Grafana dashboard ConfigMap is rendered though not enabled")
+	case wantGrafana:
+		var d struct {
+			UID    string `json:"uid"`
+			Panels []any  `json:"panels"`
+		}
+		if str(dashboards[0], "metadata", "labels", "grafana_dashboard") != "1" {
+			bad("the dashboard ConfigMap lacks the sidecar label grafana_dashboard: \"1\"")
+		}
+		if err := json.Unmarshal([]byte(str(dashboards[0], "data", "smsgw.json")), &d); err != nil || d.UID != "smsgw" || len(d.Panels) == 0 {
+			bad("the dashboard ConfigMap's smsgw.json is not the smsgw dashboard (uid %q, %d panels, %v)", d.UID, len(d.Panels), err)
+		}
+	}
 	cm, dep := one("ConfigMap"), one("Deployment")
 	if cm == nil || dep == nil {
 		return fmt.Errorf("%s", strings.Join(problems, "\n"))
@@ -401,6 +431,8 @@ caught() {
 CI=$CHART/ci
 valid "embedded (one replica, PVC, http provider)" -mode embedded -replicas 1 -- -f "$CI/embedded-values.yaml"
 valid "redis, 3 replicas, ServiceMonitor" -mode redis -replicas 3 -- -f "$CI/redis-values.yaml"
+valid "redis, 3 replicas, Grafana dashboard ConfigMap" -mode redis -replicas 3 -grafana -- -f "$CI/redis-values.yaml" \
+	--set metrics.grafanaDashboard.enabled=true
 valid "redis cluster, HPA 2..20, readiness on /healthz" -mode redis -hpa -readiness /healthz -- -f "$CI/redis-cluster-values.yaml"
 valid "redis sentinel, 2 replicas" -mode redis -replicas 2 -- -f "$CI/sentinel-values.yaml"
 valid "twilio (embedded)" -mode embedded -replicas 1 -- -f "$CI/twilio-values.yaml"
