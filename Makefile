@@ -1,27 +1,37 @@
 # The test command the README gives and .ci/run calls: `make test`.
 GO ?= go
 TEST_TIMEOUT ?= 25m
+# Installs (as root, with apt-get) or names what the tests need, and starts
+# the test Redis: scripts/ensure-deps.sh.
+DEPS = bash scripts/ensure-deps.sh
 
-.PHONY: test test-short vet mutate bench demo build helm-check
+.PHONY: test test-short vet alerts-check mutate bench demo build helm-check
 
 # -p 1: one package at a time, so the latency assertions (OTP p99 < 20 ms)
 # of one package do not share the 2 cores with another package's load.
-test: vet
-	bash scripts/ensure-redis.sh
+test: vet alerts-check
+	$(DEPS) redis chromium promtool
 	$(GO) test -race -count=1 -p 1 -timeout $(TEST_TIMEOUT) ./...
 
 # Unit tests only (no multi-process end-to-end suite).
-test-short:
-	bash scripts/ensure-redis.sh
+test-short: alerts-check
+	$(DEPS) redis chromium promtool
 	$(GO) test -race -count=1 -short ./...
 
 vet:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
+# The alert rules: promtool's syntax check and its unit tests (every alert
+# fires when it should and stays quiet when it should not).
+alerts-check:
+	$(DEPS) promtool
+	promtool check rules deploy/prometheus/alerts.yaml deploy/prometheus/alerts-lifecycle.yaml
+	promtool test rules deploy/prometheus/alerts_test.yaml
+
 # Breaks the limiter one line at a time; every mutant must be killed.
 mutate:
-	bash scripts/ensure-redis.sh
+	$(DEPS) redis
 	bash scripts/mutate.sh
 
 # Lints and renders the Helm chart for several value sets, checks its
@@ -30,7 +40,7 @@ helm-check:
 	bash scripts/helm-check.sh
 
 bench:
-	bash scripts/ensure-redis.sh
+	$(DEPS) redis
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./internal/...
 
 build:

@@ -106,6 +106,8 @@ caught() {
 CI=$CHART/ci
 valid "embedded (one replica, PVC, http provider)" -mode embedded -replicas 1 -- -f "$CI/embedded-values.yaml"
 valid "redis, 3 replicas, ServiceMonitor" -mode redis -replicas 3 -- -f "$CI/redis-values.yaml"
+valid "redis, 3 replicas, Grafana dashboard ConfigMap" -mode redis -replicas 3 -grafana -- -f "$CI/redis-values.yaml" \
+	--set metrics.grafanaDashboard.enabled=true
 valid "redis cluster, HPA 2..20, readiness on /healthz" -mode redis -hpa -readiness /healthz -- -f "$CI/redis-cluster-values.yaml"
 valid "redis sentinel, 2 replicas" -mode redis -replicas 2 -- -f "$CI/sentinel-values.yaml"
 valid "twilio (embedded)" -mode embedded -replicas 1 -- -f "$CI/twilio-values.yaml"

@@ -274,18 +274,32 @@ func (b *browser) noProblems() {
 	}
 }
 
-func (b *browser) screenshot() {
+// screenshot saves the whole page as a PNG named name, in
+// $SMSGW_SCREENSHOT_DIR when set (to look at), else in a temp dir.
+func (b *browser) screenshot(name string) {
+	b.t.Helper()
+	b.save(name, chromedp.FullScreenshot(100))
+}
+
+// screenshotOf saves what the element with this id shows.
+func (b *browser) screenshotOf(id, name string) {
+	b.t.Helper()
+	b.save(name, chromedp.Screenshot(chromedp.ID(id)))
+}
+
+func (b *browser) save(name string, shot chromedp.Action[[]byte]) {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 	defer cancel()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	png, err := chromedp.Run(ctx, shot)
 	if err != nil {
 		b.t.Fatalf("screenshot: %v", err)
 	}
-	path := os.Getenv("SMSGW_DASHBOARD_SCREENSHOT")
-	if path == "" {
-		path = filepath.Join(b.t.TempDir(), "dashboard.png")
+	dir := os.Getenv("SMSGW_SCREENSHOT_DIR")
+	if dir == "" {
+		dir = b.t.TempDir()
 	}
+	path := filepath.Join(dir, name)
 	if err := os.WriteFile(path, png, 0o644); err != nil {
 		b.t.Fatal(err)
 	}
@@ -522,7 +536,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatal("a reload asked for the key again")
 	}
 	br.waitFor("3 dead letters after the reload", `document.querySelectorAll('#dead tbody tr[data-id]').length === 3`, wait)
-	br.screenshot()
+	br.screenshot("dashboard.png")
 	br.noProblems()
 
 	// The gateway goes away: the page says so instead of showing old

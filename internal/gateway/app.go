@@ -103,6 +103,9 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	if err := d.reg.Register(newQueueCollector(b.queue, d.log)); err != nil {
 		return nil, fmt.Errorf("gateway: queue metrics: %w", err)
 	}
+	if err := registerConfigMetrics(d.reg, cfg, b.pause); err != nil {
+		return nil, fmt.Errorf("gateway: config metrics: %w", err)
+	}
 	if a.prov = opts.Provider; a.prov == nil {
 		if a.prov, err = newProvider(cfg.Provider, d.log); err != nil {
 			return nil, err
@@ -117,6 +120,9 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	live := &liveStats{replica: replica{owner: owner, mode: b.mode, started: started}, providerName: a.prov.Name(),
 		snap: a.disp.Snapshot, otp: otpLatency, totals: newTotalsLoop(a.disp.Snapshot, b.counters, b.scope, d.log, started)}
 	if a.srv, err = newServer(cfg, d, gath, b, a.disp, live, opts.Dashboard); err != nil {
+		return nil, err
+	}
+	if a.srv.history, err = newHistoryView(b, a.disp.Snapshot, d.metrics.accepted, d.log); err != nil {
 		return nil, err
 	}
 	a.http = newHTTPServer(cfg, a.srv.routes(), d.log)
@@ -310,7 +316,7 @@ func (a *App) Start(ctx context.Context) error {
 
 // loops are the backend's loops and the stats totals, in start order.
 func (a *App) loops() []loop {
-	return append(a.b.loops[:len(a.b.loops):len(a.b.loops)], a.srv.live.totals)
+	return append(a.b.loops[:len(a.b.loops):len(a.b.loops)], a.srv.live.totals, a.srv.history.rec)
 }
 
 // Addr is the address the App listens on ("" before Start).

@@ -11,6 +11,7 @@ import (
 
 	"smsgw/internal/config"
 	"smsgw/internal/dispatch"
+	"smsgw/internal/history"
 	"smsgw/internal/keyspace"
 	"smsgw/internal/limiter"
 	"smsgw/internal/queue"
@@ -34,6 +35,7 @@ type backend struct {
 	pause    *operatorPause
 	counters state.Counters
 	guard    dispatch.Guard
+	history  history.Store // the last 15 minutes of send figures
 	checks   []readyCheck
 	loops    []loop            // started by Start in order
 	persist  *persistenceCheck // Redis only: asked once by Start
@@ -71,6 +73,9 @@ func newEmbeddedBackend(cfg config.Config, d deps) (_ *backend, err error) {
 	b.pause = newOperatorPause(state.NewLocalPause(), d.now)
 	if b.counters, err = state.NewLocalCounters(totalsFields()); err != nil {
 		return nil, fmt.Errorf("gateway: counters: %w", err)
+	}
+	if b.history, err = history.NewLocal(history.Config{}, nil); err != nil {
+		return nil, fmt.Errorf("gateway: history: %w", err)
 	}
 	window, err := state.NewLocalThrottles(cfg.Dispatch.SuspensionGuard.Window)
 	if err != nil {
@@ -157,6 +162,9 @@ func (b *backend) redisState(cfg config.Config, d deps, client redis.UniversalCl
 	b.loops = append(b.loops, newPausePoller(b.pause, pausePollEvery, d.log))
 	if b.counters, err = state.NewRedisCounters(client, sp, totalsFields()); err != nil {
 		return nil, fmt.Errorf("gateway: counters: %w", err)
+	}
+	if b.history, err = history.NewRedis(client, sp, history.Config{}); err != nil {
+		return nil, fmt.Errorf("gateway: history: %w", err)
 	}
 	window, err := state.NewRedisThrottles(client, sp, cfg.Dispatch.SuspensionGuard.Window)
 	if err != nil {

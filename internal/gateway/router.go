@@ -41,6 +41,7 @@ type server struct {
 	eta       *etaEstimator
 	pause     *operatorPause
 	live      *liveStats
+	history   *historyView
 	metrics   *apiMetrics
 	gatherer  prometheus.Gatherer
 	dashboard http.Handler
@@ -80,6 +81,7 @@ func (s *server) routes() http.Handler {
 		r.Route("/admin", func(r chi.Router) {
 			r.Use(s.authAdmin)
 			r.Get("/stats", s.adminStats)
+			r.Get("/history", s.adminHistory)
 			r.Get("/messages/{id}", s.adminGetMessage)
 			r.Post("/pause", s.adminPause)
 			r.Post("/resume", s.adminResume)

@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,6 +20,7 @@ type expectation struct {
 	replicas       int    // spec.replicas; -1: absent (an HPA owns them)
 	readiness      string // readiness probe path
 	hpa            bool   // a HorizontalPodAutoscaler is rendered
+	grafana        bool   // the Grafana dashboard ConfigMap is rendered
 	extraEnv       []string
 	existingSecret []string // KEY=VALUE of a Secret the release refers to but does not render
 }
@@ -57,6 +60,7 @@ func inspect(data []byte, want expectation) (result, error) {
 		}
 		return byKind[kind][0]
 	}
+	byKind["ConfigMap"] = checkDashboards(byKind["ConfigMap"], want.grafana, bad)
 	cm, dep := one("ConfigMap"), one("Deployment")
 	if cm == nil || dep == nil {
 		return r, errors.New(strings.Join(r.problems, "\n"))
@@ -284,4 +288,35 @@ func str(o any, path ...string) string {
 func list(o any, path ...string) []any {
 	l, _ := get(o, path...).([]any)
 	return l
+}
+
+// checkDashboards checks the optional Grafana dashboard ConfigMap (the one
+// holding smsgw.json) and returns the other ConfigMaps.
+func checkDashboards(cms []obj, want bool, bad func(string, ...any)) []obj {
+	isDashboard := func(c obj) bool { _, ok := get(c, "data", "smsgw.json").(string); return ok }
+	var dashboards []obj
+	for _, c := range cms {
+		if isDashboard(c) {
+			dashboards = append(dashboards, c)
+		}
+	}
+	rest := slices.DeleteFunc(slices.Clone(cms), isDashboard)
+	switch {
+	case want && len(dashboards) != 1:
+		bad("want one Grafana dashboard ConfigMap, got %d", len(dashboards))
+	case !want && len(dashboards) != 0:
+		bad("the Grafana dashboard ConfigMap is rendered though not enabled")
+	case want:
+		var d struct {
+			UID    string `json:"uid"`
+			Panels []any  `json:"panels"`
+		}
+		if str(dashboards[0], "metadata", "labels", "grafana_dashboard") != "1" {
+			bad("the dashboard ConfigMap lacks the sidecar label grafana_dashboard: \"1\"")
+		}
+		if err := json.Unmarshal([]byte(str(dashboards[0], "data", "smsgw.json")), &d); err != nil || d.UID != "smsgw" || len(d.Panels) == 0 {
+			bad("the dashboard ConfigMap's smsgw.json is not the smsgw dashboard (uid %q, %d panels, %v)", d.UID, len(d.Panels), err)
+		}
+	}
+	return rest
 }

@@ -31,6 +31,7 @@ func main() {
 	flag.IntVar(&want.replicas, "replicas", -1, "expected spec.replicas (-1: absent, HPA)")
 	flag.StringVar(&want.readiness, "readiness", "/readyz", "expected readiness path")
 	flag.BoolVar(&want.hpa, "hpa", false, "expect a HorizontalPodAutoscaler")
+	flag.BoolVar(&want.grafana, "grafana", false, "expect the Grafana dashboard ConfigMap")
 	flag.Var((*multi)(&want.extraEnv), "env", "KEY=VALUE the container gets besides the rendered Secret (repeatable)")
 	flag.Var((*multi)(&want.existingSecret), "existing-secret", "KEY=VALUE of the existingSecret the release refers to (repeatable)")
 	flag.Parse()

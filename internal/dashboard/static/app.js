@@ -17,6 +17,9 @@ const OTP_P99_SLOW_MS = 20; // accept-to-provider p99 at or above this is SLOW
 const OTP_503_RECENT_MS = 10000; // BLOCKED while fast-path 503s grew this recently
 const MESSAGE_ID = /^msg_[0-9A-HJKMNP-TV-Z]{26}$/;
 const BACKLOG_SLOW_S = 300; // oldest ready message this old while not paused: sending is slow
+const HISTORY_MS = 5000; // the history has one step per 5 s: no need to ask more often
+const DRAIN_SLOW_S = 6 * 3600; // a backlog that takes longer to drain is a problem (as the alert says)
+const SVG_NS = 'http://www.w3.org/2000/svg';
 // Relative to /dashboard/, so the page also works behind a path prefix.
 const API = '../v1/admin/';
 
@@ -40,6 +43,9 @@ const state = {
   prevSent: null, // {t, total} for a rate from sent_total counters
   rate: null,
   otp503: null, // {total, grewAt}: when the fast path's 503 count last grew
+  history: null, // the last GET history answer
+  historyAt: 0, // when it arrived
+  historyErr: '',
 };
 
 // ---- key -------------------------------------------------------------
@@ -233,18 +239,19 @@ function renderQueues(s) {
   const classes = s.classes || {};
   const rows = classNames(classes).map((name) => {
     const c = classes[name] || {};
-    const td = (field, text) => el('td', { class: 'num', data: { field } }, text);
+    // data-label names the column where a phone shows each row as a list.
+    const td = (field, label, text) => el('td', { class: 'num', data: { field, label } }, text);
     return el('tr', { data: { class: name } },
-      el('th', { scope: 'row' }, name),
-      td('queued', fmtInt(queued(c))),
-      td('ready', fmtInt(c.ready)),
-      td('scheduled', fmtInt(c.scheduled)),
-      td('leased', fmtInt(c.leased)),
-      td('oldest', queued(c) ? fmtSecs(c.oldest_age_seconds) : '—'),
-      td('dead', fmtInt(c.dead)),
-      td('sent', fmtInt(c.sent_total)),
-      td('failed', fmtInt(c.failed_total)),
-      td('expired', fmtInt(c.expired_total)));
+      el('th', { scope: 'row', data: { label: 'Class' } }, name),
+      td('queued', 'Queued', fmtInt(queued(c))),
+      td('ready', 'Ready', fmtInt(c.ready)),
+      td('scheduled', 'Scheduled', fmtInt(c.scheduled)),
+      td('leased', 'In flight', fmtInt(c.leased)),
+      td('oldest', 'Oldest waiting', queued(c) ? fmtSecs(c.oldest_age_seconds) : '—'),
+      td('dead', 'Dead', fmtInt(c.dead)),
+      td('sent', 'Sent', fmtInt(c.sent_total)),
+      td('failed', 'Failed', fmtInt(c.failed_total)),
+      td('expired', 'Expired', fmtInt(c.expired_total)));
   });
   if (rows.length === 0) rows.push(el('tr', { class: 'empty' }, el('td', { colspan: '10' }, 'No classes reported.')));
   document.querySelector('#queues tbody').replaceChildren(...rows);
@@ -330,14 +337,14 @@ function renderDead(s, d) {
   if (sig === state.deadSig) return;
   state.deadSig = sig;
   const rows = msgs.map((m) => el('tr', { data: { id: m.id } },
-    el('td', { class: 'mono' }, m.id),
-    el('td', {}, m.class || '—'),
-    el('td', { class: 'mono', data: { field: 'to' } }, m.to || '—'),
-    el('td', {}, m.producer || '—'),
-    el('td', { class: 'num' }, fmtInt(m.attempts)),
-    el('td', { class: 'err' }, m.last_error || '—'),
-    el('td', {}, fmtDateTime(m.created_at)),
-    el('td', {}, retryButton(m.id))));
+    el('td', { class: 'mono', data: { label: 'Message' } }, m.id),
+    el('td', { data: { label: 'Class' } }, m.class || '—'),
+    el('td', { class: 'mono', data: { field: 'to', label: 'To' } }, m.to || '—'),
+    el('td', { data: { label: 'Producer' } }, m.producer || '—'),
+    el('td', { class: 'num', data: { label: 'Attempts' } }, fmtInt(m.attempts)),
+    el('td', { class: 'err', data: { label: 'Last error' } }, m.last_error || '—'),
+    el('td', { data: { label: 'Created' } }, fmtDateTime(m.created_at)),
+    el('td', { class: 'action' }, retryButton(m.id))));
   if (rows.length === 0) rows.push(el('tr', { class: 'empty' }, el('td', { colspan: '8' }, 'None.')));
   document.querySelector('#dead tbody').replaceChildren(...rows);
 }
@@ -346,6 +353,149 @@ function retryButton(id) {
   const b = el('button', { type: 'button', class: 'small', 'aria-label': `Retry message ${id}` }, 'Retry');
   b.addEventListener('click', () => act(b, `dead-letters/${encodeURIComponent(id)}/retry`, undefined, `Message ${id} queued again.`));
   return b;
+}
+
+// ---- history: the last 15 minutes ---------------------------------------
+
+function svg(tag, attrs, ...children) {
+  const e = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, String(v));
+  e.append(...children.map((c) => (c instanceof Node ? c : String(c))));
+  return e;
+}
+
+// niceMax rounds a chart's top up to 1, 2 or 5 times a power of ten.
+function niceMax(v) {
+  if (!(v > 0)) return 1;
+  const p = 10 ** Math.floor(Math.log10(v));
+  return [1, 2, 5, 10].map((m) => m * p).find((m) => m >= v);
+}
+
+const fmtAxis = (v) => (v >= 10000 ? `${Math.round(v / 1000)}k` : Number.isInteger(v) ? fmtInt(v) : v.toFixed(1));
+
+// drawChart draws one history chart into box as an SVG as wide as the box:
+// series of lines (null: no value, a gap) or bars, with dashed reference
+// lines (limits). Text stays at its real size on any screen. Each series'
+// path says how many points it has and its largest value (data-points,
+// data-max), for people reading the DOM and for the browser test.
+function drawChart(box, h, { series, refs = [], bars = false, unit = '' }) {
+  // Bars count events: no half-event tick.
+  const W = Math.max(200, Math.floor(box.clientWidth || 0));
+  const H = 150;
+  const m = { l: 46, r: 8, t: 10, b: 22 };
+  const n = Math.max(1, h.throttled.length);
+  const pw = W - m.l - m.r;
+  const ph = H - m.t - m.b;
+  const values = series.flatMap((s) => s.values.filter((v) => v !== null));
+  const top = niceMax(Math.max(0, ...values, ...refs.map((r) => r.value)) * 1.08);
+  const x = (i) => m.l + ((i + 0.5) * pw) / n;
+  const y = (v) => m.t + ph - (v / top) * ph;
+  const parts = [svg('title', {}, box.dataset.title || '')];
+  for (const v of [0, top / 2, top].filter((v) => !bars || Number.isInteger(v))) {
+    parts.push(svg('line', { class: 'grid', x1: m.l, x2: W - m.r, y1: y(v), y2: y(v) }));
+    parts.push(svg('text', { class: 'axis-label', x: m.l - 6, y: y(v) + 4, 'text-anchor': 'end' }, fmtAxis(v) + unit));
+  }
+  const span = (h.throttled.length * h.step_seconds) / 60;
+  for (const [frac, label] of [[0, `−${Math.round(span)} min`], [1 / 3, `−${Math.round((span * 2) / 3)}`], [2 / 3, `−${Math.round(span / 3)}`], [1, 'now']]) {
+    parts.push(svg('text', { class: 'axis-label', x: m.l + frac * pw, y: H - 6, 'text-anchor': frac === 0 ? 'start' : frac === 1 ? 'end' : 'middle' }, label));
+  }
+  for (const r of refs) {
+    parts.push(svg('line', { class: `ref ${r.cls}`, x1: m.l, x2: W - m.r, y1: y(r.value), y2: y(r.value) }));
+    parts.push(svg('text', { class: `ref-label ${r.cls}`, x: W - m.r - 2, y: y(r.value) - 3, 'text-anchor': 'end' }, r.label));
+  }
+  for (const s of series) {
+    let d = '';
+    let points = 0;
+    let pen = false;
+    s.values.forEach((v, i) => {
+      if (v === null) {
+        pen = false;
+        return;
+      }
+      points++;
+      if (bars) {
+        const bw = Math.max(1, pw / n - 1);
+        if (v > 0) d += `M${(x(i) - bw / 2).toFixed(1)} ${y(0).toFixed(1)}V${y(v).toFixed(1)}h${bw.toFixed(1)}V${y(0).toFixed(1)}Z`;
+        return;
+      }
+      d += `${pen ? 'L' : 'M'}${x(i).toFixed(1)} ${y(v).toFixed(1)}`;
+      pen = true;
+    });
+    const vals = s.values.filter((v) => v !== null);
+    parts.push(svg('path', {
+      class: `${bars ? 'bar' : 'series'} s-${s.name}`, d: d || 'M0 0', 'data-series': s.name,
+      'data-points': points, 'data-max': vals.length ? Math.max(...vals) : 0,
+    }));
+  }
+  box.replaceChildren(svg('svg', { width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': box.dataset.title || '' }, ...parts));
+}
+
+function lastValue(values) {
+  for (let i = values.length - 1; i >= 0; i--) if (values[i] !== null) return values[i];
+  return null;
+}
+
+// keepingPace: a backlog that does not shrink but is no more than a few
+// seconds of arrivals in flight (a steady trickle), not a growing one.
+const keepingPace = (p) => p.drain_seconds === null && p.send_rate > 0 && p.backlog <= Math.max(1, p.arrival_rate * 5);
+
+function renderDrain(h) {
+  const e = $('drain');
+  const d = h.drain;
+  const list = [];
+  if (!d) {
+    e.dataset.state = 'unknown';
+    e.dataset.seconds = '';
+    e.textContent = 'Backlog: no queue depth recorded in the last minute.';
+  } else {
+    const t = d.total;
+    const pace = `${fmtRate(t.send_rate)} sent − ${fmtRate(t.arrival_rate)} queued, last ${fmtSecs(d.over_seconds)}`;
+    e.dataset.seconds = t.drain_seconds === null ? '' : String(t.drain_seconds);
+    if (t.backlog === 0) {
+      e.dataset.state = 'ok';
+      e.textContent = 'Backlog: none due.';
+    } else if (keepingPace(t)) {
+      e.dataset.state = 'ok';
+      e.textContent = `Backlog ${fmtInt(t.backlog)} due, keeping pace (${pace}).`;
+    } else if (t.drain_seconds === null) {
+      e.dataset.state = 'bad';
+      e.textContent = `Backlog ${fmtInt(t.backlog)} due, not shrinking (${pace}).`;
+    } else {
+      e.dataset.state = t.drain_seconds > DRAIN_SLOW_S ? 'warn' : 'ok';
+      e.textContent = `Backlog ${fmtInt(t.backlog)} due, drains in ${fmtSecs(t.drain_seconds)} at this pace (${pace}).`;
+    }
+    for (const name of classNames(d.by_class || {})) {
+      const c = d.by_class[name];
+      if (!c.backlog) continue;
+      list.push(el('li', { data: { class: name } }, `${name}: ${fmtInt(c.backlog)} due, ` +
+        (keepingPace(c) ? 'keeping pace' : c.drain_seconds === null ? 'not shrinking' : `drains in ${fmtSecs(c.drain_seconds)}`)));
+    }
+  }
+  $('drain-classes').replaceChildren(...list);
+}
+
+function renderHistory() {
+  const h = state.history;
+  $('history-msg').textContent = state.historyErr ? `History not updated: ${state.historyErr}` : h
+    ? `One step every ${fmtSecs(h.step_seconds)}, ${h.scope === 'shared' ? 'all replicas' : 'this process only'}. ` +
+      'Drain time: backlog B / (sent μ − queued λ₀) over the last minute.'
+    : '';
+  if (!h) return;
+  $('history-scope').textContent = h.scope === 'shared' ? '(all replicas)' : '(this process)';
+  renderDrain(h);
+  const names = classNames(h.sent || {});
+  const step = h.step_seconds || 1;
+  const rate = names.map((name) => ({ name, values: h.sent[name].map((v) => v / step) }));
+  const refs = [{ label: `target ${fmtRate(h.limits.target_rps)}`, value: h.limits.target_rps, cls: 'target' }];
+  for (const [name, v] of Object.entries(h.limits.class_max_rps || {})) refs.push({ label: `${name} cap ${fmtRate(v)}`, value: v, cls: `s-${name}` });
+  drawChart($('chart-rate'), h, { series: rate, refs, unit: '/s' });
+  $('now-rate').textContent = 'Last step: ' + rate.map((s) => `${s.name} ${fmtRate(lastValue(s.values))}`).join(' · ');
+  const backlog = names.map((name) => ({ name, values: h.queued[name] }));
+  drawChart($('chart-backlog'), h, { series: backlog });
+  $('now-backlog').textContent = 'Last step: ' + backlog.map((s) => `${s.name} ${fmtInt(lastValue(s.values))}`).join(' · ');
+  drawChart($('chart-throttled'), h, { series: [{ name: 'throttled', values: h.throttled }], bars: true });
+  const total429 = h.throttled.reduce((a, v) => a + v, 0);
+  $('now-throttled').textContent = `${fmtInt(total429)} in 15 minutes, ${fmtInt(h.throttled.at(-1))} in the last step.`;
 }
 
 function render() {
@@ -400,10 +550,22 @@ async function poll() {
   state.inflight = session;
   let delay = POLL_MS;
   try {
-    const [stats, dead] = await Promise.all([api('GET', 'stats'), api('GET', `dead-letters?limit=${DEAD_LIMIT}`)]);
+    // A history that fails does not fail the poll: the present matters more.
+    const history = Date.now() - state.historyAt < HISTORY_MS ? null
+      : api('GET', 'history').catch((e) => {
+        if (e instanceof AuthError) throw e;
+        return e;
+      });
+    const [stats, dead, hist] = await Promise.all([api('GET', 'stats'), api('GET', `dead-letters?limit=${DEAD_LIMIT}`), history]);
     if (session !== state.session) return;
     state.stats = stats;
     state.dead = dead;
+    if (hist instanceof Error) {
+      state.historyErr = hist.message;
+    } else if (hist) {
+      Object.assign(state, { history: hist, historyAt: Date.now(), historyErr: '' });
+    }
+    if (hist) renderHistory();
     state.lastOK = Date.now();
     state.lastErr = '';
     state.failures = 0;
@@ -502,8 +664,11 @@ function resetState() {
   clearTimeout(state.timer);
   Object.assign(state, {
     stats: null, dead: null, deadSig: '', lastOK: 0, lastErr: '', failures: 0, nextAt: 0, timer: 0,
-    again: false, prevSent: null, rate: null, otp503: null, inflight: -1,
+    again: false, prevSent: null, rate: null, otp503: null, inflight: -1, history: null, historyAt: 0, historyErr: '',
   });
+  for (const id of ['chart-rate', 'chart-backlog', 'chart-throttled', 'drain-classes']) $(id).replaceChildren();
+  for (const id of ['now-rate', 'now-backlog', 'now-throttled', 'history-msg', 'history-scope']) $(id).textContent = '';
+  $('drain').textContent = '—';
   $('replica').hidden = true;
   $('lookup-result').hidden = true;
   $('lookup-result').replaceChildren();
@@ -577,6 +742,20 @@ function init() {
     e.preventDefault();
     lookup($('lookup-id').value.trim());
   });
+
+  // The charts are drawn at the width they have: redraw when it changes.
+  let width = 0;
+  addEventListener('resize', () => {
+    const w = $('chart-rate').clientWidth;
+    if (w !== width) {
+      width = w;
+      renderHistory();
+    }
+  });
+  for (const [id, title] of [['chart-rate', 'Sent per second by class, last 15 minutes'],
+    ['chart-backlog', 'Backlog due now by class, last 15 minutes'], ['chart-throttled', 'Provider 429s per step, last 15 minutes']]) {
+    $(id).dataset.title = title;
+  }
 
   document.addEventListener('visibilitychange', () => {
     if (!document.hidden && getKey()) poll();

@@ -1,0 +1,156 @@
+package gateway
+
+// GET /v1/admin/history: the last 15 minutes of send figures for the ops
+// page, from internal/history (a ring in this process when embedded; the
+// account's shared steps in Redis, which every replica adds to), with the
+// limits to draw them against and how long the backlog takes to drain at
+// the current pace.
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"smsgw/internal/dispatch"
+	"smsgw/internal/history"
+	"smsgw/internal/sms"
+)
+
+// drainOver is how far back the current pace is measured.
+const drainOver = time.Minute
+
+// historyView is the recorder of this replica and the store it reads.
+type historyView struct {
+	store history.Store
+	rec   *history.Recorder
+	scope string // shared | process
+}
+
+// newHistoryView records this process's dispatcher counters, the messages
+// the API queued (the smsgw_api_accepted_total counters, read back) and
+// the backlog due now (ready + leased: scheduled messages wait for their
+// time, not for us), every history.DefaultStep, into the backend's store.
+func newHistoryView(b *backend, snap func() dispatch.Snapshot, accepted *prometheus.CounterVec,
+	log *slog.Logger) (*historyView, error) {
+	v := &historyView{store: b.history, scope: b.scope}
+	q := b.queue
+	var err error
+	counters := func() history.Counters {
+		s := snap()
+		out := history.Counters{Direct: s.SendNow.Sent, Throttled: s.Throttled}
+		for _, cl := range sms.Classes {
+			out.Sent[cl] = s.Classes[cl].Sent
+			var m dto.Metric
+			if accepted.WithLabelValues(cl.String()).Write(&m) == nil {
+				out.Accepted[cl] = int64(m.GetCounter().GetValue())
+			}
+		}
+		return out
+	}
+	depth := func(ctx context.Context) (history.PerClass, error) {
+		var out history.PerClass
+		st, err := q.Stats(ctx)
+		if err != nil {
+			return out, err
+		}
+		for _, cl := range sms.Classes {
+			out[cl] = st[cl].Ready + st[cl].Leased
+		}
+		return out, nil
+	}
+	v.rec, err = history.NewRecorder(history.RecorderConfig{Store: v.store, Counters: counters, Depth: depth, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: history: %w", err)
+	}
+	return v, nil
+}
+
+type historyLimits struct {
+	ContractRPS float64            `json:"contract_rps"`
+	TargetRPS   float64            `json:"target_rps"`
+	ClassMaxRPS map[string]float64 `json:"class_max_rps"`
+}
+
+type paceStats struct {
+	Backlog      int64    `json:"backlog"`
+	SendRate     float64  `json:"send_rate"`
+	ArrivalRate  float64  `json:"arrival_rate"`
+	DrainSeconds *float64 `json:"drain_seconds"` // null: the backlog does not shrink
+}
+
+type drainStats struct {
+	OverSeconds float64              `json:"over_seconds"`
+	Total       paceStats            `json:"total"`
+	ByClass     map[string]paceStats `json:"by_class"`
+}
+
+type historyResponse struct {
+	Scope       string              `json:"scope"`
+	StepSeconds float64             `json:"step_seconds"`
+	Start       time.Time           `json:"start"`
+	End         time.Time           `json:"end"`
+	Sent        map[string][]int64  `json:"sent"`
+	Accepted    map[string][]int64  `json:"accepted"`
+	Queued      map[string][]*int64 `json:"queued"`
+	Throttled   []int64             `json:"throttled"`
+	Limits      historyLimits       `json:"limits"`
+	Drain       *drainStats         `json:"drain"` // null: no queue depth recorded lately
+}
+
+func paceOf(p history.Pace) paceStats {
+	out := paceStats{Backlog: p.Backlog, SendRate: p.SendRate, ArrivalRate: p.ArrivalRate}
+	if d, ok := p.Drain(); ok {
+		secs := d.Seconds()
+		out.DrainSeconds = &secs
+	}
+	return out
+}
+
+func (s *server) adminHistory(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	now, err := s.history.store.Now(ctx)
+	var series history.Series
+	if err == nil {
+		series, err = s.history.store.Read(ctx, now)
+	}
+	if err != nil {
+		s.writeError(w, r, &Error{Kind: KindUnavailable, Detail: "the history store did not answer",
+			RetryAfter: time.Second, Err: err})
+		return
+	}
+	n := len(series.Samples)
+	out := historyResponse{Scope: s.history.scope, StepSeconds: series.Step.Seconds(),
+		Start: series.Start.UTC(), End: series.End().UTC(), Throttled: make([]int64, n),
+		Sent: map[string][]int64{}, Accepted: map[string][]int64{}, Queued: map[string][]*int64{},
+		Limits: historyLimits{ContractRPS: s.cfg.Provider.ContractRPS, TargetRPS: s.cfg.Limits.TargetRPS,
+			ClassMaxRPS: map[string]float64{}}}
+	for name, cl := range s.cfg.Limits.Classes {
+		out.Limits.ClassMaxRPS[name] = cl.MaxRPS
+	}
+	for _, cl := range sms.Classes {
+		name := cl.String()
+		sent, acc, queued := make([]int64, n), make([]int64, n), make([]*int64, n)
+		for i, smp := range series.Samples {
+			sent[i], acc[i] = smp.Sent[cl], smp.Accepted[cl]
+			if smp.HasQueued {
+				queued[i] = &smp.Queued[cl]
+			}
+		}
+		out.Sent[name], out.Accepted[name], out.Queued[name] = sent, acc, queued
+	}
+	for i, smp := range series.Samples {
+		out.Throttled[i] = smp.Throttled
+	}
+	if total, byClass, known := series.Pace(int(drainOver / series.Step)); known {
+		out.Drain = &drainStats{OverSeconds: drainOver.Seconds(), Total: paceOf(total), ByClass: map[string]paceStats{}}
+		for _, cl := range sms.Classes {
+			out.Drain.ByClass[cl.String()] = paceOf(byClass[cl])
+		}
+	}
+	writeJSON(w, s.log, "application/json", http.StatusOK, out)
+}
