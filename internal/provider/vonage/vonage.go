@@ -48,6 +48,13 @@ func (s Settings) Validate(prefix string) error {
 	if s.APISecret == "" {
 		errs = append(errs, httpprov.Required(prefix, "api_secret"))
 	}
+	// Vonage refuses a message without one (status 2, Missing Parameters);
+	// a request's own sender is optional, so the account must have one to
+	// fall back on.
+	if s.From == "" {
+		errs = append(errs, &httpprov.SettingError{Key: httpprov.KeyPath(prefix, "from"),
+			Problem: "must be set (the sender of a message that names none; Vonage requires one)"})
+	}
 	return errors.Join(errs...)
 }
 

@@ -100,7 +100,7 @@ func respond(w http.ResponseWriter, s providertest.Step) {
 func newProvider(t *testing.T, baseURL string, timeout time.Duration) *vonage.Provider {
 	t.Helper()
 	p, err := vonage.New(vonage.Config{BaseURL: baseURL, Timeout: timeout,
-		Settings: vonage.Settings{APIKey: apiKey, APISecret: apiSecret}})
+		Settings: vonage.Settings{APIKey: apiKey, APISecret: apiSecret, From: "ACME"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,10 +191,11 @@ func TestSettingsOneRule(t *testing.T) {
 		s    vonage.Settings
 		want []string
 	}{
-		{vonage.Settings{}, []string{"api_key", "api_secret"}},
+		{vonage.Settings{}, []string{"api_key", "api_secret", "from"}},
 		{vonage.Settings{APIKey: apiKey, From: "ACME"}, []string{"api_secret"}},
-		{vonage.Settings{APISecret: apiSecret}, []string{"api_key"}},
-		{vonage.Settings{APIKey: apiKey, APISecret: apiSecret}, nil},
+		{vonage.Settings{APISecret: apiSecret, From: "ACME"}, []string{"api_key"}},
+		{vonage.Settings{APIKey: apiKey, APISecret: apiSecret}, []string{"from"}},
+		{vonage.Settings{APIKey: apiKey, APISecret: apiSecret, From: "ACME"}, nil},
 	} {
 		if got := settingKeys(tc.s.Validate("provider.vonage")); !slices.Equal(got, prefixed("provider.vonage", tc.want)) {
 			t.Errorf("Validate(%+v) named %v, want %v", tc.s, got, tc.want)
@@ -211,7 +212,7 @@ func TestSettingsOneRule(t *testing.T) {
 
 func TestNewRejectsBadConnection(t *testing.T) {
 	t.Parallel()
-	ok := vonage.Settings{APIKey: apiKey, APISecret: apiSecret}
+	ok := vonage.Settings{APIKey: apiKey, APISecret: apiSecret, From: "ACME"}
 	for _, tc := range []struct {
 		cfg  vonage.Config
 		want string
