@@ -69,6 +69,35 @@ func (d *Dispatcher) expireCheck(f *flight) bool {
 	return true
 }
 
+// Step 2b: a message inside its recipient's quiet hours goes back until
+// they end, before it is reserved: it spends no attempt and no rate. One
+// whose TTL ends first is expired now rather than in the morning. The
+// accept path already holds a message that arrives during quiet hours;
+// this catches one accepted before they began and taken after.
+func (d *Dispatcher) holdCheck(f *flight) bool {
+	if d.cfg.Hold == nil {
+		return false
+	}
+	m := f.l.Message
+	now := d.cfg.Now()
+	until := d.cfg.Hold(m, now)
+	if until.IsZero() {
+		return false
+	}
+	if m.Expired(until) {
+		d.log.Info("expires during the recipient's quiet hours", "id", m.ID, "class", m.Class.String(), "expires_at", m.ExpiresAt)
+		d.complete(f, queue.Outcome{Status: sms.StatusExpired, Reason: "ttl ends during the recipient's quiet hours", Attempts: m.Attempts}, outcomeExpired)
+		return true
+	}
+	d.log.Debug("quiet hours: put back", "id", m.ID, "class", m.Class.String(), "until", until)
+	d.requeue(f, until.Sub(now), false, requeueQuiet, "")
+	return true
+}
+
+// gone reports whether f was ended or put back before reserving: expired,
+// or held for quiet hours.
+func (d *Dispatcher) gone(f *flight) bool { return d.expireCheck(f) || d.holdCheck(f) }
+
 // cost is the message's units of provider rate.
 func (d *Dispatcher) cost(m *sms.Message) int {
 	if d.cfg.CountSegments {
