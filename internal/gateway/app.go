@@ -117,7 +117,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *App, err erro
 	}
 	s := &server{
 		cfg: cfg, log: log, now: now, metrics: metrics, gatherer: gath,
-		auth: newAuthenticator(cfg), dashboard: opts.Dashboard,
+		auth: newAuthenticator(cfg), dashboard: opts.Dashboard, quiet: cfg.QuietPolicy(),
 	}
 	for _, p := range cfg.HTTP.TrustedProxies {
 		pr, perr := netip.ParsePrefix(p)
@@ -222,13 +222,14 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *App, err erro
 		Workers: cfg.Dispatch.Workers, OTPWorkers: cfg.Dispatch.OTPWorkers,
 		Lease: cfg.Dispatch.Lease, MaxAttempts: cfg.Dispatch.MaxAttempts,
 		BackoffBase: cfg.Dispatch.BackoffBase, BackoffMax: cfg.Dispatch.BackoffMax,
-		CountSegments: cfg.Provider.CountSegments, Logger: log, Registerer: reg, Now: now,
+		CountSegments: cfg.Provider.CountSegments, Logger: log, Registerer: reg, Now: now, Hold: s.quiet.Hold,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: dispatcher: %w", err)
 	}
 	s.otp, s.notifier = a.disp, a.disp
-	s.eta = &etaEstimator{q: a.queue, lim: s.limiter, pause: s.pause, cfg: cfg, now: now, log: log, refresh: etaRefresh}
+	s.eta = &etaEstimator{q: a.queue, lim: s.limiter, pause: s.pause, cfg: cfg, now: now, log: log, refresh: etaRefresh,
+		quiet: s.quiet, slowdown: a.disp.Slowdown}
 	mode := "embedded"
 	var countersKey string
 	if a.redis != nil {

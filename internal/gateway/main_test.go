@@ -148,13 +148,31 @@ func start(t testing.TB, m mode, edit func(*config.Config)) *harness {
 
 func startWith(t testing.TB, cfg config.Config, s *sim.Sim) *harness {
 	t.Helper()
+	return startOpts(t, cfg, s, Options{})
+}
+
+// startClock runs an App in mode m whose clock (message times, estimates,
+// quiet hours) is now.
+func startClock(t testing.TB, m mode, edit func(*config.Config), now func() time.Time) *harness {
+	t.Helper()
+	s := newSim(t, sim.Config{})
+	cfg := testConfig(t, m, s.URL())
+	if edit != nil {
+		edit(&cfg)
+	}
+	return startOpts(t, cfg, s, Options{Now: now})
+}
+
+// startOpts runs an App with opts (the logger is the harness's).
+func startOpts(t testing.TB, cfg config.Config, s *sim.Sim, opts Options) *harness {
+	t.Helper()
 	logs := &syncBuffer{}
 	level := slog.LevelDebug // every log statement runs, so the phone check below covers them
 	if _, bench := t.(*testing.B); bench {
 		level = slog.LevelWarn
 	}
-	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: level}))
-	app, err := New(t.Context(), cfg, Options{Logger: log})
+	opts.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: level}))
+	app, err := New(t.Context(), cfg, opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

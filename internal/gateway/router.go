@@ -22,6 +22,7 @@ import (
 	"smsgw/internal/config"
 	"smsgw/internal/limiter"
 	"smsgw/internal/queue"
+	"smsgw/internal/sms"
 )
 
 // server holds what the handlers need. It is built by New and never
@@ -39,6 +40,7 @@ type server struct {
 	notifier  notifier
 	auth      *authenticator
 	eta       *etaEstimator
+	quiet     sms.QuietPolicy
 	pause     *operatorPause
 	live      *liveStats
 	metrics   *apiMetrics
