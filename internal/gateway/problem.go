@@ -161,6 +161,9 @@ func toError(err error) *Error {
 	case errors.Is(err, limiter.ErrCostExceedsBurst):
 		return &Error{Kind: KindInvalid, Err: err, Detail: "body: too many segments to send at once",
 			Fields: []FieldError{{"body", "needs more segments than the provider rate allows at once"}}}
+	case pe != nil && pe.Reason == provider.ReasonPartial:
+		return &Error{Kind: KindRejected, Err: err,
+			Detail: "the provider accepted only some parts of the message; they may arrive, the rest will not, and it is not sent again"}
 	case pe != nil && !pe.Temporary:
 		return &Error{Kind: KindRejected, Err: err, Detail: "the provider refused the message (" + string(pe.Reason) + ")"}
 	case pe != nil:
