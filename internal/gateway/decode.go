@@ -237,9 +237,6 @@ func (s *server) validateMessage(req *messageRequest, class sms.Class, prefix st
 		Segments:  cost,
 		SendAt:    sendAt.UTC(),
 	}
-	if sendAt.IsZero() {
-		m.SendAt = time.Time{}
-	}
 	m.RequestHash = requestHash(m, ttl)
 	return validated{msg: m, segments: seg, ttl: ttl}, nil
 }
