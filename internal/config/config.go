@@ -19,6 +19,7 @@ import (
 	"smsgw/internal/provider/httpprov"
 	"smsgw/internal/provider/twilio"
 	"smsgw/internal/provider/vonage"
+	"smsgw/internal/sms"
 )
 
 // Config is the whole gateway configuration: one YAML file, every key
@@ -78,10 +79,12 @@ type ProviderConfig struct {
 	// HTTP holds url and token, which sit directly under provider: url is
 	// the send endpoint for kind http and an optional API base URL
 	// override for twilio and vonage; token is http's optional bearer.
-	HTTP          httpprov.Settings `yaml:",inline"`
-	Timeout       time.Duration     `yaml:"timeout"`
-	ContractRPS   float64           `yaml:"contract_rps"`
-	CountSegments bool              `yaml:"count_segments"`
+	HTTP httpprov.Settings `yaml:",inline"`
+	// Timeout bounds one send; 0: the adapter's default (see each
+	// adapter's DefaultTimeout).
+	Timeout       time.Duration `yaml:"timeout"`
+	ContractRPS   float64       `yaml:"contract_rps"`
+	CountSegments bool          `yaml:"count_segments"`
 
 	Twilio twilio.Settings `yaml:"twilio"`
 	Vonage vonage.Settings `yaml:"vonage"`
@@ -99,6 +102,35 @@ type LimitsConfig struct {
 type ClassLimits struct {
 	MaxRPS float64 `yaml:"max_rps"`
 	Burst  int     `yaml:"burst"` // 0: the global burst
+	// QuietHours holds the class's messages while it is night for the
+	// recipient (marketing only).
+	QuietHours QuietHoursConfig `yaml:"quiet_hours,omitempty"`
+}
+
+// QuietHoursConfig is a daily window of the recipient's local time,
+// "HH:MM" to "HH:MM", across midnight when to is earlier than from.
+type QuietHoursConfig struct {
+	From string `yaml:"from"`
+	To   string `yaml:"to"`
+}
+
+// Set reports whether the window is configured.
+func (q QuietHoursConfig) Set() bool { return q.From != "" || q.To != "" }
+
+// QuietPolicy is the quiet hours of every class that has them, from a
+// configuration Validate accepted.
+func (c Config) QuietPolicy() sms.QuietPolicy {
+	p := sms.QuietPolicy{}
+	for name, cl := range c.Limits.Classes {
+		cls, err := sms.ParseClass(name)
+		if err != nil || !cl.QuietHours.Set() {
+			continue
+		}
+		if q, err := sms.NewQuietHours(cl.QuietHours.From, cl.QuietHours.To); err == nil {
+			p[cls] = q
+		}
+	}
+	return p
 }
 
 // Producer is one system allowed to post messages.

@@ -12,8 +12,9 @@ func Default() Config {
 		Store:   StoreConfig{Path: "./smsgw-data"},
 		Account: "main",
 		Provider: ProviderConfig{
-			Kind:          "http",
-			Timeout:       5 * time.Second,
+			Kind: "http",
+			// Timeout 0: each adapter's own default, chosen from its
+			// vendor's behaviour (httpprov, twilio, vonage DefaultTimeout).
 			ContractRPS:   100,
 			CountSegments: true,
 		},

@@ -47,14 +47,22 @@ func envPaths(v reflect.Value, prefix string, out map[string]reflect.Value) {
 			// Maps keyed by class: every class name is a possible key.
 			for _, c := range sms.Classes {
 				out[path+"."+c.String()] = reflect.Value{} // marker: map entry, handled in applyEnv
-				et := f.Type.Elem()
-				for j := 0; j < et.NumField(); j++ {
-					sub, _, _ := strings.Cut(et.Field(j).Tag.Get("yaml"), ",")
-					out[path+"."+c.String()+"."+sub] = reflect.Value{}
-				}
+				entryPaths(f.Type.Elem(), path+"."+c.String(), out)
 			}
 		default:
 			out[path] = fv
+		}
+	}
+}
+
+// entryPaths marks the key paths inside a map entry of type t (struct
+// fields nested, as limits.classes.marketing.quiet_hours.from).
+func entryPaths(t reflect.Type, prefix string, out map[string]reflect.Value) {
+	for j := 0; j < t.NumField(); j++ {
+		sub, _, _ := strings.Cut(t.Field(j).Tag.Get("yaml"), ",")
+		out[prefix+"."+sub] = reflect.Value{}
+		if ft := t.Field(j).Type; ft.Kind() == reflect.Struct && ft != reflect.TypeOf(time.Duration(0)) {
+			entryPaths(ft, prefix+"."+sub, out)
 		}
 	}
 }
@@ -120,11 +128,14 @@ func isReservedEnv(name string) bool {
 func setPath(cfg *Config, path, val string) error {
 	parts := strings.Split(path, ".")
 	var node any = yamlScalarOrValue(val)
-	if len(parts) == 4 && parts[0] == "limits" && parts[1] == "classes" {
+	if len(parts) >= 4 && parts[0] == "limits" && parts[1] == "classes" {
 		// yaml decodes a map entry afresh; carry the entry's other fields
 		// so SMSGW_LIMITS_CLASSES_MARKETING_BURST keeps max_rps.
-		cur := cfg.Limits.Classes[parts[2]]
-		entry := map[string]any{"max_rps": cur.MaxRPS, "burst": cur.Burst, parts[3]: node}
+		entry, err := classEntry(cfg.Limits.Classes[parts[2]])
+		if err != nil {
+			return err
+		}
+		setIn(entry, parts[3:], node)
 		node = map[string]any{"limits": map[string]any{"classes": map[string]any{parts[2]: entry}}}
 		parts = nil
 	}
@@ -141,6 +152,32 @@ func setPath(cfg *Config, path, val string) error {
 		return errors.New(strings.TrimPrefix(err.Error(), "yaml: "))
 	}
 	return nil
+}
+
+// classEntry is a class's limits as a YAML map, every field included.
+func classEntry(cl ClassLimits) (map[string]any, error) {
+	b, err := yaml.Marshal(cl)
+	if err != nil {
+		return nil, err
+	}
+	entry := map[string]any{}
+	if err := yaml.Unmarshal(b, &entry); err != nil {
+		return nil, err
+	}
+	return entry, nil
+}
+
+// setIn sets the value at path inside m, making the maps on the way.
+func setIn(m map[string]any, path []string, v any) {
+	for _, k := range path[:len(path)-1] {
+		next, ok := m[k].(map[string]any)
+		if !ok {
+			next = map[string]any{}
+			m[k] = next
+		}
+		m = next
+	}
+	m[path[len(path)-1]] = v
 }
 
 // yamlScalarOrValue parses val as YAML so that lists and maps in an

@@ -46,6 +46,33 @@ producers: [{name: app, key: "app-key-0123456789ab", classes: [otp], rate: 1, bu
 	}
 }
 
+// A class's quiet hours can be set as a whole or key by key, and an
+// override of another key of the class keeps them.
+func TestEnvQuietHours(t *testing.T) {
+	base := []byte(`
+provider: {url: "http://127.0.0.1:9100/send"}
+limits: {classes: {marketing: {max_rps: 60, quiet_hours: {from: "22:00", to: "07:00"}}}}
+producers: [{name: app, key: "app-key-0123456789ab", classes: [otp], rate: 1, burst: 1}]
+`)
+	for _, tc := range []struct {
+		env      []string
+		from, to string
+	}{
+		{[]string{"SMSGW_LIMITS_CLASSES_MARKETING_BURST=3"}, "22:00", "07:00"},
+		{[]string{"SMSGW_LIMITS_CLASSES_MARKETING_QUIET_HOURS_FROM=21:00"}, "21:00", "07:00"},
+		{[]string{`SMSGW_LIMITS_CLASSES_MARKETING_QUIET_HOURS={from: "20:00", to: "09:00"}`}, "20:00", "09:00"},
+	} {
+		cfg, err := Load(base, tc.env)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.env, err)
+		}
+		m := cfg.Limits.Classes["marketing"]
+		if m.QuietHours.From != tc.from || m.QuietHours.To != tc.to || m.MaxRPS != 60 {
+			t.Errorf("%v: marketing = %+v, want quiet hours %s–%s and max_rps 60", tc.env, m, tc.from, tc.to)
+		}
+	}
+}
+
 // The adapters' Settings types keep the environment names: provider.url and
 // provider.token are inlined, the vendors' keys nested under their names.
 func TestEnvReachesProviderSettings(t *testing.T) {

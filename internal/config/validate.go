@@ -123,8 +123,8 @@ func (c *Config) validateProvider(p *problems) {
 		// The API base URL override of twilio and vonage.
 		p.addErr(httpprov.CheckURL("provider.url", pc.HTTP.URL))
 	}
-	if pc.Timeout <= 0 {
-		p.add("provider.timeout", "must be > 0")
+	if pc.Timeout < 0 {
+		p.add("provider.timeout", "must be >= 0 (0: the adapter's default)")
 	}
 	if !positive(pc.ContractRPS) {
 		p.add("provider.contract_rps", "must be a number > 0")
@@ -186,6 +186,7 @@ func (c *Config) validateClass(p *problems, name string, cl ClassLimits) (limite
 	if cl.Burst < 0 {
 		p.add(key+".burst", "must be >= 0 (0 means limits.burst)")
 	}
+	validateQuietHours(p, key+".quiet_hours", cls, cl.QuietHours)
 	r := limiter.Rate{PerSecond: cl.MaxRPS, Burst: cl.Burst}
 	if r.Burst == 0 {
 		r.Burst = l.Burst
@@ -199,6 +200,27 @@ func (c *Config) validateClass(p *problems, name string, cl ClassLimits) (limite
 		return r, checkRate(p, key+".max_rps", "the cap", r)
 	}
 	return r, false
+}
+
+// validateQuietHours: only marketing waits for the recipient's day; OTP
+// and transactional messages are exempt by the contract.
+func validateQuietHours(p *problems, key string, cls sms.Class, q QuietHoursConfig) {
+	if !q.Set() {
+		return
+	}
+	if cls != sms.ClassMarketing {
+		p.add(key, "only marketing may have quiet hours (otp and transactional are never held)")
+		return
+	}
+	if _, err := sms.ParseClock(q.From); err != nil {
+		p.add(key+".from", "%v", err)
+	}
+	if _, err := sms.ParseClock(q.To); err != nil {
+		p.add(key+".to", "%v", err)
+	}
+	if q.From == q.To {
+		p.add(key, "from and to are equal: the window would be empty or the whole day")
+	}
 }
 
 // positive reports whether x is a finite number > 0 (NaN is not).

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"smsgw/internal/sms"
 )
 
 // valid is a configuration Validate accepts; tests change one key of it.
@@ -110,5 +112,42 @@ func TestKeySHA256MatchesClearKey(t *testing.T) {
 	hashed := Producer{KeySHA256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}
 	if clear.KeyHash() != hashed.KeyHash() {
 		t.Fatal("sha256 of 'test' does not match the configured hash")
+	}
+}
+
+// Quiet hours: marketing only, two HH:MM times that differ; the policy the
+// gateway and the dispatcher share is built from them.
+func TestQuietHours(t *testing.T) {
+	for _, tc := range []struct {
+		class, from, to string
+		want            string // "" valid, else a key the error names
+	}{
+		{"marketing", "21:00", "08:00", ""},
+		{"marketing", "12:00", "14:00", ""},
+		{"marketing", "21:00", "", "limits.classes.marketing.quiet_hours.to"},
+		{"marketing", "9pm", "08:00", "limits.classes.marketing.quiet_hours.from"},
+		{"marketing", "08:00", "08:00", "limits.classes.marketing.quiet_hours: from and to are equal"},
+		{"transactional", "21:00", "08:00", "limits.classes.transactional.quiet_hours: only marketing"},
+	} {
+		cfg := valid(t)
+		cfg.Limits.Classes[tc.class] = ClassLimits{MaxRPS: 60, QuietHours: QuietHoursConfig{From: tc.from, To: tc.to}}
+		err := cfg.Validate()
+		if tc.want == "" {
+			if err != nil {
+				t.Errorf("%s %s–%s: %v", tc.class, tc.from, tc.to, err)
+				continue
+			}
+			q := cfg.QuietPolicy()[sms.ClassMarketing]
+			if q.From.String() != tc.from || q.To.String() != tc.to {
+				t.Errorf("policy %+v, want %s–%s", q, tc.from, tc.to)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s %s–%s: %v, want an error naming %s", tc.class, tc.from, tc.to, err, tc.want)
+		}
+	}
+	if p := valid(t).QuietPolicy(); len(p) != 0 {
+		t.Errorf("quiet hours by default: %v", p)
 	}
 }

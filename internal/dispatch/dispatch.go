@@ -112,6 +112,12 @@ type Config struct {
 	// GuardRefresh is how often each replica reads the shared 429 count.
 	GuardRefresh time.Duration
 
+	// Hold says when m may be sent if it must not be sent at at (the
+	// recipient's quiet hours for its class); zero: it may go. A held
+	// message is put back until then without spending an attempt or any
+	// rate. nil: nothing is held.
+	Hold func(m *sms.Message, at time.Time) time.Time
+
 	Logger     *slog.Logger          // nil: discard
 	Registerer prometheus.Registerer // nil: a private registry
 	Now        func() time.Time      // nil: time.Now; read for TTLs and queue latency only (waits use the monotonic clock)
@@ -493,6 +499,11 @@ func (d *Dispatcher) setGuardCount(n int) {
 
 // GuardActive reports whether the suspension guard slows this process down.
 func (d *Dispatcher) GuardActive() bool { return d.slowdown.Load() > 1 }
+
+// Slowdown is the factor every reservation's cost is multiplied by now: 1,
+// or GuardSlowdown while the suspension guard is active. Estimates of when
+// a message goes divide the rate by it.
+func (d *Dispatcher) Slowdown() int { return int(d.slowdown.Load()) }
 
 // noteQueueError records that the queue (Redis) just failed a call.
 func (d *Dispatcher) noteQueueError() { d.queueErrAt.Store(max(1, int64(time.Since(d.epoch)))) }

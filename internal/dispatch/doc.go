@@ -40,6 +40,8 @@
 //	queued ──Take──▶ sending ──sent──────────────▶ sent
 //	                    │    ──permanent error────▶ failed
 //	                    │    ──TTL passed─────────▶ expired (never sent)
+//	                    │    ──recipient's quiet hours (Hold)──▶ queued at their end (no attempt, no rate;
+//	                    │                                        expired if the TTL ends first)
 //	                    │    ──temporary error, attempts left──▶ queued at now+backoff (attempt spent)
 //	                    │    ──temporary error, no attempts────▶ failed, dead letter
 //	                    │    ──429 / suspension───▶ queued at now+Retry-After (no attempt; every replica paused)

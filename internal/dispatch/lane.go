@@ -138,7 +138,7 @@ func (d *Dispatcher) paceOne(ctx context.Context, ln *lane) time.Duration {
 		return min(takeErrorBackoffMin<<min(ln.errStreak-1, 10), takeErrorBackoffMax)
 	}
 	ln.errStreak = 0
-	if d.expireCheck(f) {
+	if d.gone(f) {
 		return 0
 	}
 	batch := d.fill(ctx, ln, f, &held)
@@ -231,7 +231,7 @@ func (d *Dispatcher) fill(ctx context.Context, ln *lane, first *flight, held *in
 		if err != nil {
 			return batch
 		}
-		if d.expireCheck(f) {
+		if d.gone(f) {
 			continue
 		}
 		batch = append(batch, f)

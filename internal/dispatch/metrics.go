@@ -22,16 +22,18 @@ var outcomes = []string{outcomeSent, outcomeFailed, outcomeExpired, outcomeReque
 
 // Why a leased message went back to the queue (the requeue reason label).
 const (
-	requeueThrottled = "throttled" // provider 429 or suspension
-	requeueRetry     = "retry"     // temporary failure, attempt spent
-	requeueRateWait  = "rate_wait" // limiter wait longer than the lane holds a message
-	requeuePaused    = "paused"    // local pause set after a 429 in this process
-	requeueBreaker   = "breaker"   // provider breaker open
-	requeueReleased  = "released"  // graceful stop, limiter error
-	requeueAuth      = "auth"      // the provider refused our credentials
+	requeueThrottled = "throttled"   // provider 429 or suspension
+	requeueRetry     = "retry"       // temporary failure, attempt spent
+	requeueRateWait  = "rate_wait"   // limiter wait longer than the lane holds a message
+	requeuePaused    = "paused"      // local pause set after a 429 in this process
+	requeueBreaker   = "breaker"     // provider breaker open
+	requeueReleased  = "released"    // graceful stop, limiter error
+	requeueAuth      = "auth"        // the provider refused our credentials (or the account's sender)
+	requeueQuiet     = "quiet_hours" // the recipient's quiet hours: back until they end
 )
 
-var requeueReasons = []string{requeueThrottled, requeueRetry, requeueRateWait, requeuePaused, requeueBreaker, requeueReleased, requeueAuth}
+var requeueReasons = []string{requeueThrottled, requeueRetry, requeueRateWait, requeuePaused, requeueBreaker, requeueReleased,
+	requeueAuth, requeueQuiet}
 
 // Reservation results.
 const (

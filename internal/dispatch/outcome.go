@@ -21,11 +21,12 @@ type outcomeKind int
 
 const (
 	kindSent      outcomeKind = iota // the provider took the message
-	kindThrottled                    // 429 or suspension: not taken; every replica pauses for the Retry-After
-	kindAuth                         // our credentials refused: not the message's fault; every replica pauses for AuthPause
+	kindThrottled                    // 429, suspension, vendor queue full: not taken; every replica pauses for the Retry-After
+	kindAuth                         // our credentials or the account's settings refused: not the message's fault; every replica pauses for AuthPause
 	kindTransient                    // 5xx, network: the provider did not take it
 	kindUnknown                      // timeout, unreadable 2xx, unclassified: the provider may have it
 	kindRejected                     // permanent rejection of this message
+	kindPartial                      // some parts taken, not all: failed, never sent again; the refused part's pause applies
 	kindCanceled                     // this process stopped mid-send: the provider may have it
 )
 
@@ -42,16 +43,25 @@ func classify(err error, stopping bool) outcomeKind {
 	switch {
 	case pe == nil:
 		return kindUnknown
-	case pe.Reason == provider.ReasonThrottled, pe.Reason == provider.ReasonSuspended:
+	case pausing(pe.Reason):
 		return kindThrottled
-	case pe.Reason == provider.ReasonAuth:
+	case pe.Reason == provider.ReasonAuth, pe.Reason == provider.ReasonSetup:
 		return kindAuth
+	case pe.Reason == provider.ReasonPartial:
+		return kindPartial
 	case !pe.Temporary:
 		return kindRejected
 	case pe.Reason == provider.ReasonUnavailable, pe.Reason == provider.ReasonNetwork:
 		return kindTransient
 	}
 	return kindUnknown
+}
+
+// pausing reports whether an answer of reason r pauses every replica for
+// its Retry-After: the provider did not take the message and will not take
+// the next one sooner.
+func pausing(r provider.Reason) bool {
+	return r == provider.ReasonThrottled || r == provider.ReasonSuspended || r == provider.ReasonQueueFull
 }
 
 // sendResult is the result label of smsgw_dispatch_send_duration_seconds:
@@ -70,10 +80,21 @@ func sendResult(err error, stopping bool) string {
 }
 
 // providerRequest is the provider call for m: its id is the idempotency key,
-// the same on every attempt and on both paths.
-func providerRequest(m *sms.Message) *provider.Request {
+// the same on every attempt and on both paths. validity is how long the
+// provider may keep trying (0: no limit).
+func providerRequest(m *sms.Message, validity time.Duration) *provider.Request {
 	return &provider.Request{ID: m.ID, To: m.To, From: m.From, Body: m.Body, Segments: m.Segments,
-		Class: m.Class, AcceptedAt: m.CreatedAt}
+		Class: m.Class, AcceptedAt: m.CreatedAt, Validity: validity}
+}
+
+// validity is what is left of m's TTL at now, for the provider (0: none).
+// The expiry check has just run, so it is positive; at least a millisecond
+// so that it never reads as "no limit".
+func validity(m *sms.Message, now time.Time) time.Duration {
+	if m.ExpiresAt.IsZero() {
+		return 0
+	}
+	return max(m.ExpiresAt.Sub(now), time.Millisecond)
 }
 
 // AuthPause is how long every replica stops sending after the provider
@@ -86,12 +107,16 @@ const AuthPause = time.Minute
 // The pause must land even when the caller's deadline is spent or a stop
 // is cutting sends short, so it gets a context of its own.
 func (d *Dispatcher) answered(ctx context.Context, kind outcomeKind, err error, m *sms.Message) time.Duration {
+	pe := provider.AsError(err)
+	if kind == kindPartial {
+		// The refused part decides what it means for everyone.
+		kind = classify(&provider.Error{Reason: pe.PartReason, Temporary: true}, false)
+	}
 	if kind != kindThrottled && kind != kindAuth {
 		return 0
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
 	defer cancel()
-	pe := provider.AsError(err)
 	if kind == kindAuth {
 		return d.authFailed(ctx, pe, m)
 	}
@@ -104,7 +129,7 @@ func (d *Dispatcher) answered(ctx context.Context, kind outcomeKind, err error, 
 func (d *Dispatcher) throttled(ctx context.Context, pe *provider.Error, m *sms.Message) time.Duration {
 	pause := provider.ClampRetryAfter(pe.RetryAfter) * time.Duration(d.slowdown.Load())
 	d.pauseEveryone(ctx, pause)
-	if pe.Reason == provider.ReasonThrottled {
+	if pe.Reason == provider.ReasonThrottled || pe.PartReason == provider.ReasonThrottled {
 		d.m.throttles.Inc()
 		d.record429(ctx)
 	}
@@ -113,15 +138,20 @@ func (d *Dispatcher) throttled(ctx context.Context, pe *provider.Error, m *sms.M
 	return pause
 }
 
-// authFailed handles a provider that refuses our credentials (401/403). That
-// is not the message's fault: failing it would empty the whole queue into
-// failures within seconds of a rotated token. Every replica pauses for
+// authFailed handles a provider that refuses our credentials (401/403) or
+// the account's own settings (its default sender, its account id): every
+// message would fail the same way, and none of it is the message's fault.
+// Failing them would empty the whole queue into failures within seconds of
+// a rotated token or a released number. Every replica pauses for
 // AuthPause, so nothing is sent (or lost) while an operator fixes the
-// credentials; the error log says why.
+// configuration; the error log says which.
 func (d *Dispatcher) authFailed(ctx context.Context, pe *provider.Error, m *sms.Message) time.Duration {
 	d.pauseEveryone(ctx, AuthPause)
-	d.log.Error("provider refused the account's credentials: every replica paused; fix provider credentials",
-		"id", m.ID, "class", m.Class.String(), "pause", AuthPause, "err", pe.Error())
+	what := "provider refused the account's credentials: every replica paused; fix provider credentials"
+	if pe.Reason == provider.ReasonSetup || pe.PartReason == provider.ReasonSetup {
+		what = "provider refused the account's settings (sender or account id): every replica paused; fix the provider settings"
+	}
+	d.log.Error(what, "id", m.ID, "class", m.Class.String(), "pause", AuthPause, "err", pe.Error())
 	return AuthPause
 }
 

@@ -43,7 +43,7 @@ const (
 	noSlotRate      = "rate"          // the limiter has no slot within the deadline
 	noSlotPaused    = "paused"        // every replica is paused (an earlier throttle, an operator)
 	noSlotThrottled = "throttled"     // the provider throttled or suspended this send
-	noSlotAuth      = "provider-auth" // the provider refused our credentials
+	noSlotAuth      = "provider-auth" // the provider refused our credentials or the account's settings
 )
 
 func (e NoSlotError) Error() string {
@@ -94,7 +94,9 @@ func (d *Dispatcher) SendNow(ctx context.Context, m *sms.Message, deadline time.
 		return SendNowResult{}, fmt.Errorf("dispatch: send now %s: breaker: %w", m.ID, errors.Join(ErrUnavailable, err))
 	}
 	waited := time.Since(start)
-	res, kind, err := d.send(ctx, m, waited, nil)
+	// No validity: the fast path's deadline bounds our attempt, not how
+	// long the provider may deliver what it accepted.
+	res, kind, err := d.send(ctx, m, 0, waited, nil)
 	done(err)
 	pause := d.answered(ctx, kind, err, m)
 	if kind != kindSent {
@@ -146,7 +148,9 @@ func (d *Dispatcher) nowFailure(m *sms.Message, kind outcomeKind, pause time.Dur
 		typed = d.noSlot(noSlotThrottled, max(pause, d.pauseLeft()))
 	case kindAuth:
 		typed = d.noSlot(noSlotAuth, max(pause, d.pauseLeft()))
-	case kindRejected:
+	case kindRejected, kindPartial:
+		// A partly accepted OTP is not retried either: the caller gets the
+		// provider's refusal (part of it may still arrive).
 		d.m.sendNow.WithLabelValues(nowFailed).Inc()
 		return fmt.Errorf("dispatch: send now %s: %w", m.ID, err)
 	case kindTransient:

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/sony/gobreaker/v2"
@@ -68,6 +69,35 @@ func (d *Dispatcher) expireCheck(f *flight) bool {
 	d.complete(f, queue.Outcome{Status: sms.StatusExpired, Reason: "ttl passed before send", Attempts: m.Attempts}, outcomeExpired)
 	return true
 }
+
+// Step 2b: a message inside its recipient's quiet hours goes back until
+// they end, before it is reserved: it spends no attempt and no rate. One
+// whose TTL ends first is expired now rather than in the morning. The
+// accept path already holds a message that arrives during quiet hours;
+// this catches one accepted before they began and taken after.
+func (d *Dispatcher) holdCheck(f *flight) bool {
+	if d.cfg.Hold == nil {
+		return false
+	}
+	m := f.l.Message
+	now := d.cfg.Now()
+	until := d.cfg.Hold(m, now)
+	if until.IsZero() {
+		return false
+	}
+	if m.Expired(until) {
+		d.log.Info("expires during the recipient's quiet hours", "id", m.ID, "class", m.Class.String(), "expires_at", m.ExpiresAt)
+		d.complete(f, queue.Outcome{Status: sms.StatusExpired, Reason: "ttl ends during the recipient's quiet hours", Attempts: m.Attempts}, outcomeExpired)
+		return true
+	}
+	d.log.Debug("quiet hours: put back", "id", m.ID, "class", m.Class.String(), "until", until)
+	d.requeue(f, until.Sub(now), false, requeueQuiet, "")
+	return true
+}
+
+// gone reports whether f was ended or put back before reserving: expired,
+// or held for quiet hours.
+func (d *Dispatcher) gone(f *flight) bool { return d.expireCheck(f) || d.holdCheck(f) }
 
 // cost is the message's units of provider rate.
 func (d *Dispatcher) cost(m *sms.Message) int {
@@ -282,7 +312,8 @@ func (d *Dispatcher) sendOne(f *flight, delay time.Duration, gate *batchGate, le
 		d.requeue(f, after, false, requeueBreaker, "provider breaker open")
 		return
 	}
-	res, kind, err := d.send(ctx, m, d.cfg.Now().Sub(f.ready), d.stopping)
+	now := d.cfg.Now()
+	res, kind, err := d.send(ctx, m, validity(m, now), now.Sub(f.ready), d.stopping)
 	done(err)
 	// A throttle or refused credentials pause every replica before this
 	// batch's followers go.
@@ -320,11 +351,12 @@ func (d *Dispatcher) breakerAllow(m *sms.Message) (done func(error), after time.
 }
 
 // Step 6: send through the provider, the message id as idempotency key,
-// and classify the answer. waited is how long the message waited for this
+// and classify the answer. validity is how long the provider may keep
+// trying (0: no limit). waited is how long the message waited for this
 // call since it was ready. cutShort reports whether this process cut the
 // call short (a stop); nil on the fast path, whose call only its caller's
 // deadline bounds.
-func (d *Dispatcher) send(ctx context.Context, m *sms.Message, waited time.Duration, cutShort func() bool) (provider.Result, outcomeKind, error) {
+func (d *Dispatcher) send(ctx context.Context, m *sms.Message, validity, waited time.Duration, cutShort func() bool) (provider.Result, outcomeKind, error) {
 	if d.cfg.SendTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, d.cfg.SendTimeout)
@@ -332,7 +364,7 @@ func (d *Dispatcher) send(ctx context.Context, m *sms.Message, waited time.Durat
 	}
 	d.m.queueToSend.WithLabelValues(m.Class.String()).Observe(max(waited, 0).Seconds())
 	start := time.Now()
-	res, err := d.cfg.Provider.Send(ctx, providerRequest(m))
+	res, err := d.cfg.Provider.Send(ctx, providerRequest(m, validity))
 	stopping := err != nil && cutShort != nil && cutShort()
 	result := sendResult(err, stopping)
 	d.m.sendDuration.WithLabelValues(result).Observe(time.Since(start).Seconds())
@@ -360,6 +392,15 @@ func (d *Dispatcher) outcome(f *flight, res provider.Result, err error, kind out
 	case kindRejected:
 		d.log.Info("permanent failure", "id", m.ID, "class", m.Class.String(), "to", sms.MaskPhone(m.To), "reason", sendResult(err, false), "err", err)
 		d.complete(f, queue.Outcome{Status: sms.StatusFailed, Reason: lastError(err), Attempts: attempts}, outcomeFailed)
+	case kindPartial:
+		// Part of the text reached the provider and will be delivered (and
+		// billed); sending it again would repeat those parts. Failed, with
+		// what was accepted recorded, for the producer to decide.
+		pe := provider.AsError(err)
+		d.log.Warn("partly sent: not sent again", "id", m.ID, "class", m.Class.String(), "to", sms.MaskPhone(m.To),
+			"accepted_parts", len(pe.Accepted), "err", err)
+		d.complete(f, queue.Outcome{Status: sms.StatusFailed, ProviderID: strings.Join(pe.Accepted, " "),
+			Reason: lastError(err), Attempts: attempts}, outcomeFailed)
 	default: // kindTransient, kindUnknown
 		d.retry(f, attempts, err)
 	}

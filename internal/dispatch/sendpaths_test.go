@@ -69,7 +69,31 @@ func outcomeRows() []outcomeRow {
 			is: ErrOutcomeUnknown, now: nowUnknown}),
 		{name: "permanent rejected", answer: rejectedErr(), result: "rejected",
 			status: sms.StatusFailed, attempts: 1, label: outcomeFailed, rejected: true, now: nowFailed},
+		// The vendor's queue for our sender is full (Twilio 21611): a long
+		// pause for everyone, not a 429 of the suspension rule.
+		{name: "queue full", answer: perr(provider.ReasonQueueFull, true, 400, 10*time.Minute), result: "queue_full",
+			pause:  10 * time.Minute,
+			status: sms.StatusQueued, label: outcomeRequeued, requeue: requeueThrottled, noSlot: noSlotThrottled, now: nowNoSlot},
+		// The account's sender or id refused: every message would fail
+		// alike, so it is handled like refused credentials.
+		{name: "account setup", answer: perr(provider.ReasonSetup, false, 400, 0), result: "setup",
+			pause:  AuthPause,
+			status: sms.StatusQueued, label: outcomeRequeued, requeue: requeueAuth, noSlot: noSlotAuth, now: nowNoSlot},
+		// Part 1 accepted, part 2 throttled: failed and never sent again
+		// (part 1 would arrive twice), and the throttle pauses everyone.
+		{name: "partly accepted, then throttled", answer: partial(provider.ReasonThrottled, 5*time.Second), result: "partial",
+			pause: 5 * time.Second, guard: 1,
+			status: sms.StatusFailed, attempts: 1, label: outcomeFailed, rejected: true, now: nowFailed},
+		{name: "partly accepted, then rejected", answer: partial(provider.ReasonRejected, 0), result: "partial",
+			status: sms.StatusFailed, attempts: 1, label: outcomeFailed, rejected: true, now: nowFailed},
 	}
+}
+
+// partial is a multipart answer whose first part was accepted and whose
+// second was refused for reason.
+func partial(reason provider.Reason, retryAfter time.Duration) error {
+	return &provider.Error{Reason: provider.ReasonPartial, Status: 200, RetryAfter: retryAfter, Message: "injected",
+		Accepted: []string{"part-1"}, PartReason: reason}
 }
 
 // pathRig is one send path's world: its own account on the real Redis
@@ -131,7 +155,10 @@ func TestOutcomeOnBothPaths(t *testing.T) {
 			if got.Status != row.status || got.Attempts != row.attempts || got.Dead {
 				t.Errorf("stored status=%s attempts=%d dead=%v, want %s, %d, false", got.Status, got.Attempts, got.Dead, row.status, row.attempts)
 			}
-			if row.pause > 0 {
+			if pe := provider.AsError(row.answer); pe != nil && pe.Reason == provider.ReasonPartial && got.ProviderID != "part-1" {
+				t.Errorf("stored provider id %q, want the accepted part's", got.ProviderID)
+			}
+			if row.pause > 0 && row.status == sms.StatusQueued {
 				if wait := time.Until(got.NotBefore); wait < row.pause-5*time.Second || wait > row.pause {
 					t.Errorf("requeued %s ahead, want the pause %s", wait, row.pause)
 				}

@@ -139,7 +139,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // looks a message up by id without learning the recipient.
 func (s *server) adminGetMessage(w http.ResponseWriter, r *http.Request) {
 	if m, ok := s.lookup(w, r); ok {
-		writeJSON(w, s.log, "application/json", http.StatusOK, adminView(m))
+		writeJSON(w, s.log, "application/json", http.StatusOK, adminView(m, s.now()))
 	}
 }
 
@@ -196,8 +196,8 @@ type adminMessage struct {
 	Producer string `json:"producer"`
 }
 
-func adminView(m *sms.Message) adminMessage {
-	v := viewOf(m)
+func adminView(m *sms.Message, now time.Time) adminMessage {
+	v := viewOf(m, now)
 	v.To = sms.MaskPhone(v.To)
 	return adminMessage{messageView: v, Producer: m.Producer}
 }
@@ -230,7 +230,7 @@ func (s *server) adminDeadLetters(w http.ResponseWriter, r *http.Request) {
 	}
 	out := deadLettersResponse{Messages: make([]adminMessage, 0, len(ms))}
 	for _, m := range ms {
-		out.Messages = append(out.Messages, adminView(m))
+		out.Messages = append(out.Messages, adminView(m, s.now()))
 	}
 	writeJSON(w, s.log, "application/json", http.StatusOK, out)
 }

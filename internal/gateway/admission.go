@@ -3,16 +3,11 @@ package gateway
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
-	"smsgw/internal/config"
 	"smsgw/internal/limiter"
-	"smsgw/internal/queue"
-	"smsgw/internal/sms"
 )
 
 // Admission decides, in this order, whether a producer's request may go
@@ -112,100 +107,4 @@ func (s *server) admitOutstanding(ctx context.Context, p *producer, n int) (int,
 			Extra: map[string]any{"outstanding": out, "max_outstanding": p.MaxOutstanding}}
 	}
 	return int(min(int64(n), room)), nil
-}
-
-// etaEstimator turns the backlog into a send time. The queue depth is
-// read at most every etaRefresh and shared by all requests in between, so
-// admission does not add a store round trip per request.
-type etaEstimator struct {
-	q       queue.Queue
-	lim     limiter.Limiter
-	pause   *operatorPause
-	cfg     config.Config
-	now     func() time.Time
-	log     *slog.Logger
-	refresh time.Duration
-
-	mu         sync.Mutex
-	at         time.Time
-	ahead      [numClasses]int64 // ready + leased per class
-	limitPause time.Duration
-	busy       bool
-}
-
-const etaRefresh = 250 * time.Millisecond
-
-// backlog returns the messages queued ahead in each class, refreshing them
-// when stale. On a store error the last known numbers are used.
-func (e *etaEstimator) backlog(ctx context.Context) ([numClasses]int64, time.Duration) {
-	e.mu.Lock()
-	now := e.now()
-	stale := now.Sub(e.at) >= e.refresh
-	if !stale || e.busy {
-		a, p := e.ahead, e.limitPause
-		e.mu.Unlock()
-		return a, p
-	}
-	e.busy = true
-	e.mu.Unlock()
-
-	var ahead [numClasses]int64
-	stats, err := e.q.Stats(ctx)
-	if err == nil {
-		for c, st := range stats {
-			if c.Valid() {
-				ahead[c] = st.Ready + st.Leased
-			}
-		}
-	}
-	var pause time.Duration
-	if st, serr := e.lim.State(ctx); serr == nil {
-		pause = st.PauseRemaining
-	}
-
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.busy = false
-	if err != nil {
-		e.log.WarnContext(ctx, "eta: queue stats failed; using the last known backlog", "err", err)
-		return e.ahead, e.limitPause
-	}
-	e.ahead, e.limitPause, e.at = ahead, pause, now
-	return ahead, pause
-}
-
-// wait estimates how long until a new message of class c is sent: the
-// limiter pause, then the classes above it at the full target rate, then
-// its own class at its pace (its cap, if it has one).
-func (e *etaEstimator) wait(ctx context.Context, c sms.Class) time.Duration {
-	ahead, pause := e.backlog(ctx)
-	target := e.cfg.Limits.TargetRPS
-	secs := 0.0
-	for hc := sms.Class(0); hc < c; hc++ {
-		secs += float64(ahead[hc]) / target
-	}
-	secs += float64(ahead[c]) / e.pace(c)
-	return pause + e.pause.remaining(e.now()) + time.Duration(secs*float64(time.Second))
-}
-
-// pace is how many messages of class c go per second when it has the
-// provider to itself: the target rate, or the class cap below it.
-func (e *etaEstimator) pace(c sms.Class) float64 {
-	pace := e.cfg.Limits.TargetRPS
-	if cl, ok := e.cfg.Limits.Classes[c.String()]; ok && cl.MaxRPS > 0 && cl.MaxRPS < pace {
-		pace = cl.MaxRPS
-	}
-	return pace
-}
-
-// admitTTL refuses a message that would expire before its turn.
-func (s *server) admitTTL(wait, ttl time.Duration, now time.Time) error {
-	if ttl <= 0 || wait < ttl {
-		return nil
-	}
-	eta := now.Add(wait).UTC()
-	return &Error{Kind: KindExpiresBeforeSend, RetryAfter: wait - ttl,
-		Detail: fmt.Sprintf("the backlog ahead would take until %s, past the message's TTL of %s; send it later or with a longer ttl_seconds",
-			eta.Format(time.RFC3339), ttl),
-		Extra: map[string]any{"estimated_send_at": eta.Format(time.RFC3339Nano), "ttl_seconds": int64(ttl / time.Second)}}
 }

@@ -276,9 +276,11 @@ func TestSpecCheckCanFail(t *testing.T) {
 		{"valid 202", reply{202, json, []byte(`{"id":"msg_01JD5ZQ8X2N4M7P9R3T6V8W0YA","status":"queued","class":"otp","segments":1,"encoding":"GSM-7","estimated_send_at":"2026-01-01T00:00:00Z"}`)}, true},
 		{"202 without id", reply{202, json, []byte(`{"status":"queued","class":"otp","segments":1,"encoding":"GSM-7","estimated_send_at":"2026-01-01T00:00:00Z"}`)}, false},
 		{"202 with unknown class", reply{202, json, []byte(`{"id":"msg_01JD5ZQ8X2N4M7P9R3T6V8W0YA","status":"queued","class":"bulk","segments":1,"encoding":"GSM-7","estimated_send_at":"2026-01-01T00:00:00Z"}`)}, false},
-		{"undocumented status", reply{418, problem, []byte(`{"type":"x","title":"x","status":418}`)}, false},
-		{"429 without Retry-After", reply{429, problem, []byte(`{"type":"x","title":"x","status":429}`)}, false},
-		{"429 with Retry-After", reply{429, http.Header{"Content-Type": {"application/problem+json"}, "Retry-After": {"1"}}, []byte(`{"type":"x","title":"x","status":429}`)}, true},
+		{"undocumented status", reply{418, problem, []byte(`{"type":"urn:smsgw:problem:internal","title":"x","status":418}`)}, false},
+		{"429 without Retry-After", reply{429, problem, []byte(`{"type":"urn:smsgw:problem:rate-limited","title":"x","status":429}`)}, false},
+		{"429 with Retry-After", reply{429, http.Header{"Content-Type": {"application/problem+json"}, "Retry-After": {"1"}}, []byte(`{"type":"urn:smsgw:problem:rate-limited","title":"x","status":429}`)}, true},
+		{"429 of an unknown type", reply{429, http.Header{"Content-Type": {"application/problem+json"}, "Retry-After": {"1"}}, []byte(`{"type":"urn:smsgw:problem:slow-down","title":"x","status":429}`)}, false},
+		{"202 scheduled", reply{202, json, []byte(`{"id":"msg_01JD5ZQ8X2N4M7P9R3T6V8W0YA","status":"scheduled","class":"otp","segments":1,"encoding":"GSM-7","estimated_send_at":"2026-01-01T00:00:00Z","send_at":"2026-01-01T00:00:00Z"}`)}, true},
 	} {
 		rec := &recorder{TB: t}
 		checkSpec(rec, hr, tc.r)

@@ -141,6 +141,7 @@ func dispatcherConfig(cfg config.Config, d deps, b *backend, prov provider.Provi
 		Lease: cfg.Dispatch.Lease, MaxAttempts: cfg.Dispatch.MaxAttempts,
 		BackoffBase: cfg.Dispatch.BackoffBase, BackoffMax: cfg.Dispatch.BackoffMax,
 		CountSegments: cfg.Provider.CountSegments, Logger: d.log, Registerer: d.reg, Now: d.now,
+		Hold: cfg.QuietPolicy().Hold,
 	}
 }
 
@@ -178,11 +179,12 @@ func newServer(cfg config.Config, d deps, gath prometheus.Gatherer, b *backend, 
 	dashboard http.Handler) (*server, error) {
 	s := &server{
 		cfg: cfg, log: d.log, now: d.now, metrics: d.metrics, gatherer: gath,
-		auth: newAuthenticator(cfg), dashboard: dashboard,
+		auth: newAuthenticator(cfg), dashboard: dashboard, quiet: cfg.QuietPolicy(),
 		queue: b.queue, enq: b.enq, limiter: b.limiter, ingress: &ingress{keys: b.ingress}, idem: b.idem,
 		pause: b.pause, checks: b.checks, otp: disp, notifier: disp, live: live,
-		eta: &etaEstimator{q: b.queue, lim: b.limiter, pause: b.pause, cfg: cfg, now: d.now, log: d.log, refresh: etaRefresh},
 	}
+	s.eta = &etaEstimator{q: b.queue, lim: b.limiter, pause: b.pause, cfg: cfg, now: d.now, log: d.log, refresh: etaRefresh,
+		quiet: s.quiet, slowdown: disp.Slowdown}
 	for _, p := range cfg.HTTP.TrustedProxies {
 		pr, err := netip.ParsePrefix(p)
 		if err != nil {

@@ -30,6 +30,7 @@ type messageRequest struct {
 	From       string `json:"from,omitempty"`
 	Reference  string `json:"reference,omitempty"`
 	TTLSeconds *int64 `json:"ttl_seconds,omitempty"`
+	SendAt     string `json:"send_at,omitempty"`
 }
 
 type batchRequest struct {
@@ -201,6 +202,13 @@ func (s *server) validateMessage(req *messageRequest, class sms.Class, prefix st
 	} else if strings.ContainsFunc(req.Reference, unicode.IsControl) {
 		errs = append(errs, FieldError{prefix + "reference", "must not contain control characters"})
 	}
+	var sendAt time.Time
+	if req.SendAt != "" {
+		var err error
+		if sendAt, err = time.Parse(time.RFC3339Nano, req.SendAt); err != nil {
+			errs = append(errs, FieldError{prefix + "send_at", "must be an RFC 3339 date-time with its offset, e.g. 2025-01-15T09:00:00Z"})
+		}
+	}
 	ttl := s.cfg.Messages.DefaultTTL
 	if req.TTLSeconds != nil {
 		maxTTL := int64(s.cfg.Messages.MaxTTL / time.Second)
@@ -227,6 +235,7 @@ func (s *server) validateMessage(req *messageRequest, class sms.Class, prefix st
 		Body:      req.Body,
 		Reference: req.Reference,
 		Segments:  cost,
+		SendAt:    sendAt.UTC(),
 	}
 	m.RequestHash = requestHash(m, ttl)
 	return validated{msg: m, segments: seg, ttl: ttl}, nil
@@ -249,7 +258,13 @@ func parseClass(name, prefix string) (sms.Class, *FieldError) {
 // Idempotency-Key with another body is told apart.
 func requestHash(m *sms.Message, ttl time.Duration) string {
 	h := sha256.New()
-	for _, f := range []string{"v1", m.Class.String(), m.To, m.From, m.Body, m.Reference, strconv.FormatInt(int64(ttl/time.Second), 10)} {
+	fields := []string{"v1", m.Class.String(), m.To, m.From, m.Body, m.Reference, strconv.FormatInt(int64(ttl/time.Second), 10)}
+	if !m.SendAt.IsZero() {
+		// Only when set, so that the digest of every request without it
+		// stays what earlier releases stored.
+		fields = append(fields, "send_at", m.SendAt.Format(time.RFC3339Nano))
+	}
+	for _, f := range fields {
 		h.Write([]byte(strconv.Itoa(len(f))))
 		h.Write([]byte{':'})
 		h.Write([]byte(f))

@@ -31,27 +31,46 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
 
 // readyz is unready from the moment Stop begins, so load balancers stop
 // sending before the listener drains; otherwise it asks the store and the
-// limiter. Errors go to the log, not to the (unauthenticated) answer.
+// limiter. Unready is a 503 problem like every error, with the state and
+// the checks as members; it is not counted as a refused request. Errors
+// go to the log, not to the (unauthenticated) answer.
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 	if s.stopping.Load() {
-		writeJSON(w, s.log, "application/json", http.StatusServiceUnavailable, healthResponse{Status: "stopping"})
+		s.notReady(w, r, "stopping", nil)
 		return
 	}
-	out := healthResponse{Status: "ready", Checks: map[string]string{}}
-	status := http.StatusOK
+	checks := map[string]string{}
+	ready := true
 	for _, c := range s.checks {
 		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 		err := c.check(ctx)
 		cancel()
 		if err != nil {
 			s.log.WarnContext(r.Context(), "readiness check failed", "check", c.name, "err", err)
-			out.Checks[c.name] = "fail"
-			out.Status, status = "unready", http.StatusServiceUnavailable
+			checks[c.name] = "fail"
+			ready = false
 			continue
 		}
-		out.Checks[c.name] = "ok"
+		checks[c.name] = "ok"
 	}
-	writeJSON(w, s.log, "application/json", status, out)
+	if !ready {
+		s.notReady(w, r, "unready", checks)
+		return
+	}
+	writeJSON(w, s.log, "application/json", http.StatusOK, healthResponse{Status: "ready", Checks: checks})
+}
+
+func (s *server) notReady(w http.ResponseWriter, r *http.Request, state string, checks map[string]string) {
+	detail := "the gateway is stopping"
+	if state != "stopping" {
+		detail = "a dependency is unreachable (see checks)"
+	}
+	e := &Error{Kind: KindUnavailable, RetryAfter: time.Second, Detail: detail,
+		Extra: map[string]any{"state": state}}
+	if checks != nil {
+		e.Extra["checks"] = checks
+	}
+	s.writeProblem(w, problemFor(r, e), e)
 }
 
 // persistenceCheck asks Redis whether it persists the queue (append-only

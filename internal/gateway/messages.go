@@ -25,6 +25,7 @@ type acceptedMessage struct {
 	Segments        int        `json:"segments"`
 	Encoding        string     `json:"encoding"`
 	EstimatedSendAt time.Time  `json:"estimated_send_at"`
+	SendAt          *time.Time `json:"send_at,omitempty"`
 	ExpiresAt       *time.Time `json:"expires_at,omitempty"`
 }
 
@@ -41,6 +42,7 @@ type messageView struct {
 	LastError         string     `json:"last_error,omitempty"`
 	ProviderMessageID string     `json:"provider_message_id,omitempty"`
 	CreatedAt         time.Time  `json:"created_at"`
+	SendAt            *time.Time `json:"send_at,omitempty"`
 	UpdatedAt         *time.Time `json:"updated_at,omitempty"`
 	SentAt            *time.Time `json:"sent_at,omitempty"`
 	ExpiresAt         *time.Time `json:"expires_at,omitempty"`
@@ -54,27 +56,32 @@ func optTime(t time.Time) *time.Time {
 	return &u
 }
 
-func viewOf(m *sms.Message) messageView {
-	st := m.Status
+// viewOf is m as a reader sees it at now (a queued message before its
+// send_at reads scheduled).
+func viewOf(m *sms.Message, now time.Time) messageView {
+	st := m.StatusAt(now)
 	if st == "" {
 		st = sms.StatusUnknown
 	}
 	return messageView{
 		ID: m.ID, Status: st, Class: m.Class, To: m.To, From: m.From, Reference: m.Reference,
 		Segments: sms.CountSegments(m.Body).Count, Attempts: m.Attempts, LastError: m.LastError,
-		ProviderMessageID: m.ProviderID, CreatedAt: m.CreatedAt.UTC(), UpdatedAt: optTime(m.UpdatedAt),
-		SentAt: optTime(m.SentAt), ExpiresAt: optTime(m.ExpiresAt),
+		ProviderMessageID: m.ProviderID, CreatedAt: m.CreatedAt.UTC(), SendAt: optTime(m.SendAt),
+		UpdatedAt: optTime(m.UpdatedAt), SentAt: optTime(m.SentAt), ExpiresAt: optTime(m.ExpiresAt),
 	}
 }
 
-func acceptedOf(m *sms.Message, eta time.Time) acceptedMessage {
+// acceptedOf is the 202 body for m, just stored (queued, or scheduled
+// before its send_at).
+func acceptedOf(m *sms.Message, eta, now time.Time) acceptedMessage {
 	seg := sms.CountSegments(m.Body)
 	if nb := m.NotBefore; nb.After(eta) {
 		eta = nb
 	}
+	stored := sms.Message{Status: sms.StatusQueued, SendAt: m.SendAt}
 	return acceptedMessage{
-		ID: m.ID, Status: sms.StatusQueued, Class: m.Class, Segments: seg.Count, Encoding: string(seg.Encoding),
-		EstimatedSendAt: eta.UTC().Truncate(time.Millisecond), ExpiresAt: optTime(m.ExpiresAt),
+		ID: m.ID, Status: stored.StatusAt(now), Class: m.Class, Segments: seg.Count, Encoding: string(seg.Encoding),
+		EstimatedSendAt: eta.UTC().Truncate(time.Millisecond), SendAt: optTime(m.SendAt), ExpiresAt: optTime(m.ExpiresAt),
 	}
 }
 
@@ -130,48 +137,62 @@ func (s *server) postMessage(w http.ResponseWriter, r *http.Request) {
 // accept runs admission for one message and queues it.
 func (s *server) accept(ctx context.Context, w http.ResponseWriter, p *producer, v validated, key string) (*response, error) {
 	now := s.now()
+	if ferr := checkSendAt(v.msg.SendAt, now, ""); ferr != nil {
+		return nil, invalid([]FieldError{*ferr})
+	}
 	if _, err := s.admitOutstanding(ctx, p, 1); err != nil {
 		return nil, err
 	}
-	wait := s.eta.wait(ctx, v.msg.Class)
-	if err := s.admitTTL(wait, v.ttl, now); err != nil {
+	m := s.stamp(v, p, key, now)
+	eta := s.eta.plan(ctx, now, []*sms.Message{m}, nil)[0]
+	if err := admitTTL(m, eta, v.ttl); err != nil {
 		return nil, err
 	}
 	if _, err := s.admitIngress(ctx, w, p, 1); err != nil {
 		return nil, err
 	}
-	m := s.stamp(v, p, key, now)
 	res, err := s.enq.Enqueue(ctx, m)
 	if err != nil {
 		return nil, fmt.Errorf("enqueue: %w", err)
 	}
 	if res.Existed {
-		return s.existing(res.Message, m, now.Add(wait))
+		return s.existing(res.Message, m, eta, now)
 	}
+	s.eta.accepted(now, m)
 	s.notify(m.Class)
 	s.metrics.accepted.WithLabelValues(m.Class.String()).Inc()
-	return &response{status: http.StatusAccepted, body: acceptedOf(m, now.Add(wait)), location: location(m.ID)}, nil
+	return &response{status: http.StatusAccepted, body: acceptedOf(m, eta, now), location: location(m.ID)}, nil
 }
 
 // existing answers a request whose Idempotency-Key the queue already knew
 // but whose first answer was not in the answer store.
-func (s *server) existing(first, m *sms.Message, eta time.Time) (*response, error) {
+func (s *server) existing(first, m *sms.Message, eta, now time.Time) (*response, error) {
 	if first.RequestHash != m.RequestHash {
 		return nil, errorf(KindKeyReused, "this Idempotency-Key was first used with a different request; use a new key for a new request")
 	}
 	s.metrics.replays.Inc()
-	return &response{status: http.StatusAccepted, body: acceptedOf(first, eta), location: location(first.ID), replayed: true}, nil
+	return &response{status: http.StatusAccepted, body: acceptedOf(first, eta, now), location: location(first.ID), replayed: true}, nil
 }
 
-// stamp makes the validated request a message of producer p.
+// stamp makes the validated request a message of producer p, accepted at
+// now: due at its send_at (or now), not taken before the end of its
+// class's quiet hours for the recipient, expiring its TTL after it is due.
 func (s *server) stamp(v validated, p *producer, key string, now time.Time) *sms.Message {
 	m := *v.msg
 	m.ID = sms.NewID(now)
 	m.Producer = p.Name
 	m.IdempotencyKey = key
 	m.CreatedAt = now.UTC()
+	due := now
+	if m.SendAt.After(now) {
+		due = m.SendAt
+		m.NotBefore = due
+	}
+	if hold := s.quiet.Hold(&m, due); !hold.IsZero() {
+		m.NotBefore = hold.UTC()
+	}
 	if v.ttl > 0 {
-		m.ExpiresAt = now.Add(v.ttl).UTC()
+		m.ExpiresAt = due.Add(v.ttl).UTC()
 	}
 	return &m
 }
@@ -209,7 +230,7 @@ func (s *server) getMessage(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errorf(KindNotFound, "no such message"))
 		return
 	}
-	writeJSON(w, s.log, "application/json", http.StatusOK, viewOf(m))
+	writeJSON(w, s.log, "application/json", http.StatusOK, viewOf(m, s.now()))
 }
 
 // batchItem is the result of one batch item: Message when accepted,
@@ -277,82 +298,28 @@ func (s *server) itemError(r *http.Request, it *batchItem, err error) {
 func (s *server) acceptBatch(ctx context.Context, w http.ResponseWriter, r *http.Request, p *producer,
 	vs []validated, valid []int, items []batchItem, key string) (*response, error) {
 	now := s.now()
-	etas := map[int]time.Time{}
-	var eligible []int
+	var adm admitted
 	if len(valid) > 0 {
 		room, err := s.admitOutstanding(ctx, p, len(valid))
 		if err != nil {
 			return nil, err
 		}
-		// Items of one class queue behind each other too.
-		inBatch := map[sms.Class]int{}
-		for _, i := range valid {
-			c := vs[i].msg.Class
-			wait := s.eta.wait(ctx, c) + time.Duration(float64(inBatch[c])/s.eta.pace(c)*float64(time.Second))
-			if err := s.admitTTL(wait, vs[i].ttl, now); err != nil {
-				s.itemError(r, &items[i], err)
-				continue
-			}
-			inBatch[c]++
-			etas[i] = now.Add(wait)
-			if len(eligible) < room {
-				eligible = append(eligible, i)
-			} else {
-				s.itemError(r, &items[i], &Error{Kind: KindTooManyQueued, RetryAfter: time.Second,
-					Detail: fmt.Sprintf("producer %s may have at most %d messages queued or in flight", p.Name, p.MaxOutstanding)})
-			}
-		}
+		adm = s.admitItems(ctx, r, p, now, vs, valid, items, key, room)
 	}
-	var ms []*sms.Message
-	if len(eligible) > 0 {
-		granted, err := s.admitIngress(ctx, w, p, len(eligible))
+	if len(adm.eligible) > 0 {
+		granted, err := s.admitIngress(ctx, w, p, len(adm.eligible))
 		if err != nil {
 			return nil, err
 		}
-		for k, i := range eligible {
-			if k >= granted {
-				s.itemError(r, &items[i], &Error{Kind: KindRateLimited, RetryAfter: time.Second,
-					Detail: fmt.Sprintf("the batch exceeded producer %s's ingress burst of %d", p.Name, p.Ingress.Burst)})
-				continue
-			}
-			ik := ""
-			if key != "" {
-				// A space never appears in a header key, so an item key
-				// cannot collide with a single message's key.
-				ik = key + " #" + strconv.Itoa(i)
-			}
-			ms = append(ms, s.stamp(vs[i], p, ik, now))
+		for _, i := range adm.eligible[min(granted, len(adm.eligible)):] {
+			s.itemError(r, &items[i], &Error{Kind: KindRateLimited, RetryAfter: time.Second,
+				Detail: fmt.Sprintf("the batch exceeded producer %s's ingress burst of %d", p.Name, p.Ingress.Burst)})
 		}
-		eligible = eligible[:min(granted, len(eligible))]
+		adm.eligible = adm.eligible[:min(granted, len(adm.eligible))]
 	}
-	if len(ms) > 0 {
-		results, err := s.queue.EnqueueMany(ctx, ms)
-		if err != nil {
-			return nil, fmt.Errorf("enqueue batch: %w", err)
-		}
-		notified := map[sms.Class]bool{}
-		for k, i := range eligible {
-			res := results[k]
-			switch {
-			case res.Err != nil:
-				s.itemError(r, &items[i], fmt.Errorf("enqueue batch item %d: %w", i, res.Err))
-			case res.Existed:
-				rr, err := s.existing(res.Message, ms[k], etas[i])
-				if err != nil {
-					s.itemError(r, &items[i], err)
-					continue
-				}
-				am := rr.body.(acceptedMessage)
-				items[i].Status, items[i].Message = http.StatusAccepted, &am
-			default:
-				am := acceptedOf(ms[k], etas[i])
-				items[i].Status, items[i].Message = http.StatusAccepted, &am
-				s.metrics.accepted.WithLabelValues(ms[k].Class.String()).Inc()
-				if !notified[ms[k].Class] {
-					notified[ms[k].Class] = true
-					s.notify(ms[k].Class)
-				}
-			}
+	if len(adm.eligible) > 0 {
+		if err := s.storeItems(ctx, r, now, adm, items); err != nil {
+			return nil, err
 		}
 	}
 	out := batchResponse{Results: items}
@@ -364,4 +331,91 @@ func (s *server) acceptBatch(ctx context.Context, w http.ResponseWriter, r *http
 		}
 	}
 	return &response{status: http.StatusOK, body: out}, nil
+}
+
+// admitted are the batch items that passed the per-item checks: their
+// indexes, stamped messages and estimates, in order.
+type admitted struct {
+	eligible []int
+	msgs     map[int]*sms.Message
+	etas     map[int]time.Time
+}
+
+// admitItems stamps the valid items and refuses, each with its own
+// problem, those whose send_at is out of range, those that would expire
+// before their turn (items of one class queue behind each other), and
+// those beyond room (max_outstanding).
+func (s *server) admitItems(ctx context.Context, r *http.Request, p *producer, now time.Time,
+	vs []validated, valid []int, items []batchItem, key string, room int) admitted {
+	adm := admitted{msgs: map[int]*sms.Message{}, etas: map[int]time.Time{}}
+	var idx []int
+	var ms []*sms.Message
+	for _, i := range valid {
+		if ferr := checkSendAt(vs[i].msg.SendAt, now, "messages["+strconv.Itoa(i)+"]."); ferr != nil {
+			s.itemError(r, &items[i], invalid([]FieldError{*ferr}))
+			continue
+		}
+		ik := ""
+		if key != "" {
+			// A space never appears in a header key, so an item key
+			// cannot collide with a single message's key.
+			ik = key + " #" + strconv.Itoa(i)
+		}
+		idx, ms = append(idx, i), append(ms, s.stamp(vs[i], p, ik, now))
+	}
+	s.eta.plan(ctx, now, ms, func(k int, eta time.Time) bool {
+		i := idx[k]
+		if err := admitTTL(ms[k], eta, vs[i].ttl); err != nil {
+			s.itemError(r, &items[i], err)
+			return false
+		}
+		if len(adm.eligible) >= room {
+			s.itemError(r, &items[i], &Error{Kind: KindTooManyQueued, RetryAfter: time.Second,
+				Detail: fmt.Sprintf("producer %s may have at most %d messages queued or in flight", p.Name, p.MaxOutstanding)})
+			return false
+		}
+		adm.eligible = append(adm.eligible, i)
+		adm.msgs[i], adm.etas[i] = ms[k], eta
+		return true
+	})
+	return adm
+}
+
+// storeItems enqueues the admitted items in one call and fills in their
+// results.
+func (s *server) storeItems(ctx context.Context, r *http.Request, now time.Time, adm admitted, items []batchItem) error {
+	ms := make([]*sms.Message, len(adm.eligible))
+	for k, i := range adm.eligible {
+		ms[k] = adm.msgs[i]
+	}
+	results, err := s.queue.EnqueueMany(ctx, ms)
+	if err != nil {
+		return fmt.Errorf("enqueue batch: %w", err)
+	}
+	notified := map[sms.Class]bool{}
+	for k, i := range adm.eligible {
+		res, m := results[k], ms[k]
+		switch {
+		case res.Err != nil:
+			s.itemError(r, &items[i], fmt.Errorf("enqueue batch item %d: %w", i, res.Err))
+		case res.Existed:
+			rr, err := s.existing(res.Message, m, adm.etas[i], now)
+			if err != nil {
+				s.itemError(r, &items[i], err)
+				continue
+			}
+			am := rr.body.(acceptedMessage)
+			items[i].Status, items[i].Message = http.StatusAccepted, &am
+		default:
+			am := acceptedOf(m, adm.etas[i], now)
+			items[i].Status, items[i].Message = http.StatusAccepted, &am
+			s.eta.accepted(now, m)
+			s.metrics.accepted.WithLabelValues(m.Class.String()).Inc()
+			if !notified[m.Class] {
+				notified[m.Class] = true
+				s.notify(m.Class)
+			}
+		}
+	}
+	return nil
 }

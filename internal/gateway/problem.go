@@ -161,6 +161,9 @@ func toError(err error) *Error {
 	case errors.Is(err, limiter.ErrCostExceedsBurst):
 		return &Error{Kind: KindInvalid, Err: err, Detail: "body: too many segments to send at once",
 			Fields: []FieldError{{"body", "needs more segments than the provider rate allows at once"}}}
+	case pe != nil && pe.Reason == provider.ReasonPartial:
+		return &Error{Kind: KindRejected, Err: err,
+			Detail: "the provider accepted only some parts of the message; they may arrive, the rest will not, and it is not sent again"}
 	case pe != nil && !pe.Temporary:
 		return &Error{Kind: KindRejected, Err: err, Detail: "the provider refused the message (" + string(pe.Reason) + ")"}
 	case pe != nil:
@@ -180,6 +183,12 @@ func toError(err error) *Error {
 // logged in full and shown to the client without detail.
 func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	p, e := s.problemOf(r, err)
+	s.writeProblem(w, p, e)
+}
+
+// writeProblem writes a problem body built by problemOf or problemFor,
+// with the headers its kind promises.
+func (s *server) writeProblem(w http.ResponseWriter, p problem, e *Error) {
 	h := w.Header()
 	if e.RetryAfter > 0 {
 		h.Set("Retry-After", retryAfterSeconds(e.RetryAfter))
@@ -190,15 +199,10 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	writeJSON(w, s.log, "application/problem+json", p.Status, p)
 }
 
-// problemOf classifies err, logs what the client will not see, counts the
-// rejection and returns the problem body.
-func (s *server) problemOf(r *http.Request, err error) (problem, *Error) {
-	e := toError(err)
-	info, ok := kindInfo[e.Kind]
-	if !ok {
-		e = &Error{Kind: KindInternal, Err: err}
-		info = kindInfo[KindInternal]
-	}
+// problemFor builds the problem body of e (a Kind of kindInfo) for r,
+// without logging or counting it.
+func problemFor(r *http.Request, e *Error) problem {
+	info := kindInfo[e.Kind]
 	switch info.status {
 	case http.StatusConflict, http.StatusTooManyRequests, http.StatusServiceUnavailable:
 		// The contract promises Retry-After on these, at least 1 s.
@@ -220,6 +224,17 @@ func (s *server) problemOf(r *http.Request, err error) (problem, *Error) {
 		}
 		p.Extra["retry_after_seconds"] = ceilSeconds(e.RetryAfter)
 	}
+	return p
+}
+
+// problemOf classifies err, logs what the client will not see, counts the
+// rejection and returns the problem body.
+func (s *server) problemOf(r *http.Request, err error) (problem, *Error) {
+	e := toError(err)
+	if _, ok := kindInfo[e.Kind]; !ok {
+		e = &Error{Kind: KindInternal, Err: err}
+	}
+	p := problemFor(r, e)
 	if e.Kind == KindInternal {
 		p.Detail = ""
 		p.Errors = nil

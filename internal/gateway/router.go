@@ -22,6 +22,7 @@ import (
 	"smsgw/internal/config"
 	"smsgw/internal/limiter"
 	"smsgw/internal/queue"
+	"smsgw/internal/sms"
 )
 
 // server holds what the handlers need. It is built by New and never
@@ -39,6 +40,7 @@ type server struct {
 	notifier  notifier
 	auth      *authenticator
 	eta       *etaEstimator
+	quiet     sms.QuietPolicy
 	pause     *operatorPause
 	live      *liveStats
 	history   *historyView
@@ -58,8 +60,10 @@ func (s *server) routes() http.Handler {
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errorf(KindNotFound, "no such route"))
 	})
-	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		s.writeError(w, r, errorf(KindMethodNotAllowed, r.Method+" is not allowed here"))
+	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		allow := allowed(r, req.URL.Path)
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		s.writeError(w, req, errorf(KindMethodNotAllowed, req.Method+" is not allowed here; use "+strings.Join(allow, " or ")))
 	})
 
 	r.Get("/healthz", s.healthz)
@@ -96,6 +100,22 @@ func (s *server) routes() http.Handler {
 		r.Handle("/dashboard/*", s.dashboard) // served with the full path
 	}
 	return r
+}
+
+// routeMethods are the methods a route of the API may have.
+var routeMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// allowed lists the methods path has in routes, for a 405's Allow (RFC
+// 9110 section 15.5.6: the server must send it). chi knows them but keeps
+// them to its own 405 handler, which we replace to answer a problem.
+func allowed(routes chi.Routes, path string) []string {
+	var out []string
+	for _, m := range routeMethods {
+		if routes.Match(chi.NewRouteContext(), m, path) {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // requestID takes the caller's X-Request-Id when it is short and plain (it

@@ -29,6 +29,12 @@ type Request struct {
 	// generic protocol pass it on (X-Smsgw-Accepted-At, Unix nanoseconds) so
 	// the simulator can measure arrival-to-provider latency.
 	AcceptedAt time.Time
+	// Validity is how long the provider may still try to deliver the
+	// message: what is left of its TTL. 0: no limit of ours. Adapters pass
+	// it on where the vendor takes one (Twilio ValidityPeriod, Vonage ttl),
+	// so a message stuck in a vendor's queue is dropped there instead of
+	// arriving after it expired.
+	Validity time.Duration
 }
 
 // Result is the provider's answer to an accepted send.
@@ -50,8 +56,11 @@ type Reason string
 const (
 	ReasonThrottled   Reason = "throttled"    // 429 or vendor throttle: pause everyone for RetryAfter, requeue
 	ReasonSuspended   Reason = "suspended"    // account suspended (403 from the sim): pause, requeue
+	ReasonQueueFull   Reason = "queue_full"   // the vendor's queue for our sender is full: pause everyone for RetryAfter, requeue
 	ReasonRejected    Reason = "rejected"     // permanent 4xx: bad number, bad body; fail the message
-	ReasonAuth        Reason = "auth"         // 401/403 credentials: permanent for this message, alert
+	ReasonAuth        Reason = "auth"         // 401/403 credentials: not the message's fault; pause everyone, alert
+	ReasonSetup       Reason = "setup"        // the account's settings refused (its sender, its id): like auth
+	ReasonPartial     Reason = "partial"      // some parts of a long message were accepted, not all: never resend
 	ReasonUnavailable Reason = "unavailable"  // 5xx
 	ReasonTimeout     Reason = "timeout"      // no answer in time: outcome unknown, retry same key
 	ReasonNetwork     Reason = "network"      // connection refused/reset: retry
@@ -59,8 +68,8 @@ const (
 )
 
 // Reasons lists every Reason, for creating metric label sets at zero.
-var Reasons = []Reason{ReasonThrottled, ReasonSuspended, ReasonRejected, ReasonAuth,
-	ReasonUnavailable, ReasonTimeout, ReasonNetwork, ReasonBadResponse}
+var Reasons = []Reason{ReasonThrottled, ReasonSuspended, ReasonQueueFull, ReasonRejected, ReasonAuth, ReasonSetup,
+	ReasonPartial, ReasonUnavailable, ReasonTimeout, ReasonNetwork, ReasonBadResponse}
 
 // Error is a classified provider failure. It never carries secrets.
 type Error struct {
@@ -69,6 +78,12 @@ type Error struct {
 	RetryAfter time.Duration // > 0 for throttles; how long every sender must pause
 	Status     int           // HTTP status, if any
 	Message    string        // short, safe description (vendor error code/text)
+
+	// For ReasonPartial: the vendor's ids of the parts it accepted, and
+	// the reason of the first part it refused (a throttle there still
+	// pauses everyone, for RetryAfter).
+	Accepted   []string
+	PartReason Reason
 }
 
 func (e *Error) Error() string {

@@ -16,6 +16,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"smsgw/internal/sms"
@@ -66,6 +67,23 @@ type RequeueOptions struct {
 	LastError    string
 }
 
+// MaxHorizons bounds the horizons of one ScheduledWithin call.
+const MaxHorizons = 64
+
+// CheckHorizons is the rule every backend applies to ScheduledWithin's
+// horizons: 1 to MaxHorizons, not negative, ascending.
+func CheckHorizons(horizons []time.Duration) error {
+	if len(horizons) == 0 || len(horizons) > MaxHorizons {
+		return fmt.Errorf("queue: %d horizons (want 1 to %d)", len(horizons), MaxHorizons)
+	}
+	for i, h := range horizons {
+		if h < 0 || (i > 0 && h < horizons[i-1]) {
+			return fmt.Errorf("queue: horizons must be >= 0 and ascending (%v)", horizons)
+		}
+	}
+	return nil
+}
+
 // ClassStats is the depth of one class.
 type ClassStats struct {
 	Ready     int64         // queued and due now
@@ -109,6 +127,12 @@ type Queue interface {
 	// Get returns a message by id (ErrNotFound once retention has passed).
 	Get(ctx context.Context, id string) (*sms.Message, error)
 	Stats(ctx context.Context) (map[sms.Class]ClassStats, error)
+	// ScheduledWithin counts, for each class, the queued messages not due
+	// yet that fall due within each of horizons from now (cumulative:
+	// counts[i] includes counts[i-1]; horizons ascending, at most
+	// MaxHorizons). An estimate of when a scheduled message goes counts
+	// those due before it.
+	ScheduledWithin(ctx context.Context, horizons []time.Duration) (map[sms.Class][]int64, error)
 	// Outstanding is the number of a producer's messages queued or in flight.
 	Outstanding(ctx context.Context, producer string) (int64, error)
 

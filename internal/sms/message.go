@@ -77,6 +77,9 @@ const (
 	StatusFailed  Status = "failed"
 	StatusExpired Status = "expired"
 	StatusUnknown Status = "unknown"
+	// StatusScheduled is a queued message whose send_at has not come yet.
+	// It is derived, never stored (see Message.StatusAt).
+	StatusScheduled Status = "scheduled"
 )
 
 // Terminal reports whether s is a final state.
@@ -103,6 +106,7 @@ type Message struct {
 	RequestHash    string `json:"request_hash,omitempty"`
 
 	CreatedAt time.Time `json:"created_at"`
+	SendAt    time.Time `json:"send_at,omitzero"`    // the producer's send_at; zero: as soon as possible
 	NotBefore time.Time `json:"not_before,omitzero"` // not taken before this time
 	ExpiresAt time.Time `json:"expires_at,omitzero"` // zero: never expires
 
@@ -118,4 +122,17 @@ type Message struct {
 // Expired reports whether the message's TTL has passed at now.
 func (m *Message) Expired(now time.Time) bool {
 	return !m.ExpiresAt.IsZero() && !now.Before(m.ExpiresAt)
+}
+
+// StatusAt is the status a reader is told at now. A message waiting for
+// its send_at is stored as queued and reported as scheduled: storing
+// "scheduled" would need a write on every replica's clock when it falls
+// due, racing Take, while the queue already holds it back by its
+// not-before. Once send_at has passed it is queued again, so a message
+// requeued later for a retry or a pause never reads as scheduled.
+func (m *Message) StatusAt(now time.Time) Status {
+	if m.Status == StatusQueued && m.SendAt.After(now) {
+		return StatusScheduled
+	}
+	return m.Status
 }

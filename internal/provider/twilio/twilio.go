@@ -7,7 +7,13 @@
 //
 // 201 answers the Message resource ({"sid":"SM...",...}); errors answer
 // {"code","message","more_info","status"}. 429 / code 20429 is a throttle;
-// 10001 and 20005 ("account not active") are a suspension.
+// 10001 and 20005 ("account not active") are a suspension; 21611 (the
+// sender's queue at Twilio holds its limit, 10 hours of its rate) is a long
+// pause, not a failure; 20404 (no such account) and, for the account's own
+// sender, 21606 and 21212 (From not usable) mean every message would fail
+// alike: the account's setup, handled like refused credentials. The
+// remaining TTL goes as ValidityPeriod, so Twilio drops what it could only
+// deliver late.
 //
 // Twilio has no idempotency key for creating messages. The adapter still
 // sends the message id as Idempotency-Key (ignored by Twilio, visible to
@@ -24,6 +30,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,12 +42,36 @@ import (
 // defaultBaseURL is Twilio's API host.
 const defaultBaseURL = "https://api.twilio.com"
 
-// Twilio error codes the adapter treats specially.
+// Twilio error codes the adapter treats specially (twilio.com/docs/api/errors).
 const (
 	codeTooManyRequests = 20429
 	codeAccountInactive = 20005
 	codeAccountDisabled = 10001
+	codeNotFound        = 20404 // the account in the URL does not exist
+	codeQueueFull       = 21611 // this From has exceeded the maximum number of queued messages
+	codeFromNotCapable  = 21606 // From is not a message-capable number of this account
+	codeInvalidFrom     = 21212 // From is not a valid number, short code or sender id
 )
+
+// DefaultTimeout bounds one send when provider.timeout is 0. Twilio does
+// not de-duplicate a message created twice, so a send our own timeout cuts
+// off while Twilio is still answering is an unknown outcome whose retry may
+// be a duplicate. Twilio's own Go library waits 10 s for an answer; so do
+// we: far beyond a healthy answer, well within a lease.
+const DefaultTimeout = 10 * time.Second
+
+// QueueFullPause is how long every replica pauses after 21611. Twilio
+// answers it when the sender's queue at Twilio holds its limit (10 hours of
+// the sender's rate, or the validity period); Twilio keeps sending from
+// that queue meanwhile, so a pause of minutes loses no throughput, keeps
+// our messages in our priority queue (where their TTL still counts)
+// rather than at the end of Twilio's, and asks again rarely. 21611 is not
+// a 429: it does not count towards the suspension guard.
+const QueueFullPause = 10 * time.Minute
+
+// maxValidity is Twilio's largest ValidityPeriod, which is also its
+// default: 36,000 s.
+const maxValidity = 36000 * time.Second
 
 // Settings are the Twilio account keys of the configuration
 // (provider.twilio.*).
@@ -103,6 +134,9 @@ func New(cfg Config) (*Provider, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
 	c, err := httpprov.Setup("twilio", cfg.Timeout, cfg.Client, cfg.Logger)
 	if err != nil {
 		return nil, err
@@ -146,6 +180,10 @@ func (p *Provider) Send(ctx context.Context, req *provider.Request) (provider.Re
 	if p.cfg.StatusCallback != "" {
 		form.Set("StatusCallback", withRef(p.cfg.StatusCallback, req.ID))
 	}
+	if v := req.Validity; v > 0 && v < maxValidity {
+		// Whole seconds, rounded down (never past the TTL), at least 1.
+		form.Set("ValidityPeriod", strconv.Itoa(max(1, int(v/time.Second))))
+	}
 	ctx, cancel := httpprov.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, p.endpoint, strings.NewReader(form.Encode()))
@@ -161,7 +199,7 @@ func (p *Provider) Send(ctx context.Context, req *provider.Request) (provider.Re
 	}
 	hreq.SetBasicAuth(user, p.cfg.AuthToken)
 
-	res, err := p.send(ctx, hreq)
+	res, err := p.send(ctx, hreq, req.From != "")
 	if pe := provider.AsError(err); pe != nil {
 		p.log.Debug("provider send failed", "provider", "twilio", "id", req.ID, "to", sms.MaskPhone(req.To),
 			"reason", pe.Reason, "status", pe.Status, "error", pe.Message)
@@ -169,29 +207,16 @@ func (p *Provider) Send(ctx context.Context, req *provider.Request) (provider.Re
 	return res, err
 }
 
-func (p *Provider) send(ctx context.Context, hreq *http.Request) (provider.Result, error) {
+// send makes the call; ownSender says the request named its own From (not
+// the account's).
+func (p *Provider) send(ctx context.Context, hreq *http.Request, ownSender bool) (provider.Result, error) {
 	resp, err := p.client.Do(hreq)
 	if err != nil {
 		return provider.Result{}, httpprov.TransportError(ctx, err)
 	}
 	body, rerr := httpprov.ReadBody(resp)
-	now := time.Now()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		var ae apiError
-		_ = json.Unmarshal(body, &ae)
-		msg := ae.Message
-		if ae.Code != 0 {
-			msg = fmt.Sprintf("twilio %d: %s", ae.Code, ae.Message)
-		}
-		switch ae.Code {
-		case codeTooManyRequests:
-			pe := httpprov.StatusError(http.StatusTooManyRequests, resp.Header, now, msg)
-			pe.Status = resp.StatusCode
-			return provider.Result{}, pe
-		case codeAccountInactive, codeAccountDisabled:
-			return provider.Result{}, httpprov.Suspended(resp.StatusCode, resp.Header, now, msg)
-		}
-		return provider.Result{}, httpprov.StatusError(resp.StatusCode, resp.Header, now, msg)
+		return provider.Result{}, classify(resp, body, ownSender, time.Now())
 	}
 	if rerr != nil {
 		return provider.Result{}, httpprov.BadResponse(resp.StatusCode, rerr.Error())
@@ -204,6 +229,37 @@ func (p *Provider) send(ctx context.Context, hreq *http.Request) (provider.Resul
 		return provider.Result{}, httpprov.BadResponse(resp.StatusCode, "message resource has no sid")
 	}
 	return provider.Result{ProviderID: m.SID}, nil
+}
+
+// classify reads an error answer: the code first, then the status.
+func classify(resp *http.Response, body []byte, ownSender bool, now time.Time) *provider.Error {
+	var ae apiError
+	_ = json.Unmarshal(body, &ae)
+	msg := ae.Message
+	if ae.Code != 0 {
+		msg = fmt.Sprintf("twilio %d: %s", ae.Code, ae.Message)
+	}
+	switch ae.Code {
+	case codeTooManyRequests:
+		pe := httpprov.StatusError(http.StatusTooManyRequests, resp.Header, now, msg)
+		pe.Status = resp.StatusCode
+		return pe
+	case codeAccountInactive, codeAccountDisabled:
+		return httpprov.Suspended(resp.StatusCode, resp.Header, now, msg)
+	case codeQueueFull:
+		return &provider.Error{Reason: provider.ReasonQueueFull, Temporary: true, RetryAfter: QueueFullPause,
+			Status: resp.StatusCode, Message: httpprov.Safe(msg)}
+	case codeNotFound:
+		return &provider.Error{Reason: provider.ReasonSetup, Status: resp.StatusCode, Message: httpprov.Safe(msg)}
+	case codeFromNotCapable, codeInvalidFrom:
+		if !ownSender {
+			// The account's From or messaging service: every message
+			// would be refused the same way. A producer's own From is
+			// that message's fault (a rejection, below).
+			return &provider.Error{Reason: provider.ReasonSetup, Status: resp.StatusCode, Message: httpprov.Safe(msg)}
+		}
+	}
+	return httpprov.StatusError(resp.StatusCode, resp.Header, now, msg)
 }
 
 // withRef appends smsgw_ref=id to a callback URL.

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -46,6 +47,11 @@ func decode(r *http.Request) (providertest.Sent, error) {
 	for k := range r.PostForm {
 		switch k {
 		case "To", "From", "Body", "MessagingServiceSid", "StatusCallback":
+		case "ValidityPeriod":
+			// An integer of seconds, 1 to 36,000 (error 21624 otherwise).
+			if v, err := strconv.Atoi(r.PostForm.Get(k)); err != nil || v < 1 || v > 36000 {
+				return providertest.Sent{}, fmt.Errorf("ValidityPeriod %q", r.PostForm.Get(k))
+			}
 		default:
 			return providertest.Sent{}, fmt.Errorf("unknown parameter %q", k)
 		}
@@ -110,19 +116,33 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-// Twilio signals 20429 with a 429; if it ever arrives with another status
-// the code still wins, and the sender falls back to the messaging service.
+// Twilio's error codes, checked against its error pages: the code decides
+// before the status (20429 with another status is still a throttle), a
+// sender refused is the account's setup when it is the account's sender
+// and the message's fault when the producer chose it, and a message
+// without a From falls back to the messaging service.
 func TestCodesAndSender(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		status, code int
+		from         string // the request's own sender ("": the account's)
 		reason       provider.Reason
+		retryAfter   time.Duration
 	}{
-		{http.StatusServiceUnavailable, 20429, provider.ReasonThrottled},
-		{http.StatusForbidden, 10001, provider.ReasonSuspended},
-		{http.StatusForbidden, 20003, provider.ReasonAuth},
-		{http.StatusBadRequest, 21610, provider.ReasonRejected},
-		{http.StatusNotFound, 20404, provider.ReasonRejected},
+		{http.StatusServiceUnavailable, 20429, "", provider.ReasonThrottled, provider.MinRetryAfter},
+		{http.StatusForbidden, 10001, "", provider.ReasonSuspended, httpprov.SuspendedPause},
+		{http.StatusForbidden, 20003, "", provider.ReasonAuth, 0},
+		{http.StatusBadRequest, 21610, "", provider.ReasonRejected, 0},
+		// 21611: the sender's queue at Twilio is full: a long pause, the
+		// message kept (it used to fail every message for good).
+		{http.StatusBadRequest, 21611, "", provider.ReasonQueueFull, twilio.QueueFullPause},
+		{http.StatusBadRequest, 21611, "+15005550006", provider.ReasonQueueFull, twilio.QueueFullPause},
+		// The account does not exist (a wrong account_sid): every message.
+		{http.StatusNotFound, 20404, "", provider.ReasonSetup, 0},
+		{http.StatusBadRequest, 21606, "", provider.ReasonSetup, 0},
+		{http.StatusBadRequest, 21212, "", provider.ReasonSetup, 0},
+		{http.StatusBadRequest, 21606, "+15005550001", provider.ReasonRejected, 0},
+		{http.StatusBadRequest, 21212, "NOT OURS", provider.ReasonRejected, 0},
 	} {
 		var form url.Values
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -135,15 +155,65 @@ func TestCodesAndSender(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = p.Send(context.Background(), &provider.Request{ID: sms.NewID(time.Now()), To: "+819012345678", Body: "hi"})
-		if pe := provider.AsError(err); pe == nil || pe.Reason != tc.reason || pe.Status != tc.status {
-			t.Errorf("%d/%d: got %v, want %s", tc.status, tc.code, err, tc.reason)
+		_, err = p.Send(context.Background(), &provider.Request{ID: sms.NewID(time.Now()), To: "+819012345678", From: tc.from, Body: "hi"})
+		pe := provider.AsError(err)
+		if pe == nil || pe.Reason != tc.reason || pe.Status != tc.status || pe.RetryAfter != tc.retryAfter {
+			t.Errorf("%d/%d from %q: got %+v, want %s pausing %v", tc.status, tc.code, tc.from, pe, tc.reason, tc.retryAfter)
 		}
-		if form.Get("MessagingServiceSid") != "MG123" || form.Has("From") {
+		if tc.from == "" && (form.Get("MessagingServiceSid") != "MG123" || form.Has("From")) {
 			t.Errorf("form %v: want MessagingServiceSid and no From", form)
 		}
 		p.CloseIdleConnections()
 		srv.Close()
+	}
+}
+
+// The remaining TTL goes as ValidityPeriod, whole seconds rounded down, at
+// least 1; none when there is no TTL or it is beyond Twilio's maximum (its
+// default, 36,000 s).
+func TestValidityPeriod(t *testing.T) {
+	t.Parallel()
+	var form url.Values
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := decode(r); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		form = r.PostForm
+		respond(w, providertest.Step{Kind: providertest.Accept, ProviderID: "SM1"})
+	}))
+	defer srv.Close()
+	p, err := twilio.New(twilio.Config{BaseURL: srv.URL, Settings: twilio.Settings{AccountSID: accountSID, AuthToken: authToken, From: "ACME"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.CloseIdleConnections()
+	for _, tc := range []struct {
+		validity time.Duration
+		want     string // "" absent
+	}{
+		{0, ""}, {90*time.Second + 900*time.Millisecond, "90"}, {300 * time.Millisecond, "1"},
+		{35999 * time.Second, "35999"}, {10 * time.Hour, ""}, {72 * time.Hour, ""},
+	} {
+		if _, err := p.Send(context.Background(), &provider.Request{ID: sms.NewID(time.Now()), To: "+819012345678", Body: "hi", Validity: tc.validity}); err != nil {
+			t.Fatalf("validity %v: %v", tc.validity, err)
+		}
+		if got := form.Get("ValidityPeriod"); got != tc.want || (tc.want == "" && form.Has("ValidityPeriod")) {
+			t.Errorf("validity %v: ValidityPeriod %q, want %q", tc.validity, got, tc.want)
+		}
+	}
+}
+
+// With provider.timeout 0 a send waits Twilio's own library's 10 s.
+func TestDefaultTimeout(t *testing.T) {
+	t.Parallel()
+	p, err := twilio.New(twilio.Config{BaseURL: "http://127.0.0.1:1", Settings: twilio.Settings{AccountSID: accountSID, AuthToken: authToken, From: "ACME"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.CloseIdleConnections()
+	if got := twilio.TimeoutOf(p); got != 10*time.Second {
+		t.Errorf("timeout %v, want 10s", got)
 	}
 }
 

@@ -7,8 +7,18 @@
 // Vonage answers HTTP 200 for most failures and puts the outcome in each
 // part's "status": {"message-count":"1","messages":[{"status":"0",
 // "message-id":"..."}]}. Status "1" (Throttled) arrives as a 200 and is a
-// throttle like any 429. client-ref carries our message id; Vonage does not
-// de-duplicate on it, so a retry after an unknown outcome can duplicate.
+// throttle like any 429; its text says how long to wait ("Throughput Rate
+// Exceeded - please wait [ 978 ] and retry", in milliseconds). A long text
+// is split into parts, each with its own status: when some were accepted
+// and others not, the accepted ones will be delivered and billed, so the
+// message must never be sent again (ReasonPartial, as Vonage's own
+// libraries raise a distinct partial-failure error). A 200 with
+// {"error-code","error-code-label"} and no messages is an error of the
+// request. Status 2 (Missing Parameters: we always send to, text and the
+// keys, so the missing one is the sender) and 15 for the account's own
+// sender are the account's setup, handled like refused credentials. The
+// remaining TTL goes as ttl. client-ref carries our message id; Vonage does
+// not de-duplicate on it, so a retry after an unknown outcome can duplicate.
 package vonage
 
 import (
@@ -19,6 +29,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,6 +41,25 @@ import (
 
 // defaultBaseURL is the SMS API host.
 const defaultBaseURL = "https://rest.nexmo.com"
+
+// DefaultTimeout bounds one send when provider.timeout is 0. Vonage does
+// not de-duplicate on client-ref, so a send our own timeout cuts off while
+// Vonage is still answering is an unknown outcome whose retry may be a
+// duplicate. Vonage's own libraries set no timeout (Python) or leave it to
+// the HTTP client; 10 s is far beyond a healthy answer and well within a
+// lease, as for Twilio.
+const DefaultTimeout = 10 * time.Second
+
+// The bounds of the SMS API's ttl: 20 s to 7 days (default 72 h).
+const (
+	minTTL = 20 * time.Second
+	maxTTL = 7 * 24 * time.Hour
+)
+
+// throttleWait finds the wait in a status-1 text: "please wait [ 978 ]"
+// (milliseconds). Other bracketed numbers of such texts ("MAX [ 30 ]")
+// are not waits.
+var throttleWait = regexp.MustCompile(`wait \[\s*(\d{1,9})\s*\]`)
 
 // Settings are the Vonage account keys of the configuration
 // (provider.vonage.*).
@@ -47,6 +78,13 @@ func (s Settings) Validate(prefix string) error {
 	}
 	if s.APISecret == "" {
 		errs = append(errs, httpprov.Required(prefix, "api_secret"))
+	}
+	// Vonage refuses a message without one (status 2, Missing Parameters);
+	// a request's own sender is optional, so the account must have one to
+	// fall back on.
+	if s.From == "" {
+		errs = append(errs, &httpprov.SettingError{Key: httpprov.KeyPath(prefix, "from"),
+			Problem: "must be set (the sender of a message that names none; Vonage requires one)"})
 	}
 	return errors.Join(errs...)
 }
@@ -78,6 +116,9 @@ func New(cfg Config) (*Provider, error) {
 	if err := errors.Join(cfg.Settings.Validate("vonage"), httpprov.CheckURL("vonage.base_url", cfg.BaseURL)); err != nil {
 		return nil, err
 	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
 	c, err := httpprov.Setup("vonage", cfg.Timeout, cfg.Client, cfg.Logger)
 	if err != nil {
 		return nil, err
@@ -96,6 +137,9 @@ func (p *Provider) CloseIdleConnections() { p.client.CloseIdleConnections() }
 type answer struct {
 	MessageCount string `json:"message-count"`
 	Messages     []part `json:"messages"`
+	// A request refused as a whole: {"error-code":"420","error-code-label":"..."}.
+	ErrorCode      string `json:"error-code"`
+	ErrorCodeLabel string `json:"error-code-label"`
 }
 
 type part struct {
@@ -122,6 +166,11 @@ func (p *Provider) Send(ctx context.Context, req *provider.Request) (provider.Re
 		// Without it Vonage sends the text as GSM-7 and mangles it.
 		form.Set("type", "unicode")
 	}
+	if req.Validity > 0 {
+		// In ms; below the minimum it may arrive up to 20 s later than
+		// our TTL, above the maximum Vonage stops earlier.
+		form.Set("ttl", strconv.FormatInt(min(max(req.Validity, minTTL), maxTTL).Milliseconds(), 10))
+	}
 	ctx, cancel := httpprov.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, p.endpoint, strings.NewReader(form.Encode()))
@@ -131,7 +180,7 @@ func (p *Provider) Send(ctx context.Context, req *provider.Request) (provider.Re
 	hreq.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	hreq.Header.Set("Accept", "application/json")
 
-	res, err := p.send(ctx, hreq)
+	res, err := p.send(ctx, hreq, req.From != "")
 	if pe := provider.AsError(err); pe != nil {
 		p.log.Debug("provider send failed", "provider", "vonage", "id", req.ID, "to", sms.MaskPhone(req.To),
 			"reason", pe.Reason, "status", pe.Status, "error", pe.Message)
@@ -139,7 +188,9 @@ func (p *Provider) Send(ctx context.Context, req *provider.Request) (provider.Re
 	return res, err
 }
 
-func (p *Provider) send(ctx context.Context, hreq *http.Request) (provider.Result, error) {
+// send makes the call; ownSender says the request named its own sender
+// (not the account's).
+func (p *Provider) send(ctx context.Context, hreq *http.Request, ownSender bool) (provider.Result, error) {
 	resp, err := p.client.Do(hreq)
 	if err != nil {
 		return provider.Result{}, httpprov.TransportError(ctx, err)
@@ -159,34 +210,74 @@ func (p *Provider) send(ctx context.Context, hreq *http.Request) (provider.Resul
 		return provider.Result{}, httpprov.BadResponse(resp.StatusCode, "decode answer: "+err.Error())
 	}
 	if len(a.Messages) == 0 {
+		if a.ErrorCode != "" {
+			return provider.Result{}, requestError(resp.StatusCode, a, resp.Header, now)
+		}
 		return provider.Result{}, httpprov.BadResponse(resp.StatusCode, "answer has no messages")
 	}
-	// A long text is split into parts, each with its own status. The first
-	// failing part decides; parts before it were accepted and will arrive,
-	// which a retry cannot undo (say so in the message).
-	for i, m := range a.Messages {
+	return outcome(resp.StatusCode, a.Messages, resp.Header, now, ownSender)
+}
+
+// outcome reads the parts of a 200 answer. All accepted: sent, under the
+// first part's id. None: the first refusal decides. Some: a partial
+// failure that records the accepted parts and must not be sent again.
+func outcome(status int, parts []part, h http.Header, now time.Time, ownSender bool) (provider.Result, error) {
+	var accepted []string
+	var refused *provider.Error
+	for i, m := range parts {
 		if m.Status == "0" {
+			if m.MessageID != "" {
+				accepted = append(accepted, m.MessageID)
+			}
 			continue
 		}
-		pe := classify(m.Status, resp.Header, now)
-		pe.Status = resp.StatusCode
-		pe.Message = httpprov.Safe(fmt.Sprintf("vonage status %s: %s", m.Status, m.ErrorText))
-		if i > 0 {
-			pe.Message = httpprov.Safe(fmt.Sprintf("part %d of %d: %s", i+1, len(a.Messages), pe.Message))
+		if refused == nil {
+			refused = classify(m.Status, m.ErrorText, h, now, ownSender)
+			refused.Status = status
+			refused.Message = httpprov.Safe(fmt.Sprintf("vonage status %s: %s", m.Status, m.ErrorText))
+			if len(parts) > 1 {
+				refused.Message = httpprov.Safe(fmt.Sprintf("part %d of %d: %s", i+1, len(parts), refused.Message))
+			}
 		}
-		return provider.Result{}, pe
 	}
-	if a.Messages[0].MessageID == "" {
-		return provider.Result{}, httpprov.BadResponse(resp.StatusCode, "answer has no message-id")
+	switch {
+	case refused == nil && parts[0].MessageID == "":
+		return provider.Result{}, httpprov.BadResponse(status, "answer has no message-id")
+	case refused == nil:
+		return provider.Result{ProviderID: parts[0].MessageID}, nil
+	case len(accepted) == 0:
+		return provider.Result{}, refused
 	}
-	return provider.Result{ProviderID: a.Messages[0].MessageID}, nil
+	return provider.Result{}, &provider.Error{Reason: provider.ReasonPartial, Status: status,
+		RetryAfter: refused.RetryAfter, Accepted: accepted, PartReason: refused.Reason,
+		Message: httpprov.Safe(fmt.Sprintf("%d of %d parts accepted (not sent again); %s", len(accepted), len(parts), refused.Message))}
+}
+
+// requestError is a 200 that refuses the request as a whole, with an
+// HTTP-like error-code: classified as that status would be.
+func requestError(status int, a answer, h http.Header, now time.Time) *provider.Error {
+	msg := fmt.Sprintf("vonage error-code %s: %s", a.ErrorCode, a.ErrorCodeLabel)
+	code, err := strconv.Atoi(a.ErrorCode)
+	if err != nil || code < 400 || code > 599 {
+		return &provider.Error{Reason: provider.ReasonRejected, Status: status, Message: httpprov.Safe(msg)}
+	}
+	pe := httpprov.StatusError(code, h, now, msg)
+	pe.Status = status
+	return pe
 }
 
 // classify maps a non-zero SMS API status to our reasons. Sources: Vonage
-// "SMS API error codes" (developer.vonage.com/messaging/sms/guides/troubleshooting-sms).
-func classify(status string, h http.Header, now time.Time) *provider.Error {
+// "SMS API error codes" (developer.vonage.com/api-errors/sms).
+func classify(status, text string, h http.Header, now time.Time, ownSender bool) *provider.Error {
 	switch status {
-	case "1", "10": // Throttled; Too Many Existing Binds ("back off and retry")
+	case "1": // Throttled; the text may say how long to wait, in ms
+		ra := provider.ParseRetryAfter(h.Get("Retry-After"), now)
+		if m := throttleWait.FindStringSubmatch(text); m != nil {
+			ms, _ := strconv.ParseInt(m[1], 10, 64)
+			ra = provider.ClampRetryAfter(time.Duration(ms) * time.Millisecond)
+		}
+		return &provider.Error{Reason: provider.ReasonThrottled, Temporary: true, RetryAfter: ra}
+	case "10": // Too Many Existing Binds ("back off and retry")
 		return &provider.Error{Reason: provider.ReasonThrottled, Temporary: true,
 			RetryAfter: provider.ParseRetryAfter(h.Get("Retry-After"), now)}
 	case "5": // Internal Error
@@ -195,12 +286,18 @@ func classify(status string, h http.Header, now time.Time) *provider.Error {
 		return httpprov.Suspended(0, h, now, "")
 	case "4", "11", "14", "32": // Invalid Credentials; not enabled for HTTP; Invalid Signature; signature and secret disallowed
 		return &provider.Error{Reason: provider.ReasonAuth}
+	case "2": // Missing Parameters: we always send to, text and the keys
+		return &provider.Error{Reason: provider.ReasonSetup}
+	case "15": // Invalid Sender Address: the account's, or this message's
+		if !ownSender {
+			return &provider.Error{Reason: provider.ReasonSetup}
+		}
 	}
-	// 2 Missing Parameters, 3 Invalid Parameters, 6 Invalid Message, 7 Number
-	// Barred, 12 Message Too Long, 15 Invalid Sender Address, 22 Invalid
-	// Network Code, 23 Invalid Callback Url, 29 Non-Whitelisted Destination,
-	// 33 Number De-activated, and anything undocumented: this message will
-	// not go through as it is.
+	// 3 Invalid Parameters, 6 Invalid Message, 7 Number Barred, 12 Message
+	// Too Long, 15 for a producer's own sender, 22 Invalid Network Code, 23
+	// Invalid Callback Url, 29 Non-Whitelisted Destination, 33 Number
+	// De-activated, and anything undocumented: this message will not go
+	// through as it is.
 	return &provider.Error{Reason: provider.ReasonRejected}
 }
 

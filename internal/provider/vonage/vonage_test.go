@@ -1,6 +1,7 @@
 package vonage_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -42,6 +44,11 @@ func decode(r *http.Request) (providertest.Sent, error) {
 	for k := range f {
 		switch k {
 		case "api_key", "api_secret", "from", "to", "text", "type", "client-ref":
+		case "ttl":
+			// Milliseconds, 20,000 to 604,800,000.
+			if v, err := strconv.ParseInt(f.Get(k), 10, 64); err != nil || v < 20000 || v > 604800000 {
+				return providertest.Sent{}, fmt.Errorf("ttl %q", f.Get(k))
+			}
 		default:
 			return providertest.Sent{}, fmt.Errorf("unknown parameter %q", k)
 		}
@@ -100,7 +107,7 @@ func respond(w http.ResponseWriter, s providertest.Step) {
 func newProvider(t *testing.T, baseURL string, timeout time.Duration) *vonage.Provider {
 	t.Helper()
 	p, err := vonage.New(vonage.Config{BaseURL: baseURL, Timeout: timeout,
-		Settings: vonage.Settings{APIKey: apiKey, APISecret: apiSecret}})
+		Settings: vonage.Settings{APIKey: apiKey, APISecret: apiSecret, From: "ACME"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,10 +129,12 @@ func TestConformance(t *testing.T) {
 // arrive as HTTP 200.
 func TestStatusTable(t *testing.T) {
 	t.Parallel()
+	// Sent without a sender of their own: 2 and 15 are the account's.
 	want := map[string]provider.Reason{
 		"1": provider.ReasonThrottled, "10": provider.ReasonThrottled,
-		"2": provider.ReasonRejected, "3": provider.ReasonRejected, "6": provider.ReasonRejected,
-		"7": provider.ReasonRejected, "12": provider.ReasonRejected, "15": provider.ReasonRejected,
+		"2": provider.ReasonSetup, "15": provider.ReasonSetup,
+		"3": provider.ReasonRejected, "6": provider.ReasonRejected,
+		"7": provider.ReasonRejected, "12": provider.ReasonRejected,
 		"22": provider.ReasonRejected, "23": provider.ReasonRejected, "29": provider.ReasonRejected,
 		"33": provider.ReasonRejected, "99": provider.ReasonRejected,
 		"4": provider.ReasonAuth, "11": provider.ReasonAuth, "14": provider.ReasonAuth, "32": provider.ReasonAuth,
@@ -158,7 +167,7 @@ func TestStatusTable(t *testing.T) {
 }
 
 // A UCS-2 body must be sent with type=unicode, a GSM-7 one without; a
-// multi-part answer whose second part is throttled is a throttle.
+// multi-part answer whose second part is throttled is a partial failure.
 func TestUnicodeAndMultipart(t *testing.T) {
 	t.Parallel()
 	forms := make(chan url.Values, 2)
@@ -172,8 +181,8 @@ func TestUnicodeAndMultipart(t *testing.T) {
 	defer p.CloseIdleConnections()
 	for _, tc := range []struct{ body, typ string }{{"こんにちは", "unicode"}, {"hello {world}", ""}} {
 		_, err := p.Send(context.Background(), &provider.Request{ID: sms.NewID(time.Now()), To: "+819012345678", From: "+15550001111", Body: tc.body})
-		if pe := provider.AsError(err); pe == nil || pe.Reason != provider.ReasonThrottled {
-			t.Errorf("%q: got %v, want throttled", tc.body, err)
+		if pe := provider.AsError(err); pe == nil || pe.Reason != provider.ReasonPartial || pe.PartReason != provider.ReasonThrottled {
+			t.Errorf("%q: got %v, want partly accepted, then throttled", tc.body, err)
 		}
 		f := <-forms
 		if f.Get("type") != tc.typ || f.Get("text") != tc.body || f.Get("to") != "819012345678" || f.Get("from") != "15550001111" {
@@ -191,10 +200,11 @@ func TestSettingsOneRule(t *testing.T) {
 		s    vonage.Settings
 		want []string
 	}{
-		{vonage.Settings{}, []string{"api_key", "api_secret"}},
+		{vonage.Settings{}, []string{"api_key", "api_secret", "from"}},
 		{vonage.Settings{APIKey: apiKey, From: "ACME"}, []string{"api_secret"}},
-		{vonage.Settings{APISecret: apiSecret}, []string{"api_key"}},
-		{vonage.Settings{APIKey: apiKey, APISecret: apiSecret}, nil},
+		{vonage.Settings{APISecret: apiSecret, From: "ACME"}, []string{"api_key"}},
+		{vonage.Settings{APIKey: apiKey, APISecret: apiSecret}, []string{"from"}},
+		{vonage.Settings{APIKey: apiKey, APISecret: apiSecret, From: "ACME"}, nil},
 	} {
 		if got := settingKeys(tc.s.Validate("provider.vonage")); !slices.Equal(got, prefixed("provider.vonage", tc.want)) {
 			t.Errorf("Validate(%+v) named %v, want %v", tc.s, got, tc.want)
@@ -211,7 +221,7 @@ func TestSettingsOneRule(t *testing.T) {
 
 func TestNewRejectsBadConnection(t *testing.T) {
 	t.Parallel()
-	ok := vonage.Settings{APIKey: apiKey, APISecret: apiSecret}
+	ok := vonage.Settings{APIKey: apiKey, APISecret: apiSecret, From: "ACME"}
 	for _, tc := range []struct {
 		cfg  vonage.Config
 		want string
@@ -247,4 +257,166 @@ func prefixed(prefix string, names []string) []string {
 		out = append(out, prefix+"."+n)
 	}
 	return out
+}
+
+// answering is a fake SMS API that answers every send with body and keeps
+// the last form.
+func answering(t *testing.T, body string) (*vonage.Provider, func() url.Values) {
+	t.Helper()
+	forms := make(chan url.Values, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := decode(r); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		forms <- r.PostForm
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, body)
+	}))
+	t.Cleanup(srv.Close)
+	p := newProvider(t, srv.URL, 0)
+	t.Cleanup(p.CloseIdleConnections)
+	return p, func() url.Values { return <-forms }
+}
+
+func send(p *vonage.Provider, from string, validity time.Duration) error {
+	_, err := p.Send(context.Background(), &provider.Request{ID: sms.NewID(time.Now()), To: "+819012345678",
+		From: from, Body: "x", Validity: validity})
+	return err
+}
+
+// A long text whose parts were accepted only in part: the accepted parts
+// will arrive and be billed, so the send is a partial failure, never
+// retried, recording the accepted parts' ids; a throttle in a refused part
+// still pauses everyone, for the wait its text gives. Vonage's Python
+// library raises a distinct PartialFailureError for the same answer.
+func TestPartlyAccepted(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, body string
+		reason     provider.Reason
+		part       provider.Reason
+		accepted   []string
+		retryAfter time.Duration
+	}{
+		{"part 2 throttled", `{"message-count":"3","messages":[{"status":"0","message-id":"A1"},` +
+			`{"status":"1","error-text":"Throughput Rate Exceeded - please wait [ 2500 ] and retry"},{"status":"0","message-id":"A3"}]}`,
+			provider.ReasonPartial, provider.ReasonThrottled, []string{"A1", "A3"}, 2500 * time.Millisecond},
+		{"part 1 refused, part 2 accepted", `{"message-count":"2","messages":[{"status":"6","error-text":"Invalid Message"},{"status":"0","message-id":"B2"}]}`,
+			provider.ReasonPartial, provider.ReasonRejected, []string{"B2"}, 0},
+		{"every part refused", `{"message-count":"2","messages":[{"status":"1","error-text":"Throttled"},{"status":"1","error-text":"Throttled"}]}`,
+			provider.ReasonThrottled, "", nil, provider.MinRetryAfter},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, _ := answering(t, tc.body)
+			pe := provider.AsError(send(p, "", 0))
+			if pe == nil || pe.Reason != tc.reason || pe.PartReason != tc.part || !slices.Equal(pe.Accepted, tc.accepted) || pe.RetryAfter != tc.retryAfter {
+				t.Fatalf("got %+v, want %s (part %s) accepting %v, pausing %v", pe, tc.reason, tc.part, tc.accepted, tc.retryAfter)
+			}
+			if tc.reason == provider.ReasonPartial && pe.Temporary {
+				t.Error("a partial failure is temporary: it would be sent again")
+			}
+		})
+	}
+	p, _ := answering(t, `{"message-count":"2","messages":[{"status":"0","message-id":"C1"},{"status":"0","message-id":"C2"}]}`)
+	if _, err := p.Send(context.Background(), &provider.Request{ID: sms.NewID(time.Now()), To: "+819012345678", Body: "x"}); err != nil {
+		t.Errorf("every part accepted: %v", err)
+	}
+}
+
+// The wait a throttle's text gives, in ms, within the pause bounds; only
+// "wait [ n ]" is a wait (another text carries MAX [ 30 ], a rate).
+func TestThrottleWait(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		text string
+		want time.Duration
+	}{
+		{"Throughput Rate Exceeded - please wait [ 978 ] and retry", time.Second},
+		{"Throughput Rate Exceeded - please wait [ 4500 ] and retry", 4500 * time.Millisecond},
+		{"Throughput Rate Exceeded - please wait [ 99999999 ] and retry", provider.MaxRetryAfter},
+		{"Exceeded maximum MT throughput[ MAX [ 30 ] INTERVAL [ 1000 ] COUNT [ 30 ] TIME_SINCE_LAST_INTERVAL_START [ 529 ] ]", time.Second},
+		{"Throttled", time.Second},
+	} {
+		body, _ := json.Marshal(map[string]any{"message-count": "1", "messages": []any{map[string]string{"status": "1", "error-text": tc.text}}})
+		p, _ := answering(t, string(body))
+		if pe := provider.AsError(send(p, "", 0)); pe == nil || pe.Reason != provider.ReasonThrottled || pe.RetryAfter != tc.want {
+			t.Errorf("%q: %+v, want a throttle of %v", tc.text, pe, tc.want)
+		}
+	}
+}
+
+// A 200 refusing the request as a whole ({"error-code","error-code-label"},
+// no messages) is classified by its code, not retried as unreadable.
+func TestErrorCodeAnswer(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		code      string
+		reason    provider.Reason
+		temporary bool
+	}{
+		{"401", provider.ReasonAuth, false},
+		{"420", provider.ReasonRejected, false},
+		{"429", provider.ReasonThrottled, true},
+		{"500", provider.ReasonUnavailable, true},
+		{"oops", provider.ReasonRejected, false},
+	} {
+		p, _ := answering(t, `{"error-code":"`+tc.code+`","error-code-label":"refused"}`)
+		pe := provider.AsError(send(p, "", 0))
+		if pe == nil || pe.Reason != tc.reason || pe.Temporary != tc.temporary || !strings.Contains(pe.Message, "refused") {
+			t.Errorf("error-code %s: %+v, want %s", tc.code, pe, tc.reason)
+		}
+	}
+}
+
+// The sender refused (15) is the account's setup for the account's sender
+// and the message's fault for a producer's own; Missing Parameters (2) is
+// always the setup (we send everything else).
+func TestSenderRefused(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		status, from string
+		reason       provider.Reason
+	}{
+		{"15", "", provider.ReasonSetup},
+		{"15", "NOTOURS", provider.ReasonRejected},
+		{"2", "", provider.ReasonSetup},
+		{"2", "NOTOURS", provider.ReasonSetup},
+	} {
+		body, _ := json.Marshal(map[string]any{"message-count": "1", "messages": []any{map[string]string{"status": tc.status, "error-text": "x"}}})
+		p, form := answering(t, string(body))
+		pe := provider.AsError(send(p, tc.from, 0))
+		if pe == nil || pe.Reason != tc.reason {
+			t.Errorf("status %s from %q: %+v, want %s", tc.status, tc.from, pe, tc.reason)
+		}
+		want := cmp.Or(tc.from, "ACME") // the account's sender when the request names none
+		if got := form().Get("from"); got != want {
+			t.Errorf("status %s: sent from %q, want %q", tc.status, got, want)
+		}
+	}
+}
+
+// The remaining TTL goes as ttl in ms, within the API's 20 s to 7 days;
+// none without a TTL. With provider.timeout 0 a send waits 10 s.
+func TestTTLAndDefaultTimeout(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		validity time.Duration
+		want     string
+	}{
+		{0, ""}, {90 * time.Second, "90000"}, {5 * time.Second, "20000"}, {30 * 24 * time.Hour, "604800000"},
+	} {
+		p, form := answering(t, `{"message-count":"1","messages":[{"status":"0","message-id":"D1"}]}`)
+		if err := send(p, "", tc.validity); err != nil {
+			t.Fatal(err)
+		}
+		if f := form(); f.Get("ttl") != tc.want || tc.want == "" && f.Has("ttl") {
+			t.Errorf("validity %v: ttl %q, want %q", tc.validity, f.Get("ttl"), tc.want)
+		}
+	}
+	p := newProvider(t, "http://127.0.0.1:1", 0)
+	defer p.CloseIdleConnections()
+	if got := vonage.TimeoutOf(p); got != 10*time.Second {
+		t.Errorf("timeout %v, want 10s", got)
+	}
 }

@@ -2,11 +2,13 @@ package embedded
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -622,6 +624,37 @@ func (q *Queue) Stats(ctx context.Context) (map[sms.Class]queue.ClassStats, erro
 	})
 	if err != nil {
 		return nil, fmt.Errorf("queue: stats: %w", err)
+	}
+	return out, nil
+}
+
+// ScheduledWithin walks the scheduled tail of each class up to the
+// longest horizon; see queue.Queue.
+func (q *Queue) ScheduledWithin(ctx context.Context, horizons []time.Duration) (map[sms.Class][]int64, error) {
+	if err := queue.CheckHorizons(horizons); err != nil {
+		return nil, err
+	}
+	out := make(map[sms.Class][]int64, len(sms.Classes))
+	err := q.view(ctx, func(tx *bolt.Tx) error {
+		now := ms(q.now())
+		last := now + durMs(horizons[len(horizons)-1])
+		c := tx.Bucket(bReady).Cursor()
+		for _, cl := range sms.Classes {
+			counts := make([]int64, len(horizons))
+			for k, _ := c.Seek(readyKey(cl, now+1, 0)); k != nil && k[0] == byte(cl) && keyDue(k) <= last; k, _ = c.Next() {
+				// Counted under the first horizon that covers it ...
+				i, _ := slices.BinarySearchFunc(horizons, keyDue(k)-now, func(h time.Duration, d int64) int { return cmp.Compare(durMs(h), d) })
+				counts[i]++
+			}
+			for i := 1; i < len(counts); i++ {
+				counts[i] += counts[i-1] // ... and every later one.
+			}
+			out[cl] = counts
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: scheduled within: %w", err)
 	}
 	return out, nil
 }

@@ -41,6 +41,7 @@ type record struct {
 	RequestHash    string `json:"h,omitempty"` // digest of the creating request
 
 	Created   int64 `json:"tc,omitempty"` // created
+	SendAt    int64 `json:"sa,omitempty"` // the producer's send_at
 	NotBefore int64 `json:"tb,omitempty"` // not taken before; rounded up to the ms
 	Expires   int64 `json:"te,omitempty"` // expiry
 	Updated   int64 `json:"tu,omitempty"` // last change
@@ -118,7 +119,7 @@ func toRecord(e *entry) (record, error) {
 		Producer: m.Producer, Class: uint8(class), To: m.To, From: m.From, Body: m.Body,
 		Reference: m.Reference, Segments: m.Segments,
 		IdempotencyKey: m.IdempotencyKey, RequestHash: m.RequestHash,
-		Created: unixMs(m.CreatedAt), NotBefore: unixMsUp(m.NotBefore), Expires: unixMs(m.ExpiresAt),
+		Created: unixMs(m.CreatedAt), SendAt: unixMs(m.SendAt), NotBefore: unixMsUp(m.NotBefore), Expires: unixMs(m.ExpiresAt),
 		Updated: unixMs(m.UpdatedAt), Sent: unixMs(m.SentAt),
 		Status: status, Attempts: m.Attempts, LastError: m.LastError, ProviderID: m.ProviderID, Dead: m.Dead,
 		Seq: e.Seq, Due: e.Due, Token: e.Token, Lease: e.Lease, Owner: e.Owner, At: e.At,
@@ -144,7 +145,7 @@ func (r *record) entry(id string) (*entry, error) {
 			ID: id, Producer: r.Producer, Class: classCodes[r.Class], To: r.To, From: r.From, Body: r.Body,
 			Reference: r.Reference, Segments: r.Segments,
 			IdempotencyKey: r.IdempotencyKey, RequestHash: r.RequestHash,
-			CreatedAt: fromMs(r.Created), NotBefore: fromMs(r.NotBefore), ExpiresAt: fromMs(r.Expires),
+			CreatedAt: fromMs(r.Created), SendAt: fromMs(r.SendAt), NotBefore: fromMs(r.NotBefore), ExpiresAt: fromMs(r.Expires),
 			UpdatedAt: fromMs(r.Updated), SentAt: fromMs(r.Sent),
 			Status: status, Attempts: r.Attempts, LastError: r.LastError, ProviderID: r.ProviderID, Dead: r.Dead,
 		},

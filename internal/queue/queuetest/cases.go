@@ -30,6 +30,7 @@ var cases = []testCase{
 	{"Complete", testComplete},
 	{"DeadLetters", testDeadLetters},
 	{"Stats", testStats},
+	{"ScheduledWithin", testScheduledWithin},
 	{"Outstanding", testOutstanding},
 	{"ConcurrentTakers", testConcurrentTakers},
 	{"ConcurrentMultiClient", testConcurrentMultiClient},
@@ -572,6 +573,43 @@ func testStats(t *testing.T, h Harness) {
 	check(sms.ClassMarketing, 2, 0, 1, 0)
 }
 
+// testScheduledWithin: messages not yet due are counted by class under
+// every horizon that reaches their not-before; ready, leased and dead
+// messages are not counted.
+func testScheduledWithin(t *testing.T, h Harness) {
+	q := h.New(t)
+	ctx := t.Context()
+	at := func(c sms.Class, after time.Duration) *sms.Message {
+		m := newMsg("p", c)
+		m.NotBefore = time.Now().Add(after)
+		return m
+	}
+	mustEnqueue(t, q, newMsg("p", sms.ClassMarketing), at(sms.ClassMarketing, time.Minute),
+		at(sms.ClassMarketing, 10*time.Minute), at(sms.ClassMarketing, 10*time.Minute), at(sms.ClassMarketing, 5*time.Hour),
+		at(sms.ClassOTP, 2*time.Hour), newMsg("p", sms.ClassTransactional))
+	mustTake(t, q, opts(sms.ClassTransactional))
+	horizons := []time.Duration{30 * time.Second, 5 * time.Minute, time.Hour, 3 * time.Hour, 24 * time.Hour}
+	got, err := q.ScheduledWithin(ctx, horizons)
+	if err != nil {
+		t.Fatalf("ScheduledWithin: %v", err)
+	}
+	want := map[sms.Class][]int64{
+		sms.ClassOTP:           {0, 0, 0, 1, 1},
+		sms.ClassTransactional: {0, 0, 0, 0, 0},
+		sms.ClassMarketing:     {0, 1, 3, 3, 4},
+	}
+	for _, c := range sms.Classes {
+		if !slices.Equal(got[c], want[c]) {
+			t.Errorf("%s: %v, want %v (horizons %v)", c, got[c], want[c], horizons)
+		}
+	}
+	for _, bad := range [][]time.Duration{nil, {time.Hour, time.Minute}, {-time.Second}, make([]time.Duration, queue.MaxHorizons+1)} {
+		if _, err := q.ScheduledWithin(ctx, bad); err == nil {
+			t.Errorf("horizons %v accepted", bad)
+		}
+	}
+}
+
 func testOutstanding(t *testing.T, h Harness) {
 	q := h.New(t)
 	ctx := t.Context()
@@ -851,6 +889,7 @@ func testContextCancelled(t *testing.T, h Harness) {
 	_, calls["Get"] = q.Get(ctx, m.ID)
 	_, calls["Stats"] = q.Stats(ctx)
 	_, calls["Outstanding"] = q.Outstanding(ctx, "p")
+	_, calls["ScheduledWithin"] = q.ScheduledWithin(ctx, []time.Duration{time.Hour})
 	if d := time.Since(start); d > patience/4 {
 		t.Errorf("cancelled calls took %v", d)
 	}
@@ -888,6 +927,7 @@ func testClosed(t *testing.T, h Harness) {
 	_, calls["Get"] = q.Get(ctx, m.ID)
 	_, calls["Stats"] = q.Stats(ctx)
 	_, calls["Outstanding"] = q.Outstanding(ctx, "p")
+	_, calls["ScheduledWithin"] = q.ScheduledWithin(ctx, []time.Duration{time.Hour})
 	for name, err := range calls {
 		if !errors.Is(err, queue.ErrClosed) {
 			t.Errorf("%s after Close: %v, want ErrClosed", name, err)

@@ -104,6 +104,52 @@ func (q *Queue) Stats(ctx context.Context) (_ map[sms.Class]queue.ClassStats, er
 	return out, nil
 }
 
+// scheduledScript counts the scheduled messages of each class due within
+// each horizon, at one instant of the Redis clock.
+//
+// KEYS[1..3] ready ZSETs in sms.Classes order.
+// ARGV[1..n] horizons in µs, ascending.
+// Returns per class, per horizon: the members scored in (now, now+horizon].
+var scheduledScript = redis.NewScript(luaPrelude + `
+local now = now_us()
+local out = {}
+for i = 1, #KEYS do
+  for j = 1, #ARGV do
+    out[#out + 1] = redis.call('ZCOUNT', KEYS[i], '(' .. fmt_us(now), fmt_us(now + tonumber(ARGV[j])))
+  end
+end
+return out
+`)
+
+// ScheduledWithin counts scheduled messages by class and horizon; see
+// queue.Queue.
+func (q *Queue) ScheduledWithin(ctx context.Context, horizons []time.Duration) (_ map[sms.Class][]int64, err error) {
+	if err := q.begin(ctx, "scheduled"); err != nil {
+		return nil, err
+	}
+	if err := queue.CheckHorizons(horizons); err != nil {
+		return nil, fmt.Errorf("redisq: %w", err)
+	}
+	start := time.Now()
+	defer func() { q.m.observe("read", start, err) }()
+	args := make([]any, len(horizons))
+	for i, h := range horizons {
+		args[i] = us(h)
+	}
+	reply, err := scheduledScript.Run(ctx, q.c, q.k.perClass(q.k.ready), args...).Int64Slice()
+	if err != nil {
+		return nil, fmt.Errorf("redisq: scheduled within: %w", err)
+	}
+	if len(reply) != len(horizons)*len(sms.Classes) {
+		return nil, fmt.Errorf("redisq: scheduled within: unexpected reply %v", reply)
+	}
+	out := make(map[sms.Class][]int64, len(sms.Classes))
+	for i, c := range sms.Classes {
+		out[c] = reply[i*len(horizons) : (i+1)*len(horizons)]
+	}
+	return out, nil
+}
+
 // DeadLetters returns up to limit dead letters, those that died first first.
 func (q *Queue) DeadLetters(ctx context.Context, limit int) (_ []*sms.Message, err error) {
 	if err := q.begin(ctx, "dead letters"); err != nil {

@@ -35,6 +35,7 @@ type record struct {
 	RequestHash    string `json:"h,omitempty"` // digest of the creating request
 
 	Created   int64 `json:"tc,omitempty"` // created; the enqueue script sets it to the Redis clock when 0
+	SendAt    int64 `json:"sa,omitempty"` // the producer's send_at
 	NotBefore int64 `json:"tb,omitempty"` // not taken before; rounded up to the ms
 	Expires   int64 `json:"te,omitempty"` // expiry
 	Updated   int64 `json:"tu,omitempty"` // last change, Redis clock
@@ -116,7 +117,7 @@ func toRecord(m *sms.Message) (record, error) {
 		Producer: m.Producer, Class: class, To: m.To, From: m.From, Body: m.Body,
 		Reference: m.Reference, Segments: m.Segments,
 		IdempotencyKey: m.IdempotencyKey, RequestHash: m.RequestHash,
-		Created: unixMs(m.CreatedAt), NotBefore: unixMsUp(m.NotBefore), Expires: unixMs(m.ExpiresAt),
+		Created: unixMs(m.CreatedAt), SendAt: unixMs(m.SendAt), NotBefore: unixMsUp(m.NotBefore), Expires: unixMs(m.ExpiresAt),
 		Updated: unixMs(m.UpdatedAt), Sent: unixMs(m.SentAt),
 		Status: status, Attempts: m.Attempts, LastError: m.LastError, ProviderID: m.ProviderID, Dead: m.Dead,
 	}, nil
@@ -140,7 +141,7 @@ func (r record) message(id string) (*sms.Message, error) {
 		ID: id, Producer: r.Producer, Class: classCodes[r.Class], To: r.To, From: r.From, Body: r.Body,
 		Reference: r.Reference, Segments: r.Segments,
 		IdempotencyKey: r.IdempotencyKey, RequestHash: r.RequestHash,
-		CreatedAt: fromMs(r.Created), NotBefore: fromMs(r.NotBefore), ExpiresAt: fromMs(r.Expires),
+		CreatedAt: fromMs(r.Created), SendAt: fromMs(r.SendAt), NotBefore: fromMs(r.NotBefore), ExpiresAt: fromMs(r.Expires),
 		UpdatedAt: fromMs(r.Updated), SentAt: fromMs(r.Sent),
 		Status: status, Attempts: r.Attempts, LastError: r.LastError, ProviderID: r.ProviderID, Dead: r.Dead,
 	}, nil

@@ -1,0 +1,32 @@
+package gateway
+
+import (
+	"fmt"
+	"time"
+)
+
+// Scheduling bounds of send_at (api/openapi.yaml).
+const (
+	// MaxScheduleAhead is how far ahead send_at may be.
+	MaxScheduleAhead = 35 * 24 * time.Hour
+	// sendAtSkew is how far in the past send_at may be: a producer whose
+	// clock runs a little behind ours asks for "now". Such a message is
+	// sent as soon as possible.
+	sendAtSkew = time.Minute
+)
+
+// checkSendAt applies the time bounds of send_at at now. It runs inside
+// the idempotent part of a request, not with the other field checks, so
+// that a replay of an accepted request is answered as first even after
+// its send_at has passed.
+func checkSendAt(sendAt, now time.Time, prefix string) *FieldError {
+	switch {
+	case sendAt.IsZero():
+		return nil
+	case sendAt.Before(now.Add(-sendAtSkew)):
+		return &FieldError{prefix + "send_at", fmt.Sprintf("is in the past (more than %s before now)", sendAtSkew)}
+	case sendAt.After(now.Add(MaxScheduleAhead)):
+		return &FieldError{prefix + "send_at", fmt.Sprintf("is more than %d days ahead", int(MaxScheduleAhead/(24*time.Hour)))}
+	}
+	return nil
+}
