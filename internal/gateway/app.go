@@ -51,6 +51,9 @@ type Options struct {
 	// DrainDelay is how long Stop keeps serving after /readyz turned
 	// unready, so load balancers notice before the listener closes.
 	DrainDelay time.Duration
+	// RedisHook, when set, is added to the Redis client (benchmarks count
+	// round trips with it).
+	RedisHook redis.Hook
 }
 
 // App is one gateway replica.
@@ -147,7 +150,7 @@ func dispatcherConfig(cfg config.Config, d deps, b *backend, prov provider.Provi
 
 // newDeps resolves the Options' defaults and the API metrics.
 func newDeps(opts Options) (deps, prometheus.Gatherer, error) {
-	d := deps{log: opts.Logger, now: opts.Now}
+	d := deps{log: opts.Logger, now: opts.Now, hook: opts.RedisHook}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}

@@ -48,6 +48,7 @@ type deps struct {
 	reg     prometheus.Registerer
 	now     func() time.Time
 	metrics *apiMetrics
+	hook    redis.Hook // Options.RedisHook
 }
 
 // newEmbeddedBackend: the bbolt store, the local limiters, and the shared
@@ -96,6 +97,9 @@ func newRedisBackend(cfg config.Config, d deps) (_ *backend, err error) {
 		return nil, fmt.Errorf("gateway: account: %w", err)
 	}
 	client := newRedisClient(cfg.Redis)
+	if d.hook != nil {
+		client.AddHook(d.hook)
+	}
 	b.stops.push("redis client", client.Close)
 	rq, err := redisq.New(redisq.Config{Client: client, Account: cfg.Account, Logger: d.log,
 		Retention: cfg.Messages.Retention, IdempotencyWindow: config.IdempotencyWindow, Registerer: d.reg})
