@@ -171,7 +171,7 @@ func postRequest(h *harness) func() *http.Request {
 	body, _ := json.Marshal(msg("marketing", "reference", "bench"))
 	var n atomic.Int64
 	return func() *http.Request {
-		r, _ := http.NewRequest(http.MethodPost, h.base+"/v1/messages", bytes.NewReader(body))
+		r, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, h.base+"/v1/messages", bytes.NewReader(body))
 		r.Header.Set("Content-Type", "application/json")
 		r.Header.Set("Authorization", "Bearer "+keyNotify)
 		r.Header.Set("Idempotency-Key", "bench-"+strconv.FormatInt(n.Add(1), 10))
@@ -202,7 +202,7 @@ func offered(b *testing.B, client *http.Client, rate int, d time.Duration, newRe
 				resp, err := client.Do(newReq())
 				if err == nil {
 					_, _ = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
+					_ = resp.Body.Close()
 				}
 				if err != nil || resp.StatusCode != http.StatusAccepted {
 					other.Add(1)
@@ -239,7 +239,7 @@ func roundTripsPerAccept(b *testing.B, client *http.Client, rtt *rttHook, newReq
 			b.Fatal(err)
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.StatusCode != http.StatusAccepted {
 			b.Fatalf("POST: %d", resp.StatusCode)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"smsgw/internal/queue"
 	"smsgw/internal/sms"
 )
 
@@ -65,16 +66,25 @@ func viewOf(m *sms.Message, now time.Time) messageView {
 	}
 	return messageView{
 		ID: m.ID, Status: st, Class: m.Class, To: m.To, From: m.From, Reference: m.Reference,
-		Segments: sms.CountSegments(m.Body).Count, Attempts: m.Attempts, LastError: m.LastError,
+		Segments: segmentsOf(m).Count, Attempts: m.Attempts, LastError: m.LastError,
 		ProviderMessageID: m.ProviderID, CreatedAt: m.CreatedAt.UTC(), SendAt: optTime(m.SendAt),
 		UpdatedAt: optTime(m.UpdatedAt), SentAt: optTime(m.SentAt), ExpiresAt: optTime(m.ExpiresAt),
 	}
 }
 
+// segmentsOf is how m is sent: from its body, or what a final record (no
+// body) kept of it.
+func segmentsOf(m *sms.Message) sms.Segments {
+	if m.Body == "" && m.Encoding != "" {
+		return sms.Segments{Count: m.Segments, Encoding: m.Encoding}
+	}
+	return sms.CountSegments(m.Body)
+}
+
 // acceptedOf is the 202 body for m, just stored (queued, or scheduled
 // before its send_at).
 func acceptedOf(m *sms.Message, eta, now time.Time) acceptedMessage {
-	seg := sms.CountSegments(m.Body)
+	seg := segmentsOf(m)
 	if nb := m.NotBefore; nb.After(eta) {
 		eta = nb
 	}
@@ -167,7 +177,7 @@ func (s *server) accept(ctx context.Context, w http.ResponseWriter, p *producer,
 // existing answers a request whose Idempotency-Key the queue already knew
 // but whose first answer was not in the answer store.
 func (s *server) existing(first, m *sms.Message, eta, now time.Time) (*response, error) {
-	if first.RequestHash != m.RequestHash {
+	if !queue.SameRequest(first.RequestHash, m.RequestHash) {
 		return nil, errorf(KindKeyReused, "this Idempotency-Key was first used with a different request; use a new key for a new request")
 	}
 	s.metrics.replays.Inc()

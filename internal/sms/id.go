@@ -3,6 +3,7 @@ package sms
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"strings"
 	"time"
 )
 
@@ -41,4 +42,19 @@ func ValidID(s string) bool {
 		}
 	}
 	return true
+}
+
+// IDTime is the creation time NewID wrote into id, to the millisecond; ok
+// is false when id does not have NewID's shape.
+func IDTime(id string) (t time.Time, ok bool) {
+	if !ValidID(id) {
+		return time.Time{}, false
+	}
+	// The first 10 characters are 50 bits: 2 zero bits and the 48 bits of
+	// milliseconds.
+	var ms int64
+	for i := 4; i < 14; i++ {
+		ms = ms<<5 | int64(strings.IndexByte(crockford, id[i]))
+	}
+	return time.UnixMilli(ms).UTC(), true
 }

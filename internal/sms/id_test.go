@@ -30,3 +30,16 @@ func TestNewID(t *testing.T) {
 		}
 	}
 }
+
+func TestIDTime(t *testing.T) {
+	for _, at := range []time.Time{time.UnixMilli(0), time.UnixMilli(1_700_000_000_123), time.UnixMilli(1<<48 - 1)} {
+		id := NewID(at)
+		got, ok := IDTime(id)
+		if !ok || !got.Equal(at) {
+			t.Errorf("IDTime(%s) = %v, %v; want %v", id, got, ok, at)
+		}
+	}
+	if _, ok := IDTime("msg_x"); ok {
+		t.Error("IDTime accepted a malformed id")
+	}
+}

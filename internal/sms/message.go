@@ -97,6 +97,10 @@ type Message struct {
 	Body      string `json:"body"`
 	Reference string `json:"reference,omitempty"` // the producer's own id, opaque to us
 	Segments  int    `json:"segments"`            // units of provider rate this message costs (>= 1)
+	// Encoding is set on a message read back without its body (a final
+	// record keeps segments and encoding, not the text); otherwise empty,
+	// and the body says.
+	Encoding Encoding `json:"encoding,omitempty"`
 
 	// IdempotencyKey is the producer's Idempotency-Key header, if any; the
 	// queue maps (Producer, IdempotencyKey) to one message id. RequestHash is

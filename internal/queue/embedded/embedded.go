@@ -72,6 +72,11 @@ type Queue struct {
 	window    time.Duration
 	metrics   *metrics
 
+	// Where the next prune walks of bFinal and bIdem start (nil: the
+	// first key), under pruneMu.
+	pruneMu             sync.Mutex
+	pruneFrom, idemFrom []byte
+
 	ops  chan *op
 	stop chan struct{}
 	done chan struct{}

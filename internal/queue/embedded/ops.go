@@ -87,18 +87,18 @@ func (q *Queue) enqueueTx(tx *bolt.Tx, m *sms.Message, now time.Time) (queue.Enq
 	if m.IdempotencyKey != "" {
 		ik = idemKey(m.Producer, m.IdempotencyKey)
 		if v := idem.Get(ik); len(v) > 8 && int64(binary.BigEndian.Uint64(v[:8]))+q.window.Milliseconds() > nowMs {
-			first, err := getEntry(tx, string(v[8:]))
+			first, err := getMessage(tx, string(v[8:]))
 			if err != nil {
 				return queue.EnqueueResult{}, err
 			}
 			// A first message already pruned leaves a stale entry: the key
 			// is free again.
 			if first != nil {
-				return queue.EnqueueResult{Message: &first.Msg, Existed: true}, nil
+				return queue.EnqueueResult{Message: first, Existed: true}, nil
 			}
 		}
 	}
-	if tx.Bucket(bMsgs).Get([]byte(m.ID)) != nil {
+	if tx.Bucket(bMsgs).Get([]byte(m.ID)) != nil || tx.Bucket(bFinal).Get(finalKey(m.ID)) != nil {
 		return queue.EnqueueResult{Err: fmt.Errorf("queue: enqueue %s: id already stored", m.ID)}, nil
 	}
 	seq, err := tx.Bucket(bMsgs).NextSequence()
@@ -304,10 +304,19 @@ func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) 
 		if o.Status == sms.StatusSent {
 			r.Msg.SentAt = now
 		}
-		if err := finish(tx, r, ms(now)); err != nil {
+		// The message leaves msgs for its final record: no body, no full
+		// number (queue.EncodeFinal).
+		v, err := queue.EncodeFinal(&r.Msg)
+		if err != nil {
 			return err
 		}
-		return putEntry(tx, r)
+		if err := tx.Bucket(bMsgs).Delete([]byte(r.Msg.ID)); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bFinal).Put(finalKey(r.Msg.ID), []byte(v)); err != nil {
+			return err
+		}
+		return addOut(tx, r.Msg.Producer, -1)
 	})
 }
 
@@ -459,6 +468,98 @@ func (q *Queue) Prune(ctx context.Context) (int, error) {
 }
 
 func (q *Queue) prune(ctx context.Context) (int, error) {
+	n, err := q.pruneFinal(ctx)
+	if err != nil {
+		return n, err
+	}
+	m, err := q.pruneDone(ctx)
+	return n + m, err
+}
+
+// pruneFinal deletes up to one chunk of final records completed longer than
+// the retention ago, and stale idempotency entries. It walks bFinal from
+// where the last call stopped: keys sort by creation, and nothing created
+// after the cutoff can have completed before it, so the walk returns to the
+// start there; what it passes (created long ago, completed recently, such as
+// a message scheduled far ahead) is looked at again on the next round. The
+// walk is a read; a write transaction runs only when there is something to
+// delete.
+func (q *Queue) pruneFinal(ctx context.Context) (int, error) {
+	q.pruneMu.Lock()
+	defer q.pruneMu.Unlock()
+	now := q.now()
+	cutoff := now.Add(-q.retention)
+	var finals, idems [][]byte
+	err := q.view(ctx, func(tx *bolt.Tx) error {
+		c := tx.Bucket(bFinal).Cursor()
+		k, v := c.Seek(q.pruneFrom)
+		for seen := 0; seen < chunk && k != nil; seen++ {
+			if finalDue(k, v, cutoff) {
+				finals = append(finals, append([]byte(nil), k...))
+			}
+			if created, _ := sms.IDTime("msg_" + string(k)); created.After(cutoff) {
+				k = nil
+				break
+			}
+			k, v = c.Next()
+		}
+		q.pruneFrom = append([]byte(nil), k...)
+		c = tx.Bucket(bIdem).Cursor()
+		k, v = c.Seek(q.idemFrom)
+		for seen := 0; seen < chunk && k != nil; seen++ {
+			if q.idemStale(v, now) {
+				idems = append(idems, append([]byte(nil), k...))
+			}
+			k, v = c.Next()
+		}
+		q.idemFrom = append([]byte(nil), k...)
+		return nil
+	})
+	if err != nil || len(finals)+len(idems) == 0 {
+		return 0, err
+	}
+	n := 0
+	err = q.update(ctx, func(tx *bolt.Tx) error {
+		n = 0
+		fin, idem := tx.Bucket(bFinal), tx.Bucket(bIdem)
+		for _, k := range finals {
+			if v := fin.Get(k); v != nil && finalDue(k, v, cutoff) {
+				if err := fin.Delete(k); err != nil {
+					return err
+				}
+				n++
+			}
+		}
+		for _, k := range idems {
+			if v := idem.Get(k); v != nil && q.idemStale(v, now) {
+				if err := idem.Delete(k); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	q.metrics.pruned.Add(float64(n))
+	return n, err
+}
+
+// finalDue: the final record (k, v) was completed at or before cutoff (an
+// unreadable one is due too).
+func finalDue(k, v []byte, cutoff time.Time) bool {
+	m, err := queue.DecodeFinal("msg_"+string(k), string(v))
+	return err != nil || !m.UpdatedAt.After(cutoff)
+}
+
+// idemStale: the idempotency entry v is older than the window (a final
+// record does not keep its key, so its entry is not found from it).
+func (q *Queue) idemStale(v []byte, now time.Time) bool {
+	return len(v) < 8 || int64(binary.BigEndian.Uint64(v[:8]))+q.window.Milliseconds() <= ms(now)
+}
+
+// pruneDone deletes up to one chunk of terminal messages kept in msgs (dead
+// letters, and messages an earlier release completed) older than the
+// retention.
+func (q *Queue) pruneDone(ctx context.Context) (int, error) {
 	cutoff := func() int64 { return ms(q.now()) - q.retention.Milliseconds() }
 	if due, err := q.anyDue(ctx, bDone, cutoff()); err != nil || !due {
 		return 0, err
@@ -582,15 +683,11 @@ func (q *Queue) RetryDead(ctx context.Context, id string) error {
 func (q *Queue) Get(ctx context.Context, id string) (*sms.Message, error) {
 	var m *sms.Message
 	err := q.view(ctx, func(tx *bolt.Tx) error {
-		r, err := getEntry(tx, id)
-		if err != nil {
-			return err
+		var err error
+		if m, err = getMessage(tx, id); err == nil && m == nil {
+			err = queue.ErrNotFound
 		}
-		if r == nil {
-			return queue.ErrNotFound
-		}
-		m = &r.Msg
-		return nil
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("queue: get %s: %w", id, err)

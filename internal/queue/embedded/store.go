@@ -3,10 +3,12 @@ package embedded
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 
+	"smsgw/internal/queue"
 	"smsgw/internal/sms"
 )
 
@@ -19,6 +21,10 @@ var (
 	bDead   = []byte("dead")
 	bDone   = []byte("done")
 	bCounts = []byte("counts")
+	// bFinal holds the final records (queue.EncodeFinal) of completed
+	// messages, keyed by the id without "msg_": the keys sort by creation
+	// time, so pruning walks them from the oldest without an index.
+	bFinal = []byte("final")
 )
 
 // Kinds of per-class counters. Ready and scheduled are one counter because
@@ -30,7 +36,7 @@ const (
 )
 
 func createBuckets(tx *bolt.Tx) error {
-	for _, name := range [][]byte{bMsgs, bReady, bLeases, bIdem, bOut, bDead, bDone, bCounts} {
+	for _, name := range [][]byte{bMsgs, bReady, bLeases, bIdem, bOut, bDead, bDone, bCounts, bFinal} {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return fmt.Errorf("bucket %s: %w", name, err)
 		}
@@ -101,6 +107,29 @@ func getEntry(tx *bolt.Tx, id string) (*entry, error) {
 		return nil, fmt.Errorf("decode %s: %w", id, err)
 	}
 	return e, nil
+}
+
+// finalKey is id's key in bFinal.
+func finalKey(id string) []byte { return []byte(strings.TrimPrefix(id, "msg_")) }
+
+// getMessage reads message id: its entry, else its final record; nil if
+// neither is stored.
+func getMessage(tx *bolt.Tx, id string) (*sms.Message, error) {
+	e, err := getEntry(tx, id)
+	if err != nil || e != nil {
+		if e == nil {
+			return nil, err
+		}
+		return &e.Msg, nil
+	}
+	if !sms.ValidID(id) {
+		return nil, nil
+	}
+	v := tx.Bucket(bFinal).Get(finalKey(id))
+	if v == nil {
+		return nil, nil
+	}
+	return queue.DecodeFinal(id, string(v))
 }
 
 // putEntry stores e as a record and leaves e as a later getEntry returns it

@@ -28,6 +28,7 @@ var cases = []testCase{
 	{"Requeue", testRequeue},
 	{"RequeueAfter", testRequeueAfter},
 	{"Complete", testComplete},
+	{"FinalRecord", testFinalRecord},
 	{"DeadLetters", testDeadLetters},
 	{"Stats", testStats},
 	{"ScheduledWithin", testScheduledWithin},
@@ -832,7 +833,11 @@ func testDurability(t *testing.T, h Harness) {
 	q = h.Reopen(t, q)
 	for _, m := range all {
 		got := wantStatus(t, q, m.ID, status[m.ID])
-		if got.Body != m.Body || got.To != m.To || got.Class != m.Class {
+		body, to := m.Body, m.To
+		if status[m.ID] == sms.StatusSent {
+			body, to = "", sms.MaskPhone(m.To) // a final record
+		}
+		if got.Body != body || got.To != to || got.Class != m.Class {
 			t.Fatalf("after reopen %s = %+v, want %+v", m.ID, got, m)
 		}
 	}
@@ -935,5 +940,50 @@ func testClosed(t *testing.T, h Harness) {
 	}
 	if err := q.Close(); err != nil && !errors.Is(err, queue.ErrClosed) {
 		t.Errorf("second Close: %v", err)
+	}
+}
+
+// testFinalRecord: once completed, a message keeps no body, no sender and
+// only its masked number, yet Get still answers with everything else; an
+// idempotent retry still finds it and an enqueue of its id stores nothing.
+func testFinalRecord(t *testing.T, h Harness) {
+	q := h.New(t)
+	ctx := t.Context()
+	m := newMsg("p", sms.ClassTransactional)
+	m.Body = "こんにちは secret text"
+	m.From = "ACME"
+	m.Reference = "order-1"
+	m.Segments = 1
+	m.IdempotencyKey = "k-final"
+	m.RequestHash = "0123456789abcdef0123456789abcdef"
+	m.ExpiresAt = m.CreatedAt.Add(time.Hour)
+	mustEnqueue(t, q, m)
+	l := mustTake(t, q, opts())
+	if err := q.Complete(ctx, l, queue.Outcome{Status: sms.StatusSent, ProviderID: "SM-final", Attempts: 1}); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	got := wantStatus(t, q, m.ID, sms.StatusSent)
+	if got.Body != "" || got.From != "" || got.To != sms.MaskPhone(m.To) || got.IdempotencyKey != "" {
+		t.Fatalf("final message keeps body %q, from %q, to %q, key %q", got.Body, got.From, got.To, got.IdempotencyKey)
+	}
+	if got.Class != m.Class || got.Producer != m.Producer || got.Reference != m.Reference || got.ProviderID != "SM-final" ||
+		got.Attempts != 1 || got.Segments != 1 || got.Encoding != sms.UCS2 || !got.CreatedAt.Equal(m.CreatedAt.Truncate(time.Millisecond)) ||
+		!got.ExpiresAt.Equal(m.ExpiresAt.Truncate(time.Millisecond)) || got.SentAt.IsZero() || got.UpdatedAt.IsZero() ||
+		!queue.SameRequest(got.RequestHash, m.RequestHash) || queue.SameRequest(got.RequestHash, "ffff"+m.RequestHash[4:]) {
+		t.Fatalf("final message = %+v, from %+v", got, m)
+	}
+	retry := newMsg("p", sms.ClassTransactional)
+	retry.IdempotencyKey = m.IdempotencyKey
+	res, err := q.Enqueue(ctx, retry)
+	if err != nil || !res.Existed || res.Message.ID != m.ID || res.Message.Status != sms.StatusSent {
+		t.Fatalf("retry with the key of a final message = %+v, %v: want it, existed", res, err)
+	}
+	again := *m
+	again.IdempotencyKey = ""
+	if res, err := q.EnqueueMany(ctx, []*sms.Message{&again}); err != nil || (res[0].Err == nil && !res[0].Existed) {
+		t.Fatalf("enqueue of a final message's id = %+v, %v: stored again", res, err)
+	}
+	if _, _, err := q.Take(ctx, opts()); !errors.Is(err, queue.ErrEmpty) {
+		t.Fatalf("Take after the retries: %v, want ErrEmpty", err)
 	}
 }

@@ -21,16 +21,21 @@ const maxBatch = 1000
 // (producer, idempotency key).
 //
 // KEYS[1] msgs HASH, KEYS[2] seq counter, KEYS[3] outstanding HASH,
-// KEYS[4..] the ready ZSETs and idempotency keys the messages name.
-// ARGV[1] idempotency window ms; then five per message: id, record JSON,
+// KEYS[4..] the ready ZSETs, idempotency keys and final LISTs the messages
+// name.
+// ARGV[1] idempotency window ms; then seven per message: id, record JSON,
 // ready delay µs, index in KEYS of its ready ZSET, index in KEYS of its
-// idempotency key (0: none).
-// Returns one {existed 0|1, stored value, its id} per message, in order; an
-// existing value may be a legacy message.
+// idempotency key (0: none), index in KEYS of its final LIST, and the id
+// its idempotency key may be taken from (” none: see below).
+// Returns one reply per message, in order: {0|1 existed, stored value, its
+// id}, {2, final record, its id} for one already final, or {3, ”, first
+// id} when its idempotency key names a first message no longer in msgs
+// (nothing stored: the caller looks for the first's final record, and
+// enqueues again naming that id as the last ARGV when there is none).
 var enqueueScript = redis.NewScript(luaPrelude + `
 local now = now_us()
 local out = {}
-for i = 2, #ARGV, 5 do
+for i = 2, #ARGV, 7 do
   local id = ARGV[i]
   local ik = tonumber(ARGV[i + 4])
   local existing = false
@@ -39,15 +44,23 @@ for i = 2, #ARGV, 5 do
     existing = redis.call('HGET', KEYS[1], first)
     if existing then
       out[#out + 1] = {1, existing, first}
-    else
+    elseif first == ARGV[i + 6] then
       -- the first message was pruned: the key now maps to this one
       redis.call('SET', KEYS[ik], id, 'PX', ARGV[1])
+    else
+      out[#out + 1] = {3, '', first}
+      existing = true
     end
   end
   if not existing then
     -- the same id stored before (a retried enqueue) is not stored twice
     existing = redis.call('HGET', KEYS[1], id)
-    if existing then out[#out + 1] = {1, existing, id} end
+    if existing then
+      out[#out + 1] = {1, existing, id}
+    else
+      existing = fin_find(KEYS[tonumber(ARGV[i + 5])], id)
+      if existing then out[#out + 1] = {2, existing, id} end
+    end
   end
   if not existing then
     local m = cjson.decode(ARGV[i + 1])
@@ -95,7 +108,39 @@ func (q *Queue) EnqueueMany(ctx context.Context, ms []*sms.Message) ([]queue.Enq
 func (q *Queue) enqueueBatch(ctx context.Context, ms []*sms.Message, results []queue.EnqueueResult) (err error) {
 	start := time.Now()
 	defer func() { q.m.observe("enqueue", start, err) }()
+	gone := map[int]string{} // position in ms -> the first id found pruned
+	for range 2 {
+		firsts, err := q.enqueueScript(ctx, ms, results, gone)
+		if err != nil || len(firsts) == 0 {
+			return err
+		}
+		// Idempotency keys whose first message left msgs: a final record
+		// answers for it; without one it was pruned, and the key passes
+		// to the new message.
+		for i, first := range firsts {
+			m, err := q.Get(ctx, first)
+			switch {
+			case err == nil:
+				results[i] = queue.EnqueueResult{Message: m, Existed: true}
+				delete(firsts, i)
+			case errors.Is(err, queue.ErrNotFound):
+				gone[i] = first
+			default:
+				return fmt.Errorf("redisq: enqueue: %w", err)
+			}
+		}
+		if len(firsts) == 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("redisq: enqueue: idempotency keys kept changing their first message")
+}
 
+// enqueueScript runs the enqueue script for the messages of ms that have no
+// result yet (gone: see the script's last argument) and returns, by
+// position, the first ids it asks the caller to look for.
+func (q *Queue) enqueueScript(ctx context.Context, ms []*sms.Message, results []queue.EnqueueResult,
+	gone map[int]string) (map[int]string, error) {
 	keys := []string{q.k.msgs(), q.k.seq(), q.k.outstanding()}
 	keyIndex := map[string]int{}
 	index := func(key string) int {
@@ -110,6 +155,9 @@ func (q *Queue) enqueueBatch(ctx context.Context, ms []*sms.Message, results []q
 	var sent []int // positions in ms of the messages passed to the script
 	now := time.Now()
 	for i, m := range ms {
+		if results[i].Message != nil || results[i].Err != nil {
+			continue
+		}
 		if err := validate(m); err != nil {
 			results[i] = queue.EnqueueResult{Message: m, Err: fmt.Errorf("redisq: enqueue: %w", err)}
 			continue
@@ -136,33 +184,45 @@ func (q *Queue) enqueueBatch(ctx context.Context, ms []*sms.Message, results []q
 		if m.IdempotencyKey != "" {
 			ik = index(q.k.idem(m.Producer, m.IdempotencyKey))
 		}
-		args = append(args, m.ID, js, strconv.FormatInt(delay, 10), index(q.k.ready(m.Class)), ik)
+		args = append(args, m.ID, js, strconv.FormatInt(delay, 10), index(q.k.ready(m.Class)), ik,
+			index(q.k.fin(m.ID)), gone[i])
 		sent = append(sent, i)
 	}
 	if len(sent) == 0 {
-		return nil
+		return nil, nil
 	}
 	reply, err := enqueueScript.Run(ctx, q.c, keys, args...).Slice()
 	if err != nil {
-		return fmt.Errorf("redisq: enqueue %d messages: %w", len(sent), err)
+		return nil, fmt.Errorf("redisq: enqueue %d messages: %w", len(sent), err)
 	}
 	if len(reply) != len(sent) {
-		return fmt.Errorf("redisq: enqueue: %d replies for %d messages", len(reply), len(sent))
+		return nil, fmt.Errorf("redisq: enqueue: %d replies for %d messages", len(reply), len(sent))
 	}
+	firsts := map[int]string{}
 	for j, r := range reply {
 		triple, ok := r.([]any)
 		if !ok || len(triple) != 3 {
-			return fmt.Errorf("redisq: enqueue: unexpected reply %v", r)
+			return nil, fmt.Errorf("redisq: enqueue: unexpected reply %v", r)
 		}
 		id, _ := triple[2].(string)
-		m, err := decodeStored(id, triple[1])
-		if err != nil {
-			return fmt.Errorf("redisq: enqueue: %w", err)
+		kind, _ := triple[0].(int64)
+		var m *sms.Message
+		switch kind {
+		case 3:
+			firsts[sent[j]] = id
+			continue
+		case 2:
+			s, _ := triple[1].(string)
+			m, err = queue.DecodeFinal(id, s)
+		default:
+			m, err = decodeStored(id, triple[1])
 		}
-		existed, _ := triple[0].(int64)
-		results[sent[j]] = queue.EnqueueResult{Message: m, Existed: existed == 1}
+		if err != nil {
+			return nil, fmt.Errorf("redisq: enqueue: %w", err)
+		}
+		results[sent[j]] = queue.EnqueueResult{Message: m, Existed: kind != 0}
 	}
-	return nil
+	return firsts, nil
 }
 
 func validate(m *sms.Message) error {

@@ -114,6 +114,9 @@ func TestRedisRestart(t *testing.T) {
 
 			for _, m := range all {
 				got, err := q.Get(ctx, m.ID)
+				if m.ID == sent.Message.ID {
+					continue // final: its body is dropped
+				}
 				if err != nil || got.Body != m.Body {
 					t.Fatalf("after restart Get %s = %+v, %v", m.ID, got, err)
 				}

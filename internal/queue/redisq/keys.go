@@ -3,6 +3,7 @@ package redisq
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"strconv"
 
 	"smsgw/internal/keyspace"
 	"smsgw/internal/sms"
@@ -37,6 +38,17 @@ func (k keys) seq() string { return k.tag + "seq" }
 // done is the ZSET of completed messages (sent, failed or expired by
 // Complete; not dead letters) scored by completion time µs, for retention.
 func (k keys) done() string { return k.tag + "done" }
+
+// fin is the LIST of the final records (queue.EncodeFinal) of the messages
+// created in the same second as id (the id holds its creation time), each
+// element "<id without msg_>\x1f<final record>". A completed message leaves
+// msgs for its bucket, which expires Retention after its last completion:
+// a bucket keeps about a second's messages in Redis's compact list encoding,
+// and needs no index to be pruned.
+func (k keys) fin(id string) string {
+	at, _ := sms.IDTime(id)
+	return k.tag + "fin:" + strconv.FormatInt(at.Unix(), 10)
+}
 
 // outstanding is the HASH producer -> queued + leased messages.
 func (k keys) outstanding() string { return k.tag + "outstanding" }

@@ -142,42 +142,50 @@ func (q *Queue) Extend(ctx context.Context, l *queue.Leased, lease time.Duration
 	return q.leaseResult("extend", l, extendScript.Run(ctx, q.c, keys, l.Message.ID, l.Token, us(lease)))
 }
 
-// completeScript ends a held lease with a terminal status and prunes
-// terminal messages older than the retention.
+// completeScript ends a held lease with a final status: the message leaves
+// msgs, and its final record (queue.FinalPrefix, then the two times on the
+// Redis clock) joins the LIST of its creation second, which expires
+// Retention after this completion. It prunes what Retention has passed and
+// has no expiry of its own: terminal messages an earlier release kept in
+// msgs (indexed by done) and dead letters.
 //
 // KEYS[1] lease ZSET of the class, KEYS[2] leases HASH, KEYS[3] msgs HASH,
-// KEYS[4] done ZSET, KEYS[5] outstanding HASH.
-// ARGV[1] id, ARGV[2] token, ARGV[3] status code (s, f or x), ARGV[4] provider id,
-// ARGV[5] reason, ARGV[6] attempts, ARGV[7] retention µs, ARGV[8] how many
-// old messages to prune at most.
+// KEYS[4] done ZSET, KEYS[5] outstanding HASH, KEYS[6] the final LIST,
+// KEYS[7..9] the dead ZSETs.
+// ARGV[1] id, ARGV[2] token, ARGV[3] status code (s, f or x), ARGV[4] the
+// final record without its times, ARGV[5] the id's creation time ms,
+// ARGV[6] retention µs, ARGV[7] how many old messages to prune at most.
 // Returns 1, 0 when the lease is not held, -1 when it is not in KEYS[1].
 var completeScript = redis.NewScript(luaPrelude + luaRecord + luaCheckLease + `
 local now = now_us()
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 local m = cjson.decode(redis.call('HGET', KEYS[3], ARGV[1]))
-set(m, 's', ARGV[3])
-set(m, 'a', tonumber(ARGV[6]))
-set_time(m, 'tu', now)
-set(m, 'pm', ARGV[4])
-set(m, 'e', ARGV[5])
-if ARGV[3] == 's' then set_time(m, 'ts', now) end
-redis.call('HSET', KEYS[3], ARGV[1], cjson.encode(m))
-redis.call('ZADD', KEYS[4], now, ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1])
+local tu = b36(math.floor(now / 1000) - tonumber(ARGV[5]))
+local ts = ''
+if ARGV[3] == 's' then ts = '=' end
+redis.call('RPUSH', KEYS[6], string.sub(ARGV[1], 5) .. '\31' .. ARGV[4] .. tu .. '\31' .. ts)
+redis.call('PEXPIRE', KEYS[6], math.ceil(tonumber(ARGV[6]) / 1000))
 local producer = get(m, 'p')
 if redis.call('HINCRBY', KEYS[5], producer, -1) <= 0 then
   redis.call('HDEL', KEYS[5], producer)
 end
-local old = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now - tonumber(ARGV[7]), 'LIMIT', 0, tonumber(ARGV[8]))
-for _, id in ipairs(old) do
-  redis.call('HDEL', KEYS[3], id)
-  redis.call('ZREM', KEYS[4], id)
+local cutoff = now - tonumber(ARGV[6])
+for i = 4, 9 do
+  if i ~= 5 and i ~= 6 then
+    for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[i], '-inf', cutoff, 'LIMIT', 0, tonumber(ARGV[7]))) do
+      redis.call('HDEL', KEYS[3], id)
+      redis.call('ZREM', KEYS[i], id)
+    end
+  end
 end
 return 1
 `)
 
-// prunePerComplete is how many expired terminal messages each Complete
-// deletes: more than one, so pruning keeps up with any completion rate.
+// prunePerComplete is how many expired terminal messages and dead letters
+// each Complete deletes per index: more than one, so pruning keeps up with
+// any completion rate.
 const prunePerComplete = 8
 
 // Complete ends the lease with o.Status (sent, failed or expired).
@@ -192,11 +200,19 @@ func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) 
 	if err != nil {
 		return fmt.Errorf("redisq: complete %s: %w", l.Message.ID, err)
 	}
+	final := *l.Message
+	final.Status, final.Attempts, final.ProviderID, final.LastError = o.Status, o.Attempts, o.ProviderID, o.Reason
+	prefix, err := queue.FinalPrefix(&final)
+	if err != nil {
+		return fmt.Errorf("redisq: complete: %w", err)
+	}
+	created, _ := sms.IDTime(final.ID)
 	start := time.Now()
 	defer func() { q.m.observe("complete", start, err) }()
-	keys := []string{q.k.lease(l.Message.Class), q.k.leases(), q.k.msgs(), q.k.done(), q.k.outstanding()}
+	keys := append([]string{q.k.lease(l.Message.Class), q.k.leases(), q.k.msgs(), q.k.done(), q.k.outstanding(),
+		q.k.fin(final.ID)}, q.k.perClass(q.k.dead)...)
 	return q.leaseResult("complete", l, completeScript.Run(ctx, q.c, keys, l.Message.ID, l.Token,
-		status, o.ProviderID, o.Reason, o.Attempts, us(q.retention), prunePerComplete))
+		status, prefix, created.UnixMilli(), us(q.retention), prunePerComplete))
 }
 
 // requeueScript ends a held lease by queueing the message again at the back

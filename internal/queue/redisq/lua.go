@@ -41,6 +41,29 @@ end
 local function id_of(member)
   return string.sub(member, 18)
 end
+-- b36 writes an integer in base 36, as strconv.FormatInt(n, 36) does.
+local function b36(n)
+  if n == 0 then return '0' end
+  local sign = ''
+  if n < 0 then sign, n = '-', -n end
+  local digits, out = '0123456789abcdefghijklmnopqrstuvwxyz', ''
+  while n > 0 do
+    local d = n % 36
+    out = string.sub(digits, d + 1, d + 1) .. out
+    n = (n - d) / 36
+  end
+  return sign .. out
+end
+-- fin_find returns the last final record of id (the element's text after
+-- the id and its separator) in the final LIST key, or false.
+local function fin_find(key, id)
+  local short = string.sub(id, 5) .. '\31'
+  local found = false
+  for _, v in ipairs(redis.call('LRANGE', key, 0, -1)) do
+    if string.sub(v, 1, #short) == short then found = string.sub(v, #short + 1) end
+  end
+  return found
+end
 local function new_member(seq, id)
   return string.format('%016d', seq) .. ':' .. id
 end

@@ -2,6 +2,7 @@ package redisq
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sort"
 	"strings"
@@ -109,6 +110,11 @@ func dump(t testing.TB, q *Queue) []string {
 			zs, _ := q.c.ZRangeWithScores(ctx, k, 0, -1).Result()
 			for _, z := range zs {
 				out = append(out, short+"{"+z.Member.(string)+"} = "+time.Duration(int64(z.Score)).String())
+			}
+		case "list":
+			vs, _ := q.c.LRange(ctx, k, 0, -1).Result()
+			for i, v := range vs {
+				out = append(out, fmt.Sprintf("%s[%d] = %s", short, i, v))
 			}
 		default:
 			t.Fatalf("dump %s: unexpected type %s", k, typ)

@@ -13,25 +13,54 @@ import (
 	"smsgw/internal/sms"
 )
 
+// getScript reads a message: its record while it is live or a dead
+// letter, else its final record.
+//
+// KEYS[1] msgs HASH, KEYS[2] the final LIST of the id. ARGV[1] id.
+// Returns {1, stored value}, {2, final record} or {0}.
+var getScript = redis.NewScript(luaPrelude + `
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if v then return {1, v} end
+local f = fin_find(KEYS[2], ARGV[1])
+if f then return {2, f} end
+return {0}
+`)
+
 // Get returns the stored message with id.
 func (q *Queue) Get(ctx context.Context, id string) (_ *sms.Message, err error) {
 	if err := q.begin(ctx, "get"); err != nil {
 		return nil, err
 	}
+	if !sms.ValidID(id) {
+		return nil, fmt.Errorf("redisq: get %q: %w", id, queue.ErrNotFound)
+	}
 	start := time.Now()
 	defer func() { q.m.observe("read", start, err) }()
-	raw, err := q.c.HGet(ctx, q.k.msgs(), id).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("redisq: get %s: %w", id, queue.ErrNotFound)
-	}
+	reply, err := getScript.Run(ctx, q.c, []string{q.k.msgs(), q.k.fin(id)}, id).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("redisq: get %s: %w", id, err)
 	}
-	m, err := decodeStored(id, raw)
+	m, err := decodeGet(id, reply)
 	if err != nil {
 		return nil, fmt.Errorf("redisq: get %s: %w", id, err)
 	}
 	return m, nil
+}
+
+// decodeGet reads a {kind, value} reply of getScript (or of the enqueue
+// script's existing message).
+func decodeGet(id string, reply []any) (*sms.Message, error) {
+	kind, _ := reply[0].(int64)
+	switch {
+	case kind == 0:
+		return nil, queue.ErrNotFound
+	case len(reply) != 2:
+		return nil, fmt.Errorf("unexpected reply %v", reply)
+	case kind == 2:
+		s, _ := reply[1].(string)
+		return queue.DecodeFinal(id, s)
+	}
+	return decodeStored(id, reply[1])
 }
 
 // Outstanding is the number of producer's messages queued or leased.

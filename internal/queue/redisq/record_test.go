@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,6 +39,9 @@ func TestRecordKeepsEveryField(t *testing.T) {
 			f.Set(reflect.ValueOf(sms.ClassMarketing))
 		case sms.Status:
 			f.Set(reflect.ValueOf(sms.StatusFailed))
+		case sms.Encoding:
+			// Derived from the body while it is kept; only a final record
+			// (queue.EncodeFinal) stores it.
 		default:
 			t.Fatalf("sms.Message.%s is a %s: teach record (and this test) to store it", name, f.Type())
 		}
@@ -155,16 +159,6 @@ var scriptEdits = []scriptEdit{
 			return err
 		},
 		map[string]any{"s": "l", "tu": aTime{}}},
-	{"complete sent", takeHour,
-		func(t *testing.T, q *Queue, l *queue.Leased) error {
-			return q.Complete(t.Context(), l, queue.Outcome{Status: sms.StatusSent, ProviderID: "pm-1", Attempts: 2})
-		},
-		map[string]any{"s": "s", "a": 2.0, "pm": "pm-1", "ts": aTime{}, "tu": aTime{}}},
-	{"complete failed", takeHour,
-		func(t *testing.T, q *Queue, l *queue.Leased) error {
-			return q.Complete(t.Context(), l, queue.Outcome{Status: sms.StatusFailed, Reason: "bad number", Attempts: 1})
-		},
-		map[string]any{"s": "f", "a": 1.0, "e": "bad number", "tu": aTime{}}},
 	{"requeue spending an attempt, after 1h", takeHour,
 		func(t *testing.T, q *Queue, l *queue.Leased) error {
 			return q.Requeue(t.Context(), l, queue.RequeueOptions{After: time.Hour, SpendAttempt: true, LastError: "503"})
@@ -194,6 +188,57 @@ var scriptEdits = []scriptEdit{
 		},
 		func(t *testing.T, q *Queue, l *queue.Leased) error { return q.RetryDead(t.Context(), l.Message.ID) },
 		map[string]any{"s": "q", "d": nil, "a": nil, "tb": nil, "tu": aTime{}}},
+}
+
+// TestCompleteLeavesFinalRecord: from a seeded record and from a seeded
+// legacy message, Complete removes the message from msgs and appends its
+// final record, without body or full number, to the list of its creation
+// second, which expires after the retention.
+func TestCompleteLeavesFinalRecord(t *testing.T) {
+	t.Parallel()
+	for _, legacy := range []bool{false, true} {
+		for _, o := range []queue.Outcome{
+			{Status: sms.StatusSent, ProviderID: "pm-1", Attempts: 2},
+			{Status: sms.StatusFailed, Reason: "bad number", Attempts: 1},
+		} {
+			t.Run(fmt.Sprintf("%s/legacy=%v", o.Status, legacy), func(t *testing.T) {
+				t.Parallel()
+				q := newShared(t)
+				id := sms.NewID(time.Now())
+				seedStored(t, q, legacy, id, time.Now().Add(-time.Hour).Truncate(time.Millisecond))
+				l := takeHour(t, q)
+				if err := q.Complete(t.Context(), l, o); err != nil {
+					t.Fatal(err)
+				}
+				if q.c.HExists(t.Context(), q.k.msgs(), id).Val() {
+					t.Fatal("the completed message is still in msgs")
+				}
+				els := q.c.LRange(t.Context(), q.k.fin(id), 0, -1).Val()
+				if len(els) != 1 || !strings.HasPrefix(els[0], id[4:]+"\x1f") {
+					t.Fatalf("final list = %q", els)
+				}
+				for _, secret := range []string{"hello", "9012345678"} {
+					if strings.Contains(els[0], secret) {
+						t.Fatalf("final record %q keeps %q", els[0], secret)
+					}
+				}
+				if ttl := q.c.PTTL(t.Context(), q.k.fin(id)).Val(); ttl <= 0 || ttl > q.retention {
+					t.Fatalf("final list TTL %v, want (0, %v]", ttl, q.retention)
+				}
+				got, err := q.Get(t.Context(), id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := sms.Message{ID: id, Producer: "p", Class: sms.ClassOTP, To: "+8190****5678", Segments: 1,
+					Encoding: sms.GSM7, Status: o.Status, Attempts: o.Attempts, ProviderID: o.ProviderID, LastError: o.Reason}
+				if got.To != want.To || got.Body != "" || got.Status != want.Status || got.Attempts != want.Attempts ||
+					got.ProviderID != want.ProviderID || got.LastError != want.LastError || got.Segments != 1 ||
+					got.Producer != "p" || got.UpdatedAt.IsZero() || (o.Status == sms.StatusSent) == got.SentAt.IsZero() {
+					t.Fatalf("Get = %+v, want %+v", got, want)
+				}
+			})
+		}
+	}
 }
 
 // TestScriptsEditRecords is the state table of every script that edits a
@@ -347,7 +392,7 @@ func TestLegacyMessages(t *testing.T) {
 		}
 		m, err := q.Get(ctx, id)
 		if err != nil || m.Status != sms.StatusSent || m.ProviderID != "pm-"+id || m.SentAt.IsZero() ||
-			m.Attempts != 2 || m.Dead || !m.CreatedAt.Equal(created) {
+			m.Attempts != 2 || m.Dead || !m.CreatedAt.Equal(created.Truncate(time.Millisecond)) { // a final record keeps ms
 			t.Fatalf("Get %s after Complete = %+v, %v", id, m, err)
 		}
 	}

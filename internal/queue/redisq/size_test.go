@@ -18,10 +18,23 @@ import (
 // sizeMessages is how many messages BenchmarkStoredBytes stores.
 const sizeMessages = 5000
 
+// fullPace is the rate the stored messages are created at: the default
+// target_rps, the most the gateway sends. It spreads their ids' creation
+// times as a real run at full pace would (redisq groups final records by
+// creation second).
+const fullPace = 90
+
+// tenMinutes is how many messages a 10-minute run at full pace completes.
+const tenMinutes = 600 * fullPace
+
+// sizeStart is the creation time of message 0.
+var sizeStart = time.Now()
+
 // sizeMsg is a typical transactional message: a 110-character body, an
-// E.164 number, a producer's reference, no idempotency key.
+// E.164 number, a producer's reference, no idempotency key; message i is
+// created i/fullPace seconds after message 0.
 func sizeMsg(i int) *sms.Message {
-	now := time.Now()
+	now := sizeStart.Add(time.Duration(i) * time.Second / fullPace)
 	body := fmt.Sprintf("Your order %08d has shipped and will arrive tomorrow between 9:00 and 12:00. Track it in the app or reply STOP.", i)
 	return &sms.Message{
 		ID: sms.NewID(now), Producer: "shop-backend", Class: sms.ClassTransactional,
@@ -51,49 +64,64 @@ func usedMemory(tb testing.TB, c *redis.Client) int64 {
 }
 
 // BenchmarkStoredBytes reports what one message costs Redis: the growth of
-// used_memory over sizeMessages messages, once queued and once all are sent
-// (Take and Complete with a 34-character provider id). It runs on a private
-// redis-server so that nothing else moves used_memory, and loads the scripts
-// before the first reading. Run it once:
+// used_memory over n messages created at full pace, once queued and once
+// all are sent (Take and Complete with a 34-character provider id), for n =
+// sizeMessages and for a 10-minute run at full pace (tenMinutes messages,
+// whose final records are all the store keeps of that run: its growth). It
+// runs on a private redis-server so that nothing else moves used_memory,
+// and loads the scripts before the first reading. Run it once:
 //
 //	go test -run '^$' -bench StoredBytes -benchtime 1x ./internal/queue/redisq
 func BenchmarkStoredBytes(b *testing.B) {
-	srv := redistest.StartServer(b, redistest.ServerOptions{})
-	c := newClient(b, srv.Addr)
+	for _, n := range []int{sizeMessages, tenMinutes} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			srv := redistest.StartServer(b, redistest.ServerOptions{})
+			c := newClient(b, srv.Addr)
+			var queued, done int64
+			for b.Loop() {
+				queued, done = storedBytes(b, c, n)
+			}
+			b.ReportMetric(float64(queued)/float64(n), "B/queued-msg")
+			b.ReportMetric(float64(done)/float64(n), "B/sent-msg")
+			if n == tenMinutes {
+				b.ReportMetric(float64(done)/1e6, "MB/10min-at-90/s")
+			}
+		})
+	}
+}
+
+// storedBytes stores n messages, then sends them all, and returns the
+// growth of used_memory after each step.
+func storedBytes(b *testing.B, c *redis.Client, n int) (queued, done int64) {
 	ctx := context.Background()
-	var queued, done int64
-	for b.Loop() {
-		warm := open(b, c, "warm")
-		enqueue(b, warm, sizeMsg(0))
-		deliver(b, warm)
-		if err := c.FlushAll(ctx).Err(); err != nil {
+	warm := open(b, c, "warm")
+	enqueue(b, warm, sizeMsg(0))
+	deliver(b, warm)
+	if err := c.FlushAll(ctx).Err(); err != nil {
+		b.Fatal(err)
+	}
+	q := open(b, c, "size")
+	base := usedMemory(b, c)
+	batch := make([]*sms.Message, 0, maxBatch)
+	for i := range n {
+		batch = append(batch, sizeMsg(i))
+		if len(batch) == maxBatch || i == n-1 {
+			if _, err := q.EnqueueMany(ctx, batch); err != nil {
+				b.Fatal(err)
+			}
+			batch = batch[:0]
+		}
+	}
+	queued = usedMemory(b, c) - base
+	for range n {
+		l, _, err := q.Take(ctx, queue.TakeOptions{Owner: "size", Lease: time.Minute})
+		if err != nil {
 			b.Fatal(err)
 		}
-		q := open(b, c, "size")
-		base := usedMemory(b, c)
-		batch := make([]*sms.Message, 0, maxBatch)
-		for i := range sizeMessages {
-			batch = append(batch, sizeMsg(i))
-			if len(batch) == maxBatch || i == sizeMessages-1 {
-				if _, err := q.EnqueueMany(ctx, batch); err != nil {
-					b.Fatal(err)
-				}
-				batch = batch[:0]
-			}
+		o := queue.Outcome{Status: sms.StatusSent, ProviderID: "SM0123456789abcdef0123456789abcdef", Attempts: 1}
+		if err := q.Complete(ctx, l, o); err != nil {
+			b.Fatal(err)
 		}
-		queued = usedMemory(b, c) - base
-		for range sizeMessages {
-			l, _, err := q.Take(ctx, queue.TakeOptions{Owner: "size", Lease: time.Minute})
-			if err != nil {
-				b.Fatal(err)
-			}
-			o := queue.Outcome{Status: sms.StatusSent, ProviderID: "SM0123456789abcdef0123456789abcdef", Attempts: 1}
-			if err := q.Complete(ctx, l, o); err != nil {
-				b.Fatal(err)
-			}
-		}
-		done = usedMemory(b, c) - base
 	}
-	b.ReportMetric(float64(queued)/sizeMessages, "B/queued-msg")
-	b.ReportMetric(float64(done)/sizeMessages, "B/sent-msg")
+	return queued, usedMemory(b, c) - base
 }
