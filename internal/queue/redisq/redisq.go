@@ -11,8 +11,11 @@
 // short field names, the storage schema) in one HASH keyed by id; per class a
 // ready ZSET (score = ready time µs, member = sequence + id so equal times
 // stay FIFO), a lease ZSET (score = lease expiry µs) and a dead-letter ZSET;
-// one HASH of lease tokens; a ZSET of completed messages pruned after
-// Retention; per-producer outstanding counters; one key per idempotency key.
+// one HASH of lease tokens; per creation second a LIST of the final records
+// (queue.EncodeFinal) of completed messages, expiring Retention after its
+// last completion (a message leaves msgs when it completes); the ZSET of
+// messages an earlier release completed in msgs, pruned after Retention;
+// per-producer outstanding counters; one key per idempotency key.
 package redisq
 
 import (
