@@ -24,7 +24,8 @@
 // own, so it never waits for a worker busy with marketing.
 //
 // The bulk pacer reserves in batches: it takes up to BulkBatch units of one
-// class and reserves them in one limiter call. With N replicas saturating a
+// class (the first message with Take, the rest with one TakeMore call) and
+// reserves them in one limiter call. With N replicas saturating a
 // key, every slot opening is asked for by N pacers; batching divides those
 // calls by the batch size (measured, 3 replicas at the 70/s marketing cap:
 // 1.0 reservation per message instead of 3.8). The first send of a batch

@@ -220,22 +220,34 @@ func (d *Dispatcher) fill(ctx context.Context, ln *lane, first *flight, held *in
 		limit = min(limit, int(c))
 	}
 	cost := d.cost(first.l.Message)
-	for cost < limit {
+	// One call takes the rest of the batch: as many as there are free
+	// senders, while the units stay under the limit.
+	free := 0
+	for free < limit-cost {
 		select {
 		case <-ln.slots:
-			*held++
-		default:
-			return batch
-		}
-		f, _, err := d.take(ctx, ln, []sms.Class{class})
-		if err != nil {
-			return batch
-		}
-		if d.gone(f) {
+			free++
 			continue
+		default:
 		}
-		batch = append(batch, f)
-		cost += d.cost(f.l.Message)
+		break
+	}
+	*held += free
+	if free == 0 {
+		return batch
+	}
+	units := limit - cost
+	if !d.cfg.CountSegments {
+		units = 1 << 30 // every message costs one unit: most alone bounds the batch
+	}
+	ls, err := d.takeMore(ctx, ln, class, free, units)
+	if err != nil {
+		return batch
+	}
+	for _, f := range ls {
+		if !d.gone(f) {
+			batch = append(batch, f)
+		}
 	}
 	return batch
 }

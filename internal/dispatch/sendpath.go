@@ -46,6 +46,32 @@ func (d *Dispatcher) take(ctx context.Context, ln *lane, classes []sms.Class) (*
 		}
 		return nil, 0, fmt.Errorf("dispatch: take: %w", err)
 	}
+	return d.taken(ln, l), 0, nil
+}
+
+// takeMore is take for the rest of a batch of class: up to most messages
+// in one queue call (queue.TakeMore), none of them waited for.
+func (d *Dispatcher) takeMore(ctx context.Context, ln *lane, class sms.Class, most, units int) ([]*flight, error) {
+	ls, err := d.cfg.Queue.TakeMore(ctx, queue.TakeOptions{Owner: d.cfg.Owner + "/" + ln.name, Lease: d.cfg.Lease,
+		Classes: []sms.Class{class}}, most, units)
+	if err != nil {
+		d.m.takes.WithLabelValues(ln.name, takeError).Inc()
+		if ctx.Err() == nil {
+			d.noteQueueError()
+			d.m.loopErrors.WithLabelValues("take").Inc()
+			d.log.Warn("take failed", "lane", ln.name, "err", err)
+		}
+		return nil, fmt.Errorf("dispatch: take: %w", err)
+	}
+	fs := make([]*flight, 0, len(ls))
+	for _, l := range ls {
+		fs = append(fs, d.taken(ln, l))
+	}
+	return fs, nil
+}
+
+// taken starts tracking a message just leased.
+func (d *Dispatcher) taken(ln *lane, l *queue.Leased) *flight {
 	d.m.takes.WithLabelValues(ln.name, takeMessage).Inc()
 	m := l.Message
 	ready := m.CreatedAt
@@ -55,7 +81,7 @@ func (d *Dispatcher) take(ctx context.Context, ln *lane, classes []sms.Class) (*
 	f := &flight{l: l, lane: ln, ready: ready}
 	d.track(f)
 	d.log.Debug("taken", "id", m.ID, "class", m.Class.String(), "to", sms.MaskPhone(m.To), "attempts", m.Attempts)
-	return f, 0, nil
+	return f
 }
 
 // Step 2: a message past its TTL is completed as expired and never sent.

@@ -109,6 +109,12 @@ type Queue interface {
 	// duration is then how long until the next scheduled message of the
 	// given classes becomes ready (0 if none is scheduled).
 	Take(ctx context.Context, opt TakeOptions) (*Leased, time.Duration, error)
+	// TakeMore leases, in one call, more ready messages in the order Take
+	// would hand them out: while fewer than max are taken and the units
+	// taken (each message max(Segments, 1)) are fewer than units. It never
+	// waits and returns what it took, possibly none (not ErrEmpty). A
+	// sender fills a batch with it in one round trip.
+	TakeMore(ctx context.Context, opt TakeOptions, max, units int) ([]*Leased, error)
 	Extend(ctx context.Context, l *Leased, lease time.Duration) error
 	Complete(ctx context.Context, l *Leased, o Outcome) error
 	Requeue(ctx context.Context, l *Leased, o RequeueOptions) error

@@ -191,44 +191,9 @@ func (q *Queue) Take(ctx context.Context, opt queue.TakeOptions) (*queue.Leased,
 	var leased *queue.Leased
 	err = q.update(ctx, func(tx *bolt.Tx) error {
 		leased, wait = nil, 0
-		now := q.now()
-		nowMs := ms(now)
-		var k []byte
-		k, wait = head(tx, classes, nowMs)
-		if k == nil {
-			return nil // another taker was first
-		}
-		id := string(tx.Bucket(bReady).Get(k))
-		r, err := getEntry(tx, id)
-		if err != nil {
-			return err
-		}
-		if r == nil {
-			return fmt.Errorf("ready index names %s, which is not stored", id)
-		}
-		if err := tx.Bucket(bReady).Delete(k); err != nil {
-			return err
-		}
-		if err := addClass(tx, r.Msg.Class, kindQueued, -1); err != nil {
-			return err
-		}
-		r.Token = rand.Text()
-		r.Owner = opt.Owner
-		r.Lease = nowMs + durMs(opt.Lease)
-		r.Msg.Status = sms.StatusSending
-		r.Msg.UpdatedAt = now
-		if err := tx.Bucket(bLeases).Put(timeKey(r.Lease, id), nil); err != nil {
-			return err
-		}
-		if err := addClass(tx, r.Msg.Class, kindLeased, 1); err != nil {
-			return err
-		}
-		if err := putEntry(tx, r); err != nil {
-			return err
-		}
-		m := r.Msg
-		leased = &queue.Leased{Message: &m, Token: r.Token}
-		return nil
+		var err error
+		leased, wait, err = takeTx(tx, classes, opt, q.now())
+		return err
 	})
 	if err != nil {
 		return nil, 0, fmt.Errorf("queue: take: %w", err)
@@ -237,6 +202,72 @@ func (q *Queue) Take(ctx context.Context, opt queue.TakeOptions) (*queue.Leased,
 		return nil, wait, queue.ErrEmpty
 	}
 	return leased, 0, nil
+}
+
+// TakeMore leases up to most more messages in one commit; see queue.Queue.
+func (q *Queue) TakeMore(ctx context.Context, opt queue.TakeOptions, most, units int) ([]*queue.Leased, error) {
+	classes, err := takeClasses(opt)
+	if err != nil || most <= 0 || units <= 0 {
+		return nil, err
+	}
+	var out []*queue.Leased
+	err = q.update(ctx, func(tx *bolt.Tx) error {
+		out = out[:0]
+		now := q.now()
+		for used := 0; len(out) < most && used < units; {
+			l, _, err := takeTx(tx, classes, opt, now)
+			if err != nil || l == nil {
+				return err
+			}
+			out = append(out, l)
+			used += max(l.Message.Segments, 1)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: take more: %w", err)
+	}
+	return out, nil
+}
+
+// takeTx leases the head of classes at now; nil (and how long until the
+// next is due) when none is ready.
+func takeTx(tx *bolt.Tx, classes []sms.Class, opt queue.TakeOptions, now time.Time) (*queue.Leased, time.Duration, error) {
+	nowMs := ms(now)
+	k, wait := head(tx, classes, nowMs)
+	if k == nil {
+		return nil, wait, nil // another taker was first
+	}
+	id := string(tx.Bucket(bReady).Get(k))
+	r, err := getEntry(tx, id)
+	if err != nil {
+		return nil, 0, err
+	}
+	if r == nil {
+		return nil, 0, fmt.Errorf("ready index names %s, which is not stored", id)
+	}
+	if err := tx.Bucket(bReady).Delete(k); err != nil {
+		return nil, 0, err
+	}
+	if err := addClass(tx, r.Msg.Class, kindQueued, -1); err != nil {
+		return nil, 0, err
+	}
+	r.Token = rand.Text()
+	r.Owner = opt.Owner
+	r.Lease = nowMs + durMs(opt.Lease)
+	r.Msg.Status = sms.StatusSending
+	r.Msg.UpdatedAt = now
+	if err := tx.Bucket(bLeases).Put(timeKey(r.Lease, id), nil); err != nil {
+		return nil, 0, err
+	}
+	if err := addClass(tx, r.Msg.Class, kindLeased, 1); err != nil {
+		return nil, 0, err
+	}
+	if err := putEntry(tx, r); err != nil {
+		return nil, 0, err
+	}
+	m := r.Msg
+	return &queue.Leased{Message: &m, Token: r.Token}, 0, nil
 }
 
 // ack runs fn on the entry l leases, inside a group commit. fn sees the

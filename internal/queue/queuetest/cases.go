@@ -21,6 +21,7 @@ var cases = []testCase{
 	{"FIFOWithinClass", testFIFO},
 	{"NotBefore", testNotBefore},
 	{"TakeClasses", testTakeClasses},
+	{"TakeMore", testTakeMore},
 	{"Idempotency", testIdempotency},
 	{"LeaseHeld", testLeaseHeld},
 	{"ExtendKeepsLease", testExtend},
@@ -985,5 +986,59 @@ func testFinalRecord(t *testing.T, h Harness) {
 	}
 	if _, _, err := q.Take(ctx, opts()); !errors.Is(err, queue.ErrEmpty) {
 		t.Fatalf("Take after the retries: %v, want ErrEmpty", err)
+	}
+}
+
+// testTakeMore: TakeMore hands out what Take would, in the same order,
+// stopping at max messages or once the units taken reach units; nothing
+// ready is no error.
+func testTakeMore(t *testing.T, h Harness) {
+	q := h.New(t)
+	ctx := t.Context()
+	var ms []*sms.Message
+	for i := range 5 {
+		m := newMsg("p", sms.ClassMarketing)
+		m.Segments = 1 + i%2 // 1, 2, 1, 2, 1
+		ms = append(ms, m)
+	}
+	otp := newMsg("p", sms.ClassOTP)
+	mustEnqueue(t, q, ms...)
+	mustEnqueue(t, q, otp)
+	got, err := q.TakeMore(ctx, opts(sms.ClassMarketing), 10, 3) // 1 + 2 reaches 3
+	if err != nil || len(got) != 2 || got[0].Message.ID != ms[0].ID || got[1].Message.ID != ms[1].ID {
+		t.Fatalf("TakeMore(10 messages, 3 units) = %v, %v: want the first two marketing", got, err)
+	}
+	more, err := q.TakeMore(ctx, opts(sms.ClassMarketing), 2, 100)
+	if err != nil || len(more) != 2 || more[0].Message.ID != ms[2].ID || more[1].Message.ID != ms[3].ID {
+		t.Fatalf("TakeMore(2 messages) = %v, %v: want the next two", more, err)
+	}
+	for _, l := range append(got, more...) {
+		if l.Message.Status != sms.StatusSending || l.Token == "" {
+			t.Fatalf("taken %+v", l)
+		}
+		wantStatus(t, q, l.Message.ID, sms.StatusSending)
+	}
+	if more[0].Token == more[1].Token {
+		t.Fatal("two leases share a token")
+	}
+	// Each lease is its own: ending one leaves the other held.
+	if err := q.Complete(ctx, more[0], queue.Outcome{Status: sms.StatusSent, ProviderID: "pm", Attempts: 1}); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	if err := q.Requeue(ctx, more[1], queue.RequeueOptions{}); err != nil {
+		t.Fatalf("Requeue: %v", err)
+	}
+	if err := q.Complete(ctx, more[1], queue.Outcome{Status: sms.StatusSent, Attempts: 1}); !errors.Is(err, queue.ErrLeaseLost) {
+		t.Fatalf("Complete after Requeue: %v, want ErrLeaseLost", err)
+	}
+	last, err := q.TakeMore(ctx, opts(sms.ClassMarketing), 10, 100)
+	if err != nil || len(last) != 2 || last[0].Message.ID != ms[4].ID || last[1].Message.ID != ms[3].ID {
+		t.Fatalf("TakeMore = %v, %v: want the last and the requeued one", last, err)
+	}
+	if none, err := q.TakeMore(ctx, opts(sms.ClassMarketing), 10, 100); err != nil || len(none) != 0 {
+		t.Fatalf("TakeMore on an empty class = %v, %v", none, err)
+	}
+	if l := mustTake(t, q, opts()); l.Message.ID != otp.ID {
+		t.Fatalf("took %s, want the OTP left", l.Message.ID)
 	}
 }

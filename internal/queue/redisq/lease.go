@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -12,20 +13,27 @@ import (
 	"smsgw/internal/sms"
 )
 
-// takeScript leases the first ready message of the first class that has one.
+// takeScript leases the first ready messages of the first classes that
+// have them: at most ARGV[4], while the units taken (max(segments, 1) each)
+// are fewer than ARGV[5].
 //
 // KEYS[1..n] ready ZSETs in priority order, KEYS[n+1..2n] the lease ZSETs of
 // the same classes, KEYS[2n+1] msgs HASH, KEYS[2n+2] leases HASH.
-// ARGV[1] lease µs, ARGV[2] token, ARGV[3] owner.
-// Returns {1, stored value (status sending), id}, or {0, µs until the
-// earliest scheduled message of these classes is due, -1 if none}.
+// ARGV[1] lease µs, ARGV[2] token, ARGV[3] owner, ARGV[4] the most messages,
+// ARGV[5] the units. Each message's token is ARGV[2] followed by its place
+// in the reply (1, 2, ...).
+// Returns {1, stored value (status sending), id, ...} for each taken, or {0,
+// µs until the earliest scheduled message of these classes is due, -1 if
+// none} when none was.
 var takeScript = redis.NewScript(luaPrelude + luaRecord + `
 local n = (#KEYS - 2) / 2
 local msgs, leases = KEYS[2 * n + 1], KEYS[2 * n + 2]
+local most, units = tonumber(ARGV[4]), tonumber(ARGV[5])
 local now = now_us()
 local wait = -1
+local out, used = {1}, 0
 for i = 1, n do
-  while true do
+  while (#out - 1) / 2 < most and used < units do
     local r = redis.call('ZRANGEBYSCORE', KEYS[i], '-inf', now, 'WITHSCORES', 'LIMIT', 0, 1)
     if #r == 0 then break end
     local member, score = r[1], r[2]
@@ -40,10 +48,14 @@ for i = 1, n do
       local js = cjson.encode(m)
       redis.call('HSET', msgs, id, js)
       redis.call('ZADD', KEYS[n + i], now + tonumber(ARGV[1]), id)
-      redis.call('HSET', leases, id, cjson.encode({t = ARGV[2], o = ARGV[3], m = member, s = score}))
-      return {1, js, id}
+      local token = ARGV[2] .. ((#out - 1) / 2 + 1)
+      redis.call('HSET', leases, id, cjson.encode({t = token, o = ARGV[3], m = member, s = score}))
+      out[#out + 1] = js
+      out[#out + 1] = id
+      used = used + math.max(tonumber(get(m, 'g')) or 1, 1)
     end
   end
+  if #out > 1 then return out end
   local head = redis.call('ZRANGE', KEYS[i], 0, 0, 'WITHSCORES')
   if #head > 0 then
     local w = tonumber(head[2]) - now
@@ -54,16 +66,36 @@ return {0, wait}
 `)
 
 // Take leases the next ready message; see queue.Queue.
-func (q *Queue) Take(ctx context.Context, opt queue.TakeOptions) (_ *queue.Leased, _ time.Duration, err error) {
-	if err := q.begin(ctx, "take"); err != nil {
+func (q *Queue) Take(ctx context.Context, opt queue.TakeOptions) (*queue.Leased, time.Duration, error) {
+	ls, wait, err := q.take(ctx, "take", opt, 1, 1)
+	if err != nil {
+		return nil, wait, err
+	}
+	return ls[0], 0, nil
+}
+
+// TakeMore leases up to most more messages in one script; see queue.Queue.
+func (q *Queue) TakeMore(ctx context.Context, opt queue.TakeOptions, most, units int) ([]*queue.Leased, error) {
+	if most <= 0 || units <= 0 {
+		return nil, nil
+	}
+	ls, _, err := q.take(ctx, "take more", opt, most, units)
+	if errors.Is(err, queue.ErrEmpty) {
+		return nil, nil
+	}
+	return ls, err
+}
+
+func (q *Queue) take(ctx context.Context, op string, opt queue.TakeOptions, most, units int) (_ []*queue.Leased, _ time.Duration, err error) {
+	if err := q.begin(ctx, op); err != nil {
 		return nil, 0, err
 	}
 	if opt.Lease <= 0 {
-		return nil, 0, errors.New("redisq: take: lease must be positive")
+		return nil, 0, fmt.Errorf("redisq: %s: lease must be positive", op)
 	}
 	classes, err := checkClasses(opt.Classes)
 	if err != nil {
-		return nil, 0, fmt.Errorf("redisq: take: %w", err)
+		return nil, 0, fmt.Errorf("redisq: %s: %w", op, err)
 	}
 	start := time.Now()
 	defer func() { q.m.observe("take", start, err) }()
@@ -77,12 +109,12 @@ func (q *Queue) Take(ctx context.Context, opt queue.TakeOptions) (_ *queue.Lease
 	}
 	keys = append(keys, q.k.msgs(), q.k.leases())
 	token := newToken()
-	reply, err := takeScript.Run(ctx, q.c, keys, us(opt.Lease), token, opt.Owner).Slice()
+	reply, err := takeScript.Run(ctx, q.c, keys, us(opt.Lease), token, opt.Owner, most, units).Slice()
 	if err != nil {
-		return nil, 0, fmt.Errorf("redisq: take: %w", err)
+		return nil, 0, fmt.Errorf("redisq: %s: %w", op, err)
 	}
 	if len(reply) < 2 {
-		return nil, 0, fmt.Errorf("redisq: take: unexpected reply %v", reply)
+		return nil, 0, fmt.Errorf("redisq: %s: unexpected reply %v", op, reply)
 	}
 	if ok, _ := reply[0].(int64); ok == 0 {
 		wait, _ := reply[1].(int64)
@@ -93,15 +125,19 @@ func (q *Queue) Take(ctx context.Context, opt queue.TakeOptions) (_ *queue.Lease
 		// which means "nothing scheduled".
 		return nil, max(time.Duration(wait)*time.Microsecond, time.Microsecond), queue.ErrEmpty
 	}
-	if len(reply) != 3 {
-		return nil, 0, fmt.Errorf("redisq: take: unexpected reply %v", reply)
+	if len(reply)%2 != 1 {
+		return nil, 0, fmt.Errorf("redisq: %s: unexpected reply %v", op, reply)
 	}
-	id, _ := reply[2].(string)
-	m, err := decodeStored(id, reply[1])
-	if err != nil {
-		return nil, 0, fmt.Errorf("redisq: take: %w", err)
+	out := make([]*queue.Leased, 0, len(reply)/2)
+	for i := 1; i < len(reply); i += 2 {
+		id, _ := reply[i+1].(string)
+		m, err := decodeStored(id, reply[i])
+		if err != nil {
+			return nil, 0, fmt.Errorf("redisq: %s: %w", op, err)
+		}
+		out = append(out, &queue.Leased{Message: m, Token: token + strconv.Itoa(len(out)+1)})
 	}
-	return &queue.Leased{Message: m, Token: token}, 0, nil
+	return out, 0, nil
 }
 
 // luaCheckLease is the start of every script that acts on a lease: it ends

@@ -229,13 +229,13 @@ func decodeLegacy(id, s string) (*sms.Message, error) {
 // a legacy message in its own form: legacy names, status words, RFC 3339
 // times.
 //
-// get(m, f): field f ('p' producer, 'a' attempts).
+// get(m, f): field f ('p' producer, 'a' attempts, 'g' segments).
 // set(m, f, v): sets field f to v; an empty string or 0 leaves it out.
 // set_time(m, f, us, up): sets time field f to us (Redis clock µs), in ms
 // rounded down, or up when up is true.
 const luaRecord = `
 local legacy_name = {s = 'status', a = 'attempts', e = 'last_error', pm = 'provider_message_id',
-  d = 'dead', tb = 'not_before', tu = 'updated_at', ts = 'sent_at', p = 'producer'}
+  d = 'dead', tb = 'not_before', tu = 'updated_at', ts = 'sent_at', p = 'producer', g = 'segments'}
 local legacy_status = {q = 'queued', l = 'sending', s = 'sent', f = 'failed', x = 'expired'}
 local function get(m, f)
   if m.s then return m[f] end
