@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -38,15 +37,15 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "smsgw bench: unexpected argument %q\n", fs.Arg(0))
+		complain(stderr, "smsgw bench: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
 	if *pods < 1 {
-		fmt.Fprintf(stderr, "smsgw bench: --pods %d: want at least 1\n", *pods)
+		complain(stderr, "smsgw bench: --pods %d: want at least 1\n", *pods)
 		return 2
 	}
 	if *phase >= 1 {
-		fmt.Fprintf(stderr, "smsgw bench: --start-phase %v: want seconds in [0, 1), or negative for at once\n", *phase)
+		complain(stderr, "smsgw bench: --start-phase %v: want seconds in [0, 1), or negative for at once\n", *phase)
 		return 2
 	}
 	cfg := bench.Config{Pods: *pods, Duration: *duration, RedisAddr: *redisAddr, OTPRate: *otpRate, Skew: *skew}
@@ -66,11 +65,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	case string(sim.WindowSliding), string(sim.WindowFixed):
 		cfg.Windows = []sim.Window{sim.Window(*window)}
 	default:
-		fmt.Fprintf(stderr, "smsgw bench: --window %q: want sliding, fixed or both\n", *window)
+		complain(stderr, "smsgw bench: --window %q: want sliding, fixed or both\n", *window)
 		return 2
 	}
 	if *offset >= 1 {
-		fmt.Fprintf(stderr, "smsgw bench: --offset %v: want seconds in [0, 1), or negative for random\n", *offset)
+		complain(stderr, "smsgw bench: --offset %v: want seconds in [0, 1), or negative for random\n", *offset)
 		return 2
 	}
 	cfg.Offset = -1
@@ -81,7 +80,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		for name := range strings.SplitSeq(*strategies, ",") {
 			st, err := bench.ParseStrategy(strings.TrimSpace(name))
 			if err != nil {
-				fmt.Fprintf(stderr, "smsgw bench: --strategies: %v\n", err)
+				complain(stderr, "smsgw bench: --strategies: %v\n", err)
 				return 2
 			}
 			cfg.Strategies = append(cfg.Strategies, st)
@@ -95,7 +94,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 
 	rep, err := bench.Run(ctx, cfg)
 	if err != nil {
-		fmt.Fprintf(stderr, "smsgw bench: %v\n", err)
+		complain(stderr, "smsgw bench: %v\n", err)
 		return 1
 	}
 	if *jsonOut {
@@ -104,7 +103,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		err = bench.WriteTable(stdout, rep)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "smsgw bench: write: %v\n", err)
+		complain(stderr, "smsgw bench: write: %v\n", err)
 		return 1
 	}
 	return 0

@@ -44,15 +44,15 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "smsgw sim: unexpected argument %q\n", fs.Arg(0))
+		complain(stderr, "smsgw sim: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
 	if *offset < 0 || *offset >= 1 {
-		fmt.Fprintf(stderr, "smsgw sim: --offset %v: want seconds in [0, 1)\n", *offset)
+		complain(stderr, "smsgw sim: --offset %v: want seconds in [0, 1)\n", *offset)
 		return 2
 	}
 	if *retryAfter <= 0 {
-		fmt.Fprintf(stderr, "smsgw sim: --retry-after %v: want > 0 seconds\n", *retryAfter)
+		complain(stderr, "smsgw sim: --retry-after %v: want > 0 seconds\n", *retryAfter)
 		return 2
 	}
 	level := slog.LevelInfo
@@ -75,15 +75,23 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Logger: logger,
 	})
 	if err != nil {
-		fmt.Fprintf(stderr, "smsgw sim: %v\n", err)
+		complain(stderr, "smsgw sim: %v\n", err)
 		return 2
 	}
 	url, err := s.Start(*listen)
 	if err != nil {
-		fmt.Fprintf(stderr, "smsgw sim: %v\n", err)
+		complain(stderr, "smsgw sim: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "sim listening on %s\n", url)
+	if _, err := fmt.Fprintf(stdout, "sim listening on %s\n", url); err != nil {
+		// Whoever started us reads the address from stdout: without it
+		// nobody can reach the simulator.
+		complain(stderr, "smsgw sim: write address: %v\n", err)
+		if err := s.Close(); err != nil {
+			logger.Error("sim: close", "err", err)
+		}
+		return 1
+	}
 	logger.Info("sim started", "url", url, "send", url+"/send", "limit", *limit, "window", *window,
 		"offset", *offset, "suspend_after", *suspendAfter, "suspend_window", *suspendWindow, "suspend_for", *suspendFor)
 
@@ -94,7 +102,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(s.Stats()); err != nil {
-		fmt.Fprintf(stderr, "smsgw sim: write stats: %v\n", err)
+		complain(stderr, "smsgw sim: write stats: %v\n", err)
 		return 1
 	}
 	return 0
