@@ -175,6 +175,9 @@ func toError(err error) *Error {
 		return &Error{Kind: KindUnavailable, Detail: "the gateway is shutting down", RetryAfter: time.Second, Err: err}
 	case errors.Is(err, context.DeadlineExceeded):
 		return &Error{Kind: KindUnavailable, Detail: "the gateway did not answer in time", RetryAfter: time.Second, Err: err}
+	case dependencyDown(err):
+		return &Error{Kind: KindUnavailable, Detail: "a dependency of the gateway is down or slow; retry later",
+			RetryAfter: outageRetryAfter, Err: err}
 	}
 	return &Error{Kind: KindInternal, Err: err}
 }
