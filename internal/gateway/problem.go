@@ -242,10 +242,10 @@ func (s *server) problemOf(r *http.Request, err error) (problem, *Error) {
 		p.Detail = ""
 		p.Errors = nil
 		p.Extra = nil
-		s.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path,
+		s.log.ErrorContext(r.Context(), "request failed", "method", methodLabel(r.Method), "path", r.URL.Path,
 			"request_id", p.RequestID, "err", err)
 	} else if e.Err != nil {
-		s.log.WarnContext(r.Context(), "request refused", "kind", e.Kind, "method", r.Method, "path", r.URL.Path,
+		s.log.WarnContext(r.Context(), "request refused", "kind", e.Kind, "method", methodLabel(r.Method), "path", r.URL.Path,
 			"request_id", p.RequestID, "err", e.Err)
 	}
 	s.metrics.rejected.WithLabelValues(string(e.Kind)).Inc()
