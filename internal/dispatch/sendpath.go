@@ -365,6 +365,9 @@ func (d *Dispatcher) send(ctx context.Context, m *sms.Message, validity, waited 
 	d.m.queueToSend.WithLabelValues(m.Class.String()).Observe(max(waited, 0).Seconds())
 	start := time.Now()
 	res, err := d.cfg.Provider.Send(ctx, providerRequest(m, validity))
+	// The provider's text may quote the number or the body; from here on
+	// (last_error, dead letters, logs, the API's answers) it never does.
+	err = provider.Scrubbed(err, m.Body)
 	stopping := err != nil && cutShort != nil && cutShort()
 	result := sendResult(err, stopping)
 	d.m.sendDuration.WithLabelValues(result).Observe(time.Since(start).Seconds())
