@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -284,6 +285,12 @@ func (d *Dispatcher) sendOne(f *flight, delay time.Duration, gate *batchGate, le
 	if leader {
 		defer gate.open()
 	}
+	var done func(error) // the breaker's, once a send is let through
+	defer func() {
+		if v := recover(); v != nil {
+			d.crashed(f, v, done)
+		}
+	}()
 	ctx := d.runCtx
 	if !d.sleepDelay(ctx, f, delay) {
 		d.abandon(f, "stopped before send")
@@ -307,8 +314,9 @@ func (d *Dispatcher) sendOne(f *flight, delay time.Duration, gate *batchGate, le
 		d.untrack(f)
 		return
 	}
-	done, after, err := d.breakerAllow(m)
-	if err != nil {
+	var after time.Duration
+	var err error
+	if done, after, err = d.breakerAllow(m); err != nil {
 		d.requeue(f, after, false, requeueBreaker, "provider breaker open")
 		return
 	}
@@ -525,4 +533,39 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// errSenderCrashed is what the breaker is told of a send that panicked.
+var errSenderCrashed = errors.New("dispatch: the sender crashed")
+
+// crashed handles a panic in the sender of f (v, recovered): the process
+// lives on; the crash is counted on the message, which goes back to the
+// queue after a backoff, or, at its PoisonAfter-th crash, becomes a dead
+// letter marked poison so that it cannot crash every replica forever. The
+// log has the stack but not the panic's value, which may quote the message.
+func (d *Dispatcher) crashed(f *flight, v any, breakerDone func(error)) {
+	d.m.senderPanics.Inc()
+	if breakerDone != nil {
+		breakerDone(errSenderCrashed)
+	}
+	m := f.l.Message
+	crashes := m.Crashes + 1
+	d.log.Error("sender crashed; recovered", "id", m.ID, "class", m.Class.String(), "crashes", crashes,
+		"poison_after", d.cfg.PoisonAfter, "panic_type", fmt.Sprintf("%T", v), "stack", string(debug.Stack()))
+	if f.acking.Load() {
+		return // the lease was already being ended; nothing more to do
+	}
+	if crashes >= d.cfg.PoisonAfter {
+		d.m.poison.Inc()
+		reason := fmt.Sprintf("poison: sending it crashed the sender %d times", crashes)
+		d.ack(f, "dead", outcomeDead, func(ctx context.Context) error {
+			return d.cfg.Queue.Dead(ctx, f.l, reason, m.Attempts)
+		})
+		return
+	}
+	d.m.requeues.WithLabelValues(m.Class.String(), requeueCrashed).Inc()
+	d.ack(f, "requeue", outcomeRequeued, func(ctx context.Context) error {
+		return d.cfg.Queue.Requeue(ctx, f.l, queue.RequeueOptions{After: d.backoff(crashes), Crashed: true,
+			LastError: "the sender crashed on this message"})
+	})
 }
