@@ -249,6 +249,12 @@ type Dispatcher struct {
 	// do not send into it.
 	pausedUntil atomic.Int64
 	epoch       time.Time
+	// busyAt is when this process last took a message or began a fast-path
+	// send (nanoseconds since epoch; 0: never). Idle tells the periodic
+	// reads of shared state that they may slow down.
+	busyAt atomic.Int64
+	// guardReadAt is when the guard's count was last read (since epoch).
+	guardReadAt atomic.Int64
 	// queueErrAt is when a queue call last failed (nanoseconds since
 	// epoch; 0: never). The recoverer holds back for a lease after it.
 	queueErrAt atomic.Int64
@@ -528,6 +534,22 @@ func (d *Dispatcher) GuardActive() bool { return d.slowdown.Load() > 1 }
 // or GuardSlowdown while the suspension guard is active. Estimates of when
 // a message goes divide the rate by it.
 func (d *Dispatcher) Slowdown() int { return int(d.slowdown.Load()) }
+
+// noteBusy records that this process is sending now.
+func (d *Dispatcher) noteBusy() { d.busyAt.Store(max(1, int64(time.Since(d.epoch)))) }
+
+// Idle reports whether this process has held no message and begun no
+// fast-path send for at least quiet. Loops that read shared state only a
+// sender needs (the guard's count, the operator pause, the stats totals)
+// read it less often while their replica is idle, so that an idle fleet
+// costs Redis little; what a send must know is read again when sending
+// starts.
+func (d *Dispatcher) Idle(quiet time.Duration) bool {
+	d.mu.Lock()
+	n := len(d.flights)
+	d.mu.Unlock()
+	return n == 0 && time.Since(d.epoch)-time.Duration(d.busyAt.Load()) >= quiet
+}
 
 // noteQueueError records that the queue (Redis) just failed a call.
 func (d *Dispatcher) noteQueueError() { d.queueErrAt.Store(max(1, int64(time.Since(d.epoch)))) }
