@@ -31,7 +31,7 @@ const (
 	// defaultBackstopPoll is both lanes' poll when the queue announces
 	// ready messages (queue.Notifier): the poll then only catches a
 	// wake-up that was lost.
-	defaultBackstopPoll    = 2 * time.Second
+	defaultBackstopPoll    = 5 * time.Second
 	defaultBreakerFailures = 5
 	defaultBreakerOpen     = 5 * time.Second
 	defaultGuardSlowdown   = 2
@@ -96,7 +96,7 @@ type Config struct {
 	// the queue again. The API calls Notify after every enqueue, which wakes
 	// this process's lane at once; a queue shared by processes that
 	// announces ready messages (queue.Notifier: Redis) wakes every replica's
-	// lanes the same way, and the poll (then 2 s by default) only catches a
+	// lanes the same way, and the poll (then 5 s by default) only catches a
 	// lost wake-up. Without announcements the poll is how messages enqueued
 	// elsewhere are found; each costs one Redis round trip.
 	OTPPoll  time.Duration

@@ -126,7 +126,7 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	if a.srv, err = newServer(cfg, d, gath, b, a.disp, live, opts.Dashboard); err != nil {
 		return nil, err
 	}
-	if a.srv.history, err = newHistoryView(b, a.disp.Snapshot, d.metrics.accepted, d.log); err != nil {
+	if a.srv.history, err = newHistoryView(b, a.disp.Snapshot, d.metrics.accepted, d.quiet, d.log); err != nil {
 		return nil, err
 	}
 	a.http = newHTTPServer(cfg, a.srv.routes(), d.log)

@@ -45,7 +45,7 @@ type operatorPause struct {
 // no send goes on a copy older than pausePollEvery.
 const (
 	pausePollEvery = 500 * time.Millisecond
-	pauseIdlePoll  = 5 * time.Second
+	pauseIdlePoll  = 10 * time.Second
 )
 
 func newOperatorPause(store state.Pause, now func() time.Time) *operatorPause {
