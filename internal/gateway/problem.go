@@ -23,6 +23,7 @@ import (
 // status and one problem type; it doubles as the rejection metric label.
 type Kind string
 
+// The kinds, each with its HTTP status.
 const (
 	KindInvalid           Kind = "invalid"                  // 400: a field or the JSON is wrong
 	KindUnauthorized      Kind = "unauthorized"             // 401: no or unknown bearer key
@@ -129,9 +130,10 @@ func (p problem) MarshalJSON() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Splice the extension members into the object.
-	out := append(b[:len(b)-1], ',')
-	return append(out, extra[1:]...), nil
+	// Splice the extension members into the object: drop its closing
+	// brace, then append ',' and the members with theirs.
+	b = append(b[:len(b)-1], ',')
+	return append(b, extra[1:]...), nil
 }
 
 // toError classifies any error into an *Error. Unknown errors become
@@ -175,6 +177,9 @@ func toError(err error) *Error {
 		return &Error{Kind: KindUnavailable, Detail: "the gateway is shutting down", RetryAfter: time.Second, Err: err}
 	case errors.Is(err, context.DeadlineExceeded):
 		return &Error{Kind: KindUnavailable, Detail: "the gateway did not answer in time", RetryAfter: time.Second, Err: err}
+	case dependencyDown(err):
+		return &Error{Kind: KindUnavailable, Detail: "a dependency of the gateway is down or slow; retry later",
+			RetryAfter: outageRetryAfter, Err: err}
 	}
 	return &Error{Kind: KindInternal, Err: err}
 }
@@ -239,10 +244,10 @@ func (s *server) problemOf(r *http.Request, err error) (problem, *Error) {
 		p.Detail = ""
 		p.Errors = nil
 		p.Extra = nil
-		s.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path,
+		s.log.ErrorContext(r.Context(), "request failed", "method", methodLabel(r.Method), "path", r.URL.Path,
 			"request_id", p.RequestID, "err", err)
 	} else if e.Err != nil {
-		s.log.WarnContext(r.Context(), "request refused", "kind", e.Kind, "method", r.Method, "path", r.URL.Path,
+		s.log.WarnContext(r.Context(), "request refused", "kind", e.Kind, "method", methodLabel(r.Method), "path", r.URL.Path,
 			"request_id", p.RequestID, "err", e.Err)
 	}
 	s.metrics.rejected.WithLabelValues(string(e.Kind)).Inc()
