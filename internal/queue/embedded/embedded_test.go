@@ -362,3 +362,28 @@ func bucketHas(b *bolt.Bucket, k []byte) bool {
 	got, _ := b.Cursor().Seek(k)
 	return got != nil && string(got) == string(k)
 }
+
+// TestRequeueGoesBehindWithinTheSameMillisecond: a message requeued without
+// delay goes behind one enqueued in the same millisecond (the conformance
+// case Requeue failed when its calls fell in one millisecond).
+func TestRequeueGoesBehindWithinTheSameMillisecond(t *testing.T) {
+	clk := newClock() // frozen: every call in one millisecond
+	q := open(t, Config{Now: clk.Now})
+	ctx := t.Context()
+	a, b := msg("p", sms.ClassMarketing, clk.Now()), msg("p", sms.ClassMarketing, clk.Now())
+	for _, m := range []*sms.Message{a, b} {
+		if _, err := q.Enqueue(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, _, err := q.Take(ctx, queue.TakeOptions{Lease: time.Hour})
+	if err != nil || l.Message.ID != a.ID {
+		t.Fatalf("Take = %v, %v: want %s", l, err, a.ID)
+	}
+	if err := q.Requeue(ctx, l, queue.RequeueOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if l, _, err = q.Take(ctx, queue.TakeOptions{Lease: time.Hour}); err != nil || l.Message.ID != b.ID {
+		t.Fatalf("Take after the requeue = %v, %v: want %s ahead of the requeued %s", l.Message.ID, err, b.ID, a.ID)
+	}
+}

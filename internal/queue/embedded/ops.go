@@ -378,6 +378,13 @@ func (q *Queue) Requeue(ctx context.Context, l *queue.Leased, o queue.RequeueOpt
 		if o.After > 0 {
 			r.Msg.NotBefore = time.UnixMilli(r.Due).UTC()
 		}
+		// Behind everything already queued, even in the same millisecond:
+		// a new place in line, as redisq's requeue takes a new sequence.
+		seq, err := tx.Bucket(bMsgs).NextSequence()
+		if err != nil {
+			return err
+		}
+		r.Seq = seq
 		if err := putReady(tx, r); err != nil {
 			return err
 		}
