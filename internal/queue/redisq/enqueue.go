@@ -36,6 +36,7 @@ const maxBatch = 1000
 var enqueueScript = redis.NewScript(luaPrelude + `
 local now = now_us()
 local out = {}
+local fins = {}
 for i = 2, #ARGV, 7 do
   local id = ARGV[i]
   local ik = tonumber(ARGV[i + 4])
@@ -59,7 +60,7 @@ for i = 2, #ARGV, 7 do
     if existing then
       out[#out + 1] = {1, existing, id}
     else
-      existing = fin_find(KEYS[tonumber(ARGV[i + 5])], id)
+      existing = fin_index(fins, KEYS[tonumber(ARGV[i + 5])])[id] or false
       if existing then out[#out + 1] = {2, existing, id} end
     end
   end

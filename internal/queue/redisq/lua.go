@@ -64,6 +64,19 @@ local function fin_find(key, id)
   end
   return found
 end
+-- fin_index reads the final LIST key once into a table id -> last final
+-- record, for a script that looks up many ids (cache: key -> table).
+local function fin_index(cache, key)
+  local t = cache[key]
+  if t then return t end
+  t = {}
+  for _, v in ipairs(redis.call('LRANGE', key, 0, -1)) do
+    local sep = string.find(v, '\31', 1, true)
+    if sep then t['msg_' .. string.sub(v, 1, sep - 1)] = string.sub(v, sep + 1) end
+  end
+  cache[key] = t
+  return t
+end
 local function new_member(seq, id)
   return string.format('%016d', seq) .. ':' .. id
 end
