@@ -403,3 +403,37 @@ func TestLegacyMessages(t *testing.T) {
 		t.Fatalf("Take at the end: %v, want ErrEmpty", err)
 	}
 }
+
+// TestDeadLettersPrunedAfterRetention: a dead letter older than the
+// retention is deleted by the next Complete, as final records expire; one
+// within it stays.
+func TestDeadLettersPrunedAfterRetention(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	q := newShared(t)
+	q.retention = 300 * time.Millisecond
+	old, young, sent := msg("p", sms.ClassOTP), msg("p", sms.ClassOTP), msg("p", sms.ClassOTP)
+	enqueue(t, q, old)
+	if err := q.Dead(ctx, takeHour(t, q), "gave up", 8); err != nil {
+		t.Fatal(err)
+	}
+	// Wait for the state "old is past the retention" on the Redis clock.
+	for start := time.Now(); time.Since(start) < 2*q.retention; {
+		time.Sleep(50 * time.Millisecond)
+	}
+	enqueue(t, q, young)
+	if err := q.Dead(ctx, takeHour(t, q), "gave up", 8); err != nil {
+		t.Fatal(err)
+	}
+	enqueue(t, q, sent)
+	if err := q.Complete(ctx, takeHour(t, q), queue.Outcome{Status: sms.StatusSent, ProviderID: "pm", Attempts: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Get(ctx, old.ID); !errors.Is(err, queue.ErrNotFound) {
+		t.Fatalf("Get of a dead letter past the retention: %v, want ErrNotFound", err)
+	}
+	dl, err := q.DeadLetters(ctx, 10)
+	if err != nil || len(dl) != 1 || dl[0].ID != young.ID {
+		t.Fatalf("DeadLetters = %v, %v: want only %s", dl, err, young.ID)
+	}
+}
