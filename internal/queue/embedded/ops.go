@@ -287,7 +287,7 @@ func (q *Queue) Extend(ctx context.Context, l *queue.Leased, lease time.Duration
 }
 
 func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) error {
-	if !o.Status.Terminal() {
+	if !o.Status.Done() {
 		return fmt.Errorf("queue: complete: status %q is not terminal", o.Status)
 	}
 	return q.ack(ctx, "complete", l, func(tx *bolt.Tx, r *entry, now time.Time) error {
@@ -477,7 +477,7 @@ func (q *Queue) prune(ctx context.Context) (int, error) {
 			}
 			// A done entry whose message was retried and is live again
 			// (RetryDead removes it, but be safe): keep the message.
-			if r == nil || !r.Msg.Status.Terminal() {
+			if r == nil || !r.Msg.Status.Done() {
 				continue
 			}
 			if r.Msg.Dead {

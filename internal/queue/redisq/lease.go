@@ -185,7 +185,7 @@ func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) 
 	if err := q.beginLease(ctx, "complete", l); err != nil {
 		return err
 	}
-	if !o.Status.Terminal() {
+	if !o.Status.Done() {
 		return fmt.Errorf("redisq: complete %s: status %q is not terminal", l.Message.ID, o.Status)
 	}
 	status, err := statusCode(o.Status)
