@@ -88,15 +88,15 @@ const (
 	// StatusScheduled is a queued message whose send_at has not come yet.
 	// It is derived, never stored (see Message.StatusAt).
 	StatusScheduled Status = "scheduled"
-	// StatusDelivered: the provider's receipt says the handset has it.
+	// StatusDelivered means the provider's receipt says the handset has it.
 	StatusDelivered Status = "delivered"
-	// StatusUndelivered: the provider's receipt says it could not be
+	// StatusUndelivered means the provider's receipt says it could not be
 	// delivered (number off for too long, blocked by the carrier).
 	StatusUndelivered Status = "undelivered"
-	// StatusCanceled: the producer canceled it while it was queued or
+	// StatusCanceled means the producer canceled it while it was queued or
 	// scheduled; it was never sent.
 	StatusCanceled Status = "canceled"
-	// StatusSuppressed: refused for a number on the suppression list. Part
+	// StatusSuppressed means refused for a number on the suppression list. Part
 	// of the public contract; nothing stores it yet.
 	StatusSuppressed Status = "suppressed"
 )

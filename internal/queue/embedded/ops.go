@@ -303,7 +303,19 @@ func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) 
 		r.Msg.UpdatedAt = now
 		if o.Status == sms.StatusSent {
 			r.Msg.SentAt = now
+			if r.Parked != "" {
+				r.Msg.Status = r.Parked
+				if r.ParkedCode != "" {
+					r.Msg.LastError = r.ParkedCode
+				}
+			}
+			if o.ProviderID != "" && len(o.ProviderID) <= queue.MaxReceiptField {
+				if err := tx.Bucket(bPids).Put([]byte(o.ProviderID), []byte(r.Msg.ID)); err != nil {
+					return err
+				}
+			}
 		}
+		r.Parked, r.ParkedCode = "", ""
 		if err := finish(tx, r, ms(now)); err != nil {
 			return err
 		}
@@ -494,6 +506,11 @@ func (q *Queue) prune(ctx context.Context) (int, error) {
 					if err := tx.Bucket(bIdem).Delete(ik); err != nil {
 						return err
 					}
+				}
+			}
+			if pid := []byte(r.Msg.ProviderID); len(pid) > 0 && string(tx.Bucket(bPids).Get(pid)) == id {
+				if err := tx.Bucket(bPids).Delete(pid); err != nil {
+					return err
 				}
 			}
 			if err := tx.Bucket(bMsgs).Delete([]byte(id)); err != nil {
