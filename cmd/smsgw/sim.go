@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"strings"
 	"time"
 
 	"smsgw/internal/provider/sim"
@@ -39,6 +41,12 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	failStatus := fs.Int("fail-status", sim.DefaultFailStatus, "the 5xx of an injected failure")
 	timeoutRate := fs.Float64("timeout-rate", 0, "probability of never answering (until the client gives up)")
 	lostReplyRate := fs.Float64("lost-reply-rate", 0, "probability of accepting a send and then never answering")
+	receiptURLs := fs.String("receipt-url", "", "post a delivery receipt of every accepted message to these gateway endpoints (comma-separated …/v1/receipts/http); empty: none")
+	receiptSecret := fs.String("receipt-secret", "", "the gateway's provider.receipt_secret, to sign receipts (or SMSGW_PROVIDER_RECEIPT_SECRET)")
+	receiptDelay := fs.Duration("receipt-delay", time.Second, "how long after the accept a receipt is posted")
+	undelivered := fs.Float64("undelivered-share", 0.05, "share of receipts saying undelivered")
+	duplicates := fs.Int("receipt-duplicates", 0, "extra posts of each receipt (a vendor's retries)")
+	early := fs.Float64("early-receipts", 0, "share of receipts posted before the send's answer")
 	verbose := fs.Bool("v", false, "log every send (debug)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -72,7 +80,8 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		NoIdempotency:  *noIdem,
 		Faults: sim.Faults{Latency: sim.Duration(*latency), LatencyJitter: sim.Duration(*jitter),
 			FailRate: *failRate, FailStatus: *failStatus, TimeoutRate: *timeoutRate, LostReplyRate: *lostReplyRate},
-		Logger: logger,
+		Logger:   logger,
+		Receipts: receiptsConfig(*receiptURLs, *receiptSecret, *receiptDelay, *undelivered, *duplicates, *early),
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "smsgw sim: %v\n", err)
@@ -98,4 +107,18 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// receiptsConfig is the simulator's receipts from its flags; the secret
+// may come from the gateway's own environment variable instead of the
+// command line (where other users of the machine could read it).
+func receiptsConfig(urls, secret string, delay time.Duration, undelivered float64, duplicates int, early float64) sim.Receipts {
+	if urls == "" {
+		return sim.Receipts{}
+	}
+	if secret == "" {
+		secret = os.Getenv("SMSGW_PROVIDER_RECEIPT_SECRET")
+	}
+	return sim.Receipts{URLs: strings.Split(urls, ","), Secret: secret, Delay: delay,
+		UndeliveredShare: undelivered, Duplicates: duplicates, EarlyShare: early}
 }

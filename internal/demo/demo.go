@@ -28,6 +28,8 @@ const (
 	keyLogin  = "demo-login-key-0123456789"
 	keyNotify = "demo-notify-key-0123456789"
 	keyAdmin  = "demo-admin-key-0123456789"
+	// receiptSecret signs the simulator's delivery receipts.
+	receiptSecret = "demo-receipt-secret-0123"
 )
 
 // Options shape a demo run.
@@ -83,6 +85,12 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		_ = app.Stop(sctx)
 	}()
 	base := "http://" + hostForURL(app.Addr())
+	// The simulator reports delivery like a provider: most delivered, some
+	// undelivered, a few before the send's answer, each posted twice.
+	if err := s.EnableReceipts(sim.Receipts{URLs: []string{base + "/v1/receipts/http"}, Secret: receiptSecret,
+		Delay: 2 * time.Second, UndeliveredShare: 0.05, Duplicates: 1, EarlyShare: 0.05}); err != nil {
+		return err
+	}
 	banner(stdout, o, cfg, base, simURL)
 
 	t := &traffic{base: base, client: &http.Client{Timeout: 10 * time.Second}}
@@ -114,13 +122,13 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 func demoConfig(listen, storePath, sendURL string) (config.Config, error) {
 	yaml := fmt.Sprintf(`listen: %q
 store: {path: %q}
-provider: {kind: http, url: %q, timeout: 2s}
+provider: {kind: http, url: %q, timeout: 2s, receipt_secret: %q}
 producers:
   - {name: login, key: %q, classes: [otp], rate: 50, burst: 100}
   - {name: notify-worker, key: %q, classes: [transactional, marketing], rate: 5000, burst: 5000}
 admin: {key: %q}
 log: {level: warn, format: text}
-`, listen, storePath, sendURL, keyLogin, keyNotify, keyAdmin)
+`, listen, storePath, sendURL, receiptSecret, keyLogin, keyNotify, keyAdmin)
 	return config.Load([]byte(yaml), nil)
 }
 
