@@ -116,22 +116,37 @@ func (m *receiptMetrics) outcome(c sms.Class, status sms.Status) {
 	}
 }
 
-// ratio is delivered / final receipts of class c within the window.
+// ratio is delivered / final receipts of class c within the window, 1
+// when there were none (no news is no collapse).
 func (m *receiptMetrics) ratio(c sms.Class) float64 {
+	if r := m.recentRatio(c); r != nil {
+		return *r
+	}
+	return 1
+}
+
+// recentRatio is delivered / final receipts of class c within the window;
+// nil when there were none.
+func (m *receiptMetrics) recentRatio(c sms.Class) *float64 {
 	minute := m.now().Unix() / 60
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	b, ok := m.buckets[c]
+	if !ok {
+		return nil
+	}
 	var delivered, seen int64
-	for _, b := range m.buckets[c] {
-		if minute-b.minute < ratioWindow {
-			delivered += b.delivered
-			seen += b.seen
+	for _, x := range b {
+		if minute-x.minute < ratioWindow {
+			delivered += x.delivered
+			seen += x.seen
 		}
 	}
 	if seen == 0 {
-		return 1
+		return nil
 	}
-	return float64(delivered) / float64(seen)
+	r := float64(delivered) / float64(seen)
+	return &r
 }
 
 // unknownLog samples the log of unmatched receipts: one line per interval
