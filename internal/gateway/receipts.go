@@ -37,6 +37,7 @@ const ratioWindow = 15
 type receiptMetrics struct {
 	receipts *prometheus.CounterVec   // smsgw_receipts_total{adapter,status}
 	unknown  *prometheus.CounterVec   // smsgw_receipts_unknown_total{adapter}
+	early    *prometheus.CounterVec   // smsgw_receipts_early_total{adapter}
 	outcomes *prometheus.CounterVec   // smsgw_receipt_outcomes_total{class,status}
 	latency  *prometheus.HistogramVec // smsgw_receipt_latency_seconds{class}
 
@@ -58,6 +59,9 @@ func newReceiptMetrics(reg prometheus.Registerer, now func() time.Time) (*receip
 		unknown: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "smsgw_receipts_unknown_total", Help: "Signed receipts that matched no stored message (pruned, sent by the OTP fast path, or not ours).",
 		}, []string{"adapter"}),
+		early: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "smsgw_receipts_early_total", Help: "Receipts that came before the send was recorded: kept on the message and applied when it is.",
+		}, []string{"adapter"}),
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "smsgw_receipt_outcomes_total",
 			Help: "Messages a receipt moved (or will move, parked until the send is recorded) to a final status, by class; the delivery ratio is delivered over all.",
@@ -69,13 +73,14 @@ func newReceiptMetrics(reg prometheus.Registerer, now func() time.Time) (*receip
 		now:     now,
 		buckets: map[sms.Class]*[ratioWindow]ratioBucket{},
 	}
-	for _, c := range []prometheus.Collector{m.receipts, m.unknown, m.outcomes, m.latency} {
+	for _, c := range []prometheus.Collector{m.receipts, m.unknown, m.early, m.outcomes, m.latency} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	for _, a := range receiptAdapters {
 		m.unknown.WithLabelValues(a)
+		m.early.WithLabelValues(a)
 		for _, s := range receiptStatuses {
 			m.receipts.WithLabelValues(a, s)
 		}
@@ -244,6 +249,7 @@ func (s *server) postReceipt(w http.ResponseWriter, r *http.Request) {
 			rm.latency.WithLabelValues(m.Class.String()).Observe(m.UpdatedAt.Sub(m.SentAt).Seconds())
 		}
 	case queue.ReceiptParked:
+		rm.early.WithLabelValues(adapter).Inc()
 		rm.outcome(out.Message.Class, rc.Status)
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -42,7 +42,7 @@ type Receipts struct {
 const maxPending = 100_000
 
 // receiptWorkers post receipts concurrently.
-const receiptWorkers = 4
+const receiptWorkers = 8
 
 func (r *Receipts) validate() error {
 	for name, v := range map[string]float64{"undelivered_share": r.UndeliveredShare, "early_share": r.EarlyShare} {
@@ -105,11 +105,20 @@ func (p *poster) encode(rec Record) []byte {
 // early reports whether this receipt goes before the send's answer.
 func (p *poster) early() bool { return rand.Float64() < p.cfg.EarlyShare }
 
-// postNow posts rec's receipt from the send handler, before its answer.
+// postNow posts rec's receipt from the send handler, before its answer:
+// one round, bounded, whatever happens to the send's own request; a
+// receipt the gateway did not take then is posted later like the others.
 func (p *poster) postNow(ctx context.Context, rec Record) {
 	body := p.encode(rec)
-	p.post(ctx, body)
-	p.queue(receiptJob{due: time.Now().Add(p.cfg.Delay), body: body}, p.cfg.Duplicates)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	n := p.cfg.Duplicates
+	if p.try(ctx, body, 1) {
+		p.count(true)
+	} else {
+		n++
+	}
+	p.queue(receiptJob{due: time.Now().Add(p.cfg.Delay), body: body}, n)
 }
 
 // later queues rec's receipt for after the delay.
@@ -158,36 +167,47 @@ func (p *poster) work() {
 	}
 }
 
-// post sends one receipt, trying again (at any of the URLs) until the
-// gateway takes it, Attempts runs out or ctx ends.
+// post sends one receipt until the gateway takes it, Attempts rounds run
+// out or ctx ends: each round tries every URL once, from a random one
+// (another replica takes it when one is down), and waits a second before
+// the next round.
 func (p *poster) post(ctx context.Context, body []byte) {
+	if !p.try(ctx, body, p.cfg.Attempts) {
+		p.count(false)
+		return
+	}
+	p.count(true)
+}
+
+func (p *poster) try(ctx context.Context, body []byte, rounds int) bool {
 	sig := httpprov.SignReceipt(p.cfg.Secret, body)
-	for attempt := range p.cfg.Attempts {
-		if attempt > 0 {
+	urls := p.cfg.URLs
+	for round := range rounds {
+		if round > 0 {
 			select {
 			case <-ctx.Done():
-				p.count(false)
-				return
+				return false
 			case <-time.After(time.Second):
 			}
 		}
-		url := p.cfg.URLs[rand.N(len(p.cfg.URLs))]
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-		if err != nil {
-			break
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(httpprov.HeaderReceiptSignature, sig)
-		resp, err := p.client.Do(req)
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode/100 == 2 {
-				p.count(true)
-				return
+		first := rand.N(len(urls))
+		for i := range urls {
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, urls[(first+i)%len(urls)], bytes.NewReader(body))
+			if err != nil {
+				return false
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set(httpprov.HeaderReceiptSignature, sig)
+			resp, err := p.client.Do(req)
+			if err == nil {
+				_ = resp.Body.Close()
+				if resp.StatusCode/100 == 2 {
+					return true
+				}
 			}
 		}
 	}
-	p.count(false)
+	return false
 }
 
 func (p *poster) count(ok bool) {
