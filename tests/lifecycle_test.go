@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,21 +23,6 @@ import (
 // replica, some before the send's answer), a replica killed with SIGKILL.
 
 const lifecycleSecret = "e2e-receipt-secret-0123456789"
-
-// startGatewayIn starts a gateway listening on addr with its store under
-// dir, so that a test can name its receipt URL before it starts and start
-// it again on the same store.
-func startGatewayIn(t *testing.T, name, addr, dir string, o gwOptions) *gwProc {
-	t.Helper()
-	cfgPath := filepath.Join(dir, "smsgw.yaml")
-	if err := os.WriteFile(cfgPath, []byte(gatewayConfig(addr, o, filepath.Join(dir, "data"))), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	p := startProc(t, name, "serve", "--config", cfgPath)
-	g := &gwProc{proc: p, URL: "http://" + addr}
-	waitHTTP(t, p, g.URL+"/readyz", 30*time.Second)
-	return g
-}
 
 // receiptSim starts the simulator posting receipts to the gateways at addrs.
 func receiptSim(t *testing.T, addrs []string, extra ...string) *simProc {
