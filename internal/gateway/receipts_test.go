@@ -2,12 +2,18 @@ package gateway
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"smsgw/internal/config"
 	"smsgw/internal/provider/httpprov"
+	"smsgw/internal/provider/twilio"
 	"smsgw/internal/sms"
 )
 
@@ -139,5 +145,66 @@ func TestCancel(t *testing.T) {
 			wantStatus(t, del("msg_01JD5ZQ8X2N4M7P9R3T6V8W0YA", keyNotify), http.StatusNotFound)
 			wantStatus(t, del("nonsense", keyNotify), http.StatusNotFound)
 		})
+	}
+}
+
+// fakeTwilio answers Twilio's Messages endpoint with a new SID and keeps
+// each message's StatusCallback.
+type fakeTwilio struct {
+	mu        sync.Mutex
+	n         int
+	callbacks map[string]string // SID -> StatusCallback
+}
+
+func (f *fakeTwilio) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_ = r.ParseForm()
+	f.mu.Lock()
+	f.n++
+	sid := fmt.Sprintf("SM%032d", f.n)
+	f.callbacks[sid] = r.PostForm.Get("StatusCallback")
+	f.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	_, _ = fmt.Fprintf(w, `{"sid":%q,"status":"queued"}`, sid)
+}
+
+// TestTwilioReceipts: behind a proxy (Twilio calls the public
+// provider.receipt_url, the gateway sees another host), each send asks for
+// a StatusCallback carrying our id, and a StatusCallback signed over the
+// public URL moves the message; one signed over the URL the gateway sees,
+// or with another token, is 401.
+func TestTwilioReceipts(t *testing.T) {
+	const token = "twilio-auth-token-0123"
+	const public = "https://sms.example.com/v1/receipts/twilio"
+	fake := &fakeTwilio{callbacks: map[string]string{}}
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	h := start(t, embeddedMode, func(c *config.Config) {
+		c.Provider.Kind = "twilio"
+		c.Provider.HTTP.URL = srv.URL
+		c.Provider.ReceiptURL = public
+		c.Provider.Twilio = twilio.Settings{AccountSID: "AC0123", AuthToken: token, From: "+15005550006"}
+	})
+	v := h.sendAndWait(t)
+	fake.mu.Lock()
+	callback := fake.callbacks[v.ProviderMessageID]
+	fake.mu.Unlock()
+	u, err := url.Parse(callback)
+	if err != nil || u.Query().Get("smsgw_ref") != v.ID || !strings.HasPrefix(callback, public+"?") {
+		t.Fatalf("StatusCallback %q: want %s?smsgw_ref=%s", callback, public, v.ID)
+	}
+	form := url.Values{"MessageSid": {v.ProviderMessageID}, "MessageStatus": {"delivered"}, "AccountSid": {"AC0123"}}
+	post := func(sig string) reply {
+		return h.do(req{method: http.MethodPost, path: "/v1/receipts/twilio?" + u.RawQuery, body: form.Encode(),
+			header: map[string]string{"Content-Type": "application/x-www-form-urlencoded", twilio.HeaderSignature: sig}})
+	}
+	wantStatus(t, post(twilio.Signature(token, h.base+"/v1/receipts/twilio?"+u.RawQuery, form)), http.StatusUnauthorized)
+	wantStatus(t, post(twilio.Signature("another-token", callback, form)), http.StatusUnauthorized)
+	if got := h.status(t, v.ID).Status; got != sms.StatusSent {
+		t.Fatalf("after forged callbacks: %s", got)
+	}
+	wantStatus(t, post(twilio.Signature(token, callback, form)), http.StatusNoContent)
+	if got := h.status(t, v.ID).Status; got != sms.StatusDelivered {
+		t.Fatalf("after the signed callback: %s, want delivered", got)
 	}
 }
