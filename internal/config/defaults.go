@@ -47,5 +47,6 @@ func Default() Config {
 			ReadTimeout:  10 * time.Second,
 			WriteTimeout: 30 * time.Second,
 		},
+		Protection: defaultProtection(),
 	}
 }
