@@ -82,7 +82,7 @@ func TestDemoRunLeaksNoNumberOrBody(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		b, err := io.ReadAll(resp.Body)
 		if err != nil || resp.StatusCode != http.StatusOK {
 			t.Fatalf("GET %s: %d %v %s", path, resp.StatusCode, err, b)
@@ -118,7 +118,7 @@ func TestDemoRunLeaksNoNumberOrBody(t *testing.T) {
 		t.Fatal(err)
 	}
 	added, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 
 	answers := map[string]string{"POST /v1/admin/suppressions": string(added)}
 	for _, path := range []string{"/v1/admin/stats", "/v1/admin/history", "/v1/admin/dead-letters",
