@@ -14,6 +14,7 @@ import (
 
 	"smsgw/internal/config"
 	"smsgw/internal/provider/sim"
+	"smsgw/internal/redistest"
 )
 
 // premiumGB is a UK premium-rate number (09...), from libphonenumber's own
@@ -352,5 +353,48 @@ func TestPrefixAlarm(t *testing.T) {
 	logs := grepLines(h.logs.String(), "velocity alarm")
 	if strings.Count(logs, "\n")+1 != 1 || !strings.Contains(logs, `"prefix":"+81901*******"`) {
 		t.Fatalf("alarm log lines:\n%s", logs)
+	}
+}
+
+// TestProtectionWithRedisDown: with Redis down the OTP fast path keeps
+// sending and keeps being protected: a premium-rate number is still
+// refused, the per-number limit is counted by this replica alone (and
+// counted as a fallback), while transactional messages and the admin list
+// answer 503 with Retry-After, never 500.
+func TestProtectionWithRedisDown(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	s := newSim(t, sim.Config{})
+	cfg := testConfig(t, redisMode, s.URL())
+	cfg.Redis.Addr = srv.Addr
+	cfg.Redis.Timeout = 200 * time.Millisecond
+	cfg.Protection.OTPPerNumber = config.OTPPerNumberConfig{Limit: 2, Window: time.Hour}
+	h := startWith(t, cfg, s)
+	const to = "+819055512345"
+	wantStatus(t, h.post("/v1/otp", keyLogin, otpBody("to", to)), http.StatusOK)
+	srv.Stop()
+	wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", premiumGB(3), "deadline_ms", 2000)),
+		http.StatusUnprocessableEntity, KindNumberTypeBlocked, "to")
+	codes := map[int]int{}
+	for range 4 {
+		codes[h.post("/v1/otp", keyLogin, otpBody("to", to, "deadline_ms", 2000)).status]++
+	}
+	// This replica alone counts now: 2 more, whatever Redis held.
+	if codes[http.StatusOK] != 2 || codes[http.StatusTooManyRequests] != 2 {
+		t.Errorf("OTPs with Redis down: %v, want 2 × 200, 2 × 429", codes)
+	}
+	for _, r := range []reply{
+		h.post("/v1/messages", keyNotify, msg("transactional")),
+		h.get("/v1/admin/suppressions", keyAdmin),
+	} {
+		if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") == "" {
+			t.Errorf("with Redis down: %d %s, want 503 with Retry-After", r.status, r.body)
+		}
+	}
+	if v := metricValues(h.metrics(), "smsgw_protection_fallback_total")["smsgw_protection_fallback_total"]; v < 4 {
+		t.Errorf("smsgw_protection_fallback_total %v, want at least 4", v)
+	}
+	if n := len(s.Accepted()); n != 3 {
+		t.Errorf("the provider received %d OTPs, want 3", n)
 	}
 }
