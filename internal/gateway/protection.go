@@ -111,7 +111,7 @@ func newProtector(cfg config.ProtectionConfig, numbers state.NumberLimits, sup s
 		}
 	}
 	var err error
-	if p.alarm, err = newPrefixAlarm(cfg.PrefixAlarm, reg, log, now); err != nil {
+	if p.alarm, err = newPrefixAlarm(cfg.PrefixAlarm, cfg.Countries, reg, log, now); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -312,7 +312,8 @@ type prefixAlarm struct {
 // further prefixes count in the total only.
 const maxAlarmPrefixes = 4096
 
-func newPrefixAlarm(cfg config.PrefixAlarmConfig, reg prometheus.Registerer, log *slog.Logger, now func() time.Time) (*prefixAlarm, error) {
+func newPrefixAlarm(cfg config.PrefixAlarmConfig, countries []string, reg prometheus.Registerer, log *slog.Logger,
+	now func() time.Time) (*prefixAlarm, error) {
 	a := &prefixAlarm{cfg: cfg, log: log, now: now, counts: map[string]int{}, raised: map[string]bool{}}
 	a.fired = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "smsgw_protection_prefix_alarms_total",
@@ -326,6 +327,11 @@ func newPrefixAlarm(cfg config.PrefixAlarmConfig, reg prometheus.Registerer, log
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("gateway: protection metrics: %w", err)
 		}
+	}
+	// Exposed from the start (at 0) for the allowed regions, where every
+	// OTP that passes protection goes, and "unknown".
+	for _, r := range append([]string{"unknown"}, countries...) {
+		a.fired.WithLabelValues(r)
 	}
 	return a, nil
 }

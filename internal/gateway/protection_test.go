@@ -347,7 +347,7 @@ func TestPrefixAlarm(t *testing.T) {
 		wantStatus(t, h.post("/v1/otp", keyLogin, otpBody("to", fmt.Sprintf("+81901234%04d", i))), http.StatusOK)
 	}
 	mv := metricValues(h.metrics(), "smsgw_protection_prefix_alarms_total")
-	if mv[`smsgw_protection_prefix_alarms_total{region="JP"}`] != 1 || len(mv) != 1 {
+	if mv[`smsgw_protection_prefix_alarms_total{region="JP"}`] != 1 || mv[`smsgw_protection_prefix_alarms_total{region="unknown"}`] != 0 || len(mv) != 2 {
 		t.Fatalf("alarms %v, want one for JP", mv)
 	}
 	logs := grepLines(h.logs.String(), "velocity alarm")
