@@ -152,7 +152,9 @@ redis.call('SET', KEYS[1], ARGV[1], 'NX')
 return redis.call('GET', KEYS[1])
 `)
 
-func redisErr(what string, err error) error { return fmt.Errorf("state: suppressions %s on redis: %w", what, err) }
+func redisErr(what string, err error) error {
+	return fmt.Errorf("state: suppressions %s on redis: %w", what, err)
+}
 
 // Add puts s on the list.
 func (r *RedisSuppressions) Add(ctx context.Context, s Suppression) (bool, error) {
@@ -343,7 +345,9 @@ func OpenLocalSuppressions(dir string, maxEntries int) (*LocalSuppressions, erro
 // Close closes the file.
 func (l *LocalSuppressions) Close() error { return l.db.Close() }
 
-func localErr(what string, err error) error { return fmt.Errorf("state: suppressions %s: %w", what, err) }
+func localErr(what string, err error) error {
+	return fmt.Errorf("state: suppressions %s: %w", what, err)
+}
 
 // Add puts s on the list.
 func (l *LocalSuppressions) Add(ctx context.Context, s Suppression) (bool, error) {
