@@ -301,11 +301,10 @@ func (s *server) itemError(r *http.Request, it *batchItem, err error) {
 func (s *server) acceptBatch(ctx context.Context, w http.ResponseWriter, r *http.Request, p *producer,
 	vs []validated, valid []int, items []batchItem, key string) (*response, error) {
 	now := s.now()
-<<<<<<< HEAD
 	valid, err := s.protectItems(ctx, r, vs, valid, items)
 	if err != nil {
 		return nil, err
-=======
+	}
 	if len(valid) == 0 {
 		// Refused whole: the answer costs one unit of the producer's
 		// quota, so repeating it is throttled like any other request,
@@ -313,7 +312,6 @@ func (s *server) acceptBatch(ctx context.Context, w http.ResponseWriter, r *http
 		if _, err := s.admitIngress(ctx, w, p, 1); err != nil {
 			return nil, err
 		}
->>>>>>> main
 	}
 	var adm admitted
 	if len(valid) > 0 {

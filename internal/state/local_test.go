@@ -133,7 +133,6 @@ func TestConstructorsRefuseBadArguments(t *testing.T) {
 
 func second[T any](_ T, err error) error { return err }
 
-<<<<<<< HEAD
 // TestLocalSuppressionsSurviveRestart: the embedded list is a file; a new
 // process (a reopen) finds the same entries and the same number key.
 func TestLocalSuppressionsSurviveRestart(t *testing.T) {
@@ -168,7 +167,9 @@ func TestLocalSuppressionsSurviveRestart(t *testing.T) {
 	again, err := s.Key(t.Context())
 	if err != nil || string(again) != string(key) {
 		t.Fatal("the number key changed across a reopen")
-=======
+	}
+}
+
 // TestLocalIdempotencyByteBound: past its byte cap the store drops its
 // oldest answers, whatever their count.
 func TestLocalIdempotencyByteBound(t *testing.T) {
@@ -198,6 +199,5 @@ func TestLocalIdempotencyByteBound(t *testing.T) {
 	}
 	if a, _, _ := s.Acquire(ctx, "k0", time.Minute); a != nil {
 		t.Error("the oldest answer was kept past the byte cap")
->>>>>>> main
 	}
 }
