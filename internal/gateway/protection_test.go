@@ -170,10 +170,15 @@ func TestSuppressionList(t *testing.T) {
 			wantProblem(t, h.post("/v1/messages", keyNotify, msg("transactional")), http.StatusUnprocessableEntity, KindSuppressed, "to")
 			wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK) // suppress_otp is off
 
-			del := h.do(req{method: http.MethodDelete, path: "/v1/admin/suppressions/" + url.PathEscape(to), key: keyAdmin})
+			del := h.do(req{method: http.MethodDelete, path: "/v1/admin/suppressions/%2B" + to[1:], key: keyAdmin})
 			wantStatus(t, del, http.StatusNoContent)
 			del = h.do(req{method: http.MethodDelete, path: "/v1/admin/suppressions/" + to, key: keyAdmin})
 			wantStatus(t, del, http.StatusNotFound)
+			// By id, as the list shows it.
+			wantStatus(t, h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": to}), http.StatusCreated)
+			wantStatus(t, h.do(req{method: http.MethodDelete, path: "/v1/admin/suppressions/" + added.ID, key: keyAdmin}), http.StatusNoContent)
+			wantProblem(t, h.do(req{method: http.MethodDelete, path: "/v1/admin/suppressions/" + url.PathEscape("not a number"), key: keyAdmin}),
+				http.StatusBadRequest, KindInvalid, "number")
 			wantStatus(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusAccepted)
 			if n := h.stats().Protection.Refused["suppressed"]; n != 2 {
 				t.Errorf("suppressed refusals %d, want 2", n)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -115,7 +116,13 @@ func (s *server) adminAddSuppression(w http.ResponseWriter, r *http.Request) {
 // adminRemoveSuppression takes the number (E.164, '+' as is or %2B) or the
 // entry's id from the path.
 func (s *server) adminRemoveSuppression(w http.ResponseWriter, r *http.Request) {
-	arg := chi.URLParam(r, "number")
+	// chi matches on the escaped path when it has one: "%2B8190..." comes
+	// here as written.
+	arg, err := url.PathUnescape(chi.URLParam(r, "number"))
+	if err != nil {
+		s.writeError(w, r, fieldError("number", "must be an E.164 number or a suppression id"))
+		return
+	}
 	id := arg
 	if arg != "" && (arg[0] == '+' || arg[0] == ' ') { // a '+' some clients send as a space
 		to, err := sms.ParseE164("+" + arg[1:])
