@@ -126,6 +126,10 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	if a.srv, err = newServer(cfg, d, gath, b, a.disp, live, opts.Dashboard); err != nil {
 		return nil, err
 	}
+	if a.srv.protect, err = newProtector(cfg.Protection, b.numbers, b.suppress, d.reg, d.log, d.now); err != nil {
+		return nil, err
+	}
+	live.totals.refused = a.srv.protect.refused
 	if a.srv.history, err = newHistoryView(b, a.disp.Snapshot, d.metrics.accepted, d.quiet, d.log); err != nil {
 		return nil, err
 	}
