@@ -22,6 +22,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"smsgw/internal/keyspace"
 	"smsgw/internal/queue/redisq"
 	"smsgw/internal/redistest"
 	"smsgw/internal/sms"
@@ -399,4 +400,96 @@ func TestFleetRedisOutage(t *testing.T) {
 		t.Logf("Redis back at %s", time.Now().Format("15:04:05.000"))
 	})
 	checkFleet(t, fmt.Sprintf("%d replicas, Redis stopped 10 s", n), sim, r)
+}
+
+// failoverReport logs what a failover cost, from the provider's records:
+// 429s, the worst second, lost and duplicated messages, and how long the
+// provider received nothing around the failover. The contract (no 429, at
+// most 100 in any second) is asserted; losses are reported (the bound is
+// in docs/scale.md: writes a dying master acknowledged before they reached
+// its replica may be lost).
+func failoverReport(t *testing.T, label string, sim *simProc, r *fleetRun, killedAt time.Time) {
+	t.Helper()
+	st := sim.Stats(t)
+	recs := sim.Accepted(t)
+	if st.Rejected429 != 0 {
+		t.Errorf("provider answered %d 429s; want none", st.Rejected429)
+	}
+	worst := maxInAnyInterval(recs, time.Second)
+	if worst > 100 {
+		t.Errorf("provider saw %d messages within one second; contract is 100", worst)
+	}
+	lost, dup, extra, n := deliveries(recs, r.campaign, r.otpFast, r.otpQueue)
+	// The pause around the failover: the longest gap that ends after the kill.
+	var stopped time.Duration
+	ts := make([]time.Time, 0, len(recs))
+	for _, rec := range recs {
+		ts = append(ts, rec.At)
+	}
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+	for i := 1; i < len(ts); i++ {
+		if ts[i].After(killedAt) && ts[i].Sub(ts[i-1]) > stopped {
+			stopped = ts[i].Sub(ts[i-1])
+		}
+	}
+	t.Logf("%s: %d accepted ids: %d lost, %d duplicated, %d unknown; 429s %d, worst 1 s %d, sending stopped for %s around the failover; OTP refused (503) %d",
+		label, n, lost, dup, extra, st.Rejected429, worst, stopped.Round(time.Millisecond), r.refused)
+}
+
+// accountKey is a key of the account's hash tag (its Cluster slot).
+func accountKey(t *testing.T, acct string) string {
+	t.Helper()
+	sp, err := keyspace.New(acct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sp.Key("probe")
+}
+
+// TestFleetClusterFailover: a fleet on a 3-master, 3-replica Cluster; the
+// master of the account's slot is killed mid-campaign and its replica
+// promoted by the cluster itself.
+func TestFleetClusterFailover(t *testing.T) {
+	fleetOnly(t)
+	n := fleetSize(t, 5)
+	cl := redistest.StartClusterWithReplicas(t, time.Second)
+	sim := startSim(t, "--limit", "100", "--window", "sliding")
+	acct := "fleet"
+	gws := startFleet(t, n, gwOptions{RedisAddr: strings.Join(cl.Addrs, ","), Account: acct, SimURL: sim.URL})
+	var killedAt time.Time
+	r := runFleetCampaign(t, sim, gws, 2400, func() {
+		sim.WaitAccepted(t, 600, 60*time.Second)
+		old := cl.MasterOf(accountKey(t, acct))
+		killedAt = time.Now()
+		cl.Servers[old].Kill()
+		nm := cl.WaitMaster(accountKey(t, acct), old, 60*time.Second)
+		t.Logf("master %s of the account's slot killed; %s promoted after %s", old, nm, time.Since(killedAt).Round(time.Millisecond))
+	})
+	failoverReport(t, fmt.Sprintf("%d replicas, Cluster failover", n), sim, r, killedAt)
+}
+
+// TestFleetSentinelFailover: the same with one master, one replica and
+// three sentinels.
+func TestFleetSentinelFailover(t *testing.T) {
+	fleetOnly(t)
+	n := fleetSize(t, 5)
+	g := redistest.StartSentinel(t, time.Second)
+	sim := startSim(t, "--limit", "100", "--window", "sliding")
+	gws := startFleet(t, n, gwOptions{RedisAddr: strings.Join(g.Sentinels, ","), RedisMaster: g.MasterName, Account: "fleet", SimURL: sim.URL})
+	var killedAt time.Time
+	r := runFleetCampaign(t, sim, gws, 2400, func() {
+		sim.WaitAccepted(t, 600, 60*time.Second)
+		old := g.MasterAddr()
+		killedAt = time.Now()
+		g.Master.Kill()
+		deadline := time.Now().Add(60 * time.Second)
+		for g.MasterAddr() == old {
+			if time.Now().After(deadline) {
+				t.Fatal("the sentinels did not fail over within 60 s")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Logf("master %s killed; the sentinels promoted %s after %s", old, g.MasterAddr(), time.Since(killedAt).Round(time.Millisecond))
+	})
+	failoverReport(t, fmt.Sprintf("%d replicas, Sentinel failover", n), sim, r, killedAt)
 }

@@ -270,6 +270,8 @@ const (
 
 type gwOptions struct {
 	RedisAddr string // empty: embedded store
+	// RedisMaster is the Sentinel master name (RedisAddr: the sentinels).
+	RedisMaster string
 	Account   string
 	SimURL    string
 	Lease     time.Duration
@@ -287,7 +289,7 @@ func gatewayConfig(listen string, o gwOptions, storeDir string) string {
 		lease = 5 * time.Second
 	}
 	return fmt.Sprintf(`listen: %q
-redis: {addr: %q}
+redis: {addr: %q, master_name: %q}
 store: {path: %q}
 account: %q
 provider: {kind: http, url: %q, timeout: 2s}
@@ -298,7 +300,7 @@ producers:
 admin: {key: %q}
 dispatch: {lease: %s, backoff_base: 200ms, backoff_max: 2s, shutdown_timeout: 5s}
 log: {level: info, format: text}
-%s`, listen, o.RedisAddr, storeDir, o.Account, o.SimURL+"/send", keyMarketing, keyOTP, keyTxn, keyAdmin, lease, o.Extra)
+%s`, listen, o.RedisAddr, o.RedisMaster, storeDir, o.Account, o.SimURL+"/send", keyMarketing, keyOTP, keyTxn, keyAdmin, lease, o.Extra)
 }
 
 func startGateway(t *testing.T, name string, o gwOptions) *gwProc {

@@ -78,6 +78,16 @@ func runCampaign(t *testing.T, sim *simProc, gws []*gwProc, campaign int) *campa
 // once and nothing else.
 func checkExactlyOnce(t *testing.T, recs []simRecord, ids ...[]string) {
 	t.Helper()
+	lost, dup, extra, n := deliveries(recs, ids...)
+	if lost+dup+extra > 0 {
+		t.Errorf("provider received: %d of %d accepted ids missing, %d duplicated, %d unknown", lost, n, dup, extra)
+	}
+}
+
+// deliveries counts the accepted ids the provider never received (lost),
+// received more than once (dup), and references it received that were
+// never accepted (extra), of n accepted ids.
+func deliveries(recs []simRecord, ids ...[]string) (lost, dup, extra, n int) {
 	want := map[string]bool{}
 	for _, set := range ids {
 		for _, id := range set {
@@ -88,7 +98,6 @@ func checkExactlyOnce(t *testing.T, recs []simRecord, ids ...[]string) {
 	for _, r := range recs {
 		seen[r.Reference]++
 	}
-	lost, dup, extra := 0, 0, 0
 	for id := range want {
 		switch seen[id] {
 		case 0:
@@ -103,9 +112,7 @@ func checkExactlyOnce(t *testing.T, recs []simRecord, ids ...[]string) {
 			extra++
 		}
 	}
-	if lost+dup+extra > 0 {
-		t.Errorf("provider received: %d of %d accepted ids missing, %d duplicated, %d unknown", lost, len(want), dup, extra)
-	}
+	return lost, dup, extra, len(want)
 }
 
 // classRate is the achieved rate of a class at the provider, from its first
