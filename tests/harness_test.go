@@ -272,10 +272,10 @@ type gwOptions struct {
 	RedisAddr string // empty: embedded store
 	// RedisMaster is the Sentinel master name (RedisAddr: the sentinels).
 	RedisMaster string
-	Account   string
-	SimURL    string
-	Lease     time.Duration
-	Extra     string // more YAML appended to the config
+	Account     string
+	SimURL      string
+	Lease       time.Duration
+	Extra       string // more YAML appended to the config
 }
 
 type gwProc struct {

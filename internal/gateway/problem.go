@@ -4,13 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/go-chi/chi/v5/middleware"
+	"github.com/redis/go-redis/v9"
 
 	"smsgw/internal/dispatch"
 	"smsgw/internal/limiter"
@@ -175,8 +179,29 @@ func toError(err error) *Error {
 		return &Error{Kind: KindUnavailable, Detail: "the gateway is shutting down", RetryAfter: time.Second, Err: err}
 	case errors.Is(err, context.DeadlineExceeded):
 		return &Error{Kind: KindUnavailable, Detail: "the gateway did not answer in time", RetryAfter: time.Second, Err: err}
+	case storeUnavailable(err):
+		return &Error{Kind: KindUnavailable, Detail: "the message store is unavailable; nothing was queued", RetryAfter: time.Second, Err: err}
 	}
 	return &Error{Kind: KindInternal, Err: err}
+}
+
+// storeUnavailable tells a shared store (Redis) that is down or changing
+// hands from a fault of ours: no connection (refused, reset, closed,
+// timed out), or an answer that says "not now" (a Cluster without a
+// master for the slot, a replica being promoted, a server loading its
+// data or refusing writes).
+func storeUnavailable(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, redis.ErrClosed) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) {
+		return true
+	}
+	for _, prefix := range []string{"CLUSTERDOWN", "TRYAGAIN", "LOADING", "READONLY", "MASTERDOWN", "NOREPLICAS", "BUSY"} {
+		if redis.HasErrorPrefix(err, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // writeError answers err as application/problem+json. Internal errors are
