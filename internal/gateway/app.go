@@ -257,9 +257,11 @@ func newRedisClient(rc config.RedisConfig) redis.UniversalClient {
 			Username: rc.Username, Password: rc.Password, DB: rc.DB, TLSConfig: tlsCfg,
 			DialTimeout: rc.Timeout, ReadTimeout: rc.Timeout, WriteTimeout: rc.Timeout})
 	case len(addrs) > 1:
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs,
+		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs,
 			Username: rc.Username, Password: rc.Password, TLSConfig: tlsCfg,
 			DialTimeout: rc.Timeout, ReadTimeout: rc.Timeout, WriteTimeout: rc.Timeout})
+		cc.AddHook(&topologyReloader{reload: cc.ReloadState})
+		return cc
 	}
 	return redis.NewClient(&redis.Options{Addr: addrs[0],
 		Username: rc.Username, Password: rc.Password, DB: rc.DB, TLSConfig: tlsCfg,
