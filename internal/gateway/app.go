@@ -29,6 +29,7 @@ import (
 	"smsgw/internal/provider/httpprov"
 	"smsgw/internal/provider/twilio"
 	"smsgw/internal/provider/vonage"
+	"smsgw/internal/sms"
 )
 
 // Options are what a caller of New may supply besides the configuration.
@@ -86,6 +87,9 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	if err != nil {
 		return nil, err
 	}
+	// The first request would otherwise build the phone-number metadata
+	// (hundreds of ms on a small machine).
+	sms.Warm()
 	newBackend := newEmbeddedBackend
 	if cfg.Redis.Enabled() {
 		newBackend = newRedisBackend
