@@ -34,6 +34,7 @@ const (
 	defaultBackstopPoll    = 5 * time.Second
 	defaultBreakerFailures = 5
 	defaultBreakerOpen     = 5 * time.Second
+	defaultPoisonAfter     = 3
 	defaultGuardSlowdown   = 2
 	defaultGuardRefresh    = time.Second
 	defaultSendNowDeadline = time.Second
@@ -111,6 +112,11 @@ type Config struct {
 	BreakerFailures int
 	BreakerOpen     time.Duration
 
+	// PoisonAfter is how many times sending one message may crash its
+	// sender (a panic, recovered) before the message is a dead letter
+	// marked poison; default 3 (dispatch.poison_after).
+	PoisonAfter int
+
 	// While the guard is active every reservation costs GuardSlowdown times
 	// the message's cost (capped by the limiter's burst) and every pause
 	// lasts GuardSlowdown times the provider's Retry-After: every replica
@@ -174,6 +180,7 @@ func (c *Config) setDefaults() error {
 		{"BulkBatch", &c.BulkBatch, defaultBulkBatch},
 		{"BreakerFailures", &c.BreakerFailures, defaultBreakerFailures},
 		{"GuardSlowdown", &c.GuardSlowdown, defaultGuardSlowdown},
+		{"PoisonAfter", &c.PoisonAfter, defaultPoisonAfter},
 	} {
 		switch {
 		case *f.v < 0:
@@ -212,6 +219,7 @@ func (c *Config) required() []error {
 		}
 	}
 	if c.Workers < 1 {
+		//nolint:staticcheck // ST1005: it names the Config field, as its neighbours do
 		errs = append(errs, fmt.Errorf("Workers %d must be >= 1", c.Workers))
 	}
 	if c.OTPWorkers < 0 {

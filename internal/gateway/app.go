@@ -146,7 +146,7 @@ func dispatcherConfig(cfg config.Config, d deps, b *backend, prov provider.Provi
 		Queue: b.queue, Limiter: pausedLimiter{Limiter: b.limiter, p: b.pause}, Guard: b.guard,
 		Provider: prov, Owner: owner,
 		Workers: cfg.Dispatch.Workers, OTPWorkers: cfg.Dispatch.OTPWorkers,
-		Lease: cfg.Dispatch.Lease, MaxAttempts: cfg.Dispatch.MaxAttempts,
+		Lease: cfg.Dispatch.Lease, MaxAttempts: cfg.Dispatch.MaxAttempts, PoisonAfter: cfg.Dispatch.PoisonAfter,
 		BackoffBase: cfg.Dispatch.BackoffBase, BackoffMax: cfg.Dispatch.BackoffMax,
 		CountSegments: cfg.Provider.CountSegments, Logger: d.log, Registerer: d.reg, Now: d.now,
 		Hold: cfg.QuietPolicy().Hold,
@@ -304,7 +304,7 @@ func (a *App) Start(ctx context.Context) error {
 	if a.b.persist != nil {
 		a.b.persist.startUp(ctx)
 	}
-	ln, err := net.Listen("tcp", a.cfg.Listen)
+	ln, err := new(net.ListenConfig).Listen(ctx, "tcp", a.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("gateway: listen %s: %w", a.cfg.Listen, err)
 	}

@@ -4,17 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"math"
-	"net"
 	"net/http"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/go-chi/chi/v5/middleware"
-	"github.com/redis/go-redis/v9"
 
 	"smsgw/internal/dispatch"
 	"smsgw/internal/limiter"
@@ -27,6 +23,7 @@ import (
 // status and one problem type; it doubles as the rejection metric label.
 type Kind string
 
+// The kinds, each with its HTTP status.
 const (
 	KindInvalid           Kind = "invalid"                  // 400: a field or the JSON is wrong
 	KindUnauthorized      Kind = "unauthorized"             // 401: no or unknown bearer key
@@ -133,9 +130,10 @@ func (p problem) MarshalJSON() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Splice the extension members into the object.
-	out := append(b[:len(b)-1], ',')
-	return append(out, extra[1:]...), nil
+	// Splice the extension members into the object: drop its closing
+	// brace, then append ',' and the members with theirs.
+	b = append(b[:len(b)-1], ',')
+	return append(b, extra[1:]...), nil
 }
 
 // toError classifies any error into an *Error. Unknown errors become
@@ -179,29 +177,11 @@ func toError(err error) *Error {
 		return &Error{Kind: KindUnavailable, Detail: "the gateway is shutting down", RetryAfter: time.Second, Err: err}
 	case errors.Is(err, context.DeadlineExceeded):
 		return &Error{Kind: KindUnavailable, Detail: "the gateway did not answer in time", RetryAfter: time.Second, Err: err}
-	case storeUnavailable(err):
-		return &Error{Kind: KindUnavailable, Detail: "the message store is unavailable; nothing was queued", RetryAfter: time.Second, Err: err}
+	case dependencyDown(err):
+		return &Error{Kind: KindUnavailable, Detail: "a dependency of the gateway is down or slow; retry later",
+			RetryAfter: outageRetryAfter, Err: err}
 	}
 	return &Error{Kind: KindInternal, Err: err}
-}
-
-// storeUnavailable tells a shared store (Redis) that is down or changing
-// hands from a fault of ours: no connection (refused, reset, closed,
-// timed out), or an answer that says "not now" (a Cluster without a
-// master for the slot, a replica being promoted, a server loading its
-// data or refusing writes).
-func storeUnavailable(err error) bool {
-	var ne net.Error
-	if errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, redis.ErrClosed) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) {
-		return true
-	}
-	for _, prefix := range []string{"CLUSTERDOWN", "TRYAGAIN", "LOADING", "READONLY", "MASTERDOWN", "NOREPLICAS", "BUSY"} {
-		if redis.HasErrorPrefix(err, prefix) {
-			return true
-		}
-	}
-	return false
 }
 
 // writeError answers err as application/problem+json. Internal errors are
@@ -264,10 +244,10 @@ func (s *server) problemOf(r *http.Request, err error) (problem, *Error) {
 		p.Detail = ""
 		p.Errors = nil
 		p.Extra = nil
-		s.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path,
+		s.log.ErrorContext(r.Context(), "request failed", "method", methodLabel(r.Method), "path", r.URL.Path,
 			"request_id", p.RequestID, "err", err)
 	} else if e.Err != nil {
-		s.log.WarnContext(r.Context(), "request refused", "kind", e.Kind, "method", r.Method, "path", r.URL.Path,
+		s.log.WarnContext(r.Context(), "request refused", "kind", e.Kind, "method", methodLabel(r.Method), "path", r.URL.Path,
 			"request_id", p.RequestID, "err", e.Err)
 	}
 	s.metrics.rejected.WithLabelValues(string(e.Kind)).Inc()

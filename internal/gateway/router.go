@@ -63,7 +63,7 @@ func (s *server) routes() http.Handler {
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		allow := allowed(r, req.URL.Path)
 		w.Header().Set("Allow", strings.Join(allow, ", "))
-		s.writeError(w, req, errorf(KindMethodNotAllowed, req.Method+" is not allowed here; use "+strings.Join(allow, " or ")))
+		s.writeError(w, req, errorf(KindMethodNotAllowed, methodNamed(req.Method)+" is not allowed here; use "+strings.Join(allow, " or ")))
 	})
 
 	r.Get("/healthz", s.healthz)
@@ -140,7 +140,8 @@ func plainToken(s string, maxLen int) bool {
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("._:-", c) >= 0
+		if !ok {
 			return false
 		}
 	}
@@ -266,7 +267,7 @@ func (s *server) instrument(next http.Handler) http.Handler {
 		}
 		s.metrics.observe(route, r.Method, sw.status, time.Since(start))
 		if s.log.Enabled(r.Context(), slog.LevelDebug) {
-			s.log.DebugContext(r.Context(), "http request", "method", r.Method, "route", route, "status", sw.status,
+			s.log.DebugContext(r.Context(), "http request", "method", methodLabel(r.Method), "route", route, "status", sw.status,
 				"duration", time.Since(start), "client_ip", ClientIP(r.Context()),
 				"request_id", middleware.GetReqID(r.Context()))
 		}

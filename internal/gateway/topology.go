@@ -14,7 +14,7 @@ import (
 // sending the account's commands to the dead address until the minute
 // was up (measured: sending stopped 48 s for a failover the Cluster
 // completed in 2.4 s). After a command fails with a store that is down
-// (storeUnavailable) the slot map is reread, at most every
+// (dependencyDown) the slot map is reread, at most every
 // topologyReloadEvery, until the promoted replica appears in it.
 type topologyReloader struct {
 	reload func(context.Context)
@@ -42,7 +42,7 @@ func (h *topologyReloader) ProcessPipelineHook(next redis.ProcessPipelineHook) r
 }
 
 func (h *topologyReloader) after(err error) {
-	if err == nil || !storeUnavailable(err) {
+	if err == nil || !dependencyDown(err) {
 		return
 	}
 	now := time.Now().UnixNano()

@@ -22,6 +22,7 @@ import (
 	"smsgw/internal/sms"
 )
 
+// The errors every backend returns for the same conditions.
 var (
 	ErrEmpty     = errors.New("queue: no message ready")
 	ErrNotFound  = errors.New("queue: message not found")
@@ -65,6 +66,7 @@ type RequeueOptions struct {
 	After        time.Duration // not taken again before now+After
 	SpendAttempt bool          // false for rate denials and provider throttles
 	LastError    string
+	Crashed      bool // the send crashed its sender (a panic): Crashes is incremented
 }
 
 // MaxHorizons bounds the horizons of one ScheduledWithin call.
@@ -121,7 +123,8 @@ type Queue interface {
 	Recover(ctx context.Context) (int, error)
 
 	DeadLetters(ctx context.Context, limit int) ([]*sms.Message, error)
-	// RetryDead queues a dead letter again with its attempts reset.
+	// RetryDead queues a dead letter again with its attempts and crashes
+	// reset.
 	RetryDead(ctx context.Context, id string) error
 
 	// Get returns a message by id (ErrNotFound once retention has passed).

@@ -135,7 +135,7 @@ func (p *Provider) Send(ctx context.Context, req *provider.Request) (provider.Re
 }
 
 func (p *Provider) send(ctx context.Context, hreq *http.Request) (provider.Result, error) {
-	resp, err := p.client.Do(hreq)
+	resp, err := p.client.Do(hreq) //nolint:bodyclose // ReadBody closes it, on every path
 	if err != nil {
 		return provider.Result{}, TransportError(ctx, err)
 	}
@@ -167,6 +167,7 @@ func (p *Provider) logOutcome(ctx context.Context, req *provider.Request, res pr
 		return
 	}
 	attrs := []any{"provider", p.name, "id", req.ID, "to", sms.MaskPhone(req.To)}
+	err = provider.Scrubbed(err, req.Body)
 	if pe := provider.AsError(err); pe != nil {
 		p.log.Debug("provider send failed", append(attrs, "reason", pe.Reason, "status", pe.Status, "error", pe.Message)...)
 		return
