@@ -44,7 +44,9 @@ func StartClusterWithReplicas(t testing.TB, nodeTimeout time.Duration) *Cluster 
 	}
 	args := append([]string{"--cluster", "create"}, c.Addrs...)
 	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
-	out, err := exec.Command(binary(t, "redis-cli"), args...).CombinedOutput()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, binary(t, "redis-cli"), args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
 	}
@@ -90,17 +92,11 @@ func (c *Cluster) MasterOf(key string) string {
 	if err != nil {
 		c.t.Fatalf("redistest: CLUSTER KEYSLOT: %v", err)
 	}
-	slots, err := cc.ClusterSlots(ctx).Result()
+	m, err := SlotMaster(ctx, cc, slot)
 	if err != nil {
-		c.t.Fatalf("redistest: CLUSTER SLOTS: %v", err)
+		c.t.Fatalf("redistest: %v", err)
 	}
-	for _, s := range slots {
-		if int64(s.Start) <= slot && slot <= int64(s.End) && len(s.Nodes) > 0 {
-			return s.Nodes[0].Addr
-		}
-	}
-	c.t.Fatalf("redistest: no master holds slot %d", slot)
-	return ""
+	return m
 }
 
 // WaitMaster waits until a node other than old is the master of key's
@@ -125,17 +121,15 @@ func (c *Cluster) masterSeenBy(key, dead string) string {
 		}
 		cl := redis.NewClient(&redis.Options{Addr: a, MaxRetries: -1})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		slot, err1 := cl.ClusterKeySlot(ctx, key).Result()
-		slots, err2 := cl.ClusterSlots(ctx).Result()
+		slot, err := cl.ClusterKeySlot(ctx, key).Result()
+		var m string
+		if err == nil {
+			m, err = SlotMaster(ctx, cl, slot)
+		}
 		cancel()
 		_ = cl.Close()
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		for _, s := range slots {
-			if int64(s.Start) <= slot && slot <= int64(s.End) && len(s.Nodes) > 0 {
-				return s.Nodes[0].Addr
-			}
+		if err == nil {
+			return m
 		}
 	}
 	return ""
@@ -172,7 +166,7 @@ func StartSentinel(t testing.TB, downAfter time.Duration) *Sentinel {
 		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(binary(t, "redis-server"), conf, "--sentinel", "--logfile", filepath.Join(dir, "sentinel.log"))
+		cmd := exec.Command(binary(t, "redis-server"), conf, "--sentinel", "--logfile", filepath.Join(dir, "sentinel.log")) //nolint:noctx // lives until the test's cleanup kills it, like Server
 		if err := cmd.Start(); err != nil {
 			t.Fatalf("redistest: start sentinel: %v", err)
 		}
@@ -237,4 +231,28 @@ func waitReplicaOnline(master string, within time.Duration) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// SlotMaster is the address of the node that serves slot as master now,
+// as the node c reaches sees the Cluster (CLUSTER SHARDS).
+func SlotMaster(ctx context.Context, c interface {
+	ClusterShards(context.Context) *redis.ClusterShardsCmd
+}, slot int64) (string, error) {
+	shards, err := c.ClusterShards(ctx).Result()
+	if err != nil {
+		return "", fmt.Errorf("CLUSTER SHARDS: %w", err)
+	}
+	for _, sh := range shards {
+		for _, r := range sh.Slots {
+			if r.Start > slot || slot > r.End {
+				continue
+			}
+			for _, n := range sh.Nodes {
+				if n.Role == "master" && n.Health == "online" {
+					return fmt.Sprintf("%s:%d", n.IP, n.Port), nil
+				}
+			}
+		}
+	}
+	return "", fmt.Errorf("no online master serves slot %d", slot)
 }
