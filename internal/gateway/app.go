@@ -29,6 +29,7 @@ import (
 	"smsgw/internal/provider/httpprov"
 	"smsgw/internal/provider/twilio"
 	"smsgw/internal/provider/vonage"
+	"smsgw/internal/sms"
 )
 
 // Options are what a caller of New may supply besides the configuration.
@@ -86,6 +87,9 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	if err != nil {
 		return nil, err
 	}
+	// The first request would otherwise build the phone-number metadata
+	// (hundreds of ms on a small machine).
+	sms.Warm()
 	newBackend := newEmbeddedBackend
 	if cfg.Redis.Enabled() {
 		newBackend = newRedisBackend
@@ -264,9 +268,11 @@ func newRedisClient(rc config.RedisConfig) redis.UniversalClient {
 			Username: rc.Username, Password: rc.Password, DB: rc.DB, TLSConfig: tlsCfg,
 			DialTimeout: rc.Timeout, ReadTimeout: rc.Timeout, WriteTimeout: rc.Timeout})
 	case len(addrs) > 1:
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs,
+		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs,
 			Username: rc.Username, Password: rc.Password, TLSConfig: tlsCfg,
 			DialTimeout: rc.Timeout, ReadTimeout: rc.Timeout, WriteTimeout: rc.Timeout})
+		cc.AddHook(&topologyReloader{reload: cc.ReloadState})
+		return cc
 	}
 	return redis.NewClient(&redis.Options{Addr: addrs[0],
 		Username: rc.Username, Password: rc.Password, DB: rc.DB, TLSConfig: tlsCfg,
