@@ -40,12 +40,14 @@ const (
 	KindRejected          Kind = "rejected-by-provider"     // 422: the provider refused the message for good
 	KindUnavailable       Kind = "unavailable"              // 503: OTP could not be sent in time, shutting down, store down
 	KindInternal          Kind = "internal"                 // 500: anything we did not expect
+	KindBadSignature      Kind = "bad-signature"            // 401: a provider receipt's signature is missing or wrong
+	KindNotCancelable     Kind = "not-cancelable"           // 409: the message is sending or done
 )
 
 // Kinds lists every Kind, for creating metric label sets at zero.
 var Kinds = []Kind{KindInvalid, KindUnauthorized, KindForbidden, KindNotFound, KindMethodNotAllowed,
 	KindInFlight, KindTooLarge, KindUnsupportedMedia, KindKeyReused, KindRateLimited, KindTooManyQueued,
-	KindExpiresBeforeSend, KindRejected, KindUnavailable, KindInternal}
+	KindExpiresBeforeSend, KindRejected, KindUnavailable, KindInternal, KindBadSignature, KindNotCancelable}
 
 var kindInfo = map[Kind]struct {
 	status int
@@ -66,6 +68,8 @@ var kindInfo = map[Kind]struct {
 	KindRejected:          {http.StatusUnprocessableEntity, "The provider rejected the message"},
 	KindUnavailable:       {http.StatusServiceUnavailable, "Service unavailable"},
 	KindInternal:          {http.StatusInternalServerError, "Internal server error"},
+	KindBadSignature:      {http.StatusUnauthorized, "Receipt signature missing or wrong"},
+	KindNotCancelable:     {http.StatusConflict, "The message is sending or done and can no longer be canceled"},
 }
 
 // ProblemTypeBase prefixes every problem type URI.
