@@ -77,7 +77,7 @@ type limiterStats struct {
 type statsResponse struct {
 	Classes  map[string]classStats `json:"classes"`
 	Limiter  limiterStats          `json:"limiter"`
-	Pause    PauseState            `json:"pause"`
+	Pause    pauseState            `json:"pause"`
 	Counters countersInfo          `json:"counters"`
 	Provider providerStats         `json:"provider"`
 	OTP      otpStats              `json:"otp"`
@@ -158,8 +158,8 @@ func (s *server) adminGetMessage(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// MaxPause bounds an operator pause with a duration.
-const MaxPause = 24 * time.Hour
+// maxPause bounds an operator pause with a duration.
+const maxPause = 24 * time.Hour
 
 func (s *server) adminPause(w http.ResponseWriter, r *http.Request) {
 	raw, err := readBody(r, true)
@@ -177,8 +177,8 @@ func (s *server) adminPause(w http.ResponseWriter, r *http.Request) {
 	var d time.Duration
 	if req.DurationSeconds != nil {
 		v := *req.DurationSeconds
-		if !(v >= 1 && v <= MaxPause.Seconds()) {
-			s.writeError(w, r, fieldError("duration_seconds", fmt.Sprintf("must be between 1 and %d", int(MaxPause.Seconds()))))
+		if !(v >= 1 && v <= maxPause.Seconds()) {
+			s.writeError(w, r, fieldError("duration_seconds", fmt.Sprintf("must be between 1 and %d", int(maxPause.Seconds()))))
 			return
 		}
 		d = time.Duration(v * float64(time.Second))
