@@ -321,7 +321,7 @@ func (q *Queue) Extend(ctx context.Context, l *queue.Leased, lease time.Duration
 
 // Complete ends the lease with o.Status (sent, failed or expired).
 func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) error {
-	if !o.Status.Terminal() {
+	if !o.Status.Done() {
 		return fmt.Errorf("queue: complete: status %q is not terminal", o.Status)
 	}
 	return q.ack(ctx, "complete", l, func(tx *bolt.Tx, r *entry, now time.Time) error {
@@ -337,6 +337,17 @@ func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) 
 		r.Msg.UpdatedAt = now
 		if o.Status == sms.StatusSent {
 			r.Msg.SentAt = now
+			if r.Parked != "" {
+				r.Msg.Status = r.Parked
+				if r.ParkedCode != "" {
+					r.Msg.LastError = r.ParkedCode
+				}
+			}
+			if o.ProviderID != "" && len(o.ProviderID) <= queue.MaxReceiptField {
+				if err := tx.Bucket(bPids).Put([]byte(o.ProviderID), []byte(r.Msg.ID)); err != nil {
+					return err
+				}
+			}
 		}
 		// The message leaves msgs for its final record: no body, no full
 		// number (queue.EncodeFinal).
@@ -567,14 +578,23 @@ func (q *Queue) pruneFinal(ctx context.Context) (int, error) {
 	n := 0
 	err = q.update(ctx, func(tx *bolt.Tx) error {
 		n = 0
-		fin, idem := tx.Bucket(bFinal), tx.Bucket(bIdem)
+		fin, idem, pids := tx.Bucket(bFinal), tx.Bucket(bIdem), tx.Bucket(bPids)
 		for _, k := range finals {
-			if v := fin.Get(k); v != nil && finalDue(k, v, cutoff) {
-				if err := fin.Delete(k); err != nil {
+			v := fin.Get(k)
+			if v == nil || !finalDue(k, v, cutoff) {
+				continue
+			}
+			id := "msg_" + string(k)
+			if m, err := queue.DecodeFinal(id, string(v)); err == nil && m.ProviderID != "" &&
+				string(pids.Get([]byte(m.ProviderID))) == id {
+				if err := pids.Delete([]byte(m.ProviderID)); err != nil {
 					return err
 				}
-				n++
 			}
+			if err := fin.Delete(k); err != nil {
+				return err
+			}
+			n++
 		}
 		for _, k := range idems {
 			if v := idem.Get(k); v != nil && q.idemStale(v, now) {
@@ -624,7 +644,7 @@ func (q *Queue) pruneDone(ctx context.Context) (int, error) {
 			}
 			// A done entry whose message was retried and is live again
 			// (RetryDead removes it, but be safe): keep the message.
-			if r == nil || !r.Msg.Status.Terminal() {
+			if r == nil || !r.Msg.Status.Done() {
 				continue
 			}
 			if r.Msg.Dead {
@@ -641,6 +661,11 @@ func (q *Queue) pruneDone(ctx context.Context) (int, error) {
 					if err := tx.Bucket(bIdem).Delete(ik); err != nil {
 						return err
 					}
+				}
+			}
+			if pid := []byte(r.Msg.ProviderID); len(pid) > 0 && string(tx.Bucket(bPids).Get(pid)) == id {
+				if err := tx.Bucket(bPids).Delete(pid); err != nil {
+					return err
 				}
 			}
 			if err := tx.Bucket(bMsgs).Delete([]byte(id)); err != nil {

@@ -25,6 +25,9 @@ var (
 	// messages, keyed by the id without "msg_": the keys sort by creation
 	// time, so pruning walks them from the oldest without an index.
 	bFinal = []byte("final")
+	// bPids maps a sent message's provider id to its id, for receipts
+	// without a reference; pruned with the message.
+	bPids = []byte("pids")
 )
 
 // Kinds of per-class counters. Ready and scheduled are one counter because
@@ -36,7 +39,7 @@ const (
 )
 
 func createBuckets(tx *bolt.Tx) error {
-	for _, name := range [][]byte{bMsgs, bReady, bLeases, bIdem, bOut, bDead, bDone, bCounts, bFinal} {
+	for _, name := range [][]byte{bMsgs, bReady, bLeases, bIdem, bOut, bDead, bDone, bCounts, bFinal, bPids} {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return fmt.Errorf("bucket %s: %w", name, err)
 		}

@@ -41,8 +41,10 @@ for i = 1, n do
     redis.call('ZREM', KEYS[i], member)
     local raw = redis.call('HGET', msgs, id)
     -- an entry without its message (never written so) is dropped, not handed out
-    if raw then
-      local m = cjson.decode(raw)
+    local m = raw and cjson.decode(raw)
+    -- a member left behind by Cancel of a record without its member is
+    -- dropped too: only queued messages are handed out
+    if m and status_of(m) == 'q' then
       set(m, 's', 'l')
       set_time(m, 'tu', now)
       local js = cjson.encode(m)
@@ -178,16 +180,20 @@ func (q *Queue) Extend(ctx context.Context, l *queue.Leased, lease time.Duration
 	return q.leaseResult("extend", l, extendScript.Run(ctx, q.c, keys, l.Message.ID, l.Token, us(lease)))
 }
 
-// completeScript ends a held lease with a final status: the message leaves
+// completeScript ends a held lease with a done status: the message leaves
 // msgs, and its final record (queue.FinalPrefix, then the two times on the
 // Redis clock) joins the LIST of its creation second, which expires
-// Retention after this completion. It prunes what Retention has passed and
+// Retention after this completion. A receipt parked on the message (rs, re:
+// it arrived before the send was recorded) turns sent into the receipt's
+// status in the same step, and a sent message's provider id indexes it for
+// receipts without a reference. It prunes what Retention has passed and
 // has no expiry of its own: terminal messages an earlier release kept in
 // msgs (indexed by done) and dead letters.
 //
 // KEYS[1] lease ZSET of the class, KEYS[2] leases HASH, KEYS[3] msgs HASH,
 // KEYS[4] done ZSET, KEYS[5] outstanding HASH, KEYS[6] the final LIST,
-// KEYS[7..9] the dead ZSETs.
+// KEYS[7..9] the dead ZSETs, KEYS[10] the provider id's index key (sent
+// with a provider id only).
 // ARGV[1] id, ARGV[2] token, ARGV[3] status code (s, f or x), ARGV[4] the
 // final record without its times, ARGV[5] the id's creation time ms,
 // ARGV[6] retention µs, ARGV[7] how many old messages to prune at most.
@@ -200,8 +206,15 @@ local m = cjson.decode(redis.call('HGET', KEYS[3], ARGV[1]))
 redis.call('HDEL', KEYS[3], ARGV[1])
 local tu = b36(math.floor(now / 1000) - tonumber(ARGV[5]))
 local ts = ''
-if ARGV[3] == 's' then ts = '=' end
-redis.call('RPUSH', KEYS[6], string.sub(ARGV[1], 5) .. '\31' .. ARGV[4] .. tu .. '\31' .. ts)
+local rec = ARGV[4]
+if ARGV[3] == 's' then
+  ts = '='
+  if m.rs then rec = fin_receipt(rec, m.rs, m.re) end
+  if KEYS[10] then
+    redis.call('SET', KEYS[10], ARGV[1], 'PX', math.max(1, math.floor(tonumber(ARGV[6]) / 1000)))
+  end
+end
+redis.call('RPUSH', KEYS[6], string.sub(ARGV[1], 5) .. '\31' .. rec .. tu .. '\31' .. ts)
 redis.call('PEXPIRE', KEYS[6], math.ceil(tonumber(ARGV[6]) / 1000))
 local producer = get(m, 'p')
 if redis.call('HINCRBY', KEYS[5], producer, -1) <= 0 then
@@ -229,7 +242,7 @@ func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) 
 	if err := q.beginLease(ctx, "complete", l); err != nil {
 		return err
 	}
-	if !o.Status.Terminal() {
+	if !o.Status.Done() {
 		return fmt.Errorf("redisq: complete %s: status %q is not terminal", l.Message.ID, o.Status)
 	}
 	status, err := statusCode(o.Status)
@@ -247,6 +260,9 @@ func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) 
 	defer func() { q.m.observe("complete", start, err) }()
 	keys := append([]string{q.k.lease(l.Message.Class), q.k.leases(), q.k.msgs(), q.k.done(), q.k.outstanding(),
 		q.k.fin(final.ID)}, q.k.perClass(q.k.dead)...)
+	if o.Status == sms.StatusSent && o.ProviderID != "" && len(o.ProviderID) <= queue.MaxReceiptField {
+		keys = append(keys, q.k.pid(o.ProviderID))
+	}
 	return q.leaseResult("complete", l, completeScript.Run(ctx, q.c, keys, l.Message.ID, l.Token,
 		status, prefix, created.UnixMilli(), us(q.retention), prunePerComplete))
 }
@@ -272,8 +288,10 @@ if ARGV[4] == '1' then set(m, 'a', (get(m, 'a') or 0) + 1) end
 if ARGV[5] ~= '' then set(m, 'e', ARGV[5]) end
 if ARGV[6] == '1' then set(m, 'x', (get(m, 'x') or 0) + 1) end
 if delay > 0 then set_time(m, 'tb', now + delay, true) end
+local member = new_member(redis.call('INCR', KEYS[5]), ARGV[1])
+m.qm = member
 redis.call('HSET', KEYS[3], ARGV[1], cjson.encode(m))
-redis.call('ZADD', KEYS[4], now + delay, new_member(redis.call('INCR', KEYS[5]), ARGV[1]))
+redis.call('ZADD', KEYS[4], now + delay, member)
 return 1
 `)
 

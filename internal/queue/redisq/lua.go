@@ -64,6 +64,23 @@ local function fin_find(key, id)
   end
   return found
 end
+-- fin_split and fin_join take a final record apart by field and back.
+local function fin_split(rec)
+  local t = {}
+  for f in string.gmatch(rec .. '\31', '([^\31]*)\31') do t[#t + 1] = f end
+  return t
+end
+-- fin_receipt applies a receipt (record status code v, u or f and its
+-- error code) to the final record rec (or its prefix): its status and
+-- last error fields, in queue.EncodeFinal's words.
+local fin_status_word = {v = 'delivered', u = 'undelivered', f = 'f'}
+local function fin_receipt(rec, code, err)
+  local t = fin_split(rec)
+  t[2] = fin_status_word[code] or code
+  if err and err ~= '' then t[11] = string.gsub(err, '\31', '') end
+  -- a prefix's trailing separator comes back as an empty last field
+  return table.concat(t, '\31')
+end
 -- fin_index reads the final LIST key once into a table id -> last final
 -- record, for a script that looks up many ids (cache: key -> table).
 local function fin_index(cache, key)

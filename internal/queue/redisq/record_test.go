@@ -112,9 +112,14 @@ type aTime struct{ offset time.Duration }
 
 // legacyNames are the legacy form of the record fields the scripts write.
 var legacyNames = map[string]string{"s": "status", "a": "attempts", "e": "last_error", "pm": "provider_message_id",
-	"d": "dead", "tb": "not_before", "tu": "updated_at", "ts": "sent_at"}
+	"d": "dead", "tb": "not_before", "tu": "updated_at", "ts": "sent_at", "qm": "qm", "rs": "rs", "re": "re"}
 
-var legacyWords = map[string]string{"q": "queued", "l": "sending", "s": "sent", "f": "failed", "x": "expired"}
+var legacyWords = map[string]string{"q": "queued", "l": "sending", "s": "sent", "f": "failed", "x": "expired",
+	"v": "delivered", "u": "undelivered", "c": "canceled"}
+
+// aMember is a ready ZSET member of the message: the scripts keep it in qm
+// so that Cancel can take the message out of line.
+type aMember struct{}
 
 // checkField compares one stored field with its expectation in record form,
 // translated for a legacy message.
@@ -122,6 +127,12 @@ func checkField(t *testing.T, legacy bool, name string, got, want any, at time.T
 	t.Helper()
 	if legacy && name == "s" {
 		want = legacyWords[want.(string)]
+	}
+	if _, ok := want.(aMember); ok {
+		if s, _ := got.(string); len(s) < 18 || s[16] != ':' {
+			t.Errorf("field %s = %v, want a ready member", name, got)
+		}
+		return
 	}
 	tm, isTime := want.(aTime)
 	switch {
@@ -163,12 +174,12 @@ var scriptEdits = []scriptEdit{
 		func(t *testing.T, q *Queue, l *queue.Leased) error {
 			return q.Requeue(t.Context(), l, queue.RequeueOptions{After: time.Hour, SpendAttempt: true, LastError: "503"})
 		},
-		map[string]any{"s": "q", "a": 1.0, "e": "503", "tb": aTime{time.Hour}, "tu": aTime{}}},
+		map[string]any{"s": "q", "a": 1.0, "e": "503", "tb": aTime{time.Hour}, "tu": aTime{}, "qm": aMember{}}},
 	{"requeue for a rate wait", takeHour,
 		func(t *testing.T, q *Queue, l *queue.Leased) error {
 			return q.Requeue(t.Context(), l, queue.RequeueOptions{})
 		},
-		map[string]any{"s": "q", "tu": aTime{}}},
+		map[string]any{"s": "q", "tu": aTime{}, "qm": aMember{}}},
 	{"dead", takeHour,
 		func(t *testing.T, q *Queue, l *queue.Leased) error { return q.Dead(t.Context(), l, "gave up", 5) },
 		map[string]any{"s": "f", "d": true, "a": 5.0, "e": "gave up", "tu": aTime{}}},
@@ -187,7 +198,23 @@ var scriptEdits = []scriptEdit{
 			return l
 		},
 		func(t *testing.T, q *Queue, l *queue.Leased) error { return q.RetryDead(t.Context(), l.Message.ID) },
-		map[string]any{"s": "q", "d": nil, "a": nil, "tb": nil, "tu": aTime{}}},
+		map[string]any{"s": "q", "d": nil, "a": nil, "tb": nil, "tu": aTime{}, "qm": aMember{}}},
+	{"receipt parked", takeHour,
+		func(t *testing.T, q *Queue, l *queue.Leased) error {
+			_, err := q.ApplyReceipt(t.Context(), queue.Receipt{Reference: l.Message.ID, Status: sms.StatusUndelivered, ErrorCode: "E2"})
+			return err
+		},
+		map[string]any{"rs": "u", "re": "E2"}},
+	{"cancel", nil,
+		func(t *testing.T, q *Queue, l *queue.Leased) error {
+			ids, err := q.c.HKeys(t.Context(), q.k.msgs()).Result()
+			if err != nil || len(ids) != 1 {
+				t.Fatalf("stored ids %v, %v", ids, err)
+			}
+			_, err = q.Cancel(t.Context(), ids[0], "p")
+			return err
+		},
+		map[string]any{"s": "c", "tu": aTime{}, "qm": nil}},
 }
 
 // TestCompleteLeavesFinalRecord: from a seeded record and from a seeded
@@ -435,5 +462,56 @@ func TestDeadLettersPrunedAfterRetention(t *testing.T) {
 	dl, err := q.DeadLetters(ctx, 10)
 	if err != nil || len(dl) != 1 || dl[0].ID != young.ID {
 		t.Fatalf("DeadLetters = %v, %v: want only %s", dl, err, young.ID)
+	}
+}
+
+// TestReceiptsOnFinalRecords: a receipt for a sent message (by our id or by
+// the provider's) moves its final record on, keeping the send time; one
+// parked before the send was recorded is applied by Complete; a second is a
+// duplicate. From a seeded record and from a seeded legacy message.
+func TestReceiptsOnFinalRecords(t *testing.T) {
+	t.Parallel()
+	for _, legacy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("legacy=%v", legacy), func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			q := newShared(t)
+			sent, parked := sms.NewID(time.Now()), sms.NewID(time.Now())
+			seedStored(t, q, legacy, sent, time.Now().Add(-time.Hour).Truncate(time.Millisecond))
+			seedStored(t, q, legacy, parked, time.Now().Add(-time.Hour).Truncate(time.Millisecond))
+			l := takeHour(t, q)
+			if err := q.Complete(ctx, l, queue.Outcome{Status: sms.StatusSent, ProviderID: "pm-1", Attempts: 1}); err != nil {
+				t.Fatal(err)
+			}
+			before, err := q.Get(ctx, l.Message.ID)
+			if err != nil || before.Status != sms.StatusSent {
+				t.Fatalf("Get after Complete = %+v, %v", before, err)
+			}
+			out, err := q.ApplyReceipt(ctx, queue.Receipt{ProviderID: "pm-1", Status: sms.StatusDelivered, ErrorCode: "E1"})
+			if err != nil || out.Result != queue.ReceiptApplied || out.Message.Status != sms.StatusDelivered {
+				t.Fatalf("receipt by provider id = %+v, %v", out, err)
+			}
+			got, err := q.Get(ctx, l.Message.ID)
+			if err != nil || got.Status != sms.StatusDelivered || got.LastError != "E1" || !got.SentAt.Equal(before.SentAt) ||
+				got.UpdatedAt.Before(before.UpdatedAt) || got.ProviderID != "pm-1" || got.Body != "" {
+				t.Fatalf("Get after the receipt = %+v, %v (before %+v)", got, err, before)
+			}
+			out, err = q.ApplyReceipt(ctx, queue.Receipt{Reference: l.Message.ID, Status: sms.StatusUndelivered})
+			if err != nil || out.Result != queue.ReceiptDuplicate || out.Message.Status != sms.StatusDelivered {
+				t.Fatalf("second receipt = %+v, %v: want a duplicate", out, err)
+			}
+			l = takeHour(t, q)
+			if out, err := q.ApplyReceipt(ctx, queue.Receipt{Reference: l.Message.ID, Status: sms.StatusUndelivered, ErrorCode: "E2"}); err != nil || out.Result != queue.ReceiptParked {
+				t.Fatalf("early receipt = %+v, %v: want parked", out, err)
+			}
+			if err := q.Complete(ctx, l, queue.Outcome{Status: sms.StatusSent, ProviderID: "pm-2", Attempts: 1}); err != nil {
+				t.Fatal(err)
+			}
+			got, err = q.Get(ctx, l.Message.ID)
+			if err != nil || got.Status != sms.StatusUndelivered || got.LastError != "E2" || got.ProviderID != "pm-2" ||
+				got.Attempts != 1 || got.SentAt.IsZero() {
+				t.Fatalf("Get after Complete with a parked receipt = %+v, %v", got, err)
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package redisq
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"strconv"
 	"strings"
@@ -118,7 +119,8 @@ func storedBytes(b *testing.B, c *redis.Client, n int) (queued, done int64) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		o := queue.Outcome{Status: sms.StatusSent, ProviderID: "SM0123456789abcdef0123456789abcdef", Attempts: 1}
+		// A Twilio-like id of 34 characters, each its own (receipts index it).
+		o := queue.Outcome{Status: sms.StatusSent, ProviderID: fmt.Sprintf("SM%032x", sha256.Sum256([]byte(l.Message.ID)))[:34], Attempts: 1}
 		if err := q.Complete(ctx, l, o); err != nil {
 			b.Fatal(err)
 		}
