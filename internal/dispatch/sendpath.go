@@ -48,6 +48,7 @@ func (d *Dispatcher) take(ctx context.Context, ln *lane, classes []sms.Class) (*
 		return nil, 0, fmt.Errorf("dispatch: take: %w", err)
 	}
 	d.m.takes.WithLabelValues(ln.name, takeMessage).Inc()
+	d.noteBusy()
 	m := l.Message
 	ready := m.CreatedAt
 	if m.NotBefore.After(ready) {

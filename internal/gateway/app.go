@@ -116,13 +116,17 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	if a.disp, err = dispatch.New(dispatcherConfig(cfg, d, b, prov, owner)); err != nil {
 		return nil, fmt.Errorf("gateway: dispatcher: %w", err)
 	}
+	disp := a.disp
+	d.quiet.set(func() bool { return disp.Idle(idleQuiet) })
 	started := d.now()
+	totals := newTotalsLoop(a.disp.Snapshot, b.counters, b.scope, d.log, started)
+	totals.t.quiet, totals.t.quietEvery = d.quiet, totalsIdleEvery
 	live := &liveStats{replica: replica{owner: owner, mode: b.mode, started: started}, providerName: a.prov.Name(),
-		snap: a.disp.Snapshot, otp: otpLatency, totals: newTotalsLoop(a.disp.Snapshot, b.counters, b.scope, d.log, started)}
+		snap: a.disp.Snapshot, otp: otpLatency, totals: totals}
 	if a.srv, err = newServer(cfg, d, gath, b, a.disp, live, opts.Dashboard); err != nil {
 		return nil, err
 	}
-	if a.srv.history, err = newHistoryView(b, a.disp.Snapshot, d.metrics.accepted, d.log); err != nil {
+	if a.srv.history, err = newHistoryView(b, a.disp.Snapshot, d.metrics.accepted, d.quiet, d.log); err != nil {
 		return nil, err
 	}
 	a.http = newHTTPServer(cfg, a.srv.routes(), d.log)
@@ -147,7 +151,7 @@ func dispatcherConfig(cfg config.Config, d deps, b *backend, prov provider.Provi
 
 // newDeps resolves the Options' defaults and the API metrics.
 func newDeps(opts Options) (deps, prometheus.Gatherer, error) {
-	d := deps{log: opts.Logger, now: opts.Now}
+	d := deps{log: opts.Logger, now: opts.Now, quiet: &quietGate{}}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}

@@ -140,3 +140,16 @@ type Queue interface {
 
 	Close() error
 }
+
+// Notifier is implemented by a backend that several processes share: it
+// tells every process, soon after, that messages of a class became ready
+// anywhere (an enqueue, a recovered lease), so that idle processes wait
+// for the news instead of polling. The news is a hint and may be lost (a
+// connection drops): callers keep a slow poll as the backstop.
+type Notifier interface {
+	// Listen calls wake with each class announced by any process until
+	// ctx ends, and with every class after each (re)connection, since
+	// news may have been missed meanwhile. It reconnects by itself and
+	// returns only when ctx ends.
+	Listen(ctx context.Context, wake func(sms.Class))
+}

@@ -357,6 +357,7 @@ func (q *Queue) Recover(ctx context.Context) (total int, err error) {
 	}
 	if total > 0 {
 		q.log.Info("recovered expired leases", "count", total)
+		q.announce(ctx, sms.Classes)
 	}
 	return total, nil
 }
