@@ -142,6 +142,12 @@ type Producer struct {
 	Rate           float64  `yaml:"rate"`            // ingress messages/s
 	Burst          int      `yaml:"burst"`           // ingress burst
 	MaxOutstanding int64    `yaml:"max_outstanding"` // queued + in flight; 0 = no limit
+	// Senders are the sender ids (from) the producer may use; the first is
+	// its default. Empty: any valid sender, and none by default.
+	Senders []string `yaml:"senders"`
+	// AllowUnicodeControls lets the producer's bodies carry bidirectional
+	// and zero-width format characters, refused otherwise.
+	AllowUnicodeControls bool `yaml:"allow_unicode_controls"`
 }
 
 // KeyHash returns the SHA-256 of the producer's key.

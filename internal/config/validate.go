@@ -287,6 +287,18 @@ func (c *Config) validateProducers(p *problems) {
 		if pr.MaxOutstanding < 0 {
 			p.add(key+".max_outstanding", "must be >= 0 (0 means no limit)")
 		}
+		seen := map[string]bool{}
+		for j, s := range pr.Senders {
+			k := fmt.Sprintf("%s.senders[%d]", key, j)
+			if s == "" {
+				p.add(k, "must not be empty")
+			} else if err := sms.ValidateSender(s); err != nil {
+				p.add(k, "%v", err)
+			} else if seen[s] {
+				p.add(k, "duplicate sender %q", s)
+			}
+			seen[s] = true
+		}
 	}
 	if c.Admin.Enabled() {
 		if _, dup := keys[c.Admin.KeyHash()]; dup {

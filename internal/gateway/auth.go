@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"smsgw/internal/config"
@@ -19,6 +21,25 @@ type producer struct {
 	classes        [numClasses]bool
 	Ingress        limiter.Rate
 	MaxOutstanding int64
+	senders        []string // empty: any sender
+	unicodeCtl     bool     // may send bidi and zero-width format characters
+}
+
+// sender is the from a message of p goes out with: p's default (its first
+// sender) when the request names none; a 403 naming field when p may not
+// use it.
+func (p *producer) sender(from, field string) (string, error) {
+	if len(p.senders) == 0 {
+		return from, nil
+	}
+	if from == "" {
+		return p.senders[0], nil
+	}
+	if slices.Contains(p.senders, from) {
+		return from, nil
+	}
+	return "", &Error{Kind: KindForbidden, Detail: fmt.Sprintf("%s: producer %s may not send as this sender", field, p.Name),
+		Fields: []FieldError{{field, "is not one of the producer's senders"}}}
 }
 
 func (p *producer) allowed(c sms.Class) bool { return c.Valid() && p.classes[c] }
@@ -39,6 +60,8 @@ func newAuthenticator(cfg config.Config) *authenticator {
 			hash:           p.KeyHash(),
 			Ingress:        limiter.Rate{PerSecond: p.Rate, Burst: p.Burst},
 			MaxOutstanding: p.MaxOutstanding,
+			senders:        slices.Clone(p.Senders),
+			unicodeCtl:     p.AllowUnicodeControls,
 		}
 		for _, c := range p.Classes {
 			if cl, err := sms.ParseClass(c); err == nil {

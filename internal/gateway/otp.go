@@ -52,6 +52,7 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	mr := messageRequest{To: req.To, Body: req.Body, From: req.From, Reference: req.Reference}
+	mr.From, _ = p.sender(req.From, "") // the default sender when none is named
 	v, errs := s.validateMessage(&mr, sms.ClassOTP, "")
 	deadline := s.cfg.Messages.OTPDeadline
 	if req.DeadlineMS != nil {
@@ -68,6 +69,10 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if !p.allowed(sms.ClassOTP) {
 		s.writeError(w, r, errorf(KindForbidden, fmt.Sprintf("producer %s may not send class otp", p.Name)))
+		return
+	}
+	if _, err := p.sender(req.From, "from"); err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	s.idempotent(w, r, p, "otp", v.msg.RequestHash, func(ctx context.Context, key string) (*response, error) {
