@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -23,6 +24,19 @@ type producer struct {
 	MaxOutstanding int64
 	senders        []string // empty: any sender
 	unicodeCtl     bool     // may send bidi and zero-width format characters
+}
+
+// bodyControls is the 400 for a body with a bidirectional or zero-width
+// character, unless p may send them.
+func (p *producer) bodyControls(body, prefix string) []FieldError {
+	if p.unicodeCtl {
+		return nil
+	}
+	var ve *sms.ValidationError
+	if errors.As(sms.CheckFormatControls(body), &ve) {
+		return []FieldError{{prefix + ve.Field, ve.Reason}}
+	}
+	return nil
 }
 
 // sender is the from a message of p goes out with: p's default (its first

@@ -107,6 +107,7 @@ func (s *server) checkMessage(p *producer, raw []byte, prefix string) (validated
 	asked := req.From
 	req.From, _ = p.sender(req.From, "") // the default sender when none is named
 	v, errs := s.validateMessage(&req, class, prefix)
+	errs = append(errs, p.bodyControls(req.Body, prefix)...)
 	if ferr != nil {
 		errs = append([]FieldError{*ferr}, errs...)
 	}

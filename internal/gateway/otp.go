@@ -54,6 +54,7 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 	mr := messageRequest{To: req.To, Body: req.Body, From: req.From, Reference: req.Reference}
 	mr.From, _ = p.sender(req.From, "") // the default sender when none is named
 	v, errs := s.validateMessage(&mr, sms.ClassOTP, "")
+	errs = append(errs, p.bodyControls(mr.Body, "")...)
 	deadline := s.cfg.Messages.OTPDeadline
 	if req.DeadlineMS != nil {
 		switch d := *req.DeadlineMS; {
