@@ -157,6 +157,10 @@ func (p Producer) KeyHash() [32]byte { return keyHash(p.Key, p.KeySHA256) }
 type AdminConfig struct {
 	Key       string `yaml:"key"`
 	KeySHA256 string `yaml:"key_sha256"`
+	// Listen, when set, is a second listener for the operator endpoints
+	// (/metrics, /v1/admin/*, the dashboard), which the main listener then
+	// does not serve: a network policy can keep them off the producers' path.
+	Listen string `yaml:"listen"`
 }
 
 // Enabled reports whether admin endpoints are reachable at all.

@@ -327,6 +327,15 @@ func validateProducerKey(p *problems, key string, pr Producer) ([32]byte, bool) 
 }
 
 func (c *Config) validateAdmin(p *problems) {
+	if l := c.Admin.Listen; l != "" {
+		if _, port, err := net.SplitHostPort(l); err != nil {
+			p.add("admin.listen", "%q is not host:port: %v", l, err)
+		} else if _, err := lookupPort(port); err != nil {
+			p.add("admin.listen", "%q: %v", l, err)
+		} else if l == c.Listen && port != "0" {
+			p.add("admin.listen", "%q must differ from listen", l)
+		}
+	}
 	if c.Admin.Key != "" && c.Admin.KeySHA256 != "" {
 		p.add("admin", "set key or key_sha256, not both")
 	}

@@ -59,6 +59,7 @@ type App struct {
 	log   *slog.Logger
 	srv   *server
 	http  *http.Server
+	admin *http.Server // admin.listen's, nil without it
 	disp  *dispatch.Dispatcher
 	b     *backend
 	prov  provider.Provider
@@ -66,7 +67,9 @@ type App struct {
 
 	mu       sync.Mutex
 	ln       net.Listener
+	adminLn  net.Listener
 	served   chan error
+	adminEnd chan error
 	cancel   context.CancelFunc
 	started  bool
 	stopped  bool
@@ -129,7 +132,12 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	if a.srv.history, err = newHistoryView(b, a.disp.Snapshot, d.metrics.accepted, d.quiet, d.log); err != nil {
 		return nil, err
 	}
-	a.http = newHTTPServer(cfg, a.srv.routes(), d.log)
+	if cfg.Admin.Listen == "" {
+		a.http = newHTTPServer(cfg, a.srv.routes(), d.log)
+	} else {
+		a.http = newHTTPServer(cfg, a.srv.router(true, false), d.log)
+		a.admin = newHTTPServer(cfg, a.srv.router(false, true), d.log)
+	}
 	d.log.Info("gateway ready to start", "mode", b.mode, "account", cfg.Account, "provider", a.prov.Name(),
 		"producers", len(cfg.Producers), "target_rps", cfg.Limits.TargetRPS, "owner", owner)
 	return a, nil
@@ -302,12 +310,22 @@ func (a *App) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("gateway: listen %s: %w", a.cfg.Listen, err)
 	}
+	var adminLn net.Listener
+	if a.admin != nil {
+		if adminLn, err = new(net.ListenConfig).Listen(ctx, "tcp", a.cfg.Admin.Listen); err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("gateway: listen %s (admin.listen): %w", a.cfg.Admin.Listen, err)
+		}
+	}
 	// Stop, not the caller's ctx, ends the background work: a cancelled
 	// ctx (SIGTERM) must lead to a graceful Stop, not a crash.
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	if err := a.disp.Start(runCtx); err != nil {
 		cancel()
 		_ = ln.Close()
+		if adminLn != nil {
+			_ = adminLn.Close()
+		}
 		return fmt.Errorf("gateway: %w", err)
 	}
 	for _, l := range a.loops() {
@@ -317,6 +335,11 @@ func (a *App) Start(ctx context.Context) error {
 	a.served = make(chan error, 1)
 	go func() { a.served <- a.http.Serve(ln) }()
 	a.log.Info("gateway listening", "addr", ln.Addr().String())
+	if adminLn != nil {
+		a.adminLn, a.adminEnd = adminLn, make(chan error, 1)
+		go func() { a.adminEnd <- a.admin.Serve(adminLn) }()
+		a.log.Info("operator endpoints listening", "addr", adminLn.Addr().String())
+	}
 	return nil
 }
 
@@ -333,6 +356,17 @@ func (a *App) Addr() string {
 		return ""
 	}
 	return a.ln.Addr().String()
+}
+
+// AdminAddr is the address of the admin.listen listener ("" without it,
+// or before Start).
+func (a *App) AdminAddr() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.adminLn == nil {
+		return ""
+	}
+	return a.adminLn.Addr().String()
 }
 
 // Handler is the App's HTTP handler, for callers that serve it themselves.
@@ -372,6 +406,15 @@ func (a *App) Stop(ctx context.Context) error {
 		}
 		if err := <-a.served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errs = append(errs, fmt.Errorf("http serve: %w", err))
+		}
+		if a.adminEnd != nil {
+			if err := a.admin.Shutdown(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("admin http shutdown: %w", err))
+				_ = a.admin.Close()
+			}
+			if err := <-a.adminEnd; err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errs = append(errs, fmt.Errorf("admin http serve: %w", err))
+			}
 		}
 		if err := a.disp.Stop(ctx); err != nil {
 			errs = append(errs, err)

@@ -52,9 +52,15 @@ type server struct {
 	stopping  atomic.Bool
 }
 
-// routes builds the chi router. Every route here must be a path of
-// api/openapi.yaml (TestRoutesMatchSpec).
-func (s *server) routes() http.Handler {
+// routes builds the chi router of every route. Every route here must be a
+// path of api/openapi.yaml (TestRoutesMatchSpec).
+func (s *server) routes() http.Handler { return s.router(true, true) }
+
+// router builds a chi router with the producer routes (public), the
+// operator routes (/metrics, /v1/admin/*, the dashboard: admin), or both;
+// /healthz and /readyz are on every router. With admin.listen set the App
+// serves them on two listeners.
+func (s *server) router(public, admin bool) chi.Router {
 	r := chi.NewRouter()
 	r.Use(s.requestID, s.instrument, s.recoverer, s.clientIP)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
@@ -68,20 +74,27 @@ func (s *server) routes() http.Handler {
 
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
-	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}))
+	if admin {
+		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}))
+	}
 	r.Get("/openapi.yaml", func(w http.ResponseWriter, r *http.Request) {
 		writeRaw(w, "application/yaml", http.StatusOK, api.OpenAPI)
 	})
 
 	r.Route("/v1", func(r chi.Router) {
 		r.Use(s.limitBody)
-		r.Group(func(r chi.Router) {
-			r.Use(s.authProducer)
-			r.Post("/messages", s.postMessage)
-			r.Post("/messages/batch", s.postBatch)
-			r.Get("/messages/{id}", s.getMessage)
-			r.Post("/otp", s.postOTP)
-		})
+		if public {
+			r.Group(func(r chi.Router) {
+				r.Use(s.authProducer)
+				r.Post("/messages", s.postMessage)
+				r.Post("/messages/batch", s.postBatch)
+				r.Get("/messages/{id}", s.getMessage)
+				r.Post("/otp", s.postOTP)
+			})
+		}
+		if !admin {
+			return
+		}
 		r.Route("/admin", func(r chi.Router) {
 			r.Use(s.authAdmin)
 			r.Get("/stats", s.adminStats)
@@ -93,7 +106,7 @@ func (s *server) routes() http.Handler {
 			r.Post("/dead-letters/{id}/retry", s.adminRetryDead)
 		})
 	})
-	if s.dashboard != nil {
+	if admin && s.dashboard != nil {
 		r.Get("/dashboard", func(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, "/dashboard/", http.StatusMovedPermanently)
 		})
