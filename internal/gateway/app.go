@@ -191,7 +191,7 @@ func newServer(cfg config.Config, d deps, gath prometheus.Gatherer, b *backend, 
 	dashboard http.Handler) (*server, error) {
 	s := &server{
 		cfg: cfg, log: d.log, now: d.now, metrics: d.metrics, gatherer: gath,
-		auth: newAuthenticator(cfg), dashboard: dashboard, quiet: cfg.QuietPolicy(),
+		auth: newAuthenticator(cfg), authThrottle: newAuthThrottle(time.Now), dashboard: dashboard, quiet: cfg.QuietPolicy(),
 		queue: b.queue, enq: b.enq, limiter: b.limiter, ingress: &ingress{keys: b.ingress}, idem: b.idem,
 		pause: b.pause, checks: b.checks, otp: disp, notifier: disp, live: live,
 	}

@@ -133,8 +133,7 @@ func (s *server) authProducer(next http.Handler) http.Handler {
 		}
 		p := s.auth.producerFor(h)
 		if p == nil {
-			s.log.WarnContext(r.Context(), "unknown producer key", "path", r.URL.Path, "client_ip", ClientIP(r.Context()))
-			s.writeError(w, r, errorf(KindUnauthorized, "unknown API key"))
+			s.authFailed(w, r, "unknown producer key")
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), producerKey{}, p)))
@@ -153,12 +152,27 @@ func (s *server) authAdmin(next http.Handler) http.Handler {
 				s.writeError(w, r, errorf(KindForbidden, "this endpoint needs the admin key"))
 				return
 			}
-			s.log.WarnContext(r.Context(), "unknown admin key", "path", r.URL.Path, "client_ip", ClientIP(r.Context()))
-			s.writeError(w, r, errorf(KindUnauthorized, "unknown API key"))
+			s.authFailed(w, r, "unknown admin key")
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// authFailed answers a request whose bearer key is unknown: 401, or 429
+// once its client address has failed too often (authThrottle); the WARN
+// line is sampled.
+func (s *server) authFailed(w http.ResponseWriter, r *http.Request, what string) {
+	ip := ClientIP(r.Context())
+	if wait := s.authThrottle.fail(ip); wait > 0 {
+		s.writeError(w, r, &Error{Kind: KindAuthThrottled, RetryAfter: wait,
+			Detail: "too many failed authentications from this address; retry after the Retry-After seconds with a valid key"})
+		return
+	}
+	if ok, left := s.authThrottle.sampleLog(); ok {
+		s.log.WarnContext(r.Context(), what, "path", r.URL.Path, "client_ip", ip, "not_logged_since_last", left)
+	}
+	s.writeError(w, r, errorf(KindUnauthorized, "unknown API key"))
 }
 
 // numClasses sizes per-class arrays: the classes are otp..marketing.

@@ -40,12 +40,13 @@ const (
 	KindRejected          Kind = "rejected-by-provider"     // 422: the provider refused the message for good
 	KindUnavailable       Kind = "unavailable"              // 503: OTP could not be sent in time, shutting down, store down
 	KindInternal          Kind = "internal"                 // 500: anything we did not expect
+	KindAuthThrottled     Kind = "too-many-auth-failures"   // 429: this client address failed to authenticate too often
 )
 
 // Kinds lists every Kind, for creating metric label sets at zero.
 var Kinds = []Kind{KindInvalid, KindUnauthorized, KindForbidden, KindNotFound, KindMethodNotAllowed,
 	KindInFlight, KindTooLarge, KindUnsupportedMedia, KindKeyReused, KindRateLimited, KindTooManyQueued,
-	KindExpiresBeforeSend, KindRejected, KindUnavailable, KindInternal}
+	KindExpiresBeforeSend, KindRejected, KindUnavailable, KindInternal, KindAuthThrottled}
 
 var kindInfo = map[Kind]struct {
 	status int
@@ -66,6 +67,7 @@ var kindInfo = map[Kind]struct {
 	KindRejected:          {http.StatusUnprocessableEntity, "The provider rejected the message"},
 	KindUnavailable:       {http.StatusServiceUnavailable, "Service unavailable"},
 	KindInternal:          {http.StatusInternalServerError, "Internal server error"},
+	KindAuthThrottled:     {http.StatusTooManyRequests, "Too many failed authentications"},
 }
 
 // ProblemTypeBase prefixes every problem type URI.

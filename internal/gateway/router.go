@@ -28,28 +28,29 @@ import (
 // server holds what the handlers need. It is built by New and never
 // changes after, except the readiness flag.
 type server struct {
-	cfg       config.Config
-	log       *slog.Logger
-	now       func() time.Time
-	queue     queue.Queue
-	enq       enqueuer
-	limiter   limiter.Limiter
-	ingress   *ingress
-	idem      idemStore
-	otp       otpSender
-	notifier  notifier
-	auth      *authenticator
-	eta       *etaEstimator
-	quiet     sms.QuietPolicy
-	pause     *operatorPause
-	live      *liveStats
-	history   *historyView
-	metrics   *apiMetrics
-	gatherer  prometheus.Gatherer
-	dashboard http.Handler
-	checks    []readyCheck
-	trusted   []netip.Prefix
-	stopping  atomic.Bool
+	cfg          config.Config
+	log          *slog.Logger
+	now          func() time.Time
+	queue        queue.Queue
+	enq          enqueuer
+	limiter      limiter.Limiter
+	ingress      *ingress
+	idem         idemStore
+	otp          otpSender
+	notifier     notifier
+	auth         *authenticator
+	authThrottle *authThrottle
+	eta          *etaEstimator
+	quiet        sms.QuietPolicy
+	pause        *operatorPause
+	live         *liveStats
+	history      *historyView
+	metrics      *apiMetrics
+	gatherer     prometheus.Gatherer
+	dashboard    http.Handler
+	checks       []readyCheck
+	trusted      []netip.Prefix
+	stopping     atomic.Bool
 }
 
 // routes builds the chi router of every route. Every route here must be a
