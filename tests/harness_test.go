@@ -317,8 +317,14 @@ log: {level: info, format: text}
 
 func startGateway(t *testing.T, name string, o gwOptions) *gwProc {
 	t.Helper()
-	dir := t.TempDir()
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	return startGatewayIn(t, name, fmt.Sprintf("127.0.0.1:%d", freePort(t)), t.TempDir(), o)
+}
+
+// startGatewayIn starts a gateway listening on addr with its store under
+// dir, so that a test can name its URL before it starts (a simulator
+// posting receipts to it) and start it again on the same store.
+func startGatewayIn(t *testing.T, name, addr, dir string, o gwOptions) *gwProc {
+	t.Helper()
 	cfgPath := filepath.Join(dir, "smsgw.yaml")
 	if err := os.WriteFile(cfgPath, []byte(gatewayConfig(addr, o, filepath.Join(dir, "data"))), 0o600); err != nil {
 		t.Fatal(err)

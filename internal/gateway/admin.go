@@ -22,6 +22,9 @@ type classStats struct {
 	FailedTotal  int64 `json:"failed_total"`
 	ExpiredTotal int64 `json:"expired_total"`
 	DeadTotal    int64 `json:"dead_total"`
+	// DeliveryRatio is delivered over every final receipt of the class
+	// this replica took in the last 15 minutes; absent without receipts.
+	DeliveryRatio *float64 `json:"delivery_ratio,omitempty"`
 }
 
 type countersInfo struct {
@@ -108,7 +111,8 @@ func (s *server) adminStats(w http.ResponseWriter, r *http.Request) {
 		st, t := qs[c], tot.classes[c]
 		out.Classes[c.String()] = classStats{Ready: st.Ready, Scheduled: st.Scheduled, Leased: st.Leased,
 			Dead: st.Dead, OldestAgeSeconds: st.OldestAge.Seconds(),
-			SentTotal: t.Sent, FailedTotal: t.Failed, ExpiredTotal: t.Expired, DeadTotal: t.Dead}
+			SentTotal: t.Sent, FailedTotal: t.Failed, ExpiredTotal: t.Expired, DeadTotal: t.Dead,
+			DeliveryRatio: s.metrics.receipts.recentRatio(c)}
 	}
 	snap := s.live.snap()
 	g := s.cfg.Dispatch.SuspensionGuard

@@ -132,6 +132,9 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	if a.srv.history, err = newHistoryView(b, a.disp.Snapshot, d.metrics.accepted, d.quiet, d.log); err != nil {
 		return nil, err
 	}
+	if rp, ok := a.prov.(provider.ReceiptParser); ok {
+		a.srv.receipts = rp
+	}
 	if cfg.Admin.Listen == "" {
 		a.http = newHTTPServer(cfg, a.srv.routes(), d.log)
 	} else {
@@ -281,11 +284,14 @@ func newProvider(pc config.ProviderConfig, log *slog.Logger) (provider.Provider,
 	)
 	switch pc.Kind {
 	case "http":
-		p, err = httpprov.New(httpprov.Config{URL: pc.HTTP.URL, Token: pc.HTTP.Token, Timeout: pc.Timeout, Logger: log})
+		p, err = httpprov.New(httpprov.Config{URL: pc.HTTP.URL, Token: pc.HTTP.Token, Timeout: pc.Timeout, Logger: log,
+			ReceiptSecret: pc.ReceiptSecret})
 	case "twilio":
-		p, err = twilio.New(twilio.Config{Settings: pc.Twilio, BaseURL: pc.HTTP.URL, Timeout: pc.Timeout, Logger: log})
+		p, err = twilio.New(twilio.Config{Settings: pc.Twilio, BaseURL: pc.HTTP.URL, Timeout: pc.Timeout, Logger: log,
+			StatusCallback: pc.ReceiptURL})
 	case "vonage":
-		p, err = vonage.New(vonage.Config{Settings: pc.Vonage, BaseURL: pc.HTTP.URL, Timeout: pc.Timeout, Logger: log})
+		p, err = vonage.New(vonage.Config{Settings: pc.Vonage, BaseURL: pc.HTTP.URL, Timeout: pc.Timeout, Logger: log,
+			Callback: pc.ReceiptURL})
 	default:
 		err = fmt.Errorf("unknown kind %q", pc.Kind)
 	}

@@ -41,12 +41,14 @@ const (
 	KindUnavailable       Kind = "unavailable"              // 503: OTP could not be sent in time, shutting down, store down
 	KindInternal          Kind = "internal"                 // 500: anything we did not expect
 	KindAuthThrottled     Kind = "too-many-auth-failures"   // 429: this client address failed to authenticate too often
+	KindBadSignature      Kind = "bad-signature"            // 401: a provider receipt's signature is missing or wrong
+	KindNotCancelable     Kind = "not-cancelable"           // 409: the message is sending or done
 )
 
 // Kinds lists every Kind, for creating metric label sets at zero.
 var Kinds = []Kind{KindInvalid, KindUnauthorized, KindForbidden, KindNotFound, KindMethodNotAllowed,
 	KindInFlight, KindTooLarge, KindUnsupportedMedia, KindKeyReused, KindRateLimited, KindTooManyQueued,
-	KindExpiresBeforeSend, KindRejected, KindUnavailable, KindInternal, KindAuthThrottled}
+	KindExpiresBeforeSend, KindRejected, KindUnavailable, KindInternal, KindBadSignature, KindNotCancelable, KindAuthThrottled}
 
 var kindInfo = map[Kind]struct {
 	status int
@@ -68,6 +70,8 @@ var kindInfo = map[Kind]struct {
 	KindUnavailable:       {http.StatusServiceUnavailable, "Service unavailable"},
 	KindInternal:          {http.StatusInternalServerError, "Internal server error"},
 	KindAuthThrottled:     {http.StatusTooManyRequests, "Too many failed authentications"},
+	KindBadSignature:      {http.StatusUnauthorized, "Receipt signature missing or wrong"},
+	KindNotCancelable:     {http.StatusConflict, "The message is sending or done and can no longer be canceled"},
 }
 
 // ProblemTypeBase prefixes every problem type URI.

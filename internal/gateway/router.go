@@ -21,6 +21,7 @@ import (
 	"smsgw/api"
 	"smsgw/internal/config"
 	"smsgw/internal/limiter"
+	"smsgw/internal/provider"
 	"smsgw/internal/queue"
 	"smsgw/internal/sms"
 )
@@ -49,6 +50,8 @@ type server struct {
 	gatherer     prometheus.Gatherer
 	dashboard    http.Handler
 	checks       []readyCheck
+	receipts     provider.ReceiptParser // the provider's receipt check; nil: receipts refused
+	unknownLog   unknownLog
 	trusted      []netip.Prefix
 	stopping     atomic.Bool
 }
@@ -90,8 +93,11 @@ func (s *server) router(public, admin bool) chi.Router {
 				r.Post("/messages", s.postMessage)
 				r.Post("/messages/batch", s.postBatch)
 				r.Get("/messages/{id}", s.getMessage)
+				r.Delete("/messages/{id}", s.deleteMessage)
 				r.Post("/otp", s.postOTP)
 			})
+			// No bearer key: each adapter checks its vendor's signature.
+			r.Post("/receipts/{adapter}", s.postReceipt)
 		}
 		if !admin {
 			return
