@@ -51,6 +51,18 @@ type RedisConfig struct {
 	DB         int           `yaml:"db"`
 	TLS        bool          `yaml:"tls"`
 	Timeout    time.Duration `yaml:"timeout"` // dial/read/write timeout
+	// With TLS: the PEM file of the CA that signed the server's
+	// certificate (empty: the system's roots), the name to check it
+	// against (empty: the host of the address), and a client certificate
+	// and its key (both or neither) for servers that ask for one.
+	TLSCAFile     string `yaml:"tls_ca_file"`
+	TLSServerName string `yaml:"tls_server_name"`
+	TLSCertFile   string `yaml:"tls_cert_file"`
+	TLSKeyFile    string `yaml:"tls_key_file"`
+	// The Sentinels' own ACL user and password (master_name set), when
+	// they differ from the master's (username, password). Never logged.
+	SentinelUsername string `yaml:"sentinel_username"`
+	SentinelPassword string `yaml:"sentinel_password"`
 }
 
 // Addrs splits Addr into its comma-separated addresses.

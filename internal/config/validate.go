@@ -89,6 +89,16 @@ func (c *Config) validateBackend(p *problems) {
 	if c.Redis.DB < 0 {
 		p.add("redis.db", "must be >= 0")
 	}
+	if _, err := c.Redis.TLSConfig(); err != nil {
+		p.addErr(err)
+	}
+	if (c.Redis.SentinelUsername != "" || c.Redis.SentinelPassword != "") && c.Redis.MasterName == "" {
+		key := "redis.sentinel_password"
+		if c.Redis.SentinelUsername != "" {
+			key = "redis.sentinel_username"
+		}
+		p.add(key, "is for Sentinel; set redis.master_name too")
+	}
 	if c.Redis.DB != 0 && len(c.Redis.Addrs()) > 1 && c.Redis.MasterName == "" {
 		p.add("redis.db", "Redis Cluster has only database 0")
 	}

@@ -258,13 +258,18 @@ func limiterConfig(cfg config.Config) limiter.Config {
 // addresses, a single node otherwise.
 func newRedisClient(rc config.RedisConfig) redis.UniversalClient {
 	addrs := rc.Addrs()
-	var tlsCfg *tls.Config
-	if rc.TLS {
-		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12}
+	tlsCfg, err := rc.TLSConfig()
+	if err != nil {
+		// Validate refused it already; a file changed since is refused
+		// at the first dial, not sent in clear.
+		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12, GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return nil, err
+		}}
 	}
 	switch {
 	case rc.MasterName != "":
 		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: rc.MasterName, SentinelAddrs: addrs,
+			SentinelUsername: rc.SentinelUsername, SentinelPassword: rc.SentinelPassword,
 			Username: rc.Username, Password: rc.Password, DB: rc.DB, TLSConfig: tlsCfg,
 			DialTimeout: rc.Timeout, ReadTimeout: rc.Timeout, WriteTimeout: rc.Timeout})
 	case len(addrs) > 1:
