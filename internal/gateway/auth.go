@@ -170,7 +170,7 @@ func (s *server) authFailed(w http.ResponseWriter, r *http.Request, what string)
 		return
 	}
 	if ok, left := s.authThrottle.sampleLog(); ok {
-		s.log.WarnContext(r.Context(), what, "path", r.URL.Path, "client_ip", ip, "not_logged_since_last", left)
+		s.log.WarnContext(r.Context(), what, "path", logPath(r), "client_ip", ip, "not_logged_since_last", left)
 	}
 	s.writeError(w, r, errorf(KindUnauthorized, "unknown API key"))
 }

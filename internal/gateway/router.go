@@ -46,6 +46,7 @@ type server struct {
 	pause        *operatorPause
 	live         *liveStats
 	history      *historyView
+	protect      *protector
 	metrics      *apiMetrics
 	gatherer     prometheus.Gatherer
 	dashboard    http.Handler
@@ -111,6 +112,9 @@ func (s *server) router(public, admin bool) chi.Router {
 			r.Post("/resume", s.adminResume)
 			r.Get("/dead-letters", s.adminDeadLetters)
 			r.Post("/dead-letters/{id}/retry", s.adminRetryDead)
+			r.Get("/suppressions", s.adminListSuppressions)
+			r.Post("/suppressions", s.adminAddSuppression)
+			r.Delete("/suppressions/{number}", s.adminRemoveSuppression)
 		})
 	})
 	if admin && s.dashboard != nil {
