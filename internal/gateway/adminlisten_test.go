@@ -27,13 +27,13 @@ func TestAdminListener(t *testing.T) {
 	for _, c := range []struct{ method, url string }{
 		{"POST", admin.base + "/v1/messages"}, {"GET", h.base + "/metrics"}, {"GET", h.base + "/v1/admin/stats"},
 	} {
-		hr, _ := http.NewRequest(c.method, c.url, strings.NewReader(`{}`))
+		hr, _ := http.NewRequestWithContext(t.Context(), c.method, c.url, strings.NewReader(`{}`))
 		hr.Header.Set("Authorization", "Bearer "+keyAdmin)
 		resp, err := h.client.Do(hr)
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.StatusCode != http.StatusNotFound {
 			t.Errorf("%s %s: %d, want 404", c.method, c.url, resp.StatusCode)
 		}

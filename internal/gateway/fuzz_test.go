@@ -83,7 +83,7 @@ func FuzzDuplicateKeys(f *testing.F) {
 		if int(field)%2 == 1 { // the extra member first
 			body = `{"` + string(name) + `":` + string(v) + "," + e.body[1:] + `}`
 		}
-		r := httptest.NewRequest(http.MethodPost, e.path, strings.NewReader(body))
+		r := httptest.NewRequestWithContext(t.Context(), http.MethodPost, e.path, strings.NewReader(body))
 		r.Header.Set("Content-Type", "application/json")
 		r.Header.Set("Authorization", "Bearer "+e.key)
 		w := httptest.NewRecorder()

@@ -62,12 +62,12 @@ func TestRedisTLSClientCert(t *testing.T) {
 	caCrt, _, ca, caKey := writeCert(t, dir, "test-ca", true, nil, nil)
 	srvCrt, srvKey, _, _ := writeCert(t, dir, "redis.internal", false, ca, caKey)
 	cliCrt, cliKey, _, _ := writeCert(t, dir, "smsgw-client", false, ca, caKey)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := new(net.ListenConfig).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	tlsPort := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	_ = l.Close()
 	redistest.StartServer(t, redistest.ServerOptions{Args: []string{"--tls-port", strconv.Itoa(tlsPort),
 		"--tls-cert-file", srvCrt, "--tls-key-file", srvKey, "--tls-ca-cert-file", caCrt, "--tls-auth-clients", "yes"}})
 
