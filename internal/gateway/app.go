@@ -370,24 +370,19 @@ func (a *App) loops() []loop {
 }
 
 // Addr is the address the App listens on ("" before Start).
-func (a *App) Addr() string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.ln == nil {
-		return ""
-	}
-	return a.ln.Addr().String()
-}
+func (a *App) Addr() string { return a.addrOf(func() net.Listener { return a.ln }) }
 
 // AdminAddr is the address of the admin.listen listener ("" without it,
 // or before Start).
-func (a *App) AdminAddr() string {
+func (a *App) AdminAddr() string { return a.addrOf(func() net.Listener { return a.adminLn }) }
+
+func (a *App) addrOf(ln func() net.Listener) string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.adminLn == nil {
-		return ""
+	if l := ln(); l != nil {
+		return l.Addr().String()
 	}
-	return a.adminLn.Addr().String()
+	return ""
 }
 
 // Handler is the App's HTTP handler, for callers that serve it themselves.
