@@ -135,9 +135,9 @@ func (t *traffic) summary(ctx context.Context, w io.Writer, s *sim.Sim, elapsed 
 		queued = append(queued, fmt.Sprintf("%s %d", c, q.Ready+q.Scheduled+q.Leased))
 	}
 	lat := st.Latency["otp"]
-	_, err := fmt.Fprintf(w, "[%5.0fs] sent: %s | queued: %s | 429s %d | worst 1 s %d/%d | OTP p50 %.1f ms p99 %.1f ms (%d ok, %d refused) | pumping blocked %d\n",
+	_, err := fmt.Fprintf(w, "[%5.0fs] sent: %s | queued: %s | 429s %d | worst 1 s %d/%d | OTP p50 %.1f ms p99 %.1f ms (%d ok, %d refused) | receipts %d | pumping blocked %d\n",
 		elapsed.Seconds(), strings.Join(sent, ", "), strings.Join(queued, ", "), st.Rejected429, st.MaxInAny1s, st.Limit,
-		lat.P50, lat.P99, t.otpOK.Load(), t.otpNo.Load(), t.pumped.Load())
+		lat.P50, lat.P99, t.otpOK.Load(), t.otpNo.Load(), st.ReceiptsPosted, t.pumped.Load())
 	return err
 }
 

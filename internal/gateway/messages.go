@@ -13,8 +13,8 @@ import (
 	"smsgw/internal/sms"
 )
 
-// MaxBatch is the most messages one batch may hold.
-const MaxBatch = 1000
+// maxBatch is the most messages one batch may hold.
+const maxBatch = 1000
 
 // acceptedMessage is the 202 body of POST /v1/messages and of each
 // accepted batch item.
@@ -264,8 +264,8 @@ func (s *server) postBatch(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if n := len(req.Messages); n == 0 || n > MaxBatch {
-		s.writeError(w, r, fieldError("messages", fmt.Sprintf("must hold 1 to %d messages (got %d)", MaxBatch, n)))
+	if n := len(req.Messages); n == 0 || n > maxBatch {
+		s.writeError(w, r, fieldError("messages", fmt.Sprintf("must hold 1 to %d messages (got %d)", maxBatch, n)))
 		return
 	}
 	items := make([]batchItem, len(req.Messages))

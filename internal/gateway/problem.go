@@ -40,6 +40,8 @@ const (
 	KindRejected          Kind = "rejected-by-provider"     // 422: the provider refused the message for good
 	KindUnavailable       Kind = "unavailable"              // 503: OTP could not be sent in time, shutting down, store down
 	KindInternal          Kind = "internal"                 // 500: anything we did not expect
+	KindBadSignature      Kind = "bad-signature"            // 401: a provider receipt's signature is missing or wrong
+	KindNotCancelable     Kind = "not-cancelable"           // 409: the message is sending or done
 	// KindDestinationNotAllowed and the next four are protection's
 	// (protection.go): refused before any quota, queue or provider.
 	KindDestinationNotAllowed Kind = "destination-not-allowed" // 422: region not in protection.countries
@@ -52,7 +54,7 @@ const (
 // Kinds lists every Kind, for creating metric label sets at zero.
 var Kinds = []Kind{KindInvalid, KindUnauthorized, KindForbidden, KindNotFound, KindMethodNotAllowed,
 	KindInFlight, KindTooLarge, KindUnsupportedMedia, KindKeyReused, KindRateLimited, KindTooManyQueued,
-	KindExpiresBeforeSend, KindRejected, KindUnavailable, KindInternal,
+	KindExpiresBeforeSend, KindRejected, KindUnavailable, KindInternal, KindBadSignature, KindNotCancelable,
 	KindDestinationNotAllowed, KindNumberTypeBlocked, KindSuppressed, KindOTPNumberLimited, KindSuppressionsFull}
 
 var kindInfo = map[Kind]struct {
@@ -74,6 +76,8 @@ var kindInfo = map[Kind]struct {
 	KindRejected:          {http.StatusUnprocessableEntity, "The provider rejected the message"},
 	KindUnavailable:       {http.StatusServiceUnavailable, "Service unavailable"},
 	KindInternal:          {http.StatusInternalServerError, "Internal server error"},
+	KindBadSignature:      {http.StatusUnauthorized, "Receipt signature missing or wrong"},
+	KindNotCancelable:     {http.StatusConflict, "The message is sending or done and can no longer be canceled"},
 
 	KindDestinationNotAllowed: {http.StatusUnprocessableEntity, "Destination region not allowed"},
 	KindNumberTypeBlocked:     {http.StatusUnprocessableEntity, "Number type blocked"},

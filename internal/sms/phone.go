@@ -356,3 +356,15 @@ func MaskPhone(s string) string {
 	}
 	return string(out)
 }
+
+// Warm builds now what the first number's validation and time-zone lookup
+// would otherwise build during a request: the calling-code index (compiled
+// patterns) and libphonenumber's time-zone prefix data. Measured on a
+// loaded 2-core machine: the first validation took 228 ms and the first
+// time-zone lookup 22 ms; afterwards each takes microseconds. The gateway
+// calls it at start-up.
+func Warm() {
+	_ = callingCodes()
+	_, _ = ParseE164("+819012345678")
+	_ = TimeZones("+819012345678")
+}

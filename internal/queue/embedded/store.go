@@ -19,6 +19,9 @@ var (
 	bDead   = []byte("dead")
 	bDone   = []byte("done")
 	bCounts = []byte("counts")
+	// bPids maps a sent message's provider id to its id, for receipts
+	// without a reference; pruned with the message.
+	bPids = []byte("pids")
 )
 
 // Kinds of per-class counters. Ready and scheduled are one counter because
@@ -30,7 +33,7 @@ const (
 )
 
 func createBuckets(tx *bolt.Tx) error {
-	for _, name := range [][]byte{bMsgs, bReady, bLeases, bIdem, bOut, bDead, bDone, bCounts} {
+	for _, name := range [][]byte{bMsgs, bReady, bLeases, bIdem, bOut, bDead, bDone, bCounts, bPids} {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return fmt.Errorf("bucket %s: %w", name, err)
 		}
