@@ -77,13 +77,13 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	}
 	defer stopGateway(ctx, app, log)
 	base := "http://" + hostForURL(app.Addr())
+	if err := banner(stdout, o, cfg, base, simURL); err != nil {
+		return err
+	}
 	// The simulator reports delivery like a provider: most delivered, some
 	// undelivered, a few before the send's answer, each posted twice.
 	if err := s.EnableReceipts(sim.Receipts{URLs: []string{base + "/v1/receipts/http"}, Secret: receiptSecret,
 		Delay: 2 * time.Second, UndeliveredShare: 0.05, Duplicates: 1, EarlyShare: 0.05}); err != nil {
-		return err
-	}
-	if err := banner(stdout, o, cfg, base, simURL); err != nil {
 		return err
 	}
 
