@@ -156,7 +156,11 @@ func TestLocalSuppressionsSurviveRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	})
 	got, err := s.Contains(t.Context(), []string{"abc"})
 	if err != nil || !got[0] {
 		t.Fatalf("after reopen Contains = %v, %v", got, err)
