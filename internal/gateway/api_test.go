@@ -76,8 +76,8 @@ func TestPostMessageQueuesAndSends(t *testing.T) {
 				g.json(t, &v)
 				return v.Status == sms.StatusSent
 			})
-			// Final: the number masked, no sender id or body kept.
-			if v.To != "+8190****5678" || v.From != "" || v.Reference != "order-17" || v.ProviderMessageID == "" ||
+			// Final: the number masked, no body kept.
+			if v.To != "+8190****5678" || v.From != "Shop" || v.Reference != "order-17" || v.ProviderMessageID == "" ||
 				v.SentAt == nil || v.Segments != 1 {
 				t.Errorf("status %+v", v)
 			}

@@ -11,12 +11,12 @@ import (
 )
 
 // The final record: what a backend keeps of a message once nothing more will
-// be sent (sent, failed, expired). The body, the full number, the sender id
-// and the Idempotency-Key are dropped: they are personal data or were needed
+// be sent (sent, failed, expired). The body, the full number and the
+// Idempotency-Key are dropped: they are personal data or were needed
 // only to send, and they were most of a message's bytes. What stays answers
 // GET /v1/messages/{id}, a replay of the first answer and a later receipt:
 // status, class, attempts, segments and encoding, producer, reference, the
-// provider's id, the masked number, the last error, a prefix of the request
+// provider's id, the masked number, the sender id, the last error, a prefix of the request
 // digest (when the message had an Idempotency-Key) and the times.
 //
 // It is one line of fields separated by finalSep, positional, starting with
@@ -36,7 +36,7 @@ const finalSep = "\x1f"
 const finalVersion = "1"
 
 // finalFields is the number of fields of version 1.
-const finalFields = 17
+const finalFields = 18
 
 // FinalHashLen is how much of the request digest a final record keeps:
 // 64 bits tell a replay with another body apart as well as the whole
@@ -134,7 +134,7 @@ func FinalPrefix(m *sms.Message) (string, error) {
 	fields := []string{
 		finalVersion, statusField(m.Status), classDigit(m.Class), b36(int64(m.Attempts)), b36(int64(segments)), encCode,
 		clean(m.Producer), clean(m.Reference), clean(m.ProviderID), sms.MaskPhone(m.To), clean(m.LastError), hash,
-		created, msOrEmpty(m.SendAt), rel(m.ExpiresAt, m.CreatedAt),
+		created, msOrEmpty(m.SendAt), rel(m.ExpiresAt, m.CreatedAt), clean(m.From),
 	}
 	return strings.Join(fields, finalSep) + finalSep, nil
 }
@@ -201,11 +201,12 @@ func DecodeFinal(id, s string) (*sms.Message, error) {
 		m.SendAt = time.UnixMilli(num(f[13])).UTC()
 	}
 	m.ExpiresAt = at(m.CreatedAt, f[14])
-	m.UpdatedAt = at(base, f[15])
-	if f[16] == "=" {
+	m.From = f[15]
+	m.UpdatedAt = at(base, f[16])
+	if f[17] == "=" {
 		m.SentAt = m.UpdatedAt
 	} else {
-		m.SentAt = at(base, f[16])
+		m.SentAt = at(base, f[17])
 	}
 	m.Encoding = sms.GSM7
 	if f[5] == "u" {

@@ -945,8 +945,8 @@ func testClosed(t *testing.T, h Harness) {
 	}
 }
 
-// testFinalRecord: once completed, a message keeps no body, no sender and
-// only its masked number, yet Get still answers with everything else; an
+// testFinalRecord: once completed, a message keeps no body and only its
+// masked number, yet Get still answers with everything else; an
 // idempotent retry still finds it and an enqueue of its id stores nothing.
 func testFinalRecord(t *testing.T, h Harness) {
 	q := h.New(t)
@@ -965,8 +965,8 @@ func testFinalRecord(t *testing.T, h Harness) {
 		t.Fatalf("Complete: %v", err)
 	}
 	got := wantStatus(t, q, m.ID, sms.StatusSent)
-	if got.Body != "" || got.From != "" || got.To != sms.MaskPhone(m.To) || got.IdempotencyKey != "" {
-		t.Fatalf("final message keeps body %q, from %q, to %q, key %q", got.Body, got.From, got.To, got.IdempotencyKey)
+	if got.Body != "" || got.From != "ACME" || got.To != sms.MaskPhone(m.To) || got.IdempotencyKey != "" {
+		t.Fatalf("final message: body %q, from %q, to %q, key %q", got.Body, got.From, got.To, got.IdempotencyKey)
 	}
 	if got.Class != m.Class || got.Producer != m.Producer || got.Reference != m.Reference || got.ProviderID != "SM-final" ||
 		got.Attempts != 1 || got.Segments != 1 || got.Encoding != sms.UCS2 || !got.CreatedAt.Equal(m.CreatedAt.Truncate(time.Millisecond)) ||

@@ -36,8 +36,8 @@ if not raw then
       if t[2] ~= 's' then return {3, rec, id, 'f'} end
       rec = fin_receipt(rec, ARGV[2], ARGV[3])
       t = fin_split(rec)
-      if t[17] == '=' then t[17] = t[16] end -- sent when it was last changed, until now
-      t[16] = b36(math.floor(now_us() / 1000) - tonumber(ARGV[4]))
+      if t[18] == '=' then t[18] = t[17] end -- sent when it was last changed, until now
+      t[17] = b36(math.floor(now_us() / 1000) - tonumber(ARGV[4]))
       rec = table.concat(t, '\31')
       redis.call('LSET', KEYS[2], i - 1, short .. rec)
       return {1, rec, id, 'f'}
