@@ -284,10 +284,12 @@ const (
 
 type gwOptions struct {
 	RedisAddr string // empty: embedded store
-	Account   string
-	SimURL    string
-	Lease     time.Duration
-	Extra     string // more YAML appended to the config
+	// RedisMaster is the Sentinel master name (RedisAddr: the sentinels).
+	RedisMaster string
+	Account     string
+	SimURL      string
+	Lease       time.Duration
+	Extra       string // more YAML appended to the config
 }
 
 type gwProc struct {
@@ -301,7 +303,7 @@ func gatewayConfig(listen string, o gwOptions, storeDir string) string {
 		lease = 5 * time.Second
 	}
 	return fmt.Sprintf(`listen: %q
-redis: {addr: %q}
+redis: {addr: %q, master_name: %q}
 store: {path: %q}
 account: %q
 provider: {kind: http, url: %q, timeout: 2s}
@@ -312,7 +314,7 @@ producers:
 admin: {key: %q}
 dispatch: {lease: %s, backoff_base: 200ms, backoff_max: 2s, shutdown_timeout: 5s}
 log: {level: info, format: text}
-%s`, listen, o.RedisAddr, storeDir, o.Account, o.SimURL+"/send", keyMarketing, keyOTP, keyTxn, keyAdmin, lease, o.Extra)
+%s`, listen, o.RedisAddr, o.RedisMaster, storeDir, o.Account, o.SimURL+"/send", keyMarketing, keyOTP, keyTxn, keyAdmin, lease, o.Extra)
 }
 
 func startGateway(t *testing.T, name string, o gwOptions) *gwProc {

@@ -37,6 +37,8 @@ type Config struct {
 	Messages  MessagesConfig `yaml:"messages"`
 	Log       LogConfig      `yaml:"log"`
 	HTTP      HTTPConfig     `yaml:"http"`
+
+	Protection ProtectionConfig `yaml:"protection"`
 }
 
 // RedisConfig selects the shared backend. Empty Addr: embedded store and a

@@ -48,5 +48,6 @@ func Default() Config {
 			ReadTimeout:  10 * time.Second,
 			WriteTimeout: 30 * time.Second,
 		},
+		Protection: defaultProtection(),
 	}
 }

@@ -40,6 +40,7 @@ func (c *Config) Validate() error {
 	c.validateDispatch(&p)
 	c.validateMessages(&p)
 	c.validateEdge(&p)
+	c.validateProtection(&p)
 	return joinErrors(p)
 }
 

@@ -82,6 +82,13 @@ type statsResponse struct {
 	Provider providerStats         `json:"provider"`
 	OTP      otpStats              `json:"otp"`
 	Replica  replicaStats          `json:"replica"`
+	// Protection's refusals (scope: Counters) and the suppression list.
+	Protection protectionStats `json:"protection"`
+}
+
+type protectionStats struct {
+	Refused      map[string]int64 `json:"refused"` // by reason, every reason present
+	Suppressions int              `json:"suppressions"`
 }
 
 func (s *server) adminStats(w http.ResponseWriter, r *http.Request) {
@@ -121,6 +128,10 @@ func (s *server) adminStats(w http.ResponseWriter, r *http.Request) {
 		ThrottledTotal: tot.throttled, ThrottledInWindow: snap.GuardCount, GuardActivateAt: snap.GuardActivateAt,
 		SuspendAfter: g.Threshold, WindowSeconds: g.Window.Seconds(), GuardActive: snap.GuardActive}
 	out.OTP = otpStats{UnavailableTotal: tot.otpRefused}
+	if out.Protection, err = s.protectionStats(ctx, tot); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	if q, n := s.live.otp.quantiles(0.5, 0.99); n > 0 {
 		p50, p99 := ms(q[0]), ms(q[1])
 		out.OTP.LatencyP50MS, out.OTP.LatencyP99MS, out.OTP.LatencySamples = &p50, &p99, n

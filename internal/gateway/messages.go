@@ -140,6 +140,9 @@ func (s *server) accept(ctx context.Context, w http.ResponseWriter, p *producer,
 	if ferr := checkSendAt(v.msg.SendAt, now, ""); ferr != nil {
 		return nil, invalid([]FieldError{*ferr})
 	}
+	if err := s.protectOne(ctx, v.msg.Class, v.msg.To); err != nil {
+		return nil, err
+	}
 	if _, err := s.admitOutstanding(ctx, p, 1); err != nil {
 		return nil, err
 	}
@@ -298,6 +301,10 @@ func (s *server) itemError(r *http.Request, it *batchItem, err error) {
 func (s *server) acceptBatch(ctx context.Context, w http.ResponseWriter, r *http.Request, p *producer,
 	vs []validated, valid []int, items []batchItem, key string) (*response, error) {
 	now := s.now()
+	valid, err := s.protectItems(ctx, r, vs, valid, items)
+	if err != nil {
+		return nil, err
+	}
 	if len(valid) == 0 {
 		// Refused whole: the answer costs one unit of the producer's
 		// quota, so repeating it is throttled like any other request,

@@ -45,6 +45,7 @@ type server struct {
 	pause      *operatorPause
 	live       *liveStats
 	history    *historyView
+	protect    *protector
 	metrics    *apiMetrics
 	gatherer   prometheus.Gatherer
 	dashboard  http.Handler
@@ -97,6 +98,9 @@ func (s *server) routes() http.Handler {
 			r.Post("/resume", s.adminResume)
 			r.Get("/dead-letters", s.adminDeadLetters)
 			r.Post("/dead-letters/{id}/retry", s.adminRetryDead)
+			r.Get("/suppressions", s.adminListSuppressions)
+			r.Post("/suppressions", s.adminAddSuppression)
+			r.Delete("/suppressions/{number}", s.adminRemoveSuppression)
 		})
 	})
 	if s.dashboard != nil {
