@@ -207,8 +207,8 @@ func TestOTPDuringCampaign(t *testing.T) {
 
 // BenchmarkOTPDuringCampaign reports the p99 and max latency of 100 OTPs
 // sent while a campaign saturates its cap (otp-p99-ms, otp-max-ms). Run it
-// once on an otherwise idle machine:
-// go test ./internal/gateway -run '^$' -bench OTPDuringCampaign -benchtime 1x
+// once on an otherwise idle machine with
+// `go test ./internal/gateway -run '^$' -bench OTPDuringCampaign -benchtime 1x`.
 func BenchmarkOTPDuringCampaign(b *testing.B) {
 	for _, m := range modes {
 		b.Run(string(m), func(b *testing.B) {
