@@ -104,7 +104,10 @@ func (s *server) checkMessage(p *producer, raw []byte, prefix string) (validated
 		return validated{}, err
 	}
 	class, ferr := parseClass(req.Class, prefix)
+	asked := req.From
+	req.From, _ = p.sender(req.From, "") // the default sender when none is named
 	v, errs := s.validateMessage(&req, class, prefix)
+	errs = append(errs, p.bodyControls(req.Body, prefix)...)
 	if ferr != nil {
 		errs = append([]FieldError{*ferr}, errs...)
 	}
@@ -113,6 +116,9 @@ func (s *server) checkMessage(p *producer, raw []byte, prefix string) (validated
 	}
 	if !p.allowed(class) {
 		return validated{}, errorf(KindForbidden, fmt.Sprintf("producer %s may not send class %s", p.Name, class))
+	}
+	if _, err := p.sender(asked, prefix+"from"); err != nil {
+		return validated{}, err
 	}
 	return v, nil
 }

@@ -40,6 +40,7 @@ const (
 	KindRejected          Kind = "rejected-by-provider"     // 422: the provider refused the message for good
 	KindUnavailable       Kind = "unavailable"              // 503: OTP could not be sent in time, shutting down, store down
 	KindInternal          Kind = "internal"                 // 500: anything we did not expect
+	KindAuthThrottled     Kind = "too-many-auth-failures"   // 429: this client address failed to authenticate too often
 	KindBadSignature      Kind = "bad-signature"            // 401: a provider receipt's signature is missing or wrong
 	KindNotCancelable     Kind = "not-cancelable"           // 409: the message is sending or done
 	// KindDestinationNotAllowed and the next four are protection's
@@ -55,7 +56,7 @@ const (
 var Kinds = []Kind{KindInvalid, KindUnauthorized, KindForbidden, KindNotFound, KindMethodNotAllowed,
 	KindInFlight, KindTooLarge, KindUnsupportedMedia, KindKeyReused, KindRateLimited, KindTooManyQueued,
 	KindExpiresBeforeSend, KindRejected, KindUnavailable, KindInternal, KindBadSignature, KindNotCancelable,
-	KindDestinationNotAllowed, KindNumberTypeBlocked, KindSuppressed, KindOTPNumberLimited, KindSuppressionsFull}
+	KindDestinationNotAllowed, KindNumberTypeBlocked, KindSuppressed, KindOTPNumberLimited, KindSuppressionsFull, KindAuthThrottled}
 
 var kindInfo = map[Kind]struct {
 	status int
@@ -76,6 +77,7 @@ var kindInfo = map[Kind]struct {
 	KindRejected:          {http.StatusUnprocessableEntity, "The provider rejected the message"},
 	KindUnavailable:       {http.StatusServiceUnavailable, "Service unavailable"},
 	KindInternal:          {http.StatusInternalServerError, "Internal server error"},
+	KindAuthThrottled:     {http.StatusTooManyRequests, "Too many failed authentications"},
 	KindBadSignature:      {http.StatusUnauthorized, "Receipt signature missing or wrong"},
 	KindNotCancelable:     {http.StatusConflict, "The message is sending or done and can no longer be canceled"},
 
@@ -262,10 +264,10 @@ func (s *server) problemOf(r *http.Request, err error) (problem, *Error) {
 		p.Detail = ""
 		p.Errors = nil
 		p.Extra = nil
-		s.log.ErrorContext(r.Context(), "request failed", "method", methodLabel(r.Method), "path", r.URL.Path,
+		s.log.ErrorContext(r.Context(), "request failed", "method", methodLabel(r.Method), "path", logPath(r),
 			"request_id", p.RequestID, "err", err)
 	} else if e.Err != nil {
-		s.log.WarnContext(r.Context(), "request refused", "kind", e.Kind, "method", methodLabel(r.Method), "path", r.URL.Path,
+		s.log.WarnContext(r.Context(), "request refused", "kind", e.Kind, "method", methodLabel(r.Method), "path", logPath(r),
 			"request_id", p.RequestID, "err", e.Err)
 	}
 	s.metrics.rejected.WithLabelValues(string(e.Kind)).Inc()
