@@ -37,6 +37,8 @@ type Config struct {
 	Messages  MessagesConfig `yaml:"messages"`
 	Log       LogConfig      `yaml:"log"`
 	HTTP      HTTPConfig     `yaml:"http"`
+
+	Protection ProtectionConfig `yaml:"protection"`
 }
 
 // RedisConfig selects the shared backend. Empty Addr: embedded store and a
@@ -60,6 +62,18 @@ type RedisConfig struct {
 	// (docs/scale.md section 3).
 	WaitReplicas int           `yaml:"wait_replicas"`
 	WaitTimeout  time.Duration `yaml:"wait_timeout"`
+	// With TLS: the PEM file of the CA that signed the server's
+	// certificate (empty: the system's roots), the name to check it
+	// against (empty: the host of the address), and a client certificate
+	// and its key (both or neither) for servers that ask for one.
+	TLSCAFile     string `yaml:"tls_ca_file"`
+	TLSServerName string `yaml:"tls_server_name"`
+	TLSCertFile   string `yaml:"tls_cert_file"`
+	TLSKeyFile    string `yaml:"tls_key_file"`
+	// The Sentinels' own ACL user and password (master_name set), when
+	// they differ from the master's (username, password). Never logged.
+	SentinelUsername string `yaml:"sentinel_username"`
+	SentinelPassword string `yaml:"sentinel_password"`
 }
 
 // Addrs splits Addr into its comma-separated addresses.
@@ -163,6 +177,12 @@ type Producer struct {
 	Rate           float64  `yaml:"rate"`            // ingress messages/s
 	Burst          int      `yaml:"burst"`           // ingress burst
 	MaxOutstanding int64    `yaml:"max_outstanding"` // queued + in flight; 0 = no limit
+	// Senders are the sender ids (from) the producer may use; the first is
+	// its default. Empty: any valid sender, and none by default.
+	Senders []string `yaml:"senders"`
+	// AllowUnicodeControls lets the producer's bodies carry bidirectional
+	// and zero-width format characters, refused otherwise.
+	AllowUnicodeControls bool `yaml:"allow_unicode_controls"`
 }
 
 // KeyHash returns the SHA-256 of the producer's key.
@@ -172,6 +192,10 @@ func (p Producer) KeyHash() [32]byte { return keyHash(p.Key, p.KeySHA256) }
 type AdminConfig struct {
 	Key       string `yaml:"key"`
 	KeySHA256 string `yaml:"key_sha256"`
+	// Listen, when set, is a second listener for the operator endpoints
+	// (/metrics, /v1/admin/*, the dashboard), which the main listener then
+	// does not serve: a network policy can keep them off the producers' path.
+	Listen string `yaml:"listen"`
 }
 
 // Enabled reports whether admin endpoints are reachable at all.

@@ -48,6 +48,7 @@ func Default() Config {
 			ReadTimeout:  10 * time.Second,
 			WriteTimeout: 30 * time.Second,
 		},
+		Protection: defaultProtection(),
 	}
 }
 

@@ -317,6 +317,15 @@ func histCount(o interface{ Write(*dto.Metric) error }) float64 {
 	return float64(m.Histogram.GetSampleCount())
 }
 
+// histSum reads a histogram's sum of samples.
+func histSum(o interface{ Write(*dto.Metric) error }) float64 {
+	var m dto.Metric
+	if err := o.Write(&m); err != nil {
+		return -1
+	}
+	return m.Histogram.GetSampleSum()
+}
+
 func limiterConfig(perSecond float64, burst int) limiter.Config {
 	return limiter.Config{Global: limiter.Rate{PerSecond: perSecond, Burst: burst}}
 }

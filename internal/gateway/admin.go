@@ -77,11 +77,18 @@ type limiterStats struct {
 type statsResponse struct {
 	Classes  map[string]classStats `json:"classes"`
 	Limiter  limiterStats          `json:"limiter"`
-	Pause    PauseState            `json:"pause"`
+	Pause    pauseState            `json:"pause"`
 	Counters countersInfo          `json:"counters"`
 	Provider providerStats         `json:"provider"`
 	OTP      otpStats              `json:"otp"`
 	Replica  replicaStats          `json:"replica"`
+	// Protection's refusals (scope: Counters) and the suppression list.
+	Protection protectionStats `json:"protection"`
+}
+
+type protectionStats struct {
+	Refused      map[string]int64 `json:"refused"` // by reason, every reason present
+	Suppressions int              `json:"suppressions"`
 }
 
 func (s *server) adminStats(w http.ResponseWriter, r *http.Request) {
@@ -121,6 +128,10 @@ func (s *server) adminStats(w http.ResponseWriter, r *http.Request) {
 		ThrottledTotal: tot.throttled, ThrottledInWindow: snap.GuardCount, GuardActivateAt: snap.GuardActivateAt,
 		SuspendAfter: g.Threshold, WindowSeconds: g.Window.Seconds(), GuardActive: snap.GuardActive}
 	out.OTP = otpStats{UnavailableTotal: tot.otpRefused}
+	if out.Protection, err = s.protectionStats(ctx, tot); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	if q, n := s.live.otp.quantiles(0.5, 0.99); n > 0 {
 		p50, p99 := ms(q[0]), ms(q[1])
 		out.OTP.LatencyP50MS, out.OTP.LatencyP99MS, out.OTP.LatencySamples = &p50, &p99, n
@@ -147,8 +158,8 @@ func (s *server) adminGetMessage(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// MaxPause bounds an operator pause with a duration.
-const MaxPause = 24 * time.Hour
+// maxPause bounds an operator pause with a duration.
+const maxPause = 24 * time.Hour
 
 func (s *server) adminPause(w http.ResponseWriter, r *http.Request) {
 	raw, err := readBody(r, true)
@@ -166,8 +177,8 @@ func (s *server) adminPause(w http.ResponseWriter, r *http.Request) {
 	var d time.Duration
 	if req.DurationSeconds != nil {
 		v := *req.DurationSeconds
-		if !(v >= 1 && v <= MaxPause.Seconds()) {
-			s.writeError(w, r, fieldError("duration_seconds", fmt.Sprintf("must be between 1 and %d", int(MaxPause.Seconds()))))
+		if !(v >= 1 && v <= maxPause.Seconds()) {
+			s.writeError(w, r, fieldError("duration_seconds", fmt.Sprintf("must be between 1 and %d", int(maxPause.Seconds()))))
 			return
 		}
 		d = time.Duration(v * float64(time.Second))

@@ -13,8 +13,8 @@ import (
 	"smsgw/internal/sms"
 )
 
-// MaxBatch is the most messages one batch may hold.
-const MaxBatch = 1000
+// maxBatch is the most messages one batch may hold.
+const maxBatch = 1000
 
 // acceptedMessage is the 202 body of POST /v1/messages and of each
 // accepted batch item.
@@ -104,7 +104,10 @@ func (s *server) checkMessage(p *producer, raw []byte, prefix string) (validated
 		return validated{}, err
 	}
 	class, ferr := parseClass(req.Class, prefix)
+	asked := req.From
+	req.From, _ = p.sender(req.From, "") // the default sender when none is named
 	v, errs := s.validateMessage(&req, class, prefix)
+	errs = append(errs, p.bodyControls(req.Body, prefix)...)
 	if ferr != nil {
 		errs = append([]FieldError{*ferr}, errs...)
 	}
@@ -113,6 +116,9 @@ func (s *server) checkMessage(p *producer, raw []byte, prefix string) (validated
 	}
 	if !p.allowed(class) {
 		return validated{}, errorf(KindForbidden, fmt.Sprintf("producer %s may not send class %s", p.Name, class))
+	}
+	if _, err := p.sender(asked, prefix+"from"); err != nil {
+		return validated{}, err
 	}
 	return v, nil
 }
@@ -139,6 +145,9 @@ func (s *server) accept(ctx context.Context, w http.ResponseWriter, p *producer,
 	now := s.now()
 	if ferr := checkSendAt(v.msg.SendAt, now, ""); ferr != nil {
 		return nil, invalid([]FieldError{*ferr})
+	}
+	if err := s.protectOne(ctx, v.msg.Class, v.msg.To); err != nil {
+		return nil, err
 	}
 	if _, err := s.admitOutstanding(ctx, p, 1); err != nil {
 		return nil, err
@@ -261,8 +270,8 @@ func (s *server) postBatch(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if n := len(req.Messages); n == 0 || n > MaxBatch {
-		s.writeError(w, r, fieldError("messages", fmt.Sprintf("must hold 1 to %d messages (got %d)", MaxBatch, n)))
+	if n := len(req.Messages); n == 0 || n > maxBatch {
+		s.writeError(w, r, fieldError("messages", fmt.Sprintf("must hold 1 to %d messages (got %d)", maxBatch, n)))
 		return
 	}
 	items := make([]batchItem, len(req.Messages))
@@ -298,6 +307,10 @@ func (s *server) itemError(r *http.Request, it *batchItem, err error) {
 func (s *server) acceptBatch(ctx context.Context, w http.ResponseWriter, r *http.Request, p *producer,
 	vs []validated, valid []int, items []batchItem, key string) (*response, error) {
 	now := s.now()
+	valid, err := s.protectItems(ctx, r, vs, valid, items)
+	if err != nil {
+		return nil, err
+	}
 	if len(valid) == 0 {
 		// Refused whole: the answer costs one unit of the producer's
 		// quota, so repeating it is throttled like any other request,

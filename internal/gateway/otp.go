@@ -52,7 +52,9 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	mr := messageRequest{To: req.To, Body: req.Body, From: req.From, Reference: req.Reference}
+	mr.From, _ = p.sender(req.From, "") // the default sender when none is named
 	v, errs := s.validateMessage(&mr, sms.ClassOTP, "")
+	errs = append(errs, p.bodyControls(mr.Body, "")...)
 	deadline := s.cfg.Messages.OTPDeadline
 	if req.DeadlineMS != nil {
 		switch d := *req.DeadlineMS; {
@@ -70,7 +72,14 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errorf(KindForbidden, fmt.Sprintf("producer %s may not send class otp", p.Name)))
 		return
 	}
+	if _, err := p.sender(req.From, "from"); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	s.idempotent(w, r, p, "otp", v.msg.RequestHash, func(ctx context.Context, key string) (*response, error) {
+		if err := s.protectOne(ctx, sms.ClassOTP, v.msg.To); err != nil {
+			return nil, err
+		}
 		if _, err := s.admitIngress(ctx, w, p, 1); err != nil {
 			return nil, err
 		}

@@ -40,14 +40,23 @@ const (
 	KindRejected          Kind = "rejected-by-provider"     // 422: the provider refused the message for good
 	KindUnavailable       Kind = "unavailable"              // 503: OTP could not be sent in time, shutting down, store down
 	KindInternal          Kind = "internal"                 // 500: anything we did not expect
+	KindAuthThrottled     Kind = "too-many-auth-failures"   // 429: this client address failed to authenticate too often
 	KindBadSignature      Kind = "bad-signature"            // 401: a provider receipt's signature is missing or wrong
 	KindNotCancelable     Kind = "not-cancelable"           // 409: the message is sending or done
+	// KindDestinationNotAllowed and the next four are protection's
+	// (protection.go): refused before any quota, queue or provider.
+	KindDestinationNotAllowed Kind = "destination-not-allowed" // 422: region not in protection.countries
+	KindNumberTypeBlocked     Kind = "number-type-blocked"     // 422: type in protection.block_number_types
+	KindSuppressed            Kind = "suppressed"              // 422: the number is on the suppression list
+	KindOTPNumberLimited      Kind = "otp-number-limited"      // 429: protection.otp_per_number
+	KindSuppressionsFull      Kind = "suppression-list-full"   // 409: protection.max_suppressions reached
 )
 
 // Kinds lists every Kind, for creating metric label sets at zero.
 var Kinds = []Kind{KindInvalid, KindUnauthorized, KindForbidden, KindNotFound, KindMethodNotAllowed,
 	KindInFlight, KindTooLarge, KindUnsupportedMedia, KindKeyReused, KindRateLimited, KindTooManyQueued,
-	KindExpiresBeforeSend, KindRejected, KindUnavailable, KindInternal, KindBadSignature, KindNotCancelable}
+	KindExpiresBeforeSend, KindRejected, KindUnavailable, KindInternal, KindBadSignature, KindNotCancelable,
+	KindDestinationNotAllowed, KindNumberTypeBlocked, KindSuppressed, KindOTPNumberLimited, KindSuppressionsFull, KindAuthThrottled}
 
 var kindInfo = map[Kind]struct {
 	status int
@@ -68,8 +77,15 @@ var kindInfo = map[Kind]struct {
 	KindRejected:          {http.StatusUnprocessableEntity, "The provider rejected the message"},
 	KindUnavailable:       {http.StatusServiceUnavailable, "Service unavailable"},
 	KindInternal:          {http.StatusInternalServerError, "Internal server error"},
+	KindAuthThrottled:     {http.StatusTooManyRequests, "Too many failed authentications"},
 	KindBadSignature:      {http.StatusUnauthorized, "Receipt signature missing or wrong"},
 	KindNotCancelable:     {http.StatusConflict, "The message is sending or done and can no longer be canceled"},
+
+	KindDestinationNotAllowed: {http.StatusUnprocessableEntity, "Destination region not allowed"},
+	KindNumberTypeBlocked:     {http.StatusUnprocessableEntity, "Number type blocked"},
+	KindSuppressed:            {http.StatusUnprocessableEntity, "Number is suppressed"},
+	KindOTPNumberLimited:      {http.StatusTooManyRequests, "Too many OTPs to this number"},
+	KindSuppressionsFull:      {http.StatusConflict, "The suppression list is full"},
 }
 
 // ProblemTypeBase prefixes every problem type URI.
@@ -251,10 +267,10 @@ func (s *server) problemOf(r *http.Request, err error) (problem, *Error) {
 		p.Detail = ""
 		p.Errors = nil
 		p.Extra = nil
-		s.log.ErrorContext(r.Context(), "request failed", "method", methodLabel(r.Method), "path", r.URL.Path,
+		s.log.ErrorContext(r.Context(), "request failed", "method", methodLabel(r.Method), "path", logPath(r),
 			"request_id", p.RequestID, "err", err)
 	} else if e.Err != nil {
-		s.log.WarnContext(r.Context(), "request refused", "kind", e.Kind, "method", methodLabel(r.Method), "path", r.URL.Path,
+		s.log.WarnContext(r.Context(), "request refused", "kind", e.Kind, "method", methodLabel(r.Method), "path", logPath(r),
 			"request_id", p.RequestID, "err", e.Err)
 	}
 	s.metrics.rejected.WithLabelValues(string(e.Kind)).Inc()

@@ -324,6 +324,15 @@ function renderProvider(s, rate) {
   $('pv-otp-503').textContent = fmtInt(o.unavailable_total);
 }
 
+const REFUSAL_REASONS = ['country', 'number_type', 'suppressed', 'otp_per_number'];
+
+function renderProtection(s) {
+  const p = s.protection || {};
+  const refused = p.refused || {};
+  for (const r of REFUSAL_REASONS) $('pr-' + r).textContent = fmtInt(num(refused[r]));
+  $('pr-suppressions').textContent = fmtInt(num(p.suppressions));
+}
+
 function renderReplica(s) {
   const r = s.replica;
   const e = $('replica');
@@ -514,6 +523,7 @@ function render() {
   renderQueues(s);
   renderLimiter(s);
   renderProvider(s, rate);
+  renderProtection(s);
   renderReplica(s);
   renderDead(s, state.dead);
   const paused = s.pause?.paused === true;
