@@ -39,6 +39,7 @@ func (c *Config) Validate() error {
 	c.validateDispatch(&p)
 	c.validateMessages(&p)
 	c.validateEdge(&p)
+	c.validateWebhooks(&p)
 	return joinErrors(p)
 }
 
@@ -287,6 +288,7 @@ func (c *Config) validateProducers(p *problems) {
 		if pr.MaxOutstanding < 0 {
 			p.add(key+".max_outstanding", "must be >= 0 (0 means no limit)")
 		}
+		validateWebhook(p, key+".webhook", pr.Webhook)
 	}
 	if c.Admin.Enabled() {
 		if _, dup := keys[c.Admin.KeyHash()]; dup {
