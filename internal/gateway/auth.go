@@ -19,6 +19,21 @@ type producer struct {
 	classes        [numClasses]bool
 	Ingress        limiter.Rate
 	MaxOutstanding int64
+	// webhook is set when the producer has a default callback url;
+	// callbackAllow are the prefixes a message's callback_url may start with.
+	webhook       bool
+	callbackAllow []string
+}
+
+// callbackAllowed reports whether a message of this producer may send its
+// events to u.
+func (p *producer) callbackAllowed(u string) bool {
+	for _, a := range p.callbackAllow {
+		if strings.HasPrefix(u, a) {
+			return true
+		}
+	}
+	return false
 }
 
 func (p *producer) allowed(c sms.Class) bool { return c.Valid() && p.classes[c] }
@@ -39,6 +54,8 @@ func newAuthenticator(cfg config.Config) *authenticator {
 			hash:           p.KeyHash(),
 			Ingress:        limiter.Rate{PerSecond: p.Rate, Burst: p.Burst},
 			MaxOutstanding: p.MaxOutstanding,
+			webhook:        p.Webhook.URL != "",
+			callbackAllow:  p.Webhook.Allow,
 		}
 		for _, c := range p.Classes {
 			if cl, err := sms.ParseClass(c); err == nil {

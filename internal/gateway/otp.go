@@ -49,7 +49,7 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	mr := messageRequest{To: req.To, Body: req.Body, From: req.From, Reference: req.Reference}
+	mr := messageRequest{To: req.To, Body: req.Body, From: req.From, Reference: req.Reference, CallbackURL: req.CallbackURL}
 	v, errs := s.validateMessage(&mr, sms.ClassOTP, "")
 	deadline := s.cfg.Messages.OTPDeadline
 	if req.DeadlineMS != nil {
@@ -66,6 +66,10 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if !p.allowed(sms.ClassOTP) {
 		s.writeError(w, r, errorf(KindForbidden, fmt.Sprintf("producer %s may not send class otp", p.Name)))
+		return
+	}
+	if err := checkCallback(p, v.msg, ""); err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	s.idempotent(w, r, p, "otp", v.msg.RequestHash, func(ctx context.Context, _ string) (*response, error) {
