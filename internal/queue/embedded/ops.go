@@ -307,6 +307,9 @@ func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) 
 		if err := finish(tx, r, ms(now)); err != nil {
 			return err
 		}
+		if err := addEvent(tx, &r.Msg, o.Status, queue.EventErrorCode(o.Status, false), ms(now)); err != nil {
+			return err
+		}
 		return putEntry(tx, r)
 	})
 }
@@ -356,6 +359,9 @@ func (q *Queue) Dead(ctx context.Context, l *queue.Leased, reason string, attemp
 			return err
 		}
 		if err := addClass(tx, r.Msg.Class, kindDead, 1); err != nil {
+			return err
+		}
+		if err := addEvent(tx, &r.Msg, sms.StatusFailed, queue.EventErrorExhausted, nowMs); err != nil {
 			return err
 		}
 		return putEntry(tx, r)

@@ -146,12 +146,13 @@ func (q *Queue) Extend(ctx context.Context, l *queue.Leased, lease time.Duration
 // terminal messages older than the retention.
 //
 // KEYS[1] lease ZSET of the class, KEYS[2] leases HASH, KEYS[3] msgs HASH,
-// KEYS[4] done ZSET, KEYS[5] outstanding HASH.
+// KEYS[4] done ZSET, KEYS[5] outstanding HASH, KEYS[6..9] the outbox
+// (keys.outbox): the message's event is written here.
 // ARGV[1] id, ARGV[2] token, ARGV[3] status code (s, f or x), ARGV[4] provider id,
 // ARGV[5] reason, ARGV[6] attempts, ARGV[7] retention µs, ARGV[8] how many
 // old messages to prune at most.
 // Returns 1, 0 when the lease is not held, -1 when it is not in KEYS[1].
-var completeScript = redis.NewScript(luaPrelude + luaRecord + luaCheckLease + `
+var completeScript = redis.NewScript(luaPrelude + luaRecord + luaOutbox + luaCheckLease + `
 local now = now_us()
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
@@ -164,6 +165,9 @@ set(m, 'e', ARGV[5])
 if ARGV[3] == 's' then set_time(m, 'ts', now) end
 redis.call('HSET', KEYS[3], ARGV[1], cjson.encode(m))
 redis.call('ZADD', KEYS[4], now, ARGV[1])
+local words = {s = 'sent', f = 'failed', x = 'expired'}
+local codes = {s = '', f = 'rejected', x = 'expired'}
+outbox_add({KEYS[6], KEYS[7], KEYS[8], KEYS[9]}, ARGV[1], m, words[ARGV[3]], codes[ARGV[3]], now)
 local producer = get(m, 'p')
 if redis.call('HINCRBY', KEYS[5], producer, -1) <= 0 then
   redis.call('HDEL', KEYS[5], producer)
@@ -194,7 +198,7 @@ func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) 
 	}
 	start := time.Now()
 	defer func() { q.m.observe("complete", start, err) }()
-	keys := []string{q.k.lease(l.Message.Class), q.k.leases(), q.k.msgs(), q.k.done(), q.k.outstanding()}
+	keys := append([]string{q.k.lease(l.Message.Class), q.k.leases(), q.k.msgs(), q.k.done(), q.k.outstanding()}, q.k.outbox()...)
 	return q.leaseResult("complete", l, completeScript.Run(ctx, q.c, keys, l.Message.ID, l.Token,
 		status, o.ProviderID, o.Reason, o.Attempts, us(q.retention), prunePerComplete))
 }
@@ -242,10 +246,11 @@ func (q *Queue) Requeue(ctx context.Context, l *queue.Leased, o queue.RequeueOpt
 // deadScript ends a held lease by making the message a dead letter.
 //
 // KEYS[1] lease ZSET of the class, KEYS[2] leases HASH, KEYS[3] msgs HASH,
-// KEYS[4] dead ZSET of the class, KEYS[5] outstanding HASH.
+// KEYS[4] dead ZSET of the class, KEYS[5] outstanding HASH, KEYS[6..9] the
+// outbox (keys.outbox).
 // ARGV[1] id, ARGV[2] token, ARGV[3] reason, ARGV[4] attempts.
 // Returns 1, 0 when the lease is not held, -1 when it is not in KEYS[1].
-var deadScript = redis.NewScript(luaPrelude + luaRecord + luaCheckLease + `
+var deadScript = redis.NewScript(luaPrelude + luaRecord + luaOutbox + luaCheckLease + `
 local now = now_us()
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
@@ -257,6 +262,7 @@ set_time(m, 'tu', now)
 if ARGV[3] ~= '' then set(m, 'e', ARGV[3]) end
 redis.call('HSET', KEYS[3], ARGV[1], cjson.encode(m))
 redis.call('ZADD', KEYS[4], now, ARGV[1])
+outbox_add({KEYS[6], KEYS[7], KEYS[8], KEYS[9]}, ARGV[1], m, 'failed', 'attempts_exhausted', now)
 local producer = get(m, 'p')
 if redis.call('HINCRBY', KEYS[5], producer, -1) <= 0 then
   redis.call('HDEL', KEYS[5], producer)
@@ -271,7 +277,7 @@ func (q *Queue) Dead(ctx context.Context, l *queue.Leased, reason string, attemp
 	}
 	start := time.Now()
 	defer func() { q.m.observe("dead", start, err) }()
-	keys := []string{q.k.lease(l.Message.Class), q.k.leases(), q.k.msgs(), q.k.dead(l.Message.Class), q.k.outstanding()}
+	keys := append([]string{q.k.lease(l.Message.Class), q.k.leases(), q.k.msgs(), q.k.dead(l.Message.Class), q.k.outstanding()}, q.k.outbox()...)
 	return q.leaseResult("dead", l, deadScript.Run(ctx, q.c, keys, l.Message.ID, l.Token, reason, attempts))
 }
 
