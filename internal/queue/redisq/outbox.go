@@ -43,7 +43,7 @@ type eventRecord struct {
 // outbox_add(ok, id, m, status, code, now): ok the four keys of
 // keys.outbox() (events HASH, due ZSET, age ZSET, seq counter) as a Lua
 // table, id the message id, m its decoded record after the change, status
-// the status word the event reports, code the error code ('' for none), now
+// the status word the event reports, code the error code (” for none), now
 // Redis µs. Writes nothing for a message stored without "w" (no
 // destination; every legacy message).
 const luaOutbox = `
