@@ -125,6 +125,9 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	if a.srv.history, err = newHistoryView(b, a.disp.Snapshot, d.metrics.accepted, d.log); err != nil {
 		return nil, err
 	}
+	if a.srv.callbacks, err = newCallbacks(cfg, d, b, owner); err != nil {
+		return nil, err
+	}
 	a.http = newHTTPServer(cfg, a.srv.routes(), d.log)
 	d.log.Info("gateway ready to start", "mode", b.mode, "account", cfg.Account, "provider", a.prov.Name(),
 		"producers", len(cfg.Producers), "target_rps", cfg.Limits.TargetRPS, "owner", owner)
@@ -318,7 +321,7 @@ func (a *App) Start(ctx context.Context) error {
 
 // loops are the backend's loops and the stats totals, in start order.
 func (a *App) loops() []loop {
-	return append(a.b.loops[:len(a.b.loops):len(a.b.loops)], a.srv.live.totals, a.srv.history.rec)
+	return append(a.b.loops[:len(a.b.loops):len(a.b.loops)], a.srv.live.totals, a.srv.history.rec, a.srv.callbacks)
 }
 
 // Addr is the address the App listens on ("" before Start).

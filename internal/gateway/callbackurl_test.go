@@ -1,11 +1,19 @@
 package gateway
 
 import (
+	"encoding/json"
+	"io"
+	"maps"
 	"net/http"
+	"net/http/httptest"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"smsgw/internal/config"
+	"smsgw/internal/webhook"
 )
 
 const testWebhookSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -80,4 +88,130 @@ func TestCallbackURLAllowed(t *testing.T) {
 			}
 		})
 	}
+}
+
+// hookReceiver is a producer's webhook endpoint on the loopback address.
+type hookReceiver struct {
+	mu     sync.Mutex
+	bodies map[string][]string // webhook-id -> bodies
+	bad    int
+	fail   bool
+	srv    *httptest.Server
+}
+
+func newHookReceiver(t *testing.T) *hookReceiver {
+	key, err := config.ParseWebhookSecret(testWebhookSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &hookReceiver{bodies: map[string][]string{}}
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		id := req.Header.Get(webhook.HeaderID)
+		err := webhook.Verify(key, id, req.Header.Get(webhook.HeaderTimestamp), req.Header.Get(webhook.HeaderSignature), body, time.Now(), 5*time.Minute)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if err != nil {
+			r.bad++
+		}
+		r.bodies[id] = append(r.bodies[id], string(body))
+		if r.fail {
+			w.WriteHeader(http.StatusBadGateway)
+		}
+	}))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+func (r *hookReceiver) events() map[string][]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.bodies)
+}
+
+// A sent message and an OTP produce one signed event each at the producer's
+// webhook (the OTP's at its own callback_url), bodies valid against the
+// spec's StatusEvent, without the number or the text. A receiver on the
+// loopback address is reached only because allow_networks lists it.
+func TestCallbacksDelivered(t *testing.T) {
+	for _, m := range modes {
+		t.Run(string(m), func(t *testing.T) {
+			t.Parallel()
+			hook, own := newHookReceiver(t), newHookReceiver(t)
+			h := start(t, m, func(cfg *config.Config) {
+				cfg.Producers[0].Webhook = config.WebhookConfig{URL: hook.srv.URL + "/hook", Secret: testWebhookSecret}
+				cfg.Producers[1].Webhook = config.WebhookConfig{Secret: testWebhookSecret, Allow: []string{own.srv.URL + "/otp/"}}
+				cfg.Webhooks.AllowNetworks = []string{"127.0.0.0/8"}
+			})
+			r := h.post("/v1/messages", keyNotify, msg("transactional", "reference", "order-9"))
+			wantStatus(t, r, http.StatusAccepted)
+			var a acceptedMessage
+			r.json(t, &a)
+			o := h.post("/v1/otp", keyLogin, map[string]any{"to": "+819012345678", "body": "code 4711", "reference": "login-3",
+				"callback_url": own.srv.URL + "/otp/x"})
+			wantStatus(t, o, http.StatusOK)
+			var sent otpSent
+			o.json(t, &sent)
+			eventually(t, "both events", func() bool { return len(hook.events()) == 1 && len(own.events()) == 1 })
+
+			doc, err := specDoc()
+			if err != nil {
+				t.Fatal(err)
+			}
+			schema := doc.Components.Schemas["StatusEvent"].Value
+			for want, rc := range map[string]*hookReceiver{a.ID: hook, sent.ID: own} {
+				for id, bodies := range rc.events() {
+					var ev map[string]any
+					if err := json.Unmarshal([]byte(bodies[0]), &ev); err != nil {
+						t.Fatal(err)
+					}
+					if err := schema.VisitJSON(ev); err != nil {
+						t.Errorf("event %s does not match StatusEvent: %v\n%s", id, err, bodies[0])
+					}
+					data := ev["data"].(map[string]any)
+					if ev["type"] != "message.sent" || data["id"] != want || data["provider_message_id"] == "" {
+						t.Errorf("event %s: %s", id, bodies[0])
+					}
+					if strings.Contains(bodies[0], "9012345678") || strings.Contains(bodies[0], "code 4711") {
+						t.Errorf("event %s carries the number or the text: %s", id, bodies[0])
+					}
+				}
+				if rc.bad != 0 {
+					t.Errorf("%d deliveries with a bad signature", rc.bad)
+				}
+			}
+			var st struct {
+				Callbacks struct{ Backlog, Dead int64 } `json:"callbacks"`
+			}
+			eventually(t, "an empty outbox in the stats", func() bool {
+				s := h.get("/v1/admin/stats", keyAdmin)
+				wantStatus(t, s, http.StatusOK)
+				s.json(t, &st)
+				return st.Callbacks.Backlog == 0
+			})
+		})
+	}
+}
+
+// Without allow_networks the loopback receiver is never reached: the
+// attempt is refused at connect time and counted; the admin list of dead
+// callbacks and its retry answer as the spec says.
+func TestCallbacksToPrivateAddressesRefused(t *testing.T) {
+	hook := newHookReceiver(t)
+	h := start(t, embeddedMode, func(cfg *config.Config) {
+		cfg.Producers[0].Webhook = config.WebhookConfig{URL: hook.srv.URL + "/hook", Secret: testWebhookSecret}
+	})
+	wantStatus(t, h.post("/v1/messages", keyNotify, msg("transactional")), http.StatusAccepted)
+	eventually(t, "a refused attempt in /metrics", func() bool {
+		r := h.get("/metrics", "")
+		return strings.Contains(string(r.body), `smsgw_callbacks_attempts_total{outcome="refused"} 1`) ||
+			strings.Contains(string(r.body), `smsgw_callbacks_attempts_total{outcome="refused"} 2`)
+	})
+	if n := len(hook.events()); n != 0 {
+		t.Fatalf("the loopback receiver got %d events", n)
+	}
+	r := h.get("/v1/admin/callbacks/dead", keyAdmin)
+	wantStatus(t, r, http.StatusOK)
+	wantStatus(t, h.post("/v1/admin/callbacks/dead/evt_nope_1/retry", keyAdmin, nil), http.StatusNotFound)
+	wantStatus(t, h.get("/v1/admin/callbacks/dead?limit=0", keyAdmin), http.StatusBadRequest)
 }

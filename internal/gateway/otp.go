@@ -86,6 +86,7 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return nil, fmt.Errorf("otp %s to %s: %w", m.ID, sms.MaskPhone(m.To), err)
 		}
+		s.otpSentEvent(ctx, m, res.ProviderID)
 		return &response{status: http.StatusOK, body: otpSent{
 			ID: m.ID, Status: sms.StatusSent, ProviderMessageID: res.ProviderID, WaitedMS: res.Waited.Milliseconds(),
 		}}, nil

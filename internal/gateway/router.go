@@ -44,6 +44,7 @@ type server struct {
 	pause     *operatorPause
 	live      *liveStats
 	history   *historyView
+	callbacks *callbacks
 	metrics   *apiMetrics
 	gatherer  prometheus.Gatherer
 	dashboard http.Handler
@@ -91,6 +92,8 @@ func (s *server) routes() http.Handler {
 			r.Post("/resume", s.adminResume)
 			r.Get("/dead-letters", s.adminDeadLetters)
 			r.Post("/dead-letters/{id}/retry", s.adminRetryDead)
+			r.Get("/callbacks/dead", s.adminDeadCallbacks)
+			r.Post("/callbacks/dead/{id}/retry", s.adminRetryCallback)
 		})
 	})
 	if s.dashboard != nil {
