@@ -274,6 +274,9 @@ type gwOptions struct {
 	SimURL    string
 	Lease     time.Duration
 	Extra     string // more YAML appended to the config
+	// NotifyExtra goes inside the notify producer's flow mapping
+	// (", webhook: {...}").
+	NotifyExtra string
 }
 
 type gwProc struct {
@@ -294,11 +297,11 @@ provider: {kind: http, url: %q, timeout: 2s}
 producers:
   - {name: campaign, key: %q, classes: [marketing], rate: 100000, burst: 100000}
   - {name: login, key: %q, classes: [otp], rate: 1000, burst: 1000}
-  - {name: notify, key: %q, classes: [transactional], rate: 100000, burst: 100000}
+  - {name: notify, key: %q, classes: [transactional], rate: 100000, burst: 100000%s}
 admin: {key: %q}
 dispatch: {lease: %s, backoff_base: 200ms, backoff_max: 2s, shutdown_timeout: 5s}
 log: {level: info, format: text}
-%s`, listen, o.RedisAddr, storeDir, o.Account, o.SimURL+"/send", keyMarketing, keyOTP, keyTxn, keyAdmin, lease, o.Extra)
+%s`, listen, o.RedisAddr, storeDir, o.Account, o.SimURL+"/send", keyMarketing, keyOTP, keyTxn, o.NotifyExtra, keyAdmin, lease, o.Extra)
 }
 
 func startGateway(t *testing.T, name string, o gwOptions) *gwProc {

@@ -209,6 +209,7 @@ type DispatchConfig struct {
 	OTPWorkers      int                   `yaml:"otp_workers"` // extra senders that only ever take OTP
 	Lease           time.Duration         `yaml:"lease"`
 	MaxAttempts     int                   `yaml:"max_attempts"`
+	PoisonAfter     int                   `yaml:"poison_after"` // sender crashes on one message before it is a dead letter ("poison")
 	BackoffBase     time.Duration         `yaml:"backoff_base"`
 	BackoffMax      time.Duration         `yaml:"backoff_max"`
 	ShutdownTimeout time.Duration         `yaml:"shutdown_timeout"`

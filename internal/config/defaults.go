@@ -29,6 +29,7 @@ func Default() Config {
 			OTPWorkers:      4,
 			Lease:           30 * time.Second,
 			MaxAttempts:     8,
+			PoisonAfter:     3,
 			BackoffBase:     time.Second,
 			BackoffMax:      5 * time.Minute,
 			ShutdownTimeout: 20 * time.Second,

@@ -346,6 +346,9 @@ func (c *Config) validateDispatch(p *problems) {
 	if d.MaxAttempts < 1 {
 		p.add("dispatch.max_attempts", "must be >= 1")
 	}
+	if d.PoisonAfter < 1 || d.PoisonAfter > 100 {
+		p.add("dispatch.poison_after", "must be 1 to 100 (got %d)", d.PoisonAfter)
+	}
 	if d.BackoffBase <= 0 {
 		p.add("dispatch.backoff_base", "must be > 0")
 	}

@@ -22,14 +22,19 @@ import (
 // expose. The product defaults (workers, lease, attempts, backoff) live in
 // the gateway's configuration alone: the caller sets those fields.
 const (
-	defaultBulkMaxWait     = 5 * time.Millisecond
-	defaultBulkBatch       = 4
-	defaultOTPMaxWait      = time.Second
-	defaultHoldMax         = 250 * time.Millisecond
-	defaultOTPPoll         = 100 * time.Millisecond
-	defaultBulkPoll        = 250 * time.Millisecond
+	defaultBulkMaxWait = 5 * time.Millisecond
+	defaultBulkBatch   = 4
+	defaultOTPMaxWait  = time.Second
+	defaultHoldMax     = 250 * time.Millisecond
+	defaultOTPPoll     = 100 * time.Millisecond
+	defaultBulkPoll    = 250 * time.Millisecond
+	// defaultBackstopPoll is both lanes' poll when the queue announces
+	// ready messages (queue.Notifier): the poll then only catches a
+	// wake-up that was lost.
+	defaultBackstopPoll    = 5 * time.Second
 	defaultBreakerFailures = 5
 	defaultBreakerOpen     = 5 * time.Second
+	defaultPoisonAfter     = 3
 	defaultGuardSlowdown   = 2
 	defaultGuardRefresh    = time.Second
 	defaultSendNowDeadline = time.Second
@@ -90,8 +95,11 @@ type Config struct {
 	HoldMax time.Duration
 	// OTPPoll and BulkPoll bound how long an idle lane waits before asking
 	// the queue again. The API calls Notify after every enqueue, which wakes
-	// this process's lane at once; the poll is the backstop for messages
-	// enqueued elsewhere, and costs one Redis round trip per poll.
+	// this process's lane at once; a queue shared by processes that
+	// announces ready messages (queue.Notifier: Redis) wakes every replica's
+	// lanes the same way, and the poll (then 5 s by default) only catches a
+	// lost wake-up. Without announcements the poll is how messages enqueued
+	// elsewhere are found; each costs one Redis round trip.
 	OTPPoll  time.Duration
 	BulkPoll time.Duration
 	// SendTimeout bounds one provider call; 0 leaves it to the adapter.
@@ -103,6 +111,11 @@ type Config struct {
 	// breaker for BreakerOpen.
 	BreakerFailures int
 	BreakerOpen     time.Duration
+
+	// PoisonAfter is how many times sending one message may crash its
+	// sender (a panic, recovered) before the message is a dead letter
+	// marked poison; default 3 (dispatch.poison_after).
+	PoisonAfter int
 
 	// While the guard is active every reservation costs GuardSlowdown times
 	// the message's cost (capped by the limiter's burst) and every pause
@@ -125,6 +138,13 @@ type Config struct {
 
 func (c *Config) setDefaults() error {
 	errs := c.required()
+	if _, ok := c.Queue.(queue.Notifier); ok {
+		for _, p := range []*time.Duration{&c.OTPPoll, &c.BulkPoll} {
+			if *p == 0 {
+				*p = defaultBackstopPoll
+			}
+		}
+	}
 	for _, f := range []struct {
 		name string
 		v    *time.Duration
@@ -160,6 +180,7 @@ func (c *Config) setDefaults() error {
 		{"BulkBatch", &c.BulkBatch, defaultBulkBatch},
 		{"BreakerFailures", &c.BreakerFailures, defaultBreakerFailures},
 		{"GuardSlowdown", &c.GuardSlowdown, defaultGuardSlowdown},
+		{"PoisonAfter", &c.PoisonAfter, defaultPoisonAfter},
 	} {
 		switch {
 		case *f.v < 0:
@@ -235,6 +256,12 @@ type Dispatcher struct {
 	// do not send into it.
 	pausedUntil atomic.Int64
 	epoch       time.Time
+	// busyAt is when this process last took a message or began a fast-path
+	// send (nanoseconds since epoch; 0: never). Idle tells the periodic
+	// reads of shared state that they may slow down.
+	busyAt atomic.Int64
+	// guardReadAt is when the guard's count was last read (since epoch).
+	guardReadAt atomic.Int64
 	// queueErrAt is when a queue call last failed (nanoseconds since
 	// epoch; 0: never). The recoverer holds back for a lease after it.
 	queueErrAt atomic.Int64
@@ -262,9 +289,10 @@ type Dispatcher struct {
 	// parent context ended) they put back nothing and the leases expire.
 	releaseCtx atomic.Pointer[context.Context]
 
-	pacers  sync.WaitGroup
-	senders sync.WaitGroup
-	loops   []backgroundLoop
+	pacers    sync.WaitGroup
+	senders   sync.WaitGroup
+	listening sync.WaitGroup // the wake-up listener (queue.Notifier)
+	loops     []backgroundLoop
 }
 
 // backgroundLoop is a periodic loop of this package (see loops.go).
@@ -358,6 +386,13 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	for _, l := range d.loops {
 		l.Start(d.runCtx)
 	}
+	if n, ok := d.cfg.Queue.(queue.Notifier); ok {
+		d.listening.Add(1)
+		go func() {
+			defer d.listening.Done()
+			n.Listen(d.runCtx, d.Notify)
+		}()
+	}
 	for _, ln := range d.lanes {
 		d.pacers.Add(1)
 		go func() {
@@ -402,13 +437,15 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 		l.Stop()
 	}
 	d.cancelRun()
+	d.listening.Wait()
 	d.log.Info("send loop stopped", "graceful", err == nil)
 	return err
 }
 
-// Notify wakes the lane serving class c, so that a message just enqueued by
-// this process is taken without waiting for the next poll. The API calls it
-// after each enqueue; it never blocks.
+// Notify wakes the lane serving class c, so that a message just enqueued is
+// taken without waiting for the next poll. The API calls it after each
+// enqueue of this process, the wake-up listener (queue.Notifier) for those
+// of every other; it never blocks.
 func (d *Dispatcher) Notify(c sms.Class) {
 	for _, ln := range d.lanes {
 		if ln.serves(c) {
@@ -504,6 +541,22 @@ func (d *Dispatcher) GuardActive() bool { return d.slowdown.Load() > 1 }
 // or GuardSlowdown while the suspension guard is active. Estimates of when
 // a message goes divide the rate by it.
 func (d *Dispatcher) Slowdown() int { return int(d.slowdown.Load()) }
+
+// noteBusy records that this process is sending now.
+func (d *Dispatcher) noteBusy() { d.busyAt.Store(max(1, int64(time.Since(d.epoch)))) }
+
+// Idle reports whether this process has held no message and begun no
+// fast-path send for at least quiet. Loops that read shared state only a
+// sender needs (the guard's count, the operator pause, the stats totals)
+// read it less often while their replica is idle, so that an idle fleet
+// costs Redis little; what a send must know is read again when sending
+// starts.
+func (d *Dispatcher) Idle(quiet time.Duration) bool {
+	d.mu.Lock()
+	n := len(d.flights)
+	d.mu.Unlock()
+	return n == 0 && time.Since(d.epoch)-time.Duration(d.busyAt.Load()) >= quiet
+}
 
 // noteQueueError records that the queue (Redis) just failed a call.
 func (d *Dispatcher) noteQueueError() { d.queueErrAt.Store(max(1, int64(time.Since(d.epoch)))) }

@@ -141,7 +141,12 @@ func (r *recoverer) runOnce(ctx context.Context) {
 
 // refreshGuard reads the shared 429 count, so that every replica slows down
 // when any of them saw too many.
+// An idle replica (nothing sent for two periods) reads it only every
+// guardIdleRefresh; its first send reserves with a count at most that old.
 func (d *Dispatcher) refreshGuard(ctx context.Context) {
+	if d.Idle(2*d.cfg.GuardRefresh) && time.Since(d.epoch)-time.Duration(d.guardReadAt.Load()) < guardIdleRefresh {
+		return
+	}
 	n, err := d.cfg.Guard.Count(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -150,5 +155,9 @@ func (d *Dispatcher) refreshGuard(ctx context.Context) {
 		}
 		return
 	}
+	d.guardReadAt.Store(int64(time.Since(d.epoch)))
 	d.setGuardCount(n)
 }
+
+// guardIdleRefresh is how often an idle replica reads the guard's count.
+const guardIdleRefresh = 10 * time.Second

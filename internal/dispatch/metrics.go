@@ -30,10 +30,11 @@ const (
 	requeueReleased  = "released"    // graceful stop, limiter error
 	requeueAuth      = "auth"        // the provider refused our credentials (or the account's sender)
 	requeueQuiet     = "quiet_hours" // the recipient's quiet hours: back until they end
+	requeueCrashed   = "crashed"     // the send crashed its sender (a recovered panic)
 )
 
 var requeueReasons = []string{requeueThrottled, requeueRetry, requeueRateWait, requeuePaused, requeueBreaker, requeueReleased,
-	requeueAuth, requeueQuiet}
+	requeueAuth, requeueQuiet, requeueCrashed}
 
 // Reservation results.
 const (
@@ -94,6 +95,8 @@ type metrics struct {
 	guardCount     prometheus.Gauge
 	sendNow        *prometheus.CounterVec // result
 	loopErrors     *prometheus.CounterVec // loop
+	senderPanics   prometheus.Counter
+	poison         prometheus.Counter
 }
 
 // Latency buckets: sub-millisecond to seconds; the OTP target is 20 ms.
@@ -146,10 +149,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		loopErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "smsgw_dispatch_loop_errors_total", Help: "Errors of the background loops and queue calls, by step.",
 		}, []string{"step"}),
+		senderPanics: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "smsgw_dispatch_sender_panics_total", Help: "Sends that crashed their sender (a recovered panic).",
+		}),
+		poison: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "smsgw_dispatch_poison_total", Help: "Messages made dead letters because sending them crashed dispatch.poison_after times.",
+		}),
 	}
 	for _, c := range []prometheus.Collector{m.takes, m.outcomes, m.requeues, m.reservations, m.reserveDelay,
 		m.sendDuration, m.queueToSend, m.throttles, m.breakerRejects, m.inFlight, m.guardActive, m.guardCount,
-		m.sendNow, m.loopErrors} {
+		m.sendNow, m.loopErrors, m.senderPanics, m.poison} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("dispatch: register metrics: %w", err)
 		}

@@ -76,6 +76,7 @@ func (d *Dispatcher) SendNow(ctx context.Context, m *sms.Message, deadline time.
 	}
 	ctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
+	d.noteBusy()
 	start := time.Now()
 	delay, err := d.nowSlot(ctx, m, deadline)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -47,6 +48,7 @@ func (d *Dispatcher) take(ctx context.Context, ln *lane, classes []sms.Class) (*
 		return nil, 0, fmt.Errorf("dispatch: take: %w", err)
 	}
 	d.m.takes.WithLabelValues(ln.name, takeMessage).Inc()
+	d.noteBusy()
 	m := l.Message
 	ready := m.CreatedAt
 	if m.NotBefore.After(ready) {
@@ -284,6 +286,12 @@ func (d *Dispatcher) sendOne(f *flight, delay time.Duration, gate *batchGate, le
 	if leader {
 		defer gate.open()
 	}
+	var done func(error) // the breaker's, once a send is let through
+	defer func() {
+		if v := recover(); v != nil {
+			d.crashed(f, v, done)
+		}
+	}()
 	ctx := d.runCtx
 	if !d.sleepDelay(ctx, f, delay) {
 		d.abandon(f, "stopped before send")
@@ -307,8 +315,9 @@ func (d *Dispatcher) sendOne(f *flight, delay time.Duration, gate *batchGate, le
 		d.untrack(f)
 		return
 	}
-	done, after, err := d.breakerAllow(m)
-	if err != nil {
+	var after time.Duration
+	var err error
+	if done, after, err = d.breakerAllow(m); err != nil {
 		d.requeue(f, after, false, requeueBreaker, "provider breaker open")
 		return
 	}
@@ -365,6 +374,9 @@ func (d *Dispatcher) send(ctx context.Context, m *sms.Message, validity, waited 
 	d.m.queueToSend.WithLabelValues(m.Class.String()).Observe(max(waited, 0).Seconds())
 	start := time.Now()
 	res, err := d.cfg.Provider.Send(ctx, providerRequest(m, validity))
+	// The provider's text may quote the number or the body; from here on
+	// (last_error, dead letters, logs, the API's answers) it never does.
+	err = provider.Scrubbed(err, m.Body)
 	stopping := err != nil && cutShort != nil && cutShort()
 	result := sendResult(err, stopping)
 	d.m.sendDuration.WithLabelValues(result).Observe(time.Since(start).Seconds())
@@ -522,4 +534,39 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// errSenderCrashed is what the breaker is told of a send that panicked.
+var errSenderCrashed = errors.New("dispatch: the sender crashed")
+
+// crashed handles a panic in the sender of f (v, recovered): the process
+// lives on; the crash is counted on the message, which goes back to the
+// queue after a backoff, or, at its PoisonAfter-th crash, becomes a dead
+// letter marked poison so that it cannot crash every replica forever. The
+// log has the stack but not the panic's value, which may quote the message.
+func (d *Dispatcher) crashed(f *flight, v any, breakerDone func(error)) {
+	d.m.senderPanics.Inc()
+	if breakerDone != nil {
+		breakerDone(errSenderCrashed)
+	}
+	m := f.l.Message
+	crashes := m.Crashes + 1
+	d.log.Error("sender crashed; recovered", "id", m.ID, "class", m.Class.String(), "crashes", crashes,
+		"poison_after", d.cfg.PoisonAfter, "panic_type", fmt.Sprintf("%T", v), "stack", string(debug.Stack()))
+	if f.acking.Load() {
+		return // the lease was already being ended; nothing more to do
+	}
+	if crashes >= d.cfg.PoisonAfter {
+		d.m.poison.Inc()
+		reason := fmt.Sprintf("poison: sending it crashed the sender %d times", crashes)
+		d.ack(f, "dead", outcomeDead, func(ctx context.Context) error {
+			return d.cfg.Queue.Dead(ctx, f.l, reason, m.Attempts)
+		})
+		return
+	}
+	d.m.requeues.WithLabelValues(m.Class.String(), requeueCrashed).Inc()
+	d.ack(f, "requeue", outcomeRequeued, func(ctx context.Context) error {
+		return d.cfg.Queue.Requeue(ctx, f.l, queue.RequeueOptions{After: d.backoff(crashes), Crashed: true,
+			LastError: "the sender crashed on this message"})
+	})
 }

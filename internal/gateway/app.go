@@ -116,13 +116,17 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	if a.disp, err = dispatch.New(dispatcherConfig(cfg, d, b, prov, owner)); err != nil {
 		return nil, fmt.Errorf("gateway: dispatcher: %w", err)
 	}
+	disp := a.disp
+	d.quiet.set(func() bool { return disp.Idle(idleQuiet) })
 	started := d.now()
+	totals := newTotalsLoop(a.disp.Snapshot, b.counters, b.scope, d.log, started)
+	totals.t.quiet, totals.t.quietEvery = d.quiet, totalsIdleEvery
 	live := &liveStats{replica: replica{owner: owner, mode: b.mode, started: started}, providerName: a.prov.Name(),
-		snap: a.disp.Snapshot, otp: otpLatency, totals: newTotalsLoop(a.disp.Snapshot, b.counters, b.scope, d.log, started)}
+		snap: a.disp.Snapshot, otp: otpLatency, totals: totals}
 	if a.srv, err = newServer(cfg, d, gath, b, a.disp, live, opts.Dashboard); err != nil {
 		return nil, err
 	}
-	if a.srv.history, err = newHistoryView(b, a.disp.Snapshot, d.metrics.accepted, d.log); err != nil {
+	if a.srv.history, err = newHistoryView(b, a.disp.Snapshot, d.metrics.accepted, d.quiet, d.log); err != nil {
 		return nil, err
 	}
 	if a.srv.callbacks, err = newCallbacks(cfg, d, b, owner); err != nil {
@@ -141,7 +145,7 @@ func dispatcherConfig(cfg config.Config, d deps, b *backend, prov provider.Provi
 		Queue: b.queue, Limiter: pausedLimiter{Limiter: b.limiter, p: b.pause}, Guard: b.guard,
 		Provider: prov, Owner: owner,
 		Workers: cfg.Dispatch.Workers, OTPWorkers: cfg.Dispatch.OTPWorkers,
-		Lease: cfg.Dispatch.Lease, MaxAttempts: cfg.Dispatch.MaxAttempts,
+		Lease: cfg.Dispatch.Lease, MaxAttempts: cfg.Dispatch.MaxAttempts, PoisonAfter: cfg.Dispatch.PoisonAfter,
 		BackoffBase: cfg.Dispatch.BackoffBase, BackoffMax: cfg.Dispatch.BackoffMax,
 		CountSegments: cfg.Provider.CountSegments, Logger: d.log, Registerer: d.reg, Now: d.now,
 		Hold: cfg.QuietPolicy().Hold,
@@ -150,7 +154,7 @@ func dispatcherConfig(cfg config.Config, d deps, b *backend, prov provider.Provi
 
 // newDeps resolves the Options' defaults and the API metrics.
 func newDeps(opts Options) (deps, prometheus.Gatherer, error) {
-	d := deps{log: opts.Logger, now: opts.Now}
+	d := deps{log: opts.Logger, now: opts.Now, quiet: &quietGate{}}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}

@@ -48,6 +48,7 @@ type deps struct {
 	reg     prometheus.Registerer
 	now     func() time.Time
 	metrics *apiMetrics
+	quiet   *quietGate // whether this replica is idle (the dispatcher's answer)
 }
 
 // newEmbeddedBackend: the bbolt store, the local limiters, and the shared
@@ -159,7 +160,9 @@ func (b *backend) redisState(cfg config.Config, d deps, client redis.UniversalCl
 		return nil, fmt.Errorf("gateway: operator pause: %w", err)
 	}
 	b.pause = newOperatorPause(ps, d.now)
-	b.loops = append(b.loops, newPausePoller(b.pause, pausePollEvery, d.log))
+	pp := newPausePoller(b.pause, pausePollEvery, d.log)
+	pp.t.quiet, pp.t.quietEvery = d.quiet, pauseIdlePoll
+	b.loops = append(b.loops, pp)
 	if b.counters, err = state.NewRedisCounters(client, sp, totalsFields()); err != nil {
 		return nil, fmt.Errorf("gateway: counters: %w", err)
 	}

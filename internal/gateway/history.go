@@ -36,7 +36,7 @@ type historyView struct {
 // the backlog due now (ready + leased: scheduled messages wait for their
 // time, not for us), every history.DefaultStep, into the backend's store.
 func newHistoryView(b *backend, snap func() dispatch.Snapshot, accepted *prometheus.CounterVec,
-	log *slog.Logger) (*historyView, error) {
+	quiet *quietGate, log *slog.Logger) (*historyView, error) {
 	v := &historyView{store: b.history, scope: b.scope}
 	q := b.queue
 	var err error
@@ -63,7 +63,8 @@ func newHistoryView(b *backend, snap func() dispatch.Snapshot, accepted *prometh
 		}
 		return out, nil
 	}
-	v.rec, err = history.NewRecorder(history.RecorderConfig{Store: v.store, Counters: counters, Depth: depth, Logger: log})
+	v.rec, err = history.NewRecorder(history.RecorderConfig{Store: v.store, Counters: counters, Depth: depth, Logger: log,
+		Quiet: quiet.idle})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: history: %w", err)
 	}

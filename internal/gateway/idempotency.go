@@ -1,11 +1,14 @@
 package gateway
 
 import (
+	"bytes"
+	"compress/flate"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"time"
 
@@ -22,7 +25,11 @@ import (
 //     that races the first request gets 409 instead of waiting on it.
 //
 // The answer store is a state.Idempotency: Redis (shared by replicas) or,
-// in embedded mode, this process's memory, bounded by a count; an answer
+// in embedded mode, this process's memory, bounded by a count and by bytes.
+// Answers are stored compressed (compactAnswer), one answer is at most
+// state.MaxAnswerBytes (a larger one is not stored), and a batch refused
+// whole is not stored at all and costs one unit of ingress quota, so no
+// request makes the store keep more than a few KB, and never for free. An answer
 // evicted or lost with a restart is rebuilt from the stored message (same
 // id, class and segments; estimated_send_at recomputed).
 
@@ -68,6 +75,7 @@ type response struct {
 	body     any
 	location string
 	replayed bool // the queue said the message already existed
+	noStore  bool // answer it, but keep no copy (a batch refused whole: a replay refuses it again)
 }
 
 // idempotent runs run at most once per Idempotency-Key (when the request
@@ -119,8 +127,8 @@ func (s *server) idempotent(w http.ResponseWriter, r *http.Request, p *producer,
 		s.writeError(w, r, err)
 		return
 	}
-	if res.status >= 200 && res.status < 300 {
-		stored = &state.Answer{Hash: hash, Status: res.status, Body: body, Location: res.location}
+	if res.status >= 200 && res.status < 300 && !res.noStore {
+		stored = compactAnswer(&state.Answer{Hash: hash, Status: res.status, Body: body, Location: res.location})
 	}
 	if res.replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
@@ -136,12 +144,50 @@ func (s *server) replay(w http.ResponseWriter, r *http.Request, a *state.Answer,
 		s.writeError(w, r, errorf(KindKeyReused, "this Idempotency-Key was first used with a different request; use a new key for a new request"))
 		return
 	}
+	body, err := answerBody(a)
+	if err != nil {
+		s.writeError(w, r, fmt.Errorf("idempotency: stored answer: %w", err))
+		return
+	}
 	s.metrics.replays.Inc()
 	w.Header().Set("Idempotent-Replayed", "true")
 	if a.Location != "" {
 		w.Header().Set("Location", a.Location)
 	}
-	writeRaw(w, "application/json", a.Status, append(a.Body, '\n'))
+	writeRaw(w, "application/json", a.Status, append(body, '\n'))
+}
+
+// compactMin is the body size from which a stored answer is compressed.
+const compactMin = 512
+
+// compactAnswer stores a's body DEFLATE-compressed when that makes it
+// smaller: a batch answer repeats the same problem for many items, so it
+// shrinks many times over, and the store (memory, or Redis) holds that.
+func compactAnswer(a *state.Answer) *state.Answer {
+	if len(a.Body) < compactMin {
+		return a
+	}
+	var buf bytes.Buffer
+	zw, err := flate.NewWriter(&buf, flate.BestSpeed)
+	if err != nil {
+		return a
+	}
+	if _, err := zw.Write(a.Body); err != nil || zw.Close() != nil || buf.Len() >= len(a.Body) {
+		return a
+	}
+	c := *a
+	c.Body, c.Deflated = buf.Bytes(), true
+	return &c
+}
+
+// answerBody is the body a stored answer replays.
+func answerBody(a *state.Answer) ([]byte, error) {
+	if !a.Deflated {
+		return a.Body, nil
+	}
+	// A stored body was at most the request's own answer; bound the
+	// inflation all the same.
+	return io.ReadAll(io.LimitReader(flate.NewReader(bytes.NewReader(a.Body)), 64<<20))
 }
 
 func (s *server) writeResponse(w http.ResponseWriter, r *http.Request, res *response, err error) {

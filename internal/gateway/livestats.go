@@ -38,6 +38,7 @@ import (
 
 const (
 	totalsEvery       = time.Second
+	totalsIdleEvery   = 10 * time.Second // while the replica sends nothing (ticker.quiet)
 	rateWindow        = 10 * time.Second
 	otpLatencySamples = 1000
 	totalsFlushBound  = 2 * time.Second // the final flush of a stopping replica

@@ -315,6 +315,14 @@ func (s *server) itemError(r *http.Request, it *batchItem, err error) {
 func (s *server) acceptBatch(ctx context.Context, w http.ResponseWriter, r *http.Request, p *producer,
 	vs []validated, valid []int, items []batchItem, key string) (*response, error) {
 	now := s.now()
+	if len(valid) == 0 {
+		// Refused whole: the answer costs one unit of the producer's
+		// quota, so repeating it is throttled like any other request,
+		// and it is not stored (a replay refuses it again).
+		if _, err := s.admitIngress(ctx, w, p, 1); err != nil {
+			return nil, err
+		}
+	}
 	var adm admitted
 	if len(valid) > 0 {
 		room, err := s.admitOutstanding(ctx, p, len(valid))
@@ -347,7 +355,7 @@ func (s *server) acceptBatch(ctx context.Context, w http.ResponseWriter, r *http
 			out.Rejected++
 		}
 	}
-	return &response{status: http.StatusOK, body: out}, nil
+	return &response{status: http.StatusOK, body: out, noStore: out.Accepted == 0}, nil
 }
 
 // admitted are the batch items that passed the per-item checks: their

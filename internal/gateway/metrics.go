@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"errors"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -71,7 +72,7 @@ func newAPIMetrics(reg prometheus.Registerer) (*apiMetrics, error) {
 }
 
 func (m *apiMetrics) observe(route, method string, status int, d time.Duration) {
-	m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
+	m.requests.WithLabelValues(route, methodLabel(method), statusLabel(status)).Inc()
 	m.duration.WithLabelValues(route).Observe(d.Seconds())
 }
 
@@ -92,4 +93,36 @@ func (m *apiMetrics) otp(err error, d time.Duration) {
 		outcome = "error"
 	}
 	m.otpDuration.WithLabelValues(outcome).Observe(d.Seconds())
+}
+
+// methodLabel is method as a label or a log field: the standard methods
+// (RFC 9110 section 9 and PATCH) as they are, anything else "other". A
+// client chooses the method, so a label taken from it as it is would let
+// anyone add a series (and its memory) with every request.
+func methodLabel(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return method
+	}
+	return "other"
+}
+
+// statusLabel is a status code as a label. Our handlers choose it, but a
+// status outside 100..599 (none today) would be one label per value.
+func statusLabel(status int) string {
+	if status < 100 || status > 599 {
+		return "other"
+	}
+	return strconv.Itoa(status)
+}
+
+// methodNamed names method in an answer's detail: itself when it is
+// standard, else "this method" (the client's own text is not echoed back,
+// whatever its length).
+func methodNamed(method string) string {
+	if l := methodLabel(method); l != "other" {
+		return l
+	}
+	return "this method"
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"smsgw/internal/config"
 	"smsgw/internal/dispatch"
 	"smsgw/internal/sms"
+	"smsgw/internal/state"
 )
 
 // otpSender sends one message synchronously (the dispatcher).
@@ -68,11 +70,15 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errorf(KindForbidden, fmt.Sprintf("producer %s may not send class otp", p.Name)))
 		return
 	}
+<<<<<<< HEAD
 	if err := checkCallback(p, v.msg, ""); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	s.idempotent(w, r, p, "otp", v.msg.RequestHash, func(ctx context.Context, _ string) (*response, error) {
+=======
+	s.idempotent(w, r, p, "otp", v.msg.RequestHash, func(ctx context.Context, key string) (*response, error) {
+>>>>>>> main
 		if _, err := s.admitIngress(ctx, w, p, 1); err != nil {
 			return nil, err
 		}
@@ -80,10 +86,23 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 		// (the id's time) starts when the request arrived.
 		m := s.stamp(v, p, "", arrived)
 		m.ExpiresAt = arrived.Add(deadline).UTC()
+		unknown, err := s.otpUnknownID(ctx, p, key, v.msg.RequestHash)
+		if err != nil {
+			return nil, err
+		}
+		if unknown.id != "" {
+			m.ID = unknown.id // a retry after an unknown outcome: the provider may drop it
+		}
 		start := time.Now()
 		res, err := s.otp.SendNow(ctx, m, deadline)
 		s.metrics.otp(err, time.Since(start))
+		unknown.finish(ctx, s, m.ID, err)
 		if err != nil {
+			if errors.Is(err, dispatch.ErrOutcomeUnknown) {
+				err = &Error{Kind: KindUnavailable, RetryAfter: time.Second, Err: err, Extra: map[string]any{"id": m.ID},
+					Detail: "the provider did not answer within the deadline: the message may or may not have been sent; " +
+						"nothing was queued; a retry with the same Idempotency-Key sends it under the same id"}
+			}
 			return nil, fmt.Errorf("otp %s to %s: %w", m.ID, sms.MaskPhone(m.To), err)
 		}
 		s.otpSentEvent(ctx, m, res.ProviderID)
@@ -91,4 +110,48 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 			ID: m.ID, Status: sms.StatusSent, ProviderMessageID: res.ProviderID, WaitedMS: res.Waited.Milliseconds(),
 		}}, nil
 	})
+}
+
+// otpUnknown is the id an OTP's Idempotency-Key keeps while its outcome is
+// unknown, in the answer store under a key of its own scope.
+type otpUnknown struct {
+	key, token, hash string
+	id               string // the id of the earlier attempt; empty if none
+}
+
+// otpUnknownID returns the id an earlier attempt with this Idempotency-Key
+// (key; empty: none) used when its outcome was unknown, and holds that
+// entry until finish. The request's own lock is already held, so the
+// entry's lock is always free.
+func (s *server) otpUnknownID(ctx context.Context, p *producer, key, hash string) (otpUnknown, error) {
+	if key == "" {
+		return otpUnknown{}, nil
+	}
+	u := otpUnknown{key: idemKey(p.Name, "otp-unknown", key), hash: hash}
+	a, token, err := s.idem.Acquire(ctx, u.key, idemLockTTL)
+	if err != nil {
+		return otpUnknown{}, fmt.Errorf("idempotency: otp id: %w", err)
+	}
+	u.token = token
+	if a != nil && a.Hash == hash && sms.ValidID(string(a.Body)) {
+		u.id = string(a.Body)
+	}
+	return u, nil
+}
+
+// finish keeps id for the window when the outcome of its send (err) is
+// unknown, and otherwise releases the entry.
+func (u otpUnknown) finish(ctx context.Context, s *server, id string, err error) {
+	if u.key == "" || u.token == "" || (u.id != "" && errors.Is(err, dispatch.ErrOutcomeUnknown)) {
+		return // nothing held, or already kept
+	}
+	var keep *state.Answer
+	if errors.Is(err, dispatch.ErrOutcomeUnknown) {
+		keep = &state.Answer{Hash: u.hash, Status: http.StatusServiceUnavailable, Body: []byte(id)}
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if ferr := s.idem.Finish(ctx, u.key, u.token, keep); ferr != nil {
+		s.log.WarnContext(ctx, "idempotency: keep the otp id", "err", ferr)
+	}
 }

@@ -31,13 +31,22 @@ type operatorPause struct {
 	on     bool
 	until  time.Time // zero: until resumed
 	reason string
+	// readAt is when this copy was last read from the store or set here.
+	readAt time.Time
 	// changes counts this process's Pause and Resume calls. A poll whose
 	// read began before one of them may carry the state from before it,
 	// and is dropped: applied, it would undo the change until the next poll.
 	changes uint64
 }
 
-const pausePollEvery = 500 * time.Millisecond
+// pausePollEvery is how often a sending replica rereads the shared
+// switch; an idle one rereads it every pauseIdlePoll, and its first
+// reservation after a longer gap reads it first (pausedLimiter), so that
+// no send goes on a copy older than pausePollEvery.
+const (
+	pausePollEvery = 500 * time.Millisecond
+	pauseIdlePoll  = 10 * time.Second
+)
 
 func newOperatorPause(store state.Pause, now func() time.Time) *operatorPause {
 	return &operatorPause{store: store, now: now}
@@ -108,6 +117,7 @@ func (p *operatorPause) setPolled(seen uint64, on bool, d time.Duration, reason 
 }
 
 func (p *operatorPause) setLocked(on bool, d time.Duration, reason string) {
+	p.readAt = time.Now()
 	p.on, p.reason, p.until = on, reason, time.Time{}
 	if on && d > 0 {
 		p.until = p.now().Add(d)
@@ -130,6 +140,21 @@ func (p *operatorPause) Resume(ctx context.Context) error {
 	}
 	p.set(false, 0, "")
 	return nil
+}
+
+// freshen rereads the stored switch when this copy is older than
+// pausePollEvery (an idle replica's poller slowed down); a failed read
+// keeps the last known state, as the poller does.
+func (p *operatorPause) freshen(ctx context.Context) {
+	p.mu.Lock()
+	stale := time.Since(p.readAt) > pausePollEvery
+	if stale {
+		p.readAt = time.Now() // one attempt per period, even when it fails
+	}
+	p.mu.Unlock()
+	if stale {
+		_ = p.refresh(ctx)
+	}
 }
 
 // refresh copies the stored switch.
@@ -193,6 +218,7 @@ type pausedLimiter struct {
 const pausedRetry = 250 * time.Millisecond
 
 func (l pausedLimiter) Reserve(ctx context.Context, r limiter.Request) (limiter.Decision, error) {
+	l.p.freshen(ctx)
 	if now := l.p.now(); l.p.active(now) {
 		retry := pausedRetry
 		if rem := l.p.remaining(now); rem > 0 && rem < retry {

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"smsgw/internal/keyspace"
+	"smsgw/internal/limiter"
 	"smsgw/internal/redistest"
 	"smsgw/internal/state"
 )
@@ -98,5 +99,46 @@ func (h *afterPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 			(*f)()
 		}
 		return err
+	}
+}
+
+// TestIdleReplicaReadsThePauseBeforeSending: an idle replica polls the
+// shared switch only every pauseIdlePoll, so its copy may be old when a
+// send comes; its first reservation rereads the switch, and a pause
+// another replica set meanwhile holds. (Without that read the reservation
+// went on the stale copy and was granted.)
+func TestIdleReplicaReadsThePauseBeforeSending(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	c := redistest.Client(t)
+	sp, err := keyspace.New(redistest.Prefix(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := state.NewRedisPause(c, sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, idle := newOperatorPause(store, time.Now), newOperatorPause(store, time.Now)
+	if err := idle.refresh(ctx); err != nil { // its last poll: not paused
+		t.Fatal(err)
+	}
+	if err := other.Pause(ctx, 0, "maintenance"); err != nil {
+		t.Fatal(err)
+	}
+	// Its poller slept; the copy is now older than a sending replica's.
+	idle.mu.Lock()
+	idle.readAt = idle.readAt.Add(-2 * pausePollEvery)
+	idle.mu.Unlock()
+	lim, err := limiter.NewLocal(limiter.Config{Global: limiter.Rate{PerSecond: 90, Burst: 5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := pausedLimiter{Limiter: lim, p: idle}.Reserve(ctx, limiter.Request{Class: "otp", Cost: 1, MaxWait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Allowed || !d.Paused {
+		t.Errorf("reservation on a stale copy of the switch: %+v, want paused", d)
 	}
 }

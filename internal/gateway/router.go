@@ -64,7 +64,7 @@ func (s *server) routes() http.Handler {
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		allow := allowed(r, req.URL.Path)
 		w.Header().Set("Allow", strings.Join(allow, ", "))
-		s.writeError(w, req, errorf(KindMethodNotAllowed, req.Method+" is not allowed here; use "+strings.Join(allow, " or ")))
+		s.writeError(w, req, errorf(KindMethodNotAllowed, methodNamed(req.Method)+" is not allowed here; use "+strings.Join(allow, " or ")))
 	})
 
 	r.Get("/healthz", s.healthz)
@@ -269,7 +269,7 @@ func (s *server) instrument(next http.Handler) http.Handler {
 		}
 		s.metrics.observe(route, r.Method, sw.status, time.Since(start))
 		if s.log.Enabled(r.Context(), slog.LevelDebug) {
-			s.log.DebugContext(r.Context(), "http request", "method", r.Method, "route", route, "status", sw.status,
+			s.log.DebugContext(r.Context(), "http request", "method", methodLabel(r.Method), "route", route, "status", sw.status,
 				"duration", time.Since(start), "client_ip", ClientIP(r.Context()),
 				"request_id", middleware.GetReqID(r.Context()))
 		}

@@ -37,7 +37,16 @@ type RecorderConfig struct {
 	Depth    func(ctx context.Context) (PerClass, error) // the queue depth now
 	Every    time.Duration                               // 0: DefaultStep
 	Logger   *slog.Logger                                // nil: discard
+	// Quiet, when set, reports that the replica sends nothing: a step in
+	// which it holds and this process counted nothing new is recorded only
+	// once QuietEvery (0: DefaultQuietEvery) has passed since the last, so
+	// that an idle fleet does not write the same depth every step.
+	Quiet      func() bool
+	QuietEvery time.Duration
 }
+
+// DefaultQuietEvery is how often an idle replica records.
+const DefaultQuietEvery = 30 * time.Second
 
 // finalFlushBound bounds the last Add of a stopping Recorder.
 const finalFlushBound = 2 * time.Second
@@ -65,6 +74,9 @@ func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.QuietEvery <= 0 {
+		cfg.QuietEvery = DefaultQuietEvery
 	}
 	return &Recorder{cfg: cfg}, nil
 }
@@ -103,6 +115,18 @@ func (r *Recorder) record(ctx context.Context) error {
 	return nil
 }
 
+// due reports whether this step records: always, unless the replica is
+// quiet, counted nothing since the last record and recorded within
+// QuietEvery.
+func (r *Recorder) due(last time.Time) bool {
+	if last.IsZero() || r.cfg.Quiet == nil || time.Since(last) >= r.cfg.QuietEvery || !r.cfg.Quiet() {
+		return true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cfg.Counters() != r.last || r.failing
+}
+
 // Start runs the loop, at once and then every step, until Stop.
 func (r *Recorder) Start(ctx context.Context) {
 	r.stop, r.done = make(chan struct{}), make(chan struct{})
@@ -110,10 +134,14 @@ func (r *Recorder) Start(ctx context.Context) {
 		defer close(r.done)
 		t := time.NewTicker(r.cfg.Every)
 		defer t.Stop()
+		var last time.Time
 		for {
-			rctx, cancel := context.WithTimeout(ctx, r.cfg.Every)
-			_ = r.runOnce(rctx) // logged by runOnce
-			cancel()
+			if r.due(last) {
+				last = time.Now()
+				rctx, cancel := context.WithTimeout(ctx, r.cfg.Every)
+				_ = r.runOnce(rctx) // logged by runOnce
+				cancel()
+			}
 			select {
 			case <-t.C:
 			case <-r.stop:

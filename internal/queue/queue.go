@@ -65,6 +65,7 @@ type RequeueOptions struct {
 	After        time.Duration // not taken again before now+After
 	SpendAttempt bool          // false for rate denials and provider throttles
 	LastError    string
+	Crashed      bool // the send crashed its sender (a panic): Crashes is incremented
 }
 
 // MaxHorizons bounds the horizons of one ScheduledWithin call.
@@ -121,7 +122,8 @@ type Queue interface {
 	Recover(ctx context.Context) (int, error)
 
 	DeadLetters(ctx context.Context, limit int) ([]*sms.Message, error)
-	// RetryDead queues a dead letter again with its attempts reset.
+	// RetryDead queues a dead letter again with its attempts and crashes
+	// reset.
 	RetryDead(ctx context.Context, id string) error
 
 	// Get returns a message by id (ErrNotFound once retention has passed).
@@ -137,4 +139,17 @@ type Queue interface {
 	Outstanding(ctx context.Context, producer string) (int64, error)
 
 	Close() error
+}
+
+// Notifier is implemented by a backend that several processes share: it
+// tells every process, soon after, that messages of a class became ready
+// anywhere (an enqueue, a recovered lease), so that idle processes wait
+// for the news instead of polling. The news is a hint and may be lost (a
+// connection drops): callers keep a slow poll as the backstop.
+type Notifier interface {
+	// Listen calls wake with each class announced by any process until
+	// ctx ends, and with every class after each (re)connection, since
+	// news may have been missed meanwhile. It reconnects by itself and
+	// returns only when ctx ends.
+	Listen(ctx context.Context, wake func(sms.Class))
 }

@@ -119,6 +119,7 @@ type Message struct {
 
 	Status     Status    `json:"status"`
 	Attempts   int       `json:"attempts"`
+	Crashes    int       `json:"crashes,omitempty"` // sends of it that crashed their sender (a panic); poison after dispatch.poison_after
 	LastError  string    `json:"last_error,omitempty"`
 	ProviderID string    `json:"provider_message_id,omitempty"`
 	Dead       bool      `json:"dead,omitempty"` // failed after exhausting retries: a dead letter

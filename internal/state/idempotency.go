@@ -20,7 +20,18 @@ type Answer struct {
 	Status   int    `json:"s"`           // HTTP status of the first answer
 	Body     []byte `json:"b"`           // its body
 	Location string `json:"l,omitempty"` // its Location header
+	Deflated bool   `json:"z,omitempty"` // Body is DEFLATE-compressed (the caller's choice)
 }
+
+// MaxAnswerBytes bounds one stored answer (its Size). Finish stores nothing
+// for a larger one, in both implementations, and a replay of its key runs
+// the request again (the queue's own idempotency still stores one message
+// per key). Together with the producers' ingress quota it bounds what a
+// client can make the store keep.
+const MaxAnswerBytes = 64 << 10
+
+// Size is what a stores for its key: the bytes of its fields.
+func (a *Answer) Size() int { return len(a.Hash) + len(a.Body) + len(a.Location) + 16 }
 
 // Idempotency keeps first answers (for the store's window) and in-flight
 // locks, both by key: a digest the caller made, so no request text ever
@@ -171,7 +182,7 @@ func (s *RedisIdempotency) Finish(ctx context.Context, key, token string, a *Ans
 		return fmt.Errorf("state: finish: %w", err)
 	}
 	var raw []byte
-	if a != nil {
+	if a != nil && a.Size() <= MaxAnswerBytes {
 		var err error
 		if raw, err = json.Marshal(a); err != nil {
 			return fmt.Errorf("state: finish: %w", err)
@@ -187,6 +198,11 @@ func (s *RedisIdempotency) Finish(ctx context.Context, key, token string, a *Ans
 // DefaultLocalAnswers is the count cap of a LocalIdempotency made with cap 0.
 const DefaultLocalAnswers = 200_000
 
+// DefaultLocalAnswerBytes is the byte cap of a LocalIdempotency: the sum of
+// its answers' Size and keys. Past it the oldest answers go, as past the
+// count cap.
+const DefaultLocalAnswerBytes = 64 << 20
+
 // LocalIdempotency is the embedded-mode store: this process's memory. It
 // keeps at most its cap of answers (the oldest go first; a replay whose
 // answer went is rebuilt by the caller from the queue) and, past the cap of
@@ -197,8 +213,10 @@ type LocalIdempotency struct {
 	now    func() time.Time
 	window time.Duration
 	cap    int
+	bytes  int64 // the byte cap
 
 	mu      sync.Mutex
+	size    int64 // bytes held by answers
 	answers map[string]localAnswer
 	order   []string // answer keys in insertion order, for expiry and the cap
 	locks   map[string]localLock
@@ -228,7 +246,7 @@ func NewLocalIdempotency(window time.Duration, cap int) (*LocalIdempotency, erro
 	if cap == 0 {
 		cap = DefaultLocalAnswers
 	}
-	return &LocalIdempotency{now: time.Now, window: window, cap: cap,
+	return &LocalIdempotency{now: time.Now, window: window, cap: cap, bytes: DefaultLocalAnswerBytes,
 		answers: map[string]localAnswer{}, locks: map[string]localLock{}}, nil
 }
 
@@ -261,11 +279,14 @@ func (s *LocalIdempotency) Finish(ctx context.Context, key, token string, a *Ans
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	if a != nil {
-		if _, exists := s.answers[key]; !exists {
+	if a != nil && a.Size() <= MaxAnswerBytes {
+		if old, exists := s.answers[key]; exists {
+			s.size -= entrySize(key, &old.a)
+		} else {
 			s.order = append(s.order, key)
 		}
 		s.answers[key] = localAnswer{a: *a, expires: now.Add(s.window)}
+		s.size += entrySize(key, a)
 		s.pruneAnswers(now)
 	}
 	if l, ok := s.locks[key]; ok && l.token == token {
@@ -281,13 +302,32 @@ func (s *LocalIdempotency) pruneAnswers(now time.Time) {
 	n := 0
 	for n < len(s.order) {
 		e, ok := s.answers[s.order[n]]
-		if ok && now.Before(e.expires) && len(s.answers) <= s.cap {
+		if ok && now.Before(e.expires) && len(s.answers) <= s.cap && s.size <= s.bytes {
 			break
+		}
+		if ok {
+			s.size -= entrySize(s.order[n], &e.a)
 		}
 		delete(s.answers, s.order[n])
 		n++
 	}
 	s.order = s.order[n:]
+}
+
+// entrySize is what one answer costs the byte cap.
+func entrySize(key string, a *Answer) int64 { return int64(len(key) + a.Size()) }
+
+// SetMaxBytes sets the byte cap (at least MaxAnswerBytes); for tests and
+// small deployments. Call it before the store is used.
+func (s *LocalIdempotency) SetMaxBytes(n int64) {
+	s.bytes = max(n, MaxAnswerBytes)
+}
+
+// Size returns how many answers the store holds and their bytes.
+func (s *LocalIdempotency) Size() (answers int, bytes int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.answers), s.size
 }
 
 // pruneLocks makes room for one more lock within the cap: expired locks go

@@ -132,3 +132,35 @@ func TestConstructorsRefuseBadArguments(t *testing.T) {
 }
 
 func second[T any](_ T, err error) error { return err }
+
+// TestLocalIdempotencyByteBound: past its byte cap the store drops its
+// oldest answers, whatever their count.
+func TestLocalIdempotencyByteBound(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := NewLocalIdempotency(time.Hour, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetMaxBytes(3 * MaxAnswerBytes)
+	body := []byte(strings.Repeat("b", MaxAnswerBytes/2))
+	for i := range 20 {
+		k := fmt.Sprint("k", i)
+		_, token, err := s.Acquire(ctx, k, time.Minute)
+		if err != nil || token == "" {
+			t.Fatalf("Acquire %s: %q %v", k, token, err)
+		}
+		if err := s.Finish(ctx, k, token, &Answer{Status: 200, Body: body}); err != nil {
+			t.Fatal(err)
+		}
+		if n, size := s.Size(); size > 3*MaxAnswerBytes {
+			t.Fatalf("after %d answers: %d held in %d bytes, over the cap %d", i+1, n, size, 3*MaxAnswerBytes)
+		}
+	}
+	if a, _, _ := s.Acquire(ctx, "k19", time.Minute); a == nil {
+		t.Error("the newest answer was dropped")
+	}
+	if a, _, _ := s.Acquire(ctx, "k0", time.Minute); a != nil {
+		t.Error("the oldest answer was kept past the byte cap")
+	}
+}

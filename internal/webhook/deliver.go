@@ -41,8 +41,11 @@ type Config struct {
 	MaxAge      time.Duration // retried until then after the event, then dead
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
-	// BreakerFailures consecutive failures of an endpoint open its breaker
-	// for BreakerOpen; its events wait without spending attempts.
+	// BreakerFailures consecutive attempts of an endpoint that got no
+	// answer (timeout, connection failed or refused) open its breaker for
+	// BreakerOpen; its events wait without spending attempts. An HTTP
+	// answer, 2xx or not, closes it: an endpoint that answers 503 at once
+	// costs nobody else anything, and each event's own backoff handles it.
 	BreakerFailures int
 	BreakerOpen     time.Duration
 	// Idle is how long the loop waits after finding nothing due (default
@@ -92,9 +95,10 @@ func New(cfg Config) (*Deliverer, error) {
 	}, nil
 }
 
-// lease is how long a claim holds an event: longer than an attempt with
-// its redirects, so that a live replica keeps what it is delivering.
-func (d *Deliverer) lease() time.Duration { return 2*d.cfg.Timeout + 10*time.Second }
+// lease is how long a claim holds an event: longer than an attempt and
+// its ack, so that a live replica keeps what it is delivering, and short,
+// so that the events of a replica that died go out soon after.
+func (d *Deliverer) lease() time.Duration { return 2*d.cfg.Timeout + 2*time.Second }
 
 // Start runs the loop until Stop or ctx ends.
 func (d *Deliverer) Start(ctx context.Context) {
@@ -198,12 +202,13 @@ func (d *Deliverer) dispatch(ctx context.Context, le *queue.LeasedEvent) {
 	go func() {
 		defer d.running.Done()
 		defer func() { <-d.slots }()
-		ok := d.deliver(ctx, le, dest, ep)
-		d.eps.release(e, ok, d.cfg.Now())
+		answered := d.deliver(ctx, le, dest, ep)
+		d.eps.release(e, answered, d.cfg.Now())
 	}()
 }
 
-// deliver makes one attempt and records its outcome; true when delivered.
+// deliver makes one attempt and records its outcome; true when the
+// endpoint answered (whatever the status).
 func (d *Deliverer) deliver(ctx context.Context, le *queue.LeasedEvent, dest Destination, ep string) bool {
 	ev := le.Event
 	body, err := Body(ev)
@@ -225,7 +230,7 @@ func (d *Deliverer) deliver(ctx context.Context, le *queue.LeasedEvent, dest Des
 	}
 	after := Backoff(ev.Attempts+1, d.cfg.BackoffBase, d.cfg.BackoffMax)
 	d.retry(ctx, le, ep, after, true, detail, false)
-	return false
+	return outcome == OutcomeRejected
 }
 
 // Outcomes of an attempt (the outcome label of smsgw_callbacks_attempts_total).

@@ -60,8 +60,15 @@ func (r *receiver) deliveredIDs() int {
 	return len(r.delivered)
 }
 
+// outboxQueue is what the tests need of a backend: the outbox, and the
+// queue transitions that write events.
+type outboxQueue interface {
+	queue.Queue
+	queue.Outbox
+}
+
 type fixture struct {
-	q   *embedded.Queue
+	q   outboxQueue
 	d   *Deliverer
 	m   *Metrics
 	reg *prometheus.Registry
@@ -71,11 +78,24 @@ type fixture struct {
 // to its endpoint.
 func start(t *testing.T, dest map[string]string, edit func(*Config)) *fixture {
 	t.Helper()
+	f := newFixture(t, dest, edit)
+	f.run(t)
+	return f
+}
+
+// newFixture builds the outbox and the deliverer; run starts it.
+func newFixture(t testing.TB, dest map[string]string, edit func(*Config)) *fixture {
+	t.Helper()
 	q, err := embedded.Open(embedded.Config{Path: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = q.Close() })
+	return newFixtureOn(t, q, dest, edit)
+}
+
+func newFixtureOn(t testing.TB, q outboxQueue, dest map[string]string, edit func(*Config)) *fixture {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	m, err := NewMetrics(reg)
 	if err != nil {
@@ -102,12 +122,13 @@ func start(t *testing.T, dest map[string]string, edit func(*Config)) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.Start(context.Background())
-	t.Cleanup(func() {
-		d.Stop()
-		client.CloseIdleConnections()
-	})
+	t.Cleanup(client.CloseIdleConnections)
 	return &fixture{q: q, d: d, m: m, reg: reg}
+}
+
+func (f *fixture) run(t testing.TB) {
+	f.d.Start(context.Background())
+	t.Cleanup(f.d.Stop)
 }
 
 // sent adds n events of producer through the queue's own transitions:
@@ -230,9 +251,8 @@ func TestASlowEndpointDoesNotDelayOthers(t *testing.T) {
 }
 
 // An endpoint that never answers 2xx: each event is retried with backoff
-// until max age, then dead (listed, counted); the breaker holds the
-// endpoint's events back meanwhile. A retried dead event is delivered once
-// the endpoint recovers.
+// until max age, then dead (listed, counted). A retried dead event is
+// delivered once the endpoint recovers.
 func TestDeadAfterMaxAgeAndRetried(t *testing.T) {
 	var mu sync.Mutex
 	up := false
@@ -246,8 +266,6 @@ func TestDeadAfterMaxAgeAndRetried(t *testing.T) {
 	})
 	f := start(t, map[string]string{"notify": r.srv.URL}, func(c *Config) {
 		c.MaxAge = 300 * time.Millisecond
-		c.BreakerFailures = 3
-		c.BreakerOpen = 50 * time.Millisecond
 	})
 	f.sent(t, "notify", 5)
 	// The counter moves after the store recorded the death.
@@ -263,9 +281,6 @@ func TestDeadAfterMaxAgeAndRetried(t *testing.T) {
 		if (e.Attempts < 1 || e.LastError != "HTTP 503") && (e.Attempts != 0 || !strings.HasPrefix(e.LastError, "not tried yet: endpoint ")) {
 			t.Errorf("dead event %s: attempts %d last error %q", e.ID, e.Attempts, e.LastError)
 		}
-	}
-	if got := value(f.m.deferred.WithLabelValues(deferBreaker)); got == 0 {
-		t.Error("the breaker never held an event back")
 	}
 	mu.Lock()
 	up = true
@@ -306,4 +321,34 @@ func value(c prometheus.Counter) float64 {
 		return -1
 	}
 	return m.GetCounter().GetValue()
+}
+
+// An endpoint that does not answer at all (nothing listens) opens its
+// breaker: its events wait without spending attempts, a trial goes now
+// and then, and a receiver that answers 503 to every first attempt never
+// opens it (an answer is not an outage).
+func TestBreakerHoldsAnEndpointThatDoesNotAnswer(t *testing.T) {
+	gone := httptest.NewServer(http.NotFoundHandler())
+	url := gone.URL
+	gone.Close()
+	firstFails := newReceiver(t, func(_ string, n int) int {
+		if n == 1 {
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusOK
+	})
+	f := start(t, map[string]string{"gone": url, "flaky": firstFails.srv.URL}, func(c *Config) {
+		c.BreakerFailures = 3
+		c.BreakerOpen = time.Hour
+	})
+	f.sent(t, "gone", 20)
+	f.sent(t, "flaky", 20)
+	waitFor(t, "the flaky receiver's events", func() bool { return firstFails.deliveredIDs() == 20 })
+	waitFor(t, "the breaker holding the dead endpoint's events", func() bool {
+		return value(f.m.deferred.WithLabelValues(deferBreaker)) >= 17
+	})
+	// 3 failures open it; at most PerEndpoint-1 more were in flight then.
+	if got := value(f.m.attempts.WithLabelValues(OutcomeError)); got > 3+4-1 {
+		t.Errorf("%v attempts at an endpoint whose breaker opened after 3", got)
+	}
 }

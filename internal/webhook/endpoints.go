@@ -67,7 +67,7 @@ func (s *endpoints) acquire(name string, now time.Time) (*endpoint, time.Duratio
 	return e, 0, ""
 }
 
-// release ends a delivery: a success closes the breaker, a failure counts
+// release ends a delivery: an answer closes the breaker, no answer counts
 // towards opening it (and reopens a half-open one).
 func (s *endpoints) release(e *endpoint, ok bool, now time.Time) {
 	s.mu.Lock()

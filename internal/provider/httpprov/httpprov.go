@@ -167,6 +167,7 @@ func (p *Provider) logOutcome(ctx context.Context, req *provider.Request, res pr
 		return
 	}
 	attrs := []any{"provider", p.name, "id", req.ID, "to", sms.MaskPhone(req.To)}
+	err = provider.Scrubbed(err, req.Body)
 	if pe := provider.AsError(err); pe != nil {
 		p.log.Debug("provider send failed", append(attrs, "reason", pe.Reason, "status", pe.Status, "error", pe.Message)...)
 		return

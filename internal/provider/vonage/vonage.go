@@ -181,7 +181,7 @@ func (p *Provider) Send(ctx context.Context, req *provider.Request) (provider.Re
 	hreq.Header.Set("Accept", "application/json")
 
 	res, err := p.send(ctx, hreq, req.From != "")
-	if pe := provider.AsError(err); pe != nil {
+	if pe := provider.AsError(provider.Scrubbed(err, req.Body)); pe != nil {
 		p.log.Debug("provider send failed", "provider", "vonage", "id", req.ID, "to", sms.MaskPhone(req.To),
 			"reason", pe.Reason, "status", pe.Status, "error", pe.Message)
 	}

@@ -326,6 +326,9 @@ func (q *Queue) Requeue(ctx context.Context, l *queue.Leased, o queue.RequeueOpt
 		if o.SpendAttempt {
 			r.Msg.Attempts++
 		}
+		if o.Crashed {
+			r.Msg.Crashes++
+		}
 		if o.LastError != "" {
 			r.Msg.LastError = o.LastError
 		}
@@ -569,6 +572,7 @@ func (q *Queue) RetryDead(ctx context.Context, id string) error {
 		r.Msg.Status = sms.StatusQueued
 		r.Msg.Dead = false
 		r.Msg.Attempts = 0
+		r.Msg.Crashes = 0
 		r.Msg.UpdatedAt = now
 		r.Due = ms(now)
 		if err := putReady(tx, r); err != nil {

@@ -52,6 +52,7 @@ type record struct {
 
 	Status     string `json:"s"`            // status code: q queued, l sending (leased), s sent, f failed, x expired
 	Attempts   int    `json:"a,omitempty"`  // attempts spent
+	Crashes    int    `json:"x,omitempty"`  // sends that crashed their sender
 	LastError  string `json:"e,omitempty"`  // short, safe text of the last failure
 	ProviderID string `json:"pm,omitempty"` // the provider's message id
 	Dead       bool   `json:"d,omitempty"`  // a dead letter (status f)
@@ -124,7 +125,7 @@ func toRecord(e *entry) (record, error) {
 		IdempotencyKey: m.IdempotencyKey, RequestHash: m.RequestHash,
 		Created: unixMs(m.CreatedAt), SendAt: unixMs(m.SendAt), NotBefore: unixMsUp(m.NotBefore), Expires: unixMs(m.ExpiresAt),
 		Updated: unixMs(m.UpdatedAt), Sent: unixMs(m.SentAt),
-		Status: status, Attempts: m.Attempts, LastError: m.LastError, ProviderID: m.ProviderID, Dead: m.Dead,
+		Status: status, Attempts: m.Attempts, Crashes: m.Crashes, LastError: m.LastError, ProviderID: m.ProviderID, Dead: m.Dead,
 		Seq: e.Seq, Due: e.Due, Token: e.Token, Lease: e.Lease, Owner: e.Owner, At: e.At,
 	}, nil
 }
@@ -150,7 +151,7 @@ func (r *record) entry(id string) (*entry, error) {
 			IdempotencyKey: r.IdempotencyKey, RequestHash: r.RequestHash,
 			CreatedAt: fromMs(r.Created), SendAt: fromMs(r.SendAt), NotBefore: fromMs(r.NotBefore), ExpiresAt: fromMs(r.Expires),
 			UpdatedAt: fromMs(r.Updated), SentAt: fromMs(r.Sent),
-			Status: status, Attempts: r.Attempts, LastError: r.LastError, ProviderID: r.ProviderID, Dead: r.Dead,
+			Status: status, Attempts: r.Attempts, Crashes: r.Crashes, LastError: r.LastError, ProviderID: r.ProviderID, Dead: r.Dead,
 		},
 		Seq: r.Seq, Due: r.Due, Token: r.Token, Lease: r.Lease, Owner: r.Owner, At: r.At,
 	}, nil

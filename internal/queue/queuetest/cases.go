@@ -27,6 +27,7 @@ var cases = []testCase{
 	{"RecoverHandsOn", testRecover},
 	{"Requeue", testRequeue},
 	{"RequeueAfter", testRequeueAfter},
+	{"CrashesCounted", testCrashes},
 	{"Complete", testComplete},
 	{"DeadLetters", testDeadLetters},
 	{"Stats", testStats},
@@ -938,5 +939,44 @@ func testClosed(t *testing.T, h Harness) {
 	}
 	if err := q.Close(); err != nil && !errors.Is(err, queue.ErrClosed) {
 		t.Errorf("second Close: %v", err)
+	}
+}
+
+// testCrashes: a requeue marked Crashed counts one crash on the message,
+// kept through other requeues and a dead letter, and reset (with the
+// attempts) when an operator retries the dead letter.
+func testCrashes(t *testing.T, h Harness) {
+	q := h.New(t)
+	ctx := t.Context()
+	m := newMsg("p", sms.ClassTransactional)
+	mustEnqueue(t, q, m)
+	for i := range 2 {
+		l := mustTake(t, q, opts())
+		if l.Message.Crashes != i {
+			t.Fatalf("take %d: Crashes %d, want %d", i, l.Message.Crashes, i)
+		}
+		if err := q.Requeue(ctx, l, queue.RequeueOptions{Crashed: true, LastError: "crashed"}); err != nil {
+			t.Fatalf("Requeue: %v", err)
+		}
+	}
+	l := mustTake(t, q, opts())
+	if err := q.Requeue(ctx, l, queue.RequeueOptions{SpendAttempt: true}); err != nil {
+		t.Fatalf("Requeue: %v", err)
+	}
+	if got := mustGet(t, q, m.ID); got.Crashes != 2 || got.Attempts != 1 {
+		t.Fatalf("after 2 crashes and a retry: crashes %d attempts %d", got.Crashes, got.Attempts)
+	}
+	l = mustTake(t, q, opts())
+	if err := q.Dead(ctx, l, "poison", 1); err != nil {
+		t.Fatalf("Dead: %v", err)
+	}
+	if got := mustGet(t, q, m.ID); got.Crashes != 2 || !got.Dead {
+		t.Fatalf("dead letter %+v", got)
+	}
+	if err := q.RetryDead(ctx, m.ID); err != nil {
+		t.Fatalf("RetryDead: %v", err)
+	}
+	if got := mustGet(t, q, m.ID); got.Crashes != 0 || got.Attempts != 0 {
+		t.Fatalf("retried dead letter: crashes %d attempts %d, want 0 and 0", got.Crashes, got.Attempts)
 	}
 }

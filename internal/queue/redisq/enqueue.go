@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -107,7 +108,8 @@ func (q *Queue) enqueueBatch(ctx context.Context, ms []*sms.Message, results []q
 		return len(keys)
 	}
 	args := []any{q.window.Milliseconds()}
-	var sent []int // positions in ms of the messages passed to the script
+	var sent []int              // positions in ms of the messages passed to the script
+	var wakeClasses []sms.Class // of the messages ready at once: announced to every replica
 	now := time.Now()
 	for i, m := range ms {
 		if err := validate(m); err != nil {
@@ -137,12 +139,15 @@ func (q *Queue) enqueueBatch(ctx context.Context, ms []*sms.Message, results []q
 			ik = index(q.k.idem(m.Producer, m.IdempotencyKey))
 		}
 		args = append(args, m.ID, js, strconv.FormatInt(delay, 10), index(q.k.ready(m.Class)), ik)
+		if delay == 0 && !slices.Contains(wakeClasses, m.Class) {
+			wakeClasses = append(wakeClasses, m.Class)
+		}
 		sent = append(sent, i)
 	}
 	if len(sent) == 0 {
 		return nil
 	}
-	reply, err := enqueueScript.Run(ctx, q.c, keys, args...).Slice()
+	reply, err := q.runEnqueue(ctx, keys, args, wakeClasses)
 	if err != nil {
 		return fmt.Errorf("redisq: enqueue %d messages: %w", len(sent), err)
 	}
@@ -175,4 +180,33 @@ func validate(m *sms.Message) error {
 		return fmt.Errorf("message %s: invalid class %d", m.ID, uint8(m.Class))
 	}
 	return nil
+}
+
+// runEnqueue runs the enqueue script and, in the same round trip, publishes
+// the wake-up of classes (none: no wake-up). Only the script's answer
+// decides: a wake-up that fails is logged and left to the pollers.
+func (q *Queue) runEnqueue(ctx context.Context, keys []string, args []any, classes []sms.Class) ([]any, error) {
+	if len(classes) == 0 {
+		return enqueueScript.Run(ctx, q.c, keys, args...).Slice()
+	}
+	var (
+		run *redis.Cmd
+		pub *redis.IntCmd
+	)
+	_, _ = q.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		run = enqueueScript.EvalSha(ctx, p, keys, args...)
+		pub = q.publish(ctx, p, classes)
+		return nil
+	})
+	if err := run.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		// The script is not cached on this server yet: load it, then
+		// wake on its own.
+		reply, err := enqueueScript.Run(ctx, q.c, keys, args...).Slice()
+		if err == nil {
+			q.announce(ctx, classes)
+		}
+		return reply, err
+	}
+	q.published(pub.Err())
+	return run.Slice()
 }

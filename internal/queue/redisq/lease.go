@@ -209,7 +209,8 @@ func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) 
 // KEYS[1] lease ZSET of the class, KEYS[2] leases HASH, KEYS[3] msgs HASH,
 // KEYS[4] ready ZSET of the class, KEYS[5] seq counter.
 // ARGV[1] id, ARGV[2] token, ARGV[3] delay µs, ARGV[4] 1 to spend an
-// attempt, ARGV[5] last error (empty: keep the stored one).
+// attempt, ARGV[5] last error (empty: keep the stored one), ARGV[6] 1 when
+// the send crashed its sender (Crashes + 1).
 // Returns 1, 0 when the lease is not held, -1 when it is not in KEYS[1].
 var requeueScript = redis.NewScript(luaPrelude + luaRecord + luaCheckLease + `
 local now = now_us()
@@ -221,6 +222,7 @@ set(m, 's', 'q')
 set_time(m, 'tu', now)
 if ARGV[4] == '1' then set(m, 'a', (get(m, 'a') or 0) + 1) end
 if ARGV[5] ~= '' then set(m, 'e', ARGV[5]) end
+if ARGV[6] == '1' then set(m, 'x', (get(m, 'x') or 0) + 1) end
 if delay > 0 then set_time(m, 'tb', now + delay, true) end
 redis.call('HSET', KEYS[3], ARGV[1], cjson.encode(m))
 redis.call('ZADD', KEYS[4], now + delay, new_member(redis.call('INCR', KEYS[5]), ARGV[1]))
@@ -234,13 +236,16 @@ func (q *Queue) Requeue(ctx context.Context, l *queue.Leased, o queue.RequeueOpt
 	}
 	start := time.Now()
 	defer func() { q.m.observe("requeue", start, err) }()
-	spend := 0
+	spend, crashed := 0, 0
 	if o.SpendAttempt {
 		spend = 1
 	}
+	if o.Crashed {
+		crashed = 1
+	}
 	keys := []string{q.k.lease(l.Message.Class), q.k.leases(), q.k.msgs(), q.k.ready(l.Message.Class), q.k.seq()}
 	return q.leaseResult("requeue", l, requeueScript.Run(ctx, q.c, keys, l.Message.ID, l.Token,
-		us(o.After), spend, o.LastError))
+		us(o.After), spend, o.LastError, crashed))
 }
 
 // deadScript ends a held lease by making the message a dead letter.
@@ -358,6 +363,7 @@ func (q *Queue) Recover(ctx context.Context) (total int, err error) {
 	}
 	if total > 0 {
 		q.log.Info("recovered expired leases", "count", total)
+		q.announce(ctx, sms.Classes)
 	}
 	return total, nil
 }

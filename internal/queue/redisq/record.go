@@ -46,6 +46,7 @@ type record struct {
 
 	Status     string `json:"s"`            // status code: q queued, l sending (leased), s sent, f failed, x expired
 	Attempts   int    `json:"a,omitempty"`  // attempts spent
+	Crashes    int    `json:"x,omitempty"`  // sends that crashed their sender
 	LastError  string `json:"e,omitempty"`  // short, safe text of the last failure
 	ProviderID string `json:"pm,omitempty"` // the provider's message id
 	Dead       bool   `json:"d,omitempty"`  // a dead letter (status f)
@@ -122,7 +123,7 @@ func toRecord(m *sms.Message) (record, error) {
 		IdempotencyKey: m.IdempotencyKey, RequestHash: m.RequestHash,
 		Created: unixMs(m.CreatedAt), SendAt: unixMs(m.SendAt), NotBefore: unixMsUp(m.NotBefore), Expires: unixMs(m.ExpiresAt),
 		Updated: unixMs(m.UpdatedAt), Sent: unixMs(m.SentAt),
-		Status: status, Attempts: m.Attempts, LastError: m.LastError, ProviderID: m.ProviderID, Dead: m.Dead,
+		Status: status, Attempts: m.Attempts, Crashes: m.Crashes, LastError: m.LastError, ProviderID: m.ProviderID, Dead: m.Dead,
 	}, nil
 }
 
@@ -146,7 +147,7 @@ func (r record) message(id string) (*sms.Message, error) {
 		IdempotencyKey: r.IdempotencyKey, RequestHash: r.RequestHash,
 		CreatedAt: fromMs(r.Created), SendAt: fromMs(r.SendAt), NotBefore: fromMs(r.NotBefore), ExpiresAt: fromMs(r.Expires),
 		UpdatedAt: fromMs(r.Updated), SentAt: fromMs(r.Sent),
-		Status: status, Attempts: r.Attempts, LastError: r.LastError, ProviderID: r.ProviderID, Dead: r.Dead,
+		Status: status, Attempts: r.Attempts, Crashes: r.Crashes, LastError: r.LastError, ProviderID: r.ProviderID, Dead: r.Dead,
 	}, nil
 }
 
@@ -189,6 +190,7 @@ type legacyMessage struct {
 	ExpiresAt      time.Time `json:"expires_at"`
 	Status         string    `json:"status"`
 	Attempts       int       `json:"attempts"`
+	Crashes        int       `json:"crashes,omitempty"`
 	LastError      string    `json:"last_error"`
 	ProviderID     string    `json:"provider_message_id"`
 	Dead           bool      `json:"dead"`
@@ -222,7 +224,7 @@ func decodeLegacy(id, s string) (*sms.Message, error) {
 		Reference: l.Reference, Segments: l.Segments,
 		IdempotencyKey: l.IdempotencyKey, RequestHash: l.RequestHash,
 		CreatedAt: l.CreatedAt, NotBefore: l.NotBefore, ExpiresAt: l.ExpiresAt,
-		Status: status, Attempts: l.Attempts, LastError: l.LastError, ProviderID: l.ProviderID,
+		Status: status, Attempts: l.Attempts, Crashes: l.Crashes, LastError: l.LastError, ProviderID: l.ProviderID,
 		Dead: l.Dead, UpdatedAt: l.UpdatedAt, SentAt: l.SentAt,
 	}, nil
 }
@@ -238,7 +240,7 @@ func decodeLegacy(id, s string) (*sms.Message, error) {
 // rounded down, or up when up is true.
 const luaRecord = `
 local legacy_name = {s = 'status', a = 'attempts', e = 'last_error', pm = 'provider_message_id',
-  d = 'dead', tb = 'not_before', tu = 'updated_at', ts = 'sent_at', p = 'producer'}
+  d = 'dead', tb = 'not_before', tu = 'updated_at', ts = 'sent_at', p = 'producer', x = 'crashes'}
 local legacy_status = {q = 'queued', l = 'sending', s = 'sent', f = 'failed', x = 'expired'}
 local function get(m, f)
   if m.s then return m[f] end

@@ -65,6 +65,9 @@ type Queue struct {
 	window    time.Duration
 	m         *metrics
 	closed    atomic.Bool
+	// unsharded: this Redis has no sharded channels (before 7.0); the
+	// wake-ups use PUBLISH and SUBSCRIBE (notify.go).
+	unsharded atomic.Bool
 }
 
 var _ queue.Queue = (*Queue)(nil)

@@ -20,6 +20,7 @@ var cases = []testCase{
 	{"IdemKeysIndependent", testIdemIndependent},
 	{"IdemConcurrentAcquire", testIdemConcurrent},
 	{"IdemInvalid", testIdemInvalid},
+	{"IdemAnswerTooLargeNotStored", testIdemTooLarge},
 	{"PauseUntilCleared", testPauseUntilCleared},
 	{"PauseTimed", testPauseTimed},
 	{"PauseLaterSetReplaces", testPauseReplaces},
@@ -94,6 +95,31 @@ func testIdemFinishNil(t *testing.T, h Harness) {
 	}
 	if again := mustLock(t, s[1], "k", minute); again == first {
 		t.Fatal("the second lock has the first lock's token")
+	}
+}
+
+// testIdemTooLarge: an answer over state.MaxAnswerBytes is not stored
+// (the lock is released all the same); one at the bound is, with its
+// Deflated flag.
+func testIdemTooLarge(t *testing.T, h Harness) {
+	s := h.Idempotency(t, day, 2)
+	big := answer("big")
+	big.Body = bytes.Repeat([]byte("x"), state.MaxAnswerBytes)
+	token := mustLock(t, s[0], "big", minute)
+	if err := s[0].Finish(t.Context(), "big", token, big); err != nil {
+		t.Fatal(err)
+	}
+	mustLock(t, s[1], "big", minute)
+	fits := answer("fits")
+	fits.Deflated = true
+	fits.Body = bytes.Repeat([]byte("y"), state.MaxAnswerBytes-fits.Size()+len(fits.Body))
+	token = mustLock(t, s[0], "fits", minute)
+	if err := s[0].Finish(t.Context(), "fits", token, fits); err != nil {
+		t.Fatal(err)
+	}
+	wantAnswer(t, s[1], "fits", fits)
+	if a, _, _ := s[1].Acquire(t.Context(), "fits", minute); a == nil || !a.Deflated {
+		t.Errorf("the Deflated flag was not kept: %+v", a)
 	}
 }
 

@@ -1,0 +1,43 @@
+package dispatch
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"smsgw/internal/provider"
+	"smsgw/internal/sms"
+)
+
+// An idle replica takes a message another process enqueued when the queue
+// announces it, not at its next poll: with polls of an hour the message
+// still goes. (Before the wake-up listener it waited for the poll.)
+func TestIdleReplicaWokenByAnotherProcessEnqueue(t *testing.T) {
+	acct := newAccount(t)
+	sent := make(chan string, 4)
+	p := funcProvider(func(_ context.Context, req *provider.Request) (provider.Result, error) {
+		sent <- req.ID
+		return provider.Result{ProviderID: "p-" + req.ID}, nil
+	})
+	d, _ := newDispatcher(t, Config{Queue: acct.queue(t, nil), Limiter: acct.limiter(t, nil, defaultLimits), Provider: p,
+		OTPWorkers: 1, OTPPoll: time.Hour, BulkPoll: time.Hour})
+	other := acct.queue(t, nil) // another process: it never calls d.Notify
+	// Both lanes took twice and found nothing: once at start, once on
+	// the wake-up every class gets when the listener subscribes. They
+	// sleep now until a wake-up (or the hour's poll).
+	waitUntil(t, "both lanes idle", func() bool {
+		return value(d.m.takes.WithLabelValues(laneOTP, takeEmpty)) >= 2 && value(d.m.takes.WithLabelValues(laneBulk, takeEmpty)) >= 2
+	})
+	for _, c := range []sms.Class{sms.ClassOTP, sms.ClassMarketing} {
+		m := newMsg(c)
+		enqueue(t, other, m)
+		select {
+		case id := <-sent:
+			if id != m.ID {
+				t.Fatalf("sent %s, want %s", id, m.ID)
+			}
+		case <-time.After(patience):
+			t.Fatalf("%s message enqueued elsewhere not sent within %s: the idle replica was not woken", c, patience)
+		}
+	}
+}

@@ -1,0 +1,100 @@
+package gateway
+
+import (
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"smsgw/internal/provider/sim"
+	"smsgw/internal/redistest"
+	"smsgw/internal/sms"
+)
+
+// TestEveryEndpointRedisDown: with Redis stopped, every endpoint that
+// needs it answers 503 with Retry-After, never a 500 (issue 8, finding 5).
+// The OTP fast path keeps its local fallback, so it may also answer 200.
+func TestEveryEndpointRedisDown(t *testing.T) {
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	s := newSim(t, sim.Config{})
+	cfg := testConfig(t, redisMode, s.URL())
+	cfg.Redis.Addr = srv.Addr
+	cfg.Redis.Timeout = 200 * time.Millisecond
+	h := startWith(t, cfg, s)
+	r := h.post("/v1/messages", keyNotify, msg("transactional"))
+	wantStatus(t, r, http.StatusAccepted)
+	id := accepted(t, r).ID
+	srv.Stop()
+	batch := map[string]any{"messages": []any{msg("transactional"), msg("transactional")}}
+	invalidBatch := map[string]any{"messages": []any{msg("transactional", "to", "nope")}}
+	for _, tc := range []struct {
+		name  string
+		r     req
+		okToo bool // the OTP fast path may still send
+	}{
+		{"message", req{method: "POST", path: "/v1/messages", key: keyNotify, body: msg("transactional")}, false},
+		{"message with key", req{method: "POST", path: "/v1/messages", key: keyNotify, body: msg("transactional"),
+			header: map[string]string{"Idempotency-Key": "outage-1"}}, false},
+		{"batch", req{method: "POST", path: "/v1/messages/batch", key: keyNotify, body: batch}, false},
+		{"batch with key", req{method: "POST", path: "/v1/messages/batch", key: keyNotify, body: batch,
+			header: map[string]string{"Idempotency-Key": "outage-2"}}, false},
+		{"invalid batch with key", req{method: "POST", path: "/v1/messages/batch", key: keyNotify, body: invalidBatch,
+			header: map[string]string{"Idempotency-Key": "outage-3"}}, false},
+		{"get message", req{method: "GET", path: "/v1/messages/" + id, key: keyNotify}, false},
+		{"get unknown message", req{method: "GET", path: "/v1/messages/" + sms.NewID(time.Now()), key: keyNotify}, false},
+		{"otp", req{method: "POST", path: "/v1/otp", key: keyLogin, body: otpBody("deadline_ms", 2000)}, true},
+		{"otp with key", req{method: "POST", path: "/v1/otp", key: keyLogin, body: otpBody("deadline_ms", 2000),
+			header: map[string]string{"Idempotency-Key": "outage-4"}}, false},
+		{"admin stats", req{method: "GET", path: "/v1/admin/stats", key: keyAdmin}, false},
+		{"admin history", req{method: "GET", path: "/v1/admin/history", key: keyAdmin}, true},
+		{"admin message", req{method: "GET", path: "/v1/admin/messages/" + id, key: keyAdmin}, false},
+		{"admin pause", req{method: "POST", path: "/v1/admin/pause", key: keyAdmin, body: map[string]any{"duration_seconds": 5}}, false},
+		{"admin resume", req{method: "POST", path: "/v1/admin/resume", key: keyAdmin}, false},
+		{"admin dead letters", req{method: "GET", path: "/v1/admin/dead-letters", key: keyAdmin}, false},
+		{"admin retry", req{method: "POST", path: "/v1/admin/dead-letters/" + id + "/retry", key: keyAdmin}, false},
+		{"readyz", req{method: "GET", path: "/readyz"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := h.with(t).do(tc.r)
+			if tc.okToo && r.status < 300 {
+				return
+			}
+			if r.status != http.StatusServiceUnavailable {
+				t.Fatalf("status %d, want 503; body %s", r.status, r.body)
+			}
+			ra, err := strconv.Atoi(r.header.Get("Retry-After"))
+			if err != nil || ra < 1 {
+				t.Errorf("Retry-After %q, want whole seconds >= 1", r.header.Get("Retry-After"))
+			}
+			r.problem(t)
+		})
+	}
+	wantStatus(t, h.get("/healthz", ""), http.StatusOK)
+}
+
+// TestMessageRedisSlow: a Redis that stops answering (CLIENT PAUSE) makes
+// POST /v1/messages answer 503 with Retry-After once redis.timeout passes.
+func TestMessageRedisSlow(t *testing.T) {
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	s := newSim(t, sim.Config{})
+	cfg := testConfig(t, redisMode, s.URL())
+	cfg.Redis.Addr = srv.Addr
+	cfg.Redis.Timeout = 200 * time.Millisecond
+	h := startWith(t, cfg, s)
+	wantStatus(t, h.post("/v1/messages", keyNotify, msg("transactional")), http.StatusAccepted)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	if err := c.Do(t.Context(), "CLIENT", "PAUSE", "4000", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := h.post("/v1/messages", keyNotify, msg("transactional"), "Idempotency-Key", "slow-1")
+	wantStatus(t, r, http.StatusServiceUnavailable)
+	if r.header.Get("Retry-After") == "" {
+		t.Error("503 without Retry-After")
+	}
+	if err := c.Do(t.Context(), "CLIENT", "UNPAUSE").Err(); err != nil {
+		t.Fatal(err)
+	}
+}

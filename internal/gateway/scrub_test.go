@@ -1,0 +1,83 @@
+package gateway
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"smsgw/internal/provider/sim"
+)
+
+// quotingProvider is a provider that quotes the recipient and the body in
+// its error text, as Twilio's 21211 quotes the number: the first send is
+// refused for good (400), every later one fails for now (500).
+func quotingProvider(t *testing.T) string {
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct{ To, Body string }
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		status := http.StatusInternalServerError
+		if calls.Add(1) == 1 {
+			status = http.StatusBadRequest
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		national := strings.TrimPrefix(req.To, "+81")
+		_ = json.NewEncoder(w).Encode(map[string]string{"error": "The 'To' number " + req.To +
+			" (0" + national[:2] + "-" + national[2:6] + "-" + national[6:] + ") is not valid for body: " + req.Body})
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestProviderTextScrubbed (issue 8, finding 3): a provider error that
+// quotes the number and the body reaches last_error, the admin API, the
+// dead letters and the logs without either.
+func TestProviderTextScrubbed(t *testing.T) {
+	url := quotingProvider(t)
+	cfg := testConfig(t, embeddedMode, newSim(t, sim.Config{}).URL())
+	cfg.Provider.HTTP.URL = url
+	cfg.Dispatch.MaxAttempts = 1
+	h := startWith(t, cfg, nil)
+	const body = "Secret parcel code 4321 for you"
+	ids := make([]string, 2)
+	for i := range ids {
+		r := h.post("/v1/messages", keyNotify, msg("transactional", "body", body))
+		wantStatus(t, r, http.StatusAccepted)
+		ids[i] = accepted(t, r).ID
+		eventually(t, "the message to fail", func() bool {
+			var v messageView
+			h.get("/v1/messages/"+ids[i], keyNotify).json(t, &v)
+			return v.Status == "failed"
+		})
+	}
+	leaks := func(what string, text string) {
+		t.Helper()
+		for _, secret := range []string{"9012345678", "90-1234-5678", body, "parcel code"} {
+			if strings.Contains(text, secret) {
+				t.Errorf("%s holds %q: %s", what, secret, text)
+			}
+		}
+	}
+	for _, id := range ids {
+		var v messageView // the producer reads its own number back; not in last_error
+		h.get("/v1/messages/"+id, keyNotify).json(t, &v)
+		leaks("last_error of GET /v1/messages/"+id, v.LastError)
+		leaks("GET /v1/admin/messages/"+id, string(h.get("/v1/admin/messages/"+id, keyAdmin).body))
+	}
+	dead := h.get("/v1/admin/dead-letters", keyAdmin)
+	wantStatus(t, dead, http.StatusOK)
+	if !strings.Contains(string(dead.body), ids[1]) {
+		t.Fatalf("the second message is not a dead letter: %s", dead.body)
+	}
+	leaks("GET /v1/admin/dead-letters", string(dead.body))
+	var v messageView
+	h.get("/v1/messages/"+ids[0], keyNotify).json(t, &v)
+	if !strings.Contains(v.LastError, "is not valid") {
+		t.Errorf("last_error %q lost the provider's reason", v.LastError)
+	}
+	leaks("the log", h.logs.String())
+}

@@ -1,0 +1,252 @@
+package tests
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"smsgw/internal/redistest"
+)
+
+// The producer's webhook secret and its key bytes.
+const (
+	hookSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	hookKeyB64 = "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+)
+
+// hookSink is a producer's webhook endpoint as a producer would write it:
+// it checks each delivery's signature itself (Standard Webhooks), fails
+// the first attempt of every event, and records every attempt.
+type hookSink struct {
+	mu        sync.Mutex
+	bodies    map[string][]string // webhook-id -> body of each attempt
+	ok        map[string]int      // webhook-id -> 2xx answers
+	byMessage map[string]map[string]bool
+	badSig    int
+	srv       *httptest.Server
+}
+
+func newHookSink(t *testing.T) *hookSink {
+	key, _ := base64.StdEncoding.DecodeString(hookKeyB64)
+	s := &hookSink{bodies: map[string][]string{}, ok: map[string]int{}, byMessage: map[string]map[string]bool{}}
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		id, ts := r.Header.Get("webhook-id"), r.Header.Get("webhook-timestamp")
+		h := hmac.New(sha256.New, key)
+		fmt.Fprintf(h, "%s.%s.%s", id, ts, body)
+		want := "v1," + base64.StdEncoding.EncodeToString(h.Sum(nil))
+		var ev struct {
+			Type string `json:"type"`
+			Data struct {
+				ID string `json:"id"`
+			} `json:"data"`
+		}
+		_ = json.Unmarshal(body, &ev)
+		time.Sleep(20 * time.Millisecond) // deliveries are in flight when a replica dies
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if !strings.Contains(" "+r.Header.Get("webhook-signature")+" ", " "+want+" ") {
+			s.badSig++
+		}
+		s.bodies[id] = append(s.bodies[id], string(body))
+		if s.byMessage[ev.Data.ID] == nil {
+			s.byMessage[ev.Data.ID] = map[string]bool{}
+		}
+		s.byMessage[ev.Data.ID][id] = true
+		if len(s.bodies[id]) == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		s.ok[id]++
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+// delivered counts the messages with at least one acknowledged event.
+func (s *hookSink) delivered() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, ids := range s.byMessage {
+		for id := range ids {
+			if s.ok[id] > 0 {
+				n++
+				break
+			}
+		}
+	}
+	return n
+}
+
+func waitUntil(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// check asserts the story of every message: exactly one event (one
+// webhook-id), sent, every attempt of it with the same body, the first
+// refused and a later one acknowledged, every signature valid.
+func (s *hookSink) check(t *testing.T, ids []string) (attempts, redelivered int) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.badSig != 0 {
+		t.Errorf("%d deliveries with a signature the producer could not verify", s.badSig)
+	}
+	for _, mid := range ids {
+		evs := s.byMessage[mid]
+		if len(evs) != 1 {
+			t.Errorf("message %s: %d event ids, want exactly one", mid, len(evs))
+			continue
+		}
+		for id := range evs {
+			bodies := s.bodies[id]
+			attempts += len(bodies)
+			if s.ok[id] < 1 || len(bodies) < 2 {
+				t.Errorf("event %s: %d attempts, %d acknowledged", id, len(bodies), s.ok[id])
+			}
+			redelivered += s.ok[id] - 1
+			for _, b := range bodies[1:] {
+				if b != bodies[0] {
+					t.Errorf("event %s: two attempts with different bodies:\n %s\n %s", id, bodies[0], b)
+				}
+			}
+			if !strings.Contains(bodies[0], `"type":"message.sent"`) || strings.Contains(bodies[0], "+8190") {
+				t.Errorf("event %s: %s", id, bodies[0])
+			}
+		}
+	}
+	return attempts, redelivered
+}
+
+func callbackOptions(sink *hookSink) (notifyExtra, extra string) {
+	return fmt.Sprintf(`, webhook: {url: %q, secret: %q}`, sink.srv.URL+"/hook", hookSecret),
+		`webhooks: {allow_networks: ["127.0.0.0/8"], timeout: 1s, backoff_base: 100ms, backoff_max: 400ms}`
+}
+
+// Two replicas on Redis, 600 messages, a receiver that fails every event's
+// first attempt, one replica killed with SIGKILL while it delivers: every
+// message ends with exactly one event, delivered, with one body on every
+// attempt; GET agrees and the outbox ends empty.
+func TestCallbacksSurviveAKilledReplica(t *testing.T) {
+	skipShort(t)
+	sink := newHookSink(t)
+	sim := startSim(t, "--limit", "100", "--window", "sliding")
+	acct := redistest.Prefix(t)
+	ne, extra := callbackOptions(sink)
+	o := gwOptions{RedisAddr: redistest.Addr(t), Account: acct, SimURL: sim.URL, Lease: 2 * time.Second, NotifyExtra: ne, Extra: extra}
+	a, b := startGateway(t, "gwa", o), startGateway(t, "gwb", o)
+	start := time.Now()
+	ids := append(postBatch(t, a, keyTxn, "transactional", 0, 300), postBatch(t, b, keyTxn, "transactional", 300, 300)...)
+	waitUntil(t, "150 messages' events delivered", 60*time.Second, func() bool { return sink.delivered() >= 150 })
+	b.Kill()
+	killedAt := sink.delivered()
+	waitUntil(t, "every message's event delivered", 120*time.Second, func() bool { return sink.delivered() == len(ids) })
+	took := time.Since(start)
+	time.Sleep(time.Second) // a late duplicate would arrive now
+	attempts, redelivered := sink.check(t, ids)
+	checkStatuses(t, a, ids, "sent")
+	waitUntil(t, "an empty outbox", 30*time.Second, func() bool { return outboxBacklog(t, a) == 0 })
+	t.Logf("redis, 2 replicas, 1 killed after %d events: %d/%d messages with exactly one event in %s; %d attempts, %d events delivered again after the kill",
+		killedAt, len(ids), len(ids), took.Round(time.Millisecond), attempts, redelivered)
+}
+
+// The embedded store: one replica killed with SIGKILL while it delivers,
+// restarted on the same store: every event is delivered.
+func TestCallbacksSurviveARestartEmbedded(t *testing.T) {
+	skipShort(t)
+	sink := newHookSink(t)
+	sim := startSim(t, "--limit", "100", "--window", "sliding")
+	ne, extra := callbackOptions(sink)
+	o := gwOptions{Account: "main", SimURL: sim.URL, Lease: 2 * time.Second, NotifyExtra: ne, Extra: extra}
+	dir := t.TempDir()
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	gw := startGatewayIn(t, "gw1", dir, addr, o)
+	start := time.Now()
+	ids := postBatch(t, gw, keyTxn, "transactional", 0, 400)
+	waitUntil(t, "100 messages' events delivered", 60*time.Second, func() bool { return sink.delivered() >= 100 })
+	gw.Kill()
+	killedAt := sink.delivered()
+	gw = startGatewayIn(t, "gw2", dir, addr, o)
+	waitUntil(t, "every message's event delivered", 120*time.Second, func() bool { return sink.delivered() == len(ids) })
+	took := time.Since(start)
+	time.Sleep(time.Second)
+	attempts, redelivered := sink.check(t, ids)
+	checkStatuses(t, gw, ids, "sent")
+	waitUntil(t, "an empty outbox", 30*time.Second, func() bool { return outboxBacklog(t, gw) == 0 })
+	t.Logf("embedded, killed after %d events and restarted: %d/%d messages with exactly one event in %s; %d attempts, %d delivered again",
+		killedAt, len(ids), len(ids), took.Round(time.Millisecond), attempts, redelivered)
+}
+
+// startGatewayIn starts a gateway whose config and store live in dir, on
+// addr, so that a second start reopens the same store.
+func startGatewayIn(t *testing.T, name, dir, addr string, o gwOptions) *gwProc {
+	t.Helper()
+	cfgPath := filepath.Join(dir, "smsgw.yaml")
+	if err := os.WriteFile(cfgPath, []byte(gatewayConfig(addr, o, filepath.Join(dir, "data"))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startProc(t, name, "serve", "--config", cfgPath)
+	g := &gwProc{proc: p, URL: "http://" + addr}
+	waitHTTP(t, p, g.URL+"/readyz", 30*time.Second)
+	return g
+}
+
+func checkStatuses(t *testing.T, gw *gwProc, ids []string, want string) {
+	t.Helper()
+	for _, id := range ids {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, gw.URL+"/v1/messages/"+id, nil)
+		req.Header.Set("Authorization", "Bearer "+keyTxn)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m struct {
+			Status string `json:"status"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&m)
+		_ = resp.Body.Close()
+		if err != nil || m.Status != want {
+			t.Errorf("GET %s: status %q (%v), want %s", id, m.Status, err, want)
+		}
+	}
+}
+
+func outboxBacklog(t *testing.T, gw *gwProc) int64 {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, gw.URL+"/v1/admin/stats", nil)
+	req.Header.Set("Authorization", "Bearer "+keyAdmin)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var s struct {
+		Callbacks struct {
+			Backlog int64 `json:"backlog"`
+		} `json:"callbacks"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+		t.Fatal(err)
+	}
+	return s.Callbacks.Backlog
+}
