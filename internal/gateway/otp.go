@@ -70,15 +70,11 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errorf(KindForbidden, fmt.Sprintf("producer %s may not send class otp", p.Name)))
 		return
 	}
-<<<<<<< HEAD
 	if err := checkCallback(p, v.msg, ""); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	s.idempotent(w, r, p, "otp", v.msg.RequestHash, func(ctx context.Context, _ string) (*response, error) {
-=======
 	s.idempotent(w, r, p, "otp", v.msg.RequestHash, func(ctx context.Context, key string) (*response, error) {
->>>>>>> main
 		if _, err := s.admitIngress(ctx, w, p, 1); err != nil {
 			return nil, err
 		}
