@@ -44,7 +44,7 @@ func newHookSink(t *testing.T) *hookSink {
 		body, _ := io.ReadAll(r.Body)
 		id, ts := r.Header.Get("webhook-id"), r.Header.Get("webhook-timestamp")
 		h := hmac.New(sha256.New, key)
-		fmt.Fprintf(h, "%s.%s.%s", id, ts, body)
+		_, _ = fmt.Fprintf(h, "%s.%s.%s", id, ts, body)
 		want := "v1," + base64.StdEncoding.EncodeToString(h.Sum(nil))
 		var ev struct {
 			Type string `json:"type"`
@@ -239,7 +239,7 @@ func outboxBacklog(t *testing.T, gw *gwProc) int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	var s struct {
 		Callbacks struct {
 			Backlog int64 `json:"backlog"`
