@@ -86,7 +86,8 @@ type Outbox interface {
 	// DeadEvents lists dead events, oldest death first.
 	DeadEvents(ctx context.Context, limit int) ([]*Event, error)
 	// RetryDeadEvent makes a dead event due now with its attempts reset and
-	// a new MaxAge window; ErrNotFound when no dead event has that id.
+	// a new MaxAge window (its id and body stay the same); ErrNotFound when
+	// no dead event has that id.
 	RetryDeadEvent(ctx context.Context, id string) error
 	OutboxStats(ctx context.Context) (OutboxStats, error)
 }

@@ -28,8 +28,9 @@ type eventRecord struct {
 	ProviderID  string `json:"pm,omitempty"`
 	ErrorCode   string `json:"ec,omitempty"`
 	ErrorReason string `json:"er,omitempty"`
-	At          int64  `json:"t"`  // status change; also the start of its max age
-	Due         int64  `json:"du"` // its key in cbdue
+	At          int64  `json:"t"`            // status change; also the start of its max age unless AgeFrom
+	AgeFrom     int64  `json:"ta,omitempty"` // start of its max age after an operator's retry
+	Due         int64  `json:"du"`           // its key in cbdue
 	Attempts    int    `json:"n,omitempty"`
 	LastError   string `json:"le,omitempty"`
 	Token       string `json:"lt,omitempty"`
@@ -83,6 +84,14 @@ var (
 	countBacklog    = []byte("cbb")
 	countDeadEvents = []byte("cbd")
 )
+
+// ageKey is the time of its key in cbage: when its max age started.
+func (r *eventRecord) ageKey() int64 {
+	if r.AgeFrom != 0 {
+		return r.AgeFrom
+	}
+	return r.At
+}
 
 func putEvent(tx *bolt.Tx, id string, r *eventRecord) error {
 	v, err := json.Marshal(r)
@@ -204,7 +213,7 @@ func (q *Queue) held(ctx context.Context, verb string, le *queue.LeasedEvent, fn
 // AckEvent removes a delivered event; see queue.Outbox.
 func (q *Queue) AckEvent(ctx context.Context, le *queue.LeasedEvent) error {
 	return q.held(ctx, "ack event", le, func(tx *bolt.Tx, r *eventRecord, _ int64) error {
-		if err := tx.Bucket(bCbAge).Delete(timeKey(r.At, le.Event.ID)); err != nil {
+		if err := tx.Bucket(bCbAge).Delete(timeKey(r.ageKey(), le.Event.ID)); err != nil {
 			return err
 		}
 		if err := addCount(tx.Bucket(bCounts), countBacklog, -1); err != nil {
@@ -232,7 +241,11 @@ func (q *Queue) RetryEvent(ctx context.Context, le *queue.LeasedEvent, o queue.E
 			r.LastError = o.LastError[:min(len(o.LastError), queue.MaxEventError)]
 		}
 		r.Due = now + durMs(max(o.After, 0))
-		if r.Due <= r.At+durMs(o.MaxAge) {
+		from := r.At
+		if r.AgeFrom != 0 {
+			from = r.AgeFrom
+		}
+		if r.Due <= from+durMs(o.MaxAge) {
 			if err := tx.Bucket(bCbDue).Put(timeKey(r.Due, id), nil); err != nil {
 				return err
 			}
@@ -240,7 +253,7 @@ func (q *Queue) RetryEvent(ctx context.Context, le *queue.LeasedEvent, o queue.E
 		}
 		dead = true
 		r.Dead, r.DeadAt, r.Due = true, now, 0
-		if err := tx.Bucket(bCbAge).Delete(timeKey(r.At, id)); err != nil {
+		if err := tx.Bucket(bCbAge).Delete(timeKey(r.ageKey(), id)); err != nil {
 			return err
 		}
 		if err := addCount(tx.Bucket(bCounts), countBacklog, -1); err != nil {
@@ -291,8 +304,8 @@ func (q *Queue) DeadEvents(ctx context.Context, limit int) ([]*queue.Event, erro
 	return out, nil
 }
 
-// RetryDeadEvent makes a dead event due now; see queue.Outbox and
-// redisq's RetryDeadEvent for why its timestamp moves.
+// RetryDeadEvent makes a dead event due now; see queue.Outbox. Its max age
+// counts from the retry; its id and body stay the same.
 func (q *Queue) RetryDeadEvent(ctx context.Context, id string) error {
 	var found bool
 	err := q.update(ctx, func(tx *bolt.Tx) error {
@@ -306,7 +319,7 @@ func (q *Queue) RetryDeadEvent(ctx context.Context, id string) error {
 			return err
 		}
 		now := ms(q.now())
-		r.Dead, r.DeadAt, r.Attempts, r.Token, r.At, r.Due = false, 0, 0, "", now, now
+		r.Dead, r.DeadAt, r.Attempts, r.Token, r.AgeFrom, r.Due = false, 0, 0, "", now, now
 		if err := tx.Bucket(bCbDue).Put(timeKey(now, id), nil); err != nil {
 			return err
 		}

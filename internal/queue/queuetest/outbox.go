@@ -264,8 +264,13 @@ func testOutboxDeadAfterMaxAge(t *testing.T, h Harness) {
 	}
 	wantOutbox(t, o, 1, 0)
 	again := claimAll(t, o, "b", time.Hour)
-	if len(again) != 1 || again[0].Event.ID != d.ID || again[0].Event.Attempts != 0 || again[0].Event.Dead {
-		t.Fatalf("after RetryDeadEvent: %+v", again)
+	if len(again) != 1 || again[0].Event.ID != d.ID || again[0].Event.Attempts != 0 || again[0].Event.Dead ||
+		!again[0].Event.At.Equal(evs[0].Event.At) {
+		t.Fatalf("after RetryDeadEvent: %+v, want the same event (same At) with attempts reset", again)
+	}
+	// Its max age counts from the retry: a retry within it is not dead.
+	if dead, err := o.RetryEvent(ctx, again[0], queue.EventRetry{After: time.Minute, MaxAge: time.Hour}); err != nil || dead {
+		t.Fatalf("RetryEvent after the operator's retry = %v, %v", dead, err)
 	}
 	if err := o.RetryDeadEvent(ctx, d.ID); !errors.Is(err, queue.ErrNotFound) {
 		t.Fatalf("RetryDeadEvent of an event no longer dead: %v, want ErrNotFound", err)

@@ -29,6 +29,7 @@ type eventRecord struct {
 	ErrorCode   string `json:"ec,omitempty"` // queue.EventError*
 	ErrorReason string `json:"er,omitempty"` // the message's last error
 	At          int64  `json:"t"`            // status change, ms (Redis clock)
+	AgeFrom     int64  `json:"ta,omitempty"` // start of its max age when not At (an operator retried it), ms
 	Attempts    int    `json:"n,omitempty"`  // delivery attempts spent
 	LastError   string `json:"le,omitempty"` // of the last delivery attempt
 	Token       string `json:"lt,omitempty"` // claim token while claimed
@@ -207,7 +208,7 @@ e.lt = nil
 if ARGV[6] == '1' then e.n = (e.n or 0) + 1 end
 if ARGV[5] ~= '' then e.le = ARGV[5] end
 local due = now + tonumber(ARGV[3])
-if due > e.t * 1000 + tonumber(ARGV[4]) then
+if due > (e.ta or e.t) * 1000 + tonumber(ARGV[4]) then
   e.d = true
   e.td = math.floor(now / 1000)
   redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(e))
@@ -303,7 +304,7 @@ if not raw then return 0 end
 local now = now_us()
 local e = cjson.decode(raw)
 e.d, e.td, e.n, e.lt = nil, nil, nil, nil
-e.t = math.floor(now / 1000)
+e.ta = math.floor(now / 1000)
 redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(e))
 redis.call('ZADD', KEYS[2], now, ARGV[1])
 redis.call('ZADD', KEYS[3], now, ARGV[1])
@@ -312,9 +313,7 @@ return 1
 
 // RetryDeadEvent makes a dead event due again; see queue.Outbox.
 //
-// The event's timestamp moves to now with it: a retried event's max age
-// counts from the retry, and its body changes, which a receiver can tell by
-// the same webhook-id with a new timestamp.
+// Its max age counts from the retry; its id and body stay the same.
 func (q *Queue) RetryDeadEvent(ctx context.Context, id string) error {
 	if err := q.begin(ctx, "retry dead event"); err != nil {
 		return err
