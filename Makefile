@@ -5,7 +5,7 @@ TEST_TIMEOUT ?= 25m
 # the test Redis: scripts/ensure-deps.sh.
 DEPS = bash scripts/ensure-deps.sh
 
-.PHONY: test test-short vet alerts-check mutate bench demo build helm-check
+.PHONY: test test-short vet lint alerts-check mutate bench demo build helm-check
 
 # -p 1: one package at a time, so the latency assertions (OTP p99 < 20 ms)
 # of one package do not share the 2 cores with another package's load.
@@ -21,6 +21,17 @@ test-short: alerts-check
 vet:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+
+# golangci-lint with .golangci.yml, installed at the pinned version when
+# missing (or another version is on the PATH).
+GOLANGCI_LINT_VERSION = v2.15.0
+GOLANGCI_LINT ?= $(shell $(GO) env GOPATH)/bin/golangci-lint
+lint:
+	@if ! $(GOLANGCI_LINT) version 2>/dev/null | grep -q "version $(GOLANGCI_LINT_VERSION:v%=%) "; then \
+		echo "installing golangci-lint $(GOLANGCI_LINT_VERSION)"; \
+		$(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION); \
+	fi
+	$(GOLANGCI_LINT) run ./...
 
 # The alert rules: promtool's syntax check and its unit tests (every alert
 # fires when it should and stays quiet when it should not).

@@ -148,11 +148,15 @@ admin: {key: admin-key-0123456789abcdef}
 	} else {
 		_ = res.Body.Close()
 	}
-	res, err := http.Get(base + "/metrics")
+	req, err = http.NewRequestWithContext(t.Context(), http.MethodGet, base+"/metrics", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer res.Body.Close()
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = res.Body.Close() }()
 	b, err := io.ReadAll(res.Body)
 	if err != nil || res.StatusCode != http.StatusOK {
 		t.Fatalf("GET /metrics: %d %v", res.StatusCode, err)
@@ -309,7 +313,7 @@ func TestPromtoolCheckMetrics(t *testing.T) {
 	for _, redisMode := range []bool{false, true} {
 		t.Run(map[bool]string{false: "embedded", true: "redis"}[redisMode], func(t *testing.T) {
 			text := gatewayMetrics(t, redisMode)
-			cmd := exec.Command(bin, "check", "metrics")
+			cmd := exec.CommandContext(t.Context(), bin, "check", "metrics")
 			cmd.Stdin = strings.NewReader(text)
 			out, err := cmd.CombinedOutput()
 			if err != nil || len(strings.TrimSpace(string(out))) > 0 {

@@ -123,7 +123,7 @@ func panelQueries(t *testing.T) []query {
 func TestPromtoolRules(t *testing.T) {
 	bin := promtool(t)
 	for _, args := range [][]string{{"check", "rules", alertsFile, plannedFile}, {"test", "rules", alertTests}} {
-		out, err := exec.Command(bin, args...).CombinedOutput()
+		out, err := exec.CommandContext(t.Context(), bin, args...).CombinedOutput()
 		if err != nil || !bytes.Contains(out, []byte("SUCCESS")) {
 			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
 		}

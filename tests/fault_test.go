@@ -24,9 +24,9 @@ func TestReplicaKilledMidCampaign(t *testing.T) {
 	}
 	sim.WaitAccepted(t, 200, 30*time.Second)
 	gws[1].Kill()
-	st := sim.WaitAccepted(t, len(ids), 60*time.Second)
+	sim.WaitAccepted(t, len(ids), 60*time.Second)
 	time.Sleep(3 * time.Second) // a late duplicate would arrive after the lease
-	st = sim.Stats(t)
+	st := sim.Stats(t)
 	recs := sim.Accepted(t)
 	checkExactlyOnce(t, recs, ids)
 	if st.Rejected429 != 0 || st.MaxInAny1s > 100 {
@@ -88,9 +88,9 @@ func TestRedisRestartLosesNothing(t *testing.T) {
 	time.Sleep(10 * time.Second)
 	during := sim.Stats(t).Accepted - down
 	rs.Start()
-	st := sim.WaitAccepted(t, len(ids), 90*time.Second)
+	sim.WaitAccepted(t, len(ids), 90*time.Second)
 	time.Sleep(4 * time.Second) // a lease-expiry duplicate would arrive by now
-	st = sim.Stats(t)
+	st := sim.Stats(t)
 	checkExactlyOnce(t, sim.Accepted(t), ids)
 	if st.Rejected429 != 0 || st.MaxInAny1s > 100 {
 		t.Errorf("429s %d, max in any 1 s %d", st.Rejected429, st.MaxInAny1s)

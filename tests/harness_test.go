@@ -31,9 +31,9 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		defer os.RemoveAll(dir)
+		defer func() { _ = os.RemoveAll(dir) }() // a temporary directory: the OS cleans up what stays
 		smsgwBin = filepath.Join(dir, "smsgw")
-		build := exec.Command("go", "build", "-o", smsgwBin, "../cmd/smsgw")
+		build := exec.Command("go", "build", "-o", smsgwBin, "../cmd/smsgw") //nolint:noctx // TestMain has no context; the build ends on its own
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
 			fmt.Fprintln(os.Stderr, "e2e: build smsgw:", err)
@@ -53,11 +53,11 @@ func skipShort(t *testing.T) {
 // freePort returns a TCP port nobody listens on right now.
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := new(net.ListenConfig).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }() // only the port number was wanted
 	return l.Addr().(*net.TCPAddr).Port
 }
 
@@ -80,14 +80,15 @@ func startProc(t *testing.T, name string, args ...string) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(smsgwBin, args...)
+	// The process lives until p.Kill (or the test's cleanup), not a context.
+	cmd := exec.Command(smsgwBin, args...) //nolint:noctx // see above
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = append(os.Environ(), "GORACE=halt_on_error=1")
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
 	p := &proc{t: t, name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
+	go func() { _ = cmd.Wait(); _ = f.Close(); close(p.done) }()
 	t.Cleanup(func() {
 		p.Kill()
 		if t.Failed() {
@@ -140,10 +141,14 @@ func waitHTTP(t *testing.T, p *proc, url string, d time.Duration) {
 		if p.Exited() {
 			t.Fatalf("%s exited before %s answered", p.name, url)
 		}
-		resp, err := http.Get(url)
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return
 			}
@@ -216,11 +221,16 @@ func (s *simProc) Accepted(t *testing.T) []simRecord {
 
 func (s *simProc) Control(t *testing.T, body string) {
 	t.Helper()
-	resp, err := http.Post(s.URL+"/control", "application/json", strings.NewReader(body))
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.URL+"/control", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
 		t.Fatalf("sim control %s: %d %s", body, resp.StatusCode, b)
@@ -245,11 +255,15 @@ func (s *simProc) WaitAccepted(t *testing.T, n int, d time.Duration) simStats {
 
 func getJSON(t *testing.T, url string, v any) {
 	t.Helper()
-	resp, err := http.Get(url)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("GET %s: %v", url, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
 		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
@@ -328,19 +342,19 @@ type postResult struct {
 func post(t *testing.T, url, key string, body any, hdr ...string) postResult {
 	t.Helper()
 	b, _ := json.Marshal(body)
-	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(b))
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(b))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+key)
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("POST %s: %v", url, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	rb, _ := io.ReadAll(resp.Body)
 	var v struct {
 		ID string `json:"id"`

@@ -41,13 +41,13 @@ func TestProbeMemory(t *testing.T) {
 	batch := []byte(`{"messages":[` + items + `]}`)
 	var answered atomic.Int64
 	run(t, 8, 300, func(i int) {
-		req, _ := http.NewRequest(http.MethodPost, gw.URL+"/v1/messages/batch", bytes.NewReader(batch))
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, gw.URL+"/v1/messages/batch", bytes.NewReader(batch))
 		req.Header.Set("Authorization", "Bearer "+keyTxn)
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", "probe-"+strconv.Itoa(i))
 		if resp, err := client.Do(req); err == nil {
 			n, _ := io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			answered.Add(n)
 		}
 	})
@@ -55,19 +55,23 @@ func TestProbeMemory(t *testing.T) {
 
 	run(t, 16, 10000, func(int) {
 		method := "M" + strings.ToUpper(rand.Text()) + strings.Repeat("X", 30<<10)
-		req, _ := http.NewRequest(method, gw.URL+"/v1/messages", nil)
+		req, _ := http.NewRequestWithContext(t.Context(), method, gw.URL+"/v1/messages", nil)
 		if resp, err := client.Do(req); err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
+			_ = resp.Body.Close()
 		}
 	})
 	rss2 := rssKB(t, pid)
-	resp, err := client.Get(gw.URL + "/metrics")
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, gw.URL+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	metrics, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	t.Logf("batch of %d bytes; 300 refused batches answered %d MB in all", len(batch), answered.Load()>>20)
 	t.Logf("RSS: start %d MB, after 300 refused batches %d MB, after 10,000 random 30 KB methods %d MB; /metrics %d KB",
 		rss0>>10, rss1>>10, rss2>>10, len(metrics)>>10)

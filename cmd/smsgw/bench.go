@@ -23,89 +23,111 @@ func init() {
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	pods := fs.Int("pods", bench.DefaultPods, "simulated producer pods")
-	duration := fs.Duration("duration", bench.DefaultDuration, "sending time of each run")
-	window := fs.String("window", "both", "provider window shape: sliding, fixed or both")
-	offset := fs.Float64("offset", -1, "fixed windows: start of each window past the second, in seconds [0, 1); negative: random")
-	redisAddr := fs.String("redis", bench.DefaultRedisAddr, "Redis address (loopback only); keys get a random prefix and are deleted afterwards")
-	strategies := fs.String("strategies", "", "comma-separated strategies (default all): per-pod, redis-fixed-window, atomic-incr, gcra")
-	skew := fs.Duration("skew", bench.DefaultSkew, "pod clocks are spread evenly over ±skew (old strategies)")
-	otpRate := fs.Float64("otp-rate", bench.DefaultOTPRate, "OTPs per second")
-	phase := fs.Float64("start-phase", bench.DefaultStartPhase.Seconds(), "the flood starts this far past a wall-clock second, in seconds [0, 1); negative: at once")
-	jsonOut := fs.Bool("json", false, "print machine-readable JSON instead of the table")
-	verbose := fs.Bool("v", false, "log progress to stderr")
+	f := benchFlagsOn(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "smsgw bench: unexpected argument %q\n", fs.Arg(0))
+		complain(stderr, "smsgw bench: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	if *pods < 1 {
-		fmt.Fprintf(stderr, "smsgw bench: --pods %d: want at least 1\n", *pods)
+	cfg, err := f.config()
+	if err != nil {
+		complain(stderr, "smsgw bench: %v\n", err)
 		return 2
-	}
-	if *phase >= 1 {
-		fmt.Fprintf(stderr, "smsgw bench: --start-phase %v: want seconds in [0, 1), or negative for at once\n", *phase)
-		return 2
-	}
-	cfg := bench.Config{Pods: *pods, Duration: *duration, RedisAddr: *redisAddr, OTPRate: *otpRate, Skew: *skew}
-	cfg.StartPhase = time.Duration(*phase * float64(time.Second))
-	switch {
-	case *phase < 0:
-		cfg.StartPhase = -1 // at once
-	case cfg.StartPhase == 0:
-		cfg.StartPhase = 1 // on the second (0 would mean the default)
-	}
-	if *skew == 0 {
-		cfg.Skew = -1 // explicitly none
-	}
-	switch *window {
-	case "both":
-		cfg.Windows = []sim.Window{sim.WindowSliding, sim.WindowFixed}
-	case string(sim.WindowSliding), string(sim.WindowFixed):
-		cfg.Windows = []sim.Window{sim.Window(*window)}
-	default:
-		fmt.Fprintf(stderr, "smsgw bench: --window %q: want sliding, fixed or both\n", *window)
-		return 2
-	}
-	if *offset >= 1 {
-		fmt.Fprintf(stderr, "smsgw bench: --offset %v: want seconds in [0, 1), or negative for random\n", *offset)
-		return 2
-	}
-	cfg.Offset = -1
-	if *offset >= 0 {
-		cfg.Offset = time.Duration(*offset * float64(time.Second))
-	}
-	if *strategies != "" {
-		for name := range strings.SplitSeq(*strategies, ",") {
-			st, err := bench.ParseStrategy(strings.TrimSpace(name))
-			if err != nil {
-				fmt.Fprintf(stderr, "smsgw bench: --strategies: %v\n", err)
-				return 2
-			}
-			cfg.Strategies = append(cfg.Strategies, st)
-		}
 	}
 	level := slog.LevelWarn
-	if *verbose {
+	if *f.verbose {
 		level = slog.LevelInfo
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
 	rep, err := bench.Run(ctx, cfg)
 	if err != nil {
-		fmt.Fprintf(stderr, "smsgw bench: %v\n", err)
+		complain(stderr, "smsgw bench: %v\n", err)
 		return 1
 	}
-	if *jsonOut {
+	if *f.jsonOut {
 		err = bench.WriteJSON(stdout, rep)
 	} else {
 		err = bench.WriteTable(stdout, rep)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "smsgw bench: write: %v\n", err)
+		complain(stderr, "smsgw bench: write: %v\n", err)
 		return 1
 	}
 	return 0
+}
+
+// benchFlags are the flags of smsgw bench.
+type benchFlags struct {
+	pods                        *int
+	duration, skew              *time.Duration
+	window, redisAddr, strategy *string
+	offset, otpRate, phase      *float64
+	jsonOut, verbose            *bool
+}
+
+// benchFlagsOn defines the flags on fs.
+func benchFlagsOn(fs *flag.FlagSet) benchFlags {
+	return benchFlags{
+		pods:      fs.Int("pods", bench.DefaultPods, "simulated producer pods"),
+		duration:  fs.Duration("duration", bench.DefaultDuration, "sending time of each run"),
+		window:    fs.String("window", "both", "provider window shape: sliding, fixed or both"),
+		offset:    fs.Float64("offset", -1, "fixed windows: start of each window past the second, in seconds [0, 1); negative: random"),
+		redisAddr: fs.String("redis", bench.DefaultRedisAddr, "Redis address (loopback only); keys get a random prefix and are deleted afterwards"),
+		strategy:  fs.String("strategies", "", "comma-separated strategies (default all): per-pod, redis-fixed-window, atomic-incr, gcra"),
+		skew:      fs.Duration("skew", bench.DefaultSkew, "pod clocks are spread evenly over ±skew (old strategies)"),
+		otpRate:   fs.Float64("otp-rate", bench.DefaultOTPRate, "OTPs per second"),
+		phase:     fs.Float64("start-phase", bench.DefaultStartPhase.Seconds(), "the flood starts this far past a wall-clock second, in seconds [0, 1); negative: at once"),
+		jsonOut:   fs.Bool("json", false, "print machine-readable JSON instead of the table"),
+		verbose:   fs.Bool("v", false, "log progress to stderr"),
+	}
+}
+
+// config checks the flags and turns them into the benchmark's
+// configuration (without its logger); an error names the flag.
+func (f benchFlags) config() (bench.Config, error) {
+	if *f.pods < 1 {
+		return bench.Config{}, fmt.Errorf("--pods %d: want at least 1", *f.pods)
+	}
+	if *f.phase >= 1 {
+		return bench.Config{}, fmt.Errorf("--start-phase %v: want seconds in [0, 1), or negative for at once", *f.phase)
+	}
+	if *f.offset >= 1 {
+		return bench.Config{}, fmt.Errorf("--offset %v: want seconds in [0, 1), or negative for random", *f.offset)
+	}
+	cfg := bench.Config{Pods: *f.pods, Duration: *f.duration, RedisAddr: *f.redisAddr, OTPRate: *f.otpRate, Skew: *f.skew}
+	cfg.StartPhase = time.Duration(*f.phase * float64(time.Second))
+	switch {
+	case *f.phase < 0:
+		cfg.StartPhase = -1 // at once
+	case cfg.StartPhase == 0:
+		cfg.StartPhase = 1 // on the second (0 would mean the default)
+	}
+	if *f.skew == 0 {
+		cfg.Skew = -1 // explicitly none
+	}
+	switch *f.window {
+	case "both":
+		cfg.Windows = []sim.Window{sim.WindowSliding, sim.WindowFixed}
+	case string(sim.WindowSliding), string(sim.WindowFixed):
+		cfg.Windows = []sim.Window{sim.Window(*f.window)}
+	default:
+		return bench.Config{}, fmt.Errorf("--window %q: want sliding, fixed or both", *f.window)
+	}
+	cfg.Offset = -1
+	if *f.offset >= 0 {
+		cfg.Offset = time.Duration(*f.offset * float64(time.Second))
+	}
+	if *f.strategy != "" {
+		for name := range strings.SplitSeq(*f.strategy, ",") {
+			st, err := bench.ParseStrategy(strings.TrimSpace(name))
+			if err != nil {
+				return bench.Config{}, fmt.Errorf("--strategies: %w", err)
+			}
+			cfg.Strategies = append(cfg.Strategies, st)
+		}
+	}
+	return cfg, nil
 }

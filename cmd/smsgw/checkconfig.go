@@ -22,19 +22,22 @@ func runCheckConfig(_ context.Context, args []string, stdout, stderr io.Writer) 
 		return 2
 	}
 	if *path == "" {
-		fmt.Fprintln(stderr, "smsgw check-config: --config is required")
+		complain(stderr, "smsgw check-config: --config is required\n")
 		return 2
 	}
 	cfg, err := config.LoadFile(*path)
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", *path, err)
+		complain(stderr, "%s: %v\n", *path, err)
 		return 1
 	}
 	mode := "embedded store at " + cfg.Store.Path + ", local limiter (exactly one replica)"
 	if cfg.Redis.Enabled() {
 		mode = fmt.Sprintf("Redis at %s, shared limiter (fallback %.2f/s per process)", cfg.Redis.Addr, cfg.Limits.TargetRPS/float64(cfg.Limits.MaxSenders))
 	}
-	fmt.Fprintf(stdout, "%s: ok\n  provider: %s, contract %g/s, target %g/s, burst %d\n  mode: %s\n  producers: %d\n",
-		*path, cfg.Provider.Kind, cfg.Provider.ContractRPS, cfg.Limits.TargetRPS, cfg.Limits.Burst, mode, len(cfg.Producers))
+	if _, err := fmt.Fprintf(stdout, "%s: ok\n  provider: %s, contract %g/s, target %g/s, burst %d\n  mode: %s\n  producers: %d\n",
+		*path, cfg.Provider.Kind, cfg.Provider.ContractRPS, cfg.Limits.TargetRPS, cfg.Limits.Burst, mode, len(cfg.Producers)); err != nil {
+		complain(stderr, "smsgw check-config: write: %v\n", err)
+		return 1
+	}
 	return 0
 }

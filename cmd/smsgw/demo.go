@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"io"
 	"time"
 
@@ -35,7 +34,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		defer cancel()
 	}
 	if err := demo.Run(ctx, o, stdout, stderr); err != nil {
-		fmt.Fprintf(stderr, "smsgw demo: %v\n", err)
+		complain(stderr, "smsgw demo: %v\n", err)
 		return 1
 	}
 	return 0

@@ -39,15 +39,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return c.run(ctx, args[1:], stdout, stderr)
 		}
 	}
-	fmt.Fprintf(stderr, "smsgw: unknown command %q\n\n", args[0])
+	complain(stderr, "smsgw: unknown command %q\n\n", args[0])
 	usage(stderr)
 	return 2
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: smsgw <command> [flags]\n\ncommands:")
+	complain(w, "usage: smsgw <command> [flags]\n\ncommands:\n")
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-13s %s\n", c.name, c.usage)
+		complain(w, "  %-13s %s\n", c.name, c.usage)
 	}
-	fmt.Fprintln(w, "\nRun 'smsgw <command> -h' for the flags of a command.")
+	complain(w, "\nRun 'smsgw <command> -h' for the flags of a command.\n")
+}
+
+// complain writes a diagnostic (usage, a bad flag, a failure) to stderr. A
+// failed write to stderr has nowhere left to be reported, so its error is
+// dropped here, in this one place.
+func complain(w io.Writer, format string, args ...any) {
+	_, _ = fmt.Fprintf(w, format, args...)
 }

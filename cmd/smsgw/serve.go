@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -27,12 +26,12 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 		return 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "smsgw serve: unexpected argument %q\n", fs.Arg(0))
+		complain(stderr, "smsgw serve: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
 	cfg, err := config.LoadFile(*path)
 	if err != nil {
-		fmt.Fprintf(stderr, "smsgw serve: %v\n", err)
+		complain(stderr, "smsgw serve: %v\n", err)
 		return 1
 	}
 	log := newLogger(stderr, cfg.Log)

@@ -23,79 +23,116 @@ func init() {
 func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	listen := fs.String("listen", "127.0.0.1:9100", "address to listen on (port 0: any free port)")
-	limit := fs.Int("limit", 100, "units (messages or segments) accepted per second; 0: unlimited")
-	window := fs.String("window", "sliding", "how a second is measured: sliding (any trailing 1 s) or fixed (1 s windows starting --offset past each second)")
-	offset := fs.Float64("offset", 0.37, "fixed windows: start of each window past the second, in seconds [0, 1)")
-	retryAfter := fs.Float64("retry-after", 1, "Retry-After of a 429, in seconds (rounded up)")
-	suspendAfter := fs.Int("suspend-after", sim.DefaultSuspendAfter, "suspend the account after more than this many 429s in --suspend-window; negative: never")
-	suspendWindow := fs.Duration("suspend-window", sim.DefaultSuspendWindow, "rolling window in which 429s are counted")
-	suspendFor := fs.Duration("suspend-for", sim.DefaultSuspendFor, "how long a suspension lasts (every send answers 403)")
-	noIdem := fs.Bool("no-idempotency", false, "ignore Idempotency-Key: deliver a retried send again (a provider without idempotency)")
-	ignoreSegments := fs.Bool("ignore-segments", false, "count every message as one unit even when it says it has several segments")
-	latency := fs.Duration("latency", 0, "latency added to every send")
-	jitter := fs.Duration("latency-jitter", 0, "random extra latency in [0, jitter)")
-	failRate := fs.Float64("fail-rate", 0, "probability of answering --fail-status instead of accepting")
-	failStatus := fs.Int("fail-status", sim.DefaultFailStatus, "the 5xx of an injected failure")
-	timeoutRate := fs.Float64("timeout-rate", 0, "probability of never answering (until the client gives up)")
-	lostReplyRate := fs.Float64("lost-reply-rate", 0, "probability of accepting a send and then never answering")
-	verbose := fs.Bool("v", false, "log every send (debug)")
+	f := simFlagsOn(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "smsgw sim: unexpected argument %q\n", fs.Arg(0))
-		return 2
-	}
-	if *offset < 0 || *offset >= 1 {
-		fmt.Fprintf(stderr, "smsgw sim: --offset %v: want seconds in [0, 1)\n", *offset)
-		return 2
-	}
-	if *retryAfter <= 0 {
-		fmt.Fprintf(stderr, "smsgw sim: --retry-after %v: want > 0 seconds\n", *retryAfter)
+		complain(stderr, "smsgw sim: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
 	level := slog.LevelInfo
-	if *verbose {
+	if f.verbose {
 		level = slog.LevelDebug
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	s, err := sim.New(sim.Config{
-		Limit:          *limit,
-		Window:         sim.Window(*window),
-		Offset:         time.Duration(*offset * float64(time.Second)),
-		RetryAfter:     time.Duration(*retryAfter * float64(time.Second)),
-		SuspendAfter:   *suspendAfter,
-		SuspendWindow:  *suspendWindow,
-		SuspendFor:     *suspendFor,
-		IgnoreSegments: *ignoreSegments,
-		NoIdempotency:  *noIdem,
-		Faults: sim.Faults{Latency: sim.Duration(*latency), LatencyJitter: sim.Duration(*jitter),
-			FailRate: *failRate, FailStatus: *failStatus, TimeoutRate: *timeoutRate, LostReplyRate: *lostReplyRate},
-		Logger: logger,
-	})
+	cfg, err := f.config(logger)
 	if err != nil {
-		fmt.Fprintf(stderr, "smsgw sim: %v\n", err)
+		complain(stderr, "smsgw sim: %v\n", err)
 		return 2
 	}
-	url, err := s.Start(*listen)
+	s, err := sim.New(cfg)
 	if err != nil {
-		fmt.Fprintf(stderr, "smsgw sim: %v\n", err)
+		complain(stderr, "smsgw sim: %v\n", err)
+		return 2
+	}
+	url, err := s.Start(f.listen)
+	if err != nil {
+		complain(stderr, "smsgw sim: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "sim listening on %s\n", url)
-	logger.Info("sim started", "url", url, "send", url+"/send", "limit", *limit, "window", *window,
-		"offset", *offset, "suspend_after", *suspendAfter, "suspend_window", *suspendWindow, "suspend_for", *suspendFor)
+	if _, err := fmt.Fprintf(stdout, "sim listening on %s\n", url); err != nil {
+		// Whoever started us reads the address from stdout: without it
+		// nobody can reach the simulator.
+		complain(stderr, "smsgw sim: write address: %v\n", err)
+		closeSim(s, logger)
+		return 1
+	}
+	logger.Info("sim started", "url", url, "send", url+"/send", "limit", f.limit, "window", f.window,
+		"offset", f.offset, "suspend_after", f.suspendAfter, "suspend_window", f.suspendWindow, "suspend_for", f.suspendFor)
 
 	<-ctx.Done()
-	if err := s.Close(); err != nil {
-		logger.Error("sim: close", "err", err)
-	}
+	closeSim(s, logger)
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(s.Stats()); err != nil {
-		fmt.Fprintf(stderr, "smsgw sim: write stats: %v\n", err)
+		complain(stderr, "smsgw sim: write stats: %v\n", err)
 		return 1
 	}
 	return 0
+}
+
+// closeSim stops the simulator; a failure is logged, the stats still print.
+func closeSim(s *sim.Sim, logger *slog.Logger) {
+	if err := s.Close(); err != nil {
+		logger.Error("sim: close", "err", err)
+	}
+}
+
+// simFlags are the flags of smsgw sim.
+type simFlags struct {
+	listen, window                             string
+	limit, suspendAfter, failStatus            int
+	offset, retryAfter                         float64
+	failRate, timeoutRate, lostReplyRate       float64
+	suspendWindow, suspendFor, latency, jitter time.Duration
+	noIdem, ignoreSegments, verbose            bool
+}
+
+// simFlagsOn defines the flags on fs.
+func simFlagsOn(fs *flag.FlagSet) *simFlags {
+	f := &simFlags{}
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:9100", "address to listen on (port 0: any free port)")
+	fs.IntVar(&f.limit, "limit", 100, "units (messages or segments) accepted per second; 0: unlimited")
+	fs.StringVar(&f.window, "window", "sliding", "how a second is measured: sliding (any trailing 1 s) or fixed (1 s windows starting --offset past each second)")
+	fs.Float64Var(&f.offset, "offset", 0.37, "fixed windows: start of each window past the second, in seconds [0, 1)")
+	fs.Float64Var(&f.retryAfter, "retry-after", 1, "Retry-After of a 429, in seconds (rounded up)")
+	fs.IntVar(&f.suspendAfter, "suspend-after", sim.DefaultSuspendAfter, "suspend the account after more than this many 429s in --suspend-window; negative: never")
+	fs.DurationVar(&f.suspendWindow, "suspend-window", sim.DefaultSuspendWindow, "rolling window in which 429s are counted")
+	fs.DurationVar(&f.suspendFor, "suspend-for", sim.DefaultSuspendFor, "how long a suspension lasts (every send answers 403)")
+	fs.BoolVar(&f.noIdem, "no-idempotency", false, "ignore Idempotency-Key: deliver a retried send again (a provider without idempotency)")
+	fs.BoolVar(&f.ignoreSegments, "ignore-segments", false, "count every message as one unit even when it says it has several segments")
+	fs.DurationVar(&f.latency, "latency", 0, "latency added to every send")
+	fs.DurationVar(&f.jitter, "latency-jitter", 0, "random extra latency in [0, jitter)")
+	fs.Float64Var(&f.failRate, "fail-rate", 0, "probability of answering --fail-status instead of accepting")
+	fs.IntVar(&f.failStatus, "fail-status", sim.DefaultFailStatus, "the 5xx of an injected failure")
+	fs.Float64Var(&f.timeoutRate, "timeout-rate", 0, "probability of never answering (until the client gives up)")
+	fs.Float64Var(&f.lostReplyRate, "lost-reply-rate", 0, "probability of accepting a send and then never answering")
+	fs.BoolVar(&f.verbose, "v", false, "log every send (debug)")
+	return f
+}
+
+// config checks the flags sim.New does not and builds the simulator's
+// configuration; an error names the flag.
+func (f *simFlags) config(logger *slog.Logger) (sim.Config, error) {
+	if f.offset < 0 || f.offset >= 1 {
+		return sim.Config{}, fmt.Errorf("--offset %v: want seconds in [0, 1)", f.offset)
+	}
+	if f.retryAfter <= 0 {
+		return sim.Config{}, fmt.Errorf("--retry-after %v: want > 0 seconds", f.retryAfter)
+	}
+	return sim.Config{
+		Limit:          f.limit,
+		Window:         sim.Window(f.window),
+		Offset:         time.Duration(f.offset * float64(time.Second)),
+		RetryAfter:     time.Duration(f.retryAfter * float64(time.Second)),
+		SuspendAfter:   f.suspendAfter,
+		SuspendWindow:  f.suspendWindow,
+		SuspendFor:     f.suspendFor,
+		IgnoreSegments: f.ignoreSegments,
+		NoIdempotency:  f.noIdem,
+		Faults: sim.Faults{Latency: sim.Duration(f.latency), LatencyJitter: sim.Duration(f.jitter),
+			FailRate: f.failRate, FailStatus: f.failStatus, TimeoutRate: f.timeoutRate, LostReplyRate: f.lostReplyRate},
+		Logger: logger,
+	}, nil
 }

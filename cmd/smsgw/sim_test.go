@@ -36,8 +36,13 @@ func TestSimCommand(t *testing.T) {
 
 	var statuses []int
 	for range 3 {
-		resp, err := http.Post(url+"/send", "application/json",
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url+"/send",
 			strings.NewReader(`{"to":"+819012345678","body":"hi","reference":"r1"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -269,7 +269,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	defer admin.Close()
+	defer closeAdmin(admin, cfg.Logger)
 	if cfg.StartPhase < 0 {
 		rep.StartPhMS = -1
 	}
@@ -295,7 +295,7 @@ func RunOne(ctx context.Context, cfg Config, st Strategy, w sim.Window) (Result,
 	if err != nil {
 		return Result{}, err
 	}
-	defer admin.Close()
+	defer closeAdmin(admin, cfg.Logger)
 	return runOne(ctx, cfg, admin, st, w)
 }
 
@@ -308,6 +308,14 @@ func dialRedis(ctx context.Context, addr string) (*redis.Client, error) {
 		return nil, fmt.Errorf("bench: redis at %s: %w", addr, err)
 	}
 	return c, nil
+}
+
+// closeAdmin closes the admin connection at the end of a run; the figures are
+// already taken, so a failure is only worth a warning.
+func closeAdmin(c *redis.Client, log *slog.Logger) {
+	if err := c.Close(); err != nil {
+		log.Warn("bench: close redis", "err", err)
+	}
 }
 
 // cleanup deletes every key of the run's prefix.

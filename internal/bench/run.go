@@ -101,13 +101,13 @@ type providerSim struct {
 	url  string
 }
 
-func startProvider(cfg Config, w sim.Window) (*providerSim, error) {
+func startProvider(ctx context.Context, cfg Config, w sim.Window) (*providerSim, error) {
 	s, err := sim.New(sim.Config{Limit: cfg.Contract, Window: w, Offset: cfg.Offset,
 		SuspendAfter: -1, Logger: cfg.Logger.With("component", "sim")})
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := new(net.ListenConfig).Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("bench: listen: %w", err)
@@ -143,7 +143,7 @@ func runOne(ctx context.Context, cfg Config, admin *redis.Client, st Strategy, w
 			log.Warn("bench: redis keys left behind", "prefix", prefix, "err", cerr)
 		}
 	}()
-	ps, err := startProvider(cfg, w)
+	ps, err := startProvider(ctx, cfg, w)
 	if err != nil {
 		return Result{}, err
 	}

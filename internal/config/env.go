@@ -131,7 +131,7 @@ func isReservedEnv(name string) bool {
 // YAML document around it and decoding strictly on top of cfg.
 func setPath(cfg *Config, path, val string) error {
 	parts := strings.Split(path, ".")
-	var node any = yamlScalarOrValue(val)
+	node := yamlScalarOrValue(val)
 	if len(parts) >= 4 && parts[0] == "limits" && parts[1] == "classes" {
 		// yaml decodes a map entry afresh; carry the entry's other fields
 		// so SMSGW_LIMITS_CLASSES_MARKETING_BURST keeps max_rps.

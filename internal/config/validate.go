@@ -1,6 +1,7 @@
 package config
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -71,7 +72,7 @@ func (c *Config) validateBackend(p *problems) {
 		p.add("listen", "must not be empty (for example \":8080\")")
 	} else if _, port, err := net.SplitHostPort(c.Listen); err != nil {
 		p.add("listen", "%q is not host:port: %v", c.Listen, err)
-	} else if _, err := net.LookupPort("tcp", port); err != nil {
+	} else if _, err := lookupPort(port); err != nil {
 		p.add("listen", "%q: %v", c.Listen, err)
 	}
 
@@ -79,7 +80,7 @@ func (c *Config) validateBackend(p *problems) {
 		for _, a := range c.Redis.Addrs() {
 			if _, port, err := net.SplitHostPort(a); err != nil {
 				p.add("redis.addr", "%q is not host:port", a)
-			} else if n, err := net.LookupPort("tcp", port); err != nil || n == 0 {
+			} else if n, err := lookupPort(port); err != nil || n == 0 {
 				p.add("redis.addr", "%q has no valid port", a)
 			}
 		}
@@ -451,4 +452,10 @@ func joinErrors(errs []error) error {
 	}
 	slices.SortStableFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
 	return &Error{Problems: errs}
+}
+
+// lookupPort resolves a port number or service name. It reads at most the
+// local services database, so there is no deadline to give it.
+func lookupPort(port string) (int, error) {
+	return net.DefaultResolver.LookupPort(context.Background(), "tcp", port)
 }

@@ -131,7 +131,7 @@ func (s *stack) call(t *testing.T, method, path, key string, body, out any) int 
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer res.Body.Close()
+	defer func() { _ = res.Body.Close() }()
 	b, err := io.ReadAll(res.Body)
 	if err != nil {
 		t.Fatal(err)

@@ -39,7 +39,7 @@ func TestHandler(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
 			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, nil))
+			h.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), tc.method, tc.path, nil))
 			if rec.Code != tc.status {
 				t.Fatalf("status %d, want %d", rec.Code, tc.status)
 			}
@@ -73,12 +73,12 @@ func TestConditionalGet(t *testing.T) {
 	t.Parallel()
 	h := dashboard.Handler()
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest("GET", "/dashboard/app.js", nil))
+	h.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), "GET", "/dashboard/app.js", nil))
 	etag := rec.Header().Get("ETag")
 	if etag == "" {
 		t.Fatal("no ETag")
 	}
-	req := httptest.NewRequest("GET", "/dashboard/app.js", nil)
+	req := httptest.NewRequestWithContext(t.Context(), "GET", "/dashboard/app.js", nil)
 	req.Header.Set("If-None-Match", etag)
 	rec = httptest.NewRecorder()
 	h.ServeHTTP(rec, req)

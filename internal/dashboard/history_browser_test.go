@@ -1,6 +1,7 @@
 package dashboard_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -159,7 +160,7 @@ func TestDashboardHistoryAtDesktopAndPhone(t *testing.T) {
 // post sends one request and ignores its answer (the trickle).
 func (s *stack) post(key, path string, body any) {
 	b, _ := json.Marshal(body)
-	req, err := http.NewRequest("POST", s.base+path, strings.NewReader(string(b)))
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, s.base+path, strings.NewReader(string(b)))
 	if err != nil {
 		return
 	}

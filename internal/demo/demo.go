@@ -43,47 +43,41 @@ type Options struct {
 
 // Run runs the demo until ctx ends, printing to stdout; logs go to stderr.
 func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
-	logLevel := slog.LevelWarn
-	if o.Verbose {
-		logLevel = slog.LevelInfo
-	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel}))
+	log := demoLogger(stderr, o.Verbose)
 
 	// The provider simulator enforces the contract the gateway must keep.
-	s, err := sim.New(sim.Config{Limit: o.Limit, Window: sim.WindowSliding, Logger: log.With("component", "sim")})
+	s, simURL, err := startSim(o.Limit, log)
 	if err != nil {
 		return err
 	}
-	simURL, err := s.Start("127.0.0.1:0")
-	if err != nil {
-		return fmt.Errorf("start simulator: %w", err)
-	}
-	defer s.Close()
+	defer func() {
+		if err := s.Close(); err != nil {
+			log.Warn("demo: close simulator", "err", err)
+		}
+	}()
 
 	dir, err := os.MkdirTemp("", "smsgw-demo-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer func() {
+		if err := os.RemoveAll(dir); err != nil {
+			log.Warn("demo: remove the store", "dir", dir, "err", err)
+		}
+	}()
 	cfg, err := demoConfig(o.Listen, filepath.Join(dir, "data"), simURL+"/send")
 	if err != nil {
 		return err
 	}
-	app, err := gateway.New(ctx, cfg, gateway.Options{Logger: log, Dashboard: dashboard.Handler(), DrainDelay: time.Millisecond})
+	app, err := startGateway(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-	if err := app.Start(ctx); err != nil {
-		_ = app.Stop(context.Background())
+	defer stopGateway(ctx, app, log)
+	base := "http://" + hostForURL(app.Addr())
+	if err := banner(stdout, o, cfg, base, simURL); err != nil {
 		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = app.Stop(sctx)
-	}()
-	base := "http://" + hostForURL(app.Addr())
-	banner(stdout, o, cfg, base, simURL)
 
 	t := &traffic{base: base, client: &http.Client{Timeout: 10 * time.Second}}
 	if err := t.campaign(ctx, o.Campaign); err != nil && ctx.Err() == nil {
@@ -93,19 +87,50 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	defer wg.Wait()
 	wg.Go(func() { t.loop(ctx, o.TxnEvery, t.transactional) })
 	wg.Go(func() { t.loop(ctx, o.OTPEvery, t.otp) })
+	return t.report(ctx, stdout, s, o.Every)
+}
 
-	start := time.Now()
-	tick := time.NewTicker(o.Every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			t.summary(ctx, stdout, s, time.Since(start))
-			fmt.Fprintln(stdout, "stopping")
-			return nil
-		case <-tick.C:
-			t.summary(ctx, stdout, s, time.Since(start))
-		}
+// demoLogger logs at warn, or at info with Verbose.
+func demoLogger(w io.Writer, verbose bool) *slog.Logger {
+	level := slog.LevelWarn
+	if verbose {
+		level = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+// startSim starts the provider simulator on a free loopback port.
+func startSim(limit int, log *slog.Logger) (*sim.Sim, string, error) {
+	s, err := sim.New(sim.Config{Limit: limit, Window: sim.WindowSliding, Logger: log.With("component", "sim")})
+	if err != nil {
+		return nil, "", err
+	}
+	simURL, err := s.Start("127.0.0.1:0")
+	if err != nil {
+		return nil, "", fmt.Errorf("start simulator: %w", err)
+	}
+	return s, simURL, nil
+}
+
+// startGateway builds and starts the demo gateway.
+func startGateway(ctx context.Context, cfg config.Config, log *slog.Logger) (*gateway.App, error) {
+	app, err := gateway.New(ctx, cfg, gateway.Options{Logger: log, Dashboard: dashboard.Handler(), DrainDelay: time.Millisecond})
+	if err != nil {
+		return nil, err
+	}
+	if err := app.Start(ctx); err != nil {
+		_ = app.Stop(context.Background()) // the start error is the one to report
+		return nil, err
+	}
+	return app, nil
+}
+
+// stopGateway stops the gateway, giving it 5 s to drain after ctx ended.
+func stopGateway(ctx context.Context, app *gateway.App, log *slog.Logger) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := app.Stop(sctx); err != nil {
+		log.Warn("demo: stop gateway", "err", err)
 	}
 }
 
@@ -124,8 +149,9 @@ log: {level: warn, format: text}
 	return config.Load([]byte(yaml), nil)
 }
 
-func banner(w io.Writer, o Options, cfg config.Config, base, simURL string) {
-	fmt.Fprintf(w, `smsgw demo
+// banner prints the addresses, keys and a curl line to try.
+func banner(w io.Writer, o Options, cfg config.Config, base, simURL string) error {
+	_, err := fmt.Fprintf(w, `smsgw demo
   gateway    %s   (embedded store, local limiter at %g/s, marketing capped at %g/s)
   dashboard  %s/dashboard/   admin key: %s
   provider   simulator at %s, contract %d/s (sliding window)
@@ -139,6 +165,7 @@ Posting a %d-message marketing campaign, transactional every %s, OTP every %s. C
 
 `, base, cfg.Limits.TargetRPS, cfg.Limits.Classes["marketing"].MaxRPS, base, keyAdmin, simURL, o.Limit,
 		keyLogin, keyNotify, base, keyLogin, o.Campaign, o.TxnEvery, o.OTPEvery)
+	return err
 }
 
 // hostForURL turns a listen address into one a browser or curl can reach.

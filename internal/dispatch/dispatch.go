@@ -219,6 +219,7 @@ func (c *Config) required() []error {
 		}
 	}
 	if c.Workers < 1 {
+		//nolint:staticcheck // ST1005: it names the Config field, as its neighbours do
 		errs = append(errs, fmt.Errorf("Workers %d must be >= 1", c.Workers))
 	}
 	if c.OTPWorkers < 0 {

@@ -293,7 +293,7 @@ func (d *Dispatcher) sendOne(f *flight, delay time.Duration, gate *batchGate, le
 		}
 	}()
 	ctx := d.runCtx
-	if !d.sleepDelay(ctx, f, delay) {
+	if !d.sleepDelay(ctx, delay) {
 		d.abandon(f, "stopped before send")
 		return
 	}
@@ -336,7 +336,7 @@ func (d *Dispatcher) sendOne(f *flight, delay time.Duration, gate *batchGate, le
 func (d *Dispatcher) stopping() bool { return d.runCtx.Err() != nil }
 
 // Step 4: sleep the reserved delay. False when the process is stopping hard.
-func (d *Dispatcher) sleepDelay(ctx context.Context, f *flight, delay time.Duration) bool {
+func (d *Dispatcher) sleepDelay(ctx context.Context, delay time.Duration) bool {
 	if delay <= 0 {
 		return true
 	}

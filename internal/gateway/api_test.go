@@ -265,7 +265,7 @@ func (r *recorder) Helper() {}
 // TestSpecCheckCanFail proves checkSpec rejects answers that break the
 // contract, so the handler tests' validation means something.
 func TestSpecCheckCanFail(t *testing.T) {
-	hr, _ := http.NewRequest("POST", "http://127.0.0.1:1/v1/messages", nil)
+	hr, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://127.0.0.1:1/v1/messages", nil)
 	json := http.Header{"Content-Type": {"application/json"}, "Location": {"/v1/messages/x"}}
 	problem := http.Header{"Content-Type": {"application/problem+json"}}
 	for _, tc := range []struct {

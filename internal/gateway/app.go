@@ -301,7 +301,7 @@ func (a *App) Start(ctx context.Context) error {
 	if a.b.persist != nil {
 		a.b.persist.startUp(ctx)
 	}
-	ln, err := net.Listen("tcp", a.cfg.Listen)
+	ln, err := new(net.ListenConfig).Listen(ctx, "tcp", a.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("gateway: listen %s: %w", a.cfg.Listen, err)
 	}

@@ -75,7 +75,7 @@ func load(b *testing.B, client *http.Client, d time.Duration, want int, newReq f
 					continue
 				}
 				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
+				_ = resp.Body.Close()
 				lat = append(lat, time.Since(t0))
 				if resp.StatusCode == want {
 					ok++
@@ -99,7 +99,8 @@ func load(b *testing.B, client *http.Client, d time.Duration, want int, newReq f
 // BenchmarkIngress measures, in one run per store, accepted POST
 // /v1/messages per second and GET /healthz per second on the same process
 // with 64 connections, and reports their ratio and the p99 latencies.
-// Run: go test ./internal/gateway -run '^$' -bench Ingress -benchtime 1x
+// Run it once: go test ./internal/gateway -run '^$' -bench Ingress -benchtime 1x
+// (one iteration: each round runs for a fixed time of its own).
 func BenchmarkIngress(b *testing.B) {
 	for _, m := range modes {
 		b.Run(string(m), func(b *testing.B) {
@@ -117,11 +118,11 @@ func BenchmarkIngress(b *testing.B) {
 			var health, posts loadResult
 			for range benchRounds {
 				health.add(load(b, client, benchHealthz, http.StatusOK, func() *http.Request {
-					r, _ := http.NewRequest(http.MethodGet, h.base+"/healthz", nil)
+					r, _ := http.NewRequestWithContext(b.Context(), http.MethodGet, h.base+"/healthz", nil)
 					return r
 				}))
 				posts.add(load(b, client, benchMessages, http.StatusAccepted, func() *http.Request {
-					r, _ := http.NewRequest(http.MethodPost, h.base+"/v1/messages", bytes.NewReader(body))
+					r, _ := http.NewRequestWithContext(b.Context(), http.MethodPost, h.base+"/v1/messages", bytes.NewReader(body))
 					r.Header.Set("Content-Type", "application/json")
 					r.Header.Set("Authorization", "Bearer "+keyNotify)
 					return r
@@ -153,7 +154,7 @@ func BenchmarkPostMessageHandler(b *testing.B) {
 	b.SetParallelism(benchConns / 2) // 64 goroutines on 2 cores: group commits fill up
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			r, _ := http.NewRequest(http.MethodPost, "/v1/messages", bytes.NewReader(body))
+			r, _ := http.NewRequestWithContext(b.Context(), http.MethodPost, "/v1/messages", bytes.NewReader(body))
 			r.Header.Set("Content-Type", "application/json")
 			r.Header.Set("Authorization", "Bearer "+keyNotify)
 			w := httptest.NewRecorder()

@@ -19,7 +19,7 @@ func TestMetricLabelsBounded(t *testing.T) {
 	for i := range n {
 		method := "X" + strings.ToUpper(rand.Text()) + strings.Repeat("Z", 1000)
 		path := []string{"/v1/messages", "/nope/" + rand.Text(), "/metrics", "/v1/admin/" + rand.Text()}[i%4]
-		hr, err := http.NewRequest(method, h.base+path, nil)
+		hr, err := http.NewRequestWithContext(t.Context(), method, h.base+path, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -29,7 +29,7 @@ func TestMetricLabelsBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 	}
 	after := metricValues(h.metrics(), "smsgw_http_requests_total", "smsgw_http_request_duration_seconds_count")
 	standard := regexp.MustCompile(`method="(GET|HEAD|POST|PUT|PATCH|DELETE|OPTIONS|CONNECT|TRACE|other)"`)

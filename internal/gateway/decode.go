@@ -83,7 +83,7 @@ func checkJSONContentType(ct string) error {
 	if err != nil {
 		return errorf(KindUnsupportedMedia, "unparseable Content-Type; send application/json")
 	}
-	if mt != "application/json" && !(strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")) {
+	if mt != "application/json" && (!strings.HasPrefix(mt, "application/") || !strings.HasSuffix(mt, "+json")) {
 		return errorf(KindUnsupportedMedia, "Content-Type "+mt+" is not supported; send application/json")
 	}
 	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {

@@ -34,7 +34,7 @@ func FuzzDecodeMessage(f *testing.F) {
 		if path == "/v1/otp" {
 			key = keyLogin
 		}
-		r := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
+		r := httptest.NewRequestWithContext(t.Context(), http.MethodPost, path, bytes.NewReader(body))
 		r.Header.Set("Content-Type", "application/json")
 		r.Header.Set("Authorization", "Bearer "+key)
 		w := httptest.NewRecorder()

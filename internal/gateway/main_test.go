@@ -274,7 +274,7 @@ func (h *harness) do(r req) reply {
 		}
 		body = bytes.NewReader(raw)
 	}
-	hr, err := http.NewRequest(r.method, h.base+r.path, body)
+	hr, err := http.NewRequestWithContext(h.t.Context(), r.method, h.base+r.path, body)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -291,7 +291,7 @@ func (h *harness) do(r req) reply {
 	if err != nil {
 		h.t.Fatalf("%s %s: %v", r.method, r.path, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
 		h.t.Fatal(err)

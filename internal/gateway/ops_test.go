@@ -44,7 +44,12 @@ func TestReadyzUnreadyFromStop(t *testing.T) {
 			if err := <-stopped; err != nil {
 				t.Fatal(err)
 			}
-			if _, err := http.Get(h.base + "/healthz"); err == nil {
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, h.base+"/healthz", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				_ = resp.Body.Close()
 				t.Error("still listening after Stop")
 			}
 			h.client.CloseIdleConnections()
@@ -147,7 +152,7 @@ func TestClientIPFromTrustedProxiesOnly(t *testing.T) {
 		{"10.1.2.3:1234", "198.51.100.1, garbage", "10.1.2.3"},
 		{"[::1]:1234", "2001:db8::1", "2001:db8::1"},
 	} {
-		r := httptest.NewRequest("GET", "/", nil)
+		r := httptest.NewRequestWithContext(t.Context(), "GET", "/", nil)
 		r.RemoteAddr = tc.remote
 		if tc.xff != "" {
 			r.Header.Set("X-Forwarded-For", tc.xff)
@@ -175,7 +180,7 @@ func TestUnknownErrorIs500WithoutDetail(t *testing.T) {
 	})))
 	for _, path := range []string{"/err", "/panic"} {
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		h.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), "GET", path, nil))
 		body := rec.Body.String()
 		if rec.Code != 500 || strings.Contains(body, "secret") || !strings.Contains(body, `"type":"urn:smsgw:problem:internal"`) {
 			t.Errorf("%s: %d %s", path, rec.Code, body)
@@ -221,12 +226,12 @@ func TestDashboardHook(t *testing.T) {
 	}
 	defer func() { _ = app.Stop(context.Background()) }()
 	rec := httptest.NewRecorder()
-	app.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/dashboard/app.js", nil))
+	app.Handler().ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), "GET", "/dashboard/app.js", nil))
 	if rec.Code != 200 || rec.Body.String() != "dash /dashboard/app.js" {
 		t.Errorf("%d %q", rec.Code, rec.Body.String())
 	}
 	rec = httptest.NewRecorder()
-	app.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/dashboard", nil))
+	app.Handler().ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), "GET", "/dashboard", nil))
 	if rec.Code != http.StatusMovedPermanently || rec.Header().Get("Location") != "/dashboard/" {
 		t.Errorf("%d %v", rec.Code, rec.Header())
 	}

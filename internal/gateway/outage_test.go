@@ -85,7 +85,7 @@ func TestMessageRedisSlow(t *testing.T) {
 	h := startWith(t, cfg, s)
 	wantStatus(t, h.post("/v1/messages", keyNotify, msg("transactional")), http.StatusAccepted)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	if err := c.Do(t.Context(), "CLIENT", "PAUSE", "4000", "ALL").Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 // status and one problem type; it doubles as the rejection metric label.
 type Kind string
 
+// The kinds, each with its HTTP status.
 const (
 	KindInvalid            Kind = "invalid"                  // 400: a field or the JSON is wrong
 	KindUnauthorized       Kind = "unauthorized"             // 401: no or unknown bearer key
@@ -131,9 +132,10 @@ func (p problem) MarshalJSON() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Splice the extension members into the object.
-	out := append(b[:len(b)-1], ',')
-	return append(out, extra[1:]...), nil
+	// Splice the extension members into the object: drop its closing
+	// brace, then append ',' and the members with theirs.
+	b = append(b[:len(b)-1], ',')
+	return append(b, extra[1:]...), nil
 }
 
 // toError classifies any error into an *Error. Unknown errors become

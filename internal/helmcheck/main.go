@@ -11,6 +11,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 )
 
 func main() {
@@ -72,12 +74,19 @@ func run(rendered, bin, out string, want expectation, stdout io.Writer) error {
 		cmdEnv = append(cmdEnv, k+"="+v)
 	}
 	slices.Sort(names)
-	fmt.Fprintf(stdout, "      env from the Deployment: %s\n", strings.Join(names, " "))
-	cmd := exec.Command(bin, "check-config", "--config", path)
+	var report strings.Builder
+	fmt.Fprintf(&report, "      env from the Deployment: %s\n", strings.Join(names, " "))
+	// check-config answers in milliseconds; a minute only bounds a hang.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "check-config", "--config", path)
 	cmd.Env = cmdEnv
 	o, err := cmd.CombinedOutput()
-	for _, l := range strings.Split(strings.TrimRight(string(o), "\n"), "\n") {
-		fmt.Fprintf(stdout, "      | %s\n", l)
+	for l := range strings.SplitSeq(strings.TrimRight(string(o), "\n"), "\n") {
+		fmt.Fprintf(&report, "      | %s\n", l)
+	}
+	if _, werr := io.WriteString(stdout, report.String()); werr != nil {
+		return werr
 	}
 	if err != nil {
 		return fmt.Errorf("smsgw check-config refused the rendered configuration: %w", err)

@@ -59,6 +59,7 @@ type Decision struct {
 // Mode tells which decider answered.
 type Mode string
 
+// The deciders.
 const (
 	ModeLocal    Mode = "local"    // embedded: one process, full target rate
 	ModeShared   Mode = "shared"   // Redis GCRA shared by every replica

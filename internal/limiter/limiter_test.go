@@ -157,7 +157,7 @@ func TestConfigValidation(t *testing.T) {
 		{Global: Rate{PerSecond: 10, Burst: 1}, Classes: map[string]Rate{"": {PerSecond: 1, Burst: 1}}},
 	}
 	offline := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer offline.Close()
+	defer func() { _ = offline.Close() }()
 	for i, cfg := range bad {
 		if _, err := NewLocal(cfg); err == nil {
 			t.Errorf("case %d: NewLocal(%+v) accepted an invalid config", i, cfg)

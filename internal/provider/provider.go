@@ -53,6 +53,7 @@ type Provider interface {
 // Reason is the closed set of failure classes. It doubles as a metric label.
 type Reason string
 
+// The failure classes, with what the dispatcher does about each.
 const (
 	ReasonThrottled   Reason = "throttled"    // 429 or vendor throttle: pause everyone for RetryAfter, requeue
 	ReasonSuspended   Reason = "suspended"    // account suspended (403 from the sim): pause, requeue

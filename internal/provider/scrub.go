@@ -46,7 +46,8 @@ func maskDigitRuns(s string) string {
 	var b strings.Builder
 	rs := []rune(s)
 	for i := 0; i < len(rs); {
-		if !unicode.IsDigit(rs[i]) && !(rs[i] == '+' && i+1 < len(rs) && unicode.IsDigit(rs[i+1])) && !(rs[i] == '(' && i+1 < len(rs) && unicode.IsDigit(rs[i+1])) {
+		opensNumber := (rs[i] == '+' || rs[i] == '(') && i+1 < len(rs) && unicode.IsDigit(rs[i+1])
+		if !unicode.IsDigit(rs[i]) && !opensNumber {
 			b.WriteRune(rs[i])
 			i++
 			continue

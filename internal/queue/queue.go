@@ -22,6 +22,7 @@ import (
 	"smsgw/internal/sms"
 )
 
+// The errors every backend returns for the same conditions.
 var (
 	ErrEmpty     = errors.New("queue: no message ready")
 	ErrNotFound  = errors.New("queue: message not found")

@@ -29,7 +29,7 @@ const SharedAddr = "127.0.0.1:6379"
 func Addr(t testing.TB) string {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: SharedAddr})
-	defer c.Close()
+	defer closeClient(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := c.Ping(ctx).Err(); err != nil {
@@ -99,7 +99,7 @@ func freePort(t testing.TB) int {
 }
 
 func portFree(p int) bool {
-	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+	l, err := new(net.ListenConfig).Listen(context.Background(), "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
 	if err != nil {
 		return false
 	}
@@ -135,7 +135,8 @@ func (s *Server) Start() {
 		args = append(args, "--appendonly", "no")
 	}
 	args = append(args, s.opts.Args...)
-	cmd := exec.Command(binary(s.t, "redis-server"), args...)
+	// The server lives until Stop (or the test's cleanup), not a context.
+	cmd := exec.Command(binary(s.t, "redis-server"), args...) //nolint:noctx // see above
 	if err := cmd.Start(); err != nil {
 		s.t.Fatalf("redistest: start redis-server: %v", err)
 	}
@@ -179,7 +180,7 @@ func (s *Server) halt(sig os.Signal) {
 
 func waitPing(addr string, within time.Duration) error {
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-	defer c.Close()
+	defer func() { _ = c.Close() }() // a probe client: its close cannot fail the wait
 	deadline := time.Now().Add(within)
 	var err error
 	for time.Now().Before(deadline) {
@@ -194,7 +195,7 @@ func waitPing(addr string, within time.Duration) error {
 	return err
 }
 
-// SkipClusterEnv, set to 1, skips the cluster tests. It is the only way they
+// SkipClusterEnv is the variable that, set to 1, skips the cluster tests. It is the only way they
 // are skipped: a machine without redis-server fails them.
 const SkipClusterEnv = "SMSGW_SKIP_CLUSTER"
 
@@ -214,7 +215,10 @@ func StartCluster(t testing.TB) []string {
 	}
 	args := append([]string{"--cluster", "create"}, addrs...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	out, err := exec.Command(binary(t, "redis-cli"), args...).CombinedOutput()
+	// Creating the cluster takes a second or two; a minute only bounds a hang.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, binary(t, "redis-cli"), args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
 	}
@@ -260,4 +264,13 @@ func ClusterClient(t testing.TB, addrs []string) *redis.ClusterClient {
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// closeClient closes a client the test no longer needs; a failure to close
+// it is worth a log line, not a failed test.
+func closeClient(t testing.TB, c *redis.Client) {
+	t.Helper()
+	if err := c.Close(); err != nil {
+		t.Logf("redistest: close client: %v", err)
+	}
 }

@@ -11,7 +11,7 @@ import (
 func TestServerRestartKeepsAOFData(t *testing.T) {
 	s := StartServer(t, ServerOptions{AppendOnly: true})
 	c := redis.NewClient(&redis.Options{Addr: s.Addr})
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	ctx := context.Background()
 	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
 		t.Fatal(err)

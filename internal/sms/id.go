@@ -3,6 +3,7 @@ package sms
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"strings"
 	"time"
 )
 
@@ -36,7 +37,7 @@ func ValidID(s string) bool {
 	}
 	for i := 4; i < len(s); i++ {
 		c := s[i]
-		if !(c >= '0' && c <= '9' || c >= 'A' && c <= 'Z') || c == 'I' || c == 'L' || c == 'O' || c == 'U' {
+		if strings.IndexByte(crockford, c) < 0 {
 			return false
 		}
 	}

@@ -11,6 +11,7 @@ import (
 // Class is a priority class. Lower values are served first.
 type Class uint8
 
+// The classes, highest priority first.
 const (
 	ClassOTP Class = iota
 	ClassTransactional
@@ -48,6 +49,8 @@ func ParseClass(s string) (Class, error) {
 	return 0, fmt.Errorf("unknown class %q (want otp, transactional or marketing)", s)
 }
 
+// MarshalText writes the class by name ("otp"), as the API and the
+// configuration spell it; an out-of-range class is an error.
 func (c Class) MarshalText() ([]byte, error) {
 	if !c.Valid() {
 		return nil, fmt.Errorf("invalid class %d", uint8(c))
@@ -55,6 +58,7 @@ func (c Class) MarshalText() ([]byte, error) {
 	return []byte(c.String()), nil
 }
 
+// UnmarshalText reads a class name, as ParseClass does.
 func (c *Class) UnmarshalText(b []byte) error {
 	v, err := ParseClass(string(b))
 	if err != nil {
@@ -70,6 +74,7 @@ func (c *Class) UnmarshalText(b []byte) error {
 // letter (failed with Dead set), which queues it again.
 type Status string
 
+// The states of a message (docs/message-states.md).
 const (
 	StatusQueued  Status = "queued"
 	StatusSending Status = "sending"

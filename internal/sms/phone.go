@@ -266,6 +266,11 @@ func e164Shape(s string) bool {
 	return len(s) >= 1+8 && len(s) <= 1+15 && s[0] == '+' && allDigits(s[1:])
 }
 
+// isAlnum reports whether c is an ASCII letter or digit.
+func isAlnum(c byte) bool {
+	return c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+}
+
 func allDigits(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if s[i] < '0' || s[i] > '9' {
@@ -306,7 +311,7 @@ func ValidateSender(s string) error {
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == ' ') {
+		if !isAlnum(c) && c != ' ' {
 			return invalid("from", "an alphanumeric sender id may contain only letters A-Z, a-z, digits and spaces")
 		}
 	}

@@ -3,6 +3,7 @@ package sms
 // Encoding is the data coding a message is sent in.
 type Encoding string
 
+// The two encodings a message can be sent in.
 const (
 	GSM7 Encoding = "GSM-7" // 3GPP TS 23.038 default alphabet and its extension table
 	UCS2 Encoding = "UCS-2" // UTF-16 code units, as providers send it

@@ -101,7 +101,7 @@ func redisHarness(client func(t *testing.T) redis.UniversalClient, cleanup func(
 // deleteAccount removes every key of sp's account from the shared Redis.
 func deleteAccount(t *testing.T, sp keyspace.Space) {
 	c := redis.NewClient(&redis.Options{Addr: redistest.SharedAddr})
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	keys, err := c.Keys(ctx, sp.Tag()+"*").Result()

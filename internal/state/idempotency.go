@@ -52,7 +52,7 @@ const MaxKeyLen = 128
 // ErrInvalidKey is returned for a key ValidKey refuses.
 var ErrInvalidKey = errors.New("state: invalid idempotency key")
 
-// ValidKey: 1..MaxKeyLen ASCII letters, digits, '-' or '_' (a hex or
+// ValidKey reports whether key is 1..MaxKeyLen ASCII letters, digits, '-' or '_' (a hex or
 // base64url digest).
 func ValidKey(key string) bool {
 	if key == "" || len(key) > MaxKeyLen {
@@ -60,7 +60,8 @@ func ValidKey(key string) bool {
 	}
 	for i := 0; i < len(key); i++ {
 		c := key[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+		ok := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_'
+		if !ok {
 			return false
 		}
 	}

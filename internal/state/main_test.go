@@ -31,7 +31,7 @@ func newSpace(t testing.TB) keyspace.Space {
 // deleteKeys removes every key of sp's account from the shared Redis.
 func deleteKeys(t testing.TB, sp keyspace.Space) {
 	c := redis.NewClient(&redis.Options{Addr: redistest.SharedAddr})
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	keys, err := c.Keys(ctx, sp.Tag()+"*").Result()

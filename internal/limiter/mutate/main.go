@@ -79,7 +79,11 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "mutate:", err)
 		return 2
 	}
-	defer os.RemoveAll(tmp)
+	defer func() {
+		if err := os.RemoveAll(tmp); err != nil {
+			fmt.Fprintln(os.Stderr, "mutate: remove", tmp+":", err)
+		}
+	}()
 
 	// The named tests must pass on the unmutated code, or a "kill" would
 	// mean nothing.
@@ -131,7 +135,7 @@ func parse(path string) ([]mutant, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // opened read-only: nothing to lose
 	var out []mutant
 	in := false
 	sc := bufio.NewScanner(f)

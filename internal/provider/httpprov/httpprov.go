@@ -135,7 +135,7 @@ func (p *Provider) Send(ctx context.Context, req *provider.Request) (provider.Re
 }
 
 func (p *Provider) send(ctx context.Context, hreq *http.Request) (provider.Result, error) {
-	resp, err := p.client.Do(hreq)
+	resp, err := p.client.Do(hreq) //nolint:bodyclose // ReadBody closes it, on every path
 	if err != nil {
 		return provider.Result{}, TransportError(ctx, err)
 	}

@@ -165,15 +165,39 @@ type want struct {
 	raMax      time.Duration
 }
 
-// Run runs the conformance suite against the adapter h builds.
+// Run runs the conformance suite against the adapter h builds: every
+// outcome of outcomeCases, then timeouts, a refused connection and retries.
 func Run(t *testing.T, h Harness) {
-	now := time.Now()
+	for _, tc := range outcomeCases(time.Now()) {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFake(t, h, tc.step)
+			p := build(t, h, f.srv.URL, 5*time.Second)
+			req := newRequest()
+			res, err := p.Send(context.Background(), req)
+			check(t, h, tc.want, res, err, tc.step.ProviderID)
+			checkSent(t, h, f, req, 1)
+		})
+	}
+	t.Run("hang beyond adapter timeout", func(t *testing.T) { testAdapterTimeout(t, h) })
+	t.Run("hang beyond caller deadline", func(t *testing.T) { testCallerDeadline(t, h) })
+	t.Run("connection refused", func(t *testing.T) { testConnectionRefused(t, h) })
+	t.Run("same reference on every attempt", func(t *testing.T) { testSameReference(t, h) })
+}
+
+// outcomeCase is one answer of the fake provider and the classification
+// the adapter must give it.
+type outcomeCase struct {
+	name string
+	step Step
+	want want
+}
+
+// outcomeCases is the table of single-answer outcomes; now dates the
+// HTTP-date Retry-After.
+func outcomeCases(now time.Time) []outcomeCase {
 	httpDate := now.Add(5 * time.Second).UTC().Format(http.TimeFormat)
-	cases := []struct {
-		name string
-		step Step
-		want want
-	}{
+	return []outcomeCase{
 		{"accept", Step{Kind: Accept, ProviderID: "prov-42"}, want{ok: true}},
 		{"429 retry-after seconds", Step{Kind: Throttle, RetryAfter: "7"},
 			want{reason: provider.ReasonThrottled, temporary: true, status: 429, retryAfter: 7 * time.Second}},
@@ -202,76 +226,72 @@ func Run(t *testing.T, h Harness) {
 		{"2xx garbage", Step{Kind: Garbage}, want{reason: provider.ReasonBadResponse, temporary: true}},
 		{"close connection", Step{Kind: CloseConn}, want{reason: provider.ReasonNetwork, temporary: true}},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			f := newFake(t, h, tc.step)
-			p := build(t, h, f.srv.URL, 5*time.Second)
-			req := newRequest()
-			res, err := p.Send(context.Background(), req)
-			check(t, h, tc.want, res, err, tc.step.ProviderID)
-			checkSent(t, h, f, req, 1)
-		})
+}
+
+// testAdapterTimeout: a provider that never answers times out at the
+// adapter's own timeout.
+func testAdapterTimeout(t *testing.T, h Harness) {
+	t.Parallel()
+	f := newFake(t, h, Step{Kind: Hang})
+	p := build(t, h, f.srv.URL, 200*time.Millisecond)
+	req := newRequest()
+	res, err := p.Send(context.Background(), req)
+	check(t, h, want{reason: provider.ReasonTimeout, temporary: true}, res, err, "")
+	checkSent(t, h, f, req, 1)
+}
+
+// testCallerDeadline: a provider that never answers times out at the
+// caller's deadline, well before the adapter's timeout.
+func testCallerDeadline(t *testing.T, h Harness) {
+	t.Parallel()
+	f := newFake(t, h, Step{Kind: Hang})
+	p := build(t, h, f.srv.URL, time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	req := newRequest()
+	res, err := p.Send(ctx, req)
+	check(t, h, want{reason: provider.ReasonTimeout, temporary: true}, res, err, "")
+	checkSent(t, h, f, req, 1)
+}
+
+// testConnectionRefused: nothing listens at the URL.
+func testConnectionRefused(t *testing.T, h Harness) {
+	t.Parallel()
+	srv := httptest.NewServer(http.NotFoundHandler())
+	url := srv.URL
+	srv.Close() // nothing listens there any more
+	p := build(t, h, url, 5*time.Second)
+	res, err := p.Send(context.Background(), newRequest())
+	check(t, h, want{reason: provider.ReasonNetwork, temporary: true}, res, err, "")
+}
+
+// testSameReference: every retry of one message carries the same reference
+// (the provider's idempotency key), whatever failed before.
+func testSameReference(t *testing.T, h Harness) {
+	t.Parallel()
+	f := newFake(t, h,
+		Step{Kind: Unavailable, Status: 503},
+		Step{Kind: Throttle, RetryAfter: "1"},
+		Step{Kind: Garbage},
+		Step{Kind: CloseConn},
+		Step{Kind: Accept, ProviderID: "prov-7"})
+	p := build(t, h, f.srv.URL, 5*time.Second)
+	req := newRequest()
+	var res provider.Result
+	var err error
+	attempts := 0
+	for attempts = 1; attempts <= 5; attempts++ {
+		if res, err = p.Send(context.Background(), req); err == nil {
+			break
+		}
+		if pe := provider.AsError(err); pe == nil || !pe.Temporary {
+			t.Fatalf("attempt %d: %v, want a temporary *provider.Error", attempts, err)
+		}
 	}
-
-	t.Run("hang beyond adapter timeout", func(t *testing.T) {
-		t.Parallel()
-		f := newFake(t, h, Step{Kind: Hang})
-		p := build(t, h, f.srv.URL, 200*time.Millisecond)
-		req := newRequest()
-		res, err := p.Send(context.Background(), req)
-		check(t, h, want{reason: provider.ReasonTimeout, temporary: true}, res, err, "")
-		checkSent(t, h, f, req, 1)
-	})
-
-	t.Run("hang beyond caller deadline", func(t *testing.T) {
-		t.Parallel()
-		f := newFake(t, h, Step{Kind: Hang})
-		p := build(t, h, f.srv.URL, time.Minute)
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		defer cancel()
-		req := newRequest()
-		res, err := p.Send(ctx, req)
-		check(t, h, want{reason: provider.ReasonTimeout, temporary: true}, res, err, "")
-		checkSent(t, h, f, req, 1)
-	})
-
-	t.Run("connection refused", func(t *testing.T) {
-		t.Parallel()
-		srv := httptest.NewServer(http.NotFoundHandler())
-		url := srv.URL
-		srv.Close() // nothing listens there any more
-		p := build(t, h, url, 5*time.Second)
-		res, err := p.Send(context.Background(), newRequest())
-		check(t, h, want{reason: provider.ReasonNetwork, temporary: true}, res, err, "")
-	})
-
-	t.Run("same reference on every attempt", func(t *testing.T) {
-		t.Parallel()
-		f := newFake(t, h,
-			Step{Kind: Unavailable, Status: 503},
-			Step{Kind: Throttle, RetryAfter: "1"},
-			Step{Kind: Garbage},
-			Step{Kind: CloseConn},
-			Step{Kind: Accept, ProviderID: "prov-7"})
-		p := build(t, h, f.srv.URL, 5*time.Second)
-		req := newRequest()
-		var res provider.Result
-		var err error
-		attempts := 0
-		for attempts = 1; attempts <= 5; attempts++ {
-			if res, err = p.Send(context.Background(), req); err == nil {
-				break
-			}
-			if pe := provider.AsError(err); pe == nil || !pe.Temporary {
-				t.Fatalf("attempt %d: %v, want a temporary *provider.Error", attempts, err)
-			}
-		}
-		if err != nil || res.ProviderID != "prov-7" {
-			t.Fatalf("after %d attempts: %+v, %v; want prov-7", attempts, res, err)
-		}
-		checkSent(t, h, f, req, 5)
-	})
+	if err != nil || res.ProviderID != "prov-7" {
+		t.Fatalf("after %d attempts: %+v, %v; want prov-7", attempts, res, err)
+	}
+	checkSent(t, h, f, req, 5)
 }
 
 func build(t *testing.T, h Harness, url string, timeout time.Duration) provider.Provider {

@@ -23,7 +23,7 @@ func BenchmarkHandler(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer s.Close()
+	defer func() { _ = s.Close() }()
 	h := s.Handler()
 	var n atomic.Int64
 	b.ReportAllocs()
@@ -31,7 +31,7 @@ func BenchmarkHandler(b *testing.B) {
 		for pb.Next() {
 			body := []byte(`{"to":"+819012345678","body":"hello","class":"otp","reference":"r` + strconv.FormatInt(n.Add(1), 10) + `"}`)
 			w := httptest.NewRecorder()
-			h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/send", bytes.NewReader(body)))
+			h.ServeHTTP(w, httptest.NewRequestWithContext(b.Context(), http.MethodPost, "/send", bytes.NewReader(body)))
 			if w.Code != http.StatusOK {
 				b.Fatalf("status %d", w.Code)
 			}
@@ -54,7 +54,7 @@ func BenchmarkHTTP(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer s.Close()
+	defer func() { _ = s.Close() }()
 	url, err := s.Start("127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)

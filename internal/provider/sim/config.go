@@ -135,8 +135,10 @@ func (c *Config) setDefaults() error {
 // number is taken as seconds.
 type Duration time.Duration
 
+// MarshalJSON writes d as a Go duration string ("50ms").
 func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
 
+// UnmarshalJSON reads a duration string, or a number of seconds.
 func (d *Duration) UnmarshalJSON(b []byte) error {
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {

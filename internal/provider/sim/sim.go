@@ -373,7 +373,8 @@ func (s *Sim) Start(addr string) (string, error) {
 	if s.srv != nil {
 		return "", errors.New("sim: already started")
 	}
-	ln, err := net.Listen("tcp", addr)
+	// Binding a socket does not block; there is nothing to cancel.
+	ln, err := new(net.ListenConfig).Listen(context.Background(), "tcp", addr)
 	if err != nil {
 		return "", fmt.Errorf("sim: listen %s: %w", addr, err)
 	}

@@ -69,7 +69,7 @@ func send(t *testing.T, h http.Handler, mutate ...func(*httpprov.SendRequest, ht
 		m(&body, hdr)
 	}
 	b, _ := json.Marshal(body)
-	r := httptest.NewRequest(http.MethodPost, "/send", bytes.NewReader(b))
+	r := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/send", bytes.NewReader(b))
 	for k, v := range hdr {
 		r.Header[k] = v
 	}
@@ -229,7 +229,7 @@ func TestThrottleAll(t *testing.T) {
 func ctl(t *testing.T, h http.Handler, body string, want int) {
 	t.Helper()
 	w := httptest.NewRecorder()
-	h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/control", bytes.NewBufferString(body)))
+	h.ServeHTTP(w, httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/control", bytes.NewBufferString(body)))
 	if w.Code != want {
 		t.Fatalf("POST /control %s: %d %s, want %d", body, w.Code, w.Body, want)
 	}
@@ -272,13 +272,13 @@ func TestStatsEndpoint(t *testing.T) {
 	expect(t, send(t, h, withClass("marketing", "m-1", time.Time{})), 200, "") // a duplicate
 	expect(t, send(t, h, withClass("", "x", time.Time{})), 200, "")
 	bad := httptest.NewRecorder()
-	h.ServeHTTP(bad, httptest.NewRequest(http.MethodPost, "/send", bytes.NewBufferString(`{"to":""}`)))
+	h.ServeHTTP(bad, httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/send", bytes.NewBufferString(`{"to":""}`)))
 	if bad.Code != 400 {
 		t.Fatalf("empty send: %d", bad.Code)
 	}
 
 	w := httptest.NewRecorder()
-	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/stats", nil))
+	h.ServeHTTP(w, httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/stats", nil))
 	var st sim.Stats
 	if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil {
 		t.Fatal(err)
@@ -299,7 +299,7 @@ func TestStatsEndpoint(t *testing.T) {
 		t.Errorf("records: %d, last %+v", len(recs), recs[len(recs)-1])
 	}
 
-	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/reset", nil))
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/reset", nil))
 	if st := s.Stats(); st.Accepted != 0 || st.Duplicates != 0 || len(st.PerClass) != 0 || len(s.Accepted()) != 0 {
 		t.Errorf("after reset: %+v", st)
 	}
@@ -444,7 +444,12 @@ func TestFaults(t *testing.T) {
 	defer p.CloseIdleConnections()
 	post := func(body string) {
 		t.Helper()
-		resp, err := http.Post(url+"/control", "application/json", bytes.NewBufferString(body))
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url+"/control", bytes.NewBufferString(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -536,7 +541,7 @@ func TestIdempotencyKeyReplays(t *testing.T) {
 		h := s.Handler()
 		var ids []string
 		for range 2 {
-			req := httptest.NewRequest(http.MethodPost, "/send", strings.NewReader(`{"to":"+819012345678","body":"hi","reference":"msg_1"}`))
+			req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/send", strings.NewReader(`{"to":"+819012345678","body":"hi","reference":"msg_1"}`))
 			req.Header.Set("Idempotency-Key", "msg_1")
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, req)

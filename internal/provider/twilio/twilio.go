@@ -127,7 +127,8 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.BaseURL == "" {
 		cfg.BaseURL = defaultBaseURL
 	}
-	errs := []error{cfg.Settings.Validate("twilio"), httpprov.CheckURL("twilio.base_url", cfg.BaseURL)}
+	errs := []error{cfg.Settings.Validate("twilio"), //nolint:staticcheck // QF1008: the shared settings' check, by name
+		httpprov.CheckURL("twilio.base_url", cfg.BaseURL)}
 	if cfg.StatusCallback != "" {
 		errs = append(errs, httpprov.CheckURL("twilio.status_callback", cfg.StatusCallback))
 	}
@@ -210,7 +211,7 @@ func (p *Provider) Send(ctx context.Context, req *provider.Request) (provider.Re
 // send makes the call; ownSender says the request named its own From (not
 // the account's).
 func (p *Provider) send(ctx context.Context, hreq *http.Request, ownSender bool) (provider.Result, error) {
-	resp, err := p.client.Do(hreq)
+	resp, err := p.client.Do(hreq) //nolint:bodyclose // ReadBody closes it, on every path
 	if err != nil {
 		return provider.Result{}, httpprov.TransportError(ctx, err)
 	}

@@ -113,6 +113,7 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.BaseURL == "" {
 		cfg.BaseURL = defaultBaseURL
 	}
+	//nolint:staticcheck // QF1008: the shared settings' check, by name
 	if err := errors.Join(cfg.Settings.Validate("vonage"), httpprov.CheckURL("vonage.base_url", cfg.BaseURL)); err != nil {
 		return nil, err
 	}
@@ -191,7 +192,7 @@ func (p *Provider) Send(ctx context.Context, req *provider.Request) (provider.Re
 // send makes the call; ownSender says the request named its own sender
 // (not the account's).
 func (p *Provider) send(ctx context.Context, hreq *http.Request, ownSender bool) (provider.Result, error) {
-	resp, err := p.client.Do(hreq)
+	resp, err := p.client.Do(hreq) //nolint:bodyclose // ReadBody closes it, on every path
 	if err != nil {
 		return provider.Result{}, httpprov.TransportError(ctx, err)
 	}

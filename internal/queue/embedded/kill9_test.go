@@ -71,7 +71,7 @@ func TestKill9LosesNothingAcknowledged(t *testing.T) {
 		t.Skip("starts a child process")
 	}
 	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+dir)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

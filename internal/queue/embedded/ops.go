@@ -44,6 +44,7 @@ func validate(m *sms.Message) error {
 	return nil
 }
 
+// Enqueue stores m in one transaction; see queue.Queue.
 func (q *Queue) Enqueue(ctx context.Context, m *sms.Message) (queue.EnqueueResult, error) {
 	rs, err := q.EnqueueMany(ctx, []*sms.Message{m})
 	if err != nil {
@@ -269,6 +270,7 @@ func (q *Queue) ack(ctx context.Context, verb string, l *queue.Leased, fn func(t
 	return nil
 }
 
+// Extend moves the lease's expiry to now+lease (heartbeat).
 func (q *Queue) Extend(ctx context.Context, l *queue.Leased, lease time.Duration) error {
 	if lease <= 0 {
 		return fmt.Errorf("queue: extend: lease %v must be positive", lease)
@@ -286,6 +288,7 @@ func (q *Queue) Extend(ctx context.Context, l *queue.Leased, lease time.Duration
 	})
 }
 
+// Complete ends the lease with o.Status (sent, failed or expired).
 func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) error {
 	if !o.Status.Terminal() {
 		return fmt.Errorf("queue: complete: status %q is not terminal", o.Status)
@@ -314,6 +317,7 @@ func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) 
 	})
 }
 
+// Requeue ends the lease and queues the message again after o.After.
 func (q *Queue) Requeue(ctx context.Context, l *queue.Leased, o queue.RequeueOptions) error {
 	if o.After < 0 {
 		o.After = 0
@@ -344,6 +348,7 @@ func (q *Queue) Requeue(ctx context.Context, l *queue.Leased, o queue.RequeueOpt
 	})
 }
 
+// Dead ends the lease and moves the message to the dead letters.
 func (q *Queue) Dead(ctx context.Context, l *queue.Leased, reason string, attempts int) error {
 	return q.ack(ctx, "dead", l, func(tx *bolt.Tx, r *entry, now time.Time) error {
 		if err := endLease(tx, r); err != nil {
@@ -519,6 +524,7 @@ func (q *Queue) prune(ctx context.Context) (int, error) {
 	return n, err
 }
 
+// DeadLetters returns up to limit dead letters, those that died first first.
 func (q *Queue) DeadLetters(ctx context.Context, limit int) ([]*sms.Message, error) {
 	if limit <= 0 {
 		limit = 100
@@ -543,6 +549,7 @@ func (q *Queue) DeadLetters(ctx context.Context, limit int) ([]*sms.Message, err
 	return out, nil
 }
 
+// RetryDead queues the dead letter id again with its attempts reset.
 func (q *Queue) RetryDead(ctx context.Context, id string) error {
 	var missing bool
 	err := q.update(ctx, func(tx *bolt.Tx) error {
@@ -589,6 +596,7 @@ func (q *Queue) RetryDead(ctx context.Context, id string) error {
 	return nil
 }
 
+// Get returns the stored message with id.
 func (q *Queue) Get(ctx context.Context, id string) (*sms.Message, error) {
 	var m *sms.Message
 	err := q.view(ctx, func(tx *bolt.Tx) error {
@@ -669,6 +677,7 @@ func (q *Queue) ScheduledWithin(ctx context.Context, horizons []time.Duration) (
 	return out, nil
 }
 
+// Outstanding is the number of producer's messages queued or leased.
 func (q *Queue) Outstanding(ctx context.Context, producer string) (int64, error) {
 	var n int64
 	err := q.view(ctx, func(tx *bolt.Tx) error {

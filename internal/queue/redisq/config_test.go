@@ -41,7 +41,7 @@ func TestRetention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer q.Close()
+	defer func() { _ = q.Close() }()
 	a, b := msg("p", sms.ClassOTP), msg("p", sms.ClassOTP)
 	enqueue(t, q, a, b)
 	if err := q.Complete(ctx, take(t, q, time.Hour), queue.Outcome{Status: sms.StatusSent, Attempts: 1}); err != nil {
@@ -71,7 +71,7 @@ func TestIdempotencyWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer q.Close()
+	defer func() { _ = q.Close() }()
 	first, second := msg("p", sms.ClassOTP), msg("p", sms.ClassOTP)
 	first.IdempotencyKey, second.IdempotencyKey = "k", "k"
 	enqueue(t, q, first)
@@ -101,7 +101,7 @@ func TestMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatalf("New on the same registry: %v", err)
 	}
-	defer q2.Close()
+	defer func() { _ = q2.Close() }()
 	if _, _, err := q2.Take(t.Context(), queue.TakeOptions{Owner: "w", Lease: time.Minute}); !errors.Is(err, queue.ErrEmpty) {
 		t.Fatal(err)
 	}

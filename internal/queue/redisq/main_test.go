@@ -57,7 +57,7 @@ func newShared(t testing.TB) *Queue {
 // deleteAccount removes every key of account from the shared Redis.
 func deleteAccount(t testing.TB, account string) {
 	c := redis.NewClient(&redis.Options{Addr: redistest.SharedAddr})
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	keys, err := c.Keys(ctx, newKeys(account).tag+"*").Result()

@@ -49,7 +49,7 @@ func TestCheckPersistence(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer q.Close()
+			defer func() { _ = q.Close() }()
 			got, err := q.CheckPersistence(t.Context())
 			if err != nil || got != tc.want {
 				t.Fatalf("CheckPersistence = %v, %v: want %v", got, err, tc.want)
