@@ -250,3 +250,51 @@ func outboxBacklog(t *testing.T, gw *gwProc) int64 {
 	}
 	return s.Callbacks.Backlog
 }
+
+// The effect of callbacks on the OTP fast path: the campaign of
+// TestOTPFastPathDuringCampaign on two replicas, once without callbacks and
+// once with every campaign message's event delivered to a receiver that
+// fails each first attempt (two attempts per message). A measurement, not
+// a check of latency (the machine is shared): it asserts only that no OTP
+// is refused, and logs both p50/p99. Opt-in: SMSGW_TEST_CALLBACK_OTP=1.
+func TestOTPWithCallbacksDuringCampaign(t *testing.T) {
+	skipShort(t)
+	if os.Getenv("SMSGW_TEST_CALLBACK_OTP") != "1" {
+		t.Skip("a measurement: set SMSGW_TEST_CALLBACK_OTP=1")
+	}
+	run := func(withCallbacks bool) (p50, p99 float64, events int) {
+		sink := newHookSink(t)
+		sim := startSim(t, "--limit", "100")
+		o := gwOptions{RedisAddr: redistest.Addr(t), Account: redistest.Prefix(t), SimURL: sim.URL}
+		if withCallbacks {
+			ne, extra := callbackOptions(sink)
+			o.CampaignExtra, o.Extra = ne, extra
+		}
+		gws := []*gwProc{startGateway(t, "gwa", o), startGateway(t, "gwb", o)}
+		var campaign []string
+		for i, gw := range gws {
+			campaign = append(campaign, postBatch(t, gw, keyMarketing, "marketing", i*400, 400)...)
+		}
+		sim.WaitAccepted(t, 100, 30*time.Second)
+		if withCallbacks {
+			waitUntil(t, "callbacks flowing", 30*time.Second, func() bool { return sink.delivered() >= 20 })
+		}
+		ok, refused := otpFastPath(t, gws, 100, 80*time.Millisecond)
+		st := sim.Stats(t)
+		lat := st.Latency["otp"]
+		if refused > 0 || lat.Count < len(ok) {
+			t.Errorf("callbacks %v: %d refused, OTP latency %+v; want none refused", withCallbacks, refused, lat)
+		}
+		sink.mu.Lock()
+		events = len(sink.bodies)
+		sink.mu.Unlock()
+		for _, gw := range gws {
+			gw.Kill()
+		}
+		return lat.P50, lat.P99, events
+	}
+	p50a, p99a, _ := run(false)
+	p50b, p99b, n := run(true)
+	t.Logf("OTP during a campaign on 2 replicas: without callbacks p50 %.1f ms p99 %.1f ms; with callbacks (%d events in flight or delivered) p50 %.1f ms p99 %.1f ms",
+		p50a, p99a, n, p50b, p99b)
+}
