@@ -271,9 +271,8 @@ func TestOTPWithCallbacksDuringCampaign(t *testing.T) {
 			o.CampaignExtra, o.Extra = ne, extra
 		}
 		gws := []*gwProc{startGateway(t, "gwa", o), startGateway(t, "gwb", o)}
-		var campaign []string
 		for i, gw := range gws {
-			campaign = append(campaign, postBatch(t, gw, keyMarketing, "marketing", i*400, 400)...)
+			postBatch(t, gw, keyMarketing, "marketing", i*400, 400)
 		}
 		sim.WaitAccepted(t, 100, 30*time.Second)
 		if withCallbacks {
