@@ -49,9 +49,13 @@ type Config struct {
 	BreakerFailures int
 	BreakerOpen     time.Duration
 	// Idle is how long the loop waits after finding nothing due (default
-	// 200 ms); Now is the clock of webhook-timestamp (default time.Now).
-	Idle time.Duration
-	Now  func() time.Time
+	// 200 ms); each further empty look doubles it up to IdleMax (default
+	// 2 s), so that idle replicas cost Redis little; finding events or a
+	// Wake resets it. Now is the clock of webhook-timestamp (default
+	// time.Now).
+	Idle    time.Duration
+	IdleMax time.Duration
+	Now     func() time.Time
 }
 
 // Deliverer claims due events from the outbox and delivers them. Any number
@@ -79,6 +83,9 @@ func New(cfg Config) (*Deliverer, error) {
 	}
 	if cfg.Idle <= 0 {
 		cfg.Idle = 200 * time.Millisecond
+	}
+	if cfg.IdleMax < cfg.Idle {
+		cfg.IdleMax = max(cfg.Idle, 2*time.Second)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -135,6 +142,7 @@ func (d *Deliverer) Wake() {
 }
 
 func (d *Deliverer) run(ctx context.Context) {
+	idle := d.cfg.Idle
 	for ctx.Err() == nil {
 		free := d.cfg.Workers - len(d.slots)
 		if free == 0 {
@@ -151,15 +159,19 @@ func (d *Deliverer) run(ctx context.Context) {
 		if err != nil && ctx.Err() == nil {
 			d.log.Warn("claiming callbacks failed", "err", err)
 		}
-		if n == 0 || err != nil {
-			t := time.NewTimer(d.cfg.Idle)
-			select {
-			case <-t.C:
-			case <-d.wake:
-			case <-ctx.Done():
-			}
-			t.Stop()
+		if n > 0 && err == nil {
+			idle = d.cfg.Idle
+			continue
 		}
+		t := time.NewTimer(idle)
+		select {
+		case <-t.C:
+			idle = min(2*idle, d.cfg.IdleMax)
+		case <-d.wake:
+			idle = d.cfg.Idle
+		case <-ctx.Done():
+		}
+		t.Stop()
 	}
 }
 

@@ -101,9 +101,8 @@ func newFixtureOn(t testing.TB, q outboxQueue, dest map[string]string, edit func
 	if err != nil {
 		t.Fatal(err)
 	}
-	client := NewClient(5*time.Second, []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})
 	cfg := Config{
-		Outbox: q, Client: client, Owner: "test", Metrics: m,
+		Outbox: q, Owner: "test", Metrics: m,
 		Resolve: func(e *queue.Event) (Destination, bool) {
 			if e.CallbackURL != "" {
 				return Destination{URL: e.CallbackURL, Key: testKey}, true
@@ -118,6 +117,11 @@ func newFixtureOn(t testing.TB, q outboxQueue, dest map[string]string, edit func
 	if edit != nil {
 		edit(&cfg)
 	}
+	if cfg.Client == nil {
+		// The client's own timeout is the attempt's, as in the gateway.
+		cfg.Client = NewClient(cfg.Timeout, []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})
+	}
+	client := cfg.Client
 	d, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
