@@ -68,7 +68,9 @@ type backlogCollector struct {
 }
 
 // NewBacklogCollector exports smsgw_callbacks_backlog,
-// smsgw_callbacks_oldest_age_seconds and smsgw_callbacks_dead.
+// smsgw_callbacks_oldest_age_seconds and smsgw_callbacks_dead_events (not
+// "smsgw_callbacks_dead": OpenMetrics would give the counter
+// smsgw_callbacks_dead_total that family name too).
 func NewBacklogCollector(o queue.Outbox, log *slog.Logger) prometheus.Collector {
 	return &backlogCollector{
 		o: o, log: log,
@@ -76,7 +78,7 @@ func NewBacklogCollector(o queue.Outbox, log *slog.Logger) prometheus.Collector 
 			"Status callbacks not yet delivered (due, waiting for a retry, or being delivered).", nil, nil),
 		oldest: prometheus.NewDesc("smsgw_callbacks_oldest_age_seconds",
 			"Age of the oldest status callback not yet delivered.", nil, nil),
-		dead: prometheus.NewDesc("smsgw_callbacks_dead",
+		dead: prometheus.NewDesc("smsgw_callbacks_dead_events",
 			"Status callbacks given up and listed at GET /v1/admin/callbacks/dead.", nil, nil),
 	}
 }
