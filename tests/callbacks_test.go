@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -180,13 +179,13 @@ func TestCallbacksSurviveARestartEmbedded(t *testing.T) {
 	o := gwOptions{Account: "main", SimURL: sim.URL, Lease: 2 * time.Second, NotifyExtra: ne, Extra: extra}
 	dir := t.TempDir()
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	gw := startGatewayIn(t, "gw1", dir, addr, o)
+	gw := startGatewayIn(t, "gw1", addr, dir, o)
 	start := time.Now()
 	ids := postBatch(t, gw, keyTxn, "transactional", 0, 400)
 	waitUntil(t, "100 messages' events delivered", 60*time.Second, func() bool { return sink.delivered() >= 100 })
 	gw.Kill()
 	killedAt := sink.delivered()
-	gw = startGatewayIn(t, "gw2", dir, addr, o)
+	gw = startGatewayIn(t, "gw2", addr, dir, o)
 	waitUntil(t, "every message's event delivered", 120*time.Second, func() bool { return sink.delivered() == len(ids) })
 	took := time.Since(start)
 	time.Sleep(time.Second)
@@ -195,20 +194,6 @@ func TestCallbacksSurviveARestartEmbedded(t *testing.T) {
 	waitUntil(t, "an empty outbox", 30*time.Second, func() bool { return outboxBacklog(t, gw) == 0 })
 	t.Logf("embedded, killed after %d events and restarted: %d/%d messages with exactly one event in %s; %d attempts, %d delivered again",
 		killedAt, len(ids), len(ids), took.Round(time.Millisecond), attempts, redelivered)
-}
-
-// startGatewayIn starts a gateway whose config and store live in dir, on
-// addr, so that a second start reopens the same store.
-func startGatewayIn(t *testing.T, name, dir, addr string, o gwOptions) *gwProc {
-	t.Helper()
-	cfgPath := filepath.Join(dir, "smsgw.yaml")
-	if err := os.WriteFile(cfgPath, []byte(gatewayConfig(addr, o, filepath.Join(dir, "data"))), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	p := startProc(t, name, "serve", "--config", cfgPath)
-	g := &gwProc{proc: p, URL: "http://" + addr}
-	waitHTTP(t, p, g.URL+"/readyz", 30*time.Second)
-	return g
 }
 
 func checkStatuses(t *testing.T, gw *gwProc, ids []string, want string) {

@@ -12,6 +12,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"sort"
 	"strconv"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"smsgw/internal/keyspace"
 	"smsgw/internal/queue/redisq"
 	"smsgw/internal/redistest"
 	"smsgw/internal/sms"
@@ -225,4 +227,269 @@ func waitReference(t *testing.T, sim *simProc, ref string, d time.Duration) simR
 	}
 	t.Fatalf("the provider did not receive %s within %s", ref, d)
 	return simRecord{}
+}
+
+// fleetRun is one campaign through a fleet: marketing spread over the
+// replicas, OTP at 5/s alternating between the fast path (POST /v1/otp)
+// and the queue, round-robin over the replicas.
+type fleetRun struct {
+	campaign []string
+	otpFast  []string
+	otpQueue []string
+	refused  int // fast-path 503s and queued-OTP 503s (Redis down): nothing kept, not lost
+}
+
+func runFleetCampaign(t *testing.T, sim *simProc, gws []*gwProc, campaign int, during func()) *fleetRun {
+	t.Helper()
+	r := &fleetRun{}
+	per := campaign / len(gws)
+	for i, gw := range gws {
+		n := per
+		if i == len(gws)-1 {
+			n = campaign - per*(len(gws)-1)
+		}
+		r.campaign = append(r.campaign, postBatch(t, gw, keyMarketing, "marketing", i*per, n)...)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			gw := gws[i%len(gws)]
+			to, body := phone(800000+i), "Your code is "+strconv.Itoa(100000+i)
+			if i%2 == 0 {
+				res := post(t, gw.URL+"/v1/otp", keyOTP, map[string]string{"to": to, "body": body})
+				switch res.Status {
+				case http.StatusOK:
+					r.otpFast = append(r.otpFast, res.ID)
+				case http.StatusServiceUnavailable:
+					r.refused++
+				default:
+					t.Errorf("otp fast path: %d %s", res.Status, res.Body)
+					return
+				}
+				continue
+			}
+			res := post(t, gw.URL+"/v1/messages", keyOTP, message{To: to, Body: body, Class: "otp"})
+			switch res.Status {
+			case http.StatusAccepted:
+				r.otpQueue = append(r.otpQueue, res.ID)
+			case http.StatusServiceUnavailable:
+				r.refused++
+			default:
+				t.Errorf("otp post: %d %s", res.Status, res.Body)
+				return
+			}
+		}
+	}()
+	if during != nil {
+		during()
+	}
+	deadline := time.Now().Add(time.Duration(campaign/50+120) * time.Second)
+	for time.Now().Before(deadline) {
+		if st := sim.Stats(t); st.PerClass["marketing"] >= campaign {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	close(stop)
+	<-done
+	sim.WaitAccepted(t, len(r.campaign)+len(r.otpFast)+len(r.otpQueue), 60*time.Second)
+	return r
+}
+
+// pct returns the p-th percentile (0..1) of sorted xs.
+func pct(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	return xs[min(len(xs)-1, int(p*float64(len(xs))))]
+}
+
+// otpLatencies are the arrival-to-provider times (ms, sorted) of ids.
+func otpLatencies(recs []simRecord, ids []string) []float64 {
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	var out []float64
+	for _, r := range recs {
+		if want[r.Reference] && !r.AcceptedAt.IsZero() {
+			out = append(out, float64(r.Arrived.Sub(r.AcceptedAt).Microseconds())/1000)
+		}
+	}
+	sort.Float64s(out)
+	return out
+}
+
+// sendGap is the longest time the provider received nothing between the
+// first and the last record.
+func sendGap(recs []simRecord) (time.Duration, time.Time) {
+	ts := make([]time.Time, 0, len(recs))
+	for _, r := range recs {
+		ts = append(ts, r.At)
+	}
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+	var gap time.Duration
+	var at time.Time
+	for i := 1; i < len(ts); i++ {
+		if d := ts[i].Sub(ts[i-1]); d > gap {
+			gap, at = d, ts[i-1]
+		}
+	}
+	return gap, at
+}
+
+// checkFleet asserts the contract (no 429, never more than the contract in
+// any second, every accepted id exactly once) and logs the figures.
+func checkFleet(t *testing.T, label string, sim *simProc, r *fleetRun) {
+	t.Helper()
+	st := sim.Stats(t)
+	recs := sim.Accepted(t)
+	if st.Rejected429 != 0 || st.Rejected403 != 0 {
+		t.Errorf("provider answered %d 429s and %d 403s; want none", st.Rejected429, st.Rejected403)
+	}
+	worst := maxInAnyInterval(recs, time.Second)
+	if worst > 100 {
+		t.Errorf("provider saw %d messages within one second; contract is 100", worst)
+	}
+	checkExactlyOnce(t, recs, r.campaign, r.otpFast, r.otpQueue)
+	rate, _ := classRate(recs, "marketing")
+	fast, queued := otpLatencies(recs, r.otpFast), otpLatencies(recs, r.otpQueue)
+	gap, gapAt := sendGap(recs)
+	t.Logf("%s: campaign %d, OTP fast path %d (p50 %.1f ms, p99 %.1f ms, max %.1f ms), OTP queued %d (p50 %.1f ms, p99 %.1f ms, max %.1f ms), refused %d; 429s %d, worst 1 s %d (target+burst 95, contract 100), marketing %.1f/s, longest pause at the provider %s (at %s)",
+		label, len(r.campaign), len(fast), pct(fast, .5), pct(fast, .99), pct(fast, 1), len(queued), pct(queued, .5), pct(queued, .99), pct(queued, 1),
+		r.refused, st.Rejected429, worst, rate, gap.Round(time.Millisecond), gapAt.Format("15:04:05.000"))
+}
+
+// TestFleetCampaign: n replicas (23 by default, the seed's max_senders) on
+// one Redis against a strict sliding-window provider: a campaign and OTP
+// at 5/s. Asserted: no 429, the contract in every second, exactly once.
+// Logged: the OTP latency of both paths.
+func TestFleetCampaign(t *testing.T) {
+	fleetOnly(t)
+	n := fleetSize(t, 23)
+	srv := startPrivateRedis(t)
+	sim := startSim(t, "--limit", "100", "--window", "sliding")
+	gws := startFleet(t, n, gwOptions{RedisAddr: srv, Account: "fleet", SimURL: sim.URL})
+	r := runFleetCampaign(t, sim, gws, 2400, nil)
+	checkFleet(t, fmt.Sprintf("%d replicas", n), sim, r)
+}
+
+// TestFleetRedisOutage: the same with Redis stopped for 10 s mid-run. Each
+// replica falls back to target/max_senders; nothing accepted is lost.
+func TestFleetRedisOutage(t *testing.T) {
+	fleetOnly(t)
+	n := fleetSize(t, 23)
+	rs := redistest.StartServer(t, redistest.ServerOptions{AppendOnly: true})
+	sim := startSim(t, "--limit", "100", "--window", "sliding")
+	gws := startFleet(t, n, gwOptions{RedisAddr: rs.Addr, Account: "fleet", SimURL: sim.URL})
+	r := runFleetCampaign(t, sim, gws, 2400, func() {
+		sim.WaitAccepted(t, 600, 60*time.Second)
+		rs.Stop()
+		t.Logf("Redis stopped at %s", time.Now().Format("15:04:05.000"))
+		time.Sleep(10 * time.Second)
+		rs.Start()
+		t.Logf("Redis back at %s", time.Now().Format("15:04:05.000"))
+	})
+	checkFleet(t, fmt.Sprintf("%d replicas, Redis stopped 10 s", n), sim, r)
+}
+
+// failoverReport logs what a failover cost, from the provider's records:
+// 429s, the worst second, lost and duplicated messages, and how long the
+// provider received nothing around the failover. The contract (no 429, at
+// most 100 in any second) is asserted; losses are reported (the bound is
+// in docs/scale.md: writes a dying master acknowledged before they reached
+// its replica may be lost).
+func failoverReport(t *testing.T, label string, sim *simProc, r *fleetRun, killedAt time.Time) {
+	t.Helper()
+	st := sim.Stats(t)
+	recs := sim.Accepted(t)
+	if st.Rejected429 != 0 {
+		t.Errorf("provider answered %d 429s; want none", st.Rejected429)
+	}
+	worst := maxInAnyInterval(recs, time.Second)
+	if worst > 100 {
+		t.Errorf("provider saw %d messages within one second; contract is 100", worst)
+	}
+	lost, dup, extra, n := deliveries(recs, r.campaign, r.otpFast, r.otpQueue)
+	// The pause around the failover: the longest gap that ends after the kill.
+	var stopped time.Duration
+	ts := make([]time.Time, 0, len(recs))
+	for _, rec := range recs {
+		ts = append(ts, rec.At)
+	}
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+	for i := 1; i < len(ts); i++ {
+		if ts[i].After(killedAt) && ts[i].Sub(ts[i-1]) > stopped {
+			stopped = ts[i].Sub(ts[i-1])
+		}
+	}
+	t.Logf("%s: %d accepted ids: %d lost, %d duplicated, %d unknown; 429s %d, worst 1 s %d, sending stopped for %s around the failover; OTP refused (503) %d",
+		label, n, lost, dup, extra, st.Rejected429, worst, stopped.Round(time.Millisecond), r.refused)
+}
+
+// accountKey is a key of the account's hash tag (its Cluster slot).
+func accountKey(t *testing.T, acct string) string {
+	t.Helper()
+	sp, err := keyspace.New(acct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sp.Key("probe")
+}
+
+// TestFleetClusterFailover: a fleet on a 3-master, 3-replica Cluster; the
+// master of the account's slot is killed mid-campaign and its replica
+// promoted by the cluster itself.
+func TestFleetClusterFailover(t *testing.T) {
+	fleetOnly(t)
+	n := fleetSize(t, 5)
+	cl := redistest.StartClusterWithReplicas(t, time.Second)
+	sim := startSim(t, "--limit", "100", "--window", "sliding")
+	acct := "fleet"
+	gws := startFleet(t, n, gwOptions{RedisAddr: strings.Join(cl.Addrs, ","), Account: acct, SimURL: sim.URL})
+	var killedAt time.Time
+	r := runFleetCampaign(t, sim, gws, 2400, func() {
+		sim.WaitAccepted(t, 600, 60*time.Second)
+		old := cl.MasterOf(accountKey(t, acct))
+		killedAt = time.Now()
+		cl.Servers[old].Kill()
+		nm := cl.WaitMaster(accountKey(t, acct), old, 60*time.Second)
+		t.Logf("master %s of the account's slot killed; %s promoted after %s", old, nm, time.Since(killedAt).Round(time.Millisecond))
+	})
+	failoverReport(t, fmt.Sprintf("%d replicas, Cluster failover", n), sim, r, killedAt)
+}
+
+// TestFleetSentinelFailover: the same with one master, one replica and
+// three sentinels.
+func TestFleetSentinelFailover(t *testing.T) {
+	fleetOnly(t)
+	n := fleetSize(t, 5)
+	g := redistest.StartSentinel(t, time.Second)
+	sim := startSim(t, "--limit", "100", "--window", "sliding")
+	gws := startFleet(t, n, gwOptions{RedisAddr: strings.Join(g.Sentinels, ","), RedisMaster: g.MasterName, Account: "fleet", SimURL: sim.URL})
+	var killedAt time.Time
+	r := runFleetCampaign(t, sim, gws, 2400, func() {
+		sim.WaitAccepted(t, 600, 60*time.Second)
+		old := g.MasterAddr()
+		killedAt = time.Now()
+		g.Master.Kill()
+		deadline := time.Now().Add(60 * time.Second)
+		for g.MasterAddr() == old {
+			if time.Now().After(deadline) {
+				t.Fatal("the sentinels did not fail over within 60 s")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Logf("master %s killed; the sentinels promoted %s after %s", old, g.MasterAddr(), time.Since(killedAt).Round(time.Millisecond))
+	})
+	failoverReport(t, fmt.Sprintf("%d replicas, Sentinel failover", n), sim, r, killedAt)
 }

@@ -284,10 +284,12 @@ const (
 
 type gwOptions struct {
 	RedisAddr string // empty: embedded store
-	Account   string
-	SimURL    string
-	Lease     time.Duration
-	Extra     string // more YAML appended to the config
+	// RedisMaster is the Sentinel master name (RedisAddr: the sentinels).
+	RedisMaster string
+	Account     string
+	SimURL      string
+	Lease       time.Duration
+	Extra       string // more YAML appended to the config
 	// NotifyExtra goes inside the notify producer's flow mapping
 	// (", webhook: {...}").
 	NotifyExtra string
@@ -306,7 +308,7 @@ func gatewayConfig(listen string, o gwOptions, storeDir string) string {
 		lease = 5 * time.Second
 	}
 	return fmt.Sprintf(`listen: %q
-redis: {addr: %q}
+redis: {addr: %q, master_name: %q}
 store: {path: %q}
 account: %q
 provider: {kind: http, url: %q, timeout: 2s}
@@ -317,13 +319,19 @@ producers:
 admin: {key: %q}
 dispatch: {lease: %s, backoff_base: 200ms, backoff_max: 2s, shutdown_timeout: 5s}
 log: {level: info, format: text}
-%s`, listen, o.RedisAddr, storeDir, o.Account, o.SimURL+"/send", keyMarketing, o.CampaignExtra, keyOTP, keyTxn, o.NotifyExtra, keyAdmin, lease, o.Extra)
+%s`, listen, o.RedisAddr, o.RedisMaster, storeDir, o.Account, o.SimURL+"/send", keyMarketing, o.CampaignExtra, keyOTP, keyTxn, o.NotifyExtra, keyAdmin, lease, o.Extra)
 }
 
 func startGateway(t *testing.T, name string, o gwOptions) *gwProc {
 	t.Helper()
-	dir := t.TempDir()
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	return startGatewayIn(t, name, fmt.Sprintf("127.0.0.1:%d", freePort(t)), t.TempDir(), o)
+}
+
+// startGatewayIn starts a gateway listening on addr with its store under
+// dir, so that a test can name its URL before it starts (a simulator
+// posting receipts to it) and start it again on the same store.
+func startGatewayIn(t *testing.T, name, addr, dir string, o gwOptions) *gwProc {
+	t.Helper()
 	cfgPath := filepath.Join(dir, "smsgw.yaml")
 	if err := os.WriteFile(cfgPath, []byte(gatewayConfig(addr, o, filepath.Join(dir, "data"))), 0o600); err != nil {
 		t.Fatal(err)

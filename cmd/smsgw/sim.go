@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"strings"
 	"time"
 
 	"smsgw/internal/provider/sim"
@@ -87,6 +89,12 @@ type simFlags struct {
 	failRate, timeoutRate, lostReplyRate       float64
 	suspendWindow, suspendFor, latency, jitter time.Duration
 	noIdem, ignoreSegments, verbose            bool
+
+	// Receipts posted back to the gateway.
+	receiptURLs, receiptSecret string
+	receiptDelay               time.Duration
+	undelivered, early         float64
+	duplicates                 int
 }
 
 // simFlagsOn defines the flags on fs.
@@ -108,6 +116,12 @@ func simFlagsOn(fs *flag.FlagSet) *simFlags {
 	fs.IntVar(&f.failStatus, "fail-status", sim.DefaultFailStatus, "the 5xx of an injected failure")
 	fs.Float64Var(&f.timeoutRate, "timeout-rate", 0, "probability of never answering (until the client gives up)")
 	fs.Float64Var(&f.lostReplyRate, "lost-reply-rate", 0, "probability of accepting a send and then never answering")
+	fs.StringVar(&f.receiptURLs, "receipt-url", "", "post a delivery receipt of every accepted message to these gateway endpoints (comma-separated …/v1/receipts/http); empty: none")
+	fs.StringVar(&f.receiptSecret, "receipt-secret", "", "the gateway's provider.receipt_secret, to sign receipts (or SMSGW_PROVIDER_RECEIPT_SECRET)")
+	fs.DurationVar(&f.receiptDelay, "receipt-delay", time.Second, "how long after the accept a receipt is posted")
+	fs.Float64Var(&f.undelivered, "undelivered-share", 0.05, "share of receipts saying undelivered")
+	fs.IntVar(&f.duplicates, "receipt-duplicates", 0, "extra posts of each receipt (a vendor's retries)")
+	fs.Float64Var(&f.early, "early-receipts", 0, "share of receipts posted before the send's answer")
 	fs.BoolVar(&f.verbose, "v", false, "log every send (debug)")
 	return f
 }
@@ -133,6 +147,21 @@ func (f *simFlags) config(logger *slog.Logger) (sim.Config, error) {
 		NoIdempotency:  f.noIdem,
 		Faults: sim.Faults{Latency: sim.Duration(f.latency), LatencyJitter: sim.Duration(f.jitter),
 			FailRate: f.failRate, FailStatus: f.failStatus, TimeoutRate: f.timeoutRate, LostReplyRate: f.lostReplyRate},
-		Logger: logger,
+		Logger:   logger,
+		Receipts: receiptsConfig(f.receiptURLs, f.receiptSecret, f.receiptDelay, f.undelivered, f.duplicates, f.early),
 	}, nil
+}
+
+// receiptsConfig is the simulator's receipts from its flags; the secret
+// may come from the gateway's own environment variable instead of the
+// command line (where other users of the machine could read it).
+func receiptsConfig(urls, secret string, delay time.Duration, undelivered float64, duplicates int, early float64) sim.Receipts {
+	if urls == "" {
+		return sim.Receipts{}
+	}
+	if secret == "" {
+		secret = os.Getenv("SMSGW_PROVIDER_RECEIPT_SECRET")
+	}
+	return sim.Receipts{URLs: strings.Split(urls, ","), Secret: secret, Delay: delay,
+		UndeliveredShare: undelivered, Duplicates: duplicates, EarlyShare: early}
 }

@@ -151,32 +151,9 @@ func runOne(ctx context.Context, cfg Config, admin *redis.Client, st Strategy, w
 
 	var calls atomic.Int64
 	pods := make([]*pod, cfg.Pods)
-	defer func() {
-		for _, p := range pods {
-			if p == nil {
-				continue
-			}
-			p.prov.CloseIdleConnections()
-			if p.redis != nil {
-				_ = p.redis.Close()
-			}
-		}
-	}()
-	for i := range pods {
-		prov, err := httpprov.New(httpprov.Config{Name: "sim", URL: ps.url, Timeout: sendTimeout})
-		if err != nil {
-			return Result{}, fmt.Errorf("bench: %w", err)
-		}
-		p := &pod{idx: i, skew: podSkew(cfg, i), prov: prov, log: log.With("pod", i)}
-		pods[i] = p
-		if st == PerPod {
-			continue
-		}
-		p.redis, err = dialRedis(ctx, cfg.RedisAddr)
-		if err != nil {
-			return Result{}, err
-		}
-		p.redis.AddHook(callCounter{&calls})
+	defer closePods(pods)
+	if err := startPods(ctx, cfg, st, ps.url, log, &calls, pods); err != nil {
+		return Result{}, err
 	}
 	workers, err := newWorkers(cfg, st, prefix, pods)
 	if err != nil {
@@ -203,13 +180,53 @@ func runOne(ctx context.Context, cfg Config, admin *redis.Client, st Strategy, w
 		return Result{}, fmt.Errorf("bench: interrupted: %w", err)
 	}
 
+	return result(cfg, st, w, ps, tr, calls.Load()), nil
+}
+
+// startPods fills pods: each with its own provider client and, except for
+// per-pod limiting, its own Redis connection counted in calls.
+func startPods(ctx context.Context, cfg Config, st Strategy, url string, log *slog.Logger, calls *atomic.Int64, pods []*pod) error {
+	for i := range pods {
+		prov, err := httpprov.New(httpprov.Config{Name: "sim", URL: url, Timeout: sendTimeout})
+		if err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		p := &pod{idx: i, skew: podSkew(cfg, i), prov: prov, log: log.With("pod", i)}
+		pods[i] = p
+		if st == PerPod {
+			continue
+		}
+		p.redis, err = dialRedis(ctx, cfg.RedisAddr)
+		if err != nil {
+			return err
+		}
+		p.redis.AddHook(callCounter{calls})
+	}
+	return nil
+}
+
+// closePods releases what startPods opened, however far it got.
+func closePods(pods []*pod) {
+	for _, p := range pods {
+		if p == nil {
+			continue
+		}
+		p.prov.CloseIdleConnections()
+		if p.redis != nil {
+			_ = p.redis.Close() // the run is over; nothing waits on this client
+		}
+	}
+}
+
+// result reads the run's figures from the simulator and the traffic.
+func result(cfg Config, st Strategy, w sim.Window, ps *providerSim, tr *traffic, calls int64) Result {
 	stats := ps.sim.Stats()
 	tried, attempts := ps.arr.maxIn1s()
-	res = Result{Strategy: st, Window: w,
+	res := Result{Strategy: st, Window: w,
 		Rejected429: stats.Rejected429, MaxIn1s: stats.MaxMessagesInAny1s, MaxAttemptsIn1s: tried,
 		Attempts: attempts, Accepted: stats.Accepted, Rate: float64(stats.Accepted) / cfg.Duration.Seconds(), Target: float64(cfg.Contract),
 		Duplicates: stats.Duplicates, OTPOffered: int(tr.otpOffered.Load()), OTPDropped: int(tr.otpDropped.Load()), OTPSent: stats.PerClass[sms.ClassOTP.String()],
-		RedisCalls: calls.Load(), WouldSuspend: stats.Rejected429 > SuspendAfter}
+		RedisCalls: calls, WouldSuspend: stats.Rejected429 > SuspendAfter}
 	if st == GCRA {
 		res.Target = cfg.Target
 	}
@@ -220,7 +237,7 @@ func runOne(ctx context.Context, cfg Config, admin *redis.Client, st Strategy, w
 		res.RedisPerMsg = float64(res.RedisCalls) / float64(stats.Accepted)
 	}
 	res.Why, res.Notes = explain(cfg, res)
-	return res, nil
+	return res
 }
 
 // waitPhase sleeps until the wall clock is phase past a second.

@@ -38,6 +38,8 @@ type Config struct {
 	Log       LogConfig      `yaml:"log"`
 	HTTP      HTTPConfig     `yaml:"http"`
 	Webhooks  WebhooksConfig `yaml:"webhooks"`
+
+	Protection ProtectionConfig `yaml:"protection"`
 }
 
 // RedisConfig selects the shared backend. Empty Addr: embedded store and a
@@ -89,6 +91,18 @@ type ProviderConfig struct {
 
 	Twilio twilio.Settings `yaml:"twilio"`
 	Vonage vonage.Settings `yaml:"vonage"`
+
+	// ReceiptSecret keys the HMAC-SHA256 of the generic adapter's delivery
+	// receipts (X-Smsgw-Receipt-Signature); empty: receipts are refused.
+	// Never logged.
+	ReceiptSecret string `yaml:"receipt_secret"`
+	// ReceiptURL is the public URL of this gateway's receipts endpoint for
+	// the provider, as the provider reaches it (behind a proxy it differs
+	// from what the gateway sees), e.g.
+	// https://sms.example.com/v1/receipts/twilio. Twilio: sent as each
+	// message's StatusCallback and the URL its signature covers; receipts
+	// are refused without it.
+	ReceiptURL string `yaml:"receipt_url"`
 }
 
 // LimitsConfig paces sends to the provider.

@@ -58,5 +58,6 @@ func Default() Config {
 			BreakerFailures: 5,
 			BreakerOpen:     30 * time.Second,
 		},
+		Protection: defaultProtection(),
 	}
 }

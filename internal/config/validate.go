@@ -41,6 +41,7 @@ func (c *Config) Validate() error {
 	c.validateMessages(&p)
 	c.validateEdge(&p)
 	c.validateWebhooks(&p)
+	c.validateProtection(&p)
 	return joinErrors(p)
 }
 
@@ -124,6 +125,9 @@ func (c *Config) validateProvider(p *problems) {
 	if pc.Kind != "http" && pc.HTTP.URL != "" {
 		// The API base URL override of twilio and vonage.
 		p.addErr(httpprov.CheckURL("provider.url", pc.HTTP.URL))
+	}
+	if pc.ReceiptURL != "" {
+		p.addErr(httpprov.CheckURL("provider.receipt_url", pc.ReceiptURL))
 	}
 	if pc.Timeout < 0 {
 		p.add("provider.timeout", "must be >= 0 (0: the adapter's default)")

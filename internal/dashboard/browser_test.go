@@ -28,6 +28,8 @@ const (
 	adminKey  = "admin-key-for-the-dashboard-test"
 	notifyKey = "notify-key-0123456789"
 	loginKey  = "login-key-01234567890"
+	// receiptSecret signs the delivery receipts the tests post.
+	receiptSecret = "receipt-secret-for-the-dashboard"
 )
 
 // chromiumPath finds the browser. A missing browser fails the test: CI
@@ -79,13 +81,13 @@ func startStackWith(t *testing.T, notifyExtra string) *stack {
 listen: "127.0.0.1:0"
 store: {path: %q}
 account: dashtest
-provider: {kind: http, url: %q, timeout: 2s}
+provider: {kind: http, url: %q, timeout: 2s, receipt_secret: %q}
 dispatch: {max_attempts: 1, shutdown_timeout: 5s}
 producers:
   - {name: notify, key: %q, classes: [transactional, marketing], rate: 1000, burst: 1000%s}
   - {name: login, key: %q, classes: [otp], rate: 100, burst: 100}
 admin: {key: %q}
-`, t.TempDir(), simURL+"/send", notifyKey, notifyExtra, loginKey, adminKey)
+`, t.TempDir(), simURL+"/send", receiptSecret, notifyKey, notifyExtra, loginKey, adminKey)
 	cfg, err := config.Load([]byte(yaml), nil)
 	if err != nil {
 		t.Fatal(err)

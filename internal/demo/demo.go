@@ -28,6 +28,8 @@ const (
 	keyLogin  = "demo-login-key-0123456789"
 	keyNotify = "demo-notify-key-0123456789"
 	keyAdmin  = "demo-admin-key-0123456789"
+	// receiptSecret signs the simulator's delivery receipts.
+	receiptSecret = "demo-receipt-secret-0123"
 )
 
 // Options shape a demo run.
@@ -76,6 +78,12 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	defer stopGateway(ctx, app, log)
 	base := "http://" + hostForURL(app.Addr())
 	if err := banner(stdout, o, cfg, base, simURL); err != nil {
+		return err
+	}
+	// The simulator reports delivery like a provider: most delivered, some
+	// undelivered, a few before the send's answer, each posted twice.
+	if err := s.EnableReceipts(sim.Receipts{URLs: []string{base + "/v1/receipts/http"}, Secret: receiptSecret,
+		Delay: 2 * time.Second, UndeliveredShare: 0.05, Duplicates: 1, EarlyShare: 0.05}); err != nil {
 		return err
 	}
 
@@ -139,13 +147,13 @@ func stopGateway(ctx context.Context, app *gateway.App, log *slog.Logger) {
 func demoConfig(listen, storePath, sendURL string) (config.Config, error) {
 	yaml := fmt.Sprintf(`listen: %q
 store: {path: %q}
-provider: {kind: http, url: %q, timeout: 2s}
+provider: {kind: http, url: %q, timeout: 2s, receipt_secret: %q}
 producers:
   - {name: login, key: %q, classes: [otp], rate: 50, burst: 100}
   - {name: notify-worker, key: %q, classes: [transactional, marketing], rate: 5000, burst: 5000}
 admin: {key: %q}
 log: {level: warn, format: text}
-`, listen, storePath, sendURL, keyLogin, keyNotify, keyAdmin)
+`, listen, storePath, sendURL, receiptSecret, keyLogin, keyNotify, keyAdmin)
 	return config.Load([]byte(yaml), nil)
 }
 

@@ -22,6 +22,7 @@ type traffic struct {
 	n      atomic.Int64
 	otpOK  atomic.Int64
 	otpNo  atomic.Int64
+	pumped atomic.Int64 // pumping attempts protection refused
 }
 
 func (t *traffic) post(ctx context.Context, path, key string, body any) (int, error) {
@@ -43,6 +44,10 @@ func (t *traffic) post(ctx context.Context, path, key string, body any) (int, er
 
 // phone is the i-th of 80 million distinct Japanese mobile numbers.
 func phone(i int) string { return fmt.Sprintf("+8190%08d", 10000000+i%80000000) }
+
+// premium is the i-th of 10 million UK premium-rate numbers (09...): the
+// targets of an SMS pumping attack, refused by protection.
+func premium(i int) string { return fmt.Sprintf("+44909%07d", i%10000000) }
 
 // campaign posts n marketing messages in batches of 1,000.
 func (t *traffic) campaign(ctx context.Context, n int) error {
@@ -89,6 +94,15 @@ func (t *traffic) transactional(ctx context.Context) {
 
 func (t *traffic) otp(ctx context.Context) {
 	n := int(t.n.Add(1))
+	if n%5 == 0 {
+		// One OTP request in five is a pumping attempt to a premium-rate
+		// number: the gateway refuses it before the provider sees it.
+		code, err := t.post(ctx, "/v1/otp", keyLogin, map[string]string{"to": premium(n), "body": "Your login code is 482913"})
+		if err == nil && code == http.StatusUnprocessableEntity {
+			t.pumped.Add(1)
+		}
+		return
+	}
 	code, err := t.post(ctx, "/v1/otp", keyLogin, map[string]string{"to": phone(700000 + n), "body": "Your login code is 482913"})
 	if err == nil && code == http.StatusOK {
 		t.otpOK.Add(1)
@@ -121,9 +135,9 @@ func (t *traffic) summary(ctx context.Context, w io.Writer, s *sim.Sim, elapsed 
 		queued = append(queued, fmt.Sprintf("%s %d", c, q.Ready+q.Scheduled+q.Leased))
 	}
 	lat := st.Latency["otp"]
-	_, err := fmt.Fprintf(w, "[%5.0fs] sent: %s | queued: %s | 429s %d | worst 1 s %d/%d | OTP p50 %.1f ms p99 %.1f ms (%d ok, %d refused)\n",
+	_, err := fmt.Fprintf(w, "[%5.0fs] sent: %s | queued: %s | 429s %d | worst 1 s %d/%d | OTP p50 %.1f ms p99 %.1f ms (%d ok, %d refused) | receipts %d | pumping blocked %d\n",
 		elapsed.Seconds(), strings.Join(sent, ", "), strings.Join(queued, ", "), st.Rejected429, st.MaxInAny1s, st.Limit,
-		lat.P50, lat.P99, t.otpOK.Load(), t.otpNo.Load())
+		lat.P50, lat.P99, t.otpOK.Load(), t.otpNo.Load(), st.ReceiptsPosted, t.pumped.Load())
 	return err
 }
 

@@ -196,7 +196,7 @@ func waitTerminal(t testing.TB, q queue.Queue, ids ...string) map[string]*sms.Me
 	for {
 		pending := 0
 		for _, id := range ids {
-			if m, ok := out[id]; ok && m.Status.Terminal() {
+			if m, ok := out[id]; ok && m.Status.Done() {
 				continue
 			}
 			m, err := q.Get(context.Background(), id)
@@ -204,7 +204,7 @@ func waitTerminal(t testing.TB, q queue.Queue, ids ...string) map[string]*sms.Me
 				t.Fatalf("Get %s: %v", id, err)
 			}
 			out[id] = m
-			if !m.Status.Terminal() {
+			if !m.Status.Done() {
 				pending++
 			}
 		}
@@ -315,6 +315,15 @@ func histCount(o interface{ Write(*dto.Metric) error }) float64 {
 		return -1
 	}
 	return float64(m.Histogram.GetSampleCount())
+}
+
+// histSum reads a histogram's sum of samples.
+func histSum(o interface{ Write(*dto.Metric) error }) float64 {
+	var m dto.Metric
+	if err := o.Write(&m); err != nil {
+		return -1
+	}
+	return m.Histogram.GetSampleSum()
 }
 
 func limiterConfig(perSecond float64, burst int) limiter.Config {

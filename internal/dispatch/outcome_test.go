@@ -197,7 +197,11 @@ func TestOutcomes(t *testing.T) {
 			if got.Dead {
 				label = outcomeDead
 			}
-			if v := value(d.m.outcomes.WithLabelValues("transactional", label)); v != 1 {
+			// The counter moves after the queue recorded the outcome: wait
+			// for it, then check it moved exactly once.
+			counter := d.m.outcomes.WithLabelValues("transactional", label)
+			waitUntil(t, "smsgw_dispatch_messages_total{outcome="+label+"}", func() bool { return value(counter) >= 1 })
+			if v := value(counter); v != 1 {
 				t.Errorf("smsgw_dispatch_messages_total{outcome=%q} = %v, want 1", label, v)
 			}
 		})

@@ -22,6 +22,9 @@ type classStats struct {
 	FailedTotal  int64 `json:"failed_total"`
 	ExpiredTotal int64 `json:"expired_total"`
 	DeadTotal    int64 `json:"dead_total"`
+	// DeliveryRatio is delivered over every final receipt of the class
+	// this replica took in the last 15 minutes; absent without receipts.
+	DeliveryRatio *float64 `json:"delivery_ratio,omitempty"`
 }
 
 type countersInfo struct {
@@ -74,13 +77,20 @@ type limiterStats struct {
 type statsResponse struct {
 	Classes  map[string]classStats `json:"classes"`
 	Limiter  limiterStats          `json:"limiter"`
-	Pause    PauseState            `json:"pause"`
+	Pause    pauseState            `json:"pause"`
 	Counters countersInfo          `json:"counters"`
 	Provider providerStats         `json:"provider"`
 	OTP      otpStats              `json:"otp"`
 	Replica  replicaStats          `json:"replica"`
 	// Callbacks is the outbox of status callbacks (shared with Redis).
 	Callbacks callbackStats `json:"callbacks"`
+	// Protection's refusals (scope: Counters) and the suppression list.
+	Protection protectionStats `json:"protection"`
+}
+
+type protectionStats struct {
+	Refused      map[string]int64 `json:"refused"` // by reason, every reason present
+	Suppressions int              `json:"suppressions"`
 }
 
 type callbackStats struct {
@@ -122,7 +132,8 @@ func (s *server) adminStats(w http.ResponseWriter, r *http.Request) {
 		st, t := qs[c], tot.classes[c]
 		out.Classes[c.String()] = classStats{Ready: st.Ready, Scheduled: st.Scheduled, Leased: st.Leased,
 			Dead: st.Dead, OldestAgeSeconds: st.OldestAge.Seconds(),
-			SentTotal: t.Sent, FailedTotal: t.Failed, ExpiredTotal: t.Expired, DeadTotal: t.Dead}
+			SentTotal: t.Sent, FailedTotal: t.Failed, ExpiredTotal: t.Expired, DeadTotal: t.Dead,
+			DeliveryRatio: s.metrics.receipts.recentRatio(c)}
 	}
 	snap := s.live.snap()
 	g := s.cfg.Dispatch.SuspensionGuard
@@ -131,6 +142,10 @@ func (s *server) adminStats(w http.ResponseWriter, r *http.Request) {
 		ThrottledTotal: tot.throttled, ThrottledInWindow: snap.GuardCount, GuardActivateAt: snap.GuardActivateAt,
 		SuspendAfter: g.Threshold, WindowSeconds: g.Window.Seconds(), GuardActive: snap.GuardActive}
 	out.OTP = otpStats{UnavailableTotal: tot.otpRefused}
+	if out.Protection, err = s.protectionStats(ctx, tot); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	if q, n := s.live.otp.quantiles(0.5, 0.99); n > 0 {
 		p50, p99 := ms(q[0]), ms(q[1])
 		out.OTP.LatencyP50MS, out.OTP.LatencyP99MS, out.OTP.LatencySamples = &p50, &p99, n
@@ -157,8 +172,8 @@ func (s *server) adminGetMessage(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// MaxPause bounds an operator pause with a duration.
-const MaxPause = 24 * time.Hour
+// maxPause bounds an operator pause with a duration.
+const maxPause = 24 * time.Hour
 
 func (s *server) adminPause(w http.ResponseWriter, r *http.Request) {
 	raw, err := readBody(r, true)
@@ -176,8 +191,8 @@ func (s *server) adminPause(w http.ResponseWriter, r *http.Request) {
 	var d time.Duration
 	if req.DurationSeconds != nil {
 		v := *req.DurationSeconds
-		if !(v >= 1 && v <= MaxPause.Seconds()) {
-			s.writeError(w, r, fieldError("duration_seconds", fmt.Sprintf("must be between 1 and %d", int(MaxPause.Seconds()))))
+		if !(v >= 1 && v <= maxPause.Seconds()) {
+			s.writeError(w, r, fieldError("duration_seconds", fmt.Sprintf("must be between 1 and %d", int(maxPause.Seconds()))))
 			return
 		}
 		d = time.Duration(v * float64(time.Second))

@@ -29,6 +29,7 @@ import (
 	"smsgw/internal/provider/httpprov"
 	"smsgw/internal/provider/twilio"
 	"smsgw/internal/provider/vonage"
+	"smsgw/internal/sms"
 )
 
 // Options are what a caller of New may supply besides the configuration.
@@ -86,6 +87,9 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	if err != nil {
 		return nil, err
 	}
+	// The first request would otherwise build the phone-number metadata
+	// (hundreds of ms on a small machine).
+	sms.Warm()
 	newBackend := newEmbeddedBackend
 	if cfg.Redis.Enabled() {
 		newBackend = newRedisBackend
@@ -126,11 +130,18 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	if a.srv, err = newServer(cfg, d, gath, b, a.disp, live, opts.Dashboard); err != nil {
 		return nil, err
 	}
+	if a.srv.protect, err = newProtector(cfg.Protection, b.numbers, b.suppress, d.reg, d.log, d.now); err != nil {
+		return nil, err
+	}
+	live.totals.refused = a.srv.protect.refused
 	if a.srv.history, err = newHistoryView(b, a.disp.Snapshot, d.metrics.accepted, d.quiet, d.log); err != nil {
 		return nil, err
 	}
 	if a.srv.callbacks, err = newCallbacks(cfg, d, b, owner); err != nil {
 		return nil, err
+	}
+	if rp, ok := a.prov.(provider.ReceiptParser); ok {
+		a.srv.receipts = rp
 	}
 	a.http = newHTTPServer(cfg, a.srv.routes(), d.log)
 	d.log.Info("gateway ready to start", "mode", b.mode, "account", cfg.Account, "provider", a.prov.Name(),
@@ -260,9 +271,11 @@ func newRedisClient(rc config.RedisConfig) redis.UniversalClient {
 			Username: rc.Username, Password: rc.Password, DB: rc.DB, TLSConfig: tlsCfg,
 			DialTimeout: rc.Timeout, ReadTimeout: rc.Timeout, WriteTimeout: rc.Timeout})
 	case len(addrs) > 1:
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs,
+		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs,
 			Username: rc.Username, Password: rc.Password, TLSConfig: tlsCfg,
 			DialTimeout: rc.Timeout, ReadTimeout: rc.Timeout, WriteTimeout: rc.Timeout})
+		cc.AddHook(&topologyReloader{reload: cc.ReloadState})
+		return cc
 	}
 	return redis.NewClient(&redis.Options{Addr: addrs[0],
 		Username: rc.Username, Password: rc.Password, DB: rc.DB, TLSConfig: tlsCfg,
@@ -276,11 +289,14 @@ func newProvider(pc config.ProviderConfig, log *slog.Logger) (provider.Provider,
 	)
 	switch pc.Kind {
 	case "http":
-		p, err = httpprov.New(httpprov.Config{URL: pc.HTTP.URL, Token: pc.HTTP.Token, Timeout: pc.Timeout, Logger: log})
+		p, err = httpprov.New(httpprov.Config{URL: pc.HTTP.URL, Token: pc.HTTP.Token, Timeout: pc.Timeout, Logger: log,
+			ReceiptSecret: pc.ReceiptSecret})
 	case "twilio":
-		p, err = twilio.New(twilio.Config{Settings: pc.Twilio, BaseURL: pc.HTTP.URL, Timeout: pc.Timeout, Logger: log})
+		p, err = twilio.New(twilio.Config{Settings: pc.Twilio, BaseURL: pc.HTTP.URL, Timeout: pc.Timeout, Logger: log,
+			StatusCallback: pc.ReceiptURL})
 	case "vonage":
-		p, err = vonage.New(vonage.Config{Settings: pc.Vonage, BaseURL: pc.HTTP.URL, Timeout: pc.Timeout, Logger: log})
+		p, err = vonage.New(vonage.Config{Settings: pc.Vonage, BaseURL: pc.HTTP.URL, Timeout: pc.Timeout, Logger: log,
+			Callback: pc.ReceiptURL})
 	default:
 		err = fmt.Errorf("unknown kind %q", pc.Kind)
 	}

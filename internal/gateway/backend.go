@@ -36,6 +36,8 @@ type backend struct {
 	counters state.Counters
 	guard    dispatch.Guard
 	history  history.Store // the last 15 minutes of send figures
+	numbers  state.NumberLimits
+	suppress state.Suppressions
 	checks   []readyCheck
 	loops    []loop            // started by Start in order
 	persist  *persistenceCheck // Redis only: asked once by Start
@@ -78,6 +80,13 @@ func newEmbeddedBackend(cfg config.Config, d deps) (_ *backend, err error) {
 	if b.history, err = history.NewLocal(history.Config{}, nil); err != nil {
 		return nil, fmt.Errorf("gateway: history: %w", err)
 	}
+	b.numbers = state.NewLocalNumberLimits(0)
+	ls, err := state.OpenLocalSuppressions(cfg.Store.Path, cfg.Protection.MaxSuppressions)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: suppression list: %w", err)
+	}
+	b.stops.push("suppression list", ls.Close)
+	b.suppress = ls
 	window, err := state.NewLocalThrottles(cfg.Dispatch.SuspensionGuard.Window)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: suspension guard: %w", err)
@@ -168,6 +177,12 @@ func (b *backend) redisState(cfg config.Config, d deps, client redis.UniversalCl
 	}
 	if b.history, err = history.NewRedis(client, sp, history.Config{}); err != nil {
 		return nil, fmt.Errorf("gateway: history: %w", err)
+	}
+	if b.numbers, err = state.NewRedisNumberLimits(client, sp); err != nil {
+		return nil, fmt.Errorf("gateway: OTP per-number limit: %w", err)
+	}
+	if b.suppress, err = state.NewRedisSuppressions(client, sp, cfg.Protection.MaxSuppressions); err != nil {
+		return nil, fmt.Errorf("gateway: suppression list: %w", err)
 	}
 	window, err := state.NewRedisThrottles(client, sp, cfg.Dispatch.SuspensionGuard.Window)
 	if err != nil {

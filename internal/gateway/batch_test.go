@@ -70,7 +70,7 @@ func TestBatch(t *testing.T) {
 func TestBatchLimits(t *testing.T) {
 	h := start(t, embeddedMode, nil)
 	wantStatus(t, h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": []any{}}), http.StatusBadRequest)
-	big := make([]any, MaxBatch+1)
+	big := make([]any, maxBatch+1)
 	for i := range big {
 		big[i] = msg("marketing")
 	}
@@ -79,12 +79,12 @@ func TestBatchLimits(t *testing.T) {
 	if f := r.fields(t); len(f) != 1 || f[0] != "messages" {
 		t.Errorf("fields %v", f)
 	}
-	ok := h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": big[:MaxBatch]})
+	ok := h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": big[:maxBatch]})
 	wantStatus(t, ok, http.StatusOK)
 	var out batchResponse
 	ok.json(t, &out)
-	if out.Accepted != MaxBatch {
-		t.Errorf("accepted %d of %d", out.Accepted, MaxBatch)
+	if out.Accepted != maxBatch {
+		t.Errorf("accepted %d of %d", out.Accepted, maxBatch)
 	}
 }
 

@@ -140,7 +140,7 @@ func TestSpecPatternsMatchValidation(t *testing.T) {
 		if ok := err == nil; body.MatchString(s) != ok {
 			t.Fatalf("body %q: pattern %v, validation %v (%v)", s, !ok, ok, err)
 		}
-		if ok := len(s) <= MaxReferenceLen && !strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r >= 0x7f && r <= 0x9f }); ref.MatchString(s) != ok {
+		if ok := len(s) <= maxReferenceLen && !strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r >= 0x7f && r <= 0x9f }); ref.MatchString(s) != ok {
 			t.Fatalf("reference %q: pattern %v, validation %v", s, !ok, ok)
 		}
 	}

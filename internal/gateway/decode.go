@@ -20,8 +20,8 @@ import (
 	"smsgw/internal/sms"
 )
 
-// MaxReferenceLen bounds the producer's own reference.
-const MaxReferenceLen = 128
+// maxReferenceLen bounds the producer's own reference.
+const maxReferenceLen = 128
 
 // messageRequest is the body of POST /v1/messages and one item of a batch.
 type messageRequest struct {
@@ -202,8 +202,8 @@ func (s *server) validateMessage(req *messageRequest, class sms.Class, prefix st
 	add(sms.ValidateSender(req.From))
 	seg, err := sms.ValidateBody(req.Body, s.cfg.Messages.MaxSegments)
 	add(err)
-	if len(req.Reference) > MaxReferenceLen {
-		errs = append(errs, FieldError{prefix + "reference", fmt.Sprintf("has at most %d bytes", MaxReferenceLen)})
+	if len(req.Reference) > maxReferenceLen {
+		errs = append(errs, FieldError{prefix + "reference", fmt.Sprintf("has at most %d bytes", maxReferenceLen)})
 	} else if strings.ContainsFunc(req.Reference, unicode.IsControl) {
 		errs = append(errs, FieldError{prefix + "reference", "must not contain control characters"})
 	}

@@ -38,8 +38,8 @@ const (
 	// longer than any request may run (http.write_timeout defaults to 30 s,
 	// but an enqueue answers in milliseconds).
 	idemLockTTL = 15 * time.Second
-	// MaxIdempotencyKeyLen bounds the Idempotency-Key header.
-	MaxIdempotencyKeyLen = 255
+	// maxIdempotencyKeyLen bounds the Idempotency-Key header.
+	maxIdempotencyKeyLen = 255
 )
 
 // idemStore keeps first answers and in-flight locks.
@@ -57,7 +57,7 @@ func idemKey(producer, scope, key string) string {
 
 // validIdempotencyKey: 1..255 printable ASCII characters.
 func validIdempotencyKey(k string) bool {
-	if k == "" || len(k) > MaxIdempotencyKeyLen {
+	if k == "" || len(k) > maxIdempotencyKeyLen {
 		return false
 	}
 	for i := 0; i < len(k); i++ {
@@ -91,7 +91,7 @@ func (s *server) idempotent(w http.ResponseWriter, r *http.Request, p *producer,
 		return
 	}
 	if !validIdempotencyKey(key) {
-		s.writeError(w, r, fieldError("Idempotency-Key", fmt.Sprintf("must be 1 to %d printable ASCII characters", MaxIdempotencyKeyLen)))
+		s.writeError(w, r, fieldError("Idempotency-Key", fmt.Sprintf("must be 1 to %d printable ASCII characters", maxIdempotencyKeyLen)))
 		return
 	}
 	k := idemKey(p.Name, scope, key)

@@ -53,8 +53,9 @@ const (
 // totals are the cumulative counters of the stats answer.
 type totals struct {
 	classes    [sms.ClassMarketing + 1]dispatch.ClassCounts
-	throttled  int64 // provider 429s
-	otpRefused int64 // fast-path 503s
+	throttled  int64            // provider 429s
+	otpRefused int64            // fast-path 503s
+	refused    [nRefusals]int64 // protection refusals by reason
 }
 
 func totalsOf(s dispatch.Snapshot) totals {
@@ -72,6 +73,9 @@ func totalsOf(s dispatch.Snapshot) totals {
 // fields names every counter as a field of the counters store.
 func (t *totals) fields() map[string]*int64 {
 	out := map[string]*int64{"throttled": &t.throttled, "otp_unavailable": &t.otpRefused}
+	for r := range nRefusals {
+		out["refused:"+r.String()] = &t.refused[r]
+	}
 	for _, c := range sms.Classes {
 		cc := &t.classes[c]
 		n := c.String()
@@ -131,6 +135,7 @@ type rateSample struct {
 // counters store every period, and the store read back.
 type totalsLoop struct {
 	snap    func() dispatch.Snapshot
+	refused func() [nRefusals]int64 // protection's; nil: none
 	store   state.Counters
 	scope   string // scopeShared or scopeProcess
 	log     *slog.Logger
@@ -154,7 +159,7 @@ func newTotalsLoop(snap func() dispatch.Snapshot, store state.Counters, scope st
 func (l *totalsLoop) runOnce(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	cur := totalsOf(l.snap())
+	cur := l.current()
 	stored, since, err := l.store.Add(ctx, cur.plus(l.flushed, -1).values())
 	if err != nil {
 		if !l.failing {
@@ -193,7 +198,16 @@ func (l *totalsLoop) read(ctx context.Context) (totals, string, time.Time, error
 		since = l.since
 	}
 	// This process's increments not flushed yet count at once.
-	return totalsFrom(values).plus(totalsOf(l.snap()).plus(l.flushed, -1), 1), l.scope, since, nil
+	return totalsFrom(values).plus(l.current().plus(l.flushed, -1), 1), l.scope, since, nil
+}
+
+// current is this process's counts now: the dispatcher's and protection's.
+func (l *totalsLoop) current() totals {
+	t := totalsOf(l.snap())
+	if l.refused != nil {
+		t.refused = l.refused()
+	}
+	return t
 }
 
 // rate is the sent rate over the samples (at most the last rateWindow).

@@ -331,15 +331,15 @@ func seq(from, to int) []int {
 func TestCounterFields(t *testing.T) {
 	t.Parallel()
 	fields := totalsFields()
-	if n := len(fields); n != 4*len(sms.Classes)+2 {
+	if n := len(fields); n != 4*len(sms.Classes)+2+int(nRefusals) {
 		t.Errorf("%d counter fields: %v", n, fields)
 	}
 	if _, err := state.NewLocalCounters(fields); err != nil {
 		t.Fatal(err)
 	}
 	var tt totals
-	tt.classes[sms.ClassOTP].Sent, tt.throttled = 3, 2
-	if got := totalsFrom(tt.values()); got != tt || len(tt.values()) != 2 {
+	tt.classes[sms.ClassOTP].Sent, tt.throttled, tt.refused[refusedSuppressed] = 3, 2, 4
+	if got := totalsFrom(tt.values()); got != tt || len(tt.values()) != 3 {
 		t.Errorf("round trip of %+v through the store fields: %+v (%v)", tt, got, tt.values())
 	}
 }

@@ -13,8 +13,8 @@ import (
 	"smsgw/internal/sms"
 )
 
-// MaxBatch is the most messages one batch may hold.
-const MaxBatch = 1000
+// maxBatch is the most messages one batch may hold.
+const maxBatch = 1000
 
 // acceptedMessage is the 202 body of POST /v1/messages and of each
 // accepted batch item.
@@ -143,6 +143,9 @@ func (s *server) accept(ctx context.Context, w http.ResponseWriter, p *producer,
 	now := s.now()
 	if ferr := checkSendAt(v.msg.SendAt, now, ""); ferr != nil {
 		return nil, invalid([]FieldError{*ferr})
+	}
+	if err := s.protectOne(ctx, v.msg.Class, v.msg.To); err != nil {
+		return nil, err
 	}
 	if _, err := s.admitOutstanding(ctx, p, 1); err != nil {
 		return nil, err
@@ -278,8 +281,8 @@ func (s *server) postBatch(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if n := len(req.Messages); n == 0 || n > MaxBatch {
-		s.writeError(w, r, fieldError("messages", fmt.Sprintf("must hold 1 to %d messages (got %d)", MaxBatch, n)))
+	if n := len(req.Messages); n == 0 || n > maxBatch {
+		s.writeError(w, r, fieldError("messages", fmt.Sprintf("must hold 1 to %d messages (got %d)", maxBatch, n)))
 		return
 	}
 	items := make([]batchItem, len(req.Messages))
@@ -315,6 +318,10 @@ func (s *server) itemError(r *http.Request, it *batchItem, err error) {
 func (s *server) acceptBatch(ctx context.Context, w http.ResponseWriter, r *http.Request, p *producer,
 	vs []validated, valid []int, items []batchItem, key string) (*response, error) {
 	now := s.now()
+	valid, err := s.protectItems(ctx, r, vs, valid, items)
+	if err != nil {
+		return nil, err
+	}
 	if len(valid) == 0 {
 		// Refused whole: the answer costs one unit of the producer's
 		// quota, so repeating it is throttled like any other request,

@@ -23,6 +23,7 @@ type apiMetrics struct {
 	replays         prometheus.Counter
 	otpDuration     *prometheus.HistogramVec
 	ingressFallback prometheus.Counter
+	receipts        *receiptMetrics
 }
 
 // OTP outcomes, the label of smsgw_api_otp_duration_seconds.
@@ -58,6 +59,10 @@ func newAPIMetrics(reg prometheus.Registerer) (*apiMetrics, error) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
+	}
+	var err error
+	if m.receipts, err = newReceiptMetrics(reg, time.Now); err != nil {
+		return nil, err
 	}
 	for _, k := range Kinds {
 		m.rejected.WithLabelValues(string(k))

@@ -63,7 +63,7 @@ func TestAdminPauseStatsDeadLetters(t *testing.T) {
 	})
 	p := h.post("/v1/admin/pause", keyAdmin, map[string]any{"duration_seconds": 60, "reason": "provider maintenance"})
 	wantStatus(t, p, http.StatusOK)
-	var ps PauseState
+	var ps pauseState
 	p.json(t, &ps)
 	if !ps.Paused || ps.Until == nil || ps.Reason != "provider maintenance" {
 		t.Errorf("pause %+v", ps)

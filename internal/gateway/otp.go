@@ -75,6 +75,9 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.idempotent(w, r, p, "otp", v.msg.RequestHash, func(ctx context.Context, key string) (*response, error) {
+		if err := s.protectOne(ctx, sms.ClassOTP, v.msg.To); err != nil {
+			return nil, err
+		}
 		if _, err := s.admitIngress(ctx, w, p, 1); err != nil {
 			return nil, err
 		}

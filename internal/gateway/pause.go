@@ -52,21 +52,21 @@ func newOperatorPause(store state.Pause, now func() time.Time) *operatorPause {
 	return &operatorPause{store: store, now: now}
 }
 
-// PauseState is what the admin API reports.
-type PauseState struct {
+// pauseState is what the admin API reports.
+type pauseState struct {
 	Paused bool       `json:"paused"`
 	Until  *time.Time `json:"until,omitempty"`
 	Reason string     `json:"reason,omitempty"`
 }
 
-func (p *operatorPause) state() PauseState {
+func (p *operatorPause) state() pauseState {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.now()
 	if !p.on || (!p.until.IsZero() && !now.Before(p.until)) {
-		return PauseState{}
+		return pauseState{}
 	}
-	st := PauseState{Paused: true, Reason: p.reason}
+	st := pauseState{Paused: true, Reason: p.reason}
 	if !p.until.IsZero() {
 		u := p.until.UTC()
 		st.Until = &u

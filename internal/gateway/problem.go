@@ -41,12 +41,22 @@ const (
 	KindCallbackNotAllowed Kind = "callback-url-not-allowed" // 422: callback_url under none of the producer's webhook.allow prefixes
 	KindUnavailable        Kind = "unavailable"              // 503: OTP could not be sent in time, shutting down, store down
 	KindInternal           Kind = "internal"                 // 500: anything we did not expect
+	KindBadSignature       Kind = "bad-signature"            // 401: a provider receipt's signature is missing or wrong
+	KindNotCancelable      Kind = "not-cancelable"           // 409: the message is sending or done
+	// KindDestinationNotAllowed and the next four are protection's
+	// (protection.go): refused before any quota, queue or provider.
+	KindDestinationNotAllowed Kind = "destination-not-allowed" // 422: region not in protection.countries
+	KindNumberTypeBlocked     Kind = "number-type-blocked"     // 422: type in protection.block_number_types
+	KindSuppressed            Kind = "suppressed"              // 422: the number is on the suppression list
+	KindOTPNumberLimited      Kind = "otp-number-limited"      // 429: protection.otp_per_number
+	KindSuppressionsFull      Kind = "suppression-list-full"   // 409: protection.max_suppressions reached
 )
 
 // Kinds lists every Kind, for creating metric label sets at zero.
 var Kinds = []Kind{KindInvalid, KindUnauthorized, KindForbidden, KindNotFound, KindMethodNotAllowed,
 	KindInFlight, KindTooLarge, KindUnsupportedMedia, KindKeyReused, KindRateLimited, KindTooManyQueued,
-	KindExpiresBeforeSend, KindRejected, KindCallbackNotAllowed, KindUnavailable, KindInternal}
+	KindExpiresBeforeSend, KindRejected, KindCallbackNotAllowed, KindUnavailable, KindInternal, KindBadSignature, KindNotCancelable,
+	KindDestinationNotAllowed, KindNumberTypeBlocked, KindSuppressed, KindOTPNumberLimited, KindSuppressionsFull}
 
 var kindInfo = map[Kind]struct {
 	status int
@@ -68,6 +78,14 @@ var kindInfo = map[Kind]struct {
 	KindCallbackNotAllowed: {http.StatusUnprocessableEntity, "callback_url is not allowed for this producer"},
 	KindUnavailable:        {http.StatusServiceUnavailable, "Service unavailable"},
 	KindInternal:           {http.StatusInternalServerError, "Internal server error"},
+	KindBadSignature:       {http.StatusUnauthorized, "Receipt signature missing or wrong"},
+	KindNotCancelable:      {http.StatusConflict, "The message is sending or done and can no longer be canceled"},
+
+	KindDestinationNotAllowed: {http.StatusUnprocessableEntity, "Destination region not allowed"},
+	KindNumberTypeBlocked:     {http.StatusUnprocessableEntity, "Number type blocked"},
+	KindSuppressed:            {http.StatusUnprocessableEntity, "Number is suppressed"},
+	KindOTPNumberLimited:      {http.StatusTooManyRequests, "Too many OTPs to this number"},
+	KindSuppressionsFull:      {http.StatusConflict, "The suppression list is full"},
 }
 
 // ProblemTypeBase prefixes every problem type URI.

@@ -21,6 +21,7 @@ import (
 	"smsgw/api"
 	"smsgw/internal/config"
 	"smsgw/internal/limiter"
+	"smsgw/internal/provider"
 	"smsgw/internal/queue"
 	"smsgw/internal/sms"
 )
@@ -28,29 +29,32 @@ import (
 // server holds what the handlers need. It is built by New and never
 // changes after, except the readiness flag.
 type server struct {
-	cfg       config.Config
-	log       *slog.Logger
-	now       func() time.Time
-	queue     queue.Queue
-	enq       enqueuer
-	limiter   limiter.Limiter
-	ingress   *ingress
-	idem      idemStore
-	otp       otpSender
-	notifier  notifier
-	auth      *authenticator
-	eta       *etaEstimator
-	quiet     sms.QuietPolicy
-	pause     *operatorPause
-	live      *liveStats
-	history   *historyView
-	callbacks *callbacks
-	metrics   *apiMetrics
-	gatherer  prometheus.Gatherer
-	dashboard http.Handler
-	checks    []readyCheck
-	trusted   []netip.Prefix
-	stopping  atomic.Bool
+	cfg        config.Config
+	log        *slog.Logger
+	now        func() time.Time
+	queue      queue.Queue
+	enq        enqueuer
+	limiter    limiter.Limiter
+	ingress    *ingress
+	idem       idemStore
+	otp        otpSender
+	notifier   notifier
+	auth       *authenticator
+	eta        *etaEstimator
+	quiet      sms.QuietPolicy
+	pause      *operatorPause
+	live       *liveStats
+	history    *historyView
+	callbacks  *callbacks
+	protect    *protector
+	metrics    *apiMetrics
+	gatherer   prometheus.Gatherer
+	dashboard  http.Handler
+	checks     []readyCheck
+	receipts   provider.ReceiptParser // the provider's receipt check; nil: receipts refused
+	unknownLog unknownLog
+	trusted    []netip.Prefix
+	stopping   atomic.Bool
 }
 
 // routes builds the chi router. Every route here must be a path of
@@ -81,8 +85,11 @@ func (s *server) routes() http.Handler {
 			r.Post("/messages", s.postMessage)
 			r.Post("/messages/batch", s.postBatch)
 			r.Get("/messages/{id}", s.getMessage)
+			r.Delete("/messages/{id}", s.deleteMessage)
 			r.Post("/otp", s.postOTP)
 		})
+		// No bearer key: each adapter checks its vendor's signature.
+		r.Post("/receipts/{adapter}", s.postReceipt)
 		r.Route("/admin", func(r chi.Router) {
 			r.Use(s.authAdmin)
 			r.Get("/stats", s.adminStats)
@@ -94,6 +101,9 @@ func (s *server) routes() http.Handler {
 			r.Post("/dead-letters/{id}/retry", s.adminRetryDead)
 			r.Get("/callbacks/dead", s.adminDeadCallbacks)
 			r.Post("/callbacks/dead/{id}/retry", s.adminRetryCallback)
+			r.Get("/suppressions", s.adminListSuppressions)
+			r.Post("/suppressions", s.adminAddSuppression)
+			r.Delete("/suppressions/{number}", s.adminRemoveSuppression)
 		})
 	})
 	if s.dashboard != nil {

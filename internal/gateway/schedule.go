@@ -7,8 +7,8 @@ import (
 
 // Scheduling bounds of send_at (api/openapi.yaml).
 const (
-	// MaxScheduleAhead is how far ahead send_at may be.
-	MaxScheduleAhead = 35 * 24 * time.Hour
+	// maxScheduleAhead is how far ahead send_at may be.
+	maxScheduleAhead = 35 * 24 * time.Hour
 	// sendAtSkew is how far in the past send_at may be: a producer whose
 	// clock runs a little behind ours asks for "now". Such a message is
 	// sent as soon as possible.
@@ -25,8 +25,8 @@ func checkSendAt(sendAt, now time.Time, prefix string) *FieldError {
 		return nil
 	case sendAt.Before(now.Add(-sendAtSkew)):
 		return &FieldError{prefix + "send_at", fmt.Sprintf("is in the past (more than %s before now)", sendAtSkew)}
-	case sendAt.After(now.Add(MaxScheduleAhead)):
-		return &FieldError{prefix + "send_at", fmt.Sprintf("is more than %d days ahead", int(MaxScheduleAhead/(24*time.Hour)))}
+	case sendAt.After(now.Add(maxScheduleAhead)):
+		return &FieldError{prefix + "send_at", fmt.Sprintf("is more than %d days ahead", int(maxScheduleAhead/(24*time.Hour)))}
 	}
 	return nil
 }

@@ -62,7 +62,7 @@ func TestETACountsWhatThisReplicaAccepted(t *testing.T) {
 			t.Parallel()
 			clock := newTestClock(time.Now())
 			h := startClock(t, m, nil, clock.now)
-			b := h.post("/v1/messages/batch", keyNotify, batchOf(MaxBatch, func(int) map[string]any { return msg("marketing") }))
+			b := h.post("/v1/messages/batch", keyNotify, batchOf(maxBatch, func(int) map[string]any { return msg("marketing") }))
 			wantStatus(t, b, http.StatusOK)
 			r := h.post("/v1/messages", keyNotify, msg("marketing", "ttl_seconds", 1))
 			wantStatus(t, r, http.StatusTooManyRequests)

@@ -28,7 +28,65 @@ var (
 	ErrNotFound  = errors.New("queue: message not found")
 	ErrLeaseLost = errors.New("queue: lease not held")
 	ErrClosed    = errors.New("queue: closed")
+	// ErrNotCancelable means the message is sending or done: Cancel changed
+	// nothing.
+	ErrNotCancelable = errors.New("queue: message is not cancelable")
 )
+
+// Receipt is a provider's delivery report, matched to a message by
+// Reference (our message id, which the send passed to the provider) or,
+// without one, by ProviderID through an index the backend keeps from the
+// sent message's provider id for the retention.
+type Receipt struct {
+	ProviderID string     // the provider's message id
+	Reference  string     // our message id as the provider echoes it; "" when the vendor has none
+	Status     sms.Status // delivered, undelivered or failed (sms.Status.Receipt)
+	ErrorCode  string     // the vendor's error code, short, safe; stored as LastError
+}
+
+// MaxReceiptField bounds Receipt.ProviderID, Reference and ErrorCode.
+const MaxReceiptField = 128
+
+// CheckReceipt is the rule every backend applies to a receipt.
+func CheckReceipt(r Receipt) error {
+	switch {
+	case !r.Status.Receipt():
+		return fmt.Errorf("queue: receipt status %q (want delivered, undelivered or failed)", r.Status)
+	case r.ProviderID == "" && r.Reference == "":
+		return errors.New("queue: receipt names neither a provider id nor a reference")
+	case len(r.ProviderID) > MaxReceiptField || len(r.Reference) > MaxReceiptField || len(r.ErrorCode) > MaxReceiptField:
+		return fmt.Errorf("queue: receipt field longer than %d bytes", MaxReceiptField)
+	}
+	return nil
+}
+
+// ReceiptResult is what ApplyReceipt did.
+type ReceiptResult string
+
+const (
+	// ReceiptApplied means the message moved from sent to the receipt's status.
+	ReceiptApplied ReceiptResult = "applied"
+	// ReceiptParked means the message is not sent yet (sending, or queued again
+	// after an unknown outcome); the receipt is kept on it and applied in
+	// the same step in which Complete records sent.
+	ReceiptParked ReceiptResult = "parked"
+	// ReceiptDuplicate means the message is already final, or a receipt is
+	// already parked on it; nothing changed (the first receipt decides).
+	ReceiptDuplicate ReceiptResult = "duplicate"
+	// ReceiptUnknown means no stored message matches.
+	ReceiptUnknown ReceiptResult = "unknown"
+)
+
+// ReceiptOutcome is the answer of ApplyReceipt.
+type ReceiptOutcome struct {
+	Result  ReceiptResult
+	Message *sms.Message // as stored after the call; nil for ReceiptUnknown
+}
+
+// CompleteStatus reports whether s may end a lease (Outcome.Status).
+func CompleteStatus(s sms.Status) bool {
+	return s == sms.StatusSent || s == sms.StatusFailed || s == sms.StatusExpired
+}
 
 // EnqueueResult is the outcome of one enqueue.
 type EnqueueResult struct {
@@ -55,7 +113,7 @@ type Leased struct {
 
 // Outcome ends a lease with a terminal status.
 type Outcome struct {
-	Status     sms.Status // StatusSent, StatusFailed or StatusExpired
+	Status     sms.Status // StatusSent, StatusFailed or StatusExpired (CompleteStatus); a receipt parked on the message turns sent into its status
 	ProviderID string     // for sent
 	Reason     string     // for failed / expired: short, safe text stored as LastError
 	Attempts   int        // attempts made including this one (stored as is)
@@ -117,6 +175,17 @@ type Queue interface {
 	// Dead ends the lease and moves the message to the dead letters
 	// (Status failed, Dead true).
 	Dead(ctx context.Context, l *Leased, reason string, attempts int) error
+
+	// ApplyReceipt applies a provider's delivery receipt, atomically and
+	// only forward: sent moves to r.Status; a message not sent yet parks
+	// the receipt until Complete records sent; a final message, a parked
+	// one or an unmatched receipt changes nothing. Replays are harmless.
+	ApplyReceipt(ctx context.Context, r Receipt) (ReceiptOutcome, error)
+	// Cancel moves producer's queued (or scheduled) message id to
+	// canceled, atomically against Take: exactly one of them wins.
+	// ErrNotFound when no such message of that producer is stored,
+	// ErrNotCancelable once it is sending or done.
+	Cancel(ctx context.Context, id, producer string) (*sms.Message, error)
 
 	// Recover hands every expired lease back to the ready queue (without
 	// spending an attempt) and returns how many it moved.

@@ -69,9 +69,17 @@ func (c *Class) UnmarshalText(b []byte) error {
 }
 
 // Status is where a message is in its life. Transitions only go forward:
-// queued → sending → (queued again on requeue) → sent | failed | expired.
-// A terminal status never changes, except that an operator may retry a dead
-// letter (failed with Dead set), which queues it again.
+//
+//	queued → sending → (queued again on requeue) → sent | failed | expired
+//	sent → delivered | undelivered | failed   (the provider's receipt)
+//	queued → canceled                          (DELETE /v1/messages/{id})
+//
+// "Done" and "final" are two different ends. A done status ends the
+// gateway's work: nothing more is sent (sent and every final status). A
+// final status never changes again: sent is done but not final, because the
+// provider's receipt still moves it to delivered, undelivered or failed. The
+// one exception is an operator retrying a dead letter (failed with Dead set),
+// which queues it again.
 type Status string
 
 // The states of a message (docs/message-states.md).
@@ -85,11 +93,60 @@ const (
 	// StatusScheduled is a queued message whose send_at has not come yet.
 	// It is derived, never stored (see Message.StatusAt).
 	StatusScheduled Status = "scheduled"
+	// StatusDelivered means the provider's receipt says the handset has it.
+	StatusDelivered Status = "delivered"
+	// StatusUndelivered means the provider's receipt says it could not be
+	// delivered (number off for too long, blocked by the carrier).
+	StatusUndelivered Status = "undelivered"
+	// StatusCanceled means the producer canceled it while it was queued or
+	// scheduled; it was never sent.
+	StatusCanceled Status = "canceled"
+	// StatusSuppressed means refused for a number on the suppression list. Part
+	// of the public contract; nothing stores it yet.
+	StatusSuppressed Status = "suppressed"
 )
 
-// Terminal reports whether s is a final state.
-func (s Status) Terminal() bool {
-	return s == StatusSent || s == StatusFailed || s == StatusExpired
+// Done reports whether the gateway's work on a message in s is over:
+// nothing more is sent. Sent is done, not final (see Final).
+func (s Status) Done() bool { return s == StatusSent || s.Final() }
+
+// Final reports whether s can never change again (but for an operator's
+// retry of a dead letter).
+func (s Status) Final() bool {
+	switch s {
+	case StatusFailed, StatusExpired, StatusDelivered, StatusUndelivered, StatusCanceled, StatusSuppressed:
+		return true
+	}
+	return false
+}
+
+// Terminal is Done, the name before receipts existed.
+//
+// Deprecated: say Done (the gateway's work is over) or Final (nothing
+// changes any more).
+func (s Status) Terminal() bool { return s.Done() }
+
+// Receipt reports whether s is a status a provider's receipt may bring:
+// delivered, undelivered or failed.
+func (s Status) Receipt() bool {
+	return s == StatusDelivered || s == StatusUndelivered || s == StatusFailed
+}
+
+// CanMoveTo reports whether a message in s may move to next: only forward.
+// A receipt applies to sent only; a repeated status, a late sent after a
+// receipt, or anything after a final status changes nothing. Queue
+// backends apply their own transitions atomically; this is the rule they
+// implement, written once for readers and tests.
+func (s Status) CanMoveTo(next Status) bool {
+	switch s {
+	case StatusQueued:
+		return next == StatusSending || next == StatusCanceled
+	case StatusSending:
+		return next == StatusQueued || next == StatusSent || next == StatusFailed || next == StatusExpired
+	case StatusSent:
+		return next.Receipt()
+	}
+	return false
 }
 
 // Message is one SMS accepted by the gateway.

@@ -50,16 +50,7 @@ func parseE164(field, s string) (string, error) {
 // is all that validation and E.164 formatting read.
 func validE164(s string) (string, bool) {
 	digits := s[1:]
-	// Calling codes are 1 to 3 digits, never start with 0 and are
-	// prefix-free, so the first one known is the one.
-	var plan *callingCode
-	codes := callingCodes()
-	for n, i := 0, 0; i < 3 && digits[0] != '0'; i++ {
-		n = n*10 + int(digits[i]-'0')
-		if plan = codes[n]; plan != nil {
-			break
-		}
-	}
+	plan := planOf(digits)
 	if plan == nil {
 		return "", false
 	}
@@ -73,12 +64,27 @@ func validE164(s string) (string, bool) {
 	return "+" + plan.digits + nsn, true
 }
 
+// planOf is the calling code digits start with, nil if none is known.
+// Calling codes are 1 to 3 digits, never start with 0 and are prefix-free,
+// so the first one known is the one.
+func planOf(digits string) *callingCode {
+	codes := callingCodes()
+	for n, i := 0, 0; i < 3 && i < len(digits) && digits[0] != '0'; i++ {
+		n = n*10 + int(digits[i]-'0')
+		if plan := codes[n]; plan != nil {
+			return plan
+		}
+	}
+	return nil
+}
+
 // callingCode is the compiled metadata of one country calling code.
 type callingCode struct {
 	digits string
 	// regions share the code, main region first (for 1: US, then the other
 	// NANPA regions; for a non-geographical code, its one entity).
 	regions []*region
+	names   []string // the regions' codes, in the same order ("001": non-geographical)
 	// nationalPrefix is the main region's "^(?:national_prefix_for_parsing)",
 	// nil if it has none.
 	nationalPrefix *regexp.Regexp
@@ -96,6 +102,8 @@ type region struct {
 	// types are the number types the library tries in getNumberTypeHelper;
 	// any match makes the number valid.
 	types []numberDesc
+	// typing holds the same descriptions by type, for numberType.
+	typing regionTypes
 }
 
 // numberDesc is a PhoneNumberDesc: the possible lengths (none: any) and
@@ -135,6 +143,7 @@ func newRegion(m *phonenumbers.PhoneMetadata) *region {
 			r.types = append(r.types, newNumberDesc(d))
 		}
 	}
+	r.typing = newRegionTypes(m)
 	return r
 }
 
@@ -237,7 +246,7 @@ var callingCodes = sync.OnceValue(func() *[1000]*callingCode {
 		if code <= 0 || code >= len(codes) || len(names) == 0 {
 			continue
 		}
-		c := &callingCode{digits: strconv.Itoa(code)}
+		c := &callingCode{digits: strconv.Itoa(code), names: names}
 		var main *phonenumbers.PhoneMetadata
 		for i, name := range names {
 			m := byRegion[name]
@@ -346,4 +355,16 @@ func MaskPhone(s string) string {
 		}
 	}
 	return string(out)
+}
+
+// Warm builds now what the first number's validation and time-zone lookup
+// would otherwise build during a request: the calling-code index (compiled
+// patterns) and libphonenumber's time-zone prefix data. Measured on a
+// loaded 2-core machine: the first validation took 228 ms and the first
+// time-zone lookup 22 ms; afterwards each takes microseconds. The gateway
+// calls it at start-up.
+func Warm() {
+	_ = callingCodes()
+	_, _ = ParseE164("+819012345678")
+	_ = TimeZones("+819012345678")
 }

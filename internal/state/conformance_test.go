@@ -40,6 +40,17 @@ func TestConformanceLocal(t *testing.T) {
 			}
 			return repeat[state.Throttles](s, n)
 		},
+		NumberLimits: func(_ *testing.T, n int) []state.NumberLimits {
+			return repeat[state.NumberLimits](state.NewLocalNumberLimits(0), n)
+		},
+		Suppressions: func(t *testing.T, maxEntries, n int) []state.Suppressions {
+			s, err := state.OpenLocalSuppressions(t.TempDir(), maxEntries)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			return repeat[state.Suppressions](s, n)
+		},
 	})
 }
 
@@ -93,6 +104,16 @@ func redisHarness(client func(t *testing.T) redis.UniversalClient, cleanup func(
 		Throttles: func(t *testing.T, window time.Duration, n int) []state.Throttles {
 			return handles(t, n, space(t), client, func(c redis.UniversalClient, sp keyspace.Space) (state.Throttles, error) {
 				return state.NewRedisThrottles(c, sp, window)
+			})
+		},
+		NumberLimits: func(t *testing.T, n int) []state.NumberLimits {
+			return handles(t, n, space(t), client, func(c redis.UniversalClient, sp keyspace.Space) (state.NumberLimits, error) {
+				return state.NewRedisNumberLimits(c, sp)
+			})
+		},
+		Suppressions: func(t *testing.T, maxEntries, n int) []state.Suppressions {
+			return handles(t, n, space(t), client, func(c redis.UniversalClient, sp keyspace.Space) (state.Suppressions, error) {
+				return state.NewRedisSuppressions(c, sp, maxEntries)
 			})
 		},
 	}

@@ -10,7 +10,13 @@
 //   - Counters (counters.go): the account-wide outcome counters of the stats
 //     answer;
 //   - Throttles (throttles.go): the rolling window of provider 429s the
-//     suspension guard counts.
+//     suspension guard counts;
+//   - NumberLimits (numberlimits.go): the OTPs sent to each number in a
+//     rolling window (protection.otp_per_number), keyed by a hash of the
+//     number, never the number;
+//   - Suppressions (suppressions.go): the suppression list and the account's
+//     number key its ids are hashed with. Its Local implementation is a
+//     bbolt file of its own, so that the list survives a restart.
 //
 // The Local implementations keep the state in this process, for embedded
 // mode (exactly one replica). The Redis implementations keep it under the

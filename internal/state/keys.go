@@ -10,10 +10,11 @@ import "smsgw/internal/keyspace"
 type keys struct {
 	api      string // the gateway's prefix "api"
 	dispatch string // the send loop's prefix "dispatch"
+	protect  string // abuse protection's prefix "protect"
 }
 
 func newKeys(sp keyspace.Space) keys {
-	return keys{api: sp.Prefix("api"), dispatch: sp.Prefix("dispatch")}
+	return keys{api: sp.Prefix("api"), dispatch: sp.Prefix("dispatch"), protect: sp.Prefix("protect")}
 }
 
 // idemAnswer holds the first answer to one hashed idempotency key (STRING,
@@ -34,3 +35,16 @@ func (k keys) counters() string { return k.api + "counters" }
 // throttles is the ZSET of provider 429s: member "<µs>:<nonce>", score the
 // Redis time of the 429 in µs; the script trims it to the window.
 func (k keys) throttles() string { return k.dispatch + "throttles" }
+
+// otpNumber is the ZSET of OTPs sent to one number, by the number's keyed
+// hash (protection.otp_per_number; the number itself is never a key).
+func (k keys) otpNumber(hash string) string { return k.protect + "otp:" + hash }
+
+// suppressions is the suppression list: HASH keyed hash → JSON entry.
+func (k keys) suppressions() string { return k.protect + "suppressed" }
+
+// suppressionIndex is the ZSET (score 0) of the list's hashes, for paging.
+func (k keys) suppressionIndex() string { return k.protect + "suppressed:index" }
+
+// numberKey is the STRING secret the number hashes are keyed with.
+func (k keys) numberKey() string { return k.protect + "numberkey" }

@@ -22,6 +22,10 @@ func TestKeyNamesUnchanged(t *testing.T) {
 		{k.pause(), "{smsgw:acct}:api:pause"},
 		{k.counters(), "{smsgw:acct}:api:counters"},
 		{k.throttles(), "{smsgw:acct}:dispatch:throttles"},
+		{k.otpNumber("0a1b"), "{smsgw:acct}:protect:otp:0a1b"},
+		{k.suppressions(), "{smsgw:acct}:protect:suppressed"},
+		{k.suppressionIndex(), "{smsgw:acct}:protect:suppressed:index"},
+		{k.numberKey(), "{smsgw:acct}:protect:numberkey"},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("key %q, want %q", tc.got, tc.want)

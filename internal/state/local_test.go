@@ -133,6 +133,47 @@ func TestConstructorsRefuseBadArguments(t *testing.T) {
 
 func second[T any](_ T, err error) error { return err }
 
+// TestLocalSuppressionsSurviveRestart: the embedded list is a file; a new
+// process (a reopen) finds the same entries and the same number key.
+func TestLocalSuppressionsSurviveRestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s, err := OpenLocalSuppressions(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := s.Key(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Add(t.Context(), Suppression{ID: "abc", Masked: "+8190****5678", Reason: "stop"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = OpenLocalSuppressions(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	got, err := s.Contains(t.Context(), []string{"abc"})
+	if err != nil || !got[0] {
+		t.Fatalf("after reopen Contains = %v, %v", got, err)
+	}
+	if n, err := s.Count(t.Context()); err != nil || n != 1 {
+		t.Fatalf("after reopen Count = %d, %v", n, err)
+	}
+	again, err := s.Key(t.Context())
+	if err != nil || string(again) != string(key) {
+		t.Fatal("the number key changed across a reopen")
+	}
+}
+
 // TestLocalIdempotencyByteBound: past its byte cap the store drops its
 // oldest answers, whatever their count.
 func TestLocalIdempotencyByteBound(t *testing.T) {

@@ -235,6 +235,12 @@ function renderTiles(s, now, rate) {
   document.title = (alarms.length ? alarms.join(' · ') + ' — ' : '') + 'smsgw ops';
 }
 
+// fmtRatio shows a delivery ratio as a percentage; '—' when no receipt came.
+function fmtRatio(r) {
+  const v = num(r);
+  return v === null ? '—' : (v * 100).toFixed(1) + ' %';
+}
+
 function renderQueues(s) {
   const classes = s.classes || {};
   const rows = classNames(classes).map((name) => {
@@ -251,9 +257,10 @@ function renderQueues(s) {
       td('dead', 'Dead', fmtInt(c.dead)),
       td('sent', 'Sent', fmtInt(c.sent_total)),
       td('failed', 'Failed', fmtInt(c.failed_total)),
-      td('expired', 'Expired', fmtInt(c.expired_total)));
+      td('expired', 'Expired', fmtInt(c.expired_total)),
+      td('delivered', 'Delivered', fmtRatio(c.delivery_ratio)));
   });
-  if (rows.length === 0) rows.push(el('tr', { class: 'empty' }, el('td', { colspan: '10' }, 'No classes reported.')));
+  if (rows.length === 0) rows.push(el('tr', { class: 'empty' }, el('td', { colspan: '11' }, 'No classes reported.')));
   document.querySelector('#queues tbody').replaceChildren(...rows);
   const ct = s.counters;
   $('counters-scope').textContent = !ct ? 'Sent, failed, expired: not reported.'
@@ -329,6 +336,15 @@ function renderCallbacks(c) {
   const dead = num(c?.dead);
   $('cb-dead').textContent = dead === null ? '—' : fmtInt(dead);
   $('cb-dead').dataset.state = dead > 0 ? 'bad' : 'ok';
+}
+
+const REFUSAL_REASONS = ['country', 'number_type', 'suppressed', 'otp_per_number'];
+
+function renderProtection(s) {
+  const p = s.protection || {};
+  const refused = p.refused || {};
+  for (const r of REFUSAL_REASONS) $('pr-' + r).textContent = fmtInt(num(refused[r]));
+  $('pr-suppressions').textContent = fmtInt(num(p.suppressions));
 }
 
 function renderReplica(s) {
@@ -521,6 +537,7 @@ function render() {
   renderQueues(s);
   renderLimiter(s);
   renderProvider(s, rate);
+  renderProtection(s);
   renderReplica(s);
   renderDead(s, state.dead);
   const paused = s.pause?.paused === true;

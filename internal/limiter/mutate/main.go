@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -62,13 +63,7 @@ func run() int {
 		return 2
 	}
 	if *only != "" {
-		var keep []mutant
-		for _, m := range mutants {
-			if m.name == *only {
-				keep = append(keep, m)
-			}
-		}
-		mutants = keep
+		mutants = slices.DeleteFunc(mutants, func(m mutant) bool { return m.name != *only })
 	}
 	if len(mutants) == 0 {
 		fmt.Fprintln(os.Stderr, "mutate: no mutants found")
@@ -98,26 +93,8 @@ func run() int {
 
 	failed := 0
 	for i, m := range mutants {
-		overlay, err := apply(dir, filepath.Join(tmp, fmt.Sprint(i)), m)
-		if err != nil {
-			fmt.Printf("INVALID   %-34s %v\n", m.name, err)
+		if !try(dir, filepath.Join(tmp, fmt.Sprint(i)), m, *timeout, *verbose) {
 			failed++
-			continue
-		}
-		start := time.Now()
-		ok, out := goTest(dir, overlay, m.tests, *timeout)
-		switch {
-		case buildFailed(out):
-			fmt.Printf("INVALID   %-34s does not build:\n%s\n", m.name, indent(out))
-			failed++
-		case ok:
-			fmt.Printf("SURVIVED  %-34s %s passed (%s)\n", m.name, strings.Join(m.tests, ","), time.Since(start).Round(time.Second))
-			failed++
-		default:
-			fmt.Printf("KILLED    %-34s by %s (%s)\n", m.name, strings.Join(m.tests, ","), time.Since(start).Round(time.Second))
-			if *verbose {
-				fmt.Println(indent(failures(out)))
-			}
 		}
 	}
 	fmt.Printf("%d mutants, %d killed, %d survived or invalid\n", len(mutants), len(mutants)-failed, failed)
@@ -125,6 +102,31 @@ func run() int {
 		return 1
 	}
 	return 0
+}
+
+// try applies one mutant in an overlay under tmp, runs its tests and prints
+// the verdict. It reports whether the mutant was killed.
+func try(dir, tmp string, m mutant, timeout time.Duration, verbose bool) bool {
+	overlay, err := apply(dir, tmp, m)
+	if err != nil {
+		fmt.Printf("INVALID   %-34s %v\n", m.name, err)
+		return false
+	}
+	start := time.Now()
+	ok, out := goTest(dir, overlay, m.tests, timeout)
+	switch {
+	case buildFailed(out):
+		fmt.Printf("INVALID   %-34s does not build:\n%s\n", m.name, indent(out))
+		return false
+	case ok:
+		fmt.Printf("SURVIVED  %-34s %s passed (%s)\n", m.name, strings.Join(m.tests, ","), time.Since(start).Round(time.Second))
+		return false
+	}
+	fmt.Printf("KILLED    %-34s by %s (%s)\n", m.name, strings.Join(m.tests, ","), time.Since(start).Round(time.Second))
+	if verbose {
+		fmt.Println(indent(failures(out)))
+	}
+	return true
 }
 
 // parse reads the mutation list: a "// mutation list" comment, then mutant

@@ -67,16 +67,20 @@ type Config struct {
 	Timeout time.Duration // per attempt; default 5 s
 	Client  *http.Client  // default NewClient()
 	Logger  *slog.Logger  // default: discard
+	// ReceiptSecret keys the HMAC of delivery receipts
+	// (provider.receipt_secret); empty: every receipt is refused.
+	ReceiptSecret string
 }
 
 // Provider sends through the generic protocol.
 type Provider struct {
-	name   string
-	url    string
-	token  string
-	tmo    time.Duration
-	client *http.Client
-	log    *slog.Logger
+	receiptSecret string
+	name          string
+	url           string
+	token         string
+	tmo           time.Duration
+	client        *http.Client
+	log           *slog.Logger
 }
 
 var _ provider.Provider = (*Provider)(nil)
@@ -90,7 +94,8 @@ func New(cfg Config) (*Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Provider{name: cfg.Name, url: cfg.URL, token: cfg.Token, tmo: c.Timeout, client: c.Client, log: c.Logger}
+	p := &Provider{name: cfg.Name, url: cfg.URL, token: cfg.Token, tmo: c.Timeout, client: c.Client, log: c.Logger,
+		receiptSecret: cfg.ReceiptSecret}
 	if p.name == "" {
 		p.name = "http"
 	}

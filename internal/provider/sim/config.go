@@ -64,6 +64,10 @@ type Config struct {
 
 	Faults Faults // faults active from the start; /reset returns to these
 
+	// Receipts, when it names URLs, posts a delivery receipt for every
+	// accepted message back to the gateway.
+	Receipts Receipts
+
 	Logger *slog.Logger     // default: discard
 	Now    func() time.Time // default time.Now; tests pass a fake clock
 }
@@ -121,6 +125,9 @@ func (c *Config) setDefaults() error {
 	}
 	if err := c.Faults.validate(); err != nil {
 		return fmt.Errorf("sim: faults: %w", err)
+	}
+	if err := c.Receipts.validate(); err != nil {
+		return fmt.Errorf("sim: %w", err)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -105,6 +105,13 @@ func (s *Sim) handleSend(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, httpprov.SendResponse{ID: rec.ID})
 	case accepted:
 		log.Debug("sim: accepted", "to", sms.MaskPhone(req.To), "reference", req.Reference, "id", rec.ID, "units", rec.Units)
+		if p := s.rcpt.Load(); p != nil && rec.Receipt != "" {
+			if p.early() {
+				p.postNow(r.Context(), rec)
+			} else {
+				p.later(rec)
+			}
+		}
 		if roll(f.LostReplyRate) {
 			s.count(func(c *counters) { c.lostReplies++ })
 			s.hang(r.Context())

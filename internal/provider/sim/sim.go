@@ -31,6 +31,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -47,6 +48,7 @@ type Record struct {
 	Units      int       `json:"units"`                // units of rate it cost
 	AcceptedAt time.Time `json:"accepted_at,omitzero"` // the gateway's acceptance time (X-Smsgw-Accepted-At), if sent
 	Duplicate  bool      `json:"duplicate,omitempty"`  // its reference was accepted before
+	Receipt    string    `json:"receipt,omitempty"`    // the status of the receipt posted for it (Config.Receipts)
 
 	key string // the request's Idempotency-Key
 }
@@ -55,7 +57,8 @@ type Record struct {
 type Sim struct {
 	cfg  Config
 	now  func() time.Time
-	done chan struct{} // closed by Close: releases hanging requests
+	done chan struct{}          // closed by Close: releases hanging requests
+	rcpt atomic.Pointer[poster] // nil until receipts are configured (Config.Receipts, EnableReceipts)
 
 	mu          sync.Mutex
 	limit       int
@@ -103,6 +106,9 @@ func New(cfg Config) (*Sim, error) {
 	}
 	s := &Sim{cfg: cfg, now: cfg.Now, done: make(chan struct{})}
 	s.resetLocked()
+	if len(cfg.Receipts.URLs) > 0 {
+		s.rcpt.Store(newPoster(cfg.Receipts, s.done))
+	}
 	return s, nil
 }
 
@@ -260,6 +266,9 @@ func (s *Sim) decide(rec Record) (outcome, time.Duration, Record) {
 		rec.Duplicate = s.refs[rec.Reference] > 0
 		s.refs[rec.Reference]++
 	}
+	if p := s.rcpt.Load(); p != nil {
+		rec.Receipt = p.cfg.statusFor()
+	}
 	s.records = append(s.records, rec)
 	return accepted, 0, rec
 }
@@ -365,6 +374,30 @@ func jitter(d Duration) time.Duration {
 	return rand.N(time.Duration(d))
 }
 
+// EnableReceipts starts posting receipts as r says, for a simulator
+// created before the gateway's address was known (the demo). It fails
+// when receipts are already on.
+func (s *Sim) EnableReceipts(r Receipts) error {
+	if err := r.validate(); err != nil {
+		return fmt.Errorf("sim: %w", err)
+	}
+	if len(r.URLs) == 0 {
+		return errors.New("sim: receipts: no URL")
+	}
+	s.srvMu.Lock()
+	defer s.srvMu.Unlock()
+	select {
+	case <-s.done:
+		return errors.New("sim: closed")
+	default:
+	}
+	if s.rcpt.Load() != nil {
+		return errors.New("sim: receipts already enabled")
+	}
+	s.rcpt.Store(newPoster(r, s.done))
+	return nil
+}
+
 // Start listens on addr (e.g. "127.0.0.1:0") and serves in the background.
 // It returns the base URL; the send endpoint is URL()+"/send".
 func (s *Sim) Start(addr string) (string, error) {
@@ -409,6 +442,9 @@ func (s *Sim) Close() error {
 		return nil
 	default:
 		close(s.done)
+	}
+	if p := s.rcpt.Load(); p != nil {
+		p.wg.Wait()
 	}
 	if s.srv == nil {
 		return nil

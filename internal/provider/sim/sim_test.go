@@ -358,19 +358,27 @@ func TestSlidingWindowUnderConcurrentBurst(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.CloseIdleConnections()
-	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
-	defer cancel()
+	// The senders stop once the burst has pressed on the limit (the window
+	// filled and a send was refused) and more than a window has passed, or
+	// at the patience bound. They are told to stop, never cancelled: a send
+	// cut off in flight could be accepted without the client seeing it.
 	var wg sync.WaitGroup
 	var ok, throttled atomic.Int64
+	var stop atomic.Bool
+	start := time.Now()
 	for range 12 {
 		wg.Go(func() {
-			for ctx.Err() == nil {
-				_, err := p.Send(ctx, &provider.Request{ID: sms.NewID(time.Now()), To: "+819012345678", Body: "burst"})
+			for !stop.Load() {
+				_, err := p.Send(context.Background(), &provider.Request{ID: sms.NewID(time.Now()), To: "+819012345678", Body: "burst"})
 				switch pe := provider.AsError(err); {
 				case err == nil:
 					ok.Add(1)
 				case pe != nil && pe.Reason == provider.ReasonThrottled:
 					throttled.Add(1)
+				}
+				pressed := ok.Load() >= limit && throttled.Load() > 0 && time.Since(start) > 1500*time.Millisecond
+				if pressed || time.Since(start) > 30*time.Second {
+					stop.Store(true)
 				}
 			}
 		})

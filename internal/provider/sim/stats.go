@@ -40,6 +40,12 @@ type Stats struct {
 	// time (X-Smsgw-Accepted-At), for sends that carried it.
 	Latency map[string]Latency `json:"latency"`
 
+	// Receipts posted and taken by the gateway, given up after every
+	// attempt, and dropped because too many were waiting.
+	ReceiptsPosted  int `json:"receipts_posted"`
+	ReceiptsFailed  int `json:"receipts_failed"`
+	ReceiptsDropped int `json:"receipts_dropped"`
+
 	FirstAccept time.Time `json:"first_accept,omitzero"`
 	LastAccept  time.Time `json:"last_accept,omitzero"`
 	// AchievedRate is accepted units per second between the first and last
@@ -69,6 +75,7 @@ func (s *Sim) Stats() Stats {
 	}
 	s.mu.Unlock()
 
+	st.ReceiptsPosted, st.ReceiptsFailed, st.ReceiptsDropped = s.rcpt.Load().stats()
 	st.Accepted = len(recs)
 	st.PerClass = map[string]int{}
 	lat := map[string][]time.Duration{}

@@ -80,6 +80,10 @@ type Settings struct {
 	AuthToken           string `yaml:"auth_token"`            // with Config.APIKeySID set, the API key's secret; never logged
 	From                string `yaml:"from"`                  // sender when a request has none
 	MessagingServiceSID string `yaml:"messaging_service_sid"` // MG...: used when neither the request nor From gives a sender
+	// WebhookAuthToken is the account's auth token, which signs
+	// StatusCallbacks, when auth_token is an API key's secret; empty:
+	// auth_token. Never logged.
+	WebhookAuthToken string `yaml:"webhook_auth_token"`
 }
 
 // Validate reports every problem of s, each an *httpprov.SettingError
@@ -106,7 +110,7 @@ type Config struct {
 	Settings
 	BaseURL        string // default https://api.twilio.com; tests point it at a fake
 	APIKeySID      string // optional SK...: authenticate with an API key instead of the account
-	StatusCallback string // optional delivery-report URL; smsgw_ref=<message id> is appended
+	StatusCallback string // optional delivery-report URL (provider.receipt_url); smsgw_ref=<message id> is appended; receipts are refused without it
 	Timeout        time.Duration
 	Client         *http.Client
 	Logger         *slog.Logger
@@ -270,7 +274,7 @@ func withRef(callback, id string) string {
 		return callback // validated in New
 	}
 	q := u.Query()
-	q.Set("smsgw_ref", id)
+	q.Set(refParam, id)
 	u.RawQuery = q.Encode()
 	return u.String()
 }

@@ -30,6 +30,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -67,6 +68,12 @@ type Settings struct {
 	APIKey    string `yaml:"api_key"`
 	APISecret string `yaml:"api_secret"` // never logged
 	From      string `yaml:"from"`       // sender when a request has none; Vonage needs one or the other
+	// SignatureSecret checks the signature of delivery receipts (signed
+	// webhooks); empty: every receipt is refused. Never logged.
+	SignatureSecret string `yaml:"signature_secret"`
+	// SignatureMethod is the account's signing method: md5hash (Vonage's
+	// default), md5, sha1, sha256 or sha512 (HMACs).
+	SignatureMethod string `yaml:"signature_method"`
 }
 
 // Validate reports every problem of s, each an *httpprov.SettingError
@@ -86,6 +93,10 @@ func (s Settings) Validate(prefix string) error {
 		errs = append(errs, &httpprov.SettingError{Key: httpprov.KeyPath(prefix, "from"),
 			Problem: "must be set (the sender of a message that names none; Vonage requires one)"})
 	}
+	if s.SignatureMethod != "" && !slices.Contains(Methods, s.SignatureMethod) {
+		errs = append(errs, &httpprov.SettingError{Key: httpprov.KeyPath(prefix, "signature_method"),
+			Problem: "must be one of " + strings.Join(Methods, ", ")})
+	}
 	return errors.Join(errs...)
 }
 
@@ -93,9 +104,12 @@ func (s Settings) Validate(prefix string) error {
 type Config struct {
 	Settings
 	BaseURL string // default https://rest.nexmo.com; tests point it at a fake
-	Timeout time.Duration
-	Client  *http.Client
-	Logger  *slog.Logger
+	// Callback is the delivery receipt webhook (provider.receipt_url),
+	// sent with each message; empty: the account's default.
+	Callback string
+	Timeout  time.Duration
+	Client   *http.Client
+	Logger   *slog.Logger
 }
 
 // Provider sends through Vonage.
@@ -162,6 +176,11 @@ func (p *Provider) Send(ctx context.Context, req *provider.Request) (provider.Re
 		"to":         {strings.TrimPrefix(req.To, "+")},
 		"text":       {req.Body},
 		"client-ref": {req.ID},
+	}
+	if p.cfg.Callback != "" {
+		// The delivery receipt's webhook for this message, over the
+		// account's default.
+		form.Set("callback", p.cfg.Callback)
 	}
 	if sms.CountSegments(req.Body).Encoding == sms.UCS2 {
 		// Without it Vonage sends the text as GSM-7 and mangles it.

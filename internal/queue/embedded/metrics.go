@@ -1,9 +1,9 @@
 package embedded
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"smsgw/internal/queue"
 )
 
 type metrics struct {
@@ -45,34 +45,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	var err error
 	// A store reopened on the same registry keeps counting on the first
 	// queue's collectors.
-	if m.commitSeconds, err = register(reg, m.commitSeconds); err != nil {
+	if m.commitSeconds, err = queue.RegisterMetric(reg, m.commitSeconds); err != nil {
 		return nil, err
 	}
-	if m.commitOps, err = register(reg, m.commitOps); err != nil {
+	if m.commitOps, err = queue.RegisterMetric(reg, m.commitOps); err != nil {
 		return nil, err
 	}
-	if m.commitErrors, err = register(reg, m.commitErrors); err != nil {
+	if m.commitErrors, err = queue.RegisterMetric(reg, m.commitErrors); err != nil {
 		return nil, err
 	}
-	if m.recovered, err = register(reg, m.recovered); err != nil {
+	if m.recovered, err = queue.RegisterMetric(reg, m.recovered); err != nil {
 		return nil, err
 	}
-	if m.pruned, err = register(reg, m.pruned); err != nil {
+	if m.pruned, err = queue.RegisterMetric(reg, m.pruned); err != nil {
 		return nil, err
 	}
 	return m, nil
-}
-
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	err := reg.Register(c)
-	if err == nil {
-		return c, nil
-	}
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing, nil
-		}
-	}
-	return c, err
 }

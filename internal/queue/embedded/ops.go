@@ -290,7 +290,7 @@ func (q *Queue) Extend(ctx context.Context, l *queue.Leased, lease time.Duration
 
 // Complete ends the lease with o.Status (sent, failed or expired).
 func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) error {
-	if !o.Status.Terminal() {
+	if !o.Status.Done() {
 		return fmt.Errorf("queue: complete: status %q is not terminal", o.Status)
 	}
 	return q.ack(ctx, "complete", l, func(tx *bolt.Tx, r *entry, now time.Time) error {
@@ -306,7 +306,19 @@ func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) 
 		r.Msg.UpdatedAt = now
 		if o.Status == sms.StatusSent {
 			r.Msg.SentAt = now
+			if r.Parked != "" {
+				r.Msg.Status = r.Parked
+				if r.ParkedCode != "" {
+					r.Msg.LastError = r.ParkedCode
+				}
+			}
+			if o.ProviderID != "" && len(o.ProviderID) <= queue.MaxReceiptField {
+				if err := tx.Bucket(bPids).Put([]byte(o.ProviderID), []byte(r.Msg.ID)); err != nil {
+					return err
+				}
+			}
 		}
+		r.Parked, r.ParkedCode = "", ""
 		if err := finish(tx, r, ms(now)); err != nil {
 			return err
 		}
@@ -491,7 +503,7 @@ func (q *Queue) prune(ctx context.Context) (int, error) {
 			}
 			// A done entry whose message was retried and is live again
 			// (RetryDead removes it, but be safe): keep the message.
-			if r == nil || !r.Msg.Status.Terminal() {
+			if r == nil || !r.Msg.Status.Done() {
 				continue
 			}
 			if r.Msg.Dead {
@@ -508,6 +520,11 @@ func (q *Queue) prune(ctx context.Context) (int, error) {
 					if err := tx.Bucket(bIdem).Delete(ik); err != nil {
 						return err
 					}
+				}
+			}
+			if pid := []byte(r.Msg.ProviderID); len(pid) > 0 && string(tx.Bucket(bPids).Get(pid)) == id {
+				if err := tx.Bucket(bPids).Delete(pid); err != nil {
+					return err
 				}
 			}
 			if err := tx.Bucket(bMsgs).Delete([]byte(id)); err != nil {

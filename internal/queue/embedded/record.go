@@ -18,6 +18,10 @@ type entry struct {
 	Lease int64  // lease expiry while sending
 	Owner string // lease holder while sending
 	At    int64  // when it became terminal (done/dead key)
+	// A receipt that arrived before the send was recorded: its status and
+	// error code, applied by Complete when it records sent.
+	Parked     sms.Status
+	ParkedCode string
 }
 
 // record is the value of the msgs bucket. Its JSON names are the storage
@@ -50,7 +54,7 @@ type record struct {
 	Updated   int64 `json:"tu,omitempty"` // last change
 	Sent      int64 `json:"ts,omitempty"` // sent
 
-	Status     string `json:"s"`            // status code: q queued, l sending (leased), s sent, f failed, x expired
+	Status     string `json:"s"`            // status code: q queued, l sending (leased), s sent, f failed, x expired, v delivered, u undelivered, c canceled
 	Attempts   int    `json:"a,omitempty"`  // attempts spent
 	Crashes    int    `json:"x,omitempty"`  // sends that crashed their sender
 	LastError  string `json:"e,omitempty"`  // short, safe text of the last failure
@@ -63,6 +67,9 @@ type record struct {
 	Lease int64  `json:"le,omitempty"` // entry.Lease, ms
 	Owner string `json:"lo,omitempty"` // entry.Owner
 	At    int64  `json:"at,omitempty"` // entry.At, ms
+
+	Parked     string `json:"rs,omitempty"` // entry.Parked, a status code
+	ParkedCode string `json:"re,omitempty"` // entry.ParkedCode
 }
 
 // classCodes is the record's class numbering, fixed here rather than taken
@@ -71,11 +78,14 @@ var classCodes = [...]sms.Class{0: sms.ClassOTP, 1: sms.ClassTransactional, 2: s
 
 // statusCodes are the record's status codes.
 var statusCodes = map[sms.Status]string{
-	sms.StatusQueued:  "q",
-	sms.StatusSending: "l",
-	sms.StatusSent:    "s",
-	sms.StatusFailed:  "f",
-	sms.StatusExpired: "x",
+	sms.StatusQueued:      "q",
+	sms.StatusSending:     "l",
+	sms.StatusSent:        "s",
+	sms.StatusFailed:      "f",
+	sms.StatusExpired:     "x",
+	sms.StatusDelivered:   "v",
+	sms.StatusUndelivered: "u",
+	sms.StatusCanceled:    "c",
 }
 
 // unixMs is t in Unix ms, truncated; 0 for the zero time.
@@ -127,6 +137,7 @@ func toRecord(e *entry) (record, error) {
 		Updated: unixMs(m.UpdatedAt), Sent: unixMs(m.SentAt),
 		Status: status, Attempts: m.Attempts, Crashes: m.Crashes, LastError: m.LastError, ProviderID: m.ProviderID, Dead: m.Dead,
 		Seq: e.Seq, Due: e.Due, Token: e.Token, Lease: e.Lease, Owner: e.Owner, At: e.At,
+		Parked: statusCodes[e.Parked], ParkedCode: e.ParkedCode,
 	}, nil
 }
 
@@ -135,10 +146,13 @@ func (r *record) entry(id string) (*entry, error) {
 	if int(r.Class) >= len(classCodes) {
 		return nil, fmt.Errorf("unknown class code %d", r.Class)
 	}
-	var status sms.Status
+	var status, parked sms.Status
 	for s, code := range statusCodes {
 		if code == r.Status {
 			status = s
+		}
+		if code == r.Parked {
+			parked = s
 		}
 	}
 	if status == "" {
@@ -154,6 +168,7 @@ func (r *record) entry(id string) (*entry, error) {
 			Status: status, Attempts: r.Attempts, Crashes: r.Crashes, LastError: r.LastError, ProviderID: r.ProviderID, Dead: r.Dead,
 		},
 		Seq: r.Seq, Due: r.Due, Token: r.Token, Lease: r.Lease, Owner: r.Owner, At: r.At,
+		Parked: parked, ParkedCode: r.ParkedCode,
 	}, nil
 }
 

@@ -19,6 +19,9 @@ var (
 	bDead   = []byte("dead")
 	bDone   = []byte("done")
 	bCounts = []byte("counts")
+	// bPids maps a sent message's provider id to its id, for receipts
+	// without a reference; pruned with the message.
+	bPids = []byte("pids")
 
 	// The outbox of status events (outbox.go).
 	bCbEvents = []byte("cbev")   // event id → event record
@@ -36,7 +39,7 @@ const (
 )
 
 func createBuckets(tx *bolt.Tx) error {
-	for _, name := range [][]byte{bMsgs, bReady, bLeases, bIdem, bOut, bDead, bDone, bCounts, bCbEvents, bCbDue, bCbAge, bCbDead} {
+	for _, name := range [][]byte{bMsgs, bReady, bLeases, bIdem, bOut, bDead, bDone, bCounts, bPids, bCbEvents, bCbDue, bCbAge, bCbDead} {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return fmt.Errorf("bucket %s: %w", name, err)
 		}

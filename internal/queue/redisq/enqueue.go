@@ -55,10 +55,11 @@ for i = 2, #ARGV, 5 do
     m.s = 'q'
     m.tu = math.floor(now / 1000)
     if not m.tc then m.tc = m.tu end
+    local member = new_member(redis.call('INCR', KEYS[2]), id)
+    m.qm = member
     local js = cjson.encode(m)
     redis.call('HSET', KEYS[1], id, js)
-    local seq = redis.call('INCR', KEYS[2])
-    redis.call('ZADD', KEYS[tonumber(ARGV[i + 3])], now + tonumber(ARGV[i + 2]), new_member(seq, id))
+    redis.call('ZADD', KEYS[tonumber(ARGV[i + 3])], now + tonumber(ARGV[i + 2]), member)
     redis.call('HINCRBY', KEYS[3], m.p, 1)
     out[#out + 1] = {0, js, id}
   end

@@ -61,6 +61,14 @@ func (k keys) idem(producer, key string) string {
 	return k.tag + "idem:" + hex.EncodeToString(h.Sum(nil)[:16])
 }
 
+// pid maps a provider message id to our message id, for receipts that
+// carry no reference; it expires with the message's retention. Hashed so
+// that any vendor id gives a bounded name.
+func (k keys) pid(providerID string) string {
+	h := sha256.Sum256([]byte(providerID))
+	return k.tag + "pid:" + hex.EncodeToString(h[:16])
+}
+
 // perClass returns f(c) for every class in sms.Classes order.
 func (k keys) perClass(f func(sms.Class) string) []string {
 	out := make([]string, len(sms.Classes))

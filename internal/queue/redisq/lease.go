@@ -33,8 +33,10 @@ for i = 1, n do
     redis.call('ZREM', KEYS[i], member)
     local raw = redis.call('HGET', msgs, id)
     -- an entry without its message (never written so) is dropped, not handed out
-    if raw then
-      local m = cjson.decode(raw)
+    local m = raw and cjson.decode(raw)
+    -- a member left behind by Cancel of a record without its member is
+    -- dropped too: only queued messages are handed out
+    if m and status_of(m) == 'q' then
       set(m, 's', 'l')
       set_time(m, 'tu', now)
       local js = cjson.encode(m)
@@ -143,11 +145,14 @@ func (q *Queue) Extend(ctx context.Context, l *queue.Leased, lease time.Duration
 }
 
 // completeScript ends a held lease with a terminal status and prunes
-// terminal messages older than the retention.
+// terminal messages older than the retention. A receipt parked on the
+// message (rs, re: it arrived before the send was recorded) turns sent into
+// the receipt's status in the same step.
 //
 // KEYS[1] lease ZSET of the class, KEYS[2] leases HASH, KEYS[3] msgs HASH,
 // KEYS[4] done ZSET, KEYS[5] outstanding HASH, KEYS[6..9] the outbox
-// (keys.outbox): the message's event is written here.
+// (keys.outbox): the message's event is written here, KEYS[10] the provider
+// id's index key (sent with a provider id only).
 // ARGV[1] id, ARGV[2] token, ARGV[3] status code (s, f or x), ARGV[4] provider id,
 // ARGV[5] reason, ARGV[6] attempts, ARGV[7] retention µs, ARGV[8] how many
 // old messages to prune at most.
@@ -162,12 +167,24 @@ set(m, 'a', tonumber(ARGV[6]))
 set_time(m, 'tu', now)
 set(m, 'pm', ARGV[4])
 set(m, 'e', ARGV[5])
-if ARGV[3] == 's' then set_time(m, 'ts', now) end
+if ARGV[3] == 's' then
+  set_time(m, 'ts', now)
+  if m.rs then
+    set(m, 's', m.rs)
+    if m.re then set(m, 'e', m.re) end
+  end
+  if KEYS[10] then
+    redis.call('SET', KEYS[10], ARGV[1], 'PX', math.max(1, math.floor(tonumber(ARGV[7]) / 1000)))
+  end
+end
+m.rs = nil
+m.re = nil
 redis.call('HSET', KEYS[3], ARGV[1], cjson.encode(m))
 redis.call('ZADD', KEYS[4], now, ARGV[1])
-local words = {s = 'sent', f = 'failed', x = 'expired'}
-local codes = {s = '', f = 'rejected', x = 'expired'}
-outbox_add({KEYS[6], KEYS[7], KEYS[8], KEYS[9]}, ARGV[1], m, words[ARGV[3]], codes[ARGV[3]], now)
+-- The event reports the status stored: a receipt parked before the send
+-- was recorded makes it delivered or undelivered at once.
+local final = get(m, 's')
+outbox_add({KEYS[6], KEYS[7], KEYS[8], KEYS[9]}, ARGV[1], m, event_words[final], event_codes[final], now)
 local producer = get(m, 'p')
 if redis.call('HINCRBY', KEYS[5], producer, -1) <= 0 then
   redis.call('HDEL', KEYS[5], producer)
@@ -189,7 +206,7 @@ func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) 
 	if err := q.beginLease(ctx, "complete", l); err != nil {
 		return err
 	}
-	if !o.Status.Terminal() {
+	if !o.Status.Done() {
 		return fmt.Errorf("redisq: complete %s: status %q is not terminal", l.Message.ID, o.Status)
 	}
 	status, err := statusCode(o.Status)
@@ -199,6 +216,9 @@ func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) 
 	start := time.Now()
 	defer func() { q.m.observe("complete", start, err) }()
 	keys := append([]string{q.k.lease(l.Message.Class), q.k.leases(), q.k.msgs(), q.k.done(), q.k.outstanding()}, q.k.outbox()...)
+	if o.Status == sms.StatusSent && o.ProviderID != "" && len(o.ProviderID) <= queue.MaxReceiptField {
+		keys = append(keys, q.k.pid(o.ProviderID))
+	}
 	return q.leaseResult("complete", l, completeScript.Run(ctx, q.c, keys, l.Message.ID, l.Token,
 		status, o.ProviderID, o.Reason, o.Attempts, us(q.retention), prunePerComplete))
 }
@@ -224,8 +244,10 @@ if ARGV[4] == '1' then set(m, 'a', (get(m, 'a') or 0) + 1) end
 if ARGV[5] ~= '' then set(m, 'e', ARGV[5]) end
 if ARGV[6] == '1' then set(m, 'x', (get(m, 'x') or 0) + 1) end
 if delay > 0 then set_time(m, 'tb', now + delay, true) end
+local member = new_member(redis.call('INCR', KEYS[5]), ARGV[1])
+m.qm = member
 redis.call('HSET', KEYS[3], ARGV[1], cjson.encode(m))
-redis.call('ZADD', KEYS[4], now + delay, new_member(redis.call('INCR', KEYS[5]), ARGV[1]))
+redis.call('ZADD', KEYS[4], now + delay, member)
 return 1
 `)
 

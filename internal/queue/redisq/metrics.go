@@ -10,7 +10,7 @@ import (
 )
 
 // ops is the closed label set of the op label.
-var ops = []string{"enqueue", "take", "extend", "complete", "requeue", "dead", "recover", "retry_dead", "read"}
+var ops = []string{"enqueue", "take", "extend", "complete", "requeue", "dead", "recover", "retry_dead", "read", "receipt", "cancel"}
 
 type metrics struct {
 	duration *prometheus.HistogramVec
@@ -38,27 +38,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	// A queue reopened on the same registry shares the first one's metrics.
 	var err error
-	if m.duration, err = register(reg, m.duration); err != nil {
+	if m.duration, err = queue.RegisterMetric(reg, m.duration); err != nil {
 		return nil, err
 	}
-	if m.errors, err = register(reg, m.errors); err != nil {
+	if m.errors, err = queue.RegisterMetric(reg, m.errors); err != nil {
 		return nil, err
 	}
 	return m, nil
-}
-
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	err := reg.Register(c)
-	if err == nil {
-		return c, nil
-	}
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing, nil
-		}
-	}
-	return c, err
 }
 
 // observe records one operation that started at start.

@@ -232,8 +232,10 @@ set(m, 'a', 0)
 set(m, 'x', nil)
 set(m, 'tb', nil)
 set_time(m, 'tu', now)
+local member = new_member(redis.call('INCR', KEYS[4]), ARGV[1])
+m.qm = member
 redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(m))
-redis.call('ZADD', KEYS[3], now, new_member(redis.call('INCR', KEYS[4]), ARGV[1]))
+redis.call('ZADD', KEYS[3], now, member)
 redis.call('HINCRBY', KEYS[5], get(m, 'p'), 1)
 return 1
 `)

@@ -44,7 +44,7 @@ type record struct {
 	Updated   int64 `json:"tu,omitempty"` // last change, Redis clock
 	Sent      int64 `json:"ts,omitempty"` // sent, Redis clock
 
-	Status     string `json:"s"`            // status code: q queued, l sending (leased), s sent, f failed, x expired
+	Status     string `json:"s"`            // status code: q queued, l sending (leased), s sent, f failed, x expired, v delivered, u undelivered, c canceled
 	Attempts   int    `json:"a,omitempty"`  // attempts spent
 	Crashes    int    `json:"x,omitempty"`  // sends that crashed their sender
 	LastError  string `json:"e,omitempty"`  // short, safe text of the last failure
@@ -64,6 +64,12 @@ var statusCodes = map[sms.Status]string{
 	sms.StatusSent:    "s",
 	sms.StatusFailed:  "f",
 	sms.StatusExpired: "x",
+	// Receipts and cancel. A receipt that arrives before the send is
+	// recorded is parked in the fields "rs" (its status code) and "re" (its
+	// error code), which only the scripts read: Complete applies it.
+	sms.StatusDelivered:   "v",
+	sms.StatusUndelivered: "u",
+	sms.StatusCanceled:    "c",
 }
 
 func classCode(c sms.Class) (uint8, error) {
@@ -201,6 +207,7 @@ type legacyMessage struct {
 var legacyStatuses = map[string]sms.Status{
 	"queued": sms.StatusQueued, "sending": sms.StatusSending, "sent": sms.StatusSent,
 	"failed": sms.StatusFailed, "expired": sms.StatusExpired,
+	"delivered": sms.StatusDelivered, "undelivered": sms.StatusUndelivered, "canceled": sms.StatusCanceled,
 }
 
 func decodeLegacy(id, s string) (*sms.Message, error) {
@@ -235,13 +242,15 @@ func decodeLegacy(id, s string) (*sms.Message, error) {
 // times.
 //
 // get(m, f): field f ('p' producer, 'a' attempts).
+// status_of(m): the status code, whichever form m has.
 // set(m, f, v): sets field f to v; an empty string or 0 leaves it out.
 // set_time(m, f, us, up): sets time field f to us (Redis clock µs), in ms
 // rounded down, or up when up is true.
 const luaRecord = `
 local legacy_name = {s = 'status', a = 'attempts', e = 'last_error', pm = 'provider_message_id',
   d = 'dead', tb = 'not_before', tu = 'updated_at', ts = 'sent_at', p = 'producer', x = 'crashes'}
-local legacy_status = {q = 'queued', l = 'sending', s = 'sent', f = 'failed', x = 'expired'}
+local legacy_status = {q = 'queued', l = 'sending', s = 'sent', f = 'failed', x = 'expired',
+  v = 'delivered', u = 'undelivered', c = 'canceled'}
 local function get(m, f)
   if m.s then return m[f] end
   return m[legacy_name[f]]
@@ -254,6 +263,13 @@ local function set(m, f, v)
     if f == 's' then v = legacy_status[v] end
     m[legacy_name[f]] = v
   end
+end
+local function status_of(m)
+  if m.s then return m.s end
+  for code, word in pairs(legacy_status) do
+    if word == m.status then return code end
+  end
+  return nil
 end
 local function set_time(m, f, us, up)
   if not m.s then

@@ -108,9 +108,14 @@ type aTime struct{ offset time.Duration }
 
 // legacyNames are the legacy form of the record fields the scripts write.
 var legacyNames = map[string]string{"s": "status", "a": "attempts", "e": "last_error", "pm": "provider_message_id",
-	"d": "dead", "tb": "not_before", "tu": "updated_at", "ts": "sent_at"}
+	"d": "dead", "tb": "not_before", "tu": "updated_at", "ts": "sent_at", "qm": "qm", "rs": "rs", "re": "re"}
 
-var legacyWords = map[string]string{"q": "queued", "l": "sending", "s": "sent", "f": "failed", "x": "expired"}
+var legacyWords = map[string]string{"q": "queued", "l": "sending", "s": "sent", "f": "failed", "x": "expired",
+	"v": "delivered", "u": "undelivered", "c": "canceled"}
+
+// aMember is a ready ZSET member of the message: the scripts keep it in qm
+// so that Cancel can take the message out of line.
+type aMember struct{}
 
 // checkField compares one stored field with its expectation in record form,
 // translated for a legacy message.
@@ -118,6 +123,12 @@ func checkField(t *testing.T, legacy bool, name string, got, want any, at time.T
 	t.Helper()
 	if legacy && name == "s" {
 		want = legacyWords[want.(string)]
+	}
+	if _, ok := want.(aMember); ok {
+		if s, _ := got.(string); len(s) < 18 || s[16] != ':' {
+			t.Errorf("field %s = %v, want a ready member", name, got)
+		}
+		return
 	}
 	tm, isTime := want.(aTime)
 	switch {
@@ -169,12 +180,12 @@ var scriptEdits = []scriptEdit{
 		func(t *testing.T, q *Queue, l *queue.Leased) error {
 			return q.Requeue(t.Context(), l, queue.RequeueOptions{After: time.Hour, SpendAttempt: true, LastError: "503"})
 		},
-		map[string]any{"s": "q", "a": 1.0, "e": "503", "tb": aTime{time.Hour}, "tu": aTime{}}},
+		map[string]any{"s": "q", "a": 1.0, "e": "503", "tb": aTime{time.Hour}, "tu": aTime{}, "qm": aMember{}}},
 	{"requeue for a rate wait", takeHour,
 		func(t *testing.T, q *Queue, l *queue.Leased) error {
 			return q.Requeue(t.Context(), l, queue.RequeueOptions{})
 		},
-		map[string]any{"s": "q", "tu": aTime{}}},
+		map[string]any{"s": "q", "tu": aTime{}, "qm": aMember{}}},
 	{"dead", takeHour,
 		func(t *testing.T, q *Queue, l *queue.Leased) error { return q.Dead(t.Context(), l, "gave up", 5) },
 		map[string]any{"s": "f", "d": true, "a": 5.0, "e": "gave up", "tu": aTime{}}},
@@ -193,7 +204,48 @@ var scriptEdits = []scriptEdit{
 			return l
 		},
 		func(t *testing.T, q *Queue, l *queue.Leased) error { return q.RetryDead(t.Context(), l.Message.ID) },
-		map[string]any{"s": "q", "d": nil, "a": nil, "tb": nil, "tu": aTime{}}},
+		map[string]any{"s": "q", "d": nil, "a": nil, "tb": nil, "tu": aTime{}, "qm": aMember{}}},
+	{"receipt on sent",
+		func(t *testing.T, q *Queue) *queue.Leased {
+			l := takeHour(t, q)
+			if err := q.Complete(t.Context(), l, queue.Outcome{Status: sms.StatusSent, ProviderID: "pm-1", Attempts: 1}); err != nil {
+				t.Fatal(err)
+			}
+			return l
+		},
+		func(t *testing.T, q *Queue, l *queue.Leased) error {
+			_, err := q.ApplyReceipt(t.Context(), queue.Receipt{Reference: l.Message.ID, Status: sms.StatusDelivered, ErrorCode: "E1"})
+			return err
+		},
+		map[string]any{"s": "v", "e": "E1", "tu": aTime{}}},
+	{"receipt parked", takeHour,
+		func(t *testing.T, q *Queue, l *queue.Leased) error {
+			_, err := q.ApplyReceipt(t.Context(), queue.Receipt{Reference: l.Message.ID, Status: sms.StatusUndelivered, ErrorCode: "E2"})
+			return err
+		},
+		map[string]any{"rs": "u", "re": "E2"}},
+	{"complete sent with a parked receipt",
+		func(t *testing.T, q *Queue) *queue.Leased {
+			l := takeHour(t, q)
+			if _, err := q.ApplyReceipt(t.Context(), queue.Receipt{Reference: l.Message.ID, Status: sms.StatusUndelivered, ErrorCode: "E2"}); err != nil {
+				t.Fatal(err)
+			}
+			return l
+		},
+		func(t *testing.T, q *Queue, l *queue.Leased) error {
+			return q.Complete(t.Context(), l, queue.Outcome{Status: sms.StatusSent, ProviderID: "pm-1", Attempts: 1})
+		},
+		map[string]any{"s": "u", "e": "E2", "a": 1.0, "pm": "pm-1", "ts": aTime{}, "tu": aTime{}, "rs": nil, "re": nil}},
+	{"cancel", nil,
+		func(t *testing.T, q *Queue, l *queue.Leased) error {
+			ids, err := q.c.HKeys(t.Context(), q.k.msgs()).Result()
+			if err != nil || len(ids) != 1 {
+				t.Fatalf("stored ids %v, %v", ids, err)
+			}
+			_, err = q.Cancel(t.Context(), ids[0], "p")
+			return err
+		},
+		map[string]any{"s": "c", "tu": aTime{}, "qm": nil}},
 }
 
 // TestScriptsEditRecords is the state table of every script that edits a

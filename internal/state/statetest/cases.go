@@ -31,6 +31,15 @@ var cases = []testCase{
 	{"ThrottlesRecordCount", testThrottlesRecordCount},
 	{"ThrottlesWindow", testThrottlesWindow},
 	{"ThrottlesConcurrent", testThrottlesConcurrent},
+	{"NumberLimitsTake", testNumberTake},
+	{"NumberLimitsWindow", testNumberWindow},
+	{"NumberLimitsConcurrent", testNumberConcurrent},
+	{"NumberLimitsInvalid", testNumberInvalid},
+	{"SuppressionsAddRemove", testSuppressAddRemove},
+	{"SuppressionsPaging", testSuppressPaging},
+	{"SuppressionsBound", testSuppressBound},
+	{"SuppressionsKey", testSuppressKey},
+	{"SuppressionsInvalid", testSuppressInvalid},
 	{"ContextCancelled", testContextCancelled},
 }
 
@@ -411,16 +420,25 @@ func testContextCancelled(t *testing.T, h Harness) {
 	pause := h.Pause(t, 1)[0]
 	counters := h.Counters(t, counterFields, 1)[0]
 	throttles := h.Throttles(t, minute, 1)[0]
+	numbers := h.NumberLimits(t, 1)[0]
+	sup := h.Suppressions(t, 0, 1)[0]
 	calls := map[string]func() error{
-		"Acquire":   func() error { _, _, err := idem.Acquire(ctx, "k", minute); return err },
-		"Finish":    func() error { return idem.Finish(ctx, "k", "t", nil) },
-		"Set":       func() error { return pause.Set(ctx, 0, "") },
-		"Clear":     func() error { return pause.Clear(ctx) },
-		"Get":       func() error { _, err := pause.Get(ctx); return err },
-		"Add":       func() error { _, _, err := counters.Add(ctx, map[string]int64{"sent": 1}); return err },
-		"Read":      func() error { _, _, err := counters.Read(ctx); return err },
-		"Record429": func() error { _, err := throttles.Record429(ctx); return err },
-		"Count":     func() error { _, err := throttles.Count(ctx); return err },
+		"Acquire":    func() error { _, _, err := idem.Acquire(ctx, "k", minute); return err },
+		"Finish":     func() error { return idem.Finish(ctx, "k", "t", nil) },
+		"Set":        func() error { return pause.Set(ctx, 0, "") },
+		"Clear":      func() error { return pause.Clear(ctx) },
+		"Get":        func() error { _, err := pause.Get(ctx); return err },
+		"Add":        func() error { _, _, err := counters.Add(ctx, map[string]int64{"sent": 1}); return err },
+		"Read":       func() error { _, _, err := counters.Read(ctx); return err },
+		"Record429":  func() error { _, err := throttles.Record429(ctx); return err },
+		"Count":      func() error { _, err := throttles.Count(ctx); return err },
+		"Take":       func() error { _, _, err := numbers.Take(ctx, "k", 1, minute); return err },
+		"Suppress":   func() error { _, err := sup.Add(ctx, state.Suppression{ID: "k"}); return err },
+		"Unsuppress": func() error { _, err := sup.Remove(ctx, "k"); return err },
+		"Contains":   func() error { _, err := sup.Contains(ctx, []string{"k"}); return err },
+		"List":       func() error { _, err := sup.List(ctx, "", 10); return err },
+		"Len":        func() error { _, err := sup.Count(ctx); return err },
+		"Key":        func() error { _, err := sup.Key(ctx); return err },
 	}
 	for name, call := range calls {
 		if err := call(); !errors.Is(err, context.Canceled) {

@@ -45,6 +45,23 @@
 //     the new 429; every handle counts the same 429s, each once, under
 //     concurrency. A 429 leaves the window once it is one window old.
 //
+// NumberLimits.
+//   - Take on a key succeeds limit times within a window, on any handle,
+//     then fails with a retryAfter in (0, window] and records nothing; keys
+//     are independent; once the oldest OTP is a window old, Take succeeds
+//     again. Of concurrent Takes on one key exactly limit succeed.
+//   - A key ValidKey refuses is ErrInvalidKey; a limit outside
+//     1..MaxNumberLimit or a window under 1 ms is ErrInvalidLimit.
+//
+// Suppressions.
+//   - Add puts an entry on the list for every handle (Contains, List,
+//     Count); a second Add of the same ID answers false and keeps the
+//     first entry; Remove takes it off (true), a second Remove answers
+//     false. List pages in ID order from after, never repeating an entry.
+//     Past the store's bound Add is ErrSuppressionsFull.
+//   - Key is 32 bytes, the same on every handle and on every call.
+//   - An ID ValidKey refuses is ErrInvalidKey and changes nothing.
+//
 // Every store.
 //   - With a cancelled context every call returns an error wrapping
 //     context.Canceled.
@@ -66,12 +83,18 @@ type Harness struct {
 	Pause       func(t *testing.T, n int) []state.Pause
 	Counters    func(t *testing.T, fields []string, n int) []state.Counters
 	Throttles   func(t *testing.T, window time.Duration, n int) []state.Throttles
+	// NumberLimits returns n handles of one fresh store.
+	NumberLimits func(t *testing.T, n int) []state.NumberLimits
+	// Suppressions returns n handles of one fresh list bounded by
+	// maxEntries.
+	Suppressions func(t *testing.T, maxEntries, n int) []state.Suppressions
 }
 
 // Run runs every conformance case against the implementations h reaches.
 func Run(t *testing.T, h Harness) {
 	t.Helper()
-	if h.Idempotency == nil || h.Pause == nil || h.Counters == nil || h.Throttles == nil {
+	if h.Idempotency == nil || h.Pause == nil || h.Counters == nil || h.Throttles == nil ||
+		h.NumberLimits == nil || h.Suppressions == nil {
 		t.Fatal("statetest: every Harness func is required")
 	}
 	for _, c := range cases {

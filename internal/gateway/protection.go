@@ -1,0 +1,442 @@
+package gateway
+
+// Protection against SMS pumping and sending where nobody wants it
+// (docs/design.md, "Protection"). Every message, whichever path it takes
+// (POST /v1/otp, POST /v1/messages, each batch item), passes one check,
+// protector.check, after its fields are validated and before any quota,
+// queue or limiter is touched: a refused message never reaches the
+// provider, never uses its rate and costs the producer no ingress quota.
+//
+// In order, for each number:
+//  1. its region must be in protection.countries (when set);
+//  2. its type must not be in protection.block_number_types;
+//  3. it must not be on the suppression list (OTP only with
+//     protection.suppress_otp);
+//  4. an OTP must be within protection.otp_per_number for its number
+//     (this step records the OTP: it is the only step that writes).
+//
+// Numbers are never stored or logged: the stores see an HMAC-SHA256 of the
+// number under the account's number key (kept with the suppression list),
+// logs and answers the masked number.
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"smsgw/internal/config"
+	"smsgw/internal/sms"
+	"smsgw/internal/state"
+)
+
+// refusal is why protection refused a message: the reason label of
+// smsgw_protection_refusals_total and a key of the stats answer.
+type refusal int
+
+const (
+	refusedCountry refusal = iota
+	refusedNumberType
+	refusedSuppressed
+	refusedOTPPerNumber
+	nRefusals
+)
+
+var refusalNames = [nRefusals]string{"country", "number_type", "suppressed", "otp_per_number"}
+
+func (r refusal) String() string { return refusalNames[r] }
+
+// protector is the one protection check and what it keeps.
+type protector struct {
+	cfg       config.ProtectionConfig
+	countries map[string]bool // empty: every region
+	blocked   map[sms.NumberType]bool
+	numbers   state.NumberLimits
+	sup       state.Suppressions
+	alarm     *prefixAlarm
+	log       *slog.Logger
+
+	refusals *prometheus.CounterVec
+	counts   [nRefusals]atomic.Int64 // this process's refusals, for the stats totals
+
+	keyMu sync.Mutex
+	key   []byte // the account's number key, read once
+
+	// While the shared stores fail, OTPs are checked in this process:
+	// numbers hashed with localKey, counted in local.
+	localKey  []byte
+	local     *state.LocalNumberLimits
+	fallbacks prometheus.Counter
+	lastWarn  atomic.Int64 // unix ns of the last fallback WARN
+}
+
+func newProtector(cfg config.ProtectionConfig, numbers state.NumberLimits, sup state.Suppressions,
+	reg prometheus.Registerer, log *slog.Logger, now func() time.Time) (*protector, error) {
+	p := &protector{cfg: cfg, countries: map[string]bool{}, blocked: map[sms.NumberType]bool{},
+		numbers: numbers, sup: sup, log: log, localKey: make([]byte, 32), local: state.NewLocalNumberLimits(0)}
+	_, _ = rand.Read(p.localKey)
+	for _, c := range cfg.Countries {
+		p.countries[c] = true
+	}
+	for _, t := range cfg.BlockNumberTypes {
+		p.blocked[sms.NumberType(t)] = true
+	}
+	p.refusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "smsgw_protection_refusals_total",
+		Help: "Messages refused by protection before any quota, queue or provider, by reason and class.",
+	}, []string{"reason", "class"})
+	p.fallbacks = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "smsgw_protection_fallback_total",
+		Help: "OTP protection decisions taken in this process alone because the shared store failed.",
+	})
+	for _, c := range []prometheus.Collector{p.refusals, p.fallbacks} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("gateway: protection metrics: %w", err)
+		}
+	}
+	for _, r := range refusalNames {
+		for _, c := range sms.Classes {
+			p.refusals.WithLabelValues(r, c.String())
+		}
+	}
+	var err error
+	if p.alarm, err = newPrefixAlarm(cfg.PrefixAlarm, cfg.Countries, reg, log, now); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// target is one number to check and the request field that holds it.
+type target struct {
+	to    string // E.164, validated
+	field string // "to", "messages[3].to"
+}
+
+// check decides for every target of class cls. It returns one entry per
+// target: nil when the message may go on, else the *Error to answer. The
+// error is a store failure (503): then nothing was decided.
+func (p *protector) check(ctx context.Context, cls sms.Class, ts []target) ([]*Error, error) {
+	out := make([]*Error, len(ts))
+	var rest []int // indexes still allowed after the static checks
+	for i, t := range ts {
+		if e := p.checkDestination(cls, t); e != nil {
+			out[i] = e
+			continue
+		}
+		rest = append(rest, i)
+	}
+	if len(rest) == 0 {
+		return out, nil
+	}
+	ids := make([]string, len(rest))
+	key, err := p.numberKey(ctx)
+	shared := err == nil
+	switch {
+	case !shared && cls != sms.ClassOTP:
+		return nil, unavailable("protection store", err)
+	case !shared:
+		// The OTP fast path keeps sending while the store is down (as it
+		// does on the limiter's fallback): numbers are hashed with this
+		// process's key and counted by this process alone.
+		key = p.localKey
+		p.fellBack(ctx, err)
+	}
+	for k, i := range rest {
+		ids[k] = numberID(key, ts[i].to)
+	}
+	if cls != sms.ClassOTP || p.cfg.SuppressOTP && shared {
+		listed, err := p.sup.Contains(ctx, ids)
+		switch {
+		case err != nil && cls != sms.ClassOTP:
+			return nil, unavailable("suppression list", err)
+		case err != nil:
+			p.fellBack(ctx, err)
+			listed = make([]bool, len(ids))
+		}
+		for k, i := range rest {
+			if listed[k] {
+				out[i] = p.refuse(refusedSuppressed, cls, &Error{Kind: KindSuppressed,
+					Detail: ts[i].field + ": the number is on the suppression list; nothing was sent",
+					Fields: []FieldError{{ts[i].field, "is on the suppression list"}},
+					Extra:  map[string]any{"suppression_id": ids[k]}})
+			}
+		}
+	}
+	if cls != sms.ClassOTP {
+		return out, nil
+	}
+	for k, i := range rest {
+		if out[i] != nil {
+			continue
+		}
+		if lim := p.cfg.OTPPerNumber; lim.Limit > 0 {
+			store := state.NumberLimits(p.local)
+			if shared {
+				store = p.numbers
+			}
+			ok, after, err := store.Take(ctx, ids[k], lim.Limit, lim.Window)
+			if err != nil && shared {
+				p.fellBack(ctx, err)
+				ok, after, err = p.local.Take(ctx, ids[k], lim.Limit, lim.Window)
+			}
+			if err != nil {
+				return nil, unavailable("OTP per-number limit", err)
+			}
+			if !ok {
+				out[i] = p.refuse(refusedOTPPerNumber, cls, &Error{Kind: KindOTPNumberLimited, RetryAfter: after,
+					Detail: fmt.Sprintf("%s: at most %d OTPs per number every %s; nothing was sent", ts[i].field, lim.Limit, lim.Window),
+					Extra:  map[string]any{"limit": lim.Limit, "window_seconds": int64(lim.Window.Seconds())}})
+				continue
+			}
+		}
+		p.alarm.observe(ts[i].to)
+	}
+	return out, nil
+}
+
+// checkDestination is the static part: the number's region and type.
+func (p *protector) checkDestination(cls sms.Class, t target) *Error {
+	if len(p.countries) == 0 && len(p.blocked) == 0 {
+		return nil
+	}
+	d := sms.DestinationOf(t.to)
+	if len(p.countries) > 0 && !p.countries[d.Region] {
+		region := d.Region
+		if region == "" || region == sms.RegionNonGeo {
+			region = "none"
+		}
+		return p.refuse(refusedCountry, cls, &Error{Kind: KindDestinationNotAllowed,
+			Detail: fmt.Sprintf("%s: region %s is not an allowed destination (allowed: %s)", t.field, region, strings.Join(p.cfg.Countries, ", ")),
+			Fields: []FieldError{{t.field, "region " + region + " is not an allowed destination"}},
+			Extra:  map[string]any{"region": region}})
+	}
+	if p.blocked[d.Type] {
+		return p.refuse(refusedNumberType, cls, &Error{Kind: KindNumberTypeBlocked,
+			Detail: fmt.Sprintf("%s: numbers of type %s are blocked", t.field, d.Type),
+			Fields: []FieldError{{t.field, "is a " + string(d.Type) + " number, which is blocked"}},
+			Extra:  map[string]any{"number_type": string(d.Type)}})
+	}
+	return nil
+}
+
+// fellBack counts one OTP decision taken locally and warns at most once
+// every fallbackWarnEvery.
+func (p *protector) fellBack(ctx context.Context, err error) {
+	p.fallbacks.Inc()
+	now := time.Now().UnixNano()
+	last := p.lastWarn.Load()
+	if now-last >= int64(fallbackWarnEvery) && p.lastWarn.CompareAndSwap(last, now) {
+		p.log.WarnContext(ctx, "protection: shared store failing; OTPs are checked by this process alone "+
+			"(per-number limit per replica, suppression list not read)", "err", err)
+	}
+}
+
+const fallbackWarnEvery = 10 * time.Second
+
+func (p *protector) refuse(r refusal, cls sms.Class, e *Error) *Error {
+	p.refusals.WithLabelValues(r.String(), cls.String()).Inc()
+	p.counts[r].Add(1)
+	return e
+}
+
+// refused is this process's refusals by reason since it started.
+func (p *protector) refused() [nRefusals]int64 {
+	var out [nRefusals]int64
+	for i := range out {
+		out[i] = p.counts[i].Load()
+	}
+	return out
+}
+
+func unavailable(what string, err error) *Error {
+	return &Error{Kind: KindUnavailable, RetryAfter: time.Second, Err: err,
+		Detail: "the " + what + " is unavailable; nothing was sent or queued"}
+}
+
+// numberKey is the account's number key, read from the store once.
+func (p *protector) numberKey(ctx context.Context) ([]byte, error) {
+	p.keyMu.Lock()
+	defer p.keyMu.Unlock()
+	if p.key != nil {
+		return p.key, nil
+	}
+	k, err := p.sup.Key(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p.key = k
+	return k, nil
+}
+
+// numberID is the stable, keyed hash that stands for a number in every
+// store and answer: 32 hex digits of HMAC-SHA256(key, number).
+func numberID(key []byte, e164 string) string {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(e164))
+	return hex.EncodeToString(m.Sum(nil)[:16])
+}
+
+// prefixAlarm watches OTP traffic by number range: within each window, once
+// at least MinOTP OTPs passed protection, a prefix (the first Digits
+// digits) that took Share of them raises the alarm once for that window:
+// one counter increment by region and one WARN log with the prefix
+// masked. Per process: each replica watches what it accepts.
+type prefixAlarm struct {
+	cfg config.PrefixAlarmConfig
+	log *slog.Logger
+	now func() time.Time
+
+	fired    *prometheus.CounterVec
+	topShare prometheus.Gauge
+
+	mu     sync.Mutex
+	start  time.Time
+	total  int
+	top    int            // the most OTPs of one prefix this window
+	counts map[string]int // bounded by maxAlarmPrefixes
+	raised map[string]bool
+}
+
+// maxAlarmPrefixes bounds the prefixes counted in one window; OTPs to
+// further prefixes count in the total only.
+const maxAlarmPrefixes = 4096
+
+func newPrefixAlarm(cfg config.PrefixAlarmConfig, countries []string, reg prometheus.Registerer, log *slog.Logger,
+	now func() time.Time) (*prefixAlarm, error) {
+	a := &prefixAlarm{cfg: cfg, log: log, now: now, counts: map[string]int{}, raised: map[string]bool{}}
+	a.fired = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "smsgw_protection_prefix_alarms_total",
+		Help: "Times one number range took protection.prefix_alarm.share of the OTPs of a window, by the range's region.",
+	}, []string{"region"})
+	a.topShare = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "smsgw_protection_otp_top_prefix_share",
+		Help: "Share of this window's OTPs taken by its busiest number range (0 until min_otp OTPs).",
+	})
+	for _, c := range []prometheus.Collector{a.fired, a.topShare} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("gateway: protection metrics: %w", err)
+		}
+	}
+	// Exposed from the start (at 0) for the allowed regions, where every
+	// OTP that passes protection goes, and "unknown".
+	for _, r := range append([]string{"unknown"}, countries...) {
+		a.fired.WithLabelValues(r)
+	}
+	return a, nil
+}
+
+// observe counts one OTP to e164 that passed protection.
+func (a *prefixAlarm) observe(e164 string) {
+	now := a.now()
+	prefix := sms.NumberPrefix(e164, a.cfg.Digits)
+	a.mu.Lock()
+	if now.Sub(a.start) >= a.cfg.Window || now.Before(a.start) {
+		a.start, a.total, a.top = now, 0, 0
+		clear(a.counts)
+		clear(a.raised)
+		a.topShare.Set(0)
+	}
+	a.total++
+	n, held := a.counts[prefix]
+	if held || len(a.counts) < maxAlarmPrefixes {
+		n++
+		a.counts[prefix] = n
+	}
+	a.top = max(a.top, n)
+	total := a.total
+	share := float64(n) / float64(total)
+	if total < a.cfg.MinOTP {
+		a.mu.Unlock()
+		return
+	}
+	a.topShare.Set(float64(a.top) / float64(total))
+	raise := share >= a.cfg.Share && !a.raised[prefix]
+	if raise {
+		a.raised[prefix] = true
+	}
+	a.mu.Unlock()
+	if !raise {
+		return
+	}
+	region := alarmRegion(e164)
+	a.fired.WithLabelValues(region).Inc()
+	a.log.Warn("OTP velocity alarm: one number range takes a large share of OTP traffic (possible SMS pumping)",
+		"prefix", maskPrefix(prefix, len(e164)), "region", region, "share", share, "otp_in_range", n,
+		"otp_in_window", total, "window", a.cfg.Window)
+}
+
+// alarmRegion is the region label: an ISO region, "001" for non-geographic
+// networks, or "unknown" — a closed set.
+func alarmRegion(e164 string) string {
+	d := sms.DestinationOf(e164)
+	if sms.ValidRegion(d.Region) || d.Region == sms.RegionNonGeo {
+		return d.Region
+	}
+	return "unknown"
+}
+
+// maskPrefix writes a prefix as the number range it stands for:
+// "+81901" of a 13-character number is "+81901*******".
+func maskPrefix(prefix string, length int) string {
+	return prefix + strings.Repeat("*", max(length-len(prefix), 1))
+}
+
+// protectOne is check for one message whose number is in the field "to".
+func (s *server) protectOne(ctx context.Context, cls sms.Class, to string) error {
+	errs, err := s.protect.check(ctx, cls, []target{{to: to, field: "to"}})
+	if err != nil {
+		return err
+	}
+	if errs[0] != nil {
+		return errs[0]
+	}
+	return nil
+}
+
+// protectItems is check for the valid items of a batch, by class: the
+// items it refuses get their problem and leave valid, which it returns.
+func (s *server) protectItems(ctx context.Context, r *http.Request, vs []validated, valid []int, items []batchItem) ([]int, error) {
+	byClass := map[sms.Class][]int{}
+	for _, i := range valid {
+		byClass[vs[i].msg.Class] = append(byClass[vs[i].msg.Class], i)
+	}
+	refused := map[int]bool{}
+	for _, cls := range sms.Classes {
+		idx := byClass[cls]
+		if len(idx) == 0 {
+			continue
+		}
+		ts := make([]target, len(idx))
+		for k, i := range idx {
+			ts[k] = target{to: vs[i].msg.To, field: "messages[" + strconv.Itoa(i) + "].to"}
+		}
+		errs, err := s.protect.check(ctx, cls, ts)
+		if err != nil {
+			return nil, err
+		}
+		for k, e := range errs {
+			if e != nil {
+				s.itemError(r, &items[idx[k]], e)
+				refused[idx[k]] = true
+			}
+		}
+	}
+	out := valid[:0:0]
+	for _, i := range valid {
+		if !refused[i] {
+			out = append(out, i)
+		}
+	}
+	return out, nil
+}

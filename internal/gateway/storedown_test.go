@@ -1,0 +1,36 @@
+package gateway
+
+import (
+	"net/http"
+	"testing"
+
+	"smsgw/internal/config"
+	"smsgw/internal/redistest"
+)
+
+// TestEnqueueWithStoreDownIs503: a POST while Redis does not answer (an
+// outage, a Cluster master dead before its replica is promoted) is a 503
+// with Retry-After, never a 500. It was a 500: the store's network error
+// was not recognised as a dependency that is down.
+func TestEnqueueWithStoreDownIs503(t *testing.T) {
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	h := start(t, redisMode, func(c *config.Config) { c.Redis.Addr = srv.Addr })
+	srv.Kill()
+	for _, path := range []string{"/v1/messages", "/v1/messages/batch"} {
+		body := msg("transactional")
+		if path == "/v1/messages/batch" {
+			body = map[string]any{"messages": []any{msg("transactional")}}
+		}
+		r := h.post(path, keyNotify, body)
+		if path == "/v1/messages/batch" && r.status == http.StatusMultiStatus {
+			continue // per item; the item's own status is checked by the batch tests
+		}
+		wantStatus(t, r, http.StatusServiceUnavailable)
+		if r.header.Get("Retry-After") == "" {
+			t.Errorf("%s: 503 without Retry-After", path)
+		}
+		if p := r.problem(t); p["type"] != ProblemTypeBase+"unavailable" {
+			t.Errorf("%s: problem %v", path, p)
+		}
+	}
+}

@@ -1,0 +1,211 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"smsgw/internal/sms"
+	"smsgw/internal/state"
+)
+
+// The suppression list's admin API. An entry is shown by its id (the
+// number's keyed hash, stable across replicas and restarts) and the masked
+// number, never the number: an operator adds and removes by number, and
+// lists without learning any.
+
+type suppressionRequest struct {
+	To     string `json:"to"`
+	Reason string `json:"reason"`
+}
+
+type suppressionView struct {
+	ID        string    `json:"id"`
+	To        string    `json:"to"` // masked
+	Reason    string    `json:"reason"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+type suppressionList struct {
+	Suppressions []suppressionView `json:"suppressions"`
+	Total        int               `json:"total"`
+	Next         string            `json:"next,omitempty"` // the after of the next page
+}
+
+const (
+	defaultSuppressionPage = 100
+	maxReasonDigits        = 5 // a longer run of digits could be a number
+)
+
+func viewOfSuppression(e state.Suppression) suppressionView {
+	return suppressionView{ID: e.ID, To: e.Masked, Reason: e.Reason, CreatedAt: e.CreatedAt.UTC()}
+}
+
+// checkReason refuses a reason over the store's bound or one that could
+// hold a phone number (a run of more than maxReasonDigits digits): the
+// list answer must never show one.
+func checkReason(reason string) *Error {
+	if len(reason) > state.MaxSuppressionReason {
+		return fieldError("reason", fmt.Sprintf("has at most %d bytes", state.MaxSuppressionReason))
+	}
+	run := 0
+	for i := 0; i < len(reason); i++ {
+		if c := reason[i]; c >= '0' && c <= '9' {
+			if run++; run > maxReasonDigits {
+				return fieldError("reason", fmt.Sprintf("must not hold a run of more than %d digits (no phone numbers)", maxReasonDigits))
+			}
+			continue
+		}
+		run = 0
+	}
+	return nil
+}
+
+func (s *server) adminAddSuppression(w http.ResponseWriter, r *http.Request) {
+	raw, err := readBody(r, false)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var req suppressionRequest
+	if err := decodeStrict(raw, &req, ""); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	to, err := sms.ParseE164(req.To)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if e := checkReason(req.Reason); e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	id, err := s.suppressionID(r.Context(), to)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	e := state.Suppression{ID: id, Masked: sms.MaskPhone(to), Reason: req.Reason, CreatedAt: s.now().UTC().Truncate(time.Second)}
+	added, err := s.protect.sup.Add(r.Context(), e)
+	switch {
+	case errors.Is(err, state.ErrSuppressionsFull):
+		s.writeError(w, r, &Error{Kind: KindSuppressionsFull, Err: err,
+			Detail: fmt.Sprintf("the list holds protection.max_suppressions (%d) entries; remove some first", s.cfg.Protection.MaxSuppressions)})
+		return
+	case err != nil:
+		s.writeError(w, r, unavailable("suppression list", err))
+		return
+	}
+	status := http.StatusOK
+	if added {
+		status = http.StatusCreated
+		s.log.InfoContext(r.Context(), "number suppressed by operator", "suppression_id", id, "to", e.Masked,
+			"client_ip", ClientIP(r.Context()))
+	}
+	w.Header().Set("Location", "/v1/admin/suppressions/"+id)
+	writeJSON(w, s.log, "application/json", status, viewOfSuppression(e))
+}
+
+// adminRemoveSuppression takes the number (E.164, '+' as is or %2B) or the
+// entry's id from the path.
+func (s *server) adminRemoveSuppression(w http.ResponseWriter, r *http.Request) {
+	// chi matches on the escaped path when it has one: "%2B8190..." comes
+	// here as written.
+	arg, err := url.PathUnescape(chi.URLParam(r, "number"))
+	if err != nil {
+		s.writeError(w, r, fieldError("number", "must be an E.164 number or a suppression id"))
+		return
+	}
+	id := arg
+	if arg != "" && (arg[0] == '+' || arg[0] == ' ') { // a '+' some clients send as a space
+		to, err := sms.ParseE164("+" + arg[1:])
+		if err != nil {
+			s.writeError(w, r, fieldError("number", "must be an E.164 number or a suppression id"))
+			return
+		}
+		if id, err = s.suppressionID(r.Context(), to); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	} else if !state.ValidKey(arg) {
+		s.writeError(w, r, fieldError("number", "must be an E.164 number or a suppression id"))
+		return
+	}
+	removed, err := s.protect.sup.Remove(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, unavailable("suppression list", err))
+		return
+	}
+	if !removed {
+		s.writeError(w, r, errorf(KindNotFound, "the number is not on the suppression list"))
+		return
+	}
+	s.log.InfoContext(r.Context(), "number unsuppressed by operator", "suppression_id", id, "client_ip", ClientIP(r.Context()))
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *server) adminListSuppressions(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit := defaultSuppressionPage
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > state.MaxSuppressionPage {
+			s.writeError(w, r, fieldError("limit", fmt.Sprintf("must be an integer between 1 and %d", state.MaxSuppressionPage)))
+			return
+		}
+		limit = n
+	}
+	after := q.Get("after")
+	if after != "" && !state.ValidKey(after) {
+		s.writeError(w, r, fieldError("after", "must be the next of a previous page"))
+		return
+	}
+	page, err := s.protect.sup.List(r.Context(), after, limit)
+	if err != nil {
+		s.writeError(w, r, unavailable("suppression list", err))
+		return
+	}
+	total, err := s.protect.sup.Count(r.Context())
+	if err != nil {
+		s.writeError(w, r, unavailable("suppression list", err))
+		return
+	}
+	out := suppressionList{Suppressions: make([]suppressionView, 0, len(page)), Total: total}
+	for _, e := range page {
+		out.Suppressions = append(out.Suppressions, viewOfSuppression(e))
+	}
+	if len(page) == limit {
+		out.Next = page[len(page)-1].ID
+	}
+	writeJSON(w, s.log, "application/json", http.StatusOK, out)
+}
+
+// suppressionID is the id of number e164 under the account's key.
+func (s *server) suppressionID(ctx context.Context, e164 string) (string, error) {
+	key, err := s.protect.numberKey(ctx)
+	if err != nil {
+		return "", unavailable("suppression list", err)
+	}
+	return numberID(key, e164), nil
+}
+
+// protectionStats is the stats answer's protection part.
+func (s *server) protectionStats(ctx context.Context, tot totals) (protectionStats, error) {
+	out := protectionStats{Refused: map[string]int64{}}
+	for r := range nRefusals {
+		out.Refused[r.String()] = tot.refused[r]
+	}
+	n, err := s.protect.sup.Count(ctx)
+	if err != nil {
+		return out, unavailable("suppression list", err)
+	}
+	out.Suppressions = n
+	return out, nil
+}

@@ -1,0 +1,66 @@
+package httpprov
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+
+	"smsgw/internal/provider"
+	"smsgw/internal/sms"
+)
+
+// HeaderReceiptSignature carries a generic receipt's signature:
+// "sha256=" and the hex HMAC-SHA256 of the raw body keyed with
+// provider.receipt_secret.
+const HeaderReceiptSignature = "X-Smsgw-Receipt-Signature"
+
+// ReceiptBody is a delivery receipt of the generic protocol, POSTed as JSON
+// to /v1/receipts/http. The simulator encodes the same type.
+type ReceiptBody struct {
+	ProviderMessageID string    `json:"provider_message_id,omitempty"`
+	Reference         string    `json:"reference,omitempty"`
+	Status            string    `json:"status"` // delivered, undelivered or failed
+	ErrorCode         string    `json:"error_code,omitempty"`
+	At                time.Time `json:"at,omitzero"`
+}
+
+// SignReceipt is the value of HeaderReceiptSignature for body.
+func SignReceipt(secret string, body []byte) string {
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write(body)
+	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
+}
+
+var receiptStatuses = map[string]sms.Status{
+	"delivered": sms.StatusDelivered, "undelivered": sms.StatusUndelivered, "failed": sms.StatusFailed,
+}
+
+// ParseReceipt implements provider.ReceiptParser for the generic protocol.
+func (p *Provider) ParseReceipt(r *http.Request, raw []byte) (provider.Receipt, error) {
+	return parseReceipt(p.receiptSecret, r, raw)
+}
+
+func parseReceipt(secret string, r *http.Request, raw []byte) (provider.Receipt, error) {
+	got := r.Header.Get(HeaderReceiptSignature)
+	if secret == "" || !strings.HasPrefix(got, "sha256=") ||
+		!hmac.Equal([]byte(strings.ToLower(got)), []byte(SignReceipt(secret, raw))) {
+		return provider.Receipt{}, provider.ErrBadSignature
+	}
+	var b ReceiptBody
+	if err := json.Unmarshal(raw, &b); err != nil {
+		return provider.Receipt{}, &provider.ReceiptError{Field: "body", Reason: "not a JSON receipt"}
+	}
+	st, ok := receiptStatuses[b.Status]
+	if !ok {
+		return provider.Receipt{}, &provider.ReceiptError{Field: "status", Reason: "must be delivered, undelivered or failed"}
+	}
+	if b.ProviderMessageID == "" && b.Reference == "" {
+		return provider.Receipt{}, &provider.ReceiptError{Field: "provider_message_id", Reason: "give provider_message_id or reference"}
+	}
+	return provider.Receipt{ProviderID: b.ProviderMessageID, Reference: b.Reference, Status: st,
+		VendorStatus: b.Status, ErrorCode: b.ErrorCode, At: b.At}, nil
+}

@@ -1,0 +1,116 @@
+package embedded
+
+import (
+	"context"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+
+	"smsgw/internal/queue"
+	"smsgw/internal/sms"
+)
+
+// ApplyReceipt applies a provider's delivery receipt in one transaction;
+// see queue.Queue.
+func (q *Queue) ApplyReceipt(ctx context.Context, rc queue.Receipt) (queue.ReceiptOutcome, error) {
+	if err := queue.CheckReceipt(rc); err != nil {
+		return queue.ReceiptOutcome{}, err
+	}
+	var out queue.ReceiptOutcome
+	err := q.update(ctx, func(tx *bolt.Tx) error {
+		out = queue.ReceiptOutcome{Result: queue.ReceiptUnknown}
+		id := rc.Reference
+		if id == "" {
+			id = string(tx.Bucket(bPids).Get([]byte(rc.ProviderID)))
+		}
+		if id == "" {
+			return nil
+		}
+		r, err := getEntry(tx, id)
+		if err != nil || r == nil {
+			return err
+		}
+		switch {
+		case r.Msg.Status == sms.StatusSent:
+			r.Msg.Status = rc.Status
+			r.Msg.UpdatedAt = q.now()
+			if rc.ErrorCode != "" {
+				r.Msg.LastError = rc.ErrorCode
+			}
+			out.Result = queue.ReceiptApplied
+		case (r.Msg.Status == sms.StatusQueued || r.Msg.Status == sms.StatusSending) && r.Parked == "":
+			r.Parked, r.ParkedCode = rc.Status, rc.ErrorCode
+			out.Result = queue.ReceiptParked
+		default:
+			out.Result = queue.ReceiptDuplicate
+			m := r.Msg
+			out.Message = &m
+			return nil
+		}
+		if err := putEntry(tx, r); err != nil {
+			return err
+		}
+		m := r.Msg
+		out.Message = &m
+		return nil
+	})
+	if err != nil {
+		return queue.ReceiptOutcome{}, fmt.Errorf("queue: receipt: %w", err)
+	}
+	return out, nil
+}
+
+// Cancel cancels producer's queued message id in one transaction, which
+// bbolt serialises with Take's; see queue.Queue.
+func (q *Queue) Cancel(ctx context.Context, id, producer string) (*sms.Message, error) {
+	var (
+		out *sms.Message
+		res error
+	)
+	err := q.update(ctx, func(tx *bolt.Tx) error {
+		out, res = nil, nil
+		r, err := getEntry(tx, id)
+		if err != nil {
+			return err
+		}
+		if r == nil || r.Msg.Producer != producer {
+			res = queue.ErrNotFound
+			return nil
+		}
+		m := r.Msg
+		out = &m
+		if r.Msg.Status != sms.StatusQueued {
+			res = queue.ErrNotCancelable
+			return nil
+		}
+		if err := tx.Bucket(bReady).Delete(readyKey(r.Msg.Class, r.Due, r.Seq)); err != nil {
+			return err
+		}
+		if err := addClass(tx, r.Msg.Class, kindQueued, -1); err != nil {
+			return err
+		}
+		now := q.now()
+		r.Msg.Status = sms.StatusCanceled
+		r.Msg.UpdatedAt = now
+		r.Parked, r.ParkedCode = "", ""
+		if err := finish(tx, r, ms(now)); err != nil {
+			return err
+		}
+		if err := putEntry(tx, r); err != nil {
+			return err
+		}
+		m = r.Msg
+		out = &m
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: cancel %s: %w", id, err)
+	}
+	if res != nil {
+		if res == queue.ErrNotFound {
+			out = nil
+		}
+		return out, fmt.Errorf("queue: cancel %s: %w", id, res)
+	}
+	return out, nil
+}

@@ -1,0 +1,154 @@
+package redisq
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"smsgw/internal/queue"
+	"smsgw/internal/sms"
+)
+
+// receiptScript applies a delivery receipt, only forward.
+//
+// KEYS[1] msgs HASH, KEYS[2] the provider id's index key (may be absent).
+// ARGV[1] reference (our id; "" to look the provider id up), ARGV[2] the
+// receipt's status code (v, u or f), ARGV[3] its error code.
+// Returns {0} unknown, or {result, stored value, id} with result 1 applied
+// (sent → the receipt's status), 2 parked (queued or sending: kept in rs/re
+// until Complete records sent), 3 duplicate (final already, or a receipt
+// parked already).
+var receiptScript = redis.NewScript(luaPrelude + luaRecord + `
+local id = ARGV[1]
+if id == '' then
+  if not KEYS[2] then return {0} end
+  id = redis.call('GET', KEYS[2])
+  if not id then return {0} end
+end
+local raw = redis.call('HGET', KEYS[1], id)
+if not raw then return {0} end
+local m = cjson.decode(raw)
+local st = status_of(m)
+if st == 's' then
+  set(m, 's', ARGV[2])
+  set_time(m, 'tu', now_us())
+  if ARGV[3] ~= '' then set(m, 'e', ARGV[3]) end
+  local js = cjson.encode(m)
+  redis.call('HSET', KEYS[1], id, js)
+  return {1, js, id}
+end
+if (st == 'q' or st == 'l') and not m.rs then
+  m.rs = ARGV[2]
+  if ARGV[3] ~= '' then m.re = ARGV[3] end
+  local js = cjson.encode(m)
+  redis.call('HSET', KEYS[1], id, js)
+  return {2, js, id}
+end
+return {3, raw, id}
+`)
+
+var receiptResults = map[int64]queue.ReceiptResult{1: queue.ReceiptApplied, 2: queue.ReceiptParked, 3: queue.ReceiptDuplicate}
+
+// ApplyReceipt applies a provider's delivery receipt; see queue.Queue.
+func (q *Queue) ApplyReceipt(ctx context.Context, r queue.Receipt) (_ queue.ReceiptOutcome, err error) {
+	if err := q.begin(ctx, "receipt"); err != nil {
+		return queue.ReceiptOutcome{}, err
+	}
+	if err := queue.CheckReceipt(r); err != nil {
+		return queue.ReceiptOutcome{}, err
+	}
+	status, err := statusCode(r.Status)
+	if err != nil {
+		return queue.ReceiptOutcome{}, fmt.Errorf("redisq: receipt: %w", err)
+	}
+	start := time.Now()
+	defer func() { q.m.observe("receipt", start, err) }()
+	keys := []string{q.k.msgs()}
+	if r.Reference == "" {
+		keys = append(keys, q.k.pid(r.ProviderID))
+	}
+	reply, err := receiptScript.Run(ctx, q.c, keys, r.Reference, status, r.ErrorCode).Slice()
+	if err != nil {
+		return queue.ReceiptOutcome{}, fmt.Errorf("redisq: receipt: %w", err)
+	}
+	code, _ := reply[0].(int64)
+	if code == 0 {
+		return queue.ReceiptOutcome{Result: queue.ReceiptUnknown}, nil
+	}
+	res, ok := receiptResults[code]
+	if !ok || len(reply) != 3 {
+		return queue.ReceiptOutcome{}, fmt.Errorf("redisq: receipt: unexpected reply %v", reply)
+	}
+	id, _ := reply[2].(string)
+	m, err := decodeStored(id, reply[1])
+	if err != nil {
+		return queue.ReceiptOutcome{}, fmt.Errorf("redisq: receipt: %w", err)
+	}
+	return queue.ReceiptOutcome{Result: res, Message: m}, nil
+}
+
+// cancelScript cancels a queued message of one producer, atomically
+// against Take (both are scripts: one runs first).
+//
+// KEYS[1] msgs HASH, KEYS[2] done ZSET, KEYS[3] outstanding HASH,
+// KEYS[4..6] the ready ZSETs in class-code order.
+// ARGV[1] id, ARGV[2] producer.
+// Returns {0} not found (or another producer's), {-1, stored value} not
+// cancelable, {1, stored value} canceled.
+var cancelScript = redis.NewScript(luaPrelude + luaRecord + `
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if not raw then return {0} end
+local m = cjson.decode(raw)
+if get(m, 'p') ~= ARGV[2] then return {0} end
+if status_of(m) ~= 'q' then return {-1, raw} end
+local now = now_us()
+-- a record written before members were kept (no qm) leaves its member for
+-- Take to drop
+if m.qm and m.c then redis.call('ZREM', KEYS[4 + m.c], m.qm) end
+m.qm = nil
+m.rs = nil
+m.re = nil
+set(m, 's', 'c')
+set_time(m, 'tu', now)
+local js = cjson.encode(m)
+redis.call('HSET', KEYS[1], ARGV[1], js)
+redis.call('ZADD', KEYS[2], now, ARGV[1])
+if redis.call('HINCRBY', KEYS[3], ARGV[2], -1) <= 0 then
+  redis.call('HDEL', KEYS[3], ARGV[2])
+end
+return {1, js}
+`)
+
+// Cancel cancels producer's queued message id; see queue.Queue.
+func (q *Queue) Cancel(ctx context.Context, id, producer string) (_ *sms.Message, err error) {
+	if err := q.begin(ctx, "cancel"); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	defer func() { q.m.observe("cancel", start, err) }()
+	keys := []string{q.k.msgs(), q.k.done(), q.k.outstanding()}
+	for _, c := range classCodes {
+		keys = append(keys, q.k.ready(c))
+	}
+	reply, err := cancelScript.Run(ctx, q.c, keys, id, producer).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("redisq: cancel %s: %w", id, err)
+	}
+	code, _ := reply[0].(int64)
+	if code == 0 {
+		return nil, fmt.Errorf("redisq: cancel %s: %w", id, queue.ErrNotFound)
+	}
+	if len(reply) != 2 {
+		return nil, fmt.Errorf("redisq: cancel %s: unexpected reply %v", id, reply)
+	}
+	m, derr := decodeStored(id, reply[1])
+	if derr != nil {
+		return nil, fmt.Errorf("redisq: cancel %s: %w", id, derr)
+	}
+	if code < 0 {
+		return m, fmt.Errorf("redisq: cancel %s: %s: %w", id, m.Status, queue.ErrNotCancelable)
+	}
+	return m, nil
+}

@@ -1,0 +1,223 @@
+package statetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"smsgw/internal/state"
+)
+
+func take(t *testing.T, s state.NumberLimits, key string, limit int, window time.Duration) (bool, time.Duration) {
+	t.Helper()
+	ok, after, err := s.Take(t.Context(), key, limit, window)
+	if err != nil {
+		t.Fatalf("Take %s: %v", key, err)
+	}
+	return ok, after
+}
+
+func testNumberTake(t *testing.T, h Harness) {
+	s := h.NumberLimits(t, 2)
+	for i := range 3 {
+		if ok, _ := take(t, s[i%2], "n1", 3, minute); !ok {
+			t.Fatalf("Take %d of 3 refused", i+1)
+		}
+	}
+	for range 3 {
+		ok, after := take(t, s[1], "n1", 3, minute)
+		if ok || after <= 0 || after > minute {
+			t.Fatalf("Take over the limit = %v, %v; want refused with 0 < retryAfter <= 1m", ok, after)
+		}
+	}
+	if ok, _ := take(t, s[0], "n2", 3, minute); !ok {
+		t.Fatal("another key was refused")
+	}
+}
+
+func testNumberWindow(t *testing.T, h Harness) {
+	s := h.NumberLimits(t, 1)[0]
+	const window = 300 * time.Millisecond
+	if ok, _ := take(t, s, "n", 1, window); !ok {
+		t.Fatal("first Take refused")
+	}
+	if ok, _ := take(t, s, "n", 1, window); ok {
+		t.Fatal("second Take within the window allowed")
+	}
+	// Refused Takes record nothing: the number frees one window after the
+	// allowed one, however often it was tried meanwhile.
+	eventually(t, "the window to pass", func() bool { ok, _ := take(t, s, "n", 1, window); return ok })
+}
+
+func testNumberConcurrent(t *testing.T, h Harness) {
+	s := h.NumberLimits(t, 3)
+	var ok atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 30 {
+		wg.Go(func() {
+			allowed, _, err := s[i%3].Take(context.Background(), "hot", 5, minute)
+			if err != nil {
+				t.Error(err)
+			}
+			if allowed {
+				ok.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if n := ok.Load(); n != 5 {
+		t.Fatalf("%d of 30 concurrent Takes allowed, want exactly 5", n)
+	}
+}
+
+func testNumberInvalid(t *testing.T, h Harness) {
+	s := h.NumberLimits(t, 1)[0]
+	ctx := t.Context()
+	if _, _, err := s.Take(ctx, "a b", 1, minute); !errors.Is(err, state.ErrInvalidKey) {
+		t.Errorf("bad key: %v", err)
+	}
+	for _, c := range []struct {
+		limit  int
+		window time.Duration
+	}{{0, minute}, {state.MaxNumberLimit + 1, minute}, {1, time.Microsecond}} {
+		if _, _, err := s.Take(ctx, "k", c.limit, c.window); !errors.Is(err, state.ErrInvalidLimit) {
+			t.Errorf("limit %d window %s: %v", c.limit, c.window, err)
+		}
+	}
+}
+
+func entry(id string) state.Suppression {
+	return state.Suppression{ID: id, Masked: "+8190****5678", Reason: "asked to stop " + id, CreatedAt: time.Unix(1700000000, 0).UTC()}
+}
+
+func contains(t *testing.T, s state.Suppressions, ids ...string) []bool {
+	t.Helper()
+	got, err := s.Contains(t.Context(), ids)
+	if err != nil || len(got) != len(ids) {
+		t.Fatalf("Contains %v = %v, %v", ids, got, err)
+	}
+	return got
+}
+
+func testSuppressAddRemove(t *testing.T, h Harness) {
+	s := h.Suppressions(t, 0, 2)
+	ctx := t.Context()
+	if added, err := s[0].Add(ctx, entry("a1")); err != nil || !added {
+		t.Fatalf("Add = %v, %v", added, err)
+	}
+	second := entry("a1")
+	second.Reason = "other"
+	if added, err := s[1].Add(ctx, second); err != nil || added {
+		t.Fatalf("second Add = %v, %v; want false", added, err)
+	}
+	if got := contains(t, s[1], "a1", "b2"); !got[0] || got[1] {
+		t.Fatalf("Contains a1, b2 = %v", got)
+	}
+	list, err := s[1].List(ctx, "", 10)
+	if err != nil || len(list) != 1 || list[0] != entry("a1") {
+		t.Fatalf("List = %+v, %v; want the first entry", list, err)
+	}
+	if n, err := s[0].Count(ctx); err != nil || n != 1 {
+		t.Fatalf("Count = %d, %v", n, err)
+	}
+	if removed, err := s[1].Remove(ctx, "a1"); err != nil || !removed {
+		t.Fatalf("Remove = %v, %v", removed, err)
+	}
+	if removed, err := s[0].Remove(ctx, "a1"); err != nil || removed {
+		t.Fatalf("second Remove = %v, %v", removed, err)
+	}
+	if got := contains(t, s[0], "a1"); got[0] {
+		t.Fatal("still listed after Remove")
+	}
+	if n, err := s[1].Count(ctx); err != nil || n != 0 {
+		t.Fatalf("Count after Remove = %d, %v", n, err)
+	}
+}
+
+func testSuppressPaging(t *testing.T, h Harness) {
+	s := h.Suppressions(t, 0, 2)
+	for i := range 25 {
+		if _, err := s[i%2].Add(t.Context(), entry(fmt.Sprintf("id%02d", 24-i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var all []string
+	after := ""
+	for range 4 {
+		page, err := s[1].List(t.Context(), after, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		for _, e := range page {
+			all = append(all, e.ID)
+		}
+		after = page[len(page)-1].ID
+	}
+	if len(all) != 25 {
+		t.Fatalf("paged %d entries, want 25: %v", len(all), all)
+	}
+	for i, id := range all {
+		if id != fmt.Sprintf("id%02d", i) {
+			t.Fatalf("entry %d is %s: not in ID order: %v", i, id, all)
+		}
+	}
+}
+
+func testSuppressBound(t *testing.T, h Harness) {
+	s := h.Suppressions(t, 3, 1)[0]
+	for i := range 3 {
+		if _, err := s.Add(t.Context(), entry(fmt.Sprintf("b%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Add(t.Context(), entry("b3")); !errors.Is(err, state.ErrSuppressionsFull) {
+		t.Fatalf("Add past the bound = %v, want ErrSuppressionsFull", err)
+	}
+	if added, err := s.Add(t.Context(), entry("b1")); err != nil || added {
+		t.Fatalf("Add of a listed id when full = %v, %v; want false, nil", added, err)
+	}
+	if removed, err := s.Remove(t.Context(), "b0"); err != nil || !removed {
+		t.Fatal(removed, err)
+	}
+	if added, err := s.Add(t.Context(), entry("b3")); err != nil || !added {
+		t.Fatalf("Add after a Remove = %v, %v", added, err)
+	}
+}
+
+func testSuppressKey(t *testing.T, h Harness) {
+	s := h.Suppressions(t, 0, 2)
+	a, err := s[0].Key(t.Context())
+	if err != nil || len(a) != 32 {
+		t.Fatalf("Key = %x, %v", a, err)
+	}
+	for _, x := range s {
+		b, err := x.Key(t.Context())
+		if err != nil || string(a) != string(b) {
+			t.Fatalf("Key on another handle = %x, %v; want %x", b, err, a)
+		}
+	}
+}
+
+func testSuppressInvalid(t *testing.T, h Harness) {
+	s := h.Suppressions(t, 0, 1)[0]
+	ctx := t.Context()
+	if _, err := s.Add(ctx, state.Suppression{ID: "+819012345678"}); !errors.Is(err, state.ErrInvalidKey) {
+		t.Errorf("Add of a number as id: %v", err)
+	}
+	if _, err := s.Remove(ctx, ""); !errors.Is(err, state.ErrInvalidKey) {
+		t.Errorf("Remove of an empty id: %v", err)
+	}
+	if _, err := s.Contains(ctx, []string{"ok", "a:b"}); !errors.Is(err, state.ErrInvalidKey) {
+		t.Errorf("Contains of a bad id: %v", err)
+	}
+	if n, err := s.Count(ctx); err != nil || n != 0 {
+		t.Errorf("Count after refused calls = %d, %v", n, err)
+	}
+}

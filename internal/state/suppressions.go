@@ -1,0 +1,496 @@
+package state
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+
+	"smsgw/internal/keyspace"
+)
+
+// Suppression is one number on the suppression list, as stored: never the
+// number itself, only its keyed hash (ID) and its masked form.
+type Suppression struct {
+	ID        string    `json:"id"`     // keyed hash of the number (ValidKey)
+	Masked    string    `json:"masked"` // the number masked, for people
+	Reason    string    `json:"reason"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Suppressions is the suppression list of an account: numbers that must
+// not be sent to, shared by every replica and kept across restarts. It also
+// keeps the account's number key, the secret the IDs are hashed with: the
+// list is meaningless without it, so the two live and die together.
+type Suppressions interface {
+	// Add puts s on the list; added is false (and nothing changes) when
+	// its ID is already there. ErrSuppressionsFull when the list holds
+	// its bound.
+	Add(ctx context.Context, s Suppression) (added bool, err error)
+	// Remove takes id off the list; false when it was not there.
+	Remove(ctx context.Context, id string) (bool, error)
+	// Contains reports, for each id, whether it is on the list.
+	Contains(ctx context.Context, ids []string) ([]bool, error)
+	// List returns up to limit entries (1..MaxSuppressionPage) whose ID
+	// sorts after after ("" from the start), in ID order.
+	List(ctx context.Context, after string, limit int) ([]Suppression, error)
+	// Count is how many entries the list holds.
+	Count(ctx context.Context) (int, error)
+	// Key returns the account's number key (32 random bytes), created by
+	// the first caller and the same for every handle from then on.
+	Key(ctx context.Context) ([]byte, error)
+}
+
+// Bounds of the list.
+const (
+	MaxSuppressions      = 1_000_000
+	MaxSuppressionPage   = 1000
+	MaxSuppressionReason = 200
+	numberKeyLen         = 32
+)
+
+// ErrSuppressionsFull is returned by Add when the list holds MaxSuppressions
+// (or its store's lower bound).
+var ErrSuppressionsFull = errors.New("state: the suppression list is full")
+
+func checkSuppression(s Suppression) error {
+	switch {
+	case !ValidKey(s.ID):
+		return ErrInvalidKey
+	case len(s.Reason) > MaxSuppressionReason || len(s.Masked) > 32:
+		return fmt.Errorf("state: suppression reason over %d bytes or masked number over 32", MaxSuppressionReason)
+	}
+	return nil
+}
+
+func checkPage(after string, limit int) error {
+	if limit < 1 || limit > MaxSuppressionPage {
+		return fmt.Errorf("state: page limit %d not in 1..%d", limit, MaxSuppressionPage)
+	}
+	if after != "" && !ValidKey(after) {
+		return ErrInvalidKey
+	}
+	return nil
+}
+
+func checkIDs(ids []string) error {
+	if len(ids) > MaxSuppressionPage {
+		return fmt.Errorf("state: at most %d ids at once", MaxSuppressionPage)
+	}
+	for _, id := range ids {
+		if !ValidKey(id) {
+			return ErrInvalidKey
+		}
+	}
+	return nil
+}
+
+// RedisSuppressions keep the list in a HASH (ID → JSON entry) with a ZSET
+// of the IDs at score 0 for paging in ID order, and the number key in a
+// STRING; none of them expires.
+type RedisSuppressions struct {
+	c   redis.UniversalClient
+	k   keys
+	max int
+
+	mu  sync.Mutex
+	key []byte // cached once read
+}
+
+var _ Suppressions = (*RedisSuppressions)(nil)
+
+// NewRedisSuppressions returns the list of sp's account on c, bounded by
+// maxEntries (0: MaxSuppressions).
+func NewRedisSuppressions(c redis.UniversalClient, sp keyspace.Space, maxEntries int) (*RedisSuppressions, error) {
+	if err := checkRedis(c, sp); err != nil {
+		return nil, err
+	}
+	if maxEntries <= 0 || maxEntries > MaxSuppressions {
+		maxEntries = MaxSuppressions
+	}
+	return &RedisSuppressions{c: c, k: newKeys(sp), max: maxEntries}, nil
+}
+
+// suppressAddScript adds one entry.
+//
+//	KEYS[1]  HASH id → JSON entry
+//	KEYS[2]  ZSET of ids, score 0
+//	ARGV[1]  id
+//	ARGV[2]  JSON entry
+//	ARGV[3]  bound
+//
+// Returns 1 when added, 0 when already there, -1 when full.
+var suppressAddScript = redis.NewScript(`
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
+if redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[3]) then return -1 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[2], 0, ARGV[1])
+return 1
+`)
+
+// suppressRemoveScript removes one entry: KEYS as for add, ARGV[1] the id.
+// Returns 1 when removed, 0 when absent.
+var suppressRemoveScript = redis.NewScript(`
+redis.call('ZREM', KEYS[2], ARGV[1])
+return redis.call('HDEL', KEYS[1], ARGV[1])
+`)
+
+// numberKeyScript returns the number key, setting it to ARGV[1] first if
+// there is none. KEYS[1] is the STRING.
+var numberKeyScript = redis.NewScript(`
+redis.call('SET', KEYS[1], ARGV[1], 'NX')
+return redis.call('GET', KEYS[1])
+`)
+
+func redisErr(what string, err error) error {
+	return fmt.Errorf("state: suppressions %s on redis: %w", what, err)
+}
+
+// Add puts s on the list.
+func (r *RedisSuppressions) Add(ctx context.Context, s Suppression) (bool, error) {
+	if err := checkSuppression(s); err != nil {
+		return false, err
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		return false, err
+	}
+	n, err := suppressAddScript.Run(ctx, r.c, []string{r.k.suppressions(), r.k.suppressionIndex()}, s.ID, b, r.max).Int()
+	switch {
+	case err != nil:
+		return false, redisErr("add", err)
+	case n < 0:
+		return false, ErrSuppressionsFull
+	}
+	return n == 1, nil
+}
+
+// Remove takes id off the list.
+func (r *RedisSuppressions) Remove(ctx context.Context, id string) (bool, error) {
+	if !ValidKey(id) {
+		return false, ErrInvalidKey
+	}
+	n, err := suppressRemoveScript.Run(ctx, r.c, []string{r.k.suppressions(), r.k.suppressionIndex()}, id).Int()
+	if err != nil {
+		return false, redisErr("remove", err)
+	}
+	return n == 1, nil
+}
+
+// Contains asks Redis once for all ids.
+func (r *RedisSuppressions) Contains(ctx context.Context, ids []string) ([]bool, error) {
+	if err := checkIDs(ids); err != nil {
+		return nil, err
+	}
+	out := make([]bool, len(ids))
+	if len(ids) == 0 {
+		return out, ctx.Err()
+	}
+	vals, err := r.c.HMGet(ctx, r.k.suppressions(), ids...).Result()
+	if err != nil {
+		return nil, redisErr("lookup", err)
+	}
+	for i, v := range vals {
+		out[i] = v != nil
+	}
+	return out, nil
+}
+
+// List pages through the index in ID order.
+func (r *RedisSuppressions) List(ctx context.Context, after string, limit int) ([]Suppression, error) {
+	if err := checkPage(after, limit); err != nil {
+		return nil, err
+	}
+	lo := "-"
+	if after != "" {
+		lo = "(" + after
+	}
+	ids, err := r.c.ZRangeByLex(ctx, r.k.suppressionIndex(), &redis.ZRangeBy{Min: lo, Max: "+", Count: int64(limit)}).Result()
+	if err != nil {
+		return nil, redisErr("list", err)
+	}
+	out := []Suppression{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	vals, err := r.c.HMGet(ctx, r.k.suppressions(), ids...).Result()
+	if err != nil {
+		return nil, redisErr("list", err)
+	}
+	for _, v := range vals {
+		if str, ok := v.(string); ok {
+			var s Suppression
+			if json.Unmarshal([]byte(str), &s) == nil {
+				out = append(out, s)
+			}
+		}
+	}
+	return out, nil
+}
+
+// Count is the HASH's length.
+func (r *RedisSuppressions) Count(ctx context.Context) (int, error) {
+	n, err := r.c.HLen(ctx, r.k.suppressions()).Result()
+	if err != nil {
+		return 0, redisErr("count", err)
+	}
+	return int(n), nil
+}
+
+// Key reads (or creates) the number key once and keeps it.
+func (r *RedisSuppressions) Key(ctx context.Context) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, redisErr("number key", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.key != nil {
+		return r.key, nil
+	}
+	fresh := make([]byte, numberKeyLen)
+	_, _ = rand.Read(fresh)
+	s, err := numberKeyScript.Run(ctx, r.c, []string{r.k.numberKey()}, fresh).Text()
+	if err != nil {
+		return nil, redisErr("number key", err)
+	}
+	if len(s) != numberKeyLen {
+		return nil, fmt.Errorf("state: the number key in redis has %d bytes, want %d", len(s), numberKeyLen)
+	}
+	r.key = []byte(s)
+	return r.key, nil
+}
+
+// SuppressionsFile is the file of LocalSuppressions in the store directory.
+const SuppressionsFile = "protection.db"
+
+var (
+	bSuppressed = []byte("suppressed") // id → JSON entry
+	bMeta       = []byte("meta")       // "number_key" → 32 bytes
+	metaKey     = []byte("number_key")
+	metaCount   = []byte("count") // entries in bSuppressed, 8 bytes big-endian
+)
+
+func readCount(tx *bolt.Tx) int {
+	b := tx.Bucket(bMeta).Get(metaCount)
+	if len(b) != 8 {
+		return 0
+	}
+	return int(binary.BigEndian.Uint64(b))
+}
+
+func writeCount(tx *bolt.Tx, n int) error {
+	return tx.Bucket(bMeta).Put(metaCount, binary.BigEndian.AppendUint64(nil, uint64(max(n, 0))))
+}
+
+// LocalSuppressions keep the list in a bbolt file of its own beside the
+// embedded queue's (embedded mode, one replica): every change is fsynced
+// before it returns, so the list survives a restart. Safe for concurrent
+// use.
+type LocalSuppressions struct {
+	db  *bolt.DB
+	max int
+}
+
+var _ Suppressions = (*LocalSuppressions)(nil)
+
+// OpenLocalSuppressions opens (or creates) SuppressionsFile in dir, bounded
+// by maxEntries (0: MaxSuppressions). Close it when done.
+func OpenLocalSuppressions(dir string, maxEntries int) (*LocalSuppressions, error) {
+	if maxEntries <= 0 || maxEntries > MaxSuppressions {
+		maxEntries = MaxSuppressions
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("state: suppressions: create %s: %w", dir, err)
+	}
+	file := filepath.Join(dir, SuppressionsFile)
+	db, err := bolt.Open(file, 0o600, &bolt.Options{Timeout: time.Second})
+	if errors.Is(err, bolterrors.ErrTimeout) {
+		return nil, fmt.Errorf("state: suppressions: %s is locked by another process: %w", file, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("state: suppressions: open %s: %w", file, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		if _, err := tx.CreateBucketIfNotExists(bSuppressed); err != nil {
+			return err
+		}
+		m, err := tx.CreateBucketIfNotExists(bMeta)
+		if err != nil {
+			return err
+		}
+		if m.Get(metaKey) == nil {
+			k := make([]byte, numberKeyLen)
+			_, _ = rand.Read(k)
+			return m.Put(metaKey, k)
+		}
+		return nil
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("state: suppressions: init %s: %w", file, err)
+	}
+	return &LocalSuppressions{db: db, max: maxEntries}, nil
+}
+
+// Close closes the file.
+func (l *LocalSuppressions) Close() error { return l.db.Close() }
+
+func localErr(what string, err error) error {
+	return fmt.Errorf("state: suppressions %s: %w", what, err)
+}
+
+// Add puts s on the list.
+func (l *LocalSuppressions) Add(ctx context.Context, s Suppression) (bool, error) {
+	if err := checkSuppression(s); err != nil {
+		return false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return false, localErr("add", err)
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		return false, err
+	}
+	added := false
+	err = l.db.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(bSuppressed)
+		if bk.Get([]byte(s.ID)) != nil {
+			return nil
+		}
+		n := readCount(tx)
+		if n >= l.max {
+			return ErrSuppressionsFull
+		}
+		added = true
+		if err := writeCount(tx, n+1); err != nil {
+			return err
+		}
+		return bk.Put([]byte(s.ID), b)
+	})
+	if errors.Is(err, ErrSuppressionsFull) {
+		return false, err
+	}
+	if err != nil {
+		return false, localErr("add", err)
+	}
+	return added, nil
+}
+
+// Remove takes id off the list.
+func (l *LocalSuppressions) Remove(ctx context.Context, id string) (bool, error) {
+	if !ValidKey(id) {
+		return false, ErrInvalidKey
+	}
+	if err := ctx.Err(); err != nil {
+		return false, localErr("remove", err)
+	}
+	removed := false
+	err := l.db.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(bSuppressed)
+		if bk.Get([]byte(id)) == nil {
+			return nil
+		}
+		removed = true
+		if err := writeCount(tx, readCount(tx)-1); err != nil {
+			return err
+		}
+		return bk.Delete([]byte(id))
+	})
+	if err != nil {
+		return false, localErr("remove", err)
+	}
+	return removed, nil
+}
+
+// Contains reads all ids in one transaction.
+func (l *LocalSuppressions) Contains(ctx context.Context, ids []string) ([]bool, error) {
+	if err := checkIDs(ids); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, localErr("lookup", err)
+	}
+	out := make([]bool, len(ids))
+	err := l.db.View(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(bSuppressed)
+		for i, id := range ids {
+			out[i] = bk.Get([]byte(id)) != nil
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, localErr("lookup", err)
+	}
+	return out, nil
+}
+
+// List pages through the bucket in ID (byte) order.
+func (l *LocalSuppressions) List(ctx context.Context, after string, limit int) ([]Suppression, error) {
+	if err := checkPage(after, limit); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, localErr("list", err)
+	}
+	out := []Suppression{}
+	err := l.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bSuppressed).Cursor()
+		k, v := c.First()
+		if after != "" {
+			k, v = c.Seek([]byte(after))
+			if k != nil && string(k) == after {
+				k, v = c.Next()
+			}
+		}
+		for ; k != nil && len(out) < limit; k, v = c.Next() {
+			var s Suppression
+			if json.Unmarshal(v, &s) == nil {
+				out = append(out, s)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, localErr("list", err)
+	}
+	return out, nil
+}
+
+// Count is the bucket's number of keys.
+func (l *LocalSuppressions) Count(ctx context.Context) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, localErr("count", err)
+	}
+	n := 0
+	err := l.db.View(func(tx *bolt.Tx) error { n = readCount(tx); return nil })
+	if err != nil {
+		return 0, localErr("count", err)
+	}
+	return n, nil
+}
+
+// Key returns the number key the file was created with.
+func (l *LocalSuppressions) Key(ctx context.Context) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, localErr("number key", err)
+	}
+	var k []byte
+	err := l.db.View(func(tx *bolt.Tx) error {
+		k = append([]byte(nil), tx.Bucket(bMeta).Get(metaKey)...)
+		return nil
+	})
+	if err != nil || len(k) != numberKeyLen {
+		return nil, localErr("number key", errors.Join(err, errors.New("missing or short")))
+	}
+	return k, nil
+}
