@@ -18,9 +18,10 @@ import (
 
 // Error codes of events (Event.ErrorCode).
 const (
-	EventErrorRejected  = "rejected"           // the provider refused the message for good
-	EventErrorExhausted = "attempts_exhausted" // every attempt failed temporarily (a dead letter)
-	EventErrorExpired   = "expired"            // its TTL passed before it could be sent
+	EventErrorRejected    = "rejected"           // the provider refused the message for good
+	EventErrorExhausted   = "attempts_exhausted" // every attempt failed temporarily (a dead letter)
+	EventErrorExpired     = "expired"            // its TTL passed before it could be sent
+	EventErrorUndelivered = "undelivered"        // the provider's receipt says the handset did not get it
 )
 
 // MaxEventError bounds Event.LastError.
@@ -102,6 +103,8 @@ func EventErrorCode(status sms.Status, dead bool) string {
 		return EventErrorExhausted
 	case status == sms.StatusFailed:
 		return EventErrorRejected
+	case status == sms.StatusUndelivered:
+		return EventErrorUndelivered
 	}
 	return ""
 }

@@ -322,7 +322,9 @@ func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) 
 		if err := finish(tx, r, ms(now)); err != nil {
 			return err
 		}
-		if err := addEvent(tx, &r.Msg, o.Status, queue.EventErrorCode(o.Status, false), ms(now)); err != nil {
+		// The event reports the status stored: a receipt parked before the
+		// send was recorded makes it delivered or undelivered at once.
+		if err := addEvent(tx, &r.Msg, r.Msg.Status, queue.EventErrorCode(r.Msg.Status, false), ms(now)); err != nil {
 			return err
 		}
 		return putEntry(tx, r)

@@ -38,6 +38,9 @@ func (q *Queue) ApplyReceipt(ctx context.Context, rc queue.Receipt) (queue.Recei
 				r.Msg.LastError = rc.ErrorCode
 			}
 			out.Result = queue.ReceiptApplied
+			if err := addEvent(tx, &r.Msg, rc.Status, queue.EventErrorCode(rc.Status, false), ms(r.Msg.UpdatedAt)); err != nil {
+				return err
+			}
 		case (r.Msg.Status == sms.StatusQueued || r.Msg.Status == sms.StatusSending) && r.Parked == "":
 			r.Parked, r.ParkedCode = rc.Status, rc.ErrorCode
 			out.Result = queue.ReceiptParked
@@ -94,6 +97,9 @@ func (q *Queue) Cancel(ctx context.Context, id, producer string) (*sms.Message, 
 		r.Msg.UpdatedAt = now
 		r.Parked, r.ParkedCode = "", ""
 		if err := finish(tx, r, ms(now)); err != nil {
+			return err
+		}
+		if err := addEvent(tx, &r.Msg, sms.StatusCanceled, "", ms(now)); err != nil {
 			return err
 		}
 		if err := putEntry(tx, r); err != nil {

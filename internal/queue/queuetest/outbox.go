@@ -2,6 +2,7 @@ package queuetest
 
 import (
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ var outboxCases = []testCase{
 	{"OutboxAddEvent", testOutboxAddEvent},
 	{"OutboxDurable", testOutboxDurable},
 	{"OutboxConcurrentClaims", testOutboxConcurrentClaims},
+	{"OutboxReceiptsAndCancel", testOutboxReceiptsAndCancel},
 }
 
 func outbox(t *testing.T, q queue.Queue) queue.Outbox {
@@ -364,5 +366,59 @@ func testOutboxConcurrentClaims(t *testing.T, h Harness) {
 		if k != 1 {
 			t.Errorf("event %s claimed %d times under a one-hour lease", id, k)
 		}
+	}
+}
+
+// Receipts and cancel write their events through the same writer: a
+// receipt applied to a sent message writes delivered (or undelivered with
+// its code), a duplicate writes nothing, a receipt parked before the send
+// was recorded makes Complete write one event with the receipt's status,
+// and a cancel writes canceled.
+func testOutboxReceiptsAndCancel(t *testing.T, h Harness) {
+	q := h.New(t)
+	o := outbox(t, q)
+	ctx := t.Context()
+	sent, parked, canceled := notified("p"), notified("p"), notified("p")
+	finish(t, q, sent, func(l *queue.Leased) error {
+		return q.Complete(ctx, l, queue.Outcome{Status: sms.StatusSent, ProviderID: "pm-1", Attempts: 1})
+	})
+	for range 2 { // the second is a duplicate
+		if _, err := q.ApplyReceipt(ctx, queue.Receipt{Reference: sent.ID, ProviderID: "pm-1", Status: sms.StatusUndelivered, ErrorCode: "30003"}); err != nil {
+			t.Fatalf("ApplyReceipt: %v", err)
+		}
+	}
+	mustEnqueue(t, q, parked)
+	l := mustTake(t, q, opts(parked.Class))
+	if _, err := q.ApplyReceipt(ctx, queue.Receipt{Reference: parked.ID, ProviderID: "pm-2", Status: sms.StatusDelivered}); err != nil {
+		t.Fatalf("early ApplyReceipt: %v", err)
+	}
+	if err := q.Complete(ctx, l, queue.Outcome{Status: sms.StatusSent, ProviderID: "pm-2", Attempts: 1}); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	mustEnqueue(t, q, canceled)
+	if _, err := q.Cancel(ctx, canceled.ID, "p"); err != nil {
+		t.Fatalf("Cancel: %v", err)
+	}
+	evs := claimAll(t, o, "t", time.Hour)
+	got := map[string][]string{}
+	for _, le := range evs {
+		e := le.Event
+		got[e.MessageID] = append(got[e.MessageID], string(e.Status)+"/"+e.ErrorCode+"/"+e.ErrorReason)
+	}
+	want := map[string][]string{
+		sent.ID:     {"sent//", "undelivered/undelivered/30003"},
+		parked.ID:   {"delivered//"},
+		canceled.ID: {"canceled//"},
+	}
+	for id, w := range want {
+		g := got[id]
+		slices.Sort(g)
+		slices.Sort(w)
+		if !slices.Equal(g, w) {
+			t.Errorf("events of %s: %v, want %v", id, g, w)
+		}
+	}
+	if len(evs) != 4 {
+		t.Errorf("%d events, want 4", len(evs))
 	}
 }

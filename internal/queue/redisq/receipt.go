@@ -13,18 +13,20 @@ import (
 
 // receiptScript applies a delivery receipt, only forward.
 //
-// KEYS[1] msgs HASH, KEYS[2] the provider id's index key (may be absent).
+// KEYS[1] msgs HASH, KEYS[2..5] the outbox (keys.outbox: an applied
+// receipt writes its event), KEYS[6] the provider id's index key (may be
+// absent).
 // ARGV[1] reference (our id; "" to look the provider id up), ARGV[2] the
 // receipt's status code (v, u or f), ARGV[3] its error code.
 // Returns {0} unknown, or {result, stored value, id} with result 1 applied
 // (sent → the receipt's status), 2 parked (queued or sending: kept in rs/re
 // until Complete records sent), 3 duplicate (final already, or a receipt
 // parked already).
-var receiptScript = redis.NewScript(luaPrelude + luaRecord + `
+var receiptScript = redis.NewScript(luaPrelude + luaRecord + luaOutbox + `
 local id = ARGV[1]
 if id == '' then
-  if not KEYS[2] then return {0} end
-  id = redis.call('GET', KEYS[2])
+  if not KEYS[6] then return {0} end
+  id = redis.call('GET', KEYS[6])
   if not id then return {0} end
 end
 local raw = redis.call('HGET', KEYS[1], id)
@@ -32,11 +34,13 @@ if not raw then return {0} end
 local m = cjson.decode(raw)
 local st = status_of(m)
 if st == 's' then
+  local now = now_us()
   set(m, 's', ARGV[2])
-  set_time(m, 'tu', now_us())
+  set_time(m, 'tu', now)
   if ARGV[3] ~= '' then set(m, 'e', ARGV[3]) end
   local js = cjson.encode(m)
   redis.call('HSET', KEYS[1], id, js)
+  outbox_add({KEYS[2], KEYS[3], KEYS[4], KEYS[5]}, id, m, event_words[ARGV[2]], event_codes[ARGV[2]], now)
   return {1, js, id}
 end
 if (st == 'q' or st == 'l') and not m.rs then
@@ -65,7 +69,7 @@ func (q *Queue) ApplyReceipt(ctx context.Context, r queue.Receipt) (_ queue.Rece
 	}
 	start := time.Now()
 	defer func() { q.m.observe("receipt", start, err) }()
-	keys := []string{q.k.msgs()}
+	keys := append([]string{q.k.msgs()}, q.k.outbox()...)
 	if r.Reference == "" {
 		keys = append(keys, q.k.pid(r.ProviderID))
 	}
@@ -93,11 +97,12 @@ func (q *Queue) ApplyReceipt(ctx context.Context, r queue.Receipt) (_ queue.Rece
 // against Take (both are scripts: one runs first).
 //
 // KEYS[1] msgs HASH, KEYS[2] done ZSET, KEYS[3] outstanding HASH,
-// KEYS[4..6] the ready ZSETs in class-code order.
+// KEYS[4..6] the ready ZSETs in class-code order, KEYS[7..10] the outbox
+// (keys.outbox: the canceled event).
 // ARGV[1] id, ARGV[2] producer.
 // Returns {0} not found (or another producer's), {-1, stored value} not
 // cancelable, {1, stored value} canceled.
-var cancelScript = redis.NewScript(luaPrelude + luaRecord + `
+var cancelScript = redis.NewScript(luaPrelude + luaRecord + luaOutbox + `
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then return {0} end
 local m = cjson.decode(raw)
@@ -115,6 +120,7 @@ set_time(m, 'tu', now)
 local js = cjson.encode(m)
 redis.call('HSET', KEYS[1], ARGV[1], js)
 redis.call('ZADD', KEYS[2], now, ARGV[1])
+outbox_add({KEYS[7], KEYS[8], KEYS[9], KEYS[10]}, ARGV[1], m, 'canceled', '', now)
 if redis.call('HINCRBY', KEYS[3], ARGV[2], -1) <= 0 then
   redis.call('HDEL', KEYS[3], ARGV[2])
 end
@@ -132,6 +138,7 @@ func (q *Queue) Cancel(ctx context.Context, id, producer string) (_ *sms.Message
 	for _, c := range classCodes {
 		keys = append(keys, q.k.ready(c))
 	}
+	keys = append(keys, q.k.outbox()...)
 	reply, err := cancelScript.Run(ctx, q.c, keys, id, producer).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("redisq: cancel %s: %w", id, err)
