@@ -7,8 +7,9 @@ DEPS = bash scripts/ensure-deps.sh
 
 .PHONY: test test-short vet lint alerts-check mutate bench demo build helm-check
 
-# -p 1: one package at a time, so the latency assertions (OTP p99 < 20 ms)
-# of one package do not share the 2 cores with another package's load.
+# -p 1: one package at a time, so the latency figures the tests log (OTP
+# p99, achieved rates) of one package do not share the 2 cores with another
+# package's load. No test asserts a latency: those are benchmarks.
 test: vet alerts-check
 	$(DEPS) redis chromium promtool
 	$(GO) test -race -count=1 -p 1 -timeout $(TEST_TIMEOUT) ./...

@@ -54,6 +54,27 @@ type RedisConfig struct {
 	DB         int           `yaml:"db"`
 	TLS        bool          `yaml:"tls"`
 	Timeout    time.Duration `yaml:"timeout"` // dial/read/write timeout
+	// With TLS: the PEM file of the CA that signed the server's
+	// certificate (empty: the system's roots), the name to check it
+	// against (empty: the host of the address), and a client certificate
+	// and its key (both or neither) for servers that ask for one.
+	TLSCAFile     string `yaml:"tls_ca_file"`
+	TLSServerName string `yaml:"tls_server_name"`
+	TLSCertFile   string `yaml:"tls_cert_file"`
+	TLSKeyFile    string `yaml:"tls_key_file"`
+	// The Sentinels' own ACL user and password (master_name set), when
+	// they differ from the master's (username, password). Never logged.
+	SentinelUsername string `yaml:"sentinel_username"`
+	SentinelPassword string `yaml:"sentinel_password"`
+	// WaitReplicas > 0: an enqueue is answered 202 only once that many
+	// replicas of the Redis master hold it (WAIT), so a failover right
+	// after cannot lose it; when they do not confirm within WaitTimeout
+	// the request is answered 503 (the message may still be stored: a
+	// retry with the same Idempotency-Key finds it). 0: asynchronous
+	// replication, a failover may lose the last accepted messages
+	// (docs/scale.md section 3).
+	WaitReplicas int           `yaml:"wait_replicas"`
+	WaitTimeout  time.Duration `yaml:"wait_timeout"`
 }
 
 // Addrs splits Addr into its comma-separated addresses.
@@ -157,6 +178,12 @@ type Producer struct {
 	Rate           float64  `yaml:"rate"`            // ingress messages/s
 	Burst          int      `yaml:"burst"`           // ingress burst
 	MaxOutstanding int64    `yaml:"max_outstanding"` // queued + in flight; 0 = no limit
+	// Senders are the sender ids (from) the producer may use; the first is
+	// its default. Empty: any valid sender, and none by default.
+	Senders []string `yaml:"senders"`
+	// AllowUnicodeControls lets the producer's bodies carry bidirectional
+	// and zero-width format characters, refused otherwise.
+	AllowUnicodeControls bool `yaml:"allow_unicode_controls"`
 	// Webhook is where the producer's status callbacks go; absent: none,
 	// unless a message names its own callback_url (under Webhook.Allow).
 	Webhook WebhookConfig `yaml:"webhook"`
@@ -199,6 +226,10 @@ func (p Producer) KeyHash() [32]byte { return keyHash(p.Key, p.KeySHA256) }
 type AdminConfig struct {
 	Key       string `yaml:"key"`
 	KeySHA256 string `yaml:"key_sha256"`
+	// Listen, when set, is a second listener for the operator endpoints
+	// (/metrics, /v1/admin/*, the dashboard), which the main listener then
+	// does not serve: a network policy can keep them off the producers' path.
+	Listen string `yaml:"listen"`
 }
 
 // Enabled reports whether admin endpoints are reachable at all.

@@ -105,3 +105,24 @@ func (c *Config) validateProtection(p *problems) {
 		p.add("protection.prefix_alarm.digits", "must be between 1 and %d (a prefix, never a whole number)", MaxPrefixDigits)
 	}
 }
+
+// Summary is the protection in one line, for `smsgw check-config`.
+func (pc ProtectionConfig) Summary() string {
+	countries := "all regions"
+	if len(pc.Countries) > 0 {
+		countries = "regions " + strings.Join(pc.Countries, ", ")
+	}
+	blocked := "no number type blocked"
+	if len(pc.BlockNumberTypes) > 0 {
+		blocked = "blocked " + strings.Join(pc.BlockNumberTypes, ", ")
+	}
+	perNumber := "OTPs per number unlimited"
+	if pc.OTPPerNumber.Limit > 0 {
+		perNumber = fmt.Sprintf("at most %d OTPs per number per %s", pc.OTPPerNumber.Limit, pc.OTPPerNumber.Window)
+	}
+	suppressed := "suppression list for transactional and marketing"
+	if pc.SuppressOTP {
+		suppressed = "suppression list for every class"
+	}
+	return strings.Join([]string{countries, blocked, perNumber, suppressed}, "; ")
+}

@@ -91,11 +91,29 @@ func (c *Config) validateBackend(p *problems) {
 	if c.Redis.DB < 0 {
 		p.add("redis.db", "must be >= 0")
 	}
+	if _, err := c.Redis.TLSConfig(); err != nil {
+		p.addErr(err)
+	}
+	if (c.Redis.SentinelUsername != "" || c.Redis.SentinelPassword != "") && c.Redis.MasterName == "" {
+		key := "redis.sentinel_password"
+		if c.Redis.SentinelUsername != "" {
+			key = "redis.sentinel_username"
+		}
+		p.add(key, "is for Sentinel; set redis.master_name too")
+	}
 	if c.Redis.DB != 0 && len(c.Redis.Addrs()) > 1 && c.Redis.MasterName == "" {
 		p.add("redis.db", "Redis Cluster has only database 0")
 	}
 	if c.Redis.Timeout <= 0 {
 		p.add("redis.timeout", "must be > 0")
+	}
+	switch {
+	case c.Redis.WaitReplicas < 0 || c.Redis.WaitReplicas > MaxWaitReplicas:
+		p.add("redis.wait_replicas", "must be between 0 and %d", MaxWaitReplicas)
+	case c.Redis.WaitReplicas > 0 && !c.Redis.Enabled():
+		p.add("redis.wait_replicas", "needs redis.addr (the embedded store has no replicas)")
+	case c.Redis.WaitReplicas > 0 && (c.Redis.WaitTimeout <= 0 || c.Redis.WaitTimeout >= c.Redis.Timeout):
+		p.add("redis.wait_timeout", "must be > 0 and below redis.timeout (%s) when redis.wait_replicas is set", c.Redis.Timeout)
 	}
 	if !c.Redis.Enabled() && c.Store.Path == "" {
 		p.add("store.path", "must be set when redis.addr is empty (the embedded store needs a directory)")
@@ -294,6 +312,18 @@ func (c *Config) validateProducers(p *problems) {
 			p.add(key+".max_outstanding", "must be >= 0 (0 means no limit)")
 		}
 		validateWebhook(p, key+".webhook", pr.Webhook)
+		seen := map[string]bool{}
+		for j, s := range pr.Senders {
+			k := fmt.Sprintf("%s.senders[%d]", key, j)
+			if s == "" {
+				p.add(k, "must not be empty")
+			} else if err := sms.ValidateSender(s); err != nil {
+				p.add(k, "%v", err)
+			} else if seen[s] {
+				p.add(k, "duplicate sender %q", s)
+			}
+			seen[s] = true
+		}
 	}
 	if c.Admin.Enabled() {
 		if _, dup := keys[c.Admin.KeyHash()]; dup {
@@ -321,6 +351,15 @@ func validateProducerKey(p *problems, key string, pr Producer) ([32]byte, bool) 
 }
 
 func (c *Config) validateAdmin(p *problems) {
+	if l := c.Admin.Listen; l != "" {
+		if _, port, err := net.SplitHostPort(l); err != nil {
+			p.add("admin.listen", "%q is not host:port: %v", l, err)
+		} else if _, err := lookupPort(port); err != nil {
+			p.add("admin.listen", "%q: %v", l, err)
+		} else if l == c.Listen && port != "0" {
+			p.add("admin.listen", "%q must differ from listen", l)
+		}
+	}
 	if c.Admin.Key != "" && c.Admin.KeySHA256 != "" {
 		p.add("admin", "set key or key_sha256, not both")
 	}

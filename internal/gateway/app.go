@@ -60,6 +60,7 @@ type App struct {
 	log   *slog.Logger
 	srv   *server
 	http  *http.Server
+	admin *http.Server // admin.listen's, nil without it
 	disp  *dispatch.Dispatcher
 	b     *backend
 	prov  provider.Provider
@@ -67,7 +68,9 @@ type App struct {
 
 	mu       sync.Mutex
 	ln       net.Listener
+	adminLn  net.Listener
 	served   chan error
+	adminEnd chan error
 	cancel   context.CancelFunc
 	started  bool
 	stopped  bool
@@ -143,7 +146,12 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	if rp, ok := a.prov.(provider.ReceiptParser); ok {
 		a.srv.receipts = rp
 	}
-	a.http = newHTTPServer(cfg, a.srv.routes(), d.log)
+	if cfg.Admin.Listen == "" {
+		a.http = newHTTPServer(cfg, a.srv.routes(), d.log)
+	} else {
+		a.http = newHTTPServer(cfg, a.srv.router(true, false), d.log)
+		a.admin = newHTTPServer(cfg, a.srv.router(false, true), d.log)
+	}
 	d.log.Info("gateway ready to start", "mode", b.mode, "account", cfg.Account, "provider", a.prov.Name(),
 		"producers", len(cfg.Producers), "target_rps", cfg.Limits.TargetRPS, "owner", owner)
 	return a, nil
@@ -197,7 +205,7 @@ func newServer(cfg config.Config, d deps, gath prometheus.Gatherer, b *backend, 
 	dashboard http.Handler) (*server, error) {
 	s := &server{
 		cfg: cfg, log: d.log, now: d.now, metrics: d.metrics, gatherer: gath,
-		auth: newAuthenticator(cfg), dashboard: dashboard, quiet: cfg.QuietPolicy(),
+		auth: newAuthenticator(cfg), authThrottle: newAuthThrottle(time.Now), dashboard: dashboard, quiet: cfg.QuietPolicy(),
 		queue: b.queue, enq: b.enq, limiter: b.limiter, ingress: &ingress{keys: b.ingress}, idem: b.idem,
 		pause: b.pause, checks: b.checks, otp: disp, notifier: disp, live: live,
 	}
@@ -261,13 +269,18 @@ func limiterConfig(cfg config.Config) limiter.Config {
 // addresses, a single node otherwise.
 func newRedisClient(rc config.RedisConfig) redis.UniversalClient {
 	addrs := rc.Addrs()
-	var tlsCfg *tls.Config
-	if rc.TLS {
-		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12}
+	tlsCfg, err := rc.TLSConfig()
+	if err != nil {
+		// Validate refused it already; a file changed since is refused
+		// at the first dial, not sent in clear.
+		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12, GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return nil, err
+		}}
 	}
 	switch {
 	case rc.MasterName != "":
 		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: rc.MasterName, SentinelAddrs: addrs,
+			SentinelUsername: rc.SentinelUsername, SentinelPassword: rc.SentinelPassword,
 			Username: rc.Username, Password: rc.Password, DB: rc.DB, TLSConfig: tlsCfg,
 			DialTimeout: rc.Timeout, ReadTimeout: rc.Timeout, WriteTimeout: rc.Timeout})
 	case len(addrs) > 1:
@@ -321,12 +334,22 @@ func (a *App) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("gateway: listen %s: %w", a.cfg.Listen, err)
 	}
+	var adminLn net.Listener
+	if a.admin != nil {
+		if adminLn, err = new(net.ListenConfig).Listen(ctx, "tcp", a.cfg.Admin.Listen); err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("gateway: listen %s (admin.listen): %w", a.cfg.Admin.Listen, err)
+		}
+	}
 	// Stop, not the caller's ctx, ends the background work: a cancelled
 	// ctx (SIGTERM) must lead to a graceful Stop, not a crash.
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	if err := a.disp.Start(runCtx); err != nil {
 		cancel()
 		_ = ln.Close()
+		if adminLn != nil {
+			_ = adminLn.Close()
+		}
 		return fmt.Errorf("gateway: %w", err)
 	}
 	for _, l := range a.loops() {
@@ -336,6 +359,11 @@ func (a *App) Start(ctx context.Context) error {
 	a.served = make(chan error, 1)
 	go func() { a.served <- a.http.Serve(ln) }()
 	a.log.Info("gateway listening", "addr", ln.Addr().String())
+	if adminLn != nil {
+		a.adminLn, a.adminEnd = adminLn, make(chan error, 1)
+		go func() { a.adminEnd <- a.admin.Serve(adminLn) }()
+		a.log.Info("operator endpoints listening", "addr", adminLn.Addr().String())
+	}
 	return nil
 }
 
@@ -345,13 +373,19 @@ func (a *App) loops() []loop {
 }
 
 // Addr is the address the App listens on ("" before Start).
-func (a *App) Addr() string {
+func (a *App) Addr() string { return a.addrOf(func() net.Listener { return a.ln }) }
+
+// AdminAddr is the address of the admin.listen listener ("" without it,
+// or before Start).
+func (a *App) AdminAddr() string { return a.addrOf(func() net.Listener { return a.adminLn }) }
+
+func (a *App) addrOf(ln func() net.Listener) string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.ln == nil {
-		return ""
+	if l := ln(); l != nil {
+		return l.Addr().String()
 	}
-	return a.ln.Addr().String()
+	return ""
 }
 
 // Handler is the App's HTTP handler, for callers that serve it themselves.
@@ -391,6 +425,15 @@ func (a *App) Stop(ctx context.Context) error {
 		}
 		if err := <-a.served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errs = append(errs, fmt.Errorf("http serve: %w", err))
+		}
+		if a.adminEnd != nil {
+			if err := a.admin.Shutdown(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("admin http shutdown: %w", err))
+				_ = a.admin.Close()
+			}
+			if err := <-a.adminEnd; err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errs = append(errs, fmt.Errorf("admin http serve: %w", err))
+			}
 		}
 		if err := a.disp.Stop(ctx); err != nil {
 			errs = append(errs, err)

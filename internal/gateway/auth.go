@@ -4,7 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"smsgw/internal/config"
@@ -19,10 +22,43 @@ type producer struct {
 	classes        [numClasses]bool
 	Ingress        limiter.Rate
 	MaxOutstanding int64
+	senders        []string // empty: any sender
+	unicodeCtl     bool     // may send bidi and zero-width format characters
 	// webhook is set when the producer has a default callback url;
 	// callbackAllow are the prefixes a message's callback_url may start with.
 	webhook       bool
 	callbackAllow []string
+}
+
+// bodyControls is the 400 for a body with a bidirectional or zero-width
+// character, unless p may send them.
+func (p *producer) bodyControls(body, prefix string) []FieldError {
+	if p.unicodeCtl {
+		return nil
+	}
+	var ve *sms.ValidationError
+	if errors.As(sms.CheckFormatControls(body), &ve) {
+		return []FieldError{{prefix + ve.Field, ve.Reason}}
+	}
+	return nil
+}
+
+// sender is the from a message of p goes out with: p's default (its first
+// sender) when the request names none; a 403 naming field when p may not
+// use it.
+func (p *producer) sender(from, field string) (string, error) {
+	if len(p.senders) == 0 {
+		return from, nil
+	}
+	if from == "" {
+		return p.senders[0], nil
+	}
+	if slices.Contains(p.senders, from) {
+		return from, nil
+	}
+	return "", &Error{Kind: KindForbidden, Detail: fmt.Sprintf("%s: producer %s may not send as this sender", field, p.Name),
+		Fields: []FieldError{{field, "is not one of the producer's senders"}}}
+
 }
 
 // callbackAllowed reports whether a message of this producer may send its
@@ -54,6 +90,8 @@ func newAuthenticator(cfg config.Config) *authenticator {
 			hash:           p.KeyHash(),
 			Ingress:        limiter.Rate{PerSecond: p.Rate, Burst: p.Burst},
 			MaxOutstanding: p.MaxOutstanding,
+			senders:        slices.Clone(p.Senders),
+			unicodeCtl:     p.AllowUnicodeControls,
 			webhook:        p.Webhook.URL != "",
 			callbackAllow:  p.Webhook.Allow,
 		}
@@ -113,8 +151,7 @@ func (s *server) authProducer(next http.Handler) http.Handler {
 		}
 		p := s.auth.producerFor(h)
 		if p == nil {
-			s.log.WarnContext(r.Context(), "unknown producer key", "path", r.URL.Path, "client_ip", ClientIP(r.Context()))
-			s.writeError(w, r, errorf(KindUnauthorized, "unknown API key"))
+			s.authFailed(w, r, "unknown producer key")
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), producerKey{}, p)))
@@ -133,12 +170,27 @@ func (s *server) authAdmin(next http.Handler) http.Handler {
 				s.writeError(w, r, errorf(KindForbidden, "this endpoint needs the admin key"))
 				return
 			}
-			s.log.WarnContext(r.Context(), "unknown admin key", "path", r.URL.Path, "client_ip", ClientIP(r.Context()))
-			s.writeError(w, r, errorf(KindUnauthorized, "unknown API key"))
+			s.authFailed(w, r, "unknown admin key")
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// authFailed answers a request whose bearer key is unknown: 401, or 429
+// once its client address has failed too often (authThrottle); the WARN
+// line is sampled.
+func (s *server) authFailed(w http.ResponseWriter, r *http.Request, what string) {
+	ip := ClientIP(r.Context())
+	if wait := s.authThrottle.fail(ip); wait > 0 {
+		s.writeError(w, r, &Error{Kind: KindAuthThrottled, RetryAfter: wait,
+			Detail: "too many failed authentications from this address; retry after the Retry-After seconds with a valid key"})
+		return
+	}
+	if ok, left := s.authThrottle.sampleLog(); ok {
+		s.log.WarnContext(r.Context(), what, "path", logPath(r), "client_ip", ip, "not_logged_since_last", left)
+	}
+	s.writeError(w, r, errorf(KindUnauthorized, "unknown API key"))
 }
 
 // numClasses sizes per-class arrays: the classes are otp..marketing.

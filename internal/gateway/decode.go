@@ -10,6 +10,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -100,6 +101,9 @@ func decodeStrict(raw []byte, dst any, prefix string) error {
 	if !sms.ValidUTF8JSON(raw) {
 		return fieldError(prefix+invalidUTF8Field(raw), "is not valid UTF-8 (or holds an unpaired surrogate escape)")
 	}
+	if err := checkMemberNames(raw, dst, prefix); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
@@ -109,6 +113,71 @@ func decodeStrict(raw []byte, dst any, prefix string) error {
 		return fieldError(strings.TrimSuffix(prefix, ".")+orWhole(prefix), "must be a single JSON object with nothing after it")
 	}
 	return nil
+}
+
+// checkMemberNames refuses a top-level member named twice, or named in
+// another case than dst's fields: encoding/json would keep the last of two
+// and match names case-insensitively, so a validator in front of us that
+// reads the first "to" (or only "to", not "TO") would see another number
+// than the one we send to. Nested objects are checked where they are
+// decoded (a batch's items, one by one). Anything that is not an object is
+// left to the decoder's own errors.
+func checkMemberNames(raw []byte, dst any, prefix string) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil
+	}
+	known := jsonNames(dst)
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		name, _ := tok.(string)
+		field := prefix + name
+		if !plainToken(name, 64) {
+			field = strings.TrimSuffix(prefix, ".") + orWhole(prefix)
+		}
+		switch {
+		case seen[name]:
+			return fieldError(field, "appears more than once")
+		case !known[name]:
+			for k := range known {
+				if strings.EqualFold(k, name) {
+					return fieldError(field, "is not a known field (names are case-sensitive: "+strconv.Quote(k)+")")
+				}
+			}
+		}
+		seen[name] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return nil
+		}
+	}
+	return nil
+}
+
+// jsonNames are the JSON member names of the struct dst points to.
+func jsonNames(dst any) map[string]bool {
+	out := map[string]bool{}
+	t := reflect.TypeOf(dst)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return out
+	}
+	for f := range t.Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" {
+			name = f.Name
+		}
+		if name != "-" {
+			out[name] = true
+		}
+	}
+	return out
 }
 
 func orWhole(prefix string) string {

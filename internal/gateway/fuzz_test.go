@@ -2,8 +2,10 @@ package gateway
 
 import (
 	"bytes"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -46,5 +48,51 @@ func FuzzDecodeMessage(f *testing.F) {
 			t.Fatalf("%s %q: %d with Content-Type %q", path, body, w.Code, w.Header().Get("Content-Type"))
 		}
 		checkSpec(t, r, reply{status: w.Code, header: w.Header(), body: w.Body.Bytes()})
+	})
+}
+
+// FuzzDuplicateKeys adds a member to a valid request whose name is a known
+// field's in any mix of cases (the same name included): the answer is
+// always a 400 naming that member, never an accepted message.
+func FuzzDuplicateKeys(f *testing.F) {
+	f.Add(uint8(0), uint8(0), uint16(0), "+819087654321")
+	f.Add(uint8(1), uint8(0), uint16(0b1), "other body")
+	f.Add(uint8(0), uint8(2), uint16(0b11), "otp")
+	f.Add(uint8(2), uint8(1), uint16(0xffff), "+819087654321")
+	f.Add(uint8(1), uint8(3), uint16(0b10), "")
+	h := start(f, embeddedMode, nil)
+	handler := h.app.Handler()
+	type endpoint struct {
+		path, key, body string
+		names           []string
+	}
+	eps := []endpoint{
+		{"/v1/messages", keyNotify, `{"to":"+819012345678","body":"hi","class":"transactional"`, []string{"to", "body", "class"}},
+		{"/v1/otp", keyLogin, `{"to":"+819012345678","body":"123456"`, []string{"to", "body"}},
+	}
+	f.Fuzz(func(t *testing.T, ep, field uint8, caseMask uint16, value string) {
+		e := eps[int(ep)%len(eps)]
+		name := []byte(e.names[int(field)%len(e.names)])
+		for i := range name {
+			if caseMask&(1<<i) != 0 {
+				name[i] -= 'a' - 'A'
+			}
+		}
+		v, _ := json.Marshal(value)
+		body := e.body + `,"` + string(name) + `":` + string(v) + `}`
+		if int(field)%2 == 1 { // the extra member first
+			body = `{"` + string(name) + `":` + string(v) + "," + e.body[1:] + `}`
+		}
+		r := httptest.NewRequestWithContext(t.Context(), http.MethodPost, e.path, strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("Authorization", "Bearer "+e.key)
+		w := httptest.NewRecorder()
+		handler.ServeHTTP(w, r)
+		if w.Code != http.StatusBadRequest {
+			t.Fatalf("%s %s: %d, want 400; %s", e.path, body, w.Code, w.Body)
+		}
+		if !strings.Contains(w.Body.String(), `"field":"`+string(name)+`"`) {
+			t.Fatalf("%s %s: the problem does not name %q: %s", e.path, body, name, w.Body)
+		}
 	})
 }

@@ -105,7 +105,10 @@ func (s *server) checkMessage(p *producer, raw []byte, prefix string) (validated
 		return validated{}, err
 	}
 	class, ferr := parseClass(req.Class, prefix)
+	asked := req.From
+	req.From, _ = p.sender(req.From, "") // the default sender when none is named
 	v, errs := s.validateMessage(&req, class, prefix)
+	errs = append(errs, p.bodyControls(req.Body, prefix)...)
 	if ferr != nil {
 		errs = append([]FieldError{*ferr}, errs...)
 	}
@@ -116,6 +119,9 @@ func (s *server) checkMessage(p *producer, raw []byte, prefix string) (validated
 		return validated{}, errorf(KindForbidden, fmt.Sprintf("producer %s may not send class %s", p.Name, class))
 	}
 	if err := checkCallback(p, v.msg, prefix); err != nil {
+		return validated{}, err
+	}
+	if _, err := p.sender(asked, prefix+"from"); err != nil {
 		return validated{}, err
 	}
 	return v, nil

@@ -52,7 +52,9 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	mr := messageRequest{To: req.To, Body: req.Body, From: req.From, Reference: req.Reference, CallbackURL: req.CallbackURL}
+	mr.From, _ = p.sender(req.From, "") // the default sender when none is named
 	v, errs := s.validateMessage(&mr, sms.ClassOTP, "")
+	errs = append(errs, p.bodyControls(mr.Body, "")...)
 	deadline := s.cfg.Messages.OTPDeadline
 	if req.DeadlineMS != nil {
 		switch d := *req.DeadlineMS; {
@@ -71,6 +73,10 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := checkCallback(p, v.msg, ""); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if _, err := p.sender(req.From, "from"); err != nil {
 		s.writeError(w, r, err)
 		return
 	}

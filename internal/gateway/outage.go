@@ -4,10 +4,13 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"smsgw/internal/provider"
 )
 
 // outageRetryAfter is the Retry-After of an answer refused because a
@@ -36,3 +39,8 @@ func dependencyDown(err error) bool {
 		redis.IsTryAgainError(err) || redis.IsMasterDownError(err) || redis.IsMaxClientsError(err) ||
 		redis.IsOOMError(err) || redis.IsNoReplicasError(err) || redis.HasErrorPrefix(err, "BUSY")
 }
+
+// logPath is the request path as logs show it: a path can carry a number
+// (DELETE /v1/admin/suppressions/{number}), so digit runs are masked with
+// the one scrub of outside text.
+func logPath(r *http.Request) string { return provider.Scrub(r.URL.Path, "") }

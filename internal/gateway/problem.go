@@ -41,6 +41,7 @@ const (
 	KindCallbackNotAllowed Kind = "callback-url-not-allowed" // 422: callback_url under none of the producer's webhook.allow prefixes
 	KindUnavailable        Kind = "unavailable"              // 503: OTP could not be sent in time, shutting down, store down
 	KindInternal           Kind = "internal"                 // 500: anything we did not expect
+	KindAuthThrottled      Kind = "too-many-auth-failures"   // 429: this client address failed to authenticate too often
 	KindBadSignature       Kind = "bad-signature"            // 401: a provider receipt's signature is missing or wrong
 	KindNotCancelable      Kind = "not-cancelable"           // 409: the message is sending or done
 	// KindDestinationNotAllowed and the next four are protection's
@@ -56,7 +57,7 @@ const (
 var Kinds = []Kind{KindInvalid, KindUnauthorized, KindForbidden, KindNotFound, KindMethodNotAllowed,
 	KindInFlight, KindTooLarge, KindUnsupportedMedia, KindKeyReused, KindRateLimited, KindTooManyQueued,
 	KindExpiresBeforeSend, KindRejected, KindCallbackNotAllowed, KindUnavailable, KindInternal, KindBadSignature, KindNotCancelable,
-	KindDestinationNotAllowed, KindNumberTypeBlocked, KindSuppressed, KindOTPNumberLimited, KindSuppressionsFull}
+	KindDestinationNotAllowed, KindNumberTypeBlocked, KindSuppressed, KindOTPNumberLimited, KindSuppressionsFull, KindAuthThrottled}
 
 var kindInfo = map[Kind]struct {
 	status int
@@ -78,6 +79,7 @@ var kindInfo = map[Kind]struct {
 	KindCallbackNotAllowed: {http.StatusUnprocessableEntity, "callback_url is not allowed for this producer"},
 	KindUnavailable:        {http.StatusServiceUnavailable, "Service unavailable"},
 	KindInternal:           {http.StatusInternalServerError, "Internal server error"},
+	KindAuthThrottled:      {http.StatusTooManyRequests, "Too many failed authentications"},
 	KindBadSignature:       {http.StatusUnauthorized, "Receipt signature missing or wrong"},
 	KindNotCancelable:      {http.StatusConflict, "The message is sending or done and can no longer be canceled"},
 
@@ -193,6 +195,9 @@ func toError(err error) *Error {
 			Detail: "the provider failed (" + string(pe.Reason) + "); nothing was queued"}
 	case errors.Is(err, queue.ErrNotFound):
 		return &Error{Kind: KindNotFound, Detail: "no such message", Err: err}
+	case errors.Is(err, queue.ErrNotReplicated):
+		return &Error{Kind: KindUnavailable, RetryAfter: time.Second, Err: err,
+			Detail: "the message store's replicas did not confirm the message in time; it may be queued: retry with the same Idempotency-Key"}
 	case errors.Is(err, queue.ErrClosed):
 		return &Error{Kind: KindUnavailable, Detail: "the gateway is shutting down", RetryAfter: time.Second, Err: err}
 	case errors.Is(err, context.DeadlineExceeded):
@@ -264,10 +269,10 @@ func (s *server) problemOf(r *http.Request, err error) (problem, *Error) {
 		p.Detail = ""
 		p.Errors = nil
 		p.Extra = nil
-		s.log.ErrorContext(r.Context(), "request failed", "method", methodLabel(r.Method), "path", r.URL.Path,
+		s.log.ErrorContext(r.Context(), "request failed", "method", methodLabel(r.Method), "path", logPath(r),
 			"request_id", p.RequestID, "err", err)
 	} else if e.Err != nil {
-		s.log.WarnContext(r.Context(), "request refused", "kind", e.Kind, "method", methodLabel(r.Method), "path", r.URL.Path,
+		s.log.WarnContext(r.Context(), "request refused", "kind", e.Kind, "method", methodLabel(r.Method), "path", logPath(r),
 			"request_id", p.RequestID, "err", e.Err)
 	}
 	s.metrics.rejected.WithLabelValues(string(e.Kind)).Inc()

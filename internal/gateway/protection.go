@@ -20,11 +20,13 @@ package gateway
 // logs and answers the masked number.
 
 import (
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -78,6 +80,7 @@ type protector struct {
 	localKey  []byte
 	local     *state.LocalNumberLimits
 	fallbacks prometheus.Counter
+	down      atomic.Int64 // unix ns until which OTPs skip the shared stores
 	lastWarn  atomic.Int64 // unix ns of the last fallback WARN
 }
 
@@ -140,17 +143,21 @@ func (p *protector) check(ctx context.Context, cls sms.Class, ts []target) ([]*E
 		return out, nil
 	}
 	ids := make([]string, len(rest))
-	key, err := p.numberKey(ctx)
-	shared := err == nil
+	down := cls == sms.ClassOTP && p.sharedDown()
+	key, err := p.numberKey(ctx, down)
+	shared := err == nil && !down
 	switch {
-	case !shared && cls != sms.ClassOTP:
+	case err != nil && cls != sms.ClassOTP:
 		return nil, unavailable("protection store", err)
 	case !shared:
 		// The OTP fast path keeps sending while the store is down (as it
-		// does on the limiter's fallback): numbers are hashed with this
-		// process's key and counted by this process alone.
-		key = p.localKey
-		p.fellBack(ctx, err)
+		// does on the limiter's fallback): numbers are counted by this
+		// process alone, hashed with the account's key when it was read
+		// before, else with this process's.
+		if key == nil {
+			key = p.localKey
+		}
+		p.fellBack(ctx, cmp.Or(err, errSharedDown))
 	}
 	for k, i := range rest {
 		ids[k] = numberID(key, ts[i].to)
@@ -188,6 +195,7 @@ func (p *protector) check(ctx context.Context, cls sms.Class, ts []target) ([]*E
 			ok, after, err := store.Take(ctx, ids[k], lim.Limit, lim.Window)
 			if err != nil && shared {
 				p.fellBack(ctx, err)
+				shared = false // the rest of a batch does not wait on the store again
 				ok, after, err = p.local.Take(ctx, ids[k], lim.Limit, lim.Window)
 			}
 			if err != nil {
@@ -230,11 +238,26 @@ func (p *protector) checkDestination(cls sms.Class, t target) *Error {
 	return nil
 }
 
-// fellBack counts one OTP decision taken locally and warns at most once
-// every fallbackWarnEvery.
+// errSharedDown stands for a shared store that failed less than
+// sharedRetry ago: OTPs do not wait on it again meanwhile.
+var errSharedDown = errors.New("the shared store failed less than a second ago")
+
+// sharedRetry is how long OTPs skip the shared stores after a failure, as
+// the limiter's breaker skips Redis: an OTP must not wait out a Redis
+// timeout on every request.
+const sharedRetry = time.Second
+
+func (p *protector) sharedDown() bool { return time.Now().UnixNano() < p.down.Load() }
+
+// fellBack counts one OTP decision taken locally, marks the shared stores
+// down for sharedRetry after a real failure, and warns at most once every
+// fallbackWarnEvery.
 func (p *protector) fellBack(ctx context.Context, err error) {
 	p.fallbacks.Inc()
 	now := time.Now().UnixNano()
+	if !errors.Is(err, errSharedDown) {
+		p.down.Store(now + int64(sharedRetry))
+	}
 	last := p.lastWarn.Load()
 	if now-last >= int64(fallbackWarnEvery) && p.lastWarn.CompareAndSwap(last, now) {
 		p.log.WarnContext(ctx, "protection: shared store failing; OTPs are checked by this process alone "+
@@ -264,12 +287,16 @@ func unavailable(what string, err error) *Error {
 		Detail: "the " + what + " is unavailable; nothing was sent or queued"}
 }
 
-// numberKey is the account's number key, read from the store once.
-func (p *protector) numberKey(ctx context.Context) ([]byte, error) {
+// numberKey is the account's number key, read from the store once; with
+// cachedOnly it does not ask the store (errSharedDown when never read).
+func (p *protector) numberKey(ctx context.Context, cachedOnly bool) ([]byte, error) {
 	p.keyMu.Lock()
 	defer p.keyMu.Unlock()
 	if p.key != nil {
 		return p.key, nil
+	}
+	if cachedOnly {
+		return nil, errSharedDown
 	}
 	k, err := p.sup.Key(ctx)
 	if err != nil {

@@ -208,3 +208,28 @@ func TestTwilioReceipts(t *testing.T) {
 		t.Fatalf("after the signed callback: %s, want delivered", got)
 	}
 }
+
+// TestUnknownReceiptsLogSampled: a storm of receipts for no message of ours
+// writes one log line per interval, never the vendor's whole id, and a body
+// over the receipt bound is 413 before any signature work.
+func TestUnknownReceiptsLogSampled(t *testing.T) {
+	h := start(t, embeddedMode, func(c *config.Config) { c.Provider.ReceiptSecret = receiptSecret })
+	for i := range 50 {
+		r := h.receipt(t, receiptSecret, httpprov.ReceiptBody{ProviderMessageID: fmt.Sprintf("vendor-id-%06d", i), Status: "delivered"})
+		wantStatus(t, r, http.StatusNoContent)
+	}
+	logs := h.logs.String()
+	if n := strings.Count(logs, "receipts matched no message"); n != 1 {
+		t.Errorf("%d log lines for 50 unknown receipts within one interval, want 1", n)
+	}
+	if strings.Contains(logs, "vendor-id-0000") {
+		t.Error("a vendor's id in the log unmasked")
+	}
+	mv := metricValues(string(h.get("/metrics", "").body), "smsgw_receipts_unknown_total")
+	if got := mv[`smsgw_receipts_unknown_total{adapter="http"}`]; got != 50 {
+		t.Errorf("unknown receipts counted %v, want 50", got)
+	}
+	big := `{"status":"delivered","reference":"` + strings.Repeat("x", maxReceiptBytes) + `"}`
+	wantStatus(t, h.do(req{method: http.MethodPost, path: "/v1/receipts/http", body: big,
+		header: map[string]string{"Content-Type": "application/json"}}), http.StatusRequestEntityTooLarge)
+}

@@ -29,37 +29,44 @@ import (
 // server holds what the handlers need. It is built by New and never
 // changes after, except the readiness flag.
 type server struct {
-	cfg        config.Config
-	log        *slog.Logger
-	now        func() time.Time
-	queue      queue.Queue
-	enq        enqueuer
-	limiter    limiter.Limiter
-	ingress    *ingress
-	idem       idemStore
-	otp        otpSender
-	notifier   notifier
-	auth       *authenticator
-	eta        *etaEstimator
-	quiet      sms.QuietPolicy
-	pause      *operatorPause
-	live       *liveStats
-	history    *historyView
-	callbacks  *callbacks
-	protect    *protector
-	metrics    *apiMetrics
-	gatherer   prometheus.Gatherer
-	dashboard  http.Handler
-	checks     []readyCheck
-	receipts   provider.ReceiptParser // the provider's receipt check; nil: receipts refused
-	unknownLog unknownLog
-	trusted    []netip.Prefix
-	stopping   atomic.Bool
+	cfg          config.Config
+	log          *slog.Logger
+	now          func() time.Time
+	queue        queue.Queue
+	enq          enqueuer
+	limiter      limiter.Limiter
+	ingress      *ingress
+	idem         idemStore
+	otp          otpSender
+	notifier     notifier
+	auth         *authenticator
+	authThrottle *authThrottle
+	eta          *etaEstimator
+	quiet        sms.QuietPolicy
+	pause        *operatorPause
+	live         *liveStats
+	history      *historyView
+	callbacks    *callbacks
+	protect      *protector
+	metrics      *apiMetrics
+	gatherer     prometheus.Gatherer
+	dashboard    http.Handler
+	checks       []readyCheck
+	receipts     provider.ReceiptParser // the provider's receipt check; nil: receipts refused
+	unknownLog   unknownLog
+	trusted      []netip.Prefix
+	stopping     atomic.Bool
 }
 
-// routes builds the chi router. Every route here must be a path of
-// api/openapi.yaml (TestRoutesMatchSpec).
-func (s *server) routes() http.Handler {
+// routes builds the chi router of every route. Every route here must be a
+// path of api/openapi.yaml (TestRoutesMatchSpec).
+func (s *server) routes() http.Handler { return s.router(true, true) }
+
+// router builds a chi router with the producer routes (public), the
+// operator routes (/metrics, /v1/admin/*, the dashboard: admin), or both;
+// /healthz and /readyz are on every router. With admin.listen set the App
+// serves them on two listeners.
+func (s *server) router(public, admin bool) chi.Router {
 	r := chi.NewRouter()
 	r.Use(s.requestID, s.instrument, s.recoverer, s.clientIP)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
@@ -73,23 +80,30 @@ func (s *server) routes() http.Handler {
 
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
-	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}))
+	if admin {
+		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}))
+	}
 	r.Get("/openapi.yaml", func(w http.ResponseWriter, r *http.Request) {
 		writeRaw(w, "application/yaml", http.StatusOK, api.OpenAPI)
 	})
 
 	r.Route("/v1", func(r chi.Router) {
 		r.Use(s.limitBody)
-		r.Group(func(r chi.Router) {
-			r.Use(s.authProducer)
-			r.Post("/messages", s.postMessage)
-			r.Post("/messages/batch", s.postBatch)
-			r.Get("/messages/{id}", s.getMessage)
-			r.Delete("/messages/{id}", s.deleteMessage)
-			r.Post("/otp", s.postOTP)
-		})
-		// No bearer key: each adapter checks its vendor's signature.
-		r.Post("/receipts/{adapter}", s.postReceipt)
+		if public {
+			r.Group(func(r chi.Router) {
+				r.Use(s.authProducer)
+				r.Post("/messages", s.postMessage)
+				r.Post("/messages/batch", s.postBatch)
+				r.Get("/messages/{id}", s.getMessage)
+				r.Delete("/messages/{id}", s.deleteMessage)
+				r.Post("/otp", s.postOTP)
+			})
+			// No bearer key: each adapter checks its vendor's signature.
+			r.Post("/receipts/{adapter}", s.postReceipt)
+		}
+		if !admin {
+			return
+		}
 		r.Route("/admin", func(r chi.Router) {
 			r.Use(s.authAdmin)
 			r.Get("/stats", s.adminStats)
@@ -106,7 +120,7 @@ func (s *server) routes() http.Handler {
 			r.Delete("/suppressions/{number}", s.adminRemoveSuppression)
 		})
 	})
-	if s.dashboard != nil {
+	if admin && s.dashboard != nil {
 		r.Get("/dashboard", func(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, "/dashboard/", http.StatusMovedPermanently)
 		})

@@ -189,7 +189,7 @@ func (s *server) adminListSuppressions(w http.ResponseWriter, r *http.Request) {
 
 // suppressionID is the id of number e164 under the account's key.
 func (s *server) suppressionID(ctx context.Context, e164 string) (string, error) {
-	key, err := s.protect.numberKey(ctx)
+	key, err := s.protect.numberKey(ctx, false)
 	if err != nil {
 		return "", unavailable("suppression list", err)
 	}

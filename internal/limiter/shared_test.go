@@ -181,8 +181,11 @@ func TestSharedFallbackAndRecovery(t *testing.T) {
 
 	srv.Start()
 	back := time.Now()
+	// A patience, not a latency: the limiter retries Redis once a second,
+	// so it is back within a couple of seconds on an idle machine (the
+	// logged figure); one that never retries stays in fallback for good.
 	for s.Mode() != ModeShared {
-		if time.Since(back) > 2500*time.Millisecond {
+		if time.Since(back) > 15*time.Second {
 			t.Fatalf("still %s %s after Redis came back", s.Mode(), time.Since(back))
 		}
 		if _, err := s.Reserve(bg, Request{Cost: 1}); err != nil {

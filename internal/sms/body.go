@@ -112,3 +112,22 @@ func hex4(b []byte) (rune, bool) {
 	}
 	return r, true
 }
+
+// CheckFormatControls refuses a body that holds an invisible format
+// character (Unicode category Cf, and U+180E): the bidirectional controls
+// (U+202A–U+202E, U+2066–U+2069, U+200E, U+200F, U+061C), which can make a
+// text read differently from what it says, and the zero-width ones
+// (U+200B–U+200D, U+2060, U+FEFF), which hide inside codes and links and
+// switch the whole message to UCS-2 (70 characters a segment instead of
+// 160). The error names the first one's code point and position.
+func CheckFormatControls(body string) error {
+	n := 0
+	for _, r := range body {
+		n++
+		if unicode.Is(unicode.Cf, r) || r == '\u180e' {
+			return invalid("body", fmt.Sprintf("contains %U, an invisible bidirectional or zero-width character, at character %d; "+
+				"remove it (or allow such characters for the producer: producers[].allow_unicode_controls)", r, n))
+		}
+	}
+	return nil
+}

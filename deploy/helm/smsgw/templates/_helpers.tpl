@@ -168,8 +168,9 @@ ConfigMap. Included by the Deployment; fails the render with the reason.
 {{- end -}}
 {{- with $cfg.provider -}}
   {{- if .token -}}{{- fail "config.provider.token must not be set: use secrets.providerToken (or existingSecret)." -}}{{- end -}}
-  {{- with .twilio -}}{{- if .auth_token -}}{{- fail "config.provider.twilio.auth_token must not be set: use secrets.twilioAuthToken (or existingSecret)." -}}{{- end -}}{{- end -}}
-  {{- with .vonage -}}{{- if or .api_key .api_secret -}}{{- fail "config.provider.vonage.api_key / api_secret must not be set: use secrets.vonageApiKey / vonageApiSecret (or existingSecret)." -}}{{- end -}}{{- end -}}
+  {{- if .receipt_secret -}}{{- fail "config.provider.receipt_secret must not be set: use secrets.receiptSecret (or existingSecret)." -}}{{- end -}}
+  {{- with .twilio -}}{{- if or .auth_token .webhook_auth_token -}}{{- fail "config.provider.twilio.auth_token / webhook_auth_token must not be set: use secrets.twilioAuthToken / twilioWebhookAuthToken (or existingSecret)." -}}{{- end -}}{{- end -}}
+  {{- with .vonage -}}{{- if or .api_key .api_secret .signature_secret -}}{{- fail "config.provider.vonage.api_key / api_secret / signature_secret must not be set: use secrets.vonageApiKey / vonageApiSecret / vonageSignatureSecret (or existingSecret)." -}}{{- end -}}{{- end -}}
 {{- end -}}
 {{- range $i, $p := .Values.secrets.producers -}}
   {{- range $k := list "name" "key" "key_sha256" -}}

@@ -1,0 +1,56 @@
+package gateway
+
+import (
+	"net/http"
+	"slices"
+	"testing"
+
+	"smsgw/internal/config"
+)
+
+// TestProducerSenders (issue 8, finding 4): a producer with senders may
+// send only as those; without from it sends as the first; any other from
+// is a 403 naming from, on the queued path, in a batch and on the OTP path.
+func TestProducerSenders(t *testing.T) {
+	h := start(t, embeddedMode, func(c *config.Config) {
+		c.Producers[0].Senders = []string{"Shop", "ShopNews"} // notify
+		c.Producers[1].Senders = []string{"Bank"}             // login
+	})
+	r := h.post("/v1/messages", keyNotify, msg("transactional"))
+	wantStatus(t, r, http.StatusAccepted)
+	def := accepted(t, r).ID
+	wantStatus(t, h.post("/v1/messages", keyNotify, msg("transactional", "from", "ShopNews")), http.StatusAccepted)
+	for _, tc := range []struct{ path, key string }{{"/v1/messages", keyNotify}, {"/v1/otp", keyLogin}} {
+		body := msg("transactional", "from", "Bank")
+		if tc.path == "/v1/otp" {
+			body = otpBody("from", "Shop")
+		}
+		r := h.post(tc.path, tc.key, body)
+		wantStatus(t, r, http.StatusForbidden)
+		if f := r.fields(t); !slices.Contains(f, "from") {
+			t.Errorf("%s: errors name %v, want from", tc.path, f)
+		}
+	}
+	r = h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": []any{msg("transactional", "from", "Bank"), msg("transactional")}})
+	wantStatus(t, r, http.StatusOK)
+	var b batchResponse
+	r.json(t, &b)
+	if b.Results[0].Status != http.StatusForbidden || b.Results[0].Error.Errors[0].Field != "messages[0].from" || b.Results[1].Status != http.StatusAccepted {
+		t.Errorf("batch: %s", r.body)
+	}
+	var v messageView
+	eventually(t, "the default-sender message to be sent", func() bool {
+		h.get("/v1/messages/"+def, keyNotify).json(t, &v)
+		return v.Status == "sent"
+	})
+	if v.From != "Shop" {
+		t.Errorf("from %q, want the producer's first sender Shop", v.From)
+	}
+	for _, rec := range h.sim.Accepted() {
+		if rec.From == "Bank" {
+			t.Error("the provider got a message from Bank")
+		}
+	}
+	ot := h.post("/v1/otp", keyLogin, otpBody())
+	wantStatus(t, ot, http.StatusOK)
+}
