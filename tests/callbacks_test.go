@@ -282,3 +282,79 @@ func TestOTPWithCallbacksDuringCampaign(t *testing.T) {
 	t.Logf("OTP during a campaign on 2 replicas: without callbacks p50 %.1f ms p99 %.1f ms; with callbacks (%d events in flight or delivered) p50 %.1f ms p99 %.1f ms",
 		p50a, p99a, n, p50b, p99b)
 }
+
+// finalEvents is, per message, the types of its events with the number of
+// distinct webhook-ids of each, and whether every event id kept one body.
+func (s *hookSink) finalEvents(t *testing.T) map[string]map[string]int {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]map[string]int{}
+	for mid, evs := range s.byMessage {
+		out[mid] = map[string]int{}
+		for id := range evs {
+			bodies := s.bodies[id]
+			for _, b := range bodies[1:] {
+				if b != bodies[0] {
+					t.Errorf("event %s: two attempts with different bodies", id)
+				}
+			}
+			var ev struct {
+				Type string `json:"type"`
+			}
+			_ = json.Unmarshal([]byte(bodies[0]), &ev)
+			if s.ok[id] > 0 {
+				out[mid][ev.Type]++
+			}
+		}
+	}
+	return out
+}
+
+// The issue's story with callbacks: 2 replicas on Redis, 600 messages,
+// receipts posted twice each to either replica (some before the send's
+// answer), replica 2 killed -9 mid-run, a receiver failing every event's
+// first attempt: every message ends with exactly one event of its final
+// status, matching its receipt, each event id with one body.
+func TestReceiptsAndCallbacksAcrossReplicas(t *testing.T) {
+	skipShort(t)
+	t.Setenv("SMSGW_PROVIDER_RECEIPT_SECRET", lifecycleSecret)
+	sink := newHookSink(t)
+	addrs := []string{fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf("127.0.0.1:%d", freePort(t))}
+	sim := receiptSim(t, addrs)
+	ne, extra := callbackOptions(sink)
+	o := gwOptions{RedisAddr: redistest.Addr(t), Account: redistest.Prefix(t), SimURL: sim.URL, Lease: 2 * time.Second, NotifyExtra: ne, Extra: extra}
+	gws := []*gwProc{startGatewayIn(t, "gw1", addrs[0], t.TempDir(), o), startGatewayIn(t, "gw2", addrs[1], t.TempDir(), o)}
+	ids := append(postBatch(t, gws[0], keyTxn, "transactional", 0, 300), postBatch(t, gws[1], keyTxn, "transactional", 300, 300)...)
+	sim.WaitAccepted(t, 200, 60*time.Second)
+	gws[1].Kill()
+	want := waitReceipts(t, sim, ids, 2, 120*time.Second)
+	checkFinal(t, gws[0], ids, want, 60*time.Second)
+	final := func(mid string) int { return sink.finalEvents(t)[mid]["message."+want[mid]] }
+	waitUntil(t, "every message's final event delivered", 120*time.Second, func() bool {
+		evs := sink.finalEvents(t)
+		for _, id := range ids {
+			if evs[id]["message."+want[id]] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(time.Second)
+	evs := sink.finalEvents(t)
+	sentToo := 0
+	for _, id := range ids {
+		if n := final(id); n != 1 {
+			t.Errorf("message %s: %d %s events, want exactly one (%v)", id, n, want[id], evs[id])
+		}
+		for typ, n := range evs[id] {
+			switch {
+			case typ == "message.sent" && n == 1:
+				sentToo++
+			case typ != "message."+want[id]:
+				t.Errorf("message %s: unexpected %d %s events (final %s)", id, n, typ, want[id])
+			}
+		}
+	}
+	t.Logf("600 messages, 2 replicas, gw2 killed after 200 sends: every message one final event matching its receipt; %d also had a sent event first (the others' receipts came before the send's answer was recorded)", sentToo)
+}
