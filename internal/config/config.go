@@ -65,6 +65,15 @@ type RedisConfig struct {
 	// they differ from the master's (username, password). Never logged.
 	SentinelUsername string `yaml:"sentinel_username"`
 	SentinelPassword string `yaml:"sentinel_password"`
+	// WaitReplicas > 0: an enqueue is answered 202 only once that many
+	// replicas of the Redis master hold it (WAIT), so a failover right
+	// after cannot lose it; when they do not confirm within WaitTimeout
+	// the request is answered 503 (the message may still be stored: a
+	// retry with the same Idempotency-Key finds it). 0: asynchronous
+	// replication, a failover may lose the last accepted messages
+	// (docs/scale.md section 3).
+	WaitReplicas int           `yaml:"wait_replicas"`
+	WaitTimeout  time.Duration `yaml:"wait_timeout"`
 }
 
 // Addrs splits Addr into its comma-separated addresses.

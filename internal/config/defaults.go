@@ -8,7 +8,7 @@ import "time"
 func Default() Config {
 	return Config{
 		Listen:  ":8080",
-		Redis:   RedisConfig{Timeout: 500 * time.Millisecond},
+		Redis:   RedisConfig{Timeout: 500 * time.Millisecond, WaitTimeout: 100 * time.Millisecond},
 		Store:   StoreConfig{Path: "./smsgw-data"},
 		Account: "main",
 		Provider: ProviderConfig{
@@ -51,3 +51,6 @@ func Default() Config {
 		Protection: defaultProtection(),
 	}
 }
+
+// MaxWaitReplicas bounds redis.wait_replicas.
+const MaxWaitReplicas = 5

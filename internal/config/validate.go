@@ -106,6 +106,14 @@ func (c *Config) validateBackend(p *problems) {
 	if c.Redis.Timeout <= 0 {
 		p.add("redis.timeout", "must be > 0")
 	}
+	switch {
+	case c.Redis.WaitReplicas < 0 || c.Redis.WaitReplicas > MaxWaitReplicas:
+		p.add("redis.wait_replicas", "must be between 0 and %d", MaxWaitReplicas)
+	case c.Redis.WaitReplicas > 0 && !c.Redis.Enabled():
+		p.add("redis.wait_replicas", "needs redis.addr (the embedded store has no replicas)")
+	case c.Redis.WaitReplicas > 0 && (c.Redis.WaitTimeout <= 0 || c.Redis.WaitTimeout >= c.Redis.Timeout):
+		p.add("redis.wait_timeout", "must be > 0 and below redis.timeout (%s) when redis.wait_replicas is set", c.Redis.Timeout)
+	}
 	if !c.Redis.Enabled() && c.Store.Path == "" {
 		p.add("store.path", "must be set when redis.addr is empty (the embedded store needs a directory)")
 	}

@@ -108,6 +108,7 @@ func newRedisBackend(cfg config.Config, d deps) (_ *backend, err error) {
 	client := newRedisClient(cfg.Redis)
 	b.stops.push("redis client", client.Close)
 	rq, err := redisq.New(redisq.Config{Client: client, Account: cfg.Account, Logger: d.log,
+		WaitReplicas: cfg.Redis.WaitReplicas, WaitTimeout: cfg.Redis.WaitTimeout,
 		Retention: cfg.Messages.Retention, IdempotencyWindow: config.IdempotencyWindow, Registerer: d.reg})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: queue: %w", err)

@@ -42,10 +42,13 @@ type operatorPause struct {
 // pausePollEvery is how often a sending replica rereads the shared
 // switch; an idle one rereads it every pauseIdlePoll, and its first
 // reservation after a longer gap reads it first (pausedLimiter), so that
-// no send goes on a copy older than pausePollEvery.
+// no send goes on a copy older than pauseStaleAfter. That is twice the
+// poll period, so that a sending replica's poller, even late on a busy
+// machine, keeps the copy fresh and no reservation waits for the read.
 const (
-	pausePollEvery = 500 * time.Millisecond
-	pauseIdlePoll  = 10 * time.Second
+	pausePollEvery  = 500 * time.Millisecond
+	pauseIdlePoll   = 10 * time.Second
+	pauseStaleAfter = 2 * pausePollEvery
 )
 
 func newOperatorPause(store state.Pause, now func() time.Time) *operatorPause {
@@ -143,11 +146,11 @@ func (p *operatorPause) Resume(ctx context.Context) error {
 }
 
 // freshen rereads the stored switch when this copy is older than
-// pausePollEvery (an idle replica's poller slowed down); a failed read
+// pauseStaleAfter (an idle replica's poller slowed down); a failed read
 // keeps the last known state, as the poller does.
 func (p *operatorPause) freshen(ctx context.Context) {
 	p.mu.Lock()
-	stale := time.Since(p.readAt) > pausePollEvery
+	stale := time.Since(p.readAt) > pauseStaleAfter
 	if stale {
 		p.readAt = time.Now() // one attempt per period, even when it fails
 	}

@@ -128,7 +128,7 @@ func TestIdleReplicaReadsThePauseBeforeSending(t *testing.T) {
 	}
 	// Its poller slept; the copy is now older than a sending replica's.
 	idle.mu.Lock()
-	idle.readAt = idle.readAt.Add(-2 * pausePollEvery)
+	idle.readAt = idle.readAt.Add(-2 * pauseStaleAfter)
 	idle.mu.Unlock()
 	lim, err := limiter.NewLocal(limiter.Config{Global: limiter.Rate{PerSecond: 90, Burst: 5}})
 	if err != nil {

@@ -193,6 +193,9 @@ func toError(err error) *Error {
 			Detail: "the provider failed (" + string(pe.Reason) + "); nothing was queued"}
 	case errors.Is(err, queue.ErrNotFound):
 		return &Error{Kind: KindNotFound, Detail: "no such message", Err: err}
+	case errors.Is(err, queue.ErrNotReplicated):
+		return &Error{Kind: KindUnavailable, RetryAfter: time.Second, Err: err,
+			Detail: "the message store's replicas did not confirm the message in time; it may be queued: retry with the same Idempotency-Key"}
 	case errors.Is(err, queue.ErrClosed):
 		return &Error{Kind: KindUnavailable, Detail: "the gateway is shutting down", RetryAfter: time.Second, Err: err}
 	case errors.Is(err, context.DeadlineExceeded):

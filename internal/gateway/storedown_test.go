@@ -34,3 +34,15 @@ func TestEnqueueWithStoreDownIs503(t *testing.T) {
 		}
 	}
 }
+
+// With redis.wait_replicas and no replica to confirm, a POST is a 503 with
+// Retry-After (the message may be stored; the producer retries).
+func TestEnqueueNotReplicatedIs503(t *testing.T) {
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	h := start(t, redisMode, func(c *config.Config) { c.Redis.Addr, c.Redis.WaitReplicas = srv.Addr, 1 })
+	r := h.post("/v1/messages", keyNotify, msg("transactional"))
+	wantStatus(t, r, http.StatusServiceUnavailable)
+	if r.header.Get("Retry-After") == "" {
+		t.Error("503 without Retry-After")
+	}
+}

@@ -31,6 +31,11 @@ var (
 	// ErrNotCancelable means the message is sending or done: Cancel changed
 	// nothing.
 	ErrNotCancelable = errors.New("queue: message is not cancelable")
+	// ErrNotReplicated: the backend stored the message but its replicas did
+	// not confirm it in time (redisq with WaitReplicas). The message may
+	// still be queued; the caller answers "try again", and a retry with the
+	// same idempotency key finds it.
+	ErrNotReplicated = errors.New("queue: not confirmed by the replicas in time")
 )
 
 // Receipt is a provider's delivery report, matched to a message by

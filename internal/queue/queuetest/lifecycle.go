@@ -28,6 +28,7 @@ func init() {
 		testCase{"ReceiptEarly", testReceiptEarly},
 		testCase{"Cancel", testCancel},
 		testCase{"CancelRacesTake", testCancelRacesTake},
+		testCase{"ReceiptDurable", testReceiptDurable},
 	)
 }
 
@@ -273,4 +274,25 @@ func testCancelRacesTake(t *testing.T, h Harness) {
 	if n := outstanding(t, q, "p"); n != int64(len(taken)) {
 		t.Errorf("Outstanding %d, want %d (the taken ones)", n, len(taken))
 	}
+}
+
+// testReceiptDurable: the provider-id index and a parked receipt survive a
+// reopen of the storage.
+func testReceiptDurable(t *testing.T, h Harness) {
+	if h.Reopen == nil {
+		t.Skip("no Reopen")
+	}
+	q := h.New(t)
+	a := sendOne(t, q, "pm-durable-"+newMsg("x", 0).ID)
+	pid := mustGet(t, q, a.ID).ProviderID
+	b := newMsg("p", sms.ClassOTP)
+	mustEnqueue(t, q, b)
+	lb := mustTake(t, q, opts(sms.ClassOTP))
+	applyReceipt(t, q, queue.Receipt{Reference: b.ID, Status: sms.StatusUndelivered}, queue.ReceiptParked)
+	q = h.Reopen(t, q)
+	applyReceipt(t, q, queue.Receipt{ProviderID: pid, Status: sms.StatusDelivered}, queue.ReceiptApplied)
+	if err := q.Complete(t.Context(), lb, queue.Outcome{Status: sms.StatusSent, ProviderID: "pm-b", Attempts: 1}); err != nil {
+		t.Fatalf("Complete after reopen: %v", err)
+	}
+	wantStatus(t, q, b.ID, sms.StatusUndelivered)
 }

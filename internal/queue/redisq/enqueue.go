@@ -187,6 +187,9 @@ func validate(m *sms.Message) error {
 // the wake-up of classes (none: no wake-up). Only the script's answer
 // decides: a wake-up that fails is logged and left to the pollers.
 func (q *Queue) runEnqueue(ctx context.Context, keys []string, args []any, classes []sms.Class) ([]any, error) {
+	if q.waitN > 0 {
+		return q.runEnqueueWait(ctx, keys, args, classes)
+	}
 	if len(classes) == 0 {
 		return enqueueScript.Run(ctx, q.c, keys, args...).Slice()
 	}
@@ -210,4 +213,56 @@ func (q *Queue) runEnqueue(ctx context.Context, keys []string, args []any, class
 	}
 	q.published(pub.Err())
 	return run.Slice()
+}
+
+// runEnqueueWait runs the enqueue script, the wake-up and WAIT in one
+// pipeline on one connection to the account's master (WAIT counts the
+// writes of its own connection): the enqueue returns once q.waitN replicas
+// acknowledged it, or fails with queue.ErrNotReplicated.
+func (q *Queue) runEnqueueWait(ctx context.Context, keys []string, args []any, classes []sms.Class) ([]any, error) {
+	var node redis.Cmdable = q.c
+	if cc, ok := q.c.(*redis.ClusterClient); ok {
+		m, err := cc.MasterForKey(ctx, keys[0])
+		if err != nil {
+			return nil, err
+		}
+		node = m
+	}
+	var (
+		run  *redis.Cmd
+		pub  *redis.IntCmd
+		wait *redis.Cmd
+	)
+	pipeline := func() {
+		_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
+			run = enqueueScript.EvalSha(ctx, p, keys, args...)
+			if len(classes) > 0 {
+				pub = q.publish(ctx, p, classes)
+			}
+			wait = p.Do(ctx, "WAIT", q.waitN, q.waitFor.Milliseconds())
+			return nil
+		})
+	}
+	pipeline()
+	if err := run.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		// The script did not run: load it on this node and run again.
+		if err := enqueueScript.Load(ctx, node).Err(); err != nil {
+			return nil, err
+		}
+		pipeline()
+	}
+	reply, err := run.Slice()
+	if err != nil {
+		if redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK") {
+			return nil, fmt.Errorf("%w: the account's slot is moving: %w", queue.ErrNotReplicated, err)
+		}
+		return nil, err
+	}
+	if pub != nil {
+		q.published(pub.Err())
+	}
+	if n, err := wait.Int64(); err != nil || n < int64(q.waitN) {
+		return nil, fmt.Errorf("%w: %d of %d replicas confirmed within %s (%v)", queue.ErrNotReplicated, n, q.waitN, q.waitFor, err)
+	}
+	return reply, nil
 }

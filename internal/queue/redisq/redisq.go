@@ -53,6 +53,11 @@ type Config struct {
 	IdempotencyWindow time.Duration
 	// Registerer receives the backend's metrics; nil registers nothing.
 	Registerer prometheus.Registerer
+	// WaitReplicas > 0: an enqueue returns only once that many replicas of
+	// the master hold it (WAIT, on the enqueue's own connection), or fails
+	// with queue.ErrNotReplicated after WaitTimeout.
+	WaitReplicas int
+	WaitTimeout  time.Duration
 }
 
 // Queue is the Redis queue. It is safe for concurrent use.
@@ -65,6 +70,8 @@ type Queue struct {
 	window    time.Duration
 	m         *metrics
 	closed    atomic.Bool
+	waitN     int           // WaitReplicas
+	waitFor   time.Duration // WaitTimeout
 	// unsharded: this Redis has no sharded channels (before 7.0); the
 	// wake-ups use PUBLISH and SUBSCRIBE (notify.go).
 	unsharded atomic.Bool
@@ -80,6 +87,9 @@ func New(cfg Config) (*Queue, error) {
 	}
 	if err := keyspace.ValidateAccount(cfg.Account); err != nil {
 		return nil, fmt.Errorf("redisq: Config.Account: %w", err)
+	}
+	if cfg.WaitReplicas < 0 || (cfg.WaitReplicas > 0 && cfg.WaitTimeout <= 0) {
+		return nil, errors.New("redisq: WaitReplicas must not be negative, and needs a WaitTimeout > 0")
 	}
 	if cfg.Retention < 0 || cfg.IdempotencyWindow < 0 {
 		return nil, errors.New("redisq: Retention and IdempotencyWindow must not be negative")
@@ -106,6 +116,8 @@ func New(cfg Config) (*Queue, error) {
 		retention: cfg.Retention,
 		window:    cfg.IdempotencyWindow,
 		m:         m,
+		waitN:     cfg.WaitReplicas,
+		waitFor:   cfg.WaitTimeout,
 	}, nil
 }
 
