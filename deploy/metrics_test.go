@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,30 +21,6 @@ import (
 	"smsgw/internal/provider/sim"
 	"smsgw/internal/redistest"
 )
-
-// planned are the metrics the delivery-receipt and status-callback work
-// adds. Until a gateway exposes them, only deploy/prometheus/
-// alerts-lifecycle.yaml and the dashboard's "planned" row may use them.
-var planned = []string{
-	"smsgw_receipts_total",
-	"smsgw_delivery_ratio",
-	"smsgw_receipt_latency_seconds",
-	"smsgw_callbacks_attempts_total",
-	"smsgw_callbacks_backlog",
-	"smsgw_callbacks_oldest_age_seconds",
-	"smsgw_callbacks_dead_total",
-}
-
-// plannedMetric is the planned metric a sample name (a histogram's
-// _bucket, _count or _sum included) belongs to, if any.
-func plannedMetric(name string) (string, bool) {
-	for _, suffix := range []string{"", "_bucket", "_count", "_sum"} {
-		if base, ok := strings.CutSuffix(name, suffix); ok && slices.Contains(planned, base) {
-			return base, true
-		}
-	}
-	return "", false
-}
 
 // exposition is one /metrics answer: the label sets of every sample name
 // (histograms expanded into _bucket, _count and _sum as PromQL sees them).
@@ -166,18 +141,15 @@ admin: {key: admin-key-0123456789abcdef}
 
 // query is one PromQL expression of a rule or a panel.
 type query struct {
-	where   string // "alert SmsgwX in alerts.yaml", "panel 'Y'"
-	expr    string
-	planned bool // from the planned file or row
+	where string // "alert SmsgwX in alerts.yaml", "panel 'Y'"
+	expr  string
 }
 
 // problems parses q and lists every selector that the exposition cannot
 // answer: an unknown metric name, an unknown label, or an equality or
 // regexp matcher that no exposed series matches (a typo in a label value
-// is as silent in Prometheus as a typo in a name). Planned metrics are
-// skipped while they are missing, and only where they are allowed; the
-// ones skipped are added to missingPlanned.
-func problems(exp exposition, q query, missingPlanned map[string]bool) []string {
+// is as silent in Prometheus as a typo in a name).
+func problems(exp exposition, q query) []string {
 	e, err := parser.ParseExpr(q.expr)
 	if err != nil {
 		return []string{fmt.Sprintf("%s: PromQL does not parse: %v\n%s", q.where, err, q.expr)}
@@ -191,14 +163,9 @@ func problems(exp exposition, q query, missingPlanned map[string]bool) []string 
 		}
 		name := vs.Name
 		series, exposed := exp[name]
-		base, isPlanned := plannedMetric(name)
 		switch {
 		case name == "":
 			bad("a selector without a metric name: %s", vs)
-		case !exposed && isPlanned && q.planned:
-			missingPlanned[base] = true
-		case !exposed && isPlanned:
-			bad("uses the planned metric %s outside the planned rules and panels", name)
 		case !exposed:
 			bad("uses %s, which the gateway does not expose", name)
 		default:
@@ -241,32 +208,15 @@ func TestRulesAndPanelsUseExposedMetrics(t *testing.T) {
 	if len(queries) < 20 {
 		t.Fatalf("only %d queries found in the rules and the dashboard", len(queries))
 	}
-	missing := map[string]bool{}
 	for _, q := range queries {
-		for _, p := range problems(exp, q, missing) {
+		for _, p := range problems(exp, q) {
 			t.Error(p)
 		}
 	}
-	var still []string
-	for _, name := range planned {
-		_, exposed := exp[name]
-		_, histogram := exp[name+"_count"]
-		switch {
-		case missing[name]:
-			still = append(still, name)
-		case !exposed && !histogram:
-			t.Errorf("planned metric %s is used by no planned rule or panel", name)
-		}
-	}
-	if len(still) == 0 {
-		t.Errorf("every planned metric is exposed now: merge alerts-lifecycle.yaml into alerts.yaml, " +
-			"move the dashboard's planned panels into its other rows and empty the planned list of this test")
-	}
-	t.Logf("planned metrics not exposed yet (their rules and panels wait): %s", strings.Join(still, ", "))
 }
 
 // TestCheckCanFail: the check sees a wrong name, a wrong label name or
-// value, a planned metric out of place and bad syntax.
+// value, a receipt metric the exposition lacks and bad syntax.
 func TestCheckCanFail(t *testing.T) {
 	exp := exposition{"smsgw_dispatch_messages_total": {{"class": "otp", "outcome": "sent"}}}
 	for _, q := range []query{
@@ -274,24 +224,16 @@ func TestCheckCanFail(t *testing.T) {
 		{where: "label value", expr: `sum(rate(smsgw_dispatch_messages_total{outcome="delivered"}[5m]))`},
 		{where: "label name", expr: `sum(rate(smsgw_dispatch_messages_total{result!="ok"}[5m]))`},
 		{where: "regexp", expr: `smsgw_dispatch_messages_total{class=~"mkt|txn"}`},
-		{where: "planned out of place", expr: `smsgw_delivery_ratio < 0.5`},
+		{where: "not exposed", expr: `smsgw_delivery_ratio < 0.5`},
 		{where: "syntax", expr: `sum(rate(smsgw_dispatch_messages_total[5m])`},
 	} {
-		if len(problems(exp, q, map[string]bool{})) == 0 {
+		if len(problems(exp, q)) == 0 {
 			t.Errorf("%s: %s passed the check", q.where, q.expr)
 		}
 	}
-	missing := map[string]bool{}
-	for _, q := range []query{
-		{where: "good", expr: `sum by (class) (rate(smsgw_dispatch_messages_total{outcome=~"sent|dead"}[5m]))`},
-		{where: "planned in place", expr: `smsgw_delivery_ratio < 0.5`, planned: true},
-	} {
-		if p := problems(exp, q, missing); len(p) > 0 {
-			t.Errorf("a correct query failed the check: %q", p)
-		}
-	}
-	if !missing["smsgw_delivery_ratio"] {
-		t.Error("a missing planned metric in place is not reported as missing")
+	good := query{where: "good", expr: `sum by (class) (rate(smsgw_dispatch_messages_total{outcome=~"sent|dead"}[5m]))`}
+	if p := problems(exp, good); len(p) > 0 {
+		t.Errorf("a correct query failed the check: %q", p)
 	}
 }
 

@@ -14,7 +14,6 @@ import (
 
 const (
 	alertsFile    = "prometheus/alerts.yaml"
-	plannedFile   = "prometheus/alerts-lifecycle.yaml"
 	alertTests    = "prometheus/alerts_test.yaml"
 	dashboardFile = "grafana/smsgw.json"
 	chartCopy     = "helm/smsgw/dashboards/smsgw.json"
@@ -55,10 +54,8 @@ func loadRules(t *testing.T, path string) []rule {
 
 func ruleQueries(t *testing.T) []query {
 	var out []query
-	for _, path := range []string{alertsFile, plannedFile} {
-		for _, r := range loadRules(t, path) {
-			out = append(out, query{where: "alert " + r.Alert + " in " + path, expr: r.Expr, planned: path == plannedFile})
-		}
+	for _, r := range loadRules(t, alertsFile) {
+		out = append(out, query{where: "alert " + r.Alert + " in " + alertsFile, expr: r.Expr})
 	}
 	return out
 }
@@ -93,24 +90,18 @@ func loadDashboard(t *testing.T) dashboard {
 	return d
 }
 
-// plannedRow marks the row whose panels read planned metrics.
-func plannedRow(title string) bool { return strings.Contains(strings.ToLower(title), "planned") }
-
-// panelQueries are the dashboard's queries; a panel belongs to the last row
-// above it (or, collapsed, sits inside it).
+// panelQueries are the dashboard's queries, collapsed rows' panels included.
 func panelQueries(t *testing.T) []query {
 	var out []query
-	row := ""
 	var walk func(ps []panel)
 	walk = func(ps []panel) {
 		for _, p := range ps {
 			if p.Type == "row" {
-				row = p.Title
 				walk(p.Panels)
 				continue
 			}
 			for _, tg := range p.Targets {
-				out = append(out, query{where: "panel '" + p.Title + "' (" + tg.RefID + ")", expr: tg.Expr, planned: plannedRow(row)})
+				out = append(out, query{where: "panel '" + p.Title + "' (" + tg.RefID + ")", expr: tg.Expr})
 			}
 		}
 	}
@@ -122,7 +113,7 @@ func panelQueries(t *testing.T) []query {
 // pass (make alerts-check prints the same).
 func TestPromtoolRules(t *testing.T) {
 	bin := promtool(t)
-	for _, args := range [][]string{{"check", "rules", alertsFile, plannedFile}, {"test", "rules", alertTests}} {
+	for _, args := range [][]string{{"check", "rules", alertsFile}, {"test", "rules", alertTests}} {
 		out, err := exec.CommandContext(t.Context(), bin, args...).CombinedOutput()
 		if err != nil || !bytes.Contains(out, []byte("SUCCESS")) {
 			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
@@ -147,8 +138,8 @@ func TestEveryAlertFiresAndStaysQuiet(t *testing.T) {
 	if err := yaml.Unmarshal(readFile(t, alertTests), &f); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(f.RuleFiles, []string{"alerts.yaml", "alerts-lifecycle.yaml"}) {
-		t.Errorf("%s tests %v, want both rule files", alertTests, f.RuleFiles)
+	if !slices.Equal(f.RuleFiles, []string{"alerts.yaml"}) {
+		t.Errorf("%s tests %v, want alerts.yaml", alertTests, f.RuleFiles)
 	}
 	fires, quiet := map[string]int{}, map[string]int{}
 	for _, tc := range f.Tests {
@@ -161,12 +152,10 @@ func TestEveryAlertFiresAndStaysQuiet(t *testing.T) {
 		}
 	}
 	known := map[string]bool{}
-	for _, path := range []string{alertsFile, plannedFile} {
-		for _, r := range loadRules(t, path) {
-			known[r.Alert] = true
-			if fires[r.Alert] == 0 || quiet[r.Alert] == 0 {
-				t.Errorf("alert %s: %d evaluations expect it firing, %d quiet; want both", r.Alert, fires[r.Alert], quiet[r.Alert])
-			}
+	for _, r := range loadRules(t, alertsFile) {
+		known[r.Alert] = true
+		if fires[r.Alert] == 0 || quiet[r.Alert] == 0 {
+			t.Errorf("alert %s: %d evaluations expect it firing, %d quiet; want both", r.Alert, fires[r.Alert], quiet[r.Alert])
 		}
 	}
 	for a := range fires {
@@ -194,23 +183,22 @@ func TestAlertsAreOperable(t *testing.T) {
 		}
 	}
 	names := map[string]bool{}
-	for _, path := range []string{alertsFile, plannedFile} {
-		for _, r := range loadRules(t, path) {
-			if r.Alert == "" || names[r.Alert] {
-				t.Errorf("%s: a rule without an alert name, or %q twice", path, r.Alert)
-			}
-			names[r.Alert] = true
-			if s := r.Labels["severity"]; s != "warning" && s != "critical" {
-				t.Errorf("%s: severity %q, want warning or critical", r.Alert, s)
-			}
-			if r.Annotations["summary"] == "" || r.Annotations["description"] == "" {
-				t.Errorf("%s: summary or description missing", r.Alert)
-			}
-			file, anchor, _ := strings.Cut(r.Annotations["runbook_url"], "#")
-			if file != "docs/operations.md" || anchor != strings.ToLower(r.Alert) || !anchors[anchor] {
-				t.Errorf("%s: runbook_url %q: want docs/operations.md#%s, a heading of the runbook",
-					r.Alert, r.Annotations["runbook_url"], strings.ToLower(r.Alert))
-			}
+	path := alertsFile
+	for _, r := range loadRules(t, path) {
+		if r.Alert == "" || names[r.Alert] {
+			t.Errorf("%s: a rule without an alert name, or %q twice", path, r.Alert)
+		}
+		names[r.Alert] = true
+		if s := r.Labels["severity"]; s != "warning" && s != "critical" {
+			t.Errorf("%s: severity %q, want warning or critical", r.Alert, s)
+		}
+		if r.Annotations["summary"] == "" || r.Annotations["description"] == "" {
+			t.Errorf("%s: summary or description missing", r.Alert)
+		}
+		file, anchor, _ := strings.Cut(r.Annotations["runbook_url"], "#")
+		if file != "docs/operations.md" || anchor != strings.ToLower(r.Alert) || !anchors[anchor] {
+			t.Errorf("%s: runbook_url %q: want docs/operations.md#%s, a heading of the runbook",
+				r.Alert, r.Annotations["runbook_url"], strings.ToLower(r.Alert))
 		}
 	}
 }
@@ -224,7 +212,7 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("uid %q title %q", d.UID, d.Title)
 	}
 	titles := map[string]bool{}
-	rows, planned := 0, 0
+	rows := 0
 	for _, p := range d.Panels {
 		if titles[p.Title] {
 			t.Errorf("panel title %q twice", p.Title)
@@ -240,12 +228,12 @@ func TestDashboard(t *testing.T) {
 		if p.GridPos.X < 0 || p.GridPos.W < 1 || p.GridPos.X+p.GridPos.W > 24 || p.GridPos.H < 1 {
 			t.Errorf("panel %q: gridPos %+v outside the 24 columns", p.Title, p.GridPos)
 		}
-		if strings.HasPrefix(p.Description, "PLANNED") {
-			planned++
+		if strings.Contains(p.Description, "PLANNED") {
+			t.Errorf("panel %q is still described as planned: every metric it reads exists", p.Title)
 		}
 	}
-	if rows < 4 || planned == 0 {
-		t.Errorf("%d rows, %d planned panels", rows, planned)
+	if rows < 4 {
+		t.Errorf("%d rows, want at least 4", rows)
 	}
 	if !bytes.Equal(readFile(t, dashboardFile), readFile(t, chartCopy)) {
 		t.Errorf("%s differs from %s: cp deploy/%s deploy/%s", chartCopy, dashboardFile, dashboardFile, chartCopy)

@@ -290,6 +290,11 @@ type gwOptions struct {
 	SimURL      string
 	Lease       time.Duration
 	Extra       string // more YAML appended to the config
+	// NotifyExtra goes inside the notify producer's flow mapping
+	// (", webhook: {...}").
+	NotifyExtra string
+	// CampaignExtra is the same for the campaign producer.
+	CampaignExtra string
 }
 
 type gwProc struct {
@@ -308,13 +313,13 @@ store: {path: %q}
 account: %q
 provider: {kind: http, url: %q, timeout: 2s}
 producers:
-  - {name: campaign, key: %q, classes: [marketing], rate: 100000, burst: 100000}
+  - {name: campaign, key: %q, classes: [marketing], rate: 100000, burst: 100000%s}
   - {name: login, key: %q, classes: [otp], rate: 1000, burst: 1000}
-  - {name: notify, key: %q, classes: [transactional], rate: 100000, burst: 100000}
+  - {name: notify, key: %q, classes: [transactional], rate: 100000, burst: 100000%s}
 admin: {key: %q}
 dispatch: {lease: %s, backoff_base: 200ms, backoff_max: 2s, shutdown_timeout: 5s}
 log: {level: info, format: text}
-%s`, listen, o.RedisAddr, o.RedisMaster, storeDir, o.Account, o.SimURL+"/send", keyMarketing, keyOTP, keyTxn, keyAdmin, lease, o.Extra)
+%s`, listen, o.RedisAddr, o.RedisMaster, storeDir, o.Account, o.SimURL+"/send", keyMarketing, o.CampaignExtra, keyOTP, keyTxn, o.NotifyExtra, keyAdmin, lease, o.Extra)
 }
 
 func startGateway(t *testing.T, name string, o gwOptions) *gwProc {

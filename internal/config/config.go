@@ -37,6 +37,7 @@ type Config struct {
 	Messages  MessagesConfig `yaml:"messages"`
 	Log       LogConfig      `yaml:"log"`
 	HTTP      HTTPConfig     `yaml:"http"`
+	Webhooks  WebhooksConfig `yaml:"webhooks"`
 
 	Protection ProtectionConfig `yaml:"protection"`
 }
@@ -183,6 +184,39 @@ type Producer struct {
 	// AllowUnicodeControls lets the producer's bodies carry bidirectional
 	// and zero-width format characters, refused otherwise.
 	AllowUnicodeControls bool `yaml:"allow_unicode_controls"`
+	// Webhook is where the producer's status callbacks go; absent: none,
+	// unless a message names its own callback_url (under Webhook.Allow).
+	Webhook WebhookConfig `yaml:"webhook"`
+}
+
+// WebhookConfig is one producer's status callback destination (Standard
+// Webhooks). Secret signs every event; it is never logged or stored.
+type WebhookConfig struct {
+	URL    string `yaml:"url"`    // default destination of every event; empty: only per-message callback_url
+	Secret string `yaml:"secret"` // "whsec_" + base64 of the key bytes
+	// Allow lists the URL prefixes a message's callback_url may start with;
+	// empty: no per-message callback_url.
+	Allow []string `yaml:"allow"`
+}
+
+// Enabled reports whether the producer can receive callbacks at all.
+func (w WebhookConfig) Enabled() bool { return w.URL != "" || len(w.Allow) > 0 }
+
+// WebhooksConfig tunes the delivery of status callbacks to producers.
+type WebhooksConfig struct {
+	// AllowNetworks are CIDRs a callback may reach although they are
+	// private, loopback or link-local (refused by default: SSRF).
+	AllowNetworks []string      `yaml:"allow_networks"`
+	Timeout       time.Duration `yaml:"timeout"`     // one delivery attempt
+	MaxAge        time.Duration `yaml:"max_age"`     // retried until then, then dead
+	Concurrency   int           `yaml:"concurrency"` // deliveries in flight per endpoint (scheme://host:port)
+	Workers       int           `yaml:"workers"`     // deliveries in flight per replica, all endpoints
+	BackoffBase   time.Duration `yaml:"backoff_base"`
+	BackoffMax    time.Duration `yaml:"backoff_max"`
+	// BreakerFailures consecutive failures of one endpoint open its
+	// breaker for BreakerOpen: its events wait, nobody else's do.
+	BreakerFailures int           `yaml:"breaker_failures"`
+	BreakerOpen     time.Duration `yaml:"breaker_open"`
 }
 
 // KeyHash returns the SHA-256 of the producer's key.

@@ -48,6 +48,16 @@ func Default() Config {
 			ReadTimeout:  10 * time.Second,
 			WriteTimeout: 30 * time.Second,
 		},
+		Webhooks: WebhooksConfig{
+			Timeout:         5 * time.Second,
+			MaxAge:          24 * time.Hour,
+			Concurrency:     4,
+			Workers:         32,
+			BackoffBase:     5 * time.Second,
+			BackoffMax:      time.Hour,
+			BreakerFailures: 5,
+			BreakerOpen:     30 * time.Second,
+		},
 		Protection: defaultProtection(),
 	}
 }

@@ -114,13 +114,17 @@ func applyEnv(cfg *Config, environ []string) error {
 			errs = append(errs, fmt.Errorf("%s (from %s): %w", x.path, x.name, err))
 		}
 	}
+	if err := applyWebhookSecrets(cfg, environ); err != nil {
+		errs = append(errs, err)
+	}
 	return joinErrors(errs)
 }
 
 // isReservedEnv lets variables that are not configuration keys but are
 // read elsewhere (tests, the CLI) share the prefix.
 func isReservedEnv(name string) bool {
-	return name == "SMSGW_CONFIG" || strings.HasPrefix(name, "SMSGW_SKIP_") || strings.HasPrefix(name, "SMSGW_TEST_")
+	return name == "SMSGW_CONFIG" || strings.HasPrefix(name, "SMSGW_SKIP_") || strings.HasPrefix(name, "SMSGW_TEST_") ||
+		strings.HasPrefix(name, EnvPrefix+"WEBHOOK_SECRET_") // applyWebhookSecrets
 }
 
 // setPath decodes val as YAML into the key at path, by rebuilding a small

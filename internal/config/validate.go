@@ -40,6 +40,7 @@ func (c *Config) Validate() error {
 	c.validateDispatch(&p)
 	c.validateMessages(&p)
 	c.validateEdge(&p)
+	c.validateWebhooks(&p)
 	c.validateProtection(&p)
 	return joinErrors(p)
 }
@@ -310,6 +311,7 @@ func (c *Config) validateProducers(p *problems) {
 		if pr.MaxOutstanding < 0 {
 			p.add(key+".max_outstanding", "must be >= 0 (0 means no limit)")
 		}
+		validateWebhook(p, key+".webhook", pr.Webhook)
 		seen := map[string]bool{}
 		for j, s := range pr.Senders {
 			k := fmt.Sprintf("%s.senders[%d]", key, j)

@@ -58,7 +58,11 @@ type stack struct {
 	base string
 }
 
-func startStack(t *testing.T) *stack {
+func startStack(t *testing.T) *stack { return startStackWith(t, "") }
+
+// startStackWith adds notifyExtra to the notify producer's flow mapping
+// (", webhook: {...}").
+func startStackWith(t *testing.T, notifyExtra string) *stack {
 	t.Helper()
 	s, err := sim.New(sim.Config{})
 	if err != nil {
@@ -80,10 +84,10 @@ account: dashtest
 provider: {kind: http, url: %q, timeout: 2s, receipt_secret: %q}
 dispatch: {max_attempts: 1, shutdown_timeout: 5s}
 producers:
-  - {name: notify, key: %q, classes: [transactional, marketing], rate: 1000, burst: 1000}
+  - {name: notify, key: %q, classes: [transactional, marketing], rate: 1000, burst: 1000%s}
   - {name: login, key: %q, classes: [otp], rate: 100, burst: 100}
 admin: {key: %q}
-`, t.TempDir(), simURL+"/send", receiptSecret, notifyKey, loginKey, adminKey)
+`, t.TempDir(), simURL+"/send", receiptSecret, notifyKey, notifyExtra, loginKey, adminKey)
 	cfg, err := config.Load([]byte(yaml), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -82,6 +82,8 @@ type statsResponse struct {
 	Provider providerStats         `json:"provider"`
 	OTP      otpStats              `json:"otp"`
 	Replica  replicaStats          `json:"replica"`
+	// Callbacks is the outbox of status callbacks (shared with Redis).
+	Callbacks callbackStats `json:"callbacks"`
 	// Protection's refusals (scope: Counters) and the suppression list.
 	Protection protectionStats `json:"protection"`
 }
@@ -89,6 +91,12 @@ type statsResponse struct {
 type protectionStats struct {
 	Refused      map[string]int64 `json:"refused"` // by reason, every reason present
 	Suppressions int              `json:"suppressions"`
+}
+
+type callbackStats struct {
+	Backlog          int64   `json:"backlog"`
+	Dead             int64   `json:"dead"`
+	OldestAgeSeconds float64 `json:"oldest_age_seconds"`
 }
 
 func (s *server) adminStats(w http.ResponseWriter, r *http.Request) {
@@ -112,8 +120,14 @@ func (s *server) adminStats(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("limiter state: %w", err))
 		return
 	}
+	cs, err := s.callbacks.outbox.OutboxStats(ctx)
+	if err != nil {
+		s.writeError(w, r, fmt.Errorf("outbox stats: %w", err))
+		return
+	}
 	out := statsResponse{Classes: map[string]classStats{}, Pause: s.pause.state(),
-		Counters: countersInfo{Scope: scope, Since: since.UTC()}}
+		Counters:  countersInfo{Scope: scope, Since: since.UTC()},
+		Callbacks: callbackStats{Backlog: cs.Backlog, Dead: cs.Dead, OldestAgeSeconds: cs.OldestAge.Seconds()}}
 	for _, c := range sms.Classes {
 		st, t := qs[c], tot.classes[c]
 		out.Classes[c.String()] = classStats{Ready: st.Ready, Scheduled: st.Scheduled, Leased: st.Leased,

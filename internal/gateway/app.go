@@ -143,6 +143,9 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	if a.srv.history, err = newHistoryView(b, a.disp.Snapshot, d.metrics.accepted, d.quiet, d.log); err != nil {
 		return nil, err
 	}
+	if a.srv.callbacks, err = newCallbacks(cfg, d, b, owner); err != nil {
+		return nil, err
+	}
 	if rp, ok := a.prov.(provider.ReceiptParser); ok {
 		a.srv.receipts = rp
 	}
@@ -369,7 +372,7 @@ func (a *App) Start(ctx context.Context) error {
 
 // loops are the backend's loops and the stats totals, in start order.
 func (a *App) loops() []loop {
-	return append(a.b.loops[:len(a.b.loops):len(a.b.loops)], a.srv.live.totals, a.srv.history.rec)
+	return append(a.b.loops[:len(a.b.loops):len(a.b.loops)], a.srv.live.totals, a.srv.history.rec, a.srv.callbacks)
 }
 
 // Addr is the address the App listens on ("" before Start).

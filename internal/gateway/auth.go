@@ -24,6 +24,10 @@ type producer struct {
 	MaxOutstanding int64
 	senders        []string // empty: any sender
 	unicodeCtl     bool     // may send bidi and zero-width format characters
+	// webhook is set when the producer has a default callback url;
+	// callbackAllow are the prefixes a message's callback_url may start with.
+	webhook       bool
+	callbackAllow []string
 }
 
 // bodyControls is the 400 for a body with a bidirectional or zero-width
@@ -54,6 +58,18 @@ func (p *producer) sender(from, field string) (string, error) {
 	}
 	return "", &Error{Kind: KindForbidden, Detail: fmt.Sprintf("%s: producer %s may not send as this sender", field, p.Name),
 		Fields: []FieldError{{field, "is not one of the producer's senders"}}}
+
+}
+
+// callbackAllowed reports whether a message of this producer may send its
+// events to u.
+func (p *producer) callbackAllowed(u string) bool {
+	for _, a := range p.callbackAllow {
+		if strings.HasPrefix(u, a) {
+			return true
+		}
+	}
+	return false
 }
 
 func (p *producer) allowed(c sms.Class) bool { return c.Valid() && p.classes[c] }
@@ -76,6 +92,8 @@ func newAuthenticator(cfg config.Config) *authenticator {
 			MaxOutstanding: p.MaxOutstanding,
 			senders:        slices.Clone(p.Senders),
 			unicodeCtl:     p.AllowUnicodeControls,
+			webhook:        p.Webhook.URL != "",
+			callbackAllow:  p.Webhook.Allow,
 		}
 		for _, c := range p.Classes {
 			if cl, err := sms.ParseClass(c); err == nil {

@@ -17,6 +17,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"smsgw/internal/config"
 	"smsgw/internal/sms"
 )
 
@@ -32,6 +33,9 @@ type messageRequest struct {
 	Reference  string `json:"reference,omitempty"`
 	TTLSeconds *int64 `json:"ttl_seconds,omitempty"`
 	SendAt     string `json:"send_at,omitempty"`
+	// CallbackURL receives this message's status events (under one of the
+	// producer's webhook.allow prefixes).
+	CallbackURL string `json:"callback_url,omitempty"`
 }
 
 type batchRequest struct {
@@ -39,11 +43,12 @@ type batchRequest struct {
 }
 
 type otpRequest struct {
-	To         string `json:"to"`
-	Body       string `json:"body"`
-	From       string `json:"from,omitempty"`
-	Reference  string `json:"reference,omitempty"`
-	DeadlineMS *int64 `json:"deadline_ms,omitempty"`
+	To          string `json:"to"`
+	Body        string `json:"body"`
+	From        string `json:"from,omitempty"`
+	Reference   string `json:"reference,omitempty"`
+	DeadlineMS  *int64 `json:"deadline_ms,omitempty"`
+	CallbackURL string `json:"callback_url,omitempty"`
 }
 
 type pauseRequest struct {
@@ -271,6 +276,11 @@ func (s *server) validateMessage(req *messageRequest, class sms.Class, prefix st
 	} else if strings.ContainsFunc(req.Reference, unicode.IsControl) {
 		errs = append(errs, FieldError{prefix + "reference", "must not contain control characters"})
 	}
+	if req.CallbackURL != "" {
+		if err := config.CheckCallbackURL(req.CallbackURL); err != nil {
+			errs = append(errs, FieldError{prefix + "callback_url", err.Error()})
+		}
+	}
 	var sendAt time.Time
 	if req.SendAt != "" {
 		var err error
@@ -305,6 +315,8 @@ func (s *server) validateMessage(req *messageRequest, class sms.Class, prefix st
 		Reference: req.Reference,
 		Segments:  cost,
 		SendAt:    sendAt.UTC(),
+
+		CallbackURL: req.CallbackURL,
 	}
 	m.RequestHash = requestHash(m, ttl)
 	return validated{msg: m, segments: seg, ttl: ttl}, nil
@@ -332,6 +344,9 @@ func requestHash(m *sms.Message, ttl time.Duration) string {
 		// Only when set, so that the digest of every request without it
 		// stays what earlier releases stored.
 		fields = append(fields, "send_at", m.SendAt.Format(time.RFC3339Nano))
+	}
+	if m.CallbackURL != "" {
+		fields = append(fields, "callback_url", m.CallbackURL)
 	}
 	for _, f := range fields {
 		h.Write([]byte(strconv.Itoa(len(f))))

@@ -38,6 +38,7 @@ type messageView struct {
 	To                string     `json:"to"`
 	From              string     `json:"from,omitempty"`
 	Reference         string     `json:"reference,omitempty"`
+	CallbackURL       string     `json:"callback_url,omitempty"`
 	Segments          int        `json:"segments"`
 	Attempts          int        `json:"attempts"`
 	LastError         string     `json:"last_error,omitempty"`
@@ -66,7 +67,7 @@ func viewOf(m *sms.Message, now time.Time) messageView {
 	}
 	return messageView{
 		ID: m.ID, Status: st, Class: m.Class, To: m.To, From: m.From, Reference: m.Reference,
-		Segments: segmentsOf(m).Count, Attempts: m.Attempts, LastError: m.LastError,
+		CallbackURL: m.CallbackURL, Segments: segmentsOf(m).Count, Attempts: m.Attempts, LastError: m.LastError,
 		ProviderMessageID: m.ProviderID, CreatedAt: m.CreatedAt.UTC(), SendAt: optTime(m.SendAt),
 		UpdatedAt: optTime(m.UpdatedAt), SentAt: optTime(m.SentAt), ExpiresAt: optTime(m.ExpiresAt),
 	}
@@ -126,6 +127,9 @@ func (s *server) checkMessage(p *producer, raw []byte, prefix string) (validated
 	}
 	if !p.allowed(class) {
 		return validated{}, errorf(KindForbidden, fmt.Sprintf("producer %s may not send class %s", p.Name, class))
+	}
+	if err := checkCallback(p, v.msg, prefix); err != nil {
+		return validated{}, err
 	}
 	if _, err := p.sender(asked, prefix+"from"); err != nil {
 		return validated{}, err
@@ -202,6 +206,7 @@ func (s *server) stamp(v validated, p *producer, key string, now time.Time) *sms
 	m.Producer = p.Name
 	m.IdempotencyKey = key
 	m.CreatedAt = now.UTC()
+	m.Callbacks = p.webhook || m.CallbackURL != ""
 	due := now
 	if m.SendAt.After(now) {
 		due = m.SendAt
@@ -214,6 +219,18 @@ func (s *server) stamp(v validated, p *producer, key string, now time.Time) *sms
 		m.ExpiresAt = due.Add(v.ttl).UTC()
 	}
 	return &m
+}
+
+// checkCallback refuses a callback_url under none of the producer's
+// webhook.allow prefixes (422 naming the field; the URL itself is not
+// repeated: it may carry a token).
+func checkCallback(p *producer, m *sms.Message, prefix string) error {
+	if m.CallbackURL == "" || p.callbackAllowed(m.CallbackURL) {
+		return nil
+	}
+	reason := "is not under any of the producer's webhook.allow prefixes"
+	return &Error{Kind: KindCallbackNotAllowed, Detail: prefix + "callback_url: " + reason,
+		Fields: []FieldError{{prefix + "callback_url", reason}}}
 }
 
 func (s *server) notify(c sms.Class) {

@@ -51,7 +51,7 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	mr := messageRequest{To: req.To, Body: req.Body, From: req.From, Reference: req.Reference}
+	mr := messageRequest{To: req.To, Body: req.Body, From: req.From, Reference: req.Reference, CallbackURL: req.CallbackURL}
 	mr.From, _ = p.sender(req.From, "") // the default sender when none is named
 	v, errs := s.validateMessage(&mr, sms.ClassOTP, "")
 	errs = append(errs, p.bodyControls(mr.Body, "")...)
@@ -70,6 +70,10 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if !p.allowed(sms.ClassOTP) {
 		s.writeError(w, r, errorf(KindForbidden, fmt.Sprintf("producer %s may not send class otp", p.Name)))
+		return
+	}
+	if err := checkCallback(p, v.msg, ""); err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	if _, err := p.sender(req.From, "from"); err != nil {
@@ -106,6 +110,7 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 			}
 			return nil, fmt.Errorf("otp %s to %s: %w", m.ID, sms.MaskPhone(m.To), err)
 		}
+		s.otpSentEvent(ctx, m, res.ProviderID)
 		return &response{status: http.StatusOK, body: otpSent{
 			ID: m.ID, Status: sms.StatusSent, ProviderMessageID: res.ProviderID, WaitedMS: res.Waited.Milliseconds(),
 		}}, nil

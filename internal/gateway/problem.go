@@ -25,24 +25,25 @@ type Kind string
 
 // The kinds, each with its HTTP status.
 const (
-	KindInvalid           Kind = "invalid"                  // 400: a field or the JSON is wrong
-	KindUnauthorized      Kind = "unauthorized"             // 401: no or unknown bearer key
-	KindForbidden         Kind = "forbidden"                // 403: the key may not do this (class, admin)
-	KindNotFound          Kind = "not-found"                // 404
-	KindMethodNotAllowed  Kind = "method-not-allowed"       // 405
-	KindInFlight          Kind = "idempotency-in-flight"    // 409: same Idempotency-Key still being processed
-	KindTooLarge          Kind = "too-large"                // 413
-	KindUnsupportedMedia  Kind = "unsupported-media-type"   // 415
-	KindKeyReused         Kind = "idempotency-key-reused"   // 422: same Idempotency-Key, different request
-	KindRateLimited       Kind = "rate-limited"             // 429: ingress GCRA
-	KindTooManyQueued     Kind = "too-many-outstanding"     // 429: max_outstanding
-	KindExpiresBeforeSend Kind = "would-expire-before-send" // 429: TTL shorter than the backlog ahead
-	KindRejected          Kind = "rejected-by-provider"     // 422: the provider refused the message for good
-	KindUnavailable       Kind = "unavailable"              // 503: OTP could not be sent in time, shutting down, store down
-	KindInternal          Kind = "internal"                 // 500: anything we did not expect
-	KindAuthThrottled     Kind = "too-many-auth-failures"   // 429: this client address failed to authenticate too often
-	KindBadSignature      Kind = "bad-signature"            // 401: a provider receipt's signature is missing or wrong
-	KindNotCancelable     Kind = "not-cancelable"           // 409: the message is sending or done
+	KindInvalid            Kind = "invalid"                  // 400: a field or the JSON is wrong
+	KindUnauthorized       Kind = "unauthorized"             // 401: no or unknown bearer key
+	KindForbidden          Kind = "forbidden"                // 403: the key may not do this (class, admin)
+	KindNotFound           Kind = "not-found"                // 404
+	KindMethodNotAllowed   Kind = "method-not-allowed"       // 405
+	KindInFlight           Kind = "idempotency-in-flight"    // 409: same Idempotency-Key still being processed
+	KindTooLarge           Kind = "too-large"                // 413
+	KindUnsupportedMedia   Kind = "unsupported-media-type"   // 415
+	KindKeyReused          Kind = "idempotency-key-reused"   // 422: same Idempotency-Key, different request
+	KindRateLimited        Kind = "rate-limited"             // 429: ingress GCRA
+	KindTooManyQueued      Kind = "too-many-outstanding"     // 429: max_outstanding
+	KindExpiresBeforeSend  Kind = "would-expire-before-send" // 429: TTL shorter than the backlog ahead
+	KindRejected           Kind = "rejected-by-provider"     // 422: the provider refused the message for good
+	KindCallbackNotAllowed Kind = "callback-url-not-allowed" // 422: callback_url under none of the producer's webhook.allow prefixes
+	KindUnavailable        Kind = "unavailable"              // 503: OTP could not be sent in time, shutting down, store down
+	KindInternal           Kind = "internal"                 // 500: anything we did not expect
+	KindAuthThrottled      Kind = "too-many-auth-failures"   // 429: this client address failed to authenticate too often
+	KindBadSignature       Kind = "bad-signature"            // 401: a provider receipt's signature is missing or wrong
+	KindNotCancelable      Kind = "not-cancelable"           // 409: the message is sending or done
 	// KindDestinationNotAllowed and the next four are protection's
 	// (protection.go): refused before any quota, queue or provider.
 	KindDestinationNotAllowed Kind = "destination-not-allowed" // 422: region not in protection.countries
@@ -55,31 +56,32 @@ const (
 // Kinds lists every Kind, for creating metric label sets at zero.
 var Kinds = []Kind{KindInvalid, KindUnauthorized, KindForbidden, KindNotFound, KindMethodNotAllowed,
 	KindInFlight, KindTooLarge, KindUnsupportedMedia, KindKeyReused, KindRateLimited, KindTooManyQueued,
-	KindExpiresBeforeSend, KindRejected, KindUnavailable, KindInternal, KindBadSignature, KindNotCancelable,
+	KindExpiresBeforeSend, KindRejected, KindCallbackNotAllowed, KindUnavailable, KindInternal, KindBadSignature, KindNotCancelable,
 	KindDestinationNotAllowed, KindNumberTypeBlocked, KindSuppressed, KindOTPNumberLimited, KindSuppressionsFull, KindAuthThrottled}
 
 var kindInfo = map[Kind]struct {
 	status int
 	title  string
 }{
-	KindInvalid:           {http.StatusBadRequest, "Invalid request"},
-	KindUnauthorized:      {http.StatusUnauthorized, "Missing or unknown API key"},
-	KindForbidden:         {http.StatusForbidden, "Not allowed for this API key"},
-	KindNotFound:          {http.StatusNotFound, "Not found"},
-	KindMethodNotAllowed:  {http.StatusMethodNotAllowed, "Method not allowed"},
-	KindInFlight:          {http.StatusConflict, "A request with this Idempotency-Key is still being processed"},
-	KindTooLarge:          {http.StatusRequestEntityTooLarge, "Request body too large"},
-	KindUnsupportedMedia:  {http.StatusUnsupportedMediaType, "Unsupported content type"},
-	KindKeyReused:         {http.StatusUnprocessableEntity, "Idempotency-Key reused with a different request"},
-	KindRateLimited:       {http.StatusTooManyRequests, "Ingress rate limit exceeded"},
-	KindTooManyQueued:     {http.StatusTooManyRequests, "Too many messages outstanding"},
-	KindExpiresBeforeSend: {http.StatusTooManyRequests, "Message would expire before its turn"},
-	KindRejected:          {http.StatusUnprocessableEntity, "The provider rejected the message"},
-	KindUnavailable:       {http.StatusServiceUnavailable, "Service unavailable"},
-	KindInternal:          {http.StatusInternalServerError, "Internal server error"},
-	KindAuthThrottled:     {http.StatusTooManyRequests, "Too many failed authentications"},
-	KindBadSignature:      {http.StatusUnauthorized, "Receipt signature missing or wrong"},
-	KindNotCancelable:     {http.StatusConflict, "The message is sending or done and can no longer be canceled"},
+	KindInvalid:            {http.StatusBadRequest, "Invalid request"},
+	KindUnauthorized:       {http.StatusUnauthorized, "Missing or unknown API key"},
+	KindForbidden:          {http.StatusForbidden, "Not allowed for this API key"},
+	KindNotFound:           {http.StatusNotFound, "Not found"},
+	KindMethodNotAllowed:   {http.StatusMethodNotAllowed, "Method not allowed"},
+	KindInFlight:           {http.StatusConflict, "A request with this Idempotency-Key is still being processed"},
+	KindTooLarge:           {http.StatusRequestEntityTooLarge, "Request body too large"},
+	KindUnsupportedMedia:   {http.StatusUnsupportedMediaType, "Unsupported content type"},
+	KindKeyReused:          {http.StatusUnprocessableEntity, "Idempotency-Key reused with a different request"},
+	KindRateLimited:        {http.StatusTooManyRequests, "Ingress rate limit exceeded"},
+	KindTooManyQueued:      {http.StatusTooManyRequests, "Too many messages outstanding"},
+	KindExpiresBeforeSend:  {http.StatusTooManyRequests, "Message would expire before its turn"},
+	KindRejected:           {http.StatusUnprocessableEntity, "The provider rejected the message"},
+	KindCallbackNotAllowed: {http.StatusUnprocessableEntity, "callback_url is not allowed for this producer"},
+	KindUnavailable:        {http.StatusServiceUnavailable, "Service unavailable"},
+	KindInternal:           {http.StatusInternalServerError, "Internal server error"},
+	KindAuthThrottled:      {http.StatusTooManyRequests, "Too many failed authentications"},
+	KindBadSignature:       {http.StatusUnauthorized, "Receipt signature missing or wrong"},
+	KindNotCancelable:      {http.StatusConflict, "The message is sending or done and can no longer be canceled"},
 
 	KindDestinationNotAllowed: {http.StatusUnprocessableEntity, "Destination region not allowed"},
 	KindNumberTypeBlocked:     {http.StatusUnprocessableEntity, "Number type blocked"},

@@ -46,6 +46,7 @@ type server struct {
 	pause        *operatorPause
 	live         *liveStats
 	history      *historyView
+	callbacks    *callbacks
 	protect      *protector
 	metrics      *apiMetrics
 	gatherer     prometheus.Gatherer
@@ -112,6 +113,8 @@ func (s *server) router(public, admin bool) chi.Router {
 			r.Post("/resume", s.adminResume)
 			r.Get("/dead-letters", s.adminDeadLetters)
 			r.Post("/dead-letters/{id}/retry", s.adminRetryDead)
+			r.Get("/callbacks/dead", s.adminDeadCallbacks)
+			r.Post("/callbacks/dead/{id}/retry", s.adminRetryCallback)
 			r.Get("/suppressions", s.adminListSuppressions)
 			r.Post("/suppressions", s.adminAddSuppression)
 			r.Delete("/suppressions/{number}", s.adminRemoveSuppression)

@@ -51,6 +51,9 @@ var allowed = map[string][]string{
 	// The send loop.
 	"internal/dispatch": {"internal/limiter", "internal/provider", "internal/queue", "internal/sms"},
 
+	// Status callbacks to producers: the outbox and HTTP, nothing of sending.
+	"internal/webhook": {"internal/queue"},
+
 	// Configuration: may use the parts it configures for their defaults and
 	// checks (each provider adapter validates its own settings).
 	"internal/config": {"internal/sms", "internal/keyspace", "internal/limiter", "internal/provider",
@@ -61,7 +64,7 @@ var allowed = map[string][]string{
 	"internal/gateway": {"api", "internal/config", "internal/dispatch", "internal/keyspace", "internal/limiter",
 		"internal/provider", "internal/provider/httpprov", "internal/provider/twilio", "internal/provider/vonage",
 		"internal/queue", "internal/queue/embedded", "internal/queue/redisq", "internal/sms", "internal/state",
-		"internal/history"},
+		"internal/history", "internal/webhook"},
 	"internal/bench": {"internal/limiter", "internal/provider", "internal/provider/httpprov", "internal/provider/sim",
 		"internal/sms", "internal/keyspace"},
 	"internal/demo":      {"internal/config", "internal/dashboard", "internal/gateway", "internal/provider/sim"},
@@ -88,8 +91,11 @@ var never = map[string][]string{
 		"internal/limiter/...", "internal/queue/..."},
 	"internal/state/...":    {"internal/dispatch/...", "internal/gateway/..."},
 	"internal/dispatch/...": {"internal/gateway/...", "internal/config/..."},
-	"internal/config/...":   {"internal/gateway/..."},
-	"...":                   {"cmd/..."},
+	// Callbacks never touch the provider's rate or the send loop.
+	"internal/webhook/...": {"internal/dispatch/...", "internal/gateway/...", "internal/config/...",
+		"internal/limiter/...", "internal/provider/..."},
+	"internal/config/...": {"internal/gateway/..."},
+	"...":                 {"cmd/..."},
 }
 
 // TestImportsFollowTheLayers reads the imports of every package of the

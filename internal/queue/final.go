@@ -32,11 +32,19 @@ import (
 // finalSep separates the fields; any in a value is dropped.
 const finalSep = "\x1f"
 
-// finalVersion starts every final record of this layout.
-const finalVersion = "1"
+// finalVersion starts every final record of this layout. Version 2 added
+// the message's callback fields (the Callbacks flag and its callback_url)
+// before the two times, so that a receipt for a message compacted at sent
+// still writes its status event; version 1 records (no callback fields)
+// are still read.
+const finalVersion = "2"
 
-// finalFields is the number of fields of version 1.
-const finalFields = 18
+// finalFields is the number of fields of version 2; finalFieldsV1 those of
+// version 1.
+const (
+	finalFields   = 20
+	finalFieldsV1 = 18
+)
 
 // FinalHashLen is how much of the request digest a final record keeps:
 // 64 bits tell a replay with another body apart as well as the whole
@@ -135,8 +143,16 @@ func FinalPrefix(m *sms.Message) (string, error) {
 		finalVersion, statusField(m.Status), classDigit(m.Class), b36(int64(m.Attempts)), b36(int64(segments)), encCode,
 		clean(m.Producer), clean(m.Reference), clean(m.ProviderID), sms.MaskPhone(m.To), clean(m.LastError), hash,
 		created, msOrEmpty(m.SendAt), rel(m.ExpiresAt, m.CreatedAt), clean(m.From),
+		callbacksField(m.Callbacks), clean(m.CallbackURL),
 	}
 	return strings.Join(fields, finalSep) + finalSep, nil
+}
+
+func callbacksField(on bool) string {
+	if on {
+		return "1"
+	}
+	return ""
 }
 
 func msOrEmpty(t time.Time) string {
@@ -161,7 +177,9 @@ func EncodeFinal(m *sms.Message) (string, error) {
 }
 
 // IsFinal reports whether a stored value is a final record.
-func IsFinal(s string) bool { return strings.HasPrefix(s, finalVersion+finalSep) }
+func IsFinal(s string) bool {
+	return strings.HasPrefix(s, finalVersion+finalSep) || strings.HasPrefix(s, "1"+finalSep)
+}
 
 // DecodeFinal reads the final record of message id.
 func DecodeFinal(id, s string) (*sms.Message, error) {
@@ -170,7 +188,12 @@ func DecodeFinal(id, s string) (*sms.Message, error) {
 		return nil, fmt.Errorf("final record: malformed id %q", id)
 	}
 	f := strings.Split(s, finalSep)
-	if len(f) != finalFields || f[0] != finalVersion {
+	switch {
+	case len(f) == finalFields && f[0] == finalVersion:
+	case len(f) == finalFieldsV1 && f[0] == "1":
+		// version 1: no callback fields; the same layout otherwise
+		f = append(f[:16:16], "", "", f[16], f[17])
+	default:
 		return nil, fmt.Errorf("final record of %s: %d fields, version %q", id, len(f), f[0])
 	}
 	class, ok := digitClass[f[2]]
@@ -202,11 +225,12 @@ func DecodeFinal(id, s string) (*sms.Message, error) {
 	}
 	m.ExpiresAt = at(m.CreatedAt, f[14])
 	m.From = f[15]
-	m.UpdatedAt = at(base, f[16])
-	if f[17] == "=" {
+	m.Callbacks, m.CallbackURL = f[16] == "1", f[17]
+	m.UpdatedAt = at(base, f[18])
+	if f[19] == "=" {
 		m.SentAt = m.UpdatedAt
 	} else {
-		m.SentAt = at(base, f[17])
+		m.SentAt = at(base, f[19])
 	}
 	m.Encoding = sms.GSM7
 	if f[5] == "u" {

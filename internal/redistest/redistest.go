@@ -83,13 +83,16 @@ func binary(t testing.TB, name string) string {
 }
 
 // freePort finds a TCP port that is free, and whose cluster bus port
-// (port+10000) is free too.
+// (port+10000) is free too. Both lie below 32768, where Linux starts handing
+// out ephemeral ports for outgoing connections: a server stopped and started
+// again on its port (StartServer's Stop/Start) must not find it taken by
+// some client's connection meanwhile.
 func freePort(t testing.TB) int {
 	t.Helper()
 	for i := 0; i < 200; i++ {
 		var b [2]byte
 		_, _ = rand.Read(b[:])
-		p := 20000 + (int(b[0])<<8|int(b[1]))%25000
+		p := 10000 + (int(b[0])<<8|int(b[1]))%12768 // p in [10000, 22767], bus port below 32768
 		if portFree(p) && portFree(p+10000) {
 			return p
 		}

@@ -164,6 +164,13 @@ type Message struct {
 	// and the body says.
 	Encoding Encoding `json:"encoding,omitempty"`
 
+	// CallbackURL is where this message's status events go instead of the
+	// producer's webhook url; Callbacks is set when the message has any
+	// destination for events (the producer's webhook or CallbackURL). Only
+	// messages with Callbacks get events in the outbox.
+	CallbackURL string `json:"callback_url,omitempty"`
+	Callbacks   bool   `json:"callbacks,omitempty"`
+
 	// IdempotencyKey is the producer's Idempotency-Key header, if any; the
 	// queue maps (Producer, IdempotencyKey) to one message id. RequestHash is
 	// a digest of the request that created the message, so a replay with a

@@ -322,6 +322,20 @@ function renderProvider(s, rate) {
   $('pv-otp-p50').textContent = fmtMs(num(o.latency_p50_ms));
   $('pv-otp-p99').textContent = fmtMs(num(o.latency_p99_ms));
   $('pv-otp-503').textContent = fmtInt(o.unavailable_total);
+  renderCallbacks(s.callbacks);
+}
+
+// renderCallbacks shows the outbox of status callbacks to producers: how
+// many wait (and for how long the oldest has), how many were given up.
+function renderCallbacks(c) {
+  const backlog = num(c?.backlog);
+  const age = num(c?.oldest_age_seconds);
+  const b = $('cb-backlog');
+  b.textContent = backlog === null ? '—' : backlog > 0 && age !== null ? `${fmtInt(backlog)} · oldest ${fmtSecs(age)}` : fmtInt(backlog);
+  b.dataset.value = backlog === null ? '' : String(backlog);
+  const dead = num(c?.dead);
+  $('cb-dead').textContent = dead === null ? '—' : fmtInt(dead);
+  $('cb-dead').dataset.state = dead > 0 ? 'bad' : 'ok';
 }
 
 const REFUSAL_REASONS = ['country', 'number_type', 'suppressed', 'otp_per_number'];

@@ -355,6 +355,12 @@ func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) 
 		if err != nil {
 			return err
 		}
+		// The event reports the status stored: a receipt parked before the
+		// send was recorded makes it delivered or undelivered at once. It
+		// is written in this tx, before the message leaves msgs.
+		if err := addEvent(tx, &r.Msg, r.Msg.Status, queue.EventErrorCode(r.Msg.Status, false), ms(now)); err != nil {
+			return err
+		}
 		if err := tx.Bucket(bMsgs).Delete([]byte(r.Msg.ID)); err != nil {
 			return err
 		}
@@ -422,6 +428,9 @@ func (q *Queue) Dead(ctx context.Context, l *queue.Leased, reason string, attemp
 			return err
 		}
 		if err := addClass(tx, r.Msg.Class, kindDead, 1); err != nil {
+			return err
+		}
+		if err := addEvent(tx, &r.Msg, sms.StatusFailed, queue.EventErrorExhausted, nowMs); err != nil {
 			return err
 		}
 		return putEntry(tx, r)

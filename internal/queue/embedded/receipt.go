@@ -41,6 +41,9 @@ func (q *Queue) ApplyReceipt(ctx context.Context, rc queue.Receipt) (queue.Recei
 				r.Msg.LastError = rc.ErrorCode
 			}
 			out.Result = queue.ReceiptApplied
+			if err := addEvent(tx, &r.Msg, rc.Status, queue.EventErrorCode(rc.Status, false), ms(r.Msg.UpdatedAt)); err != nil {
+				return err
+			}
 		case (r.Msg.Status == sms.StatusQueued || r.Msg.Status == sms.StatusSending) && r.Parked == "":
 			r.Parked, r.ParkedCode = rc.Status, rc.ErrorCode
 			out.Result = queue.ReceiptParked
@@ -93,6 +96,11 @@ func (q *Queue) finalReceipt(tx *bolt.Tx, id string, rc queue.Receipt, out *queu
 		return err
 	}
 	out.Result = queue.ReceiptApplied
+	// The final record keeps the callback fields, so the event is the one
+	// a full record's receipt writes, in this same tx.
+	if err := addEvent(tx, m, rc.Status, queue.EventErrorCode(rc.Status, false), ms(m.UpdatedAt)); err != nil {
+		return err
+	}
 	return fin.Put(finalKey(id), []byte(enc))
 }
 
@@ -139,6 +147,9 @@ func (q *Queue) Cancel(ctx context.Context, id, producer string) (*sms.Message, 
 		r.Msg.UpdatedAt = now
 		r.Parked, r.ParkedCode = "", ""
 		if err := finish(tx, r, ms(now)); err != nil {
+			return err
+		}
+		if err := addEvent(tx, &r.Msg, sms.StatusCanceled, "", ms(now)); err != nil {
 			return err
 		}
 		if err := putEntry(tx, r); err != nil {

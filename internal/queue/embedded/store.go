@@ -28,6 +28,12 @@ var (
 	// bPids maps a sent message's provider id to its id, for receipts
 	// without a reference; pruned with the message.
 	bPids = []byte("pids")
+
+	// The outbox of status events (outbox.go).
+	bCbEvents = []byte("cbev")   // event id → event record
+	bCbDue    = []byte("cbdue")  // due(8) id → nil: claimable at due (lease expiry while claimed)
+	bCbAge    = []byte("cbage")  // created(8) id → nil: undelivered events, oldest first
+	bCbDead   = []byte("cbdead") // at(8) id → nil: dead events, oldest first
 )
 
 // Kinds of per-class counters. Ready and scheduled are one counter because
@@ -39,7 +45,7 @@ const (
 )
 
 func createBuckets(tx *bolt.Tx) error {
-	for _, name := range [][]byte{bMsgs, bReady, bLeases, bIdem, bOut, bDead, bDone, bCounts, bFinal, bPids} {
+	for _, name := range [][]byte{bMsgs, bReady, bLeases, bIdem, bOut, bDead, bDone, bCounts, bFinal, bPids, bCbEvents, bCbDue, bCbAge, bCbDead} {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return fmt.Errorf("bucket %s: %w", name, err)
 		}

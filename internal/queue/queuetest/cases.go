@@ -49,6 +49,8 @@ func testEnqueueGet(t *testing.T, h Harness) {
 	m.IdempotencyKey = "k1"
 	m.RequestHash = "h1"
 	m.ExpiresAt = m.CreatedAt.Add(time.Hour)
+	m.CallbackURL = "https://hooks.example/sms?t=1"
+	m.Callbacks = true
 	res, err := q.Enqueue(t.Context(), m)
 	if err != nil {
 		t.Fatalf("Enqueue: %v", err)
@@ -63,6 +65,7 @@ func testEnqueueGet(t *testing.T, h Harness) {
 	got.UpdatedAt = time.Time{}
 	if got.ID != want.ID || got.Producer != want.Producer || got.Class != want.Class || got.To != want.To ||
 		got.From != want.From || got.Body != want.Body || got.Reference != want.Reference ||
+		got.CallbackURL != want.CallbackURL || got.Callbacks != want.Callbacks ||
 		got.Segments != want.Segments || got.IdempotencyKey != want.IdempotencyKey ||
 		got.RequestHash != want.RequestHash || !got.CreatedAt.Equal(want.CreatedAt) ||
 		!got.ExpiresAt.Equal(want.ExpiresAt) || got.Attempts != 0 || got.Dead {

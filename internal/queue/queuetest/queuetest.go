@@ -34,6 +34,11 @@
 //     context.Canceled.
 //   - After Close every call returns an error wrapping ErrClosed; a second
 //     Close returns nil or ErrClosed.
+//   - Outbox (outbox.go): Complete and Dead of a message stored with
+//     Callbacks write exactly one event in the same step; a message without
+//     writes none. A claimed event is claimable again, with the same ID, once
+//     its claim's lease passes (a replica died between claim and ack); the
+//     old claim's ack then fails with ErrLeaseLost.
 package queuetest
 
 import (
@@ -64,7 +69,7 @@ func Run(t *testing.T, h Harness) {
 	if h.New == nil {
 		t.Fatal("queuetest: Harness.New is required")
 	}
-	for _, c := range cases {
+	for _, c := range append(cases, outboxCases...) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			c.run(t, h)

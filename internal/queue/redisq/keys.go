@@ -89,3 +89,27 @@ func (k keys) perClass(f func(sms.Class) string) []string {
 	}
 	return out
 }
+
+// The outbox of status events (outbox.go). Event ids are "evt_" + the
+// message id's time and randomness + "_" + cbSeq.
+
+// cbEvents is the HASH event id -> event record (outbox.go).
+func (k keys) cbEvents() string { return k.tag + "cb:ev" }
+
+// cbDue is the ZSET of undelivered events scored by when they may be
+// claimed, µs: due time, or lease expiry while claimed.
+func (k keys) cbDue() string { return k.tag + "cb:due" }
+
+// cbAge is the ZSET of undelivered events scored by creation µs, for the
+// backlog and its oldest age.
+func (k keys) cbAge() string { return k.tag + "cb:age" }
+
+// cbDead is the ZSET of dead events scored by time of death µs.
+func (k keys) cbDead() string { return k.tag + "cb:dead" }
+
+// cbSeq is the counter that makes event ids unique.
+func (k keys) cbSeq() string { return k.tag + "cb:seq" }
+
+// outbox is the keys every transition that writes an event passes, in the
+// order luaOutbox's outbox_add expects them.
+func (k keys) outbox() []string { return []string{k.cbEvents(), k.cbDue(), k.cbAge(), k.cbSeq()} }

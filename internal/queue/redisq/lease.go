@@ -192,13 +192,15 @@ func (q *Queue) Extend(ctx context.Context, l *queue.Leased, lease time.Duration
 //
 // KEYS[1] lease ZSET of the class, KEYS[2] leases HASH, KEYS[3] msgs HASH,
 // KEYS[4] done ZSET, KEYS[5] outstanding HASH, KEYS[6] the final LIST,
-// KEYS[7..9] the dead ZSETs, KEYS[10] the provider id's index key (sent
-// with a provider id only).
+// KEYS[7..9] the dead ZSETs, KEYS[10..13] the outbox (keys.outbox): the
+// message's event is written here, KEYS[14] the provider id's index key
+// (sent with a provider id only).
 // ARGV[1] id, ARGV[2] token, ARGV[3] status code (s, f or x), ARGV[4] the
 // final record without its times, ARGV[5] the id's creation time ms,
-// ARGV[6] retention µs, ARGV[7] how many old messages to prune at most.
+// ARGV[6] retention µs, ARGV[7] how many old messages to prune at most,
+// ARGV[8] provider id, ARGV[9] reason (both for the event).
 // Returns 1, 0 when the lease is not held, -1 when it is not in KEYS[1].
-var completeScript = redis.NewScript(luaPrelude + luaRecord + luaCheckLease + `
+var completeScript = redis.NewScript(luaPrelude + luaRecord + luaOutbox + luaCheckLease + `
 local now = now_us()
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
@@ -210,12 +212,23 @@ local rec = ARGV[4]
 if ARGV[3] == 's' then
   ts = '='
   if m.rs then rec = fin_receipt(rec, m.rs, m.re) end
-  if KEYS[10] then
-    redis.call('SET', KEYS[10], ARGV[1], 'PX', math.max(1, math.floor(tonumber(ARGV[6]) / 1000)))
+  if KEYS[14] then
+    redis.call('SET', KEYS[14], ARGV[1], 'PX', math.max(1, math.floor(tonumber(ARGV[6]) / 1000)))
   end
 end
 redis.call('RPUSH', KEYS[6], string.sub(ARGV[1], 5) .. '\31' .. rec .. tu .. '\31' .. ts)
 redis.call('PEXPIRE', KEYS[6], math.ceil(tonumber(ARGV[6]) / 1000))
+-- The event reports the status stored: a receipt parked before the send
+-- was recorded makes it delivered or undelivered at once. m (the full
+-- record, read before it left msgs) gives the event its callback fields.
+local final = ARGV[3]
+set(m, 'pm', ARGV[8])
+set(m, 'e', ARGV[9])
+if final == 's' and m.rs then
+  final = m.rs
+  if m.re then set(m, 'e', m.re) end
+end
+outbox_add({KEYS[10], KEYS[11], KEYS[12], KEYS[13]}, ARGV[1], m, event_words[final], event_codes[final], now)
 local producer = get(m, 'p')
 if redis.call('HINCRBY', KEYS[5], producer, -1) <= 0 then
   redis.call('HDEL', KEYS[5], producer)
@@ -260,11 +273,12 @@ func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) 
 	defer func() { q.m.observe("complete", start, err) }()
 	keys := append([]string{q.k.lease(l.Message.Class), q.k.leases(), q.k.msgs(), q.k.done(), q.k.outstanding(),
 		q.k.fin(final.ID)}, q.k.perClass(q.k.dead)...)
+	keys = append(keys, q.k.outbox()...)
 	if o.Status == sms.StatusSent && o.ProviderID != "" && len(o.ProviderID) <= queue.MaxReceiptField {
 		keys = append(keys, q.k.pid(o.ProviderID))
 	}
 	return q.leaseResult("complete", l, completeScript.Run(ctx, q.c, keys, l.Message.ID, l.Token,
-		status, prefix, created.UnixMilli(), us(q.retention), prunePerComplete))
+		status, prefix, created.UnixMilli(), us(q.retention), prunePerComplete, o.ProviderID, o.Reason))
 }
 
 // requeueScript ends a held lease by queueing the message again at the back
@@ -317,10 +331,11 @@ func (q *Queue) Requeue(ctx context.Context, l *queue.Leased, o queue.RequeueOpt
 // deadScript ends a held lease by making the message a dead letter.
 //
 // KEYS[1] lease ZSET of the class, KEYS[2] leases HASH, KEYS[3] msgs HASH,
-// KEYS[4] dead ZSET of the class, KEYS[5] outstanding HASH.
+// KEYS[4] dead ZSET of the class, KEYS[5] outstanding HASH, KEYS[6..9] the
+// outbox (keys.outbox).
 // ARGV[1] id, ARGV[2] token, ARGV[3] reason, ARGV[4] attempts.
 // Returns 1, 0 when the lease is not held, -1 when it is not in KEYS[1].
-var deadScript = redis.NewScript(luaPrelude + luaRecord + luaCheckLease + `
+var deadScript = redis.NewScript(luaPrelude + luaRecord + luaOutbox + luaCheckLease + `
 local now = now_us()
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
@@ -332,6 +347,7 @@ set_time(m, 'tu', now)
 if ARGV[3] ~= '' then set(m, 'e', ARGV[3]) end
 redis.call('HSET', KEYS[3], ARGV[1], cjson.encode(m))
 redis.call('ZADD', KEYS[4], now, ARGV[1])
+outbox_add({KEYS[6], KEYS[7], KEYS[8], KEYS[9]}, ARGV[1], m, 'failed', 'attempts_exhausted', now)
 local producer = get(m, 'p')
 if redis.call('HINCRBY', KEYS[5], producer, -1) <= 0 then
   redis.call('HDEL', KEYS[5], producer)
@@ -346,7 +362,7 @@ func (q *Queue) Dead(ctx context.Context, l *queue.Leased, reason string, attemp
 	}
 	start := time.Now()
 	defer func() { q.m.observe("dead", start, err) }()
-	keys := []string{q.k.lease(l.Message.Class), q.k.leases(), q.k.msgs(), q.k.dead(l.Message.Class), q.k.outstanding()}
+	keys := append([]string{q.k.lease(l.Message.Class), q.k.leases(), q.k.msgs(), q.k.dead(l.Message.Class), q.k.outstanding()}, q.k.outbox()...)
 	return q.leaseResult("dead", l, deadScript.Run(ctx, q.c, keys, l.Message.ID, l.Token, reason, attempts))
 }
 

@@ -81,6 +81,21 @@ local function fin_receipt(rec, code, err)
   -- a prefix's trailing separator comes back as an empty last field
   return table.concat(t, '\31')
 end
+-- fin_event_fields gives outbox_add what it reads of a message (the record
+-- names w, p, cb, r, c, g, pm, e) from the fields t of a final record
+-- (fin_split; queue.FinalPrefix's order). A version 1 record has no
+-- callback fields: no w, so no event.
+local function fin_event_fields(t)
+  local function opt(v) if v == '' then return nil end return v end
+  local m = {p = t[7], r = opt(t[8]), c = tonumber(t[3]), pm = opt(t[9]), e = opt(t[11])}
+  local g = tonumber(t[5], 36)
+  if g and g > 0 then m.g = g end
+  if t[1] ~= '1' and #t >= 20 and t[17] == '1' then
+    m.w = true
+    m.cb = opt(t[18])
+  end
+  return m
+end
 -- fin_index reads the final LIST key once into a table id -> last final
 -- record, for a script that looks up many ids (cache: key -> table).
 local function fin_index(cache, key)

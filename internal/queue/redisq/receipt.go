@@ -14,14 +14,16 @@ import (
 
 // receiptScript applies a delivery receipt, only forward.
 //
-// KEYS[1] msgs HASH, KEYS[2] the final LIST of the id.
+// KEYS[1] msgs HASH, KEYS[2] the final LIST of the id, KEYS[3..6] the
+// outbox (keys.outbox: an applied receipt writes its event, for a full
+// record and a final record alike).
 // ARGV[1] our id, ARGV[2] the receipt's status code (v, u or f), ARGV[3]
 // its error code, ARGV[4] the id's creation time ms.
 // Returns {0} unknown, or {result, stored value, id, form} with result 1
 // applied (sent → the receipt's status), 2 parked (queued or sending: kept
 // in rs/re until Complete records sent), 3 duplicate (final already, or a
 // receipt parked already); form 'f' when the value is a final record.
-var receiptScript = redis.NewScript(luaPrelude + luaRecord + `
+var receiptScript = redis.NewScript(luaPrelude + luaRecord + luaOutbox + `
 local id = ARGV[1]
 local raw = redis.call('HGET', KEYS[1], id)
 if not raw then
@@ -34,12 +36,16 @@ if not raw then
       local rec = string.sub(v, #short + 1)
       local t = fin_split(rec)
       if t[2] ~= 's' then return {3, rec, id, 'f'} end
+      local now = now_us()
       rec = fin_receipt(rec, ARGV[2], ARGV[3])
       t = fin_split(rec)
-      if t[18] == '=' then t[18] = t[17] end -- sent when it was last changed, until now
-      t[17] = b36(math.floor(now_us() / 1000) - tonumber(ARGV[4]))
+      local n = #t -- the two times are the last fields (18 in version 1, 20 in 2)
+      if t[n] == '=' then t[n] = t[n - 1] end -- sent when it was last changed, until now
+      t[n - 1] = b36(math.floor(now / 1000) - tonumber(ARGV[4]))
       rec = table.concat(t, '\31')
       redis.call('LSET', KEYS[2], i - 1, short .. rec)
+      outbox_add({KEYS[3], KEYS[4], KEYS[5], KEYS[6]}, id, fin_event_fields(t), event_words[ARGV[2]],
+        event_codes[ARGV[2]], now)
       return {1, rec, id, 'f'}
     end
   end
@@ -48,11 +54,13 @@ end
 local m = cjson.decode(raw)
 local st = status_of(m)
 if st == 's' then
+  local now = now_us()
   set(m, 's', ARGV[2])
-  set_time(m, 'tu', now_us())
+  set_time(m, 'tu', now)
   if ARGV[3] ~= '' then set(m, 'e', ARGV[3]) end
   local js = cjson.encode(m)
   redis.call('HSET', KEYS[1], id, js)
+  outbox_add({KEYS[2], KEYS[3], KEYS[4], KEYS[5]}, id, m, event_words[ARGV[2]], event_codes[ARGV[2]], now)
   return {1, js, id}
 end
 if (st == 'q' or st == 'l') and not m.rs then
@@ -96,8 +104,8 @@ func (q *Queue) ApplyReceipt(ctx context.Context, r queue.Receipt) (_ queue.Rece
 	if !ok {
 		return queue.ReceiptOutcome{Result: queue.ReceiptUnknown}, nil
 	}
-	reply, err := receiptScript.Run(ctx, q.c, []string{q.k.msgs(), q.k.fin(id)}, id, status, r.ErrorCode,
-		created.UnixMilli()).Slice()
+	keys := append([]string{q.k.msgs(), q.k.fin(id)}, q.k.outbox()...)
+	reply, err := receiptScript.Run(ctx, q.c, keys, id, status, r.ErrorCode, created.UnixMilli()).Slice()
 	if err != nil {
 		return queue.ReceiptOutcome{}, fmt.Errorf("redisq: receipt: %w", err)
 	}
@@ -126,11 +134,12 @@ func (q *Queue) ApplyReceipt(ctx context.Context, r queue.Receipt) (_ queue.Rece
 // against Take (both are scripts: one runs first).
 //
 // KEYS[1] msgs HASH, KEYS[2] done ZSET, KEYS[3] outstanding HASH,
-// KEYS[4..6] the ready ZSETs in class-code order.
+// KEYS[4..6] the ready ZSETs in class-code order, KEYS[7..10] the outbox
+// (keys.outbox: the canceled event).
 // ARGV[1] id, ARGV[2] producer.
 // Returns {0} not found (or another producer's), {-1, stored value} not
 // cancelable, {1, stored value} canceled.
-var cancelScript = redis.NewScript(luaPrelude + luaRecord + `
+var cancelScript = redis.NewScript(luaPrelude + luaRecord + luaOutbox + `
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then return {0} end
 local m = cjson.decode(raw)
@@ -148,6 +157,7 @@ set_time(m, 'tu', now)
 local js = cjson.encode(m)
 redis.call('HSET', KEYS[1], ARGV[1], js)
 redis.call('ZADD', KEYS[2], now, ARGV[1])
+outbox_add({KEYS[7], KEYS[8], KEYS[9], KEYS[10]}, ARGV[1], m, 'canceled', '', now)
 if redis.call('HINCRBY', KEYS[3], ARGV[2], -1) <= 0 then
   redis.call('HDEL', KEYS[3], ARGV[2])
 end
@@ -165,6 +175,7 @@ func (q *Queue) Cancel(ctx context.Context, id, producer string) (_ *sms.Message
 	for _, c := range classCodes {
 		keys = append(keys, q.k.ready(c))
 	}
+	keys = append(keys, q.k.outbox()...)
 	reply, err := cancelScript.Run(ctx, q.c, keys, id, producer).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("redisq: cancel %s: %w", id, err)

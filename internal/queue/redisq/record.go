@@ -31,6 +31,9 @@ type record struct {
 	Reference string `json:"r,omitempty"`  // the producer's own id
 	Segments  int    `json:"g,omitempty"`  // provider rate units the message costs
 
+	CallbackURL string `json:"cb,omitempty"` // the message's own callback_url
+	Callbacks   bool   `json:"w,omitempty"`  // status events wanted: every transition that ends or changes the story writes one to the outbox
+
 	IdempotencyKey string `json:"k,omitempty"` // the producer's Idempotency-Key
 	RequestHash    string `json:"h,omitempty"` // digest of the creating request
 
@@ -122,7 +125,7 @@ func toRecord(m *sms.Message) (record, error) {
 	}
 	return record{
 		Producer: m.Producer, Class: class, To: m.To, From: m.From, Body: m.Body,
-		Reference: m.Reference, Segments: m.Segments,
+		Reference: m.Reference, Segments: m.Segments, CallbackURL: m.CallbackURL, Callbacks: m.Callbacks,
 		IdempotencyKey: m.IdempotencyKey, RequestHash: m.RequestHash,
 		Created: unixMs(m.CreatedAt), SendAt: unixMs(m.SendAt), NotBefore: unixMsUp(m.NotBefore), Expires: unixMs(m.ExpiresAt),
 		Updated: unixMs(m.UpdatedAt), Sent: unixMs(m.SentAt),
@@ -146,7 +149,7 @@ func (r record) message(id string) (*sms.Message, error) {
 	}
 	return &sms.Message{
 		ID: id, Producer: r.Producer, Class: classCodes[r.Class], To: r.To, From: r.From, Body: r.Body,
-		Reference: r.Reference, Segments: r.Segments,
+		Reference: r.Reference, Segments: r.Segments, CallbackURL: r.CallbackURL, Callbacks: r.Callbacks,
 		IdempotencyKey: r.IdempotencyKey, RequestHash: r.RequestHash,
 		CreatedAt: fromMs(r.Created), SendAt: fromMs(r.SendAt), NotBefore: fromMs(r.NotBefore), ExpiresAt: fromMs(r.Expires),
 		UpdatedAt: fromMs(r.Updated), SentAt: fromMs(r.Sent),

@@ -1,0 +1,167 @@
+package config
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/netip"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// WebhookSecretPrefix starts every Standard Webhooks secret.
+const WebhookSecretPrefix = "whsec_"
+
+// Bounds of a webhook secret's key bytes: the Standard Webhooks spec asks
+// for 24 to 64 bytes.
+const (
+	minWebhookKey = 24
+	maxWebhookKey = 64
+)
+
+// MaxWebhookAge bounds webhooks.max_age: a dead callback must be decided
+// within the retention of the message it is about.
+const MaxWebhookAge = 7 * 24 * time.Hour
+
+// ParseWebhookSecret returns the key bytes of a "whsec_<base64>" secret.
+// Errors never repeat the secret.
+func ParseWebhookSecret(s string) ([]byte, error) {
+	b64, ok := strings.CutPrefix(s, WebhookSecretPrefix)
+	if !ok {
+		return nil, errors.New("must start with " + WebhookSecretPrefix)
+	}
+	key, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		return nil, errors.New("is not " + WebhookSecretPrefix + " followed by standard base64")
+	}
+	if len(key) < minWebhookKey || len(key) > maxWebhookKey {
+		return nil, fmt.Errorf("key is %d bytes, want %d to %d", len(key), minWebhookKey, maxWebhookKey)
+	}
+	return key, nil
+}
+
+// checkWebhookURL accepts an absolute http(s) URL with a host and without
+// user info (credentials would end up in logs and dashboards).
+func checkWebhookURL(s string) error {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return errors.New("is not a URL")
+	case u.Scheme != "http" && u.Scheme != "https":
+		return errors.New("must be an http:// or https:// URL")
+	case u.Host == "" || u.Hostname() == "":
+		return errors.New("must name a host")
+	case u.User != nil:
+		return errors.New("must not carry user info")
+	case u.Fragment != "":
+		return errors.New("must not carry a fragment")
+	}
+	return nil
+}
+
+// CheckCallbackURL is the rule a message's callback_url follows: the same
+// shape as a configured webhook URL, at most 2048 bytes.
+func CheckCallbackURL(s string) error {
+	if len(s) > 2048 {
+		return errors.New("has at most 2048 bytes")
+	}
+	return checkWebhookURL(s)
+}
+
+func validateWebhook(p *problems, key string, w WebhookConfig) {
+	if w.URL != "" {
+		if err := checkWebhookURL(w.URL); err != nil {
+			p.add(key+".url", "%v", err)
+		}
+	}
+	for i, a := range w.Allow {
+		if err := checkWebhookURL(a); err != nil {
+			p.add(fmt.Sprintf("%s.allow[%d]", key, i), "%v", err)
+		} else if u, _ := url.Parse(a); u.Path == "" {
+			// "https://a.example" would also allow "https://a.example.evil.test".
+			p.add(fmt.Sprintf("%s.allow[%d]", key, i), "must end its host with a path, at least \"/\"")
+		}
+	}
+	switch {
+	case w.Enabled() && w.Secret == "":
+		p.add(key+".secret", "is required with url or allow (%s<base64>)", WebhookSecretPrefix)
+	case w.Secret != "":
+		if _, err := ParseWebhookSecret(w.Secret); err != nil {
+			p.add(key+".secret", "%v", err)
+		}
+	}
+}
+
+func (c *Config) validateWebhooks(p *problems) {
+	w := c.Webhooks
+	for i, s := range w.AllowNetworks {
+		if _, err := netip.ParsePrefix(s); err != nil {
+			p.add(fmt.Sprintf("webhooks.allow_networks[%d]", i), "%q is not a CIDR", s)
+		}
+	}
+	if w.Timeout <= 0 {
+		p.add("webhooks.timeout", "must be > 0")
+	}
+	if w.MaxAge <= 0 || w.MaxAge > MaxWebhookAge {
+		p.add("webhooks.max_age", "must be > 0 and at most %s", MaxWebhookAge)
+	}
+	if w.Concurrency < 1 {
+		p.add("webhooks.concurrency", "must be >= 1")
+	}
+	if w.Workers < 1 {
+		p.add("webhooks.workers", "must be >= 1")
+	}
+	if w.BackoffBase <= 0 {
+		p.add("webhooks.backoff_base", "must be > 0")
+	}
+	if w.BackoffMax < w.BackoffBase {
+		p.add("webhooks.backoff_max", "must be >= webhooks.backoff_base")
+	}
+	if w.BreakerFailures < 1 {
+		p.add("webhooks.breaker_failures", "must be >= 1")
+	}
+	if w.BreakerOpen <= 0 {
+		p.add("webhooks.breaker_open", "must be > 0")
+	}
+}
+
+// webhookSecretEnv is the variable that sets one producer's webhook secret
+// (SMSGW_WEBHOOK_SECRET_NOTIFY_WORKER for producer "notify-worker"), so a
+// secret need not be written into the file.
+func webhookSecretEnv(producer string) string {
+	var b strings.Builder
+	b.WriteString(EnvPrefix + "WEBHOOK_SECRET_")
+	for _, r := range strings.ToUpper(producer) {
+		if r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	return b.String()
+}
+
+// applyWebhookSecrets sets producers' webhook secrets from
+// SMSGW_WEBHOOK_SECRET_<PRODUCER>; a variable that matches no producer is an
+// error naming it (never its value).
+func applyWebhookSecrets(cfg *Config, environ []string) error {
+	var errs []error
+	for _, e := range environ {
+		name, val, ok := strings.Cut(e, "=")
+		if !ok || !strings.HasPrefix(name, EnvPrefix+"WEBHOOK_SECRET_") {
+			continue
+		}
+		found := false
+		for i := range cfg.Producers {
+			if webhookSecretEnv(cfg.Producers[i].Name) == name {
+				cfg.Producers[i].Webhook.Secret = val
+				found = true
+			}
+		}
+		if !found {
+			errs = append(errs, fmt.Errorf("%s: environment variable names no producer", name))
+		}
+	}
+	return errors.Join(errs...)
+}

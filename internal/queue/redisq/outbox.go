@@ -1,0 +1,360 @@
+package redisq
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"smsgw/internal/queue"
+	"smsgw/internal/sms"
+)
+
+// eventRecord is what the cb:ev HASH stores for one event: the storage
+// schema, short names, times in Unix ms. The scripts write it (outbox_add)
+// and edit it by these names.
+type eventRecord struct {
+	Message     string `json:"m"`            // message id
+	Producer    string `json:"p"`            // producer name
+	CallbackURL string `json:"u,omitempty"`  // the message's callback_url
+	Status      string `json:"s"`            // status word (sent, failed, ...)
+	Reference   string `json:"r,omitempty"`  // the producer's reference
+	Class       uint8  `json:"c"`            // class code (classCodes)
+	Segments    int    `json:"g,omitempty"`  // segments
+	ProviderID  string `json:"pm,omitempty"` // provider message id
+	ErrorCode   string `json:"ec,omitempty"` // queue.EventError*
+	ErrorReason string `json:"er,omitempty"` // the message's last error
+	At          int64  `json:"t"`            // status change, ms (Redis clock)
+	AgeFrom     int64  `json:"ta,omitempty"` // start of its max age when not At (an operator retried it), ms
+	Attempts    int    `json:"n,omitempty"`  // delivery attempts spent
+	LastError   string `json:"le,omitempty"` // of the last delivery attempt
+	Token       string `json:"lt,omitempty"` // claim token while claimed
+	Dead        bool   `json:"d,omitempty"`
+	DeadAt      int64  `json:"td,omitempty"` // ms
+}
+
+// luaOutbox is the one writer of the outbox. Every script whose transition
+// ends or changes a message's visible status calls outbox_add in the same
+// script, so the event exists exactly when the change does.
+//
+// outbox_add(ok, id, m, status, code, now): ok the four keys of
+// keys.outbox() (events HASH, due ZSET, age ZSET, seq counter) as a Lua
+// table, id the message id, m its decoded record after the change, status
+// the status word the event reports, code the error code (” for none), now
+// Redis µs. Writes nothing for a message stored without "w" (no
+// destination; every legacy message).
+//
+// event_words and event_codes map a record's status code to the event's
+// status word and error code.
+const luaOutbox = `
+local event_words = {s = 'sent', f = 'failed', x = 'expired', v = 'delivered', u = 'undelivered', c = 'canceled'}
+local event_codes = {s = '', f = 'rejected', x = 'expired', v = '', u = 'undelivered', c = ''}
+local function outbox_add(ok, id, m, status, code, now)
+  if not m.w then return end
+  local eid = 'evt_' .. string.sub(id, 5) .. '_' .. redis.call('INCR', ok[4])
+  local ev = {m = id, p = m.p, u = m.cb, s = status, r = m.r, c = m.c, g = m.g, pm = m.pm,
+    t = math.floor(now / 1000)}
+  if code ~= '' then
+    ev.ec = code
+    ev.er = m.e
+  end
+  redis.call('HSET', ok[1], eid, cjson.encode(ev))
+  redis.call('ZADD', ok[2], now, eid)
+  redis.call('ZADD', ok[3], now, eid)
+end
+`
+
+// addEventScript writes a sent event for a message that is not stored.
+// KEYS the four outbox keys; ARGV[1] id, ARGV[2] the message's record JSON.
+var addEventScript = redis.NewScript(luaPrelude + luaOutbox + `
+local m = cjson.decode(ARGV[2])
+outbox_add(KEYS, ARGV[1], m, 'sent', '', now_us())
+return 1
+`)
+
+// AddEvent writes a sent event for m (the OTP fast path); see queue.Outbox.
+func (q *Queue) AddEvent(ctx context.Context, m *sms.Message) error {
+	if err := q.begin(ctx, "add event"); err != nil {
+		return err
+	}
+	if !m.Callbacks {
+		return nil
+	}
+	sent := *m
+	sent.Status = sms.StatusSent
+	r, err := toRecord(&sent)
+	if err != nil {
+		return fmt.Errorf("redisq: add event %s: %w", m.ID, err)
+	}
+	r.To, r.Body = "", ""
+	raw, err := json.Marshal(&r)
+	if err != nil {
+		return fmt.Errorf("redisq: add event %s: %w", m.ID, err)
+	}
+	if err := addEventScript.Run(ctx, q.c, q.k.outbox(), m.ID, raw).Err(); err != nil {
+		return fmt.Errorf("redisq: add event %s: %w", m.ID, err)
+	}
+	return nil
+}
+
+// claimEventsScript leases due events.
+// KEYS[1] events HASH, KEYS[2] due ZSET. ARGV[1] lease µs, ARGV[2] token,
+// ARGV[3] max. Returns {id, record, id, record, ...}.
+var claimEventsScript = redis.NewScript(luaPrelude + `
+local now = now_us()
+local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
+local out = {}
+for _, eid in ipairs(ids) do
+  local raw = redis.call('HGET', KEYS[1], eid)
+  if raw then
+    local e = cjson.decode(raw)
+    e.lt = ARGV[2]
+    raw = cjson.encode(e)
+    redis.call('HSET', KEYS[1], eid, raw)
+    redis.call('ZADD', KEYS[2], now + tonumber(ARGV[1]), eid)
+    out[#out + 1] = eid
+    out[#out + 1] = raw
+  else
+    redis.call('ZREM', KEYS[2], eid)
+  end
+end
+return out
+`)
+
+// ClaimEvents leases up to max due events; see queue.Outbox.
+func (q *Queue) ClaimEvents(ctx context.Context, owner string, lease time.Duration, max int) ([]*queue.LeasedEvent, error) {
+	if err := q.begin(ctx, "claim events"); err != nil {
+		return nil, err
+	}
+	if lease <= 0 || max < 1 {
+		return nil, errors.New("redisq: claim events: lease and max must be positive")
+	}
+	token := owner + ":" + newToken()
+	reply, err := claimEventsScript.Run(ctx, q.c, []string{q.k.cbEvents(), q.k.cbDue()}, us(lease), token, max).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("redisq: claim events: %w", err)
+	}
+	out := make([]*queue.LeasedEvent, 0, len(reply)/2)
+	for i := 0; i+1 < len(reply); i += 2 {
+		ev, err := decodeEvent(reply[i], reply[i+1])
+		if err != nil {
+			return nil, fmt.Errorf("redisq: claim events: %w", err)
+		}
+		out = append(out, &queue.LeasedEvent{Event: ev, Token: token})
+	}
+	return out, nil
+}
+
+func decodeEvent(id, raw string) (*queue.Event, error) {
+	var r eventRecord
+	if err := json.Unmarshal([]byte(raw), &r); err != nil {
+		return nil, fmt.Errorf("decode event %s: %w", id, err)
+	}
+	if int(r.Class) >= len(classCodes) {
+		return nil, fmt.Errorf("event %s: unknown class code %d", id, r.Class)
+	}
+	return &queue.Event{
+		ID: id, MessageID: r.Message, Producer: r.Producer, CallbackURL: r.CallbackURL,
+		Status: sms.Status(r.Status), Reference: r.Reference, Class: classCodes[r.Class], Segments: r.Segments,
+		ProviderID: r.ProviderID, ErrorCode: r.ErrorCode, ErrorReason: r.ErrorReason, At: fromMs(r.At),
+		Attempts: r.Attempts, LastError: r.LastError, Dead: r.Dead, DeadAt: fromMs(r.DeadAt),
+	}, nil
+}
+
+// ackEventScript removes a delivered event whose claim is held.
+// KEYS[1] events HASH, KEYS[2] due ZSET, KEYS[3] age ZSET. ARGV[1] id,
+// ARGV[2] token. Returns 1, or 0 when the claim is not held.
+var ackEventScript = redis.NewScript(`
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if not raw then return 0 end
+local e = cjson.decode(raw)
+if e.lt ~= ARGV[2] or e.d then return 0 end
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+return 1
+`)
+
+// AckEvent removes a delivered event; see queue.Outbox.
+func (q *Queue) AckEvent(ctx context.Context, le *queue.LeasedEvent) error {
+	if err := q.begin(ctx, "ack event"); err != nil {
+		return err
+	}
+	n, err := ackEventScript.Run(ctx, q.c, []string{q.k.cbEvents(), q.k.cbDue(), q.k.cbAge()}, le.Event.ID, le.Token).Int()
+	if err != nil {
+		return fmt.Errorf("redisq: ack event %s: %w", le.Event.ID, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("redisq: ack event %s: %w", le.Event.ID, queue.ErrLeaseLost)
+	}
+	return nil
+}
+
+// deadEventsKept bounds how long dead events stay listed; each death
+// prunes a few older than this.
+const deadEventsKept = 7 * 24 * time.Hour
+
+// retryEventScript ends a held claim: due again after a delay, or dead.
+// KEYS[1] events HASH, KEYS[2] due ZSET, KEYS[3] age ZSET, KEYS[4] dead
+// ZSET. ARGV[1] id, ARGV[2] token, ARGV[3] delay µs, ARGV[4] max age µs,
+// ARGV[5] last error, ARGV[6] 1 to spend an attempt, ARGV[7] how long dead
+// events are kept µs. Returns 1 due again, 2 dead, 0 claim not held.
+var retryEventScript = redis.NewScript(luaPrelude + `
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if not raw then return 0 end
+local e = cjson.decode(raw)
+if e.lt ~= ARGV[2] or e.d then return 0 end
+local now = now_us()
+e.lt = nil
+if ARGV[6] == '1' then e.n = (e.n or 0) + 1 end
+if ARGV[5] ~= '' then e.le = ARGV[5] end
+local due = now + tonumber(ARGV[3])
+if due > (e.ta or e.t) * 1000 + tonumber(ARGV[4]) then
+  e.d = true
+  e.td = math.floor(now / 1000)
+  redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(e))
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('ZADD', KEYS[4], now, ARGV[1])
+  local old = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now - tonumber(ARGV[7]), 'LIMIT', 0, 8)
+  for _, id in ipairs(old) do
+    redis.call('HDEL', KEYS[1], id)
+    redis.call('ZREM', KEYS[4], id)
+  end
+  return 2
+end
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(e))
+redis.call('ZADD', KEYS[2], due, ARGV[1])
+return 1
+`)
+
+// RetryEvent ends a claim without delivery; see queue.Outbox.
+func (q *Queue) RetryEvent(ctx context.Context, le *queue.LeasedEvent, o queue.EventRetry) (bool, error) {
+	if err := q.begin(ctx, "retry event"); err != nil {
+		return false, err
+	}
+	spend := 0
+	if o.SpendAttempt {
+		spend = 1
+	}
+	keys := []string{q.k.cbEvents(), q.k.cbDue(), q.k.cbAge(), q.k.cbDead()}
+	n, err := retryEventScript.Run(ctx, q.c, keys, le.Event.ID, le.Token, us(o.After), us(o.MaxAge),
+		cut(o.LastError, queue.MaxEventError), spend, us(deadEventsKept)).Int()
+	if err != nil {
+		return false, fmt.Errorf("redisq: retry event %s: %w", le.Event.ID, err)
+	}
+	if n == 0 {
+		return false, fmt.Errorf("redisq: retry event %s: %w", le.Event.ID, queue.ErrLeaseLost)
+	}
+	return n == 2, nil
+}
+
+func cut(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// DeadEvents lists dead events; see queue.Outbox.
+func (q *Queue) DeadEvents(ctx context.Context, limit int) ([]*queue.Event, error) {
+	if err := q.begin(ctx, "dead events"); err != nil {
+		return nil, err
+	}
+	if limit < 1 {
+		return nil, nil
+	}
+	ids, err := q.c.ZRange(ctx, q.k.cbDead(), 0, int64(limit-1)).Result()
+	if err != nil || len(ids) == 0 {
+		return nil, wrapErr("dead events", err)
+	}
+	vals, err := q.c.HMGet(ctx, q.k.cbEvents(), ids...).Result()
+	if err != nil {
+		return nil, wrapErr("dead events", err)
+	}
+	out := make([]*queue.Event, 0, len(ids))
+	for i, v := range vals {
+		s, ok := v.(string)
+		if !ok {
+			continue
+		}
+		ev, err := decodeEvent(ids[i], s)
+		if err != nil {
+			return nil, wrapErr("dead events", err)
+		}
+		out = append(out, ev)
+	}
+	return out, nil
+}
+
+func wrapErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("redisq: %s: %w", op, err)
+}
+
+// retryDeadEventScript makes a dead event due now, attempts reset, its
+// max age counted from now. KEYS as retryEventScript's first four; ARGV[1]
+// id. Returns 1, or 0 when no dead event has that id.
+var retryDeadEventScript = redis.NewScript(luaPrelude + `
+if not redis.call('ZSCORE', KEYS[4], ARGV[1]) then return 0 end
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1])
+if not raw then return 0 end
+local now = now_us()
+local e = cjson.decode(raw)
+e.d, e.td, e.n, e.lt = nil, nil, nil, nil
+e.ta = math.floor(now / 1000)
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(e))
+redis.call('ZADD', KEYS[2], now, ARGV[1])
+redis.call('ZADD', KEYS[3], now, ARGV[1])
+return 1
+`)
+
+// RetryDeadEvent makes a dead event due again; see queue.Outbox.
+//
+// Its max age counts from the retry; its id and body stay the same.
+func (q *Queue) RetryDeadEvent(ctx context.Context, id string) error {
+	if err := q.begin(ctx, "retry dead event"); err != nil {
+		return err
+	}
+	keys := []string{q.k.cbEvents(), q.k.cbDue(), q.k.cbAge(), q.k.cbDead()}
+	n, err := retryDeadEventScript.Run(ctx, q.c, keys, id).Int()
+	if err != nil {
+		return fmt.Errorf("redisq: retry dead event: %w", err)
+	}
+	if n == 0 {
+		return fmt.Errorf("redisq: retry dead event: %w", queue.ErrNotFound)
+	}
+	return nil
+}
+
+// outboxStatsScript: KEYS[1] age ZSET, KEYS[2] dead ZSET. Returns
+// {backlog, dead, µs since the oldest undelivered event, -1 if none}.
+var outboxStatsScript = redis.NewScript(luaPrelude + `
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local age = -1
+if #head > 0 then age = now_us() - tonumber(head[2]) end
+return {redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2]), fmt_us(age)}
+`)
+
+// OutboxStats reads the outbox's depth; see queue.Outbox.
+func (q *Queue) OutboxStats(ctx context.Context) (queue.OutboxStats, error) {
+	if err := q.begin(ctx, "outbox stats"); err != nil {
+		return queue.OutboxStats{}, err
+	}
+	r, err := outboxStatsScript.Run(ctx, q.c, []string{q.k.cbAge(), q.k.cbDead()}).Slice()
+	if err != nil || len(r) != 3 {
+		return queue.OutboxStats{}, fmt.Errorf("redisq: outbox stats: %w (%v)", err, r)
+	}
+	backlog, _ := r[0].(int64)
+	dead, _ := r[1].(int64)
+	s, _ := r[2].(string)
+	age, _ := strconv.ParseInt(s, 10, 64)
+	return queue.OutboxStats{Backlog: backlog, Dead: dead, OldestAge: max(time.Duration(age)*time.Microsecond, 0)}, nil
+}

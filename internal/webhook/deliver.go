@@ -1,0 +1,347 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"smsgw/internal/queue"
+)
+
+// Destination is where one event goes and the key that signs it.
+type Destination struct {
+	URL string
+	Key []byte
+}
+
+// Config configures a Deliverer.
+type Config struct {
+	Outbox queue.Outbox
+	// Resolve names an event's destination: its callback_url, else its
+	// producer's webhook url, with the producer's key. false: the producer
+	// has no webhook any more; the event is given up at once.
+	Resolve func(e *queue.Event) (Destination, bool)
+	Client  *http.Client // NewClient
+	Owner   string       // this replica, recorded with claims
+	Logger  *slog.Logger
+	Metrics *Metrics
+
+	Workers     int           // deliveries in flight in this replica
+	PerEndpoint int           // deliveries in flight per endpoint (scheme://host)
+	Timeout     time.Duration // one attempt (the client's timeout too)
+	MaxAge      time.Duration // retried until then after the event, then dead
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+	// BreakerFailures consecutive attempts of an endpoint that got no
+	// answer (timeout, connection failed or refused) open its breaker for
+	// BreakerOpen; its events wait without spending attempts. An HTTP
+	// answer, 2xx or not, closes it: an endpoint that answers 503 at once
+	// costs nobody else anything, and each event's own backoff handles it.
+	BreakerFailures int
+	BreakerOpen     time.Duration
+	// Idle is how long the loop waits after finding nothing due (default
+	// 200 ms); each further empty look doubles it up to IdleMax (default
+	// 2 s), so that idle replicas cost Redis little; finding events or a
+	// Wake resets it. Now is the clock of webhook-timestamp (default
+	// time.Now).
+	Idle    time.Duration
+	IdleMax time.Duration
+	Now     func() time.Time
+}
+
+// Deliverer claims due events from the outbox and delivers them. Any number
+// of replicas run one each over the same outbox.
+type Deliverer struct {
+	cfg   Config
+	log   *slog.Logger
+	eps   *endpoints
+	slots chan struct{}
+	wake  chan struct{}
+
+	stop    chan struct{}
+	done    chan struct{}
+	running sync.WaitGroup
+}
+
+// New checks cfg and returns a Deliverer that does nothing before Start.
+func New(cfg Config) (*Deliverer, error) {
+	if cfg.Outbox == nil || cfg.Resolve == nil || cfg.Client == nil || cfg.Metrics == nil {
+		return nil, errors.New("webhook: Outbox, Resolve, Client and Metrics are required")
+	}
+	if cfg.Workers < 1 || cfg.PerEndpoint < 1 || cfg.Timeout <= 0 || cfg.MaxAge <= 0 || cfg.BackoffBase <= 0 ||
+		cfg.BackoffMax < cfg.BackoffBase || cfg.BreakerFailures < 1 || cfg.BreakerOpen <= 0 {
+		return nil, fmt.Errorf("webhook: invalid config %+v", cfg)
+	}
+	if cfg.Idle <= 0 {
+		cfg.Idle = 200 * time.Millisecond
+	}
+	if cfg.IdleMax < cfg.Idle {
+		cfg.IdleMax = max(cfg.Idle, 2*time.Second)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Deliverer{
+		cfg: cfg, log: log.With("component", "webhooks"),
+		eps:   newEndpoints(cfg.PerEndpoint, cfg.BreakerFailures, cfg.BreakerOpen),
+		slots: make(chan struct{}, cfg.Workers),
+		wake:  make(chan struct{}, 1),
+	}, nil
+}
+
+// lease is how long a claim holds an event: longer than an attempt and
+// its ack, so that a live replica keeps what it is delivering, and short,
+// so that the events of a replica that died go out soon after.
+func (d *Deliverer) lease() time.Duration { return 2*d.cfg.Timeout + 2*time.Second }
+
+// Start runs the loop until Stop or ctx ends.
+func (d *Deliverer) Start(ctx context.Context) {
+	d.stop, d.done = make(chan struct{}), make(chan struct{})
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		<-d.stop
+		cancel()
+	}()
+	go func() {
+		defer close(d.done)
+		d.run(ctx)
+		d.running.Wait()
+	}()
+}
+
+// Stop ends the loop and waits for deliveries in flight (each bounded by
+// Timeout); what they could not ack is claimed again after its lease.
+func (d *Deliverer) Stop() {
+	if d.stop == nil {
+		return
+	}
+	close(d.stop)
+	<-d.done
+	d.stop = nil
+}
+
+// Wake makes an idle loop look for due events now.
+func (d *Deliverer) Wake() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (d *Deliverer) run(ctx context.Context) {
+	idle := d.cfg.Idle
+	for ctx.Err() == nil {
+		free := d.cfg.Workers - len(d.slots)
+		if free == 0 {
+			// Wait for a slot: take one and give it back at once.
+			select {
+			case d.slots <- struct{}{}:
+				<-d.slots
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
+		n, err := d.once(ctx, free)
+		if err != nil && ctx.Err() == nil {
+			d.log.Warn("claiming callbacks failed", "err", err)
+		}
+		if n > 0 && err == nil {
+			idle = d.cfg.Idle
+			continue
+		}
+		t := time.NewTimer(idle)
+		select {
+		case <-t.C:
+			idle = min(2*idle, d.cfg.IdleMax)
+		case <-d.wake:
+			idle = d.cfg.Idle
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+}
+
+// once claims up to free events and starts or defers each; it returns how
+// many it claimed.
+func (d *Deliverer) once(ctx context.Context, free int) (int, error) {
+	evs, err := d.cfg.Outbox.ClaimEvents(ctx, d.cfg.Owner, d.lease(), free)
+	if err != nil {
+		return 0, err
+	}
+	for _, le := range evs {
+		d.dispatch(ctx, le)
+	}
+	return len(evs), nil
+}
+
+func (d *Deliverer) dispatch(ctx context.Context, le *queue.LeasedEvent) {
+	dest, ok := d.cfg.Resolve(le.Event)
+	if !ok {
+		d.retry(ctx, le, "", 0, false, "no destination configured", true)
+		return
+	}
+	ep := endpointOf(dest.URL)
+	e, wait, why := d.eps.acquire(ep, d.cfg.Now())
+	if e == nil {
+		d.cfg.Metrics.deferred.WithLabelValues(why).Inc()
+		// Back later without spending an attempt; the jitter spreads a
+		// busy endpoint's events so the next claims reach other producers'.
+		// An event never tried says why it waits; a tried one keeps the
+		// error of its last attempt.
+		detail := ""
+		if le.Event.Attempts == 0 {
+			detail = "not tried yet: endpoint " + why
+		}
+		d.retry(ctx, le, ep, wait+jitter(wait/2+50*time.Millisecond), false, detail, false)
+		return
+	}
+	d.slots <- struct{}{}
+	d.running.Add(1)
+	go func() {
+		defer d.running.Done()
+		defer func() { <-d.slots }()
+		answered := d.deliver(ctx, le, dest, ep)
+		d.eps.release(e, answered, d.cfg.Now())
+	}()
+}
+
+// deliver makes one attempt and records its outcome; true when the
+// endpoint answered (whatever the status).
+func (d *Deliverer) deliver(ctx context.Context, le *queue.LeasedEvent, dest Destination, ep string) bool {
+	ev := le.Event
+	body, err := Body(ev)
+	if err != nil {
+		d.retry(ctx, le, ep, 0, false, "unencodable event", true)
+		return false
+	}
+	start := time.Now()
+	outcome, detail := d.attempt(ctx, ev.ID, dest, body)
+	d.cfg.Metrics.attempts.WithLabelValues(outcome).Inc()
+	d.cfg.Metrics.duration.Observe(time.Since(start).Seconds())
+	if outcome == OutcomeDelivered {
+		if err := d.cfg.Outbox.AckEvent(context.WithoutCancel(ctx), le); err != nil {
+			// Lost the claim (it outlived its lease): the event may go out
+			// again, with the same id and body.
+			d.log.Warn("acking a delivered callback failed", "event", ev.ID, "endpoint", ep, "err", err)
+		}
+		return true
+	}
+	after := Backoff(ev.Attempts+1, d.cfg.BackoffBase, d.cfg.BackoffMax)
+	d.retry(ctx, le, ep, after, true, detail, false)
+	return outcome == OutcomeRejected
+}
+
+// Outcomes of an attempt (the outcome label of smsgw_callbacks_attempts_total).
+const (
+	OutcomeDelivered = "delivered" // 2xx
+	OutcomeRejected  = "rejected"  // any other status
+	OutcomeTimeout   = "timeout"
+	OutcomeError     = "error"   // connection failed, reset, bad URL
+	OutcomeRefused   = "refused" // the destination's address is not allowed
+)
+
+// Outcomes lists every attempt outcome.
+var Outcomes = []string{OutcomeDelivered, OutcomeRejected, OutcomeTimeout, OutcomeError, OutcomeRefused}
+
+// attempt posts body once; the detail is safe to store and log (no URL,
+// which may carry a token, and no response body).
+func (d *Deliverer) attempt(ctx context.Context, id string, dest Destination, body []byte) (outcome, detail string) {
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, dest.URL, bytes.NewReader(body))
+	if err != nil {
+		return OutcomeError, "invalid callback url"
+	}
+	ts := d.cfg.Now()
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "smsgw-webhooks/1")
+	req.Header.Set(HeaderID, id)
+	req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts.Unix(), 10))
+	req.Header.Set(HeaderSignature, Sign(dest.Key, id, ts, body))
+	resp, err := d.cfg.Client.Do(req)
+	switch {
+	case err != nil && refusedErr(err):
+		return OutcomeRefused, "destination address not allowed (webhooks.allow_networks)"
+	case err != nil && timeoutErr(err):
+		return OutcomeTimeout, "timeout"
+	case err != nil:
+		return OutcomeError, "connection failed"
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return OutcomeDelivered, ""
+	}
+	return OutcomeRejected, "HTTP " + strconv.Itoa(resp.StatusCode)
+}
+
+// retry ends the claim without delivery: due again after after, or dead
+// past the max age (now, with giveUp).
+func (d *Deliverer) retry(ctx context.Context, le *queue.LeasedEvent, ep string, after time.Duration, spend bool, detail string, giveUp bool) {
+	maxAge := d.cfg.MaxAge
+	if giveUp {
+		maxAge = 0
+		after = time.Millisecond
+	}
+	dead, err := d.cfg.Outbox.RetryEvent(context.WithoutCancel(ctx), le, queue.EventRetry{
+		After: after, SpendAttempt: spend, LastError: detail, MaxAge: maxAge,
+	})
+	if err != nil {
+		d.log.Warn("rescheduling a callback failed", "event", le.Event.ID, "endpoint", ep, "err", err)
+		return
+	}
+	if dead {
+		d.cfg.Metrics.dead.Inc()
+		d.log.Warn("callback given up", "event", le.Event.ID, "message", le.Event.MessageID,
+			"producer", le.Event.Producer, "endpoint", ep, "attempts", le.Event.Attempts+boolInt(spend), "last_error", detail)
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Backoff is the wait before attempt n+1 after n failed attempts:
+// exponential from base, capped at max, with jitter over its upper half.
+func Backoff(n int, base, maxWait time.Duration) time.Duration {
+	d := base
+	for i := 1; i < n && d < maxWait; i++ {
+		d *= 2
+	}
+	d = min(d, maxWait)
+	return d/2 + jitter(d/2)
+}
+
+func jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return rand.N(d)
+}
+
+// endpointOf is the unit of concurrency and breaking: scheme://host[:port].
+// Paths and queries are left out, so that it can be logged.
+func endpointOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "invalid"
+	}
+	return u.Scheme + "://" + u.Host
+}

@@ -1,0 +1,103 @@
+package webhook
+
+import (
+	"sync"
+	"time"
+)
+
+// maxEndpoints bounds the endpoints tracked at once; idle ones (nothing in
+// flight, breaker closed) are forgotten first.
+const maxEndpoints = 1024
+
+// endpoint is one destination's concurrency and breaker.
+type endpoint struct {
+	name      string
+	inflight  int
+	failures  int       // consecutive
+	openUntil time.Time // breaker open before this
+	probing   bool      // half-open: one trial in flight
+}
+
+// endpoints tracks every endpoint; safe for concurrent use.
+type endpoints struct {
+	mu        sync.Mutex
+	m         map[string]*endpoint
+	limit     int
+	threshold int
+	open      time.Duration
+}
+
+func newEndpoints(limit, threshold int, open time.Duration) *endpoints {
+	return &endpoints{m: map[string]*endpoint{}, limit: limit, threshold: threshold, open: open}
+}
+
+// Reasons a delivery waits (the reason label of
+// smsgw_callbacks_deferred_total).
+const (
+	deferBusy    = "busy"    // the endpoint has PerEndpoint deliveries in flight
+	deferBreaker = "breaker" // the endpoint's breaker is open
+)
+
+// acquire takes an in-flight slot of endpoint name, or says how long to
+// wait and why.
+func (s *endpoints) acquire(name string, now time.Time) (*endpoint, time.Duration, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.m[name]
+	if e == nil {
+		if len(s.m) >= maxEndpoints {
+			s.evictIdle(now)
+		}
+		e = &endpoint{name: name}
+		s.m[name] = e
+	}
+	switch {
+	case now.Before(e.openUntil):
+		return nil, e.openUntil.Sub(now), deferBreaker
+	case e.failures >= s.threshold:
+		// Half-open: one trial at a time until one succeeds.
+		if e.probing {
+			return nil, s.open / 4, deferBreaker
+		}
+		e.probing = true
+	case e.inflight >= s.limit:
+		return nil, 200 * time.Millisecond, deferBusy
+	}
+	e.inflight++
+	return e, 0, ""
+}
+
+// release ends a delivery: an answer closes the breaker, no answer counts
+// towards opening it (and reopens a half-open one).
+func (s *endpoints) release(e *endpoint, ok bool, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e.inflight--
+	e.probing = false
+	if ok {
+		e.failures = 0
+		e.openUntil = time.Time{}
+		return
+	}
+	e.failures++
+	if e.failures >= s.threshold {
+		e.openUntil = now.Add(s.open)
+	}
+}
+
+func (s *endpoints) evictIdle(now time.Time) {
+	for k, e := range s.m {
+		if e.inflight == 0 && !now.Before(e.openUntil) && e.failures < s.threshold {
+			delete(s.m, k)
+		}
+	}
+	if len(s.m) >= maxEndpoints {
+		// Everything is busy or broken: forget broken ones too rather than
+		// grow; a forgotten breaker only means one more trial.
+		for k, e := range s.m {
+			if e.inflight == 0 {
+				delete(s.m, k)
+			}
+		}
+	}
+}
