@@ -16,6 +16,7 @@ func TestFinalRecordRoundTrip(t *testing.T) {
 		RequestHash: strings.Repeat("ab", 32), CreatedAt: created.Add(-1500 * time.Microsecond),
 		SendAt: created.Add(time.Hour), ExpiresAt: created.Add(25 * time.Hour), Status: sms.StatusSent,
 		Attempts: 40, LastError: "503", ProviderID: "SM0123", UpdatedAt: created.Add(time.Hour + time.Second),
+		Callbacks: true, CallbackURL: "https://hooks.example/cb?x=1\x1f",
 	}
 	m.SentAt = m.UpdatedAt
 	for _, st := range []sms.Status{sms.StatusSent, sms.StatusExpired, sms.StatusFailed} {
@@ -39,9 +40,27 @@ func TestFinalRecordRoundTrip(t *testing.T) {
 		if got.CreatedAt != want.CreatedAt || got.SendAt != want.SendAt || got.UpdatedAt != want.UpdatedAt ||
 			got.SentAt != want.SentAt || got.Status != st || got.Producer != want.Producer || got.Reference != want.Reference ||
 			got.To != want.To || got.RequestHash != want.RequestHash || got.Encoding != sms.UCS2 || got.Segments != 2 ||
-			got.Attempts != 40 || got.From != "ACME" || got.LastError != "503" || got.ProviderID != "SM0123" || got.Class != sms.ClassMarketing {
+			got.Attempts != 40 || got.From != "ACME" || got.LastError != "503" || got.ProviderID != "SM0123" || got.Class != sms.ClassMarketing ||
+			!got.Callbacks || got.CallbackURL != "https://hooks.example/cb?x=1" {
 			t.Fatalf("round trip of %q\n got %+v\nwant %+v", s, got, want)
 		}
+	}
+	// A version 1 record (no callback fields) written before them still
+	// reads, without callbacks.
+	m.Status = sms.StatusSent
+	v2, err := EncodeFinal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Split(v2, finalSep)
+	v1 := strings.Join(append(append([]string{"1"}, f[1:16]...), f[18:]...), finalSep)
+	old, err := DecodeFinal(m.ID, v1)
+	if err != nil || !IsFinal(v1) {
+		t.Fatalf("version 1 record %q: %v", v1, err)
+	}
+	if old.Callbacks || old.CallbackURL != "" || old.UpdatedAt != m.UpdatedAt || old.SentAt != m.SentAt || old.From != "ACME" ||
+		old.ProviderID != "SM0123" {
+		t.Fatalf("version 1 record read as %+v", old)
 	}
 	if _, err := DecodeFinal(m.ID, "1\x1fs"); err == nil {
 		t.Fatal("a truncated record decoded")

@@ -2,7 +2,9 @@ package queuetest
 
 import (
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +23,7 @@ var outboxCases = []testCase{
 	{"OutboxDurable", testOutboxDurable},
 	{"OutboxConcurrentClaims", testOutboxConcurrentClaims},
 	{"OutboxReceiptsAndCancel", testOutboxReceiptsAndCancel},
+	{"OutboxReceiptAfterFinalRecord", testOutboxReceiptAfterFinalRecord},
 }
 
 func outbox(t *testing.T, q queue.Queue) queue.Outbox {
@@ -420,5 +423,81 @@ func testOutboxReceiptsAndCancel(t *testing.T, h Harness) {
 	}
 	if len(evs) != 4 {
 		t.Errorf("%d events, want 4", len(evs))
+	}
+}
+
+// A message with callbacks is sent, so only its final record stays (no
+// body, no full number); a later delivered receipt, found by our id or by
+// the provider's id alone, still writes exactly one delivered event with
+// the message's callback URL and reference, and a repeated receipt none.
+func testOutboxReceiptAfterFinalRecord(t *testing.T, h Harness) {
+	q := h.New(t)
+	o := outbox(t, q)
+	ctx := t.Context()
+	byRef, byPid := notified("p"), notified("p")
+	byPid.CallbackURL = "https://hooks.example/cb/2"
+	for i, m := range []*sms.Message{byRef, byPid} {
+		finish(t, q, m, func(l *queue.Leased) error {
+			return q.Complete(ctx, l, queue.Outcome{Status: sms.StatusSent, ProviderID: fmt.Sprintf("pm-final-%d-%s", i, m.ID), Attempts: 1})
+		})
+	}
+	sent := claimAll(t, o, "t", time.Hour)
+	if len(sent) != 2 {
+		t.Fatalf("%d sent events, want 2", len(sent))
+	}
+	sentEv := map[string]*queue.Event{}
+	for _, le := range sent {
+		sentEv[le.Event.MessageID] = le.Event
+		if err := o.AckEvent(ctx, le); err != nil {
+			t.Fatalf("AckEvent: %v", err)
+		}
+	}
+	if got := mustGet(t, q, byRef.ID); got.Status != sms.StatusSent || got.Body != "" || got.CallbackURL != byRef.CallbackURL {
+		t.Fatalf("stored after sent: status %s, body %q, callback url %q; want sent, no body, the callback url",
+			got.Status, got.Body, got.CallbackURL)
+	}
+	receipts := []queue.Receipt{
+		{Reference: byRef.ID, ProviderID: "pm-final-0-" + byRef.ID, Status: sms.StatusDelivered},
+		{ProviderID: "pm-final-1-" + byPid.ID, Status: sms.StatusDelivered},
+	}
+	for _, rc := range receipts {
+		for i := range 2 { // the second is a duplicate
+			out, err := q.ApplyReceipt(ctx, rc)
+			if err != nil {
+				t.Fatalf("ApplyReceipt: %v", err)
+			}
+			want := queue.ReceiptApplied
+			if i == 1 {
+				want = queue.ReceiptDuplicate
+			}
+			if out.Result != want {
+				t.Fatalf("receipt %d: %v, want %v", i, out.Result, want)
+			}
+		}
+	}
+	evs := claimAll(t, o, "t", time.Hour)
+	if len(evs) != 2 {
+		t.Fatalf("%d events after the receipts, want 2 (one delivered per message)", len(evs))
+	}
+	for _, le := range evs {
+		e := le.Event
+		var m *sms.Message
+		switch e.MessageID {
+		case byRef.ID:
+			m = byRef
+		case byPid.ID:
+			m = byPid
+		default:
+			t.Fatalf("event for unexpected message %s", e.MessageID)
+		}
+		s := sentEv[m.ID]
+		if e.Status != sms.StatusDelivered || e.CallbackURL != m.CallbackURL || e.Reference != m.Reference ||
+			e.Producer != "p" || e.Class != m.Class || e.Segments != s.Segments || e.Segments < 1 || e.ErrorCode != "" ||
+			e.ProviderID != s.ProviderID || !strings.HasPrefix(e.ProviderID, "pm-final-") || e.ID == s.ID {
+			t.Errorf("event %+v, want delivered with %s's callback url %q and reference %q", e, m.ID, m.CallbackURL, m.Reference)
+		}
+	}
+	if evs[0].Event.MessageID == evs[1].Event.MessageID {
+		t.Errorf("two events for %s", evs[0].Event.MessageID)
 	}
 }
