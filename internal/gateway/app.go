@@ -166,7 +166,7 @@ func dispatcherConfig(cfg config.Config, d deps, b *backend, prov provider.Provi
 		Workers: cfg.Dispatch.Workers, OTPWorkers: cfg.Dispatch.OTPWorkers,
 		Lease: cfg.Dispatch.Lease, MaxAttempts: cfg.Dispatch.MaxAttempts, PoisonAfter: cfg.Dispatch.PoisonAfter,
 		BackoffBase: cfg.Dispatch.BackoffBase, BackoffMax: cfg.Dispatch.BackoffMax,
-		CountSegments: cfg.Provider.CountSegments, Logger: d.log, Registerer: d.reg, Now: d.now,
+		CountSegments: cfg.Provider.CountSegments, Pacing: limiterConfig(cfg), Logger: d.log, Registerer: d.reg, Now: d.now,
 		Hold: cfg.QuietPolicy().Hold,
 	}
 }
