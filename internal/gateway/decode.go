@@ -270,6 +270,9 @@ func (s *server) validateMessage(req *messageRequest, class sms.Class, prefix st
 	add(err)
 	add(sms.ValidateSender(req.From))
 	seg, err := sms.ValidateBody(req.Body, s.cfg.Messages.MaxSegments)
+	if err == nil {
+		err = s.checkSegmentCost(class, seg)
+	}
 	add(err)
 	if len(req.Reference) > maxReferenceLen {
 		errs = append(errs, FieldError{prefix + "reference", fmt.Sprintf("has at most %d bytes", maxReferenceLen)})
@@ -320,6 +323,28 @@ func (s *server) validateMessage(req *messageRequest, class sms.Class, prefix st
 	}
 	m.RequestHash = requestHash(m, ttl)
 	return validated{msg: m, segments: seg, ttl: ttl}, nil
+}
+
+// checkSegmentCost refuses a body the provider rate can never send: when
+// segments are counted (provider.count_segments) a message costs its
+// segments, and the shared limiter grants at most the smallest burst of the
+// keys its class passes (limiter.Config.MaxCost). Accepting more would
+// queue a message that can only fail.
+func (s *server) checkSegmentCost(class sms.Class, seg sms.Segments) error {
+	if !s.cfg.Provider.CountSegments {
+		return nil
+	}
+	most := limiterConfig(s.cfg).MaxCost(class.String())
+	if seg.Count <= most {
+		return nil
+	}
+	key := "limits.burst"
+	if cl, ok := s.cfg.Limits.Classes[class.String()]; ok && cl.Burst > 0 && cl.Burst < s.cfg.Limits.Burst {
+		key = "limits.classes." + class.String() + ".burst"
+	}
+	return &sms.ValidationError{Field: "body", Reason: fmt.Sprintf(
+		"needs %d %s segments; at most %d per message (%s: the most segments the provider rate sends at once)",
+		seg.Count, seg.Encoding, most, key)}
 }
 
 // parseClass checks the class field's shape.
