@@ -109,6 +109,8 @@ valid "redis, 3 replicas, ServiceMonitor" -mode redis -replicas 3 -- -f "$CI/red
 valid "redis, 3 replicas, Grafana dashboard ConfigMap" -mode redis -replicas 3 -grafana -- -f "$CI/redis-values.yaml" \
 	--set metrics.grafanaDashboard.enabled=true
 valid "redis cluster, HPA 2..20, readiness on /healthz" -mode redis -hpa -readiness /healthz -- -f "$CI/redis-cluster-values.yaml"
+valid "redis, 3 replicas, operator endpoints on admin.listen :9091" -mode redis -replicas 3 -- -f "$CI/redis-values.yaml" \
+	--set config.admin.listen=:9091
 valid "redis sentinel, 2 replicas" -mode redis -replicas 2 -- -f "$CI/sentinel-values.yaml"
 valid "twilio (embedded)" -mode embedded -replicas 1 -- -f "$CI/twilio-values.yaml"
 valid "existingSecret (redis, 2 replicas)" -mode redis -replicas 2 \

@@ -192,3 +192,20 @@ ConfigMap. Included by the Deployment; fails the render with the reason.
   {{- fail (printf "preStop.method %q must be sleep or exec" (toString .Values.preStop.method)) -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The port of admin.listen (the operator endpoints' own listener), empty when
+it is not set: /metrics, /v1/admin/* and /dashboard/ are then on the main
+port.
+*/}}
+{{- define "smsgw.adminPort" -}}
+{{- $admin := default dict .Values.config.admin -}}
+{{- $listen := toString (default "" $admin.listen) -}}
+{{- if $listen -}}
+{{- $port := regexFind "[0-9]+$" $listen -}}
+{{- if not $port -}}
+{{- fail (printf "config.admin.listen %q must end with a port (for example \":9091\")" $listen) -}}
+{{- end -}}
+{{- $port -}}
+{{- end -}}
+{{- end -}}
