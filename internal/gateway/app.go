@@ -153,7 +153,7 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 		a.admin = newHTTPServer(cfg, a.srv.router(false, true), d.log)
 	}
 	d.log.Info("gateway ready to start", "mode", b.mode, "account", cfg.Account, "provider", a.prov.Name(),
-		"producers", len(cfg.Producers), "target_rps", cfg.Limits.TargetRPS, "owner", owner)
+		"producers", len(cfg.Producers), "target_rps", cfg.Limits.TargetRPS, "segments", cfg.SegmentsSummary(), "owner", owner)
 	return a, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"smsgw/internal/config"
+	"smsgw/internal/sms"
 )
 
 // segmentsBody is a GSM-7 body of n segments (153 characters each).
@@ -89,4 +90,27 @@ func TestSegmentsBeyondClassBurst(t *testing.T) {
 
 	u := start(t, embeddedMode, func(c *config.Config) { c.Provider.CountSegments = false })
 	accepted(t, u.post("/v1/messages", keyNotify, msg("transactional", "body", segmentsBody(10))))
+}
+
+// The accept check and the dispatcher read the same bound: what
+// config.SegmentsPerMessage lets in (when the burst bounds it) is what the
+// shared limiter built by limiterConfig grants at most.
+func TestSegmentsPerMessageIsLimiterMaxCost(t *testing.T) {
+	t.Parallel()
+	for _, classes := range []map[string]config.ClassLimits{
+		nil,
+		{"marketing": {MaxRPS: 70}},
+		{"marketing": {MaxRPS: 70, Burst: 2}},
+		{"marketing": {MaxRPS: 70, Burst: 9}, "transactional": {MaxRPS: 80, Burst: 3}},
+	} {
+		cfg := config.Default()
+		cfg.Messages.MaxSegments = 255
+		cfg.Limits.Classes = classes
+		for _, c := range sms.Classes {
+			most, key := cfg.SegmentsPerMessage(c.String())
+			if want := limiterConfig(cfg).MaxCost(c.String()); most != want || key == "messages.max_segments" {
+				t.Errorf("classes %v, %s: %d (%s), limiter grants at most %d", classes, c, most, key, want)
+			}
+		}
+	}
 }

@@ -326,21 +326,16 @@ func (s *server) validateMessage(req *messageRequest, class sms.Class, prefix st
 }
 
 // checkSegmentCost refuses a body the provider rate can never send: when
-// segments are counted (provider.count_segments) a message costs its
-// segments, and the shared limiter grants at most the smallest burst of the
-// keys its class passes (limiter.Config.MaxCost). Accepting more would
-// queue a message that can only fail.
+// segments are counted a message costs its segments, and the shared
+// limiter grants at most its class's burst at once
+// (config.SegmentsPerMessage; the same bound as the limiter's
+// limiter.Config.MaxCost of limiterConfig). Accepting more would queue a
+// message that can only fail. messages.max_segments itself is
+// sms.ValidateBody's.
 func (s *server) checkSegmentCost(class sms.Class, seg sms.Segments) error {
-	if !s.cfg.Provider.CountSegments {
-		return nil
-	}
-	most := limiterConfig(s.cfg).MaxCost(class.String())
+	most, key := s.cfg.SegmentsPerMessage(class.String())
 	if seg.Count <= most {
 		return nil
-	}
-	key := "limits.burst"
-	if cl, ok := s.cfg.Limits.Classes[class.String()]; ok && cl.Burst > 0 && cl.Burst < s.cfg.Limits.Burst {
-		key = "limits.classes." + class.String() + ".burst"
 	}
 	return &sms.ValidationError{Field: "body", Reason: fmt.Sprintf(
 		"needs %d %s segments; at most %d per message (%s: the most segments the provider rate sends at once)",
