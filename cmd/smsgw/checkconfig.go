@@ -34,8 +34,8 @@ func runCheckConfig(_ context.Context, args []string, stdout, stderr io.Writer) 
 	if cfg.Redis.Enabled() {
 		mode = fmt.Sprintf("Redis at %s, shared limiter (fallback %.2f/s per process)", cfg.Redis.Addr, cfg.Limits.TargetRPS/float64(cfg.Limits.MaxSenders))
 	}
-	if _, err := fmt.Fprintf(stdout, "%s: ok\n  provider: %s, contract %g/s, target %g/s, burst %d\n  mode: %s\n  producers: %d\n  protection: %s\n",
-		*path, cfg.Provider.Kind, cfg.Provider.ContractRPS, cfg.Limits.TargetRPS, cfg.Limits.Burst, mode, len(cfg.Producers),
+	if _, err := fmt.Fprintf(stdout, "%s: ok\n  provider: %s, contract %g/s, target %g/s, burst %d\n  mode: %s\n  segments: %s\n  producers: %d\n  protection: %s\n",
+		*path, cfg.Provider.Kind, cfg.Provider.ContractRPS, cfg.Limits.TargetRPS, cfg.Limits.Burst, mode, cfg.SegmentsSummary(), len(cfg.Producers),
 		cfg.Protection.Summary()); err != nil {
 		complain(stderr, "smsgw check-config: write: %v\n", err)
 		return 1

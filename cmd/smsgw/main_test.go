@@ -14,6 +14,9 @@ func TestCheckConfig(t *testing.T) {
 	if !strings.Contains(out.String(), "ok") {
 		t.Fatalf("stdout: %s", out.String())
 	}
+	if !strings.Contains(out.String(), "segments: at most 5 per message (limits.burst; messages.max_segments 10 is not reached)") {
+		t.Errorf("stdout does not say that limits.burst bounds a message's segments: %s", out.String())
+	}
 	out.Reset()
 	errb.Reset()
 	if code := run([]string{"check-config", "--config", "../../internal/config/testdata/bad/over_contract.yaml"}, &out, &errb); code != 1 {

@@ -13,6 +13,7 @@ package config
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"strings"
 	"time"
 
@@ -167,6 +168,52 @@ func (c Config) QuietPolicy() sms.QuietPolicy {
 		}
 	}
 	return p
+}
+
+// SegmentsPerMessage is the most segments a message of class may have,
+// and the key that bounds it. When segments are counted
+// (provider.count_segments) a message costs its segments in the provider
+// limiter, which never grants more than the smallest burst of the keys
+// the class passes (limits.burst, or limits.classes.<class>.burst when
+// set and smaller): the effective maximum is the least of that and
+// messages.max_segments. With the defaults it is 5 (limits.burst).
+func (c Config) SegmentsPerMessage(class string) (int, string) {
+	most, key := c.Messages.MaxSegments, "messages.max_segments"
+	if !c.Provider.CountSegments {
+		return most, key
+	}
+	b, bkey := c.Limits.Burst, "limits.burst"
+	if cl, ok := c.Limits.Classes[class]; ok && cl.Burst > 0 && cl.Burst < b {
+		b, bkey = cl.Burst, "limits.classes."+class+".burst"
+	}
+	if b < most {
+		return b, bkey
+	}
+	return most, key
+}
+
+// SegmentsSummary says how many segments a message may have and which key
+// bounds it, per class when classes differ: with counted segments the
+// limiter's burst, when below messages.max_segments, is the maximum.
+func (c Config) SegmentsSummary() string {
+	say := func(most int, key string) string {
+		if key == "messages.max_segments" {
+			return fmt.Sprintf("at most %d per message (%s)", most, key)
+		}
+		return fmt.Sprintf("at most %d per message (%s; messages.max_segments %d is not reached)", most, key, c.Messages.MaxSegments)
+	}
+	most, key := c.SegmentsPerMessage(sms.ClassOTP.String())
+	var parts []string
+	same := true
+	for _, cls := range sms.Classes {
+		m, k := c.SegmentsPerMessage(cls.String())
+		same = same && m == most && k == key
+		parts = append(parts, cls.String()+" "+say(m, k))
+	}
+	if same {
+		return say(most, key)
+	}
+	return strings.Join(parts, "; ")
 }
 
 // Producer is one system allowed to post messages.

@@ -38,6 +38,10 @@ const (
 	defaultGuardSlowdown   = 2
 	defaultGuardRefresh    = time.Second
 	defaultSendNowDeadline = time.Second
+	// fallbackBurstWait is how long a message costing more than the
+	// Redis-down fallback's burst (but within the shared one) waits
+	// before it is tried again: about when the limiter probes Redis.
+	fallbackBurstWait = time.Second
 )
 
 // Config configures a Dispatcher. Queue, Limiter, Provider, Owner and the
@@ -68,6 +72,13 @@ type Config struct {
 	// CountSegments makes a message cost its Segments in the limiter;
 	// otherwise every message costs 1.
 	CountSegments bool
+	// Pacing is the shape the shared limiter was built with (the
+	// gateway's limits.*). A single message whose cost it grants
+	// (limiter.Config.MaxCost) but the limiter refused with
+	// ErrCostExceedsBurst met the Redis-down fallback's smaller burst: it
+	// is requeued (the fast path answers no slot), not failed. Zero: every
+	// such refusal is final.
+	Pacing limiter.Config
 
 	// Tuning knobs: zero takes the package's default.
 

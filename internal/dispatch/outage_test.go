@@ -2,12 +2,15 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"smsgw/internal/limiter"
 	"smsgw/internal/provider"
+	"smsgw/internal/queue"
 	"smsgw/internal/queue/redisq"
 	"smsgw/internal/redistest"
 	"smsgw/internal/sms"
@@ -49,5 +52,93 @@ func TestRedisOutageAfterSend(t *testing.T) {
 	}
 	if calls := rec.calls(); len(calls) != 1 {
 		t.Errorf("provider called %d times, want once", len(calls))
+	}
+}
+
+// fallbackRig is a dispatcher whose limiter's Redis (a private server) is
+// down from the start, so that the limiter decides at the fallback's burst
+// max(1, 5/23) = 1; the queue lives on the shared Redis.
+func fallbackRig(t *testing.T) (*redistest.Server, queue.Queue, *recorder, *Dispatcher) {
+	t.Helper()
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = c.Close() })
+	acct := newAccount(t)
+	q := acct.queue(t, nil)
+	lim := acct.limiter(t, c, defaultLimits)
+	srv.Stop()
+	rec := newRecorder(funcProvider(func(context.Context, *provider.Request) (provider.Result, error) {
+		return provider.Result{ProviderID: "accepted"}, nil
+	}))
+	d, _ := newDispatcher(t, Config{Queue: q, Limiter: lim, Provider: rec, CountSegments: true, Pacing: defaultLimits})
+	return srv, q, rec, d
+}
+
+// TestFallbackBurstRequeues: while the limiter's Redis is down its
+// fallback burst is 1, so a 2-segment message is refused with
+// ErrCostExceedsBurst. The shared limiter grants 2, so the refusal is
+// transient: the message is put back without spending an attempt (it
+// used to be failed for good) and is sent once Redis is back.
+func TestFallbackBurstRequeues(t *testing.T) {
+	t.Parallel()
+	srv, q, rec, d := fallbackRig(t)
+	m := newMsg(sms.ClassTransactional)
+	m.Segments = 2
+	enqueue(t, q, m)
+	d.Notify(sms.ClassTransactional)
+
+	requeued := d.m.requeues.WithLabelValues("transactional", requeueRateWait)
+	deadline := time.Now().Add(patience)
+	for value(requeued) < 1 {
+		got, err := q.Get(context.Background(), m.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.Done() {
+			t.Fatalf("2-segment message %s (%q) while Redis is down, want queued", got.Status, got.LastError)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("message never requeued")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	got, err := q.Get(context.Background(), m.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Done() || got.Attempts != 0 {
+		t.Fatalf("after the refusal: status %s attempts %d, want queued with no attempt spent", got.Status, got.Attempts)
+	}
+	if n := len(rec.calls()); n != 0 {
+		t.Fatalf("provider called %d times while the limiter refused", n)
+	}
+
+	srv.Start()
+	got = waitTerminal(t, q, m.ID)[m.ID]
+	if got.Status != sms.StatusSent || got.Attempts != 1 {
+		t.Errorf("after Redis is back: status %s attempts %d (%q), want sent at the first attempt", got.Status, got.Attempts, got.LastError)
+	}
+}
+
+// TestFallbackBurstSendNow: on the fast path the same refusal is no slot
+// (the API's 503 with Retry-After), not the client's fault; a cost beyond
+// the shared burst stays ErrCostExceedsBurst (400).
+func TestFallbackBurstSendNow(t *testing.T) {
+	t.Parallel()
+	_, _, rec, d := fallbackRig(t)
+	m := newMsg(sms.ClassOTP)
+	m.Segments = 2
+	_, err := d.SendNow(context.Background(), m, time.Second)
+	var noSlot NoSlotError
+	if !errors.As(err, &noSlot) || noSlot.RetryAfter <= 0 || errors.Is(err, limiter.ErrCostExceedsBurst) {
+		t.Fatalf("2-segment OTP while Redis is down: %v, want a NoSlotError with a RetryAfter", err)
+	}
+	m = newMsg(sms.ClassOTP)
+	m.Segments = 6
+	if _, err := d.SendNow(context.Background(), m, time.Second); !errors.Is(err, limiter.ErrCostExceedsBurst) {
+		t.Fatalf("6-segment OTP (shared burst 5): %v, want ErrCostExceedsBurst", err)
+	}
+	if n := len(rec.calls()); n != 0 {
+		t.Errorf("provider called %d times", n)
 	}
 }

@@ -44,6 +44,7 @@ const (
 	noSlotPaused    = "paused"        // every replica is paused (an earlier throttle, an operator)
 	noSlotThrottled = "throttled"     // the provider throttled or suspended this send
 	noSlotAuth      = "provider-auth" // the provider refused our credentials or the account's settings
+	noSlotFallback  = "rate-fallback" // Redis is down and the message costs more than this replica's fallback burst
 )
 
 func (e NoSlotError) Error() string {
@@ -118,6 +119,8 @@ func (d *Dispatcher) nowSlot(ctx context.Context, m *sms.Message, deadline time.
 	cost := d.cost(m)
 	dec, err := d.reserveSlot(ctx, m.Class, cost, 1, deadline)
 	switch {
+	case errors.Is(err, limiter.ErrCostExceedsBurst) && d.grantable(m.Class, cost):
+		return 0, d.noSlot(noSlotFallback, fallbackBurstWait)
 	case errors.Is(err, limiter.ErrCostExceedsBurst):
 		d.m.sendNow.WithLabelValues(nowFailed).Inc()
 		return 0, fmt.Errorf("dispatch: send now %s: %d segments: %w", m.ID, cost, err)

@@ -173,6 +173,10 @@ func (d *Dispatcher) reserve(ctx context.Context, batch []*flight) (time.Duratio
 		case errors.Is(err, limiter.ErrCostExceedsBurst) && len(batch) > 1:
 			d.lowerBatchCap(m.Class, cost-1)
 			return 0, reserveSplit
+		case errors.Is(err, limiter.ErrCostExceedsBurst) && d.grantable(m.Class, cost):
+			d.log.Debug("cost exceeds the fallback burst; message put back until Redis is back", "id", m.ID, "class", cls, "cost", cost)
+			d.requeueAll(batch, fallbackBurstWait, requeueRateWait)
+			return 0, reserveGone
 		case errors.Is(err, limiter.ErrCostExceedsBurst):
 			d.log.Error("message can never be sent: its cost exceeds the limiter's burst", "id", m.ID, "class", cls, "cost", cost)
 			d.complete(batch[0], queue.Outcome{Status: sms.StatusFailed, Attempts: m.Attempts,
@@ -293,6 +297,13 @@ func (d *Dispatcher) reserveSlowed(ctx context.Context, class sms.Class, cost in
 		}
 		return dec, err
 	}
+}
+
+// grantable tells whether the shared limiter can ever grant cost units of
+// class: a refusal of such a cost came from the Redis-down fallback's
+// smaller burst and ends when Redis answers again.
+func (d *Dispatcher) grantable(class sms.Class, cost int) bool {
+	return cost <= d.cfg.Pacing.MaxCost(class.String())
 }
 
 // classIndex indexes the per-class arrays of Dispatcher.

@@ -156,7 +156,7 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 		a.admin = newHTTPServer(cfg, a.srv.router(false, true), d.log)
 	}
 	d.log.Info("gateway ready to start", "mode", b.mode, "account", cfg.Account, "provider", a.prov.Name(),
-		"producers", len(cfg.Producers), "target_rps", cfg.Limits.TargetRPS, "owner", owner)
+		"producers", len(cfg.Producers), "target_rps", cfg.Limits.TargetRPS, "segments", cfg.SegmentsSummary(), "owner", owner)
 	return a, nil
 }
 
@@ -169,7 +169,7 @@ func dispatcherConfig(cfg config.Config, d deps, b *backend, prov provider.Provi
 		Workers: cfg.Dispatch.Workers, OTPWorkers: cfg.Dispatch.OTPWorkers,
 		Lease: cfg.Dispatch.Lease, MaxAttempts: cfg.Dispatch.MaxAttempts, PoisonAfter: cfg.Dispatch.PoisonAfter,
 		BackoffBase: cfg.Dispatch.BackoffBase, BackoffMax: cfg.Dispatch.BackoffMax,
-		CountSegments: cfg.Provider.CountSegments, Logger: d.log, Registerer: d.reg, Now: d.now,
+		CountSegments: cfg.Provider.CountSegments, Pacing: limiterConfig(cfg), Logger: d.log, Registerer: d.reg, Now: d.now,
 		Hold: cfg.QuietPolicy().Hold,
 	}
 }

@@ -270,6 +270,9 @@ func (s *server) validateMessage(req *messageRequest, class sms.Class, prefix st
 	add(err)
 	add(sms.ValidateSender(req.From))
 	seg, err := sms.ValidateBody(req.Body, s.cfg.Messages.MaxSegments)
+	if err == nil {
+		err = s.checkSegmentCost(class, seg)
+	}
 	add(err)
 	if len(req.Reference) > maxReferenceLen {
 		errs = append(errs, FieldError{prefix + "reference", fmt.Sprintf("has at most %d bytes", maxReferenceLen)})
@@ -320,6 +323,23 @@ func (s *server) validateMessage(req *messageRequest, class sms.Class, prefix st
 	}
 	m.RequestHash = requestHash(m, ttl)
 	return validated{msg: m, segments: seg, ttl: ttl}, nil
+}
+
+// checkSegmentCost refuses a body the provider rate can never send: when
+// segments are counted a message costs its segments, and the shared
+// limiter grants at most its class's burst at once
+// (config.SegmentsPerMessage; the same bound as the limiter's
+// limiter.Config.MaxCost of limiterConfig). Accepting more would queue a
+// message that can only fail. messages.max_segments itself is
+// sms.ValidateBody's.
+func (s *server) checkSegmentCost(class sms.Class, seg sms.Segments) error {
+	most, key := s.cfg.SegmentsPerMessage(class.String())
+	if seg.Count <= most {
+		return nil
+	}
+	return &sms.ValidationError{Field: "body", Reason: fmt.Sprintf(
+		"needs %d %s segments; at most %d per message (%s: the most segments the provider rate sends at once)",
+		seg.Count, seg.Encoding, most, key)}
 }
 
 // parseClass checks the class field's shape.

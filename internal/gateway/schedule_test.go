@@ -81,8 +81,9 @@ func TestETACountsWhatThisReplicaAccepted(t *testing.T) {
 
 // Finding 2: with a 204-message backlog the refusal said
 // retry_after_seconds 2 where the real wait was about 17 s. The estimate
-// counted messages, the limiter paces units: 204 messages of 6 segments
-// are 1,224 units, 17.5 s at 70 units/s. The backlog is stored and read
+// counted messages, the limiter paces units: 204 messages of 5 segments
+// (the most limits.burst 5 lets through) are 1,020 units, 14.6 s at 70
+// units/s. The backlog is stored and read
 // back (the clock moves past the refresh); an operator pause keeps it
 // there, and counts in the estimate.
 func TestRetryHintCountsWhatTheBacklogCosts(t *testing.T) {
@@ -92,16 +93,16 @@ func TestRetryHintCountsWhatTheBacklogCosts(t *testing.T) {
 			clock := newTestClock(time.Now())
 			h := startClock(t, m, nil, clock.now)
 			wantStatus(t, h.post("/v1/admin/pause", keyAdmin, map[string]any{"duration_seconds": 60}), http.StatusOK)
-			body := strings.Repeat("Spring sale. ", 70) // 910 GSM-7 characters: 6 segments
+			body := strings.Repeat("Spring sale. ", 58) // 754 GSM-7 characters: 5 segments
 			b := h.post("/v1/messages/batch", keyNotify, batchOf(204, func(int) map[string]any { return msg("marketing", "body", body) }))
 			wantStatus(t, b, http.StatusOK)
 			clock.add(2 * etaRefresh)
 
 			r := h.post("/v1/messages", keyNotify, msg("marketing", "ttl_seconds", 1))
 			wantStatus(t, r, http.StatusTooManyRequests)
-			// Sent 60-0.5 s from now (the pause), then 1,224 units at 70/s;
+			// Sent 60-0.5 s from now (the pause), then 1,020 units at 70/s;
 			// admitted once that is under the 1 s TTL.
-			want := 60 - 2*etaRefresh.Seconds() + 204*6/70.0 - 1
+			want := 60 - 2*etaRefresh.Seconds() + 204*5/70.0 - 1
 			ra, _ := strconv.Atoi(r.header.Get("Retry-After"))
 			if math.Abs(float64(ra)-want) > 1.5 {
 				t.Errorf("Retry-After %d s, want about %.1f s", ra, want)

@@ -35,6 +35,19 @@ type Config struct {
 	Classes map[string]Rate // class name -> cap; classes without an entry only pass the global key
 }
 
+// MaxCost is the largest cost a Request of class can ever be granted by a
+// limiter of this shape: the smallest burst of the keys it must pass. The
+// Redis-down fallback of Shared grants less (its bursts are divided by
+// max_senders); a cost up to MaxCost refused there is granted again once
+// Redis answers.
+func (c Config) MaxCost(class string) int {
+	b := c.Global.Burst
+	if r, ok := c.Classes[class]; ok {
+		b = min(b, r.Burst)
+	}
+	return b
+}
+
 // Request asks for Cost units for Class, accepting a slot up to MaxWait ahead.
 type Request struct {
 	Class   string
