@@ -205,7 +205,7 @@ func (s *server) adminPause(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	s.log.WarnContext(r.Context(), "sending paused by operator", "duration", d, "reason", req.Reason, "client_ip", ClientIP(r.Context()))
+	s.log.WarnContext(r.Context(), "sending paused by operator", "duration", d, "reason", req.Reason, "client_ip", clientIP(r.Context()))
 	writeJSON(w, s.log, "application/json", http.StatusOK, s.pause.state())
 }
 
@@ -214,7 +214,7 @@ func (s *server) adminResume(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	s.log.WarnContext(r.Context(), "sending resumed by operator", "client_ip", ClientIP(r.Context()))
+	s.log.WarnContext(r.Context(), "sending resumed by operator", "client_ip", clientIP(r.Context()))
 	writeJSON(w, s.log, "application/json", http.StatusOK, s.pause.state())
 }
 
@@ -272,7 +272,7 @@ type retriedResponse struct {
 func (s *server) adminRetryDead(w http.ResponseWriter, r *http.Request) {
 	id := chi.URLParam(r, "id")
 	if !sms.ValidID(id) {
-		s.writeError(w, r, errorf(KindNotFound, "no such dead letter"))
+		s.writeError(w, r, errorf(kindNotFound, "no such dead letter"))
 		return
 	}
 	if err := s.queue.RetryDead(r.Context(), id); err != nil {

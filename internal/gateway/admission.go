@@ -55,7 +55,7 @@ func (s *server) admitIngress(ctx context.Context, w http.ResponseWriter, p *pro
 	}
 	setRateLimitHeaders(w, p.Ingress, d)
 	if granted == 0 {
-		return 0, &Error{Kind: KindRateLimited, RetryAfter: d.RetryAfter,
+		return 0, &apiError{Kind: kindRateLimited, RetryAfter: d.RetryAfter,
 			Detail: fmt.Sprintf("producer %s may send %g messages/s with a burst of %d; retry after the Retry-After seconds",
 				p.Name, p.Ingress.PerSecond, p.Ingress.Burst)}
 	}
@@ -100,7 +100,7 @@ func (s *server) admitOutstanding(ctx context.Context, p *producer, n int) (int,
 	room := p.MaxOutstanding - out
 	if room <= 0 {
 		excess := float64(out - p.MaxOutstanding + 1)
-		return 0, &Error{Kind: KindTooManyQueued,
+		return 0, &apiError{Kind: kindTooManyQueued,
 			RetryAfter: time.Duration(excess / s.cfg.Limits.TargetRPS * float64(time.Second)),
 			Detail: fmt.Sprintf("producer %s has %d messages queued or in flight; at most %d are allowed",
 				p.Name, out, p.MaxOutstanding),

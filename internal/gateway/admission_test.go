@@ -41,7 +41,7 @@ func TestRetryingClientIsNotLockedOut(t *testing.T) {
 			if first.header.Get("RateLimit-Limit") != "2" || first.header.Get("RateLimit-Remaining") != "0" {
 				t.Errorf("RateLimit headers %v", first.header)
 			}
-			if p := first.problem(t); p["type"] != ProblemTypeBase+"rate-limited" {
+			if p := first.problem(t); p["type"] != problemTypeBase+"rate-limited" {
 				t.Errorf("problem %v", p)
 			}
 			// Hammer: every retry refused. A counter that counted refusals
@@ -72,7 +72,7 @@ func TestMaxOutstanding(t *testing.T) {
 	for range 3 {
 		r := h.post("/v1/messages", keyCapped, msg("transactional"))
 		wantStatus(t, r, http.StatusTooManyRequests)
-		if p := r.problem(t); p["type"] != ProblemTypeBase+"too-many-outstanding" || p["max_outstanding"] != float64(2) {
+		if p := r.problem(t); p["type"] != problemTypeBase+"too-many-outstanding" || p["max_outstanding"] != float64(2) {
 			t.Fatalf("problem %v", p)
 		}
 	}
@@ -110,7 +110,7 @@ func TestTTLShorterThanBacklogIsRefused(t *testing.T) {
 			wantStatus(t, r, http.StatusTooManyRequests)
 			p := r.problem(t)
 			eta, err := time.Parse(time.RFC3339Nano, p["estimated_send_at"].(string))
-			if err != nil || p["type"] != ProblemTypeBase+"would-expire-before-send" {
+			if err != nil || p["type"] != problemTypeBase+"would-expire-before-send" {
 				t.Fatalf("problem %v", p)
 			}
 			if wait := time.Until(eta); wait < 8*time.Second || wait > 12*time.Second {

@@ -184,7 +184,7 @@ func TestValidation(t *testing.T) {
 			res := h.with(t).do(r)
 			wantStatus(t, res, tc.status)
 			p := res.problem(t)
-			if p["status"] != float64(tc.status) || !strings.HasPrefix(p["type"].(string), ProblemTypeBase) || p["title"] == "" {
+			if p["status"] != float64(tc.status) || !strings.HasPrefix(p["type"].(string), problemTypeBase) || p["title"] == "" {
 				t.Errorf("problem %v", p)
 			}
 			if tc.field != "" && !slices.Contains(res.fields(t), tc.field) {

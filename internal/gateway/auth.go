@@ -32,13 +32,13 @@ type producer struct {
 
 // bodyControls is the 400 for a body with a bidirectional or zero-width
 // character, unless p may send them.
-func (p *producer) bodyControls(body, prefix string) []FieldError {
+func (p *producer) bodyControls(body, prefix string) []fieldProblem {
 	if p.unicodeCtl {
 		return nil
 	}
 	var ve *sms.ValidationError
 	if errors.As(sms.CheckFormatControls(body), &ve) {
-		return []FieldError{{prefix + ve.Field, ve.Reason}}
+		return []fieldProblem{{prefix + ve.Field, ve.Reason}}
 	}
 	return nil
 }
@@ -56,8 +56,8 @@ func (p *producer) sender(from, field string) (string, error) {
 	if slices.Contains(p.senders, from) {
 		return from, nil
 	}
-	return "", &Error{Kind: KindForbidden, Detail: fmt.Sprintf("%s: producer %s may not send as this sender", field, p.Name),
-		Fields: []FieldError{{field, "is not one of the producer's senders"}}}
+	return "", &apiError{Kind: kindForbidden, Detail: fmt.Sprintf("%s: producer %s may not send as this sender", field, p.Name),
+		Fields: []fieldProblem{{field, "is not one of the producer's senders"}}}
 
 }
 
@@ -146,7 +146,7 @@ func (s *server) authProducer(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h, ok := bearer(r)
 		if !ok {
-			s.writeError(w, r, errorf(KindUnauthorized, "send Authorization: Bearer <key>"))
+			s.writeError(w, r, errorf(kindUnauthorized, "send Authorization: Bearer <key>"))
 			return
 		}
 		p := s.auth.producerFor(h)
@@ -162,12 +162,12 @@ func (s *server) authAdmin(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h, ok := bearer(r)
 		if !ok {
-			s.writeError(w, r, errorf(KindUnauthorized, "send Authorization: Bearer <admin key>"))
+			s.writeError(w, r, errorf(kindUnauthorized, "send Authorization: Bearer <admin key>"))
 			return
 		}
 		if !s.auth.isAdmin(h) {
 			if s.auth.producerFor(h) != nil {
-				s.writeError(w, r, errorf(KindForbidden, "this endpoint needs the admin key"))
+				s.writeError(w, r, errorf(kindForbidden, "this endpoint needs the admin key"))
 				return
 			}
 			s.authFailed(w, r, "unknown admin key")
@@ -181,16 +181,16 @@ func (s *server) authAdmin(next http.Handler) http.Handler {
 // once its client address has failed too often (authThrottle); the WARN
 // line is sampled.
 func (s *server) authFailed(w http.ResponseWriter, r *http.Request, what string) {
-	ip := ClientIP(r.Context())
+	ip := clientIP(r.Context())
 	if wait := s.authThrottle.fail(ip); wait > 0 {
-		s.writeError(w, r, &Error{Kind: KindAuthThrottled, RetryAfter: wait,
+		s.writeError(w, r, &apiError{Kind: kindAuthThrottled, RetryAfter: wait,
 			Detail: "too many failed authentications from this address; retry after the Retry-After seconds with a valid key"})
 		return
 	}
 	if ok, left := s.authThrottle.sampleLog(); ok {
 		s.log.WarnContext(r.Context(), what, "path", logPath(r), "client_ip", ip, "not_logged_since_last", left)
 	}
-	s.writeError(w, r, errorf(KindUnauthorized, "unknown API key"))
+	s.writeError(w, r, errorf(kindUnauthorized, "unknown API key"))
 }
 
 // numClasses sizes per-class arrays: the classes are otp..marketing.

@@ -150,12 +150,12 @@ type retriedCallback struct {
 func (s *server) adminRetryCallback(w http.ResponseWriter, r *http.Request) {
 	id := chi.URLParam(r, "id")
 	if len(id) > 64 {
-		s.writeError(w, r, errorf(KindNotFound, "no such dead callback"))
+		s.writeError(w, r, errorf(kindNotFound, "no such dead callback"))
 		return
 	}
 	if err := s.callbacks.outbox.RetryDeadEvent(r.Context(), id); err != nil {
 		if errors.Is(err, queue.ErrNotFound) {
-			s.writeError(w, r, errorf(KindNotFound, "no such dead callback"))
+			s.writeError(w, r, errorf(kindNotFound, "no such dead callback"))
 			return
 		}
 		s.writeError(w, r, fmt.Errorf("retry dead callback: %w", err))

@@ -27,8 +27,8 @@ func TestProblemTypesMatchSpec(t *testing.T) {
 		inSpec = append(inSpec, v.(string))
 	}
 	var kinds []string
-	for _, k := range Kinds {
-		kinds = append(kinds, ProblemTypeBase+string(k))
+	for _, k := range allKinds {
+		kinds = append(kinds, problemTypeBase+string(k))
 	}
 	slices.Sort(inSpec)
 	slices.Sort(kinds)
@@ -162,7 +162,7 @@ func TestMethodNotAllowedSaysWhatIs(t *testing.T) {
 		if got := strings.Split(r.header.Get("Allow"), ", "); !slices.Contains(got, tc.allow) || slices.Contains(got, tc.method) {
 			t.Errorf("%s %s: Allow %q, want it to list %s", tc.method, tc.path, got, tc.allow)
 		}
-		if p := r.problem(t); p["type"] != ProblemTypeBase+"method-not-allowed" {
+		if p := r.problem(t); p["type"] != problemTypeBase+"method-not-allowed" {
 			t.Errorf("%s %s: problem %v", tc.method, tc.path, p)
 		}
 	}

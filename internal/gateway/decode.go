@@ -65,7 +65,7 @@ func readBody(r *http.Request, allowEmpty bool) ([]byte, error) {
 		if errors.As(err, &mbe) {
 			return nil, err
 		}
-		return nil, &Error{Kind: KindInvalid, Detail: "could not read the request body", Fields: []FieldError{{"request", "unreadable body"}}, Err: err}
+		return nil, &apiError{Kind: kindInvalid, Detail: "could not read the request body", Fields: []fieldProblem{{"request", "unreadable body"}}, Err: err}
 	}
 	if len(raw) == 0 && allowEmpty {
 		return nil, nil
@@ -78,17 +78,17 @@ func readBody(r *http.Request, allowEmpty bool) ([]byte, error) {
 
 func checkJSONContentType(ct string) error {
 	if ct == "" {
-		return errorf(KindUnsupportedMedia, "send Content-Type: application/json")
+		return errorf(kindUnsupportedMedia, "send Content-Type: application/json")
 	}
 	mt, params, err := mime.ParseMediaType(ct)
 	if err != nil {
-		return errorf(KindUnsupportedMedia, "unparseable Content-Type; send application/json")
+		return errorf(kindUnsupportedMedia, "unparseable Content-Type; send application/json")
 	}
 	if mt != "application/json" && (!strings.HasPrefix(mt, "application/") || !strings.HasSuffix(mt, "+json")) {
-		return errorf(KindUnsupportedMedia, "Content-Type "+mt+" is not supported; send application/json")
+		return errorf(kindUnsupportedMedia, "Content-Type "+mt+" is not supported; send application/json")
 	}
 	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
-		return errorf(KindUnsupportedMedia, "charset "+cs+" is not supported; JSON is UTF-8")
+		return errorf(kindUnsupportedMedia, "charset "+cs+" is not supported; JSON is UTF-8")
 	}
 	return nil
 }
@@ -253,14 +253,14 @@ type validated struct {
 // validateMessage checks a request field by field and reports every
 // problem at once. The class is checked for shape here; whether the
 // producer may use it is the caller's (403, not 400).
-func (s *server) validateMessage(req *messageRequest, class sms.Class, prefix string) (validated, []FieldError) {
-	var errs []FieldError
+func (s *server) validateMessage(req *messageRequest, class sms.Class, prefix string) (validated, []fieldProblem) {
+	var errs []fieldProblem
 	add := func(err error) {
 		var ve *sms.ValidationError
 		if errors.As(err, &ve) {
-			errs = append(errs, FieldError{prefix + ve.Field, ve.Reason})
+			errs = append(errs, fieldProblem{prefix + ve.Field, ve.Reason})
 		} else if err != nil {
-			errs = append(errs, FieldError{prefix + "request", err.Error()})
+			errs = append(errs, fieldProblem{prefix + "request", err.Error()})
 		}
 	}
 	to, err := sms.ParseE164(req.To)
@@ -275,20 +275,20 @@ func (s *server) validateMessage(req *messageRequest, class sms.Class, prefix st
 	}
 	add(err)
 	if len(req.Reference) > maxReferenceLen {
-		errs = append(errs, FieldError{prefix + "reference", fmt.Sprintf("has at most %d bytes", maxReferenceLen)})
+		errs = append(errs, fieldProblem{prefix + "reference", fmt.Sprintf("has at most %d bytes", maxReferenceLen)})
 	} else if strings.ContainsFunc(req.Reference, unicode.IsControl) {
-		errs = append(errs, FieldError{prefix + "reference", "must not contain control characters"})
+		errs = append(errs, fieldProblem{prefix + "reference", "must not contain control characters"})
 	}
 	if req.CallbackURL != "" {
 		if err := config.CheckCallbackURL(req.CallbackURL); err != nil {
-			errs = append(errs, FieldError{prefix + "callback_url", err.Error()})
+			errs = append(errs, fieldProblem{prefix + "callback_url", err.Error()})
 		}
 	}
 	var sendAt time.Time
 	if req.SendAt != "" {
 		var err error
 		if sendAt, err = time.Parse(time.RFC3339Nano, req.SendAt); err != nil {
-			errs = append(errs, FieldError{prefix + "send_at", "must be an RFC 3339 date-time with its offset, e.g. 2025-01-15T09:00:00Z"})
+			errs = append(errs, fieldProblem{prefix + "send_at", "must be an RFC 3339 date-time with its offset, e.g. 2025-01-15T09:00:00Z"})
 		}
 	}
 	ttl := s.cfg.Messages.DefaultTTL
@@ -296,9 +296,9 @@ func (s *server) validateMessage(req *messageRequest, class sms.Class, prefix st
 		maxTTL := int64(s.cfg.Messages.MaxTTL / time.Second)
 		switch v := *req.TTLSeconds; {
 		case v < 1:
-			errs = append(errs, FieldError{prefix + "ttl_seconds", "must be at least 1"})
+			errs = append(errs, fieldProblem{prefix + "ttl_seconds", "must be at least 1"})
 		case v > maxTTL:
-			errs = append(errs, FieldError{prefix + "ttl_seconds", fmt.Sprintf("must be at most %d (messages.max_ttl)", maxTTL)})
+			errs = append(errs, fieldProblem{prefix + "ttl_seconds", fmt.Sprintf("must be at most %d (messages.max_ttl)", maxTTL)})
 		default:
 			ttl = time.Duration(v) * time.Second
 		}
@@ -343,13 +343,13 @@ func (s *server) checkSegmentCost(class sms.Class, seg sms.Segments) error {
 }
 
 // parseClass checks the class field's shape.
-func parseClass(name, prefix string) (sms.Class, *FieldError) {
+func parseClass(name, prefix string) (sms.Class, *fieldProblem) {
 	if name == "" {
-		return 0, &FieldError{prefix + "class", "is required (otp, transactional or marketing)"}
+		return 0, &fieldProblem{prefix + "class", "is required (otp, transactional or marketing)"}
 	}
 	c, err := sms.ParseClass(name)
 	if err != nil {
-		return 0, &FieldError{prefix + "class", "must be one of otp, transactional, marketing"}
+		return 0, &fieldProblem{prefix + "class", "must be one of otp, transactional, marketing"}
 	}
 	return c, nil
 }

@@ -65,7 +65,7 @@ func (s *server) notReady(w http.ResponseWriter, r *http.Request, state string, 
 	if state != "stopping" {
 		detail = "a dependency is unreachable (see checks)"
 	}
-	e := &Error{Kind: KindUnavailable, RetryAfter: time.Second, Detail: detail,
+	e := &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Detail: detail,
 		Extra: map[string]any{"state": state}}
 	if checks != nil {
 		e.Extra["checks"] = checks

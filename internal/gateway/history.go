@@ -120,7 +120,7 @@ func (s *server) adminHistory(w http.ResponseWriter, r *http.Request) {
 		series, err = s.history.store.Read(ctx, now)
 	}
 	if err != nil {
-		s.writeError(w, r, &Error{Kind: KindUnavailable, Detail: "the history store did not answer",
+		s.writeError(w, r, &apiError{Kind: kindUnavailable, Detail: "the history store did not answer",
 			RetryAfter: time.Second, Err: err})
 		return
 	}

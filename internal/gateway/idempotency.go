@@ -105,7 +105,7 @@ func (s *server) idempotent(w http.ResponseWriter, r *http.Request, p *producer,
 		return
 	}
 	if token == "" {
-		s.writeError(w, r, &Error{Kind: KindInFlight, Detail: "retry after the first request has been answered", RetryAfter: time.Second})
+		s.writeError(w, r, &apiError{Kind: kindInFlight, Detail: "retry after the first request has been answered", RetryAfter: time.Second})
 		return
 	}
 	var stored *state.Answer
@@ -141,7 +141,7 @@ func (s *server) idempotent(w http.ResponseWriter, r *http.Request, p *producer,
 
 func (s *server) replay(w http.ResponseWriter, r *http.Request, a *state.Answer, hash string) {
 	if a.Hash != hash {
-		s.writeError(w, r, errorf(KindKeyReused, "this Idempotency-Key was first used with a different request; use a new key for a new request"))
+		s.writeError(w, r, errorf(kindKeyReused, "this Idempotency-Key was first used with a different request; use a new key for a new request"))
 		return
 	}
 	body, err := answerBody(a)

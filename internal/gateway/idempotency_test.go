@@ -36,7 +36,7 @@ func TestIdempotencyKey(t *testing.T) {
 			}
 			changed := h.post("/v1/messages", keyNotify, msg("transactional", "reference", "invoice-10"), "Idempotency-Key", "order-9-confirmation")
 			wantStatus(t, changed, http.StatusUnprocessableEntity)
-			if p := changed.problem(t); p["type"] != ProblemTypeBase+"idempotency-key-reused" {
+			if p := changed.problem(t); p["type"] != problemTypeBase+"idempotency-key-reused" {
 				t.Errorf("problem %v", p)
 			}
 			bad := h.post("/v1/messages", keyNotify, body, "Idempotency-Key", "")

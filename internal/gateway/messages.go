@@ -99,12 +99,12 @@ func acceptedOf(m *sms.Message, eta, now time.Time) acceptedMessage {
 func location(id string) string { return "/v1/messages/" + id }
 
 // invalid builds the 400 for a list of field errors.
-func invalid(errs []FieldError) *Error {
+func invalid(errs []fieldProblem) *apiError {
 	parts := make([]string, 0, len(errs))
 	for _, e := range errs {
 		parts = append(parts, e.Field+": "+e.Reason)
 	}
-	return &Error{Kind: KindInvalid, Detail: strings.Join(parts, "; "), Fields: errs}
+	return &apiError{Kind: kindInvalid, Detail: strings.Join(parts, "; "), Fields: errs}
 }
 
 // checkMessage decodes and validates one message request; the error is a
@@ -120,13 +120,13 @@ func (s *server) checkMessage(p *producer, raw []byte, prefix string) (validated
 	v, errs := s.validateMessage(&req, class, prefix)
 	errs = append(errs, p.bodyControls(req.Body, prefix)...)
 	if ferr != nil {
-		errs = append([]FieldError{*ferr}, errs...)
+		errs = append([]fieldProblem{*ferr}, errs...)
 	}
 	if len(errs) > 0 {
 		return validated{}, invalid(errs)
 	}
 	if !p.allowed(class) {
-		return validated{}, errorf(KindForbidden, fmt.Sprintf("producer %s may not send class %s", p.Name, class))
+		return validated{}, errorf(kindForbidden, fmt.Sprintf("producer %s may not send class %s", p.Name, class))
 	}
 	if err := checkCallback(p, v.msg, prefix); err != nil {
 		return validated{}, err
@@ -158,7 +158,7 @@ func (s *server) postMessage(w http.ResponseWriter, r *http.Request) {
 func (s *server) accept(ctx context.Context, w http.ResponseWriter, p *producer, v validated, key string) (*response, error) {
 	now := s.now()
 	if ferr := checkSendAt(v.msg.SendAt, now, ""); ferr != nil {
-		return nil, invalid([]FieldError{*ferr})
+		return nil, invalid([]fieldProblem{*ferr})
 	}
 	if err := s.protectOne(ctx, v.msg.Class, v.msg.To); err != nil {
 		return nil, err
@@ -191,7 +191,7 @@ func (s *server) accept(ctx context.Context, w http.ResponseWriter, p *producer,
 // but whose first answer was not in the answer store.
 func (s *server) existing(first, m *sms.Message, eta, now time.Time) (*response, error) {
 	if !queue.SameRequest(first.RequestHash, m.RequestHash) {
-		return nil, errorf(KindKeyReused, "this Idempotency-Key was first used with a different request; use a new key for a new request")
+		return nil, errorf(kindKeyReused, "this Idempotency-Key was first used with a different request; use a new key for a new request")
 	}
 	s.metrics.replays.Inc()
 	return &response{status: http.StatusAccepted, body: acceptedOf(first, eta, now), location: location(first.ID), replayed: true}, nil
@@ -229,8 +229,8 @@ func checkCallback(p *producer, m *sms.Message, prefix string) error {
 		return nil
 	}
 	reason := "is not under any of the producer's webhook.allow prefixes"
-	return &Error{Kind: KindCallbackNotAllowed, Detail: prefix + "callback_url: " + reason,
-		Fields: []FieldError{{prefix + "callback_url", reason}}}
+	return &apiError{Kind: kindCallbackNotAllowed, Detail: prefix + "callback_url: " + reason,
+		Fields: []fieldProblem{{prefix + "callback_url", reason}}}
 }
 
 func (s *server) notify(c sms.Class) {
@@ -244,7 +244,7 @@ func (s *server) notify(c sms.Class) {
 func (s *server) lookup(w http.ResponseWriter, r *http.Request) (*sms.Message, bool) {
 	id := chi.URLParam(r, "id")
 	if !sms.ValidID(id) {
-		s.writeError(w, r, errorf(KindNotFound, "no such message"))
+		s.writeError(w, r, errorf(kindNotFound, "no such message"))
 		return nil, false
 	}
 	m, err := s.queue.Get(r.Context(), id)
@@ -263,7 +263,7 @@ func (s *server) getMessage(w http.ResponseWriter, r *http.Request) {
 	}
 	if m.Producer != p.Name {
 		// The same answer as a missing id: ids of others are not revealed.
-		s.writeError(w, r, errorf(KindNotFound, "no such message"))
+		s.writeError(w, r, errorf(kindNotFound, "no such message"))
 		return
 	}
 	writeJSON(w, s.log, "application/json", http.StatusOK, viewOf(m, s.now()))
@@ -360,7 +360,7 @@ func (s *server) acceptBatch(ctx context.Context, w http.ResponseWriter, r *http
 			return nil, err
 		}
 		for _, i := range adm.eligible[min(granted, len(adm.eligible)):] {
-			s.itemError(r, &items[i], &Error{Kind: KindRateLimited, RetryAfter: time.Second,
+			s.itemError(r, &items[i], &apiError{Kind: kindRateLimited, RetryAfter: time.Second,
 				Detail: fmt.Sprintf("the batch exceeded producer %s's ingress burst of %d", p.Name, p.Ingress.Burst)})
 		}
 		adm.eligible = adm.eligible[:min(granted, len(adm.eligible))]
@@ -400,7 +400,7 @@ func (s *server) admitItems(ctx context.Context, r *http.Request, p *producer, n
 	var ms []*sms.Message
 	for _, i := range valid {
 		if ferr := checkSendAt(vs[i].msg.SendAt, now, "messages["+strconv.Itoa(i)+"]."); ferr != nil {
-			s.itemError(r, &items[i], invalid([]FieldError{*ferr}))
+			s.itemError(r, &items[i], invalid([]fieldProblem{*ferr}))
 			continue
 		}
 		ik := ""
@@ -418,7 +418,7 @@ func (s *server) admitItems(ctx context.Context, r *http.Request, p *producer, n
 			return false
 		}
 		if len(adm.eligible) >= room {
-			s.itemError(r, &items[i], &Error{Kind: KindTooManyQueued, RetryAfter: time.Second,
+			s.itemError(r, &items[i], &apiError{Kind: kindTooManyQueued, RetryAfter: time.Second,
 				Detail: fmt.Sprintf("producer %s may have at most %d messages queued or in flight", p.Name, p.MaxOutstanding)})
 			return false
 		}

@@ -64,7 +64,7 @@ func newAPIMetrics(reg prometheus.Registerer) (*apiMetrics, error) {
 	if m.receipts, err = newReceiptMetrics(reg, time.Now); err != nil {
 		return nil, err
 	}
-	for _, k := range Kinds {
+	for _, k := range allKinds {
 		m.rejected.WithLabelValues(string(k))
 	}
 	for _, c := range sms.Classes {

@@ -59,7 +59,7 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 	if req.DeadlineMS != nil {
 		switch d := *req.DeadlineMS; {
 		case d < 1 || d > config.MaxOTPDeadline.Milliseconds():
-			errs = append(errs, FieldError{"deadline_ms", fmt.Sprintf("must be between 1 and %d", config.MaxOTPDeadline.Milliseconds())})
+			errs = append(errs, fieldProblem{"deadline_ms", fmt.Sprintf("must be between 1 and %d", config.MaxOTPDeadline.Milliseconds())})
 		default:
 			deadline = time.Duration(d) * time.Millisecond
 		}
@@ -69,7 +69,7 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !p.allowed(sms.ClassOTP) {
-		s.writeError(w, r, errorf(KindForbidden, fmt.Sprintf("producer %s may not send class otp", p.Name)))
+		s.writeError(w, r, errorf(kindForbidden, fmt.Sprintf("producer %s may not send class otp", p.Name)))
 		return
 	}
 	if err := checkCallback(p, v.msg, ""); err != nil {
@@ -104,7 +104,7 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 		unknown.finish(ctx, s, m.ID, err)
 		if err != nil {
 			if errors.Is(err, dispatch.ErrOutcomeUnknown) {
-				err = &Error{Kind: KindUnavailable, RetryAfter: time.Second, Err: err, Extra: map[string]any{"id": m.ID},
+				err = &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err, Extra: map[string]any{"id": m.ID},
 					Detail: "the provider did not answer within the deadline: the message may or may not have been sent; " +
 						"nothing was queued; a retry with the same Idempotency-Key sends it under the same id"}
 			}

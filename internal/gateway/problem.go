@@ -19,99 +19,99 @@ import (
 	"smsgw/internal/sms"
 )
 
-// Kind is the closed set of ways a request can fail. Each maps to one HTTP
+// problemKind is the closed set of ways a request can fail. Each maps to one HTTP
 // status and one problem type; it doubles as the rejection metric label.
-type Kind string
+type problemKind string
 
 // The kinds, each with its HTTP status.
 const (
-	KindInvalid            Kind = "invalid"                  // 400: a field or the JSON is wrong
-	KindUnauthorized       Kind = "unauthorized"             // 401: no or unknown bearer key
-	KindForbidden          Kind = "forbidden"                // 403: the key may not do this (class, admin)
-	KindNotFound           Kind = "not-found"                // 404
-	KindMethodNotAllowed   Kind = "method-not-allowed"       // 405
-	KindInFlight           Kind = "idempotency-in-flight"    // 409: same Idempotency-Key still being processed
-	KindTooLarge           Kind = "too-large"                // 413
-	KindUnsupportedMedia   Kind = "unsupported-media-type"   // 415
-	KindKeyReused          Kind = "idempotency-key-reused"   // 422: same Idempotency-Key, different request
-	KindRateLimited        Kind = "rate-limited"             // 429: ingress GCRA
-	KindTooManyQueued      Kind = "too-many-outstanding"     // 429: max_outstanding
-	KindExpiresBeforeSend  Kind = "would-expire-before-send" // 429: TTL shorter than the backlog ahead
-	KindRejected           Kind = "rejected-by-provider"     // 422: the provider refused the message for good
-	KindCallbackNotAllowed Kind = "callback-url-not-allowed" // 422: callback_url under none of the producer's webhook.allow prefixes
-	KindUnavailable        Kind = "unavailable"              // 503: OTP could not be sent in time, shutting down, store down
-	KindInternal           Kind = "internal"                 // 500: anything we did not expect
-	KindAuthThrottled      Kind = "too-many-auth-failures"   // 429: this client address failed to authenticate too often
-	KindBadSignature       Kind = "bad-signature"            // 401: a provider receipt's signature is missing or wrong
-	KindNotCancelable      Kind = "not-cancelable"           // 409: the message is sending or done
-	// KindDestinationNotAllowed and the next four are protection's
+	kindInvalid            problemKind = "invalid"                  // 400: a field or the JSON is wrong
+	kindUnauthorized       problemKind = "unauthorized"             // 401: no or unknown bearer key
+	kindForbidden          problemKind = "forbidden"                // 403: the key may not do this (class, admin)
+	kindNotFound           problemKind = "not-found"                // 404
+	kindMethodNotAllowed   problemKind = "method-not-allowed"       // 405
+	kindInFlight           problemKind = "idempotency-in-flight"    // 409: same Idempotency-Key still being processed
+	kindTooLarge           problemKind = "too-large"                // 413
+	kindUnsupportedMedia   problemKind = "unsupported-media-type"   // 415
+	kindKeyReused          problemKind = "idempotency-key-reused"   // 422: same Idempotency-Key, different request
+	kindRateLimited        problemKind = "rate-limited"             // 429: ingress GCRA
+	kindTooManyQueued      problemKind = "too-many-outstanding"     // 429: max_outstanding
+	kindExpiresBeforeSend  problemKind = "would-expire-before-send" // 429: TTL shorter than the backlog ahead
+	kindRejected           problemKind = "rejected-by-provider"     // 422: the provider refused the message for good
+	kindCallbackNotAllowed problemKind = "callback-url-not-allowed" // 422: callback_url under none of the producer's webhook.allow prefixes
+	kindUnavailable        problemKind = "unavailable"              // 503: OTP could not be sent in time, shutting down, store down
+	kindInternal           problemKind = "internal"                 // 500: anything we did not expect
+	kindAuthThrottled      problemKind = "too-many-auth-failures"   // 429: this client address failed to authenticate too often
+	kindBadSignature       problemKind = "bad-signature"            // 401: a provider receipt's signature is missing or wrong
+	kindNotCancelable      problemKind = "not-cancelable"           // 409: the message is sending or done
+	// kindDestinationNotAllowed and the next four are protection's
 	// (protection.go): refused before any quota, queue or provider.
-	KindDestinationNotAllowed Kind = "destination-not-allowed" // 422: region not in protection.countries
-	KindNumberTypeBlocked     Kind = "number-type-blocked"     // 422: type in protection.block_number_types
-	KindSuppressed            Kind = "suppressed"              // 422: the number is on the suppression list
-	KindOTPNumberLimited      Kind = "otp-number-limited"      // 429: protection.otp_per_number
-	KindSuppressionsFull      Kind = "suppression-list-full"   // 409: protection.max_suppressions reached
+	kindDestinationNotAllowed problemKind = "destination-not-allowed" // 422: region not in protection.countries
+	kindNumberTypeBlocked     problemKind = "number-type-blocked"     // 422: type in protection.block_number_types
+	kindSuppressed            problemKind = "suppressed"              // 422: the number is on the suppression list
+	kindOTPNumberLimited      problemKind = "otp-number-limited"      // 429: protection.otp_per_number
+	kindSuppressionsFull      problemKind = "suppression-list-full"   // 409: protection.max_suppressions reached
 )
 
-// Kinds lists every Kind, for creating metric label sets at zero.
-var Kinds = []Kind{KindInvalid, KindUnauthorized, KindForbidden, KindNotFound, KindMethodNotAllowed,
-	KindInFlight, KindTooLarge, KindUnsupportedMedia, KindKeyReused, KindRateLimited, KindTooManyQueued,
-	KindExpiresBeforeSend, KindRejected, KindCallbackNotAllowed, KindUnavailable, KindInternal, KindBadSignature, KindNotCancelable,
-	KindDestinationNotAllowed, KindNumberTypeBlocked, KindSuppressed, KindOTPNumberLimited, KindSuppressionsFull, KindAuthThrottled}
+// allKinds lists every Kind, for creating metric label sets at zero.
+var allKinds = []problemKind{kindInvalid, kindUnauthorized, kindForbidden, kindNotFound, kindMethodNotAllowed,
+	kindInFlight, kindTooLarge, kindUnsupportedMedia, kindKeyReused, kindRateLimited, kindTooManyQueued,
+	kindExpiresBeforeSend, kindRejected, kindCallbackNotAllowed, kindUnavailable, kindInternal, kindBadSignature, kindNotCancelable,
+	kindDestinationNotAllowed, kindNumberTypeBlocked, kindSuppressed, kindOTPNumberLimited, kindSuppressionsFull, kindAuthThrottled}
 
-var kindInfo = map[Kind]struct {
+var kindInfo = map[problemKind]struct {
 	status int
 	title  string
 }{
-	KindInvalid:            {http.StatusBadRequest, "Invalid request"},
-	KindUnauthorized:       {http.StatusUnauthorized, "Missing or unknown API key"},
-	KindForbidden:          {http.StatusForbidden, "Not allowed for this API key"},
-	KindNotFound:           {http.StatusNotFound, "Not found"},
-	KindMethodNotAllowed:   {http.StatusMethodNotAllowed, "Method not allowed"},
-	KindInFlight:           {http.StatusConflict, "A request with this Idempotency-Key is still being processed"},
-	KindTooLarge:           {http.StatusRequestEntityTooLarge, "Request body too large"},
-	KindUnsupportedMedia:   {http.StatusUnsupportedMediaType, "Unsupported content type"},
-	KindKeyReused:          {http.StatusUnprocessableEntity, "Idempotency-Key reused with a different request"},
-	KindRateLimited:        {http.StatusTooManyRequests, "Ingress rate limit exceeded"},
-	KindTooManyQueued:      {http.StatusTooManyRequests, "Too many messages outstanding"},
-	KindExpiresBeforeSend:  {http.StatusTooManyRequests, "Message would expire before its turn"},
-	KindRejected:           {http.StatusUnprocessableEntity, "The provider rejected the message"},
-	KindCallbackNotAllowed: {http.StatusUnprocessableEntity, "callback_url is not allowed for this producer"},
-	KindUnavailable:        {http.StatusServiceUnavailable, "Service unavailable"},
-	KindInternal:           {http.StatusInternalServerError, "Internal server error"},
-	KindAuthThrottled:      {http.StatusTooManyRequests, "Too many failed authentications"},
-	KindBadSignature:       {http.StatusUnauthorized, "Receipt signature missing or wrong"},
-	KindNotCancelable:      {http.StatusConflict, "The message is sending or done and can no longer be canceled"},
+	kindInvalid:            {http.StatusBadRequest, "Invalid request"},
+	kindUnauthorized:       {http.StatusUnauthorized, "Missing or unknown API key"},
+	kindForbidden:          {http.StatusForbidden, "Not allowed for this API key"},
+	kindNotFound:           {http.StatusNotFound, "Not found"},
+	kindMethodNotAllowed:   {http.StatusMethodNotAllowed, "Method not allowed"},
+	kindInFlight:           {http.StatusConflict, "A request with this Idempotency-Key is still being processed"},
+	kindTooLarge:           {http.StatusRequestEntityTooLarge, "Request body too large"},
+	kindUnsupportedMedia:   {http.StatusUnsupportedMediaType, "Unsupported content type"},
+	kindKeyReused:          {http.StatusUnprocessableEntity, "Idempotency-Key reused with a different request"},
+	kindRateLimited:        {http.StatusTooManyRequests, "Ingress rate limit exceeded"},
+	kindTooManyQueued:      {http.StatusTooManyRequests, "Too many messages outstanding"},
+	kindExpiresBeforeSend:  {http.StatusTooManyRequests, "Message would expire before its turn"},
+	kindRejected:           {http.StatusUnprocessableEntity, "The provider rejected the message"},
+	kindCallbackNotAllowed: {http.StatusUnprocessableEntity, "callback_url is not allowed for this producer"},
+	kindUnavailable:        {http.StatusServiceUnavailable, "Service unavailable"},
+	kindInternal:           {http.StatusInternalServerError, "Internal server error"},
+	kindAuthThrottled:      {http.StatusTooManyRequests, "Too many failed authentications"},
+	kindBadSignature:       {http.StatusUnauthorized, "Receipt signature missing or wrong"},
+	kindNotCancelable:      {http.StatusConflict, "The message is sending or done and can no longer be canceled"},
 
-	KindDestinationNotAllowed: {http.StatusUnprocessableEntity, "Destination region not allowed"},
-	KindNumberTypeBlocked:     {http.StatusUnprocessableEntity, "Number type blocked"},
-	KindSuppressed:            {http.StatusUnprocessableEntity, "Number is suppressed"},
-	KindOTPNumberLimited:      {http.StatusTooManyRequests, "Too many OTPs to this number"},
-	KindSuppressionsFull:      {http.StatusConflict, "The suppression list is full"},
+	kindDestinationNotAllowed: {http.StatusUnprocessableEntity, "Destination region not allowed"},
+	kindNumberTypeBlocked:     {http.StatusUnprocessableEntity, "Number type blocked"},
+	kindSuppressed:            {http.StatusUnprocessableEntity, "Number is suppressed"},
+	kindOTPNumberLimited:      {http.StatusTooManyRequests, "Too many OTPs to this number"},
+	kindSuppressionsFull:      {http.StatusConflict, "The suppression list is full"},
 }
 
-// ProblemTypeBase prefixes every problem type URI.
-const ProblemTypeBase = "urn:smsgw:problem:"
+// problemTypeBase prefixes every problem type URI.
+const problemTypeBase = "urn:smsgw:problem:"
 
-// FieldError names one invalid field of a request.
-type FieldError struct {
+// fieldProblem names one invalid field of a request.
+type fieldProblem struct {
 	Field  string `json:"field"`
 	Reason string `json:"reason"`
 }
 
-// Error is a failure the API reports to the client as it is. Handlers return
+// apiError is a failure the API reports to the client as it is. Handlers return
 // it (or *sms.ValidationError, or queue sentinels); writeError is the one
 // place any error becomes an HTTP answer.
-type Error struct {
-	Kind       Kind
-	Detail     string        // safe to show the client
-	Fields     []FieldError  // for KindInvalid
-	RetryAfter time.Duration // for 409, 429, 503
+type apiError struct {
+	Kind       problemKind
+	Detail     string         // safe to show the client
+	Fields     []fieldProblem // for kindInvalid
+	RetryAfter time.Duration  // for 409, 429, 503
 	Extra      map[string]any
 	Err        error // cause, logged, never shown
 }
 
-func (e *Error) Error() string {
+func (e *apiError) Error() string {
 	s := string(e.Kind)
 	if e.Detail != "" {
 		s += ": " + e.Detail
@@ -122,12 +122,12 @@ func (e *Error) Error() string {
 	return s
 }
 
-func (e *Error) Unwrap() error { return e.Err }
+func (e *apiError) Unwrap() error { return e.Err }
 
-func errorf(kind Kind, detail string) *Error { return &Error{Kind: kind, Detail: detail} }
+func errorf(kind problemKind, detail string) *apiError { return &apiError{Kind: kind, Detail: detail} }
 
-func fieldError(field, reason string) *Error {
-	return &Error{Kind: KindInvalid, Detail: field + ": " + reason, Fields: []FieldError{{field, reason}}}
+func fieldError(field, reason string) *apiError {
+	return &apiError{Kind: kindInvalid, Detail: field + ": " + reason, Fields: []fieldProblem{{field, reason}}}
 }
 
 // problem is the RFC 9457 body, with our extensions.
@@ -138,7 +138,7 @@ type problem struct {
 	Detail    string         `json:"detail,omitempty"`
 	Instance  string         `json:"instance,omitempty"`
 	RequestID string         `json:"request_id,omitempty"`
-	Errors    []FieldError   `json:"errors,omitempty"`
+	Errors    []fieldProblem `json:"errors,omitempty"`
 	Extra     map[string]any `json:"-"`
 }
 
@@ -159,9 +159,9 @@ func (p problem) MarshalJSON() ([]byte, error) {
 }
 
 // toError classifies any error into an *Error. Unknown errors become
-// KindInternal with the cause kept for the log.
-func toError(err error) *Error {
-	var e *Error
+// kindInternal with the cause kept for the log.
+func toError(err error) *apiError {
+	var e *apiError
 	var ve *sms.ValidationError
 	var mbe *http.MaxBytesError
 	var noSlot dispatch.NoSlotError
@@ -170,43 +170,43 @@ func toError(err error) *Error {
 	case errors.As(err, &e):
 		return e
 	case errors.As(err, &ve):
-		return &Error{Kind: KindInvalid, Detail: ve.Error(), Fields: []FieldError{{ve.Field, ve.Reason}}}
+		return &apiError{Kind: kindInvalid, Detail: ve.Error(), Fields: []fieldProblem{{ve.Field, ve.Reason}}}
 	case errors.As(err, &mbe):
-		return &Error{Kind: KindTooLarge, Detail: "the request body is larger than " + strconv.FormatInt(mbe.Limit, 10) + " bytes", Err: err}
+		return &apiError{Kind: kindTooLarge, Detail: "the request body is larger than " + strconv.FormatInt(mbe.Limit, 10) + " bytes", Err: err}
 	case errors.As(err, &noSlot):
-		return &Error{Kind: KindUnavailable, RetryAfter: noSlot.RetryAfter, Err: err,
+		return &apiError{Kind: kindUnavailable, RetryAfter: noSlot.RetryAfter, Err: err,
 			Detail: "no send slot within the deadline (" + noSlot.Reason + "); nothing was sent or queued"}
 	case errors.Is(err, dispatch.ErrOutcomeUnknown):
-		return &Error{Kind: KindUnavailable, RetryAfter: time.Second, Err: err,
+		return &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err,
 			Detail: "the provider did not answer within the deadline: the message may or may not have been sent; nothing was queued"}
 	case errors.Is(err, dispatch.ErrUnavailable):
-		return &Error{Kind: KindUnavailable, RetryAfter: time.Second, Err: err,
+		return &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err,
 			Detail: "the provider is unavailable; nothing was sent or queued"}
 	case errors.Is(err, limiter.ErrCostExceedsBurst):
-		return &Error{Kind: KindInvalid, Err: err, Detail: "body: too many segments to send at once",
-			Fields: []FieldError{{"body", "needs more segments than the provider rate allows at once"}}}
+		return &apiError{Kind: kindInvalid, Err: err, Detail: "body: too many segments to send at once",
+			Fields: []fieldProblem{{"body", "needs more segments than the provider rate allows at once"}}}
 	case pe != nil && pe.Reason == provider.ReasonPartial:
-		return &Error{Kind: KindRejected, Err: err,
+		return &apiError{Kind: kindRejected, Err: err,
 			Detail: "the provider accepted only some parts of the message; they may arrive, the rest will not, and it is not sent again"}
 	case pe != nil && !pe.Temporary:
-		return &Error{Kind: KindRejected, Err: err, Detail: "the provider refused the message (" + string(pe.Reason) + ")"}
+		return &apiError{Kind: kindRejected, Err: err, Detail: "the provider refused the message (" + string(pe.Reason) + ")"}
 	case pe != nil:
-		return &Error{Kind: KindUnavailable, RetryAfter: max(time.Second, pe.RetryAfter), Err: err,
+		return &apiError{Kind: kindUnavailable, RetryAfter: max(time.Second, pe.RetryAfter), Err: err,
 			Detail: "the provider failed (" + string(pe.Reason) + "); nothing was queued"}
 	case errors.Is(err, queue.ErrNotFound):
-		return &Error{Kind: KindNotFound, Detail: "no such message", Err: err}
+		return &apiError{Kind: kindNotFound, Detail: "no such message", Err: err}
 	case errors.Is(err, queue.ErrNotReplicated):
-		return &Error{Kind: KindUnavailable, RetryAfter: time.Second, Err: err,
+		return &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err,
 			Detail: "the message store's replicas did not confirm the message in time; it may be queued: retry with the same Idempotency-Key"}
 	case errors.Is(err, queue.ErrClosed):
-		return &Error{Kind: KindUnavailable, Detail: "the gateway is shutting down", RetryAfter: time.Second, Err: err}
+		return &apiError{Kind: kindUnavailable, Detail: "the gateway is shutting down", RetryAfter: time.Second, Err: err}
 	case errors.Is(err, context.DeadlineExceeded):
-		return &Error{Kind: KindUnavailable, Detail: "the gateway did not answer in time", RetryAfter: time.Second, Err: err}
+		return &apiError{Kind: kindUnavailable, Detail: "the gateway did not answer in time", RetryAfter: time.Second, Err: err}
 	case dependencyDown(err):
-		return &Error{Kind: KindUnavailable, Detail: "a dependency of the gateway is down or slow; retry later",
+		return &apiError{Kind: kindUnavailable, Detail: "a dependency of the gateway is down or slow; retry later",
 			RetryAfter: outageRetryAfter, Err: err}
 	}
-	return &Error{Kind: KindInternal, Err: err}
+	return &apiError{Kind: kindInternal, Err: err}
 }
 
 // writeError answers err as application/problem+json. Internal errors are
@@ -218,12 +218,12 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 
 // writeProblem writes a problem body built by problemOf or problemFor,
 // with the headers its kind promises.
-func (s *server) writeProblem(w http.ResponseWriter, p problem, e *Error) {
+func (s *server) writeProblem(w http.ResponseWriter, p problem, e *apiError) {
 	h := w.Header()
 	if e.RetryAfter > 0 {
 		h.Set("Retry-After", retryAfterSeconds(e.RetryAfter))
 	}
-	if e.Kind == KindUnauthorized {
+	if e.Kind == kindUnauthorized {
 		h.Set("WWW-Authenticate", `Bearer realm="smsgw"`)
 	}
 	writeJSON(w, s.log, "application/problem+json", p.Status, p)
@@ -231,7 +231,7 @@ func (s *server) writeProblem(w http.ResponseWriter, p problem, e *Error) {
 
 // problemFor builds the problem body of e (a Kind of kindInfo) for r,
 // without logging or counting it.
-func problemFor(r *http.Request, e *Error) problem {
+func problemFor(r *http.Request, e *apiError) problem {
 	info := kindInfo[e.Kind]
 	switch info.status {
 	case http.StatusConflict, http.StatusTooManyRequests, http.StatusServiceUnavailable:
@@ -239,7 +239,7 @@ func problemFor(r *http.Request, e *Error) problem {
 		e.RetryAfter = max(e.RetryAfter, time.Second)
 	}
 	p := problem{
-		Type:      ProblemTypeBase + string(e.Kind),
+		Type:      problemTypeBase + string(e.Kind),
 		Title:     info.title,
 		Status:    info.status,
 		Detail:    e.Detail,
@@ -259,13 +259,13 @@ func problemFor(r *http.Request, e *Error) problem {
 
 // problemOf classifies err, logs what the client will not see, counts the
 // rejection and returns the problem body.
-func (s *server) problemOf(r *http.Request, err error) (problem, *Error) {
+func (s *server) problemOf(r *http.Request, err error) (problem, *apiError) {
 	e := toError(err)
 	if _, ok := kindInfo[e.Kind]; !ok {
-		e = &Error{Kind: KindInternal, Err: err}
+		e = &apiError{Kind: kindInternal, Err: err}
 	}
 	p := problemFor(r, e)
-	if e.Kind == KindInternal {
+	if e.Kind == kindInternal {
 		p.Detail = ""
 		p.Errors = nil
 		p.Extra = nil

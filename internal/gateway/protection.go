@@ -129,8 +129,8 @@ type target struct {
 // check decides for every target of class cls. It returns one entry per
 // target: nil when the message may go on, else the *Error to answer. The
 // error is a store failure (503): then nothing was decided.
-func (p *protector) check(ctx context.Context, cls sms.Class, ts []target) ([]*Error, error) {
-	out := make([]*Error, len(ts))
+func (p *protector) check(ctx context.Context, cls sms.Class, ts []target) ([]*apiError, error) {
+	out := make([]*apiError, len(ts))
 	var rest []int // indexes still allowed after the static checks
 	for i, t := range ts {
 		if e := p.checkDestination(cls, t); e != nil {
@@ -173,9 +173,9 @@ func (p *protector) check(ctx context.Context, cls sms.Class, ts []target) ([]*E
 		}
 		for k, i := range rest {
 			if listed[k] {
-				out[i] = p.refuse(refusedSuppressed, cls, &Error{Kind: KindSuppressed,
+				out[i] = p.refuse(refusedSuppressed, cls, &apiError{Kind: kindSuppressed,
 					Detail: ts[i].field + ": the number is on the suppression list; nothing was sent",
-					Fields: []FieldError{{ts[i].field, "is on the suppression list"}},
+					Fields: []fieldProblem{{ts[i].field, "is on the suppression list"}},
 					Extra:  map[string]any{"suppression_id": ids[k]}})
 			}
 		}
@@ -202,7 +202,7 @@ func (p *protector) check(ctx context.Context, cls sms.Class, ts []target) ([]*E
 				return nil, unavailable("OTP per-number limit", err)
 			}
 			if !ok {
-				out[i] = p.refuse(refusedOTPPerNumber, cls, &Error{Kind: KindOTPNumberLimited, RetryAfter: after,
+				out[i] = p.refuse(refusedOTPPerNumber, cls, &apiError{Kind: kindOTPNumberLimited, RetryAfter: after,
 					Detail: fmt.Sprintf("%s: at most %d OTPs per number every %s; nothing was sent", ts[i].field, lim.Limit, lim.Window),
 					Extra:  map[string]any{"limit": lim.Limit, "window_seconds": int64(lim.Window.Seconds())}})
 				continue
@@ -214,7 +214,7 @@ func (p *protector) check(ctx context.Context, cls sms.Class, ts []target) ([]*E
 }
 
 // checkDestination is the static part: the number's region and type.
-func (p *protector) checkDestination(cls sms.Class, t target) *Error {
+func (p *protector) checkDestination(cls sms.Class, t target) *apiError {
 	if len(p.countries) == 0 && len(p.blocked) == 0 {
 		return nil
 	}
@@ -224,15 +224,15 @@ func (p *protector) checkDestination(cls sms.Class, t target) *Error {
 		if region == "" || region == sms.RegionNonGeo {
 			region = "none"
 		}
-		return p.refuse(refusedCountry, cls, &Error{Kind: KindDestinationNotAllowed,
+		return p.refuse(refusedCountry, cls, &apiError{Kind: kindDestinationNotAllowed,
 			Detail: fmt.Sprintf("%s: region %s is not an allowed destination (allowed: %s)", t.field, region, strings.Join(p.cfg.Countries, ", ")),
-			Fields: []FieldError{{t.field, "region " + region + " is not an allowed destination"}},
+			Fields: []fieldProblem{{t.field, "region " + region + " is not an allowed destination"}},
 			Extra:  map[string]any{"region": region}})
 	}
 	if p.blocked[d.Type] {
-		return p.refuse(refusedNumberType, cls, &Error{Kind: KindNumberTypeBlocked,
+		return p.refuse(refusedNumberType, cls, &apiError{Kind: kindNumberTypeBlocked,
 			Detail: fmt.Sprintf("%s: numbers of type %s are blocked", t.field, d.Type),
-			Fields: []FieldError{{t.field, "is a " + string(d.Type) + " number, which is blocked"}},
+			Fields: []fieldProblem{{t.field, "is a " + string(d.Type) + " number, which is blocked"}},
 			Extra:  map[string]any{"number_type": string(d.Type)}})
 	}
 	return nil
@@ -267,7 +267,7 @@ func (p *protector) fellBack(ctx context.Context, err error) {
 
 const fallbackWarnEvery = 10 * time.Second
 
-func (p *protector) refuse(r refusal, cls sms.Class, e *Error) *Error {
+func (p *protector) refuse(r refusal, cls sms.Class, e *apiError) *apiError {
 	p.refusals.WithLabelValues(r.String(), cls.String()).Inc()
 	p.counts[r].Add(1)
 	return e
@@ -282,8 +282,8 @@ func (p *protector) refused() [nRefusals]int64 {
 	return out
 }
 
-func unavailable(what string, err error) *Error {
-	return &Error{Kind: KindUnavailable, RetryAfter: time.Second, Err: err,
+func unavailable(what string, err error) *apiError {
+	return &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err,
 		Detail: "the " + what + " is unavailable; nothing was sent or queued"}
 }
 

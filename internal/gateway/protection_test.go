@@ -24,11 +24,11 @@ func premiumGB(d int) string {
 	return n[:len(n)-1] + fmt.Sprint(d%10)
 }
 
-func wantProblem(t testing.TB, r reply, status int, kind Kind, field string) map[string]any {
+func wantProblem(t testing.TB, r reply, status int, kind problemKind, field string) map[string]any {
 	t.Helper()
 	wantStatus(t, r, status)
 	p := r.problem(t)
-	if p["type"] != ProblemTypeBase+string(kind) {
+	if p["type"] != problemTypeBase+string(kind) {
 		t.Fatalf("problem type %v, want %s; body %s", p["type"], kind, r.body)
 	}
 	if field != "" {
@@ -48,16 +48,16 @@ func TestProtectionDestination(t *testing.T) {
 			t.Parallel()
 			h := start(t, m, func(c *config.Config) { c.Protection.Countries = []string{"JP", "GB"} })
 			lv := "+37121234567" // a Latvian mobile
-			p := wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", lv)), http.StatusUnprocessableEntity, KindDestinationNotAllowed, "to")
+			p := wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", lv)), http.StatusUnprocessableEntity, kindDestinationNotAllowed, "to")
 			if p["region"] != "LV" || !strings.Contains(p["detail"].(string), "LV") {
 				t.Errorf("problem %v does not name the region LV", p)
 			}
 			p = wantProblem(t, h.post("/v1/messages", keyNotify, msg("transactional", "to", "+88216123456")),
-				http.StatusUnprocessableEntity, KindDestinationNotAllowed, "to")
+				http.StatusUnprocessableEntity, kindDestinationNotAllowed, "to")
 			if p["region"] != "none" {
 				t.Errorf("a satellite number's region %v, want none", p["region"])
 			}
-			p = wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", premiumGB(1))), http.StatusUnprocessableEntity, KindNumberTypeBlocked, "to")
+			p = wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", premiumGB(1))), http.StatusUnprocessableEntity, kindNumberTypeBlocked, "to")
 			if p["number_type"] != "premium_rate" {
 				t.Errorf("problem %v does not name premium_rate", p)
 			}
@@ -67,7 +67,7 @@ func TestProtectionDestination(t *testing.T) {
 			var br batchResponse
 			r.json(t, &br)
 			if br.Accepted != 1 || br.Results[1].Status != 422 || br.Results[2].Status != 422 ||
-				br.Results[1].Error.Errors[0].Field != "messages[1].to" || br.Results[2].Error.Type != ProblemTypeBase+string(KindDestinationNotAllowed) {
+				br.Results[1].Error.Errors[0].Field != "messages[1].to" || br.Results[2].Error.Type != problemTypeBase+string(kindDestinationNotAllowed) {
 				t.Fatalf("batch %s", r.body)
 			}
 			wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
@@ -114,7 +114,7 @@ func TestOTPPerNumberAcrossReplicas(t *testing.T) {
 		wg.Go(func() {
 			r := h.with(t).post("/v1/otp", keyLogin, otpBody("to", hammered, "deadline_ms", 5000))
 			if r.status == http.StatusTooManyRequests {
-				wantProblem(t, r, http.StatusTooManyRequests, KindOTPNumberLimited, "")
+				wantProblem(t, r, http.StatusTooManyRequests, kindOTPNumberLimited, "")
 				if r.header.Get("Retry-After") == "" {
 					t.Error("429 without Retry-After")
 				}
@@ -154,20 +154,20 @@ func TestSuppressionList(t *testing.T) {
 				t.Fatalf("added %+v", added)
 			}
 			wantStatus(t, h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": to}), http.StatusOK)
-			wantProblem(t, h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": "12345"}), http.StatusBadRequest, KindInvalid, "to")
+			wantProblem(t, h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": "12345"}), http.StatusBadRequest, kindInvalid, "to")
 			wantProblem(t, h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": "+819012345679", "reason": "call +819012345679"}),
-				http.StatusBadRequest, KindInvalid, "reason")
+				http.StatusBadRequest, kindInvalid, "reason")
 
 			list := h.get("/v1/admin/suppressions", keyAdmin)
 			wantStatus(t, list, http.StatusOK)
 			if strings.Contains(string(list.body), "9012345678") || !strings.Contains(string(list.body), added.ID) {
 				t.Fatalf("list %s: shows the number or misses the id", list.body)
 			}
-			p := wantProblem(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusUnprocessableEntity, KindSuppressed, "to")
+			p := wantProblem(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusUnprocessableEntity, kindSuppressed, "to")
 			if p["suppression_id"] != added.ID {
 				t.Errorf("problem %v does not name the entry", p)
 			}
-			wantProblem(t, h.post("/v1/messages", keyNotify, msg("transactional")), http.StatusUnprocessableEntity, KindSuppressed, "to")
+			wantProblem(t, h.post("/v1/messages", keyNotify, msg("transactional")), http.StatusUnprocessableEntity, kindSuppressed, "to")
 			wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK) // suppress_otp is off
 
 			del := h.do(req{method: http.MethodDelete, path: "/v1/admin/suppressions/%2B" + to[1:], key: keyAdmin})
@@ -178,7 +178,7 @@ func TestSuppressionList(t *testing.T) {
 			wantStatus(t, h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": to}), http.StatusCreated)
 			wantStatus(t, h.do(req{method: http.MethodDelete, path: "/v1/admin/suppressions/" + added.ID, key: keyAdmin}), http.StatusNoContent)
 			wantProblem(t, h.do(req{method: http.MethodDelete, path: "/v1/admin/suppressions/" + url.PathEscape("not a number"), key: keyAdmin}),
-				http.StatusBadRequest, KindInvalid, "number")
+				http.StatusBadRequest, kindInvalid, "number")
 			wantStatus(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusAccepted)
 			if n := h.stats().Protection.Refused["suppressed"]; n != 2 {
 				t.Errorf("suppressed refusals %d, want 2", n)
@@ -204,7 +204,7 @@ func TestSuppressionsPersistAndPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	h = startWith(t, cfg, s)
-	wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", "+819012345673")), http.StatusUnprocessableEntity, KindSuppressed, "to")
+	wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", "+819012345673")), http.StatusUnprocessableEntity, kindSuppressed, "to")
 	seen := map[string]bool{}
 	after := ""
 	for range 4 {
@@ -226,7 +226,7 @@ func TestSuppressionsPersistAndPage(t *testing.T) {
 	if len(seen) != 5 {
 		t.Fatalf("paged %d entries, want 5", len(seen))
 	}
-	wantProblem(t, h.get("/v1/admin/suppressions?limit=0", keyAdmin), http.StatusBadRequest, KindInvalid, "limit")
+	wantProblem(t, h.get("/v1/admin/suppressions?limit=0", keyAdmin), http.StatusBadRequest, kindInvalid, "limit")
 }
 
 // pumpingRequest is one request of TestPumpingRun.
@@ -379,7 +379,7 @@ func TestProtectionWithRedisDown(t *testing.T) {
 	wantStatus(t, h.post("/v1/otp", keyLogin, otpBody("to", to)), http.StatusOK)
 	srv.Stop()
 	wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", premiumGB(3), "deadline_ms", 2000)),
-		http.StatusUnprocessableEntity, KindNumberTypeBlocked, "to")
+		http.StatusUnprocessableEntity, kindNumberTypeBlocked, "to")
 	codes := map[int]int{}
 	for range 4 {
 		r := h.post("/v1/otp", keyLogin, otpBody("to", to, "deadline_ms", 2000))

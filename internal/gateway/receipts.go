@@ -194,7 +194,7 @@ func maskID(id string) string {
 func (s *server) postReceipt(w http.ResponseWriter, r *http.Request) {
 	adapter := chi.URLParam(r, "adapter")
 	if adapter != s.cfg.Provider.Kind || s.receipts == nil {
-		s.writeError(w, r, errorf(KindNotFound, "this gateway takes no receipts for adapter "+maskID(adapter)))
+		s.writeError(w, r, errorf(kindNotFound, "this gateway takes no receipts for adapter "+maskID(adapter)))
 		return
 	}
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxReceiptBytes))
@@ -206,7 +206,7 @@ func (s *server) postReceipt(w http.ResponseWriter, r *http.Request) {
 	var re *provider.ReceiptError
 	switch {
 	case errors.Is(err, provider.ErrBadSignature):
-		s.writeError(w, r, errorf(KindBadSignature, "the receipt's signature is missing or wrong; nothing was changed"))
+		s.writeError(w, r, errorf(kindBadSignature, "the receipt's signature is missing or wrong; nothing was changed"))
 		return
 	case errors.As(err, &re):
 		s.writeError(w, r, fieldError(re.Field, re.Reason))
@@ -231,7 +231,7 @@ func (s *server) postReceipt(w http.ResponseWriter, r *http.Request) {
 	}
 	out, err := s.queue.ApplyReceipt(r.Context(), q)
 	if err != nil {
-		s.writeError(w, r, &Error{Kind: KindUnavailable, RetryAfter: time.Second, Err: err,
+		s.writeError(w, r, &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err,
 			Detail: "the store did not take the receipt; send it again"})
 		return
 	}
@@ -263,13 +263,13 @@ func (s *server) deleteMessage(w http.ResponseWriter, r *http.Request) {
 	p := producerFrom(r.Context())
 	id := chi.URLParam(r, "id")
 	if !sms.ValidID(id) {
-		s.writeError(w, r, errorf(KindNotFound, "no such message"))
+		s.writeError(w, r, errorf(kindNotFound, "no such message"))
 		return
 	}
 	m, err := s.queue.Cancel(r.Context(), id, p.Name)
 	switch {
 	case errors.Is(err, queue.ErrNotCancelable) && m != nil:
-		s.writeError(w, r, errorf(KindNotCancelable, "the message is "+string(m.StatusAt(s.now()))+" and can no longer be canceled"))
+		s.writeError(w, r, errorf(kindNotCancelable, "the message is "+string(m.StatusAt(s.now()))+" and can no longer be canceled"))
 		return
 	case err != nil:
 		s.writeError(w, r, err)

@@ -70,12 +70,12 @@ func (s *server) router(public, admin bool) chi.Router {
 	r := chi.NewRouter()
 	r.Use(s.requestID, s.instrument, s.recoverer, s.clientIP)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		s.writeError(w, r, errorf(KindNotFound, "no such route"))
+		s.writeError(w, r, errorf(kindNotFound, "no such route"))
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		allow := allowed(r, req.URL.Path)
 		w.Header().Set("Allow", strings.Join(allow, ", "))
-		s.writeError(w, req, errorf(KindMethodNotAllowed, methodNamed(req.Method)+" is not allowed here; use "+strings.Join(allow, " or ")))
+		s.writeError(w, req, errorf(kindMethodNotAllowed, methodNamed(req.Method)+" is not allowed here; use "+strings.Join(allow, " or ")))
 	})
 
 	r.Get("/healthz", s.healthz)
@@ -236,8 +236,8 @@ func (s *server) isTrusted(a netip.Addr) bool {
 	return false
 }
 
-// ClientIP returns the client address the request was attributed to.
-func ClientIP(ctx context.Context) string {
+// clientIP returns the client address the request was attributed to.
+func clientIP(ctx context.Context) string {
 	ip, _ := ctx.Value(clientIPKey{}).(string)
 	return ip
 }
@@ -248,7 +248,7 @@ func (s *server) limitBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		limit := s.cfg.HTTP.MaxBodyBytes
 		if r.ContentLength > limit {
-			s.writeError(w, r, errorf(KindTooLarge, "the request body is larger than "+strconv.FormatInt(limit, 10)+" bytes"))
+			s.writeError(w, r, errorf(kindTooLarge, "the request body is larger than "+strconv.FormatInt(limit, 10)+" bytes"))
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, limit)
@@ -295,7 +295,7 @@ func (s *server) instrument(next http.Handler) http.Handler {
 		s.metrics.observe(route, r.Method, sw.status, time.Since(start))
 		if s.log.Enabled(r.Context(), slog.LevelDebug) {
 			s.log.DebugContext(r.Context(), "http request", "method", methodLabel(r.Method), "route", route, "status", sw.status,
-				"duration", time.Since(start), "client_ip", ClientIP(r.Context()),
+				"duration", time.Since(start), "client_ip", clientIP(r.Context()),
 				"request_id", middleware.GetReqID(r.Context()))
 		}
 	})

@@ -19,14 +19,14 @@ const (
 // the idempotent part of a request, not with the other field checks, so
 // that a replay of an accepted request is answered as first even after
 // its send_at has passed.
-func checkSendAt(sendAt, now time.Time, prefix string) *FieldError {
+func checkSendAt(sendAt, now time.Time, prefix string) *fieldProblem {
 	switch {
 	case sendAt.IsZero():
 		return nil
 	case sendAt.Before(now.Add(-sendAtSkew)):
-		return &FieldError{prefix + "send_at", fmt.Sprintf("is in the past (more than %s before now)", sendAtSkew)}
+		return &fieldProblem{prefix + "send_at", fmt.Sprintf("is in the past (more than %s before now)", sendAtSkew)}
 	case sendAt.After(now.Add(maxScheduleAhead)):
-		return &FieldError{prefix + "send_at", fmt.Sprintf("is more than %d days ahead", int(maxScheduleAhead/(24*time.Hour)))}
+		return &fieldProblem{prefix + "send_at", fmt.Sprintf("is more than %d days ahead", int(maxScheduleAhead/(24*time.Hour)))}
 	}
 	return nil
 }

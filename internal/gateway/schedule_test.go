@@ -67,7 +67,7 @@ func TestETACountsWhatThisReplicaAccepted(t *testing.T) {
 			r := h.post("/v1/messages", keyNotify, msg("marketing", "ttl_seconds", 1))
 			wantStatus(t, r, http.StatusTooManyRequests)
 			p := r.problem(t)
-			if p["type"] != ProblemTypeBase+"would-expire-before-send" {
+			if p["type"] != problemTypeBase+"would-expire-before-send" {
 				t.Fatalf("problem %v", p)
 			}
 			eta, _ := time.Parse(time.RFC3339Nano, p["estimated_send_at"].(string))

@@ -50,7 +50,7 @@ func viewOfSuppression(e state.Suppression) suppressionView {
 // checkReason refuses a reason over the store's bound or one that could
 // hold a phone number (a run of more than maxReasonDigits digits): the
 // list answer must never show one.
-func checkReason(reason string) *Error {
+func checkReason(reason string) *apiError {
 	if len(reason) > state.MaxSuppressionReason {
 		return fieldError("reason", fmt.Sprintf("has at most %d bytes", state.MaxSuppressionReason))
 	}
@@ -96,7 +96,7 @@ func (s *server) adminAddSuppression(w http.ResponseWriter, r *http.Request) {
 	added, err := s.protect.sup.Add(r.Context(), e)
 	switch {
 	case errors.Is(err, state.ErrSuppressionsFull):
-		s.writeError(w, r, &Error{Kind: KindSuppressionsFull, Err: err,
+		s.writeError(w, r, &apiError{Kind: kindSuppressionsFull, Err: err,
 			Detail: fmt.Sprintf("the list holds protection.max_suppressions (%d) entries; remove some first", s.cfg.Protection.MaxSuppressions)})
 		return
 	case err != nil:
@@ -107,7 +107,7 @@ func (s *server) adminAddSuppression(w http.ResponseWriter, r *http.Request) {
 	if added {
 		status = http.StatusCreated
 		s.log.InfoContext(r.Context(), "number suppressed by operator", "suppression_id", id, "to", e.Masked,
-			"client_ip", ClientIP(r.Context()))
+			"client_ip", clientIP(r.Context()))
 	}
 	w.Header().Set("Location", "/v1/admin/suppressions/"+id)
 	writeJSON(w, s.log, "application/json", status, viewOfSuppression(e))
@@ -144,10 +144,10 @@ func (s *server) adminRemoveSuppression(w http.ResponseWriter, r *http.Request) 
 		return
 	}
 	if !removed {
-		s.writeError(w, r, errorf(KindNotFound, "the number is not on the suppression list"))
+		s.writeError(w, r, errorf(kindNotFound, "the number is not on the suppression list"))
 		return
 	}
-	s.log.InfoContext(r.Context(), "number unsuppressed by operator", "suppression_id", id, "client_ip", ClientIP(r.Context()))
+	s.log.InfoContext(r.Context(), "number unsuppressed by operator", "suppression_id", id, "client_ip", clientIP(r.Context()))
 	w.WriteHeader(http.StatusNoContent)
 }
 
