@@ -163,26 +163,47 @@ func (p *protector) check(ctx context.Context, cls sms.Class, ts []target) ([]*a
 		ids[k] = numberID(key, ts[i].to)
 	}
 	if cls != sms.ClassOTP || p.cfg.SuppressOTP && shared {
-		listed, err := p.sup.Contains(ctx, ids)
-		switch {
-		case err != nil && cls != sms.ClassOTP:
-			return nil, unavailable("suppression list", err)
-		case err != nil:
-			p.fellBack(ctx, err)
-			listed = make([]bool, len(ids))
-		}
-		for k, i := range rest {
-			if listed[k] {
-				out[i] = p.refuse(refusedSuppressed, cls, &apiError{Kind: kindSuppressed,
-					Detail: ts[i].field + ": the number is on the suppression list; nothing was sent",
-					Fields: []fieldProblem{{ts[i].field, "is on the suppression list"}},
-					Extra:  map[string]any{"suppression_id": ids[k]}})
-			}
+		if err := p.checkSuppressed(ctx, cls, ts, rest, ids, out); err != nil {
+			return nil, err
 		}
 	}
 	if cls != sms.ClassOTP {
 		return out, nil
 	}
+	if err := p.checkOTPPerNumber(ctx, cls, ts, rest, ids, shared, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// checkSuppressed refuses, in out, the targets rest whose number ids are
+// on the suppression list. An OTP skips a failing list (the fast path
+// keeps sending); other classes get the store's failure.
+func (p *protector) checkSuppressed(ctx context.Context, cls sms.Class, ts []target, rest []int, ids []string, out []*apiError) error {
+	listed, err := p.sup.Contains(ctx, ids)
+	switch {
+	case err != nil && cls != sms.ClassOTP:
+		return unavailable("suppression list", err)
+	case err != nil:
+		p.fellBack(ctx, err)
+		listed = make([]bool, len(ids))
+	}
+	for k, i := range rest {
+		if listed[k] {
+			out[i] = p.refuse(refusedSuppressed, cls, &apiError{Kind: kindSuppressed,
+				Detail: ts[i].field + ": the number is on the suppression list; nothing was sent",
+				Fields: []fieldProblem{{ts[i].field, "is on the suppression list"}},
+				Extra:  map[string]any{"suppression_id": ids[k]}})
+		}
+	}
+	return nil
+}
+
+// checkOTPPerNumber takes one OTP of each remaining target from its
+// number's allowance (protection.otp_per_number), refusing in out those
+// over it, and feeds the velocity alarm. A failing shared store falls
+// back to this process's count for the rest of the request.
+func (p *protector) checkOTPPerNumber(ctx context.Context, cls sms.Class, ts []target, rest []int, ids []string, shared bool, out []*apiError) error {
 	for k, i := range rest {
 		if out[i] != nil {
 			continue
@@ -199,7 +220,7 @@ func (p *protector) check(ctx context.Context, cls sms.Class, ts []target) ([]*a
 				ok, after, err = p.local.Take(ctx, ids[k], lim.Limit, lim.Window)
 			}
 			if err != nil {
-				return nil, unavailable("OTP per-number limit", err)
+				return unavailable("OTP per-number limit", err)
 			}
 			if !ok {
 				out[i] = p.refuse(refusedOTPPerNumber, cls, &apiError{Kind: kindOTPNumberLimited, RetryAfter: after,
@@ -210,7 +231,7 @@ func (p *protector) check(ctx context.Context, cls sms.Class, ts []target) ([]*a
 		}
 		p.alarm.observe(ts[i].to)
 	}
-	return out, nil
+	return nil
 }
 
 // checkDestination is the static part: the number's region and type.

@@ -166,23 +166,10 @@ func (q *Queue) enqueueScript(ctx context.Context, ms []*sms.Message, results []
 			results[i] = queue.EnqueueResult{Message: m, Err: fmt.Errorf("redisq: enqueue: %w", err)}
 			continue
 		}
-		stored := *m
-		stored.Status = sms.StatusQueued
-		rec, err := toRecord(&stored)
+		js, delay, err := encodeQueued(m, now)
 		if err != nil {
 			results[i] = queue.EnqueueResult{Message: m, Err: fmt.Errorf("redisq: enqueue %s: %w", m.ID, err)}
 			continue
-		}
-		js, err := json.Marshal(rec)
-		if err != nil {
-			results[i] = queue.EnqueueResult{Message: m, Err: fmt.Errorf("redisq: enqueue %s: %w", m.ID, err)}
-			continue
-		}
-		// NotBefore becomes a delay on the Redis clock; the conversion can
-		// only make it later, never earlier.
-		var delay int64
-		if !m.NotBefore.IsZero() {
-			delay = us(m.NotBefore.Sub(now))
 		}
 		ik := 0
 		if m.IdempotencyKey != "" {
@@ -205,6 +192,35 @@ func (q *Queue) enqueueScript(ctx context.Context, ms []*sms.Message, results []
 	if len(reply) != len(sent) {
 		return nil, fmt.Errorf("redisq: enqueue: %d replies for %d messages", len(reply), len(sent))
 	}
+	return readEnqueueReply(reply, sent, results)
+}
+
+// encodeQueued is m's stored record as queued, and its NotBefore as a delay
+// in microseconds on the Redis clock (the conversion can only make it
+// later, never earlier).
+func encodeQueued(m *sms.Message, now time.Time) ([]byte, int64, error) {
+	stored := *m
+	stored.Status = sms.StatusQueued
+	rec, err := toRecord(&stored)
+	if err != nil {
+		return nil, 0, err
+	}
+	js, err := json.Marshal(rec)
+	if err != nil {
+		return nil, 0, err
+	}
+	var delay int64
+	if !m.NotBefore.IsZero() {
+		delay = us(m.NotBefore.Sub(now))
+	}
+	return js, delay, nil
+}
+
+// readEnqueueReply fills results (at the positions sent) from the script's
+// reply, one triple per message: kind (0 stored, 1 an existing message,
+// 2 an existing final record, 3 look for the first id), record, id. It
+// returns the ids of kind 3 by position.
+func readEnqueueReply(reply []any, sent []int, results []queue.EnqueueResult) (map[int]string, error) {
 	firsts := map[int]string{}
 	for j, r := range reply {
 		triple, ok := r.([]any)
@@ -213,7 +229,10 @@ func (q *Queue) enqueueScript(ctx context.Context, ms []*sms.Message, results []
 		}
 		id, _ := triple[2].(string)
 		kind, _ := triple[0].(int64)
-		var m *sms.Message
+		var (
+			m   *sms.Message
+			err error
+		)
 		switch kind {
 		case 3:
 			firsts[sent[j]] = id
