@@ -240,17 +240,27 @@ const (
 	maxDeadLetters     = 1000
 )
 
+// listLimit reads the limit query parameter of the admin lists (dead
+// letters, dead callbacks): defaultDeadLetters when absent.
+func listLimit(r *http.Request) (int, *apiError) {
+	v := r.URL.Query().Get("limit")
+	if v == "" {
+		return defaultDeadLetters, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > maxDeadLetters {
+		return 0, fieldError("limit", fmt.Sprintf("must be an integer between 1 and %d", maxDeadLetters))
+	}
+	return n, nil
+}
+
 // adminDeadLetters lists dead letters, oldest first, numbers masked: the
 // operator needs the error and the producer, not the recipient.
 func (s *server) adminDeadLetters(w http.ResponseWriter, r *http.Request) {
-	limit := defaultDeadLetters
-	if v := r.URL.Query().Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxDeadLetters {
-			s.writeError(w, r, fieldError("limit", fmt.Sprintf("must be an integer between 1 and %d", maxDeadLetters)))
-			return
-		}
-		limit = n
+	limit, perr := listLimit(r)
+	if perr != nil {
+		s.writeError(w, r, perr)
+		return
 	}
 	ms, err := s.queue.DeadLetters(r.Context(), limit)
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -118,14 +117,10 @@ type deadCallbacksResponse struct {
 
 // adminDeadCallbacks lists dead callbacks, oldest death first.
 func (s *server) adminDeadCallbacks(w http.ResponseWriter, r *http.Request) {
-	limit := defaultDeadLetters
-	if v := r.URL.Query().Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxDeadLetters {
-			s.writeError(w, r, fieldError("limit", fmt.Sprintf("must be an integer between 1 and %d", maxDeadLetters)))
-			return
-		}
-		limit = n
+	limit, perr := listLimit(r)
+	if perr != nil {
+		s.writeError(w, r, perr)
+		return
 	}
 	evs, err := s.callbacks.outbox.DeadEvents(r.Context(), limit)
 	if err != nil {
