@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"smsgw/internal/queue"
 	"smsgw/internal/sms"
 )
 
@@ -205,45 +206,17 @@ func decodeEntry(id string, v []byte) (*entry, error) {
 
 // legacyRecord is how releases before the record type stored a message: the
 // message as sms.Message's JSON of the time under "msg", frozen here (with
-// legacyMessage) so that later changes to the domain type do not change how
+// queue.LegacyMessage) so that later changes to the domain type do not change how
 // those values read. A legacy record is read as an entry and written back as
 // a record, so each one is converted the first time it changes.
 type legacyRecord struct {
-	Msg   legacyMessage `json:"msg"`
-	Seq   uint64        `json:"seq"`
-	Due   int64         `json:"due"`
-	Token string        `json:"token"`
-	Lease int64         `json:"lease"`
-	Owner string        `json:"owner"`
-	At    int64         `json:"at"`
-}
-
-type legacyMessage struct {
-	ID             string    `json:"id"`
-	Producer       string    `json:"producer"`
-	Class          string    `json:"class"`
-	To             string    `json:"to"`
-	From           string    `json:"from"`
-	Body           string    `json:"body"`
-	Reference      string    `json:"reference"`
-	Segments       int       `json:"segments"`
-	IdempotencyKey string    `json:"idempotency_key"`
-	RequestHash    string    `json:"request_hash"`
-	CreatedAt      time.Time `json:"created_at"`
-	NotBefore      time.Time `json:"not_before"`
-	ExpiresAt      time.Time `json:"expires_at"`
-	Status         string    `json:"status"`
-	Attempts       int       `json:"attempts"`
-	LastError      string    `json:"last_error"`
-	ProviderID     string    `json:"provider_message_id"`
-	Dead           bool      `json:"dead"`
-	UpdatedAt      time.Time `json:"updated_at"`
-	SentAt         time.Time `json:"sent_at"`
-}
-
-var legacyStatuses = map[string]sms.Status{
-	"queued": sms.StatusQueued, "sending": sms.StatusSending, "sent": sms.StatusSent,
-	"failed": sms.StatusFailed, "expired": sms.StatusExpired,
+	Msg   queue.LegacyMessage `json:"msg"`
+	Seq   uint64              `json:"seq"`
+	Due   int64               `json:"due"`
+	Token string              `json:"token"`
+	Lease int64               `json:"lease"`
+	Owner string              `json:"owner"`
+	At    int64               `json:"at"`
 }
 
 func decodeLegacy(id string, v []byte) (*entry, error) {
@@ -251,27 +224,12 @@ func decodeLegacy(id string, v []byte) (*entry, error) {
 	if err := json.Unmarshal(v, &l); err != nil {
 		return nil, fmt.Errorf("legacy record: %w", err)
 	}
-	m := l.Msg
-	if m.ID != id {
-		return nil, fmt.Errorf("value is neither a record nor a legacy record of that id")
-	}
-	class, err := sms.ParseClass(m.Class)
+	m, err := l.Msg.Message(id)
 	if err != nil {
-		return nil, fmt.Errorf("legacy record: %w", err)
-	}
-	status, ok := legacyStatuses[m.Status]
-	if !ok {
-		return nil, fmt.Errorf("legacy record: unknown status %q", m.Status)
+		return nil, err
 	}
 	return &entry{
-		Msg: sms.Message{
-			ID: m.ID, Producer: m.Producer, Class: class, To: m.To, From: m.From, Body: m.Body,
-			Reference: m.Reference, Segments: m.Segments,
-			IdempotencyKey: m.IdempotencyKey, RequestHash: m.RequestHash,
-			CreatedAt: m.CreatedAt, NotBefore: m.NotBefore, ExpiresAt: m.ExpiresAt,
-			Status: status, Attempts: m.Attempts, LastError: m.LastError, ProviderID: m.ProviderID,
-			Dead: m.Dead, UpdatedAt: m.UpdatedAt, SentAt: m.SentAt,
-		},
+		Msg: *m,
 		Seq: l.Seq, Due: l.Due, Token: l.Token, Lease: l.Lease, Owner: l.Owner, At: l.At,
 	}, nil
 }

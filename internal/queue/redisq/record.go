@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"smsgw/internal/queue"
 	"smsgw/internal/sms"
 )
 
@@ -21,7 +22,7 @@ import (
 // 5138. The id is the HASH field, not repeated in the record. The body and
 // the full number are fields of their own, so that a finished record can drop
 // them. A record always has "s"; a stored value without it is a legacy
-// message (see legacyMessage).
+// message (see queue.LegacyMessage).
 type record struct {
 	Producer  string `json:"p"`            // producer name; the outstanding HASH counts by it
 	Class     uint8  `json:"c"`            // class code: 0 otp, 1 transactional, 2 marketing (classCodes)
@@ -174,66 +175,16 @@ func decodeStored(id string, raw any) (*sms.Message, error) {
 	return r.message(id)
 }
 
-// legacyMessage is how releases before the record type stored a message:
-// sms.Message's JSON as it was then, frozen here so that later changes to the
-// domain type do not change how those values read. The scripts edit such a
-// value in its own form (luaRecord), so it stays legacy until pruned; dead
-// letters are never pruned, so this reader stays until a release that
-// requires the queue to be drained first.
-type legacyMessage struct {
-	ID             string    `json:"id"`
-	Producer       string    `json:"producer"`
-	Class          string    `json:"class"`
-	To             string    `json:"to"`
-	From           string    `json:"from"`
-	Body           string    `json:"body"`
-	Reference      string    `json:"reference"`
-	Segments       int       `json:"segments"`
-	IdempotencyKey string    `json:"idempotency_key"`
-	RequestHash    string    `json:"request_hash"`
-	CreatedAt      time.Time `json:"created_at"`
-	NotBefore      time.Time `json:"not_before"`
-	ExpiresAt      time.Time `json:"expires_at"`
-	Status         string    `json:"status"`
-	Attempts       int       `json:"attempts"`
-	Crashes        int       `json:"crashes,omitempty"`
-	LastError      string    `json:"last_error"`
-	ProviderID     string    `json:"provider_message_id"`
-	Dead           bool      `json:"dead"`
-	UpdatedAt      time.Time `json:"updated_at"`
-	SentAt         time.Time `json:"sent_at"`
-}
-
-var legacyStatuses = map[string]sms.Status{
-	"queued": sms.StatusQueued, "sending": sms.StatusSending, "sent": sms.StatusSent,
-	"failed": sms.StatusFailed, "expired": sms.StatusExpired,
-	"delivered": sms.StatusDelivered, "undelivered": sms.StatusUndelivered, "canceled": sms.StatusCanceled,
-}
-
 func decodeLegacy(id, s string) (*sms.Message, error) {
-	var l legacyMessage
+	var l queue.LegacyMessage
 	if err := json.Unmarshal([]byte(s), &l); err != nil {
 		return nil, fmt.Errorf("decode legacy message %s: %w", id, err)
 	}
-	if l.ID != id {
-		return nil, fmt.Errorf("stored value of %s is neither a record nor a legacy message of that id", id)
-	}
-	class, err := sms.ParseClass(l.Class)
-	if err != nil {
-		return nil, fmt.Errorf("legacy message %s: %w", l.ID, err)
-	}
-	status, ok := legacyStatuses[l.Status]
-	if !ok {
-		return nil, fmt.Errorf("legacy message %s: unknown status %q", l.ID, l.Status)
-	}
-	return &sms.Message{
-		ID: l.ID, Producer: l.Producer, Class: class, To: l.To, From: l.From, Body: l.Body,
-		Reference: l.Reference, Segments: l.Segments,
-		IdempotencyKey: l.IdempotencyKey, RequestHash: l.RequestHash,
-		CreatedAt: l.CreatedAt, NotBefore: l.NotBefore, ExpiresAt: l.ExpiresAt,
-		Status: status, Attempts: l.Attempts, Crashes: l.Crashes, LastError: l.LastError, ProviderID: l.ProviderID,
-		Dead: l.Dead, UpdatedAt: l.UpdatedAt, SentAt: l.SentAt,
-	}, nil
+	// The scripts edit such a value in its own form (luaRecord), so it
+	// stays legacy until pruned; dead letters are never pruned, so this
+	// reader stays until a release that requires the queue to be drained
+	// first.
+	return l.Message(id)
 }
 
 // luaRecord gives the scripts the fields of a stored value by their record
