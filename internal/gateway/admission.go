@@ -55,11 +55,16 @@ func (s *server) admitIngress(ctx context.Context, w http.ResponseWriter, p *pro
 	}
 	setRateLimitHeaders(w, p.Ingress, d)
 	if granted == 0 {
-		return 0, &apiError{Kind: kindRateLimited, RetryAfter: d.RetryAfter,
-			Detail: fmt.Sprintf("producer %s may send %g messages/s with a burst of %d; retry after the Retry-After seconds",
-				p.Name, p.Ingress.PerSecond, p.Ingress.Burst)}
+		return 0, rateLimited(p, d.RetryAfter)
 	}
 	return granted, nil
+}
+
+// rateLimited is the 429 of a producer over its ingress rate.
+func rateLimited(p *producer, retryAfter time.Duration) *apiError {
+	return &apiError{Kind: kindRateLimited, RetryAfter: retryAfter,
+		Detail: fmt.Sprintf("producer %s may send %g messages/s with a burst of %d; retry after the Retry-After seconds",
+			p.Name, p.Ingress.PerSecond, p.Ingress.Burst)}
 }
 
 // allowN wraps allow for a producer.
@@ -99,12 +104,18 @@ func (s *server) admitOutstanding(ctx context.Context, p *producer, n int) (int,
 	}
 	room := p.MaxOutstanding - out
 	if room <= 0 {
-		excess := float64(out - p.MaxOutstanding + 1)
-		return 0, &apiError{Kind: kindTooManyQueued,
-			RetryAfter: time.Duration(excess / s.cfg.Limits.TargetRPS * float64(time.Second)),
-			Detail: fmt.Sprintf("producer %s has %d messages queued or in flight; at most %d are allowed",
-				p.Name, out, p.MaxOutstanding),
-			Extra: map[string]any{"outstanding": out, "max_outstanding": p.MaxOutstanding}}
+		return 0, s.tooManyQueued(p, out)
 	}
 	return int(min(int64(n), room)), nil
+}
+
+// tooManyQueued is the 429 of a producer with out messages outstanding,
+// at or over its max_outstanding.
+func (s *server) tooManyQueued(p *producer, out int64) *apiError {
+	excess := float64(out - p.MaxOutstanding + 1)
+	return &apiError{Kind: kindTooManyQueued,
+		RetryAfter: time.Duration(excess / s.cfg.Limits.TargetRPS * float64(time.Second)),
+		Detail: fmt.Sprintf("producer %s has %d messages queued or in flight; at most %d are allowed",
+			p.Name, out, p.MaxOutstanding),
+		Extra: map[string]any{"outstanding": out, "max_outstanding": p.MaxOutstanding}}
 }

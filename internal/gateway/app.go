@@ -209,7 +209,7 @@ func newServer(cfg config.Config, d deps, gath prometheus.Gatherer, b *backend, 
 	s := &server{
 		cfg: cfg, log: d.log, now: d.now, metrics: d.metrics, gatherer: gath,
 		auth: newAuthenticator(cfg), authThrottle: newAuthThrottle(time.Now), dashboard: dashboard, quiet: cfg.QuietPolicy(),
-		queue: b.queue, enq: b.enq, limiter: b.limiter, ingress: &ingress{keys: b.ingress}, idem: b.idem,
+		queue: b.queue, enq: b.enq, oneTrip: b.oneTrip, limiter: b.limiter, ingress: &ingress{keys: b.ingress}, idem: b.idem,
 		pause: b.pause, checks: b.checks, otp: disp, notifier: disp, live: live,
 	}
 	s.eta = &etaEstimator{q: b.queue, lim: b.limiter, pause: b.pause, cfg: cfg, now: d.now, log: d.log, refresh: etaRefresh,

@@ -29,6 +29,7 @@ type backend struct {
 	scope    string // of the counters: scopeProcess | scopeShared
 	queue    queue.Queue
 	enq      enqueuer // the queue, or a coalescer in front of it
+	oneTrip  *oneTrip // Redis: single messages admitted and stored in one round trip
 	limiter  limiter.Limiter
 	ingress  limiter.KeyLimiter
 	idem     state.Idempotency
@@ -136,6 +137,16 @@ func newRedisBackend(cfg config.Config, d deps) (_ *backend, err error) {
 	if err != nil {
 		return nil, err
 	}
+	keys, err := limiter.NewRedisKeys(client, cfg.Account)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: ingress limiter: %w", err)
+	}
+	idem, ok1 := b.idem.(*state.RedisIdempotency)
+	sup, ok2 := b.suppress.(*state.RedisSuppressions)
+	if !ok1 || !ok2 {
+		return nil, fmt.Errorf("gateway: redis mode without the redis idempotency store and suppression list")
+	}
+	b.oneTrip = &oneTrip{enq: co, idem: idem, sup: sup, keys: keys}
 	return b, b.finish(cfg, window)
 }
 

@@ -21,7 +21,7 @@ type enqueuer interface {
 // message; under heavy load batches grow while the previous call runs. The
 // goroutine runs from Start to Stop (it is one of the App's loops).
 type coalescer struct {
-	q       queue.Queue
+	q       queue.CheckedEnqueuer
 	in      chan *enqueueCall
 	timeout time.Duration
 
@@ -30,12 +30,12 @@ type coalescer struct {
 }
 
 type enqueueCall struct {
-	m   *sms.Message
+	c   queue.Checked
 	out chan enqueueReply
 }
 
 type enqueueReply struct {
-	res queue.EnqueueResult
+	res queue.CheckedResult
 	err error
 }
 
@@ -44,7 +44,7 @@ const (
 	coalesceTimeout = 5 * time.Second
 )
 
-func newCoalescer(q queue.Queue) *coalescer {
+func newCoalescer(q queue.CheckedEnqueuer) *coalescer {
 	return &coalescer{q: q, in: make(chan *enqueueCall, coalesceMax), timeout: coalesceTimeout}
 }
 
@@ -55,21 +55,27 @@ func (c *coalescer) Start(ctx context.Context) {
 	go c.run()
 }
 
-// Enqueue hands m to the batch loop and waits for its result. A caller
-// that gives up (ctx done) may still have its message stored, as with any
-// enqueue cut short; an idempotency key makes the retry safe.
+// Enqueue stores m with no checks; see EnqueueChecked.
 func (c *coalescer) Enqueue(ctx context.Context, m *sms.Message) (queue.EnqueueResult, error) {
-	call := &enqueueCall{m: m, out: make(chan enqueueReply, 1)}
+	res, err := c.EnqueueChecked(ctx, queue.Checked{Message: m})
+	return res.EnqueueResult, err
+}
+
+// EnqueueChecked hands ch to the batch loop and waits for its result. A
+// caller that gives up (ctx done) may still have its message stored, as
+// with any enqueue cut short; an idempotency key makes the retry safe.
+func (c *coalescer) EnqueueChecked(ctx context.Context, ch queue.Checked) (queue.CheckedResult, error) {
+	call := &enqueueCall{c: ch, out: make(chan enqueueReply, 1)}
 	select {
 	case c.in <- call:
 	case <-ctx.Done():
-		return queue.EnqueueResult{}, ctx.Err()
+		return queue.CheckedResult{}, ctx.Err()
 	}
 	select {
 	case r := <-call.out:
 		return r.res, r.err
 	case <-ctx.Done():
-		return queue.EnqueueResult{}, ctx.Err()
+		return queue.CheckedResult{}, ctx.Err()
 	}
 }
 
@@ -97,13 +103,13 @@ func (c *coalescer) run() {
 // flush stores one batch. Its context is its own: one caller giving up
 // must not fail the others.
 func (c *coalescer) flush(batch []*enqueueCall) {
-	ms := make([]*sms.Message, len(batch))
+	cs := make([]queue.Checked, len(batch))
 	for i, call := range batch {
-		ms[i] = call.m
+		cs[i] = call.c
 	}
 	ctx, cancel := context.WithTimeout(c.base, c.timeout)
 	defer cancel()
-	results, err := c.q.EnqueueMany(ctx, ms)
+	results, err := c.q.EnqueueChecked(ctx, cs)
 	if err == nil && len(results) != len(batch) {
 		err = fmt.Errorf("enqueue: %d results for %d messages", len(results), len(batch))
 	}
@@ -112,7 +118,7 @@ func (c *coalescer) flush(batch []*enqueueCall) {
 		case err != nil:
 			call.out <- enqueueReply{err: err}
 		case results[i].Err != nil:
-			call.out <- enqueueReply{err: results[i].Err}
+			call.out <- enqueueReply{res: results[i], err: results[i].Err}
 		default:
 			call.out <- enqueueReply{res: results[i]}
 		}

@@ -68,6 +68,19 @@ func validIdempotencyKey(k string) bool {
 	return true
 }
 
+// idempotencyKeyOf reads the request's Idempotency-Key: present or not,
+// and a 400 naming the header when present but not a valid key.
+func idempotencyKeyOf(r *http.Request) (string, bool, error) {
+	key := r.Header.Get("Idempotency-Key")
+	if _, present := r.Header["Idempotency-Key"]; !present {
+		return "", false, nil
+	}
+	if !validIdempotencyKey(key) {
+		return "", true, fieldError("Idempotency-Key", fmt.Sprintf("must be 1 to %d printable ASCII characters", maxIdempotencyKeyLen))
+	}
+	return key, true, nil
+}
+
 // response is what a handler wants written; the idempotency layer may
 // store and replay it.
 type response struct {
@@ -84,14 +97,14 @@ type response struct {
 func (s *server) idempotent(w http.ResponseWriter, r *http.Request, p *producer, scope, hash string,
 	run func(ctx context.Context, idemKey string) (*response, error)) {
 	ctx := r.Context()
-	key := r.Header.Get("Idempotency-Key")
-	if _, present := r.Header["Idempotency-Key"]; !present {
-		res, err := run(ctx, "")
-		s.writeResponse(w, r, res, err)
+	key, present, err := idempotencyKeyOf(r)
+	if err != nil {
+		s.writeError(w, r, err)
 		return
 	}
-	if !validIdempotencyKey(key) {
-		s.writeError(w, r, fieldError("Idempotency-Key", fmt.Sprintf("must be 1 to %d printable ASCII characters", maxIdempotencyKeyLen)))
+	if !present {
+		res, err := run(ctx, "")
+		s.writeResponse(w, r, res, err)
 		return
 	}
 	k := idemKey(p.Name, scope, key)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -54,21 +55,29 @@ func TestIdempotencyKey(t *testing.T) {
 }
 
 // TestIdempotencyInFlight: a retry that races the first request gets 409
-// with Retry-After, then the first answer once it is stored.
+// with Retry-After, then the first answer once it is stored. In Redis mode
+// a single message has no in-flight step (one script admits, stores and
+// keeps the answer: TestIdempotencyRaceOneTrip); there the batch endpoint
+// shows the lock.
 func TestIdempotencyInFlight(t *testing.T) {
 	for _, m := range modes {
 		t.Run(string(m), func(t *testing.T) {
 			t.Parallel()
 			h := start(t, m, nil)
 			p := h.app.srv.auth.producerFor(config.Producer{Key: keyNotify}.KeyHash())
-			k := idemKey(p.Name, "message", "slow-first")
+			path, scope := "/v1/messages", "message"
+			var body any = msg("transactional")
+			if m == redisMode {
+				path, scope = "/v1/messages/batch", "batch"
+				body = map[string]any{"messages": []any{msg("transactional")}}
+			}
+			k := idemKey(p.Name, scope, "slow-first")
 			// Hold the lock as a first request still in progress would.
 			_, token, err := h.app.srv.idem.Acquire(context.Background(), k, time.Minute)
 			if err != nil || token == "" {
 				t.Fatalf("acquire: %q %v", token, err)
 			}
-			body := msg("transactional")
-			r := h.post("/v1/messages", keyNotify, body, "Idempotency-Key", "slow-first")
+			r := h.post(path, keyNotify, body, "Idempotency-Key", "slow-first")
 			wantStatus(t, r, http.StatusConflict)
 			if r.header.Get("Retry-After") != "1" {
 				t.Errorf("Retry-After %q", r.header.Get("Retry-After"))
@@ -76,8 +85,53 @@ func TestIdempotencyInFlight(t *testing.T) {
 			if err := h.app.srv.idem.Finish(context.Background(), k, token, nil); err != nil {
 				t.Fatal(err)
 			}
-			wantStatus(t, h.post("/v1/messages", keyNotify, body, "Idempotency-Key", "slow-first"), http.StatusAccepted)
+			r = h.post(path, keyNotify, body, "Idempotency-Key", "slow-first")
+			if r.status != http.StatusAccepted && r.status != http.StatusOK {
+				t.Errorf("after the lock: status %d", r.status)
+			}
 		})
+	}
+}
+
+// TestIdempotencyRaceOneTrip: in Redis mode, concurrent retries of one
+// single message with one Idempotency-Key, on two replicas, store one
+// message; every answer is the first answer byte for byte, and exactly one
+// is not marked replayed.
+func TestIdempotencyRaceOneTrip(t *testing.T) {
+	s := newSim(t, sim.Config{})
+	cfg := testConfig(t, redisMode, s.URL())
+	var hs []*harness
+	for range 2 {
+		c := cfg
+		c.Store.Path = t.TempDir()
+		hs = append(hs, startWith(t, c, s))
+	}
+	body := msg("transactional", "reference", "race")
+	const n = 24
+	answers := make([]reply, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { answers[i] = hs[i%2].post("/v1/messages", keyNotify, body, "Idempotency-Key", "race-1") })
+	}
+	wg.Wait()
+	first := 0
+	for i, a := range answers {
+		wantStatus(t, a, http.StatusAccepted)
+		if a.header.Get("Idempotent-Replayed") == "" {
+			first++
+		}
+		if !bytes.Equal(a.body, answers[0].body) {
+			t.Errorf("answer %d %s, want %s", i, a.body, answers[0].body)
+		}
+	}
+	if first != 1 {
+		t.Errorf("%d answers not marked replayed, want 1", first)
+	}
+	var a acceptedMessage
+	answers[0].json(t, &a)
+	eventually(t, "the send", func() bool { return sentRefs(s)[a.ID] == 1 })
+	if got := len(s.Accepted()); got != 1 {
+		t.Errorf("the provider got %d sends, want 1", got)
 	}
 }
 

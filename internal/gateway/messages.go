@@ -149,6 +149,10 @@ func (s *server) postMessage(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if s.oneTrip != nil && v.msg.Class != sms.ClassOTP {
+		s.acceptOneTrip(w, r, p, v)
+		return
+	}
 	s.idempotent(w, r, p, "message", v.msg.RequestHash, func(ctx context.Context, key string) (*response, error) {
 		return s.accept(ctx, w, p, v, key)
 	})

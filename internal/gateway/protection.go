@@ -190,13 +190,33 @@ func (p *protector) checkSuppressed(ctx context.Context, cls sms.Class, ts []tar
 	}
 	for k, i := range rest {
 		if listed[k] {
-			out[i] = p.refuse(refusedSuppressed, cls, &apiError{Kind: kindSuppressed,
-				Detail: ts[i].field + ": the number is on the suppression list; nothing was sent",
-				Fields: []fieldProblem{{ts[i].field, "is on the suppression list"}},
-				Extra:  map[string]any{"suppression_id": ids[k]}})
+			out[i] = p.suppressed(cls, ts[i].field, ids[k])
 		}
 	}
 	return nil
+}
+
+// suppressed refuses a message whose number (id) is on the suppression
+// list, wherever the list was read (here, or in the queue's script).
+func (p *protector) suppressed(cls sms.Class, field, id string) *apiError {
+	return p.refuse(refusedSuppressed, cls, &apiError{Kind: kindSuppressed,
+		Detail: field + ": the number is on the suppression list; nothing was sent",
+		Fields: []fieldProblem{{field, "is on the suppression list"}},
+		Extra:  map[string]any{"suppression_id": id}})
+}
+
+// checkDeferred is check for one message of a class other than OTP whose
+// suppression lookup the caller runs in its store (the one-round-trip
+// accept): the static checks here, then the number id to look up.
+func (p *protector) checkDeferred(ctx context.Context, cls sms.Class, t target) (string, error) {
+	if e := p.checkDestination(cls, t); e != nil {
+		return "", e
+	}
+	key, err := p.numberKey(ctx, false)
+	if err != nil {
+		return "", unavailable("protection store", err)
+	}
+	return numberID(key, t.to), nil
 }
 
 // checkOTPPerNumber takes one OTP of each remaining target from its

@@ -34,6 +34,7 @@ type server struct {
 	now          func() time.Time
 	queue        queue.Queue
 	enq          enqueuer
+	oneTrip      *oneTrip // Redis mode: see onetrip.go
 	limiter      limiter.Limiter
 	ingress      *ingress
 	idem         idemStore

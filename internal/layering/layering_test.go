@@ -24,17 +24,18 @@ var allowed = map[string][]string{
 	"api":                  {},
 	"internal/sms":         {},
 	"internal/keyspace":    {},
+	"internal/gcra":        {}, // the GCRA in Lua, shared by the limiter and the enqueue script
 	"internal/dashboard":   {},
 	"internal/redistest":   {},
 	"internal/layering":    {},
 	"internal/sms/smstest": {"internal/sms"},
 
 	// Deciders and stores: they know nothing of who calls them.
-	"internal/limiter":         {"internal/keyspace"},
+	"internal/limiter":         {"internal/keyspace", "internal/gcra"},
 	"internal/limiter/mutate":  {},
 	"internal/queue":           {"internal/sms"},
 	"internal/queue/embedded":  {"internal/queue", "internal/sms"},
-	"internal/queue/redisq":    {"internal/queue", "internal/sms", "internal/keyspace"},
+	"internal/queue/redisq":    {"internal/queue", "internal/sms", "internal/keyspace", "internal/gcra"},
 	"internal/queue/queuetest": {"internal/queue", "internal/sms", "internal/sms/smstest"},
 	"internal/state":           {"internal/keyspace", "internal/limiter", "internal/sms"},
 	"internal/state/statetest": {"internal/state", "internal/sms"},

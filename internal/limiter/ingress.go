@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"smsgw/internal/gcra"
 )
 
 // KeyLimiter is a single-key GCRA for admission (one key per producer): a
@@ -27,7 +29,7 @@ type KeyDecision struct {
 	ResetAfter time.Duration
 }
 
-// keyStep is one single-key decision, the Go twin of allowScript. tat is
+// keyStep is one single-key decision, the Go twin of gcra.Lua. tat is
 // the stored TAT (0 when none); newTAT is what an allowed request stores.
 // A denied request must store nothing: storing newTAT anyway is the classic
 // increment-before-check bug that keeps a retrying client locked out.
@@ -138,26 +140,26 @@ func NewRedisKeys(client redis.UniversalClient, account string) (*RedisKeys, err
 	return &RedisKeys{client: client, keys: keys}, nil
 }
 
-// allowScript is one single-key GCRA decision, allowed now or not at all.
+// allowScript is gcra_allow on Redis TIME.
 //
 //	KEYS[1]  the key's TAT, Unix µs of Redis time
 //	ARGV[1]  emission interval, µs;  ARGV[2] burst;  ARGV[3] cost (<= burst)
-//
-// Returns {allowed (1|0), retry-after µs, remaining units, reset-after µs}.
-// A denial writes nothing.
-var allowScript = redis.NewScript(`
+var allowScript = redis.NewScript(gcra.Lua + `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local interval = tonumber(ARGV[1])
-local burst = tonumber(ARGV[2])
-local tat = math.max(tonumber(redis.call('GET', KEYS[1]) or '0'), now)
-local new = tat + tonumber(ARGV[3]) * interval
-if new - burst * interval > now then
-  return {0, new - burst * interval - now, math.floor((now + burst * interval - tat) / interval), tat - now}
-end
-redis.call('SET', KEYS[1], string.format('%d', new), 'PX', string.format('%d', math.ceil((new - now) / 1000) + 1))
-return {1, 0, math.floor((now + burst * interval - new) / interval), new - now}
+return gcra_allow(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), now)
 `)
+
+// KeyArgs checks a request as Allow does and returns the arguments of
+// gcra_allow for it: the emission interval in µs and the burst.
+func KeyArgs(key string, r Rate, cost int) (interval, burst int64, err error) {
+	p, err := checkKeyRequest(key, r, cost)
+	return p.interval, p.burst, err
+}
+
+// KeyName is the Redis key of the limiter's key name (a producer), under
+// the account's hash tag: what gcra_allow is given for it.
+func (l *RedisKeys) KeyName(key string) string { return l.keys.ingress(key) }
 
 // Allow decides cost units for key at rate r in one round trip.
 func (l *RedisKeys) Allow(ctx context.Context, key string, r Rate, cost int) (KeyDecision, error) {
@@ -169,13 +171,9 @@ func (l *RedisKeys) Allow(ctx context.Context, key string, r Rate, cost int) (Ke
 	if err != nil {
 		return KeyDecision{}, fmt.Errorf("limiter: allow %s on redis: %w", key, err)
 	}
-	if len(res) != 4 {
-		return KeyDecision{}, fmt.Errorf("limiter: allow %s on redis: unexpected answer %v", key, res)
+	d, err := gcra.DecisionOf(res)
+	if err != nil {
+		return KeyDecision{}, fmt.Errorf("limiter: allow %s on redis: %w", key, err)
 	}
-	return KeyDecision{
-		Allowed:    res[0] == 1,
-		RetryAfter: micros(res[1]),
-		Remaining:  int(res[2]),
-		ResetAfter: micros(res[3]),
-	}, nil
+	return KeyDecision(d), nil
 }

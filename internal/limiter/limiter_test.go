@@ -78,7 +78,7 @@ import (
 //	local-skip-pause [TestLocalPause]
 //	  local.go: `if l.pauseUntil > now {` -> `if false {`
 //	ingress-denial-writes [TestKeyLimiterDenialChangesNothing]
-//	  ingress.go: `local new = tat + tonumber(ARGV[3]) * interval` -> `local new = tat + tonumber(ARGV[3]) * interval redis.call('SET', KEYS[1], string.format('%d', new))`
+//	  ../gcra/gcra.go: `  local new = tat + cost * interval` -> `  local new = tat + cost * interval redis.call('SET', key, string.format('%d', new))`
 //	ingress-increment-before-check [TestKeyLimiterDenialChangesNothing]
 //	  ingress.go: `	if d.Allowed {` -> `	if true {`
 

@@ -149,11 +149,11 @@ func (s *RedisIdempotency) Acquire(ctx context.Context, key string, lockTTL time
 	switch code, _ := res[0].(int64); code {
 	case 1:
 		raw, _ := res[1].(string)
-		var a Answer
-		if err := json.Unmarshal([]byte(raw), &a); err != nil {
-			return nil, "", fmt.Errorf("state: decode stored answer: %w", err)
+		a, err := DecodeAnswer(raw)
+		if err != nil {
+			return nil, "", err
 		}
-		return &a, "", nil
+		return a, "", nil
 	case 2:
 		return nil, token, nil
 	}
@@ -182,12 +182,9 @@ func (s *RedisIdempotency) Finish(ctx context.Context, key, token string, a *Ans
 	if err := checkIdem(ctx, key, s.window); err != nil {
 		return fmt.Errorf("state: finish: %w", err)
 	}
-	var raw []byte
-	if a != nil && a.Size() <= MaxAnswerBytes {
-		var err error
-		if raw, err = json.Marshal(a); err != nil {
-			return fmt.Errorf("state: finish: %w", err)
-		}
+	raw, err := EncodeAnswer(a)
+	if err != nil {
+		return fmt.Errorf("state: finish: %w", err)
 	}
 	if err := finishScript.Run(ctx, s.c, []string{s.keys.idemAnswer(key), s.keys.idemLock(key)},
 		token, string(raw), s.window.Milliseconds()).Err(); err != nil {
@@ -195,6 +192,37 @@ func (s *RedisIdempotency) Finish(ctx context.Context, key, token string, a *Ans
 	}
 	return nil
 }
+
+// EncodeAnswer is a as the Redis store keeps it, or nil when a is nil or
+// larger than MaxAnswerBytes (then nothing is stored).
+func EncodeAnswer(a *Answer) ([]byte, error) {
+	if a == nil || a.Size() > MaxAnswerBytes {
+		return nil, nil
+	}
+	return json.Marshal(a)
+}
+
+// DecodeAnswer reads an answer EncodeAnswer made.
+func DecodeAnswer(raw string) (*Answer, error) {
+	var a Answer
+	if err := json.Unmarshal([]byte(raw), &a); err != nil {
+		return nil, fmt.Errorf("state: decode stored answer: %w", err)
+	}
+	return &a, nil
+}
+
+// AnswerKey is the Redis key that holds the first answer for key, for a
+// script that stores an answer with what it answers for (the queue's
+// accept script); it keeps EncodeAnswer's form for Window.
+func (s *RedisIdempotency) AnswerKey(key string) (string, error) {
+	if !ValidKey(key) {
+		return "", ErrInvalidKey
+	}
+	return s.keys.idemAnswer(key), nil
+}
+
+// Window is how long answers are kept.
+func (s *RedisIdempotency) Window() time.Duration { return s.window }
 
 // DefaultLocalAnswers is the count cap of a LocalIdempotency made with cap 0.
 const DefaultLocalAnswers = 200_000

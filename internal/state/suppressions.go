@@ -187,6 +187,11 @@ func (r *RedisSuppressions) Remove(ctx context.Context, id string) (bool, error)
 	return n == 1, nil
 }
 
+// IndexKey is the Redis HASH whose fields are the suppressed ids, for a
+// script that checks the list with other work in one round trip (the
+// queue's accept script): a number is suppressed when HEXISTS is 1.
+func (r *RedisSuppressions) IndexKey() string { return r.k.suppressions() }
+
 // Contains asks Redis once for all ids.
 func (r *RedisSuppressions) Contains(ctx context.Context, ids []string) ([]bool, error) {
 	if err := checkIDs(ids); err != nil {

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"smsgw/internal/gcra"
 	"smsgw/internal/queue"
 	"smsgw/internal/sms"
 )
@@ -19,67 +21,106 @@ import (
 const maxBatch = 1000
 
 // enqueueScript stores messages, each at most once per id and per
-// (producer, idempotency key).
+// (producer, idempotency key), after the admission checks the message
+// carries (queue.Checks, in their order; none for a plain enqueue).
 //
 // KEYS[1] msgs HASH, KEYS[2] seq counter, KEYS[3] outstanding HASH,
-// KEYS[4..] the ready ZSETs, idempotency keys and final LISTs the messages
-// name.
-// ARGV[1] idempotency window ms; then seven per message: id, record JSON,
-// ready delay µs, index in KEYS of its ready ZSET, index in KEYS of its
-// idempotency key (0: none), index in KEYS of its final LIST, and the id
-// its idempotency key may be taken from (empty: none; see below).
-// Returns one reply per message, in order: {0|1 existed, stored value, its
-// id}, {2, final record, its id} for one already final, or {3, empty, first
-// id} when its idempotency key names a first message no longer in msgs
-// (nothing stored: the caller looks for the first's final record, and
-// enqueues again naming that id as the last ARGV when there is none).
-var enqueueScript = redis.NewScript(luaPrelude + `
+// KEYS[4..] the ready ZSETs, idempotency keys, final LISTs and check keys
+// the messages name.
+// ARGV[1] idempotency window ms; then argsPerMessage per message: id,
+// record JSON, ready delay µs, index in KEYS of its ready ZSET, index in
+// KEYS of its idempotency key (0: none), index in KEYS of its final LIST,
+// the id its idempotency key may be taken from (empty: none; see below);
+// then the checks: index in KEYS of the answer key (0: none), the answer,
+// its TTL ms; index of the suppression HASH (0: none), the number's id;
+// max outstanding (0: none); index of the ingress GCRA key (0: none), its
+// interval µs, burst and cost.
+// Returns one reply per message, in order, {kind, value, id, gcra}: kind 0
+// stored (value: the stored record), 1 an existing message (its record),
+// 2 an existing final record, 3 its idempotency key names a first message
+// no longer in msgs (nothing stored or charged: the caller looks for the
+// first's final record, and enqueues again naming that id when there is
+// none), 4 a stored answer (value), 5 suppressed, 6 too many outstanding
+// (value: the count), 7 the ingress GCRA denied. gcra is gcra_allow's
+// answer when it ran, else empty.
+var enqueueScript = redis.NewScript(luaPrelude + gcra.Lua + `
 local now = now_us()
 local out = {}
 local fins = {}
-for i = 2, #ARGV, 7 do
+local function check(i, m)
+  local sk = tonumber(ARGV[i + 10])
+  if sk > 0 and redis.call('HEXISTS', KEYS[sk], ARGV[i + 11]) == 1 then return 5, '', {} end
+  local most = tonumber(ARGV[i + 12])
+  if most > 0 then
+    local n = tonumber(redis.call('HGET', KEYS[3], m.p) or '0')
+    if n >= most then return 6, tostring(n), {} end
+  end
+  local gk = tonumber(ARGV[i + 13])
+  if gk > 0 then
+    local d = gcra_allow(KEYS[gk], tonumber(ARGV[i + 14]), tonumber(ARGV[i + 15]), tonumber(ARGV[i + 16]), now)
+    if d[1] == 0 then return 7, '', d end
+    return 0, '', d
+  end
+  return 0, '', {}
+end
+for i = 2, #ARGV, ` + strconv.Itoa(argsPerMessage) + ` do
   local id = ARGV[i]
   local ik = tonumber(ARGV[i + 4])
-  local existing = false
-  if ik > 0 and not redis.call('SET', KEYS[ik], id, 'NX', 'PX', ARGV[1]) then
+  local ak = tonumber(ARGV[i + 7])
+  local reply = false
+  if ak > 0 then
+    local a = redis.call('GET', KEYS[ak])
+    if a then reply = {4, a, id, {}} end
+  end
+  if not reply and ik > 0 then
     local first = redis.call('GET', KEYS[ik])
-    existing = redis.call('HGET', KEYS[1], first)
-    if existing then
-      out[#out + 1] = {1, existing, first}
-    elseif first == ARGV[i + 6] then
-      -- the first message was pruned: the key now maps to this one
-      redis.call('SET', KEYS[ik], id, 'PX', ARGV[1])
-    else
-      out[#out + 1] = {3, '', first}
-      existing = true
+    if first then
+      local existing = redis.call('HGET', KEYS[1], first)
+      if existing then
+        reply = {1, existing, first, {}}
+      elseif first ~= ARGV[i + 6] then
+        reply = {3, '', first, {}}
+      end
+      -- else the first message was pruned: the key passes to this one
     end
   end
-  if not existing then
+  if not reply then
     -- the same id stored before (a retried enqueue) is not stored twice
-    existing = redis.call('HGET', KEYS[1], id)
+    local existing = redis.call('HGET', KEYS[1], id)
     if existing then
-      out[#out + 1] = {1, existing, id}
+      reply = {1, existing, id, {}}
     else
-      existing = fin_index(fins, KEYS[tonumber(ARGV[i + 5])])[id] or false
-      if existing then out[#out + 1] = {2, existing, id} end
+      existing = fin_index(fins, KEYS[tonumber(ARGV[i + 5])])[id]
+      if existing then reply = {2, existing, id, {}} end
     end
   end
-  if not existing then
+  if not reply then
     local m = cjson.decode(ARGV[i + 1])
-    m.s = 'q'
-    m.tu = math.floor(now / 1000)
-    if not m.tc then m.tc = m.tu end
-    local member = new_member(redis.call('INCR', KEYS[2]), id)
-    m.qm = member
-    local js = cjson.encode(m)
-    redis.call('HSET', KEYS[1], id, js)
-    redis.call('ZADD', KEYS[tonumber(ARGV[i + 3])], now + tonumber(ARGV[i + 2]), member)
-    redis.call('HINCRBY', KEYS[3], m.p, 1)
-    out[#out + 1] = {0, js, id}
+    local kind, value, gcra = check(i, m)
+    if kind ~= 0 then
+      reply = {kind, value, id, gcra}
+    else
+      if ik > 0 then redis.call('SET', KEYS[ik], id, 'PX', ARGV[1]) end
+      m.s = 'q'
+      m.tu = math.floor(now / 1000)
+      if not m.tc then m.tc = m.tu end
+      local member = new_member(redis.call('INCR', KEYS[2]), id)
+      m.qm = member
+      local js = cjson.encode(m)
+      redis.call('HSET', KEYS[1], id, js)
+      redis.call('ZADD', KEYS[tonumber(ARGV[i + 3])], now + tonumber(ARGV[i + 2]), member)
+      redis.call('HINCRBY', KEYS[3], m.p, 1)
+      if ak > 0 and ARGV[i + 8] ~= '' then redis.call('SET', KEYS[ak], ARGV[i + 8], 'PX', ARGV[i + 9]) end
+      reply = {0, js, id, gcra}
+    end
   end
+  out[#out + 1] = reply
 end
 return out
 `)
+
+// argsPerMessage is how many ARGV entries enqueueScript takes per message.
+const argsPerMessage = 17
 
 // Enqueue stores m; see queue.Queue.
 func (q *Queue) Enqueue(ctx context.Context, m *sms.Message) (queue.EnqueueResult, error) {
@@ -95,25 +136,46 @@ func (q *Queue) Enqueue(ctx context.Context, m *sms.Message) (queue.EnqueueResul
 
 // EnqueueMany stores ms, up to maxBatch messages per atomic script.
 func (q *Queue) EnqueueMany(ctx context.Context, ms []*sms.Message) ([]queue.EnqueueResult, error) {
+	cs := make([]queue.Checked, len(ms))
+	for i, m := range ms {
+		cs[i].Message = m
+	}
+	res, err := q.EnqueueChecked(ctx, cs)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]queue.EnqueueResult, len(res))
+	for i := range res {
+		out[i] = res[i].EnqueueResult
+	}
+	return out, nil
+}
+
+var _ queue.CheckedEnqueuer = (*Queue)(nil)
+
+// EnqueueChecked runs each message's checks and stores those they admit,
+// up to maxBatch messages per atomic script: one round trip admits and
+// stores (queue.Checks).
+func (q *Queue) EnqueueChecked(ctx context.Context, cs []queue.Checked) ([]queue.CheckedResult, error) {
 	if err := q.begin(ctx, "enqueue"); err != nil {
 		return nil, err
 	}
-	results := make([]queue.EnqueueResult, len(ms))
-	for lo := 0; lo < len(ms); lo += maxBatch {
-		hi := min(lo+maxBatch, len(ms))
-		if err := q.enqueueBatch(ctx, ms[lo:hi], results[lo:hi]); err != nil {
+	results := make([]queue.CheckedResult, len(cs))
+	for lo := 0; lo < len(cs); lo += maxBatch {
+		hi := min(lo+maxBatch, len(cs))
+		if err := q.enqueueBatch(ctx, cs[lo:hi], results[lo:hi]); err != nil {
 			return nil, err
 		}
 	}
 	return results, nil
 }
 
-func (q *Queue) enqueueBatch(ctx context.Context, ms []*sms.Message, results []queue.EnqueueResult) (err error) {
+func (q *Queue) enqueueBatch(ctx context.Context, cs []queue.Checked, results []queue.CheckedResult) (err error) {
 	start := time.Now()
 	defer func() { q.m.observe("enqueue", start, err) }()
-	gone := map[int]string{} // position in ms -> the first id found pruned
+	gone := map[int]string{} // position in cs -> the first id found pruned
 	for range 2 {
-		firsts, err := q.enqueueScript(ctx, ms, results, gone)
+		firsts, err := q.enqueueScript(ctx, cs, results, gone)
 		if err != nil || len(firsts) == 0 {
 			return err
 		}
@@ -124,7 +186,7 @@ func (q *Queue) enqueueBatch(ctx context.Context, ms []*sms.Message, results []q
 			m, err := q.Get(ctx, first)
 			switch {
 			case err == nil:
-				results[i] = queue.EnqueueResult{Message: m, Existed: true}
+				results[i].EnqueueResult = queue.EnqueueResult{Message: m, Existed: true}
 				delete(firsts, i)
 			case errors.Is(err, queue.ErrNotFound):
 				gone[i] = first
@@ -139,44 +201,89 @@ func (q *Queue) enqueueBatch(ctx context.Context, ms []*sms.Message, results []q
 	return fmt.Errorf("redisq: enqueue: idempotency keys kept changing their first message")
 }
 
-// enqueueScript runs the enqueue script for the messages of ms that have no
-// result yet (gone: see the script's last argument) and returns, by
-// position, the first ids it asks the caller to look for.
-func (q *Queue) enqueueScript(ctx context.Context, ms []*sms.Message, results []queue.EnqueueResult,
-	gone map[int]string) (map[int]string, error) {
-	keys := []string{q.k.msgs(), q.k.seq(), q.k.outstanding()}
-	keyIndex := map[string]int{}
-	index := func(key string) int {
-		if i, ok := keyIndex[key]; ok {
-			return i
-		}
-		keys = append(keys, key)
-		keyIndex[key] = len(keys) // Lua indexes from 1
-		return len(keys)
+// scriptCall gathers the keys and arguments of one enqueueScript run.
+type scriptCall struct {
+	keys     []string
+	keyIndex map[string]int
+	args     []any
+}
+
+// index is key's position in KEYS (from 1, as Lua counts), adding it.
+func (c *scriptCall) index(key string) int {
+	if i, ok := c.keyIndex[key]; ok {
+		return i
 	}
-	args := []any{q.window.Milliseconds()}
-	var sent []int              // positions in ms of the messages passed to the script
+	c.keys = append(c.keys, key)
+	c.keyIndex[key] = len(c.keys)
+	return len(c.keys)
+}
+
+// checkArgs appends the check arguments of ch (zeros for none).
+func (c *scriptCall) checkArgs(ch *queue.Checks) {
+	ak, sk, gk := 0, 0, 0
+	if ch.AnswerKey != "" {
+		ak = c.index(ch.AnswerKey)
+	}
+	if ch.SuppressionKey != "" {
+		sk = c.index(ch.SuppressionKey)
+	}
+	if ch.IngressKey != "" {
+		gk = c.index(ch.IngressKey)
+	}
+	c.args = append(c.args, ak, string(ch.Answer), max(ch.AnswerTTL.Milliseconds(), 1), sk, ch.SuppressionID,
+		ch.MaxOutstanding, gk, ch.IngressInterval, ch.IngressBurst, ch.IngressCost)
+}
+
+// checkKeys refuses check keys outside the queue's account tag: the
+// script would fail with CROSSSLOT on a Cluster, and another account's
+// keys are not this queue's to touch.
+func (q *Queue) checkKeys(ch *queue.Checks) error {
+	for _, k := range []string{ch.AnswerKey, ch.SuppressionKey, ch.IngressKey} {
+		if k != "" && !strings.HasPrefix(k, q.acctTag) {
+			return fmt.Errorf("check key outside the account's hash tag")
+		}
+	}
+	if ch.IngressKey != "" && (ch.IngressInterval < 1 || ch.IngressBurst < 1 || ch.IngressCost < 1 || ch.IngressCost > ch.IngressBurst) {
+		return fmt.Errorf("ingress check: interval %d, burst %d, cost %d", ch.IngressInterval, ch.IngressBurst, ch.IngressCost)
+	}
+	return nil
+}
+
+// enqueueScript runs the enqueue script for the messages of cs that have no
+// result yet (gone: see the script's idempotency argument) and returns, by
+// position, the first ids it asks the caller to look for.
+func (q *Queue) enqueueScript(ctx context.Context, cs []queue.Checked, results []queue.CheckedResult,
+	gone map[int]string) (map[int]string, error) {
+	call := &scriptCall{keys: []string{q.k.msgs(), q.k.seq(), q.k.outstanding()}, keyIndex: map[string]int{},
+		args: []any{q.window.Milliseconds()}}
+	var sent []int              // positions in cs of the messages passed to the script
 	var wakeClasses []sms.Class // of the messages ready at once: announced to every replica
 	now := time.Now()
-	for i, m := range ms {
-		if results[i].Message != nil || results[i].Err != nil {
+	for i := range cs {
+		m, r := cs[i].Message, &results[i]
+		if r.Message != nil || r.Err != nil || r.Replay != nil || r.Refused != queue.NotRefused {
 			continue
 		}
-		if err := validate(m); err != nil {
-			results[i] = queue.EnqueueResult{Message: m, Err: fmt.Errorf("redisq: enqueue: %w", err)}
+		err := validate(m)
+		if err == nil {
+			err = q.checkKeys(&cs[i].Checks)
+		}
+		if err != nil {
+			r.EnqueueResult = queue.EnqueueResult{Message: m, Err: fmt.Errorf("redisq: enqueue: %w", err)}
 			continue
 		}
 		js, delay, err := encodeQueued(m, now)
 		if err != nil {
-			results[i] = queue.EnqueueResult{Message: m, Err: fmt.Errorf("redisq: enqueue %s: %w", m.ID, err)}
+			r.EnqueueResult = queue.EnqueueResult{Message: m, Err: fmt.Errorf("redisq: enqueue %s: %w", m.ID, err)}
 			continue
 		}
 		ik := 0
 		if m.IdempotencyKey != "" {
-			ik = index(q.k.idem(m.Producer, m.IdempotencyKey))
+			ik = call.index(q.k.idem(m.Producer, m.IdempotencyKey))
 		}
-		args = append(args, m.ID, js, strconv.FormatInt(delay, 10), index(q.k.ready(m.Class)), ik,
-			index(q.k.fin(m.ID)), gone[i])
+		call.args = append(call.args, m.ID, js, strconv.FormatInt(delay, 10), call.index(q.k.ready(m.Class)), ik,
+			call.index(q.k.fin(m.ID)), gone[i])
+		call.checkArgs(&cs[i].Checks)
 		if delay == 0 && !slices.Contains(wakeClasses, m.Class) {
 			wakeClasses = append(wakeClasses, m.Class)
 		}
@@ -185,7 +292,7 @@ func (q *Queue) enqueueScript(ctx context.Context, ms []*sms.Message, results []
 	if len(sent) == 0 {
 		return nil, nil
 	}
-	reply, err := q.runEnqueue(ctx, keys, args, wakeClasses)
+	reply, err := q.runEnqueue(ctx, call.keys, call.args, wakeClasses)
 	if err != nil {
 		return nil, fmt.Errorf("redisq: enqueue %d messages: %w", len(sent), err)
 	}
@@ -217,18 +324,21 @@ func encodeQueued(m *sms.Message, now time.Time) ([]byte, int64, error) {
 }
 
 // readEnqueueReply fills results (at the positions sent) from the script's
-// reply, one triple per message: kind (0 stored, 1 an existing message,
-// 2 an existing final record, 3 look for the first id), record, id. It
-// returns the ids of kind 3 by position.
-func readEnqueueReply(reply []any, sent []int, results []queue.EnqueueResult) (map[int]string, error) {
+// reply (see enqueueScript). It returns the ids of kind 3 by position.
+func readEnqueueReply(reply []any, sent []int, results []queue.CheckedResult) (map[int]string, error) {
 	firsts := map[int]string{}
 	for j, r := range reply {
-		triple, ok := r.([]any)
-		if !ok || len(triple) != 3 {
+		quad, ok := r.([]any)
+		if !ok || len(quad) != 4 {
 			return nil, fmt.Errorf("redisq: enqueue: unexpected reply %v", r)
 		}
-		id, _ := triple[2].(string)
-		kind, _ := triple[0].(int64)
+		res := &results[sent[j]]
+		id, _ := quad[2].(string)
+		kind, _ := quad[0].(int64)
+		value, _ := quad[1].(string)
+		if err := readGCRA(quad[3], &res.Verdict); err != nil {
+			return nil, err
+		}
 		var (
 			m   *sms.Message
 			err error
@@ -237,18 +347,48 @@ func readEnqueueReply(reply []any, sent []int, results []queue.EnqueueResult) (m
 		case 3:
 			firsts[sent[j]] = id
 			continue
+		case 4:
+			res.Replay = []byte(value)
+			continue
+		case 5:
+			res.Refused = queue.RefusedSuppressed
+			continue
+		case 6:
+			res.Refused = queue.RefusedOutstanding
+			res.Outstanding, _ = strconv.ParseInt(value, 10, 64)
+			continue
+		case 7:
+			res.Refused = queue.RefusedIngress
+			continue
 		case 2:
-			s, _ := triple[1].(string)
-			m, err = queue.DecodeFinal(id, s)
+			m, err = queue.DecodeFinal(id, value)
 		default:
-			m, err = decodeStored(id, triple[1])
+			m, err = decodeStored(id, quad[1])
 		}
 		if err != nil {
 			return nil, fmt.Errorf("redisq: enqueue: %w", err)
 		}
-		results[sent[j]] = queue.EnqueueResult{Message: m, Existed: kind != 0}
+		res.EnqueueResult = queue.EnqueueResult{Message: m, Existed: kind != 0}
 	}
 	return firsts, nil
+}
+
+// readGCRA reads the ingress decision of a reply, when the GCRA ran.
+func readGCRA(v any, out *queue.Verdict) error {
+	raw, _ := v.([]any)
+	if len(raw) == 0 {
+		return nil
+	}
+	ns := make([]int64, len(raw))
+	for i, x := range raw {
+		ns[i], _ = x.(int64)
+	}
+	d, err := gcra.DecisionOf(ns)
+	if err != nil {
+		return fmt.Errorf("redisq: enqueue: %w", err)
+	}
+	out.Ingress, out.RetryAfter, out.ResetAfter, out.Remaining = true, d.RetryAfter, d.ResetAfter, d.Remaining
+	return nil
 }
 
 func validate(m *sms.Message) error {

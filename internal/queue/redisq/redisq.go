@@ -68,6 +68,7 @@ type Queue struct {
 	c         redis.UniversalClient
 	account   string
 	k         keys
+	acctTag   string // every check key starts with it (EnqueueChecked)
 	log       *slog.Logger
 	retention time.Duration
 	window    time.Duration
@@ -88,7 +89,8 @@ func New(cfg Config) (*Queue, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("redisq: Config.Client is required")
 	}
-	if err := keyspace.ValidateAccount(cfg.Account); err != nil {
+	sp, err := keyspace.New(cfg.Account)
+	if err != nil {
 		return nil, fmt.Errorf("redisq: Config.Account: %w", err)
 	}
 	if cfg.WaitReplicas < 0 || (cfg.WaitReplicas > 0 && cfg.WaitTimeout <= 0) {
@@ -115,6 +117,7 @@ func New(cfg Config) (*Queue, error) {
 		c:         cfg.Client,
 		account:   cfg.Account,
 		k:         newKeys(cfg.Account),
+		acctTag:   sp.Prefix(),
 		log:       log.With("component", "queue", "backend", "redis", "account", cfg.Account),
 		retention: cfg.Retention,
 		window:    cfg.IdempotencyWindow,

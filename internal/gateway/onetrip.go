@@ -1,0 +1,140 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"smsgw/internal/limiter"
+	"smsgw/internal/queue"
+	"smsgw/internal/sms"
+	"smsgw/internal/state"
+)
+
+// oneTrip admits and stores a single POST /v1/messages in one Redis round
+// trip (Redis mode): the first-answer lookup of its Idempotency-Key, the
+// suppression list, max_outstanding, the ingress GCRA, the enqueue and the
+// answer all run in the queue's enqueue script, in the order the embedded
+// mode runs them one by one in this process (queue.Checks). Concurrent
+// requests share the script run (the coalescer), so under load a message
+// costs less than one round trip.
+//
+// Everything that needs no store runs here first, as in embedded mode:
+// the fields, send_at, the destination checks, the TTL against the
+// backlog estimate. The answer is built before the script, so the script
+// stores it with the message: a replay on any replica gets the same bytes,
+// and a retry that races the first request gets the first answer (the
+// script runs one at a time), never a second message.
+//
+// An OTP sent through /v1/messages keeps the two-step path: its
+// per-number limit is a write with a local fallback (protection.go).
+type oneTrip struct {
+	enq  *coalescer
+	idem *state.RedisIdempotency
+	sup  *state.RedisSuppressions
+	keys *limiter.RedisKeys
+}
+
+// acceptOneTrip answers a validated single message on the oneTrip path.
+func (s *server) acceptOneTrip(w http.ResponseWriter, r *http.Request, p *producer, v validated) {
+	ctx := r.Context()
+	idem, _, err := idempotencyKeyOf(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	req, err := s.prepareOneTrip(ctx, p, v, idem)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	m, ch := req.m, req.ch
+	res, err := s.oneTrip.enq.EnqueueChecked(ctx, queue.Checked{Message: m, Checks: ch})
+	if err != nil {
+		s.writeError(w, r, fmt.Errorf("enqueue: %w", err))
+		return
+	}
+	if res.Ingress {
+		setRateLimitHeaders(w, p.Ingress, limiter.KeyDecision{Allowed: res.Refused == queue.NotRefused,
+			Remaining: res.Remaining, ResetAfter: res.ResetAfter})
+	}
+	switch {
+	case res.Replay != nil:
+		a, err := state.DecodeAnswer(string(res.Replay))
+		if err != nil {
+			s.writeError(w, r, fmt.Errorf("idempotency: stored answer: %w", err))
+			return
+		}
+		s.replay(w, r, a, v.msg.RequestHash)
+		return
+	case res.Refused == queue.RefusedSuppressed:
+		s.writeError(w, r, s.protect.suppressed(m.Class, "to", ch.SuppressionID))
+		return
+	case res.Refused == queue.RefusedOutstanding:
+		s.writeError(w, r, s.tooManyQueued(p, res.Outstanding))
+		return
+	case res.Refused == queue.RefusedIngress:
+		s.writeError(w, r, rateLimited(p, res.RetryAfter))
+		return
+	case res.Existed:
+		rr, err := s.existing(res.Message, m, req.eta, m.CreatedAt)
+		s.writeResponse(w, r, rr, err)
+		return
+	}
+	s.eta.accepted(m.CreatedAt, m)
+	s.notify(m.Class)
+	s.metrics.accepted.WithLabelValues(m.Class.String()).Inc()
+	w.Header().Set("Location", location(m.ID))
+	writeRaw(w, "application/json", http.StatusAccepted, append(req.body, '\n'))
+}
+
+// oneTripRequest is a message ready for the script: stamped, its checks,
+// its estimate and its answer's body.
+type oneTripRequest struct {
+	m    *sms.Message
+	ch   queue.Checks
+	eta  time.Time
+	body []byte
+}
+
+// prepareOneTrip runs what needs no store (send_at, destination, TTL) and
+// builds the script's request.
+func (s *server) prepareOneTrip(ctx context.Context, p *producer, v validated, idem string) (*oneTripRequest, error) {
+	now := s.now()
+	if ferr := checkSendAt(v.msg.SendAt, now, ""); ferr != nil {
+		return nil, invalid([]fieldProblem{*ferr})
+	}
+	sid, err := s.protect.checkDeferred(ctx, v.msg.Class, target{to: v.msg.To, field: "to"})
+	if err != nil {
+		return nil, err
+	}
+	req := &oneTripRequest{m: s.stamp(v, p, idem, now)}
+	req.eta = s.eta.plan(ctx, now, []*sms.Message{req.m}, nil)[0]
+	if err := admitTTL(req.m, req.eta, v.ttl); err != nil {
+		return nil, err
+	}
+	if req.body, err = json.Marshal(acceptedOf(req.m, req.eta, now)); err != nil {
+		return nil, err
+	}
+	ch := &req.ch
+	ch.SuppressionKey, ch.SuppressionID = s.oneTrip.sup.IndexKey(), sid
+	ch.MaxOutstanding = max(p.MaxOutstanding, 0)
+	interval, burst, err := limiter.KeyArgs(p.Name, p.Ingress, 1)
+	if err != nil {
+		return nil, fmt.Errorf("ingress limiter: %w", err)
+	}
+	ch.IngressKey, ch.IngressInterval, ch.IngressBurst, ch.IngressCost = s.oneTrip.keys.KeyName(p.Name), interval, burst, 1
+	if idem != "" {
+		if ch.AnswerKey, err = s.oneTrip.idem.AnswerKey(idemKey(p.Name, "message", idem)); err != nil {
+			return nil, err
+		}
+		a := compactAnswer(&state.Answer{Hash: v.msg.RequestHash, Status: http.StatusAccepted, Body: req.body, Location: location(req.m.ID)})
+		if ch.Answer, err = state.EncodeAnswer(a); err != nil {
+			return nil, err
+		}
+		ch.AnswerTTL = s.oneTrip.idem.Window()
+	}
+	return req, nil
+}
