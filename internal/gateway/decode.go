@@ -13,6 +13,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -158,10 +159,23 @@ func checkMemberNames(raw []byte, dst any, prefix string) error {
 	return nil
 }
 
-// jsonNames are the JSON member names of the struct dst points to.
+// jsonNames are the JSON member names of the struct dst points to, read
+// once per type (the request types are a fixed set, so the cache is
+// bounded by the code, not by requests). Callers must not modify them.
 func jsonNames(dst any) map[string]bool {
-	out := map[string]bool{}
 	t := reflect.TypeOf(dst)
+	if names, ok := jsonNameCache.Load(t); ok {
+		return names.(map[string]bool)
+	}
+	names := readJSONNames(t)
+	jsonNameCache.Store(t, names)
+	return names
+}
+
+var jsonNameCache sync.Map // reflect.Type -> map[string]bool
+
+func readJSONNames(t reflect.Type) map[string]bool {
+	out := map[string]bool{}
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 
 	"smsgw/internal/state"
@@ -48,11 +49,13 @@ type idemStore = state.Idempotency
 // idemKey names one (producer, scope, Idempotency-Key) without letting any
 // header text into a store key: 40 hex digits (state.ValidKey).
 func idemKey(producer, scope, key string) string {
-	h := sha256.New()
+	buf := make([]byte, 0, 64+len(producer)+len(scope)+len(key))
 	for _, s := range []string{producer, scope, key} {
-		_, _ = fmt.Fprintf(h, "%d:%s", len(s), s) // a hash.Hash never fails a write
+		buf = strconv.AppendInt(buf, int64(len(s)), 10)
+		buf = append(append(buf, ':'), s...)
 	}
-	return hex.EncodeToString(h.Sum(nil)[:20])
+	sum := sha256.Sum256(buf)
+	return hex.EncodeToString(sum[:20])
 }
 
 // validIdempotencyKey: 1..255 printable ASCII characters.

@@ -203,3 +203,13 @@ func TestIdempotencySurvivesRestart(t *testing.T) {
 		t.Errorf("after restart: %s %v, want id %s replayed", again.body, again.header, a.ID)
 	}
 }
+
+// TestIdemKeyStable pins the store key of an Idempotency-Key: keys live in
+// Redis for the idempotency window, so a release that changed them would
+// let a retry across an upgrade queue a second message.
+func TestIdemKeyStable(t *testing.T) {
+	t.Parallel()
+	if got, want := idemKey("notify", "message", "order-9"), "2fa6f4fcfa9fa4ac7d325921d9f75074db7ef67a"; got != want {
+		t.Errorf("idemKey = %s, want %s", got, want)
+	}
+}
