@@ -57,6 +57,15 @@ type otpAnswer struct {
 // gateways, and returns the ids of the 200 answers and the count of others.
 func otpFastPath(t *testing.T, gws []*gwProc, n int, gap time.Duration) (ok []string, refused int) {
 	t.Helper()
+	ok, refused, _ = otpFastPathTimed(t, gws, n, gap)
+	return ok, refused
+}
+
+// otpFastPathTimed is otpFastPath that also returns each sent OTP's steps
+// (its answer's Server-Timing) by id.
+func otpFastPathTimed(t *testing.T, gws []*gwProc, n int, gap time.Duration) (ok []string, refused int, steps otpSteps) {
+	t.Helper()
+	steps = otpSteps{}
 	for i := 0; i < n; i++ {
 		gw := gws[i%len(gws)]
 		r := post(t, gw.URL+"/v1/otp", keyOTP, map[string]string{"to": phone(700000 + i), "body": "Your code is " + strconv.Itoa(100000+i)})
@@ -67,6 +76,7 @@ func otpFastPath(t *testing.T, gws []*gwProc, n int, gap time.Duration) (ok []st
 				t.Fatalf("otp 200 answer: %s", r.Body)
 			}
 			ok = append(ok, a.ID)
+			steps.add(a.ID, r.Header)
 		case http.StatusServiceUnavailable:
 			if r.Header.Get("Retry-After") == "" {
 				t.Errorf("503 without Retry-After")
@@ -77,7 +87,7 @@ func otpFastPath(t *testing.T, gws []*gwProc, n int, gap time.Duration) (ok []st
 		}
 		time.Sleep(gap)
 	}
-	return ok, refused
+	return ok, refused, steps
 }
 
 // POST /v1/otp while a campaign saturates marketing on three replicas:
@@ -95,8 +105,9 @@ func TestOTPFastPathDuringCampaign(t *testing.T) {
 		campaign = append(campaign, postBatch(t, gw, keyMarketing, "marketing", i*400, 400)...)
 	}
 	sim.WaitAccepted(t, 100, 30*time.Second) // the campaign is running
-	ok, refused := otpFastPath(t, gws, 100, 80*time.Millisecond)
+	ok, refused, steps := otpFastPathTimed(t, gws, 100, 80*time.Millisecond)
 	st := sim.Stats(t)
+	steps.log(t, "OTP fast path during a campaign, 3 replicas", sim.Accepted(t))
 	if refused > 0 {
 		t.Errorf("%d of 100 OTP refused during the campaign", refused)
 	}

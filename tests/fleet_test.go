@@ -236,12 +236,13 @@ type fleetRun struct {
 	campaign []string
 	otpFast  []string
 	otpQueue []string
-	refused  int // fast-path 503s and queued-OTP 503s (Redis down): nothing kept, not lost
+	refused  int      // fast-path 503s and queued-OTP 503s (Redis down): nothing kept, not lost
+	steps    otpSteps // the fast path's steps by id (Server-Timing)
 }
 
 func runFleetCampaign(t *testing.T, sim *simProc, gws []*gwProc, campaign int, during func()) *fleetRun {
 	t.Helper()
-	r := &fleetRun{}
+	r := &fleetRun{steps: otpSteps{}}
 	per := campaign / len(gws)
 	for i, gw := range gws {
 		n := per
@@ -269,6 +270,7 @@ func runFleetCampaign(t *testing.T, sim *simProc, gws []*gwProc, campaign int, d
 				switch res.Status {
 				case http.StatusOK:
 					r.otpFast = append(r.otpFast, res.ID)
+					r.steps.add(res.ID, res.Header)
 				case http.StatusServiceUnavailable:
 					r.refused++
 				default:
@@ -367,6 +369,7 @@ func checkFleet(t *testing.T, label string, sim *simProc, r *fleetRun) {
 	t.Logf("%s: campaign %d, OTP fast path %d (p50 %.1f ms, p99 %.1f ms, max %.1f ms), OTP queued %d (p50 %.1f ms, p99 %.1f ms, max %.1f ms), refused %d; 429s %d, worst 1 s %d (target+burst 95, contract 100), marketing %.1f/s, longest pause at the provider %s (at %s)",
 		label, len(r.campaign), len(fast), pct(fast, .5), pct(fast, .99), pct(fast, 1), len(queued), pct(queued, .5), pct(queued, .99), pct(queued, 1),
 		r.refused, st.Rejected429, worst, rate, gap.Round(time.Millisecond), gapAt.Format("15:04:05.000"))
+	r.steps.log(t, label+", OTP fast path", recs)
 }
 
 // TestFleetCampaign: n replicas (23 by default, the seed's max_senders) on

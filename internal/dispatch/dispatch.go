@@ -38,6 +38,7 @@ const (
 	defaultGuardSlowdown   = 2
 	defaultGuardRefresh    = time.Second
 	defaultSendNowDeadline = time.Second
+	defaultLearnedCapTTL   = 10 * time.Second
 	// fallbackBurstWait is how long a message costing more than the
 	// Redis-down fallback's burst (but within the shared one) waits
 	// before it is tried again: about when the limiter probes Redis.
@@ -83,9 +84,9 @@ type Config struct {
 	// Tuning knobs: zero takes the package's default.
 
 	// BulkMaxWait is how far ahead a transactional or marketing
-	// reservation may be. Small on purpose: when bulk saturates the global
-	// key a reservation pushes its schedule up to τ+T+MaxWait ahead, and an
-	// OTP arriving then waits about MaxWait+T.
+	// reservation may be. Bulk reservations also leave one unit of the
+	// global burst free (limiter.Request.Spare, bulkSpare): a bulk slot
+	// booked ahead never makes the next OTP wait.
 	BulkMaxWait time.Duration
 	// BulkBatch is how many units of rate the bulk pacer reserves in one
 	// limiter call: it takes messages of one class while senders are free
@@ -94,9 +95,10 @@ type Config struct {
 	// key every slot opening is asked for by N pacers; batching divides
 	// those limiter calls by the batch size. It must not exceed the
 	// limiter's burst (a larger batch is split and the cap learned); 1
-	// turns batching off. A batch of k marketing units moves the global
-	// key k·T ahead at once, so an OTP arriving right after it waits up to
-	// BulkMaxWait (with burst 5 and k <= 4).
+	// turns batching off. A batch of k units moves the global key k·T
+	// ahead at once; it is granted only when that leaves one unit of the
+	// burst for an OTP (bulkSpare), so k <= burst − 1 (4 at burst 5) goes
+	// whole.
 	BulkBatch int
 	// OTPMaxWait is how far ahead a queued OTP reserves (capped by its TTL).
 	OTPMaxWait time.Duration
@@ -135,6 +137,13 @@ type Config struct {
 	GuardSlowdown int
 	// GuardRefresh is how often each replica reads the shared 429 count.
 	GuardRefresh time.Duration
+	// LearnedCapTTL is how long a cap learned from the limiter's
+	// ErrCostExceedsBurst (the largest batch, the largest slowed cost of a
+	// class) is kept. A cap learned while the limiter fell back to its
+	// smaller burst (Redis down) must not outlive the fallback: after it
+	// the next reservation asks for the full size again and learns the
+	// cap anew if it still holds (one refused reservation per class).
+	LearnedCapTTL time.Duration
 
 	// Hold says when m may be sent if it must not be sent at at (the
 	// recipient's quiet hours for its class); zero: it may go. A held
@@ -168,6 +177,7 @@ func (c *Config) setDefaults() error {
 		{"BulkPoll", &c.BulkPoll, defaultBulkPoll},
 		{"BreakerOpen", &c.BreakerOpen, defaultBreakerOpen},
 		{"GuardRefresh", &c.GuardRefresh, defaultGuardRefresh},
+		{"LearnedCapTTL", &c.LearnedCapTTL, defaultLearnedCapTTL},
 		{"RecoverEvery", &c.RecoverEvery, max(c.Lease/2, time.Millisecond)},
 	} {
 		switch {
@@ -281,11 +291,11 @@ type Dispatcher struct {
 	// is active.
 	slowdown atomic.Int64
 	// costCap is, per class (indexed by sms.Class), the largest slowed
-	// cost the limiter accepts (0: not learned yet).
-	costCap [sms.ClassMarketing + 1]atomic.Int64
+	// cost the limiter accepts (0: not learned, or forgotten).
+	costCap learnedCaps
 	// batchCap is, per class, the largest batch cost that fits the burst
-	// (0: not learned yet; BulkBatch applies).
-	batchCap [sms.ClassMarketing + 1]atomic.Int64
+	// (0: not learned, or forgotten; BulkBatch applies).
+	batchCap learnedCaps
 
 	mu      sync.Mutex
 	flights map[*queue.Leased]*flight

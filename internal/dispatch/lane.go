@@ -216,8 +216,8 @@ func (d *Dispatcher) fill(ctx context.Context, ln *lane, first *flight, held *in
 	// While the guard multiplies costs, batches shrink so that the
 	// multiplied cost still fits the burst.
 	limit := max(d.cfg.BulkBatch/int(d.slowdown.Load()), 1)
-	if c := d.batchCap[classIndex(class)].Load(); c > 0 {
-		limit = min(limit, int(c))
+	if c := d.batchCap.get(classIndex(class)); c > 0 {
+		limit = min(limit, c)
 	}
 	cost := d.cost(first.l.Message)
 	// One call takes the rest of the batch: as many as there are free

@@ -78,12 +78,16 @@ func (d *Dispatcher) SendNow(ctx context.Context, m *sms.Message, deadline time.
 	ctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
 	d.noteBusy()
+	steps := stepsFrom(ctx)
 	start := time.Now()
 	delay, err := d.nowSlot(ctx, m, deadline)
+	steps.Mark(StepReserve)
 	if err != nil {
 		return SendNowResult{}, err
 	}
-	if !sleepCtx(ctx, delay) {
+	slept := sleepCtx(ctx, delay)
+	steps.Mark(StepWait)
+	if !slept {
 		return SendNowResult{}, d.noSlot(noSlotRate, delay)
 	}
 	if left := d.pauseLeft(); left > 0 {
@@ -99,6 +103,7 @@ func (d *Dispatcher) SendNow(ctx context.Context, m *sms.Message, deadline time.
 	// No validity: the fast path's deadline bounds our attempt, not how
 	// long the provider may deliver what it accepted.
 	res, kind, err := d.send(ctx, m, 0, waited, nil)
+	steps.Mark(StepProvider)
 	done(err)
 	pause := d.answered(ctx, kind, err, m)
 	if kind != kindSent {

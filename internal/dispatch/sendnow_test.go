@@ -3,6 +3,8 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -166,4 +168,61 @@ func TestSendNowErrors(t *testing.T) {
 			t.Errorf("SendNow = %v, want the provider's rejection", err)
 		}
 	})
+}
+
+// spareRecorder is a limiter that records the Spare of each class's
+// reservations.
+type spareRecorder struct {
+	limiter.Limiter
+	mu    sync.Mutex
+	spare map[string][]int
+}
+
+func (r *spareRecorder) Reserve(ctx context.Context, req limiter.Request) (limiter.Decision, error) {
+	r.mu.Lock()
+	r.spare[req.Class] = append(r.spare[req.Class], req.Spare)
+	r.mu.Unlock()
+	return r.Limiter.Reserve(ctx, req)
+}
+
+func (r *spareRecorder) of(class string) []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.spare[class])
+}
+
+// TestBulkLeavesASpareUnitForOTP: the send loop's reservations of
+// transactional and marketing leave one unit of the global burst free
+// (limiter.Request.Spare), so that an OTP arriving after a bulk batch does
+// not wait for slots booked ahead; the OTP's own reservations, on the fast
+// path and from the queue, keep none.
+func TestBulkLeavesASpareUnitForOTP(t *testing.T) {
+	t.Parallel()
+	acct := newAccount(t)
+	_, p, _ := startSim(t, sim.Config{Limit: 100})
+	rec := &spareRecorder{Limiter: acct.limiter(t, nil, defaultLimits), spare: map[string][]int{}}
+	q := acct.queue(t, nil)
+	d, _ := newDispatcher(t, Config{Queue: q, Limiter: rec, Provider: p})
+	ms := []*sms.Message{newMsg(sms.ClassMarketing), newMsg(sms.ClassTransactional), newMsg(sms.ClassOTP)}
+	enqueue(t, q, ms...)
+	d.Notify(sms.ClassOTP)
+	waitTerminal(t, q, ms[0].ID, ms[1].ID, ms[2].ID)
+	if _, err := d.SendNow(context.Background(), newMsg(sms.ClassOTP), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for class, want := range map[string]int{"marketing": 1, "transactional": 1, "otp": 0} {
+		got := rec.of(class)
+		if len(got) == 0 {
+			t.Errorf("%s: no reservation", class)
+		}
+		for _, s := range got {
+			if s != want {
+				t.Errorf("%s reserved with spare %v, want %d", class, got, want)
+				break
+			}
+		}
+	}
+	if n := len(rec.of("otp")); n != 2 {
+		t.Errorf("%d OTP reservations, want 2 (queued and fast path)", n)
+	}
 }

@@ -22,6 +22,7 @@ type apiMetrics struct {
 	accepted        *prometheus.CounterVec
 	replays         prometheus.Counter
 	otpDuration     *prometheus.HistogramVec
+	otpStep         *prometheus.HistogramVec
 	ingressFallback prometheus.Counter
 	receipts        *receiptMetrics
 }
@@ -51,11 +52,15 @@ func newAPIMetrics(reg prometheus.Registerer) (*apiMetrics, error) {
 			Name: "smsgw_api_otp_duration_seconds", Help: "POST /v1/otp time in the send path, by outcome.",
 			Buckets: []float64{.001, .0025, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"outcome"}),
+		otpStep: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "smsgw_api_otp_step_seconds", Help: "POST /v1/otp time by step of the fast path (decode, idempotency, protect, ingress, reserve, wait, provider).",
+			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1},
+		}, []string{"step"}),
 		ingressFallback: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "smsgw_api_ingress_fallback_total", Help: "Ingress decisions taken locally because Redis failed.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.rejected, m.accepted, m.replays, m.otpDuration, m.ingressFallback} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.rejected, m.accepted, m.replays, m.otpDuration, m.otpStep, m.ingressFallback} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -72,6 +77,9 @@ func newAPIMetrics(reg prometheus.Registerer) (*apiMetrics, error) {
 	}
 	for _, o := range otpOutcomes {
 		m.otpDuration.WithLabelValues(o)
+	}
+	for st := range dispatch.NumSteps {
+		m.otpStep.WithLabelValues(st.String())
 	}
 	return m, nil
 }
@@ -98,6 +106,13 @@ func (m *apiMetrics) otp(err error, d time.Duration) {
 		outcome = "error"
 	}
 	m.otpDuration.WithLabelValues(outcome).Observe(d.Seconds())
+}
+
+// otpSteps observes the steps of one OTP that reached the send path.
+func (m *apiMetrics) otpSteps(s *dispatch.Steps) {
+	for st := range dispatch.NumSteps {
+		m.otpStep.WithLabelValues(st.String()).Observe(s.Duration(st).Seconds())
+	}
 }
 
 // methodLabel is method as a label or a log field: the standard methods

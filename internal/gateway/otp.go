@@ -40,6 +40,7 @@ type otpSent struct {
 // 400, 429) costs nothing.
 func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 	arrived := s.now()
+	steps := dispatch.NewSteps(time.Now())
 	p := producerFrom(r.Context())
 	raw, err := readBody(r, false)
 	if err != nil {
@@ -80,13 +81,17 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	steps.Mark(dispatch.StepDecode)
 	s.idempotent(w, r, p, "otp", v.msg.RequestHash, func(ctx context.Context, key string) (*response, error) {
+		steps.Mark(dispatch.StepIdempotency)
 		if err := s.protectOne(ctx, sms.ClassOTP, v.msg.To); err != nil {
 			return nil, err
 		}
+		steps.Mark(dispatch.StepProtect)
 		if _, err := s.admitIngress(ctx, w, p, 1); err != nil {
 			return nil, err
 		}
+		steps.Mark(dispatch.StepIngress)
 		// Stamped with the arrival time: the provider's view of latency
 		// (the id's time) starts when the request arrived.
 		m := s.stamp(v, p, "", arrived)
@@ -98,9 +103,12 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 		if unknown.id != "" {
 			m.ID = unknown.id // a retry after an unknown outcome: the provider may drop it
 		}
+		steps.Mark(dispatch.StepIdempotency)
 		start := time.Now()
-		res, err := s.otp.SendNow(ctx, m, deadline)
+		res, err := s.otp.SendNow(dispatch.WithSteps(ctx, steps), m, deadline)
 		s.metrics.otp(err, time.Since(start))
+		s.metrics.otpSteps(steps)
+		w.Header().Set("Server-Timing", steps.ServerTiming())
 		unknown.finish(ctx, s, m.ID, err)
 		if err != nil {
 			if errors.Is(err, dispatch.ErrOutcomeUnknown) {

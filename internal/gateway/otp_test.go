@@ -36,6 +36,7 @@ func TestOTPSendsNow(t *testing.T) {
 			if !sms.ValidID(sent.ID) || sent.Status != sms.StatusSent || sent.ProviderMessageID == "" || sent.WaitedMS > 500 {
 				t.Fatalf("answer %+v", sent)
 			}
+			checkServerTiming(t, r.header.Get("Server-Timing"))
 			// Synchronous: the provider has it when the answer arrives.
 			if got := sentRefs(h.sim)[sent.ID]; got != 1 {
 				t.Errorf("provider has %d sends of %s", got, sent.ID)
@@ -246,4 +247,25 @@ func otpDuringCampaign(tb testing.TB, m mode) (sim.Stats, int) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return s.Stats(), sent
+}
+
+// checkServerTiming checks that an OTP's Server-Timing names every step
+// of the fast path in order, each with a duration, and that the provider
+// call took some time.
+func checkServerTiming(t *testing.T, v string) {
+	t.Helper()
+	parts := strings.Split(v, ", ")
+	if len(parts) != int(dispatch.NumSteps) {
+		t.Fatalf("Server-Timing %q: want %d steps", v, dispatch.NumSteps)
+	}
+	for i, part := range parts {
+		name, dur, ok := strings.Cut(part, ";dur=")
+		ms, err := strconv.ParseFloat(dur, 64)
+		if !ok || err != nil || ms < 0 || name != dispatch.Step(i).String() {
+			t.Errorf("Server-Timing step %d: %q, want %s;dur=<ms>", i, part, dispatch.Step(i))
+		}
+		if name == "provider" && ms <= 0 {
+			t.Errorf("Server-Timing: provider call took %q", dur)
+		}
+	}
 }

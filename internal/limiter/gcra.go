@@ -77,6 +77,9 @@ func checkRequest(r Request) error {
 	if r.Cost < 1 {
 		return fmt.Errorf("limiter: cost %d must be >= 1", r.Cost)
 	}
+	if r.Spare < 0 {
+		return fmt.Errorf("limiter: spare %d must be >= 0", r.Spare)
+	}
 	return nil
 }
 
@@ -116,6 +119,7 @@ const (
 	granted outcome = iota
 	tooLate         // the wait exceeds max_wait; wait-maxWait is the retry-after
 	tooBig          // cost > burst of a key: never grantable
+	noRoom          // the global key would keep less than the request's spare; the value is the retry-after
 )
 
 // step is the GCRA decision over one or more keys, the Go twin of
@@ -125,14 +129,20 @@ const (
 //     max(tat, now) + cost·interval − burst·interval;
 //   - the send time is the latest of those and now; it is granted when it is
 //     at most maxWait ahead;
+//   - with spare > 0, the global key (ps[0]) must keep spare units of its
+//     burst free from now on after this booking: max(tat, send) +
+//     cost·interval may be at most max(burst − spare, cost)·interval ahead
+//     of now (a request that costs the whole burst may still have it);
+//     otherwise the request is denied (noRoom) with the exact retry-after;
 //   - every key then records max(tat, send) + cost·interval. Using the send
 //     time (not now) keeps a key that did not set the delay from counting
 //     these units earlier than they are really sent, which would let another
 //     sender use the same capacity a second time.
 //
 // On a grant step updates tats in place and returns the wait (>= 0); on a
-// denial it changes nothing and returns the full wait from now.
-func step(now int64, tats []int64, ps []params, cost, maxWait int64) (outcome, int64) {
+// denial it changes nothing and returns the full wait from now (tooLate) or
+// the retry-after (noRoom).
+func step(now int64, tats []int64, ps []params, cost, maxWait, spare int64) (outcome, int64) {
 	var wait int64
 	for i, p := range ps {
 		if cost > p.burst {
@@ -147,6 +157,12 @@ func step(now int64, tats []int64, ps []params, cost, maxWait int64) (outcome, i
 		return tooLate, wait
 	}
 	send := now + wait
+	if spare > 0 {
+		g := ps[0]
+		if over := max(tats[0], send) + cost*g.interval - max(g.burst-spare, cost)*g.interval - now; over > 0 {
+			return noRoom, over
+		}
+	}
 	for i, p := range ps {
 		tats[i] = max(tats[i], send) + cost*p.interval
 	}

@@ -53,6 +53,12 @@ type Request struct {
 	Class   string
 	Cost    int           // >= 1; segments of the message
 	MaxWait time.Duration // 0: only a slot available now
+	// Spare is how many units of the global key's burst must stay free
+	// after this booking, counted from now (0: none): the bulk classes
+	// leave one, so that an OTP arriving next never waits for slots they
+	// booked ahead. A request costing more than burst − Spare may still
+	// take the whole burst when the global key is idle.
+	Spare int
 }
 
 // Decision is the answer to a Request.

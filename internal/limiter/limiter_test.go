@@ -77,6 +77,18 @@ import (
 //	  shared.go: `if rem := s.fallback.pauseRemaining(); rem > 0 {` -> `if rem := s.fallback.pauseRemaining(); rem > time.Hour {`
 //	local-skip-pause [TestLocalPause]
 //	  local.go: `if l.pauseUntil > now {` -> `if false {`
+//	ignore-spare-redis [TestSpareKeepsRoomForOTP]
+//	  redis.go: `if spare > 0 then` -> `if false then`
+//	ignore-spare-local [TestSpareKeepsRoomForOTP]
+//	  gcra.go: `if spare > 0 {` -> `if false {`
+//	spare-not-sent [TestSpareKeepsRoomForOTP]
+//	  redis.go: `args = append(args, req.Spare)` -> `args = append(args, 0)`
+//	spare-refuses-whole-burst-redis [TestSpareKeepsRoomForOTP]
+//	  redis.go: `math.max(gb - spare, cost) * gi` -> `(gb - spare) * gi`
+//	spare-refuses-whole-burst-local [TestSpareKeepsRoomForOTP]
+//	  gcra.go: `max(g.burst-spare, cost)*g.interval` -> `(g.burst-spare)*g.interval`
+//	spare-retry-after-local [TestSpareKeepsRoomForOTP]
+//	  local.go: `return Decision{RetryAfter: micros(wait), Mode: l.mode}, nil` -> `return Decision{RetryAfter: micros(wait / 2), Mode: l.mode}, nil`
 //	ingress-denial-writes [TestKeyLimiterDenialChangesNothing]
 //	  ../gcra/gcra.go: `  local new = tat + cost * interval` -> `  local new = tat + cost * interval redis.call('SET', key, string.format('%d', new))`
 //	ingress-increment-before-check [TestKeyLimiterDenialChangesNothing]

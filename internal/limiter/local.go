@@ -69,12 +69,14 @@ func (l *Local) Reserve(ctx context.Context, r Request) (Decision, error) {
 	if l.pauseUntil > now {
 		return Decision{RetryAfter: micros(l.pauseUntil - now), Paused: true, Mode: l.mode}, nil
 	}
-	out, wait := step(now, tats, ps, int64(r.Cost), floorMicros(r.MaxWait))
+	out, wait := step(now, tats, ps, int64(r.Cost), floorMicros(r.MaxWait), int64(r.Spare))
 	switch out {
 	case tooBig:
 		return Decision{}, ErrCostExceedsBurst
 	case tooLate:
 		return Decision{RetryAfter: micros(wait - floorMicros(r.MaxWait)), Mode: l.mode}, nil
+	case noRoom:
+		return Decision{RetryAfter: micros(wait), Mode: l.mode}, nil
 	}
 	l.globalTAT = tats[0]
 	if capped {

@@ -80,6 +80,8 @@ type reserveCall struct {
 //	ARGV[2]  max_wait, µs: how far ahead a slot may be reserved
 //	ARGV[3]  global emission interval, µs;  ARGV[4] global burst
 //	ARGV[5]  class emission interval, µs;   ARGV[6] class burst (with KEYS[3])
+//	ARGV[2·#KEYS+1]  spare: units of the global burst this booking must
+//	         leave free from now on (0: none; see step in gcra.go)
 //
 // Returns {code, µs, now}, now being Redis TIME in µs:
 //
@@ -131,6 +133,14 @@ if wait > tonumber(ARGV[2]) then
   return {0, wait - tonumber(ARGV[2]), now}
 end
 local send = now + wait
+local spare = tonumber(ARGV[2 * #KEYS + 1])
+if spare > 0 then
+  local gi, gb = tonumber(ARGV[3]), tonumber(ARGV[4])
+  local over = math.max(tats[2], send) + cost * gi - math.max(gb - spare, cost) * gi - now
+  if over > 0 then
+    return {0, over, now}
+  end
+end
 for i = 2, #KEYS do
   local tat = math.max(tats[i], send) + cost * tonumber(ARGV[2 * i - 1])
   redis.call('SET', KEYS[i], string.format('%d', tat), 'PX', string.format('%d', math.ceil((tat - now) / 1000) + 1))
@@ -155,6 +165,7 @@ func (r *Redis) reserve(ctx context.Context, req Request) (Decision, int64, erro
 		call = r.uncapped
 	}
 	args := append([]any{req.Cost, floorMicros(req.MaxWait)}, call.args...)
+	args = append(args, req.Spare)
 	res, err := reserveScript.Run(ctx, r.client, call.keys, args...).Int64Slice()
 	if err != nil {
 		return Decision{}, 0, fmt.Errorf("limiter: reserve on redis: %w", err)

@@ -281,6 +281,52 @@ func TestMarketingCapAndOTPHeadroom(t *testing.T) {
 	}
 }
 
+// TestSpareKeepsRoomForOTP: a request with Spare 1 (a bulk class) may not
+// book the global key so far ahead that the next OTP would wait: it is
+// denied with the exact retry-after, writing nothing, and the OTP passes
+// at once; a request costing the whole burst still gets it when idle.
+func TestSpareKeepsRoomForOTP(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Global: Rate{PerSecond: 10, Burst: 5}, Classes: map[string]Rate{"marketing": {PerSecond: 5, Burst: 5}}}
+	for name, l := range limiters(t, cfg) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			reserve := func(class string, cost, spare int) Decision {
+				t.Helper()
+				d, err := l.Reserve(bg, Request{Class: class, Cost: cost, Spare: spare})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return d
+			}
+			if d := reserve("marketing", 4, 1); !d.Allowed || d.Delay != 0 {
+				t.Fatalf("4 marketing units on an idle key with one spare: %+v", d)
+			}
+			// The global key (100 ms a unit) is 400 ms ahead: one more
+			// unit would leave no room for an OTP.
+			d := reserve("marketing", 1, 1)
+			if d.Allowed || d.RetryAfter <= 50*time.Millisecond || d.RetryAfter > 100*time.Millisecond {
+				t.Fatalf("a 5th marketing unit with one spare: %+v, want denied for about 100ms", d)
+			}
+			time.Sleep(d.RetryAfter)
+			if d := reserve("marketing", 1, 1); !d.Allowed {
+				t.Fatalf("after its retry-after the same request: %+v, want granted", d)
+			}
+			if d := reserve("otp", 1, 0); !d.Allowed || d.Delay != 0 {
+				t.Fatalf("OTP after marketing took what it may: %+v, want granted at once", d)
+			}
+		})
+	}
+	for name, l := range limiters(t, cfg) {
+		t.Run(name+"/whole burst", func(t *testing.T) {
+			t.Parallel()
+			if d, err := l.Reserve(bg, Request{Class: "transactional", Cost: 5, Spare: 1}); err != nil || !d.Allowed {
+				t.Fatalf("cost of the whole burst on an idle key with one spare: %+v %v, want granted", d, err)
+			}
+		})
+	}
+}
+
 // TestCostConsumesN: a cost of n uses n units of every key it passes.
 func TestCostConsumesN(t *testing.T) {
 	t.Parallel()
