@@ -32,16 +32,26 @@ const tenMinutes = 600 * fullPace
 var sizeStart = time.Now()
 
 // sizeMsg is a typical transactional message: a 110-character body, an
-// E.164 number, a producer's reference, no idempotency key; message i is
-// created i/fullPace seconds after message 0.
+// E.164 number, a producer's reference, the default TTL (24 h), no
+// idempotency key; message i is created i/fullPace seconds after message 0.
 func sizeMsg(i int) *sms.Message {
 	now := sizeStart.Add(time.Duration(i) * time.Second / fullPace)
 	body := fmt.Sprintf("Your order %08d has shipped and will arrive tomorrow between 9:00 and 12:00. Track it in the app or reply STOP.", i)
 	return &sms.Message{
 		ID: sms.NewID(now), Producer: "shop-backend", Class: sms.ClassTransactional,
 		To: "+819012345678", Body: body[:110], Reference: fmt.Sprintf("order-%08d", i),
-		Segments: 1, CreatedAt: now.UTC(),
+		Segments: 1, CreatedAt: now.UTC(), ExpiresAt: now.UTC().Add(24 * time.Hour),
 	}
+}
+
+// keyedMsg is sizeMsg(i) sent with an Idempotency-Key (a UUID's length):
+// the queue then also maps the key to the message for the idempotency
+// window.
+func keyedMsg(i int) *sms.Message {
+	m := sizeMsg(i)
+	m.IdempotencyKey = fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i)
+	m.RequestHash = fmt.Sprintf("%064x", sha256.Sum256([]byte(m.Body)))
+	return m
 }
 
 // usedMemory is INFO memory's used_memory: the bytes Redis has allocated.
@@ -64,48 +74,88 @@ func usedMemory(tb testing.TB, c *redis.Client) int64 {
 	return 0
 }
 
-// BenchmarkStoredBytes reports what one message costs Redis: the growth of
-// used_memory over n messages created at full pace, once queued and once
-// all are sent (Take and Complete with a 34-character provider id), for n =
-// sizeMessages and for a 10-minute run at full pace (tenMinutes messages,
-// whose final records are all the store keeps of that run: its growth). It
-// runs on a private redis-server so that nothing else moves used_memory,
-// and loads the scripts before the first reading. Run it once:
+// storedSize is what Redis holds at one step of BenchmarkStoredBytes:
+// the growth of used_memory, and MEMORY USAGE (all samples) summed by kind
+// of key.
+type storedSize struct {
+	used   int64
+	byKind map[string]int64
+}
+
+// keyKinds names the kinds of key storedSize sums MEMORY USAGE over, by
+// the part of the name after the queue's prefix; every other key is
+// "other".
+var keyKinds = []string{"fin:", "px:", "pid:", "idem:"}
+
+// BenchmarkStoredBytes reports what one message costs Redis, measured on a
+// private redis-server (nothing else moves used_memory), with the scripts
+// loaded before the first reading: n messages created at full pace are
+// queued (B/queued-msg), then all sent (Take and Complete with a
+// 34-character provider id, each its own: B/sent-msg), then each gets its
+// delivery receipt (B/delivered-msg: what a completed message costs for
+// the retention). final-B and pid-index-B split the delivered figure by
+// MEMORY USAGE: the final records' lists, and the provider-id index
+// (receipts without a reference). n is sizeMessages and a 10-minute run at
+// full pace (tenMinutes, whose delivered growth is the store's growth over
+// those 10 minutes); the "keyed" run sends each message with an
+// Idempotency-Key (its mapping to the message lives for the idempotency
+// window: idem-B). Run it once:
 //
 //	go test -run '^$' -bench StoredBytes -benchtime 1x ./internal/queue/redisq
 func BenchmarkStoredBytes(b *testing.B) {
-	for _, n := range []int{sizeMessages, tenMinutes} {
-		b.Run(fmt.Sprint(n), func(b *testing.B) {
+	for _, run := range []struct {
+		name string
+		n    int
+		msg  func(int) *sms.Message
+	}{
+		{fmt.Sprint(sizeMessages), sizeMessages, sizeMsg},
+		{fmt.Sprint(tenMinutes), tenMinutes, sizeMsg},
+		{fmt.Sprintf("%d-keyed", sizeMessages), sizeMessages, keyedMsg},
+	} {
+		b.Run(run.name, func(b *testing.B) {
 			srv := redistest.StartServer(b, redistest.ServerOptions{})
 			c := newClient(b, srv.Addr)
-			var queued, done int64
+			var steps [3]storedSize
 			for b.Loop() {
-				queued, done = storedBytes(b, c, n)
+				steps = storedBytes(b, c, run.n, run.msg)
 			}
-			b.ReportMetric(float64(queued)/float64(n), "B/queued-msg")
-			b.ReportMetric(float64(done)/float64(n), "B/sent-msg")
-			if n == tenMinutes {
-				b.ReportMetric(float64(done)/1e6, "MB/10min-at-90/s")
+			per := func(v int64) float64 { return float64(v) / float64(run.n) }
+			queued, sent, delivered := steps[0], steps[1], steps[2]
+			b.ReportMetric(per(queued.used), "B/queued-msg")
+			b.ReportMetric(per(sent.used), "B/sent-msg")
+			b.ReportMetric(per(delivered.used), "B/delivered-msg")
+			b.ReportMetric(per(delivered.byKind["fin:"]), "final-B/msg")
+			b.ReportMetric(per(delivered.byKind["px:"]+delivered.byKind["pid:"]), "pid-index-B/msg")
+			if run.msg(0).IdempotencyKey != "" {
+				b.ReportMetric(per(delivered.byKind["idem:"]), "idem-B/msg")
+			}
+			if run.n == tenMinutes {
+				b.ReportMetric(float64(delivered.used)/1e6, "MB/10min-at-90/s")
 			}
 		})
 	}
 }
 
-// storedBytes stores n messages, then sends them all, and returns the
-// growth of used_memory after each step.
-func storedBytes(b *testing.B, c *redis.Client, n int) (queued, done int64) {
+// storedBytes stores n messages made by msg, sends them all, then applies
+// a delivery receipt to each, and returns what Redis holds after each step.
+func storedBytes(b *testing.B, c *redis.Client, n int, msg func(int) *sms.Message) [3]storedSize {
 	ctx := context.Background()
 	warm := open(b, c, "warm")
 	enqueue(b, warm, sizeMsg(0))
 	deliver(b, warm)
+	if _, err := warm.ApplyReceipt(ctx, queue.Receipt{ProviderID: "pm", Status: sms.StatusDelivered}); err != nil {
+		b.Fatal(err)
+	}
 	if err := c.FlushAll(ctx).Err(); err != nil {
 		b.Fatal(err)
 	}
 	q := open(b, c, "size")
 	base := usedMemory(b, c)
+	measure := func() storedSize { return storedSize{used: usedMemory(b, c) - base, byKind: memoryByKind(b, c, q)} }
+	var out [3]storedSize
 	batch := make([]*sms.Message, 0, maxBatch)
 	for i := range n {
-		batch = append(batch, sizeMsg(i))
+		batch = append(batch, msg(i))
 		if len(batch) == maxBatch || i == n-1 {
 			if _, err := q.EnqueueMany(ctx, batch); err != nil {
 				b.Fatal(err)
@@ -113,7 +163,8 @@ func storedBytes(b *testing.B, c *redis.Client, n int) (queued, done int64) {
 			batch = batch[:0]
 		}
 	}
-	queued = usedMemory(b, c) - base
+	out[0] = measure()
+	ids := make([]string, 0, n)
 	for range n {
 		l, _, err := q.Take(ctx, queue.TakeOptions{Owner: "size", Lease: time.Minute})
 		if err != nil {
@@ -124,6 +175,41 @@ func storedBytes(b *testing.B, c *redis.Client, n int) (queued, done int64) {
 		if err := q.Complete(ctx, l, o); err != nil {
 			b.Fatal(err)
 		}
+		ids = append(ids, l.Message.ID)
 	}
-	return queued, usedMemory(b, c) - base
+	out[1] = measure()
+	for _, id := range ids {
+		out, err := q.ApplyReceipt(ctx, queue.Receipt{Reference: id, Status: sms.StatusDelivered})
+		if err != nil || out.Result != queue.ReceiptApplied {
+			b.Fatalf("receipt for %s: %+v, %v", id, out, err)
+		}
+	}
+	out[2] = measure()
+	return out
+}
+
+// memoryByKind sums MEMORY USAGE (every element sampled) of q's keys by
+// kind (keyKinds, else "other").
+func memoryByKind(b *testing.B, c *redis.Client, q *Queue) map[string]int64 {
+	ctx := context.Background()
+	out := map[string]int64{}
+	iter := c.Scan(ctx, 0, q.k.tag+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		k := iter.Val()
+		n, err := c.MemoryUsage(ctx, k, 0).Result()
+		if err != nil {
+			b.Fatalf("MEMORY USAGE %s: %v", k, err)
+		}
+		kind := "other"
+		for _, p := range keyKinds {
+			if strings.HasPrefix(k, q.k.tag+p) {
+				kind = p
+			}
+		}
+		out[kind] += n
+	}
+	if err := iter.Err(); err != nil {
+		b.Fatal(err)
+	}
+	return out
 }
