@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"net/http"
 	"strconv"
 	"testing"
@@ -130,6 +131,43 @@ func TestTTLShorterThanBacklogIsRefused(t *testing.T) {
 			// Transactional goes ahead of the marketing backlog.
 			tx := h.post("/v1/messages", keyNotify, msg("transactional", "ttl_seconds", 3))
 			wantStatus(t, tx, http.StatusAccepted)
+		})
+	}
+}
+
+// TestReplayBeforeTTLCheck: a retry of an accepted message gets its first
+// answer even when the backlog has grown since and the TTL check would
+// now refuse the same request: the stored answer comes first, in both
+// modes (Redis runs the TTL check before its script, and then looks for
+// the answer).
+func TestReplayBeforeTTLCheck(t *testing.T) {
+	for _, m := range modes {
+		t.Run(string(m), func(t *testing.T) {
+			t.Parallel()
+			h := start(t, m, func(c *config.Config) {
+				c.Limits.TargetRPS = 10
+				c.Limits.Classes = map[string]config.ClassLimits{"marketing": {MaxRPS: 5}}
+			})
+			wantStatus(t, h.post("/v1/admin/pause", keyAdmin, map[string]any{"reason": "build a backlog"}), http.StatusOK)
+			body := msg("marketing", "ttl_seconds", 3)
+			first := h.post("/v1/messages", keyNotify, body, "Idempotency-Key", "ttl-retry")
+			wantStatus(t, first, http.StatusAccepted)
+			items := make([]any, 50)
+			for i := range items {
+				items[i] = msg("marketing")
+			}
+			wantStatus(t, h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": items}), http.StatusOK)
+			// The backlog is seen once the estimate rereads it: a new
+			// request with the same body is refused...
+			eventually(t, "the TTL check to see the backlog", func() bool {
+				return h.post("/v1/messages", keyNotify, body).status == http.StatusTooManyRequests
+			})
+			// ...but the retry gets its first answer.
+			again := h.post("/v1/messages", keyNotify, body, "Idempotency-Key", "ttl-retry")
+			wantStatus(t, again, http.StatusAccepted)
+			if !bytes.Equal(again.body, first.body) || again.header.Get("Idempotent-Replayed") != "true" {
+				t.Errorf("retry %d %s, want the first answer %s", again.status, again.body, first.body)
+			}
 		})
 	}
 }

@@ -47,6 +47,13 @@ func (s *server) acceptOneTrip(w http.ResponseWriter, r *http.Request, p *produc
 	}
 	req, err := s.prepareOneTrip(ctx, p, v, idem)
 	if err != nil {
+		// A retry of an accepted message gets its first answer even
+		// when a check that runs before the script (send_at, the
+		// destination, the TTL against today's backlog) would now refuse
+		// it: the answer comes first, as on the step-by-step path.
+		if idem != "" && s.replayStored(w, r, p, idem, v.msg.RequestHash) {
+			return
+		}
 		s.writeError(w, r, err)
 		return
 	}
@@ -88,6 +95,18 @@ func (s *server) acceptOneTrip(w http.ResponseWriter, r *http.Request, p *produc
 	s.metrics.accepted.WithLabelValues(m.Class.String()).Inc()
 	w.Header().Set("Location", location(m.ID))
 	writeRaw(w, "application/json", http.StatusAccepted, append(req.body, '\n'))
+}
+
+// replayStored answers with the first answer stored for the request's
+// Idempotency-Key, if there is one (an extra round trip, taken only by a
+// keyed request refused before the script).
+func (s *server) replayStored(w http.ResponseWriter, r *http.Request, p *producer, idem, hash string) bool {
+	a, err := s.oneTrip.idem.Answer(r.Context(), idemKey(p.Name, "message", idem))
+	if err != nil || a == nil {
+		return false
+	}
+	s.replay(w, r, a, hash)
+	return true
 }
 
 // oneTripRequest is a message ready for the script: stamped, its checks,

@@ -221,6 +221,22 @@ func (s *RedisIdempotency) AnswerKey(key string) (string, error) {
 	return s.keys.idemAnswer(key), nil
 }
 
+// Answer reads the stored answer for key (nil when there is none) and
+// takes no lock.
+func (s *RedisIdempotency) Answer(ctx context.Context, key string) (*Answer, error) {
+	if err := checkIdem(ctx, key, s.window); err != nil {
+		return nil, fmt.Errorf("state: answer: %w", err)
+	}
+	raw, err := s.c.Get(ctx, s.keys.idemAnswer(key)).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("state: answer on redis: %w", err)
+	}
+	return DecodeAnswer(raw)
+}
+
 // Window is how long answers are kept.
 func (s *RedisIdempotency) Window() time.Duration { return s.window }
 
