@@ -137,6 +137,17 @@ type Config struct {
 	GuardSlowdown int
 	// GuardRefresh is how often each replica reads the shared 429 count.
 	GuardRefresh time.Duration
+	// LateSlot bounds how late after its limiter slot a send may start: a
+	// send that would start later is not made, its slot is forfeited
+	// (smsgw_dispatch_late_slots_total) and the message goes back without
+	// spending an attempt (the fast path reserves once more). The limiter
+	// spaces slots; a stall of this process (starved of CPU, a long GC, a
+	// slow Redis answer) between the grant and the send would otherwise
+	// start sends of slots granted over a stretch of time together, which
+	// a provider counting a sliding window sees as a burst above the
+	// rate. The gateway derives it from the contract's margin
+	// (LateSlotFor). 0: no bound.
+	LateSlot time.Duration
 	// LearnedCapTTL is how long a cap learned from the limiter's
 	// ErrCostExceedsBurst (the largest batch, the largest slowed cost of a
 	// class) is kept. A cap learned while the limiter fell back to its
@@ -187,8 +198,8 @@ func (c *Config) setDefaults() error {
 			*f.v = f.def
 		}
 	}
-	if c.SendTimeout < 0 {
-		errs = append(errs, fmt.Errorf("SendTimeout %s must not be negative", c.SendTimeout))
+	if c.SendTimeout < 0 || c.LateSlot < 0 {
+		errs = append(errs, fmt.Errorf("SendTimeout %s and LateSlot %s must not be negative", c.SendTimeout, c.LateSlot))
 	}
 	if c.HoldMax > c.Lease/2 {
 		c.HoldMax = c.Lease / 2 // never sit on a lease close to its expiry
@@ -591,4 +602,26 @@ func (d *Dispatcher) sinceQueueError() (time.Duration, bool) {
 		return 0, false
 	}
 	return time.Since(d.epoch) - time.Duration(at), true
+}
+
+// MinLateSlot is the least LateSlotFor gives: the followers of a batch
+// wait up to batchProbeWait for the leader's answer, and must not all be
+// forfeited on a healthy machine.
+const MinLateSlot = 25 * time.Millisecond
+
+// LateSlotFor is the late-slot bound (Config.LateSlot) that keeps a send
+// loop within a provider contract of contractRPS over any second while
+// the limiter paces at targetRPS with burst: the limiter grants at most
+// targetRPS·W + burst in any window W; sends that start up to L late fit
+// targetRPS·(W+L) + burst into it, which stays within contractRPS·W for
+// W = 1 s while L <= (contractRPS − targetRPS − burst) / targetRPS. It is
+// at least MinLateSlot (a contract with a smaller margin than that gets
+// MinLateSlot: the bound then still limits a stall's clump to
+// targetRPS·MinLateSlot units).
+func LateSlotFor(contractRPS, targetRPS float64, burst int) time.Duration {
+	if targetRPS <= 0 {
+		return MinLateSlot
+	}
+	margin := (contractRPS - targetRPS - float64(burst)) / targetRPS
+	return max(time.Duration(margin*float64(time.Second)), MinLateSlot)
 }

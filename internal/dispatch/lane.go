@@ -142,14 +142,14 @@ func (d *Dispatcher) paceOne(ctx context.Context, ln *lane) time.Duration {
 		return 0
 	}
 	batch := d.fill(ctx, ln, f, &held)
-	delay, res := d.reserve(ctx, batch)
+	sl, res := d.reserve(ctx, batch)
 	switch res {
 	case reserveOK:
-		d.handOff(batch, delay, &held)
+		d.handOff(batch, sl, &held)
 	case reserveSplit:
 		for _, f := range batch {
-			if delay, res := d.reserve(ctx, []*flight{f}); res == reserveOK {
-				d.handOff([]*flight{f}, delay, &held)
+			if sl, res := d.reserve(ctx, []*flight{f}); res == reserveOK {
+				d.handOff([]*flight{f}, sl, &held)
 			}
 		}
 	}
@@ -159,7 +159,7 @@ func (d *Dispatcher) paceOne(ctx context.Context, ln *lane) time.Duration {
 // handOff starts a sender per message; each takes one of the held slots.
 // In a batch the first send goes alone and the others follow its answer
 // (see batchGate).
-func (d *Dispatcher) handOff(batch []*flight, delay time.Duration, held *int) {
+func (d *Dispatcher) handOff(batch []*flight, sl slot, held *int) {
 	var gate *batchGate
 	if len(batch) > 1 {
 		gate = &batchGate{done: make(chan struct{})}
@@ -167,7 +167,7 @@ func (d *Dispatcher) handOff(batch []*flight, delay time.Duration, held *int) {
 	for i, f := range batch {
 		*held--
 		d.senders.Add(1)
-		go d.sendOne(f, delay, gate, i == 0)
+		go d.sendOne(f, sl, gate, i == 0)
 	}
 }
 

@@ -31,10 +31,11 @@ const (
 	requeueAuth      = "auth"        // the provider refused our credentials (or the account's sender)
 	requeueQuiet     = "quiet_hours" // the recipient's quiet hours: back until they end
 	requeueCrashed   = "crashed"     // the send crashed its sender (a recovered panic)
+	requeueLate      = "late_slot"   // this process stalled past the slot (Config.LateSlot)
 )
 
 var requeueReasons = []string{requeueThrottled, requeueRetry, requeueRateWait, requeuePaused, requeueBreaker, requeueReleased,
-	requeueAuth, requeueQuiet, requeueCrashed}
+	requeueAuth, requeueQuiet, requeueCrashed, requeueLate}
 
 // Reservation results.
 const (
@@ -97,6 +98,7 @@ type metrics struct {
 	loopErrors     *prometheus.CounterVec // loop
 	senderPanics   prometheus.Counter
 	poison         prometheus.Counter
+	lateSlots      *prometheus.CounterVec // class
 }
 
 // Latency buckets: sub-millisecond to seconds; the OTP target is 20 ms.
@@ -152,13 +154,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		senderPanics: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "smsgw_dispatch_sender_panics_total", Help: "Sends that crashed their sender (a recovered panic).",
 		}),
+		lateSlots: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "smsgw_dispatch_late_slots_total",
+			Help: "Limiter slots forfeited because this process would have started the send later than dispatch's late-slot bound after the slot (a stall), by class.",
+		}, []string{"class"}),
 		poison: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "smsgw_dispatch_poison_total", Help: "Messages made dead letters because sending them crashed dispatch.poison_after times.",
 		}),
 	}
 	for _, c := range []prometheus.Collector{m.takes, m.outcomes, m.requeues, m.reservations, m.reserveDelay,
 		m.sendDuration, m.queueToSend, m.throttles, m.breakerRejects, m.inFlight, m.guardActive, m.guardCount,
-		m.sendNow, m.loopErrors, m.senderPanics, m.poison} {
+		m.sendNow, m.loopErrors, m.senderPanics, m.poison, m.lateSlots} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("dispatch: register metrics: %w", err)
 		}
@@ -188,6 +194,7 @@ func (m *metrics) createAtZero() {
 		}
 		m.reserveDelay.WithLabelValues(cl)
 		m.queueToSend.WithLabelValues(cl)
+		m.lateSlots.WithLabelValues(cl)
 	}
 	for _, r := range sendResults() {
 		m.sendDuration.WithLabelValues(r)

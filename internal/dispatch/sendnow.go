@@ -80,24 +80,9 @@ func (d *Dispatcher) SendNow(ctx context.Context, m *sms.Message, deadline time.
 	d.noteBusy()
 	steps := stepsFrom(ctx)
 	start := time.Now()
-	delay, err := d.nowSlot(ctx, m, deadline)
-	steps.Mark(StepReserve)
+	done, err := d.nowSlotAndBreaker(ctx, m, deadline, steps)
 	if err != nil {
 		return SendNowResult{}, err
-	}
-	slept := sleepCtx(ctx, delay)
-	steps.Mark(StepWait)
-	if !slept {
-		return SendNowResult{}, d.noSlot(noSlotRate, delay)
-	}
-	if left := d.pauseLeft(); left > 0 {
-		// A throttle or refused credentials paused us after this slot was granted.
-		return SendNowResult{}, d.noSlot(noSlotPaused, left)
-	}
-	done, _, err := d.breakerAllow(m)
-	if err != nil {
-		d.m.sendNow.WithLabelValues(nowUnavailable).Inc()
-		return SendNowResult{}, fmt.Errorf("dispatch: send now %s: breaker: %w", m.ID, errors.Join(ErrUnavailable, err))
 	}
 	waited := time.Since(start)
 	// No validity: the fast path's deadline bounds our attempt, not how
@@ -112,6 +97,41 @@ func (d *Dispatcher) SendNow(ctx context.Context, m *sms.Message, deadline time.
 	d.m.sendNow.WithLabelValues(nowSent).Inc()
 	d.log.Debug("sent now", "id", m.ID, "to", sms.MaskPhone(m.To), "waited", waited)
 	return SendNowResult{ProviderID: res.ProviderID, Waited: waited}, nil
+}
+
+// nowSlotAndBreaker reserves the fast path's slot, sleeps to it and passes
+// the breaker; a send that would start later than Config.LateSlot after
+// its slot (this process stalled) forfeits it and reserves once more.
+func (d *Dispatcher) nowSlotAndBreaker(ctx context.Context, m *sms.Message, deadline time.Duration, steps *Steps) (func(error), error) {
+	for try := 0; ; try++ {
+		asked := time.Now()
+		delay, err := d.nowSlot(ctx, m, deadline)
+		steps.Mark(StepReserve)
+		if err != nil {
+			return nil, err
+		}
+		slept := sleepCtx(ctx, delay)
+		steps.Mark(StepWait)
+		if !slept {
+			return nil, d.noSlot(noSlotRate, delay)
+		}
+		if left := d.pauseLeft(); left > 0 {
+			// A throttle or refused credentials paused us after this slot was granted.
+			return nil, d.noSlot(noSlotPaused, left)
+		}
+		if d.late(d.slotOf(asked, delay), m.Class) {
+			if try == 0 {
+				continue
+			}
+			return nil, d.noSlot(noSlotRate, provider.MinRetryAfter)
+		}
+		done, _, err := d.breakerAllow(m)
+		if err != nil {
+			d.m.sendNow.WithLabelValues(nowUnavailable).Inc()
+			return nil, fmt.Errorf("dispatch: send now %s: breaker: %w", m.ID, errors.Join(ErrUnavailable, err))
+		}
+		return done, nil
+	}
 }
 
 // nowSlot reserves the fast path's slot: no further than deadline ahead,

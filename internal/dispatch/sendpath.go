@@ -161,7 +161,7 @@ const (
 // message). A denial whose RetryAfter the lane can hold for is slept here,
 // exactly; a longer one requeues the messages without spending an attempt
 // and keeps the lane off their class until the slot could be granted.
-func (d *Dispatcher) reserve(ctx context.Context, batch []*flight) (time.Duration, reserveResult) {
+func (d *Dispatcher) reserve(ctx context.Context, batch []*flight) (slot, reserveResult) {
 	m := batch[0].l.Message
 	cls := m.Class.String()
 	for {
@@ -169,20 +169,21 @@ func (d *Dispatcher) reserve(ctx context.Context, batch []*flight) (time.Duratio
 		for _, f := range batch {
 			cost += d.cost(f.l.Message)
 		}
+		asked := time.Now()
 		dec, err := d.reserveSlot(ctx, m.Class, cost, len(batch), d.maxWait(m))
 		switch {
 		case errors.Is(err, limiter.ErrCostExceedsBurst) && len(batch) > 1:
 			d.lowerBatchCap(m.Class, cost-1)
-			return 0, reserveSplit
+			return slot{}, reserveSplit
 		case errors.Is(err, limiter.ErrCostExceedsBurst) && d.grantable(m.Class, cost):
 			d.log.Debug("cost exceeds the fallback burst; message put back until Redis is back", "id", m.ID, "class", cls, "cost", cost)
 			d.requeueAll(batch, fallbackBurstWait, requeueRateWait)
-			return 0, reserveGone
+			return slot{}, reserveGone
 		case errors.Is(err, limiter.ErrCostExceedsBurst):
 			d.log.Error("message can never be sent: its cost exceeds the limiter's burst", "id", m.ID, "class", cls, "cost", cost)
 			d.complete(batch[0], queue.Outcome{Status: sms.StatusFailed, Attempts: m.Attempts,
 				Reason: fmt.Sprintf("cost of %d segments exceeds the rate limiter's burst; it can never be sent", cost)}, outcomeFailed)
-			return 0, reserveGone
+			return slot{}, reserveGone
 		case err != nil:
 			if ctx.Err() == nil {
 				d.m.loopErrors.WithLabelValues("reserve").Inc()
@@ -190,9 +191,9 @@ func (d *Dispatcher) reserve(ctx context.Context, batch []*flight) (time.Duratio
 				batch[0].lane.block(m.Class, time.Now().Add(takeErrorBackoffMin))
 			}
 			d.requeueAll(batch, 0, requeueReleased)
-			return 0, reserveGone
+			return slot{}, reserveGone
 		case dec.Allowed:
-			return dec.Delay, reserveOK
+			return d.slotOf(asked, dec.Delay), reserveOK
 		}
 		ln := batch[0].lane
 		now := time.Now()
@@ -207,11 +208,11 @@ func (d *Dispatcher) reserve(ctx context.Context, batch []*flight) (time.Duratio
 			ln.block(m.Class, now.Add(dec.RetryAfter))
 			d.log.Debug("slot too far ahead; messages put back", "class", cls, "count", len(batch), "retry_after", dec.RetryAfter, "paused", dec.Paused)
 			d.requeueAll(batch, dec.RetryAfter, reason)
-			return 0, reserveGone
+			return slot{}, reserveGone
 		}
 		if !sleepCtx(ctx, dec.RetryAfter) {
 			d.requeueAll(batch, 0, requeueReleased)
-			return 0, reserveGone
+			return slot{}, reserveGone
 		}
 		live := batch[:0]
 		for _, f := range batch {
@@ -220,9 +221,39 @@ func (d *Dispatcher) reserve(ctx context.Context, batch []*flight) (time.Duratio
 			}
 		}
 		if batch = live; len(batch) == 0 {
-			return 0, reserveGone
+			return slot{}, reserveGone
 		}
 	}
+}
+
+// slot is a granted reservation: sleep delay from when the grant arrived
+// (never earlier than the slot), and start the send by latest, or not at
+// all (Config.LateSlot).
+type slot struct {
+	delay  time.Duration
+	latest time.Time // zero: no bound
+}
+
+// slotOf is the slot of a grant of delay to a reservation asked at asked.
+// The slot's time on our clock is at least asked+delay (Redis decided
+// after we asked), so latest counts from there: an overestimate of how
+// late a send is, never an underestimate.
+func (d *Dispatcher) slotOf(asked time.Time, delay time.Duration) slot {
+	sl := slot{delay: delay}
+	if d.cfg.LateSlot > 0 {
+		sl.latest = asked.Add(delay + d.cfg.LateSlot)
+	}
+	return sl
+}
+
+// late reports whether a send of sl would start too late; it counts the
+// forfeited slot.
+func (d *Dispatcher) late(sl slot, class sms.Class) bool {
+	if sl.latest.IsZero() || !time.Now().After(sl.latest) {
+		return false
+	}
+	d.m.lateSlots.WithLabelValues(class.String()).Inc()
+	return true
 }
 
 // requeueAll puts a batch back without spending an attempt.
@@ -360,7 +391,7 @@ func classIndex(c sms.Class) int {
 // sendOne is a sender: it owns f and one slot of its lane until it returns.
 // A batch's leader opens gate once its send is answered; followers wait
 // for it after the delay.
-func (d *Dispatcher) sendOne(f *flight, delay time.Duration, gate *batchGate, leader bool) {
+func (d *Dispatcher) sendOne(f *flight, sl slot, gate *batchGate, leader bool) {
 	defer d.senders.Done()
 	defer f.lane.release()
 	if leader {
@@ -373,7 +404,7 @@ func (d *Dispatcher) sendOne(f *flight, delay time.Duration, gate *batchGate, le
 		}
 	}()
 	ctx := d.runCtx
-	if !d.sleepDelay(ctx, delay) {
+	if !d.sleepDelay(ctx, sl.delay) {
 		d.abandon(f, "stopped before send")
 		return
 	}
@@ -393,6 +424,13 @@ func (d *Dispatcher) sendOne(f *flight, delay time.Duration, gate *batchGate, le
 	if f.lost.Load() {
 		d.log.Warn("lease lost before send; not sending", "id", m.ID)
 		d.untrack(f)
+		return
+	}
+	if d.late(sl, m.Class) {
+		// This process stalled past the slot: sending now could join
+		// sends of later slots in one clump. The slot is forfeited.
+		d.requeue(f, 0, false, requeueLate, "")
+		d.Notify(m.Class) // it is ready again at once
 		return
 	}
 	var after time.Duration

@@ -170,7 +170,8 @@ func dispatcherConfig(cfg config.Config, d deps, b *backend, prov provider.Provi
 		Lease: cfg.Dispatch.Lease, MaxAttempts: cfg.Dispatch.MaxAttempts, PoisonAfter: cfg.Dispatch.PoisonAfter,
 		BackoffBase: cfg.Dispatch.BackoffBase, BackoffMax: cfg.Dispatch.BackoffMax,
 		CountSegments: cfg.Provider.CountSegments, Pacing: limiterConfig(cfg), Logger: d.log, Registerer: d.reg, Now: d.now,
-		Hold: cfg.QuietPolicy().Hold,
+		Hold:     cfg.QuietPolicy().Hold,
+		LateSlot: dispatch.LateSlotFor(cfg.Provider.ContractRPS, cfg.Limits.TargetRPS, cfg.Limits.Burst),
 	}
 }
 
