@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strconv"
+	"time"
 
 	"smsgw/internal/keyspace"
 	"smsgw/internal/sms"
@@ -41,14 +42,18 @@ func (k keys) done() string { return k.tag + "done" }
 
 // fin is the LIST of the final records (queue.EncodeFinal) of the messages
 // created in the same second as id (the id holds its creation time), each
-// element "<id without msg_>\x1f<final record>". A completed message leaves
+// element "<queue.FinalShort(id)><final record>" (an earlier release wrote
+// "<id without msg_>\x1f<final record>": both are read). A completed message leaves
 // msgs for its bucket, which expires Retention after its last completion:
 // a bucket keeps about a second's messages in Redis's compact list encoding,
 // and needs no index to be pruned.
 func (k keys) fin(id string) string {
 	at, _ := sms.IDTime(id)
-	return k.tag + "fin:" + strconv.FormatInt(at.Unix(), 10)
+	return k.finAt(at.Unix())
 }
+
+// finAt is the final LIST of the messages created in Unix second sec.
+func (k keys) finAt(sec int64) string { return k.tag + "fin:" + strconv.FormatInt(sec, 10) }
 
 // outstanding is the HASH producer -> queued + leased messages.
 func (k keys) outstanding() string { return k.tag + "outstanding" }
@@ -74,12 +79,54 @@ func (k keys) idem(producer, key string) string {
 }
 
 // pid maps a provider message id to our message id, for receipts that
-// carry no reference; it expires with the message's retention. Hashed so
-// that any vendor id gives a bounded name.
+// carry no reference: one STRING per sent message, written by releases
+// before the provider-id index (pidIndex); still read until they expire
+// (with their message's retention). Hashed so that any vendor id gives a
+// bounded name.
 func (k keys) pid(providerID string) string {
 	h := sha256.Sum256([]byte(providerID))
 	return k.tag + "pid:" + hex.EncodeToString(h[:16])
 }
+
+// The provider-id index: a sent message's provider id is a field of one of
+// pidShards small HASHes of the hour it was sent in (its generation), so
+// that Redis keeps each in its compact listpack encoding (up to
+// hash-max-listpack-entries, 128 by default: pidShards is chosen so that
+// an hour at 100 sends a second puts ~88 in each) at about 12 bytes an
+// entry, instead of a key of ~200 bytes per message. A generation's
+// HASHes expire Retention + pidGeneration after their last write, so no
+// entry needs pruning; a lookup reads every generation the retention
+// spans, newest first.
+const (
+	pidGeneration = time.Hour
+	pidShards     = 4096
+)
+
+// pidEntry is where providerID's index entry lives: its shard and its
+// field (6 bytes of its SHA-256: with the 12 bits of the shard, 60 bits
+// tell apart the ~100 ids of one HASH).
+func pidEntry(providerID string) (shard int, field string) {
+	h := sha256.Sum256([]byte(providerID))
+	return int(h[0])<<4 | int(h[1]>>4), string(h[2:8])
+}
+
+// pidIndex is the HASH of generation gen (hours since the epoch) that
+// holds the entries of shard.
+func (k keys) pidIndex(gen int64, shard int) string {
+	return k.tag + "px:" + strconv.FormatInt(gen, 36) + ":" + strconv.FormatInt(int64(shard), 36)
+}
+
+// pidIndexEntry is the index HASH, field and value that record the
+// provider id of a message created at created and sent now: the value is
+// the creation second, after the generation's start (its final LIST).
+func (k keys) pidIndexEntry(providerID string, created, now time.Time) (key, field string, value int64) {
+	gen := pidGen(now)
+	shard, field := pidEntry(providerID)
+	return k.pidIndex(gen, shard), field, created.Unix() - gen*int64(pidGeneration/time.Second)
+}
+
+// pidGen is the generation of the index at t.
+func pidGen(t time.Time) int64 { return t.Unix() / int64(pidGeneration/time.Second) }
 
 // perClass returns f(c) for every class in sms.Classes order.
 func (k keys) perClass(f func(sms.Class) string) []string {

@@ -181,24 +181,26 @@ func (q *Queue) Extend(ctx context.Context, l *queue.Leased, lease time.Duration
 }
 
 // completeScript ends a held lease with a done status: the message leaves
-// msgs, and its final record (queue.FinalPrefix, then the two times on the
+// msgs, and its final record (queue.FinalPrefix, with the two times on the
 // Redis clock) joins the LIST of its creation second, which expires
 // Retention after this completion. A receipt parked on the message (rs, re:
 // it arrived before the send was recorded) turns sent into the receipt's
 // status in the same step, and a sent message's provider id indexes it for
-// receipts without a reference. It prunes what Retention has passed and
+// receipts without a reference (keys.pidIndex). It prunes what Retention has passed and
 // has no expiry of its own: terminal messages an earlier release kept in
 // msgs (indexed by done) and dead letters.
 //
 // KEYS[1] lease ZSET of the class, KEYS[2] leases HASH, KEYS[3] msgs HASH,
 // KEYS[4] done ZSET, KEYS[5] outstanding HASH, KEYS[6] the final LIST,
 // KEYS[7..9] the dead ZSETs, KEYS[10..13] the outbox (keys.outbox): the
-// message's event is written here, KEYS[14] the provider id's index key
+// message's event is written here, KEYS[14] the provider id's index HASH
 // (sent with a provider id only).
 // ARGV[1] id, ARGV[2] token, ARGV[3] status code (s, f or x), ARGV[4] the
-// final record without its times, ARGV[5] the id's creation time ms,
+// final record before its times, ARGV[5] the id's creation time ms,
 // ARGV[6] retention µs, ARGV[7] how many old messages to prune at most,
-// ARGV[8] provider id, ARGV[9] reason (both for the event).
+// ARGV[8] provider id, ARGV[9] reason (both for the event), ARGV[10] the
+// final record after its times, with KEYS[14]: ARGV[11] the index field,
+// ARGV[12] its value, ARGV[13] the index HASH's time to live ms.
 // Returns 1, 0 when the lease is not held, -1 when it is not in KEYS[1].
 var completeScript = redis.NewScript(luaPrelude + luaRecord + luaOutbox + luaCheckLease + `
 local now = now_us()
@@ -208,15 +210,16 @@ local m = cjson.decode(redis.call('HGET', KEYS[3], ARGV[1]))
 redis.call('HDEL', KEYS[3], ARGV[1])
 local tu = b36(math.floor(now / 1000) - tonumber(ARGV[5]))
 local ts = ''
-local rec = ARGV[4]
+if ARGV[3] == 's' then ts = tu end -- written out: a receipt then keeps the length
+local rec = ARGV[4] .. tu .. '\31' .. ts .. ARGV[10]
 if ARGV[3] == 's' then
-  ts = '='
   if m.rs then rec = fin_receipt(rec, m.rs, m.re) end
   if KEYS[14] then
-    redis.call('SET', KEYS[14], ARGV[1], 'PX', math.max(1, math.floor(tonumber(ARGV[6]) / 1000)))
+    redis.call('HSET', KEYS[14], ARGV[11], ARGV[12])
+    redis.call('PEXPIRE', KEYS[14], ARGV[13])
   end
 end
-redis.call('RPUSH', KEYS[6], string.sub(ARGV[1], 5) .. '\31' .. rec .. tu .. '\31' .. ts)
+redis.call('RPUSH', KEYS[6], fin_short(ARGV[1]) .. rec)
 redis.call('PEXPIRE', KEYS[6], math.ceil(tonumber(ARGV[6]) / 1000))
 -- The event reports the status stored: a receipt parked before the send
 -- was recorded makes it delivered or undelivered at once. m (the full
@@ -264,7 +267,7 @@ func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) 
 	}
 	final := *l.Message
 	final.Status, final.Attempts, final.ProviderID, final.LastError = o.Status, o.Attempts, o.ProviderID, o.Reason
-	prefix, err := queue.FinalPrefix(&final)
+	head, tail, err := queue.FinalPrefix(&final)
 	if err != nil {
 		return fmt.Errorf("redisq: complete: %w", err)
 	}
@@ -274,11 +277,14 @@ func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) 
 	keys := append([]string{q.k.lease(l.Message.Class), q.k.leases(), q.k.msgs(), q.k.done(), q.k.outstanding(),
 		q.k.fin(final.ID)}, q.k.perClass(q.k.dead)...)
 	keys = append(keys, q.k.outbox()...)
+	args := []any{l.Message.ID, l.Token, status, head, created.UnixMilli(), us(q.retention), prunePerComplete,
+		o.ProviderID, o.Reason, tail}
 	if o.Status == sms.StatusSent && o.ProviderID != "" && len(o.ProviderID) <= queue.MaxReceiptField {
-		keys = append(keys, q.k.pid(o.ProviderID))
+		key, field, value := q.k.pidIndexEntry(o.ProviderID, created, time.Now())
+		keys = append(keys, key)
+		args = append(args, field, value, (q.retention + pidGeneration).Milliseconds())
 	}
-	return q.leaseResult("complete", l, completeScript.Run(ctx, q.c, keys, l.Message.ID, l.Token,
-		status, prefix, created.UnixMilli(), us(q.retention), prunePerComplete, o.ProviderID, o.Reason))
+	return q.leaseResult("complete", l, completeScript.Run(ctx, q.c, keys, args...))
 }
 
 // requeueScript ends a held lease by queueing the message again at the back

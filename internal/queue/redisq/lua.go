@@ -54,58 +54,128 @@ local function b36(n)
   end
   return sign .. out
 end
+-- A final LIST element names its message, then holds its final record.
+-- fin_short(id) is the name written now (queue.FinalShort: 12 bytes, the
+-- record follows at once); an earlier release wrote fin_short_old(id), the
+-- id without "msg_", and a separator. fin_match returns the record of
+-- element v and the length of its name (with any separator) when v names
+-- id, else false.
+local crockford = {}
+for i = 1, 32 do crockford[string.sub('0123456789ABCDEFGHJKMNPQRSTVWXYZ', i, i)] = i - 1 end
+local function fin_bytes(chars, n)
+  local v = 0
+  for i = 1, #chars do v = v * 32 + crockford[string.sub(chars, i, i)] end
+  local out = {}
+  for i = n, 1, -1 do
+    out[i] = string.char(v % 256)
+    v = math.floor(v / 256)
+  end
+  return table.concat(out)
+end
+local function fin_short(id)
+  return fin_bytes(string.sub(id, 13, 14), 2) .. fin_bytes(string.sub(id, 15, 22), 5) .. fin_bytes(string.sub(id, 23, 30), 5)
+end
+local function fin_short_old(id) return string.sub(id, 5) end
+local function fin_match(v, id)
+  local short = fin_short(id)
+  if string.sub(v, 1, 12) == short and string.sub(v, 13, 13) == '3' then return string.sub(v, 13), 12 end
+  short = fin_short_old(id)
+  if string.sub(v, 27, 27) == '\31' and string.sub(v, 1, 26) == short then return string.sub(v, 28), 27 end
+  return false
+end
 -- fin_find returns the last final record of id (the element's text after
--- the id and its separator) in the final LIST key, or false.
+-- its name and separator) in the final LIST key, or false.
 local function fin_find(key, id)
-  local short = string.sub(id, 5) .. '\31'
   local found = false
   for _, v in ipairs(redis.call('LRANGE', key, 0, -1)) do
-    if string.sub(v, 1, #short) == short then found = string.sub(v, #short + 1) end
+    found = fin_match(v, id) or found
   end
   return found
 end
--- fin_split and fin_join take a final record apart by field and back.
+-- fin_split takes a final record apart by field.
 local function fin_split(rec)
   local t = {}
   for f in string.gmatch(rec .. '\31', '([^\31]*)\31') do t[#t + 1] = f end
   return t
 end
+-- fin_v3 reports whether the fields t of a final record are version 3
+-- (queue/final.go): its first field is "3", the status code, the class
+-- digit and flags; versions 1 and 2 were written by earlier releases.
+local function fin_v3(t)
+  return string.sub(t[1], 1, 1) == '3' and #t[1] >= 3
+end
+-- fin_pos gives the position of the fields the scripts read or edit in a
+-- final record's fields t.
+local fin_pos3 = {prod = 4, ref = 5, pid = 6, seg = 3, tu = 9, ts = 10, err = 11, cburl = 16}
+local fin_pos2 = {prod = 7, ref = 8, pid = 9, seg = 5, err = 11, cburl = 18}
+local function fin_pos(t)
+  if fin_v3(t) then return fin_pos3 end
+  return {prod = 7, ref = 8, pid = 9, seg = 5, err = 11, cburl = 18, tu = #t - 1, ts = #t}
+end
+-- fin_status is the status code of a final record's fields t (s, f, x, or
+-- a word of version 1 or 2).
+local function fin_status(t)
+  if fin_v3(t) then return string.sub(t[1], 2, 2) end
+  return t[2]
+end
 -- fin_receipt applies a receipt (record status code v, u or f and its
--- error code) to the final record rec (or its prefix): its status and
--- last error fields, in queue.EncodeFinal's words.
+-- error code) to the final record rec: its status and last error (version
+-- 3 keeps the code; 1 and 2 wrote the status out, as their words).
 local fin_status_word = {v = 'delivered', u = 'undelivered', f = 'f'}
 local function fin_receipt(rec, code, err)
   local t = fin_split(rec)
-  t[2] = fin_status_word[code] or code
-  if err and err ~= '' then t[11] = string.gsub(err, '\31', '') end
-  -- a prefix's trailing separator comes back as an empty last field
+  if fin_v3(t) then
+    t[1] = '3' .. code .. string.sub(t[1], 3)
+  else
+    t[2] = fin_status_word[code] or code
+  end
+  if err and err ~= '' then
+    local at = fin_pos(t).err
+    for i = #t + 1, at - 1 do t[i] = '' end
+    t[at] = string.gsub(err, '\31', '')
+  end
   return table.concat(t, '\31')
 end
 -- fin_event_fields gives outbox_add what it reads of a message (the record
 -- names w, p, cb, r, c, g, pm, e) from the fields t of a final record
--- (fin_split; queue.FinalPrefix's order). A version 1 record has no
--- callback fields: no w, so no event.
+-- (fin_split). A version 1 record has no callback fields: no w, so no
+-- event.
 local function fin_event_fields(t)
-  local function opt(v) if v == '' then return nil end return v end
-  local m = {p = t[7], r = opt(t[8]), c = tonumber(t[3]), pm = opt(t[9]), e = opt(t[11])}
-  local g = tonumber(t[5], 36)
+  local function opt(v) if v == '' or v == nil then return nil end return v end
+  local pos = fin_pos(t)
+  local m = {p = t[pos.prod], r = opt(t[pos.ref]), pm = opt(t[pos.pid]), e = opt(t[pos.err])}
+  local g, w
+  if fin_v3(t) then
+    m.c = tonumber(string.sub(t[1], 3, 3))
+    g = 1
+    if t[pos.seg] ~= '' then g = tonumber(t[pos.seg], 36) end
+    w = string.find(string.sub(t[1], 4), 'w', 1, true) ~= nil
+  else
+    m.c = tonumber(t[3])
+    g = tonumber(t[pos.seg], 36)
+    w = t[1] ~= '1' and #t >= 20 and t[17] == '1'
+  end
   if g and g > 0 then m.g = g end
-  if t[1] ~= '1' and #t >= 20 and t[17] == '1' then
+  if w then
     m.w = true
-    m.cb = opt(t[18])
+    m.cb = opt(t[pos.cburl])
   end
   return m
 end
--- fin_index reads the final LIST key once into a table id -> last final
--- record, for a script that looks up many ids (cache: key -> table).
+-- fin_index reads the final LIST key once, for a script that looks up many
+-- ids (cache: key -> table), and returns a table id -> last final record
+-- (false for none).
 local function fin_index(cache, key)
   local t = cache[key]
   if t then return t end
-  t = {}
+  local byname = {}
   for _, v in ipairs(redis.call('LRANGE', key, 0, -1)) do
-    local sep = string.find(v, '\31', 1, true)
-    if sep then t['msg_' .. string.sub(v, 1, sep - 1)] = string.sub(v, sep + 1) end
+    if string.sub(v, 13, 13) == '3' then byname[string.sub(v, 1, 12)] = string.sub(v, 13) end
+    if string.sub(v, 27, 27) == '\31' then byname[string.sub(v, 1, 26)] = string.sub(v, 28) end
   end
+  t = setmetatable({}, {__index = function(_, id)
+    return byname[fin_short(id)] or byname[fin_short_old(id)] or false
+  end})
   cache[key] = t
   return t
 end

@@ -2,8 +2,8 @@ package redisq
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -28,22 +28,25 @@ local id = ARGV[1]
 local raw = redis.call('HGET', KEYS[1], id)
 if not raw then
   -- done: its final record
-  local short = string.sub(id, 5) .. '\31'
   local items = redis.call('LRANGE', KEYS[2], 0, -1)
   for i = #items, 1, -1 do
-    local v = items[i]
-    if string.sub(v, 1, #short) == short then
-      local rec = string.sub(v, #short + 1)
+    local rec, at = fin_match(items[i], id)
+    if rec then
+      local name = string.sub(items[i], 1, at)
       local t = fin_split(rec)
-      if t[2] ~= 's' then return {3, rec, id, 'f'} end
+      if fin_status(t) ~= 's' then return {3, rec, id, 'f'} end
       local now = now_us()
       rec = fin_receipt(rec, ARGV[2], ARGV[3])
       t = fin_split(rec)
-      local n = #t -- the two times are the last fields (18 in version 1, 20 in 2)
-      if t[n] == '=' then t[n] = t[n - 1] end -- sent when it was last changed, until now
-      t[n - 1] = b36(math.floor(now / 1000) - tonumber(ARGV[4]))
+      local pos = fin_pos(t)
+      if t[pos.ts] == '=' then t[pos.ts] = t[pos.tu] end -- sent when it was last changed, until now
+      t[pos.tu] = b36(math.floor(now / 1000) - tonumber(ARGV[4]))
       rec = table.concat(t, '\31')
-      redis.call('LSET', KEYS[2], i - 1, short .. rec)
+      -- Version 3 keeps the send time written out, so the record keeps
+      -- its length (status one letter, last change as long) and LSET
+      -- rewrites it in place: one that grows an element of a full
+      -- quicklist node splits the node.
+      redis.call('LSET', KEYS[2], i - 1, name .. rec)
       outbox_add({KEYS[3], KEYS[4], KEYS[5], KEYS[6]}, id, fin_event_fields(t), event_words[ARGV[2]],
         event_codes[ARGV[2]], now)
       return {1, rec, id, 'f'}
@@ -73,6 +76,99 @@ end
 return {3, raw, id}
 `)
 
+// pidLookupScript finds a provider id in the index (keys.pidIndex).
+//
+// KEYS[1] the id's key of the index before it (keys.pid; the first call
+// only), then the index HASHes of the id's shard, one per generation,
+// newest first. ARGV[1] the id's field, ARGV[2] 1 when KEYS[1] is the old
+// key.
+// Returns {1, message id} from the old key, {2, value, position in KEYS}
+// from a HASH, or {0}.
+var pidLookupScript = redis.NewScript(`
+local from = 1
+if ARGV[2] == '1' then
+  local id = redis.call('GET', KEYS[1])
+  if id then return {1, id} end
+  from = 2
+end
+for i = from, #KEYS do
+  local v = redis.call('HGET', KEYS[i], ARGV[1])
+  if v then return {2, v, i} end
+end
+return {0}
+`)
+
+// pidLookupBatch bounds the index HASHes one pidLookupScript reads (a long
+// retention spans many generations).
+const pidLookupBatch = 200
+
+// byProviderID is the id of the message sent with providerID, "" for none:
+// the index names the second it was created in, whose final LIST holds
+// its record with that provider id (a hash of the id in the index may be
+// another's; the record decides). Three round trips: receipts carry our
+// id as their reference with every adapter, so this is the rare path.
+func (q *Queue) byProviderID(ctx context.Context, providerID string) (string, error) {
+	now := time.Now()
+	shard, field := pidEntry(providerID)
+	newest := pidGen(now.Add(pidGeneration)) // a clock a little ahead wrote in the next
+	oldest := pidGen(now.Add(-q.retention - 2*pidGeneration))
+	for hi := newest; hi >= oldest; hi -= pidLookupBatch {
+		var keys []string
+		old := "0"
+		if hi == newest {
+			keys, old = append(keys, q.k.pid(providerID)), "1"
+		}
+		gens := make([]int64, 0, pidLookupBatch)
+		for g := hi; g > hi-pidLookupBatch && g >= oldest; g-- {
+			keys, gens = append(keys, q.k.pidIndex(g, shard)), append(gens, g)
+		}
+		reply, err := pidLookupScript.Run(ctx, q.c, keys, field, old).Slice()
+		if err != nil {
+			return "", err
+		}
+		switch kind, _ := reply[0].(int64); {
+		case kind == 1 && len(reply) == 2:
+			id, _ := reply[1].(string)
+			return id, nil
+		case kind == 2 && len(reply) == 3:
+			v, _ := reply[1].(string)
+			pos, _ := reply[2].(int64)
+			rel, err := strconv.ParseInt(v, 10, 64)
+			i := int(pos) - 1 - (len(keys) - len(gens))
+			if err != nil || i < 0 || i >= len(gens) {
+				return "", fmt.Errorf("provider-id index: unexpected reply %v", reply)
+			}
+			return q.findSent(ctx, gens[i]*int64(pidGeneration/time.Second)+rel, providerID)
+		case kind != 0:
+			return "", fmt.Errorf("provider-id index: unexpected reply %v", reply)
+		}
+	}
+	return "", nil
+}
+
+// findSent is the id of the message created in Unix second sec whose final
+// record has providerID, "" for none.
+func (q *Queue) findSent(ctx context.Context, sec int64, providerID string) (string, error) {
+	els, err := q.c.LRange(ctx, q.k.finAt(sec), 0, -1).Result()
+	if err != nil {
+		return "", err
+	}
+	for i := len(els) - 1; i >= 0; i-- {
+		if len(els[i]) < 13 || els[i][12] != '3' {
+			continue // not version 3: the index has only those
+		}
+		short, rec := els[i][:12], els[i][12:]
+		id, ok := queue.FinalID(sec, short)
+		if !ok {
+			continue
+		}
+		if m, err := queue.DecodeFinal(id, rec); err == nil && m.ProviderID == providerID {
+			return id, nil
+		}
+	}
+	return "", nil
+}
+
 var receiptResults = map[int64]queue.ReceiptResult{1: queue.ReceiptApplied, 2: queue.ReceiptParked, 3: queue.ReceiptDuplicate}
 
 // ApplyReceipt applies a provider's delivery receipt; see queue.Queue. A
@@ -92,11 +188,7 @@ func (q *Queue) ApplyReceipt(ctx context.Context, r queue.Receipt) (_ queue.Rece
 	defer func() { q.m.observe("receipt", start, err) }()
 	id := r.Reference
 	if id == "" {
-		id, err = q.c.Get(ctx, q.k.pid(r.ProviderID)).Result()
-		if errors.Is(err, redis.Nil) {
-			return queue.ReceiptOutcome{Result: queue.ReceiptUnknown}, nil
-		}
-		if err != nil {
+		if id, err = q.byProviderID(ctx, r.ProviderID); err != nil {
 			return queue.ReceiptOutcome{}, fmt.Errorf("redisq: receipt: %w", err)
 		}
 	}

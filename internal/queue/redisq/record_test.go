@@ -241,7 +241,7 @@ func TestCompleteLeavesFinalRecord(t *testing.T) {
 					t.Fatal("the completed message is still in msgs")
 				}
 				els := q.c.LRange(t.Context(), q.k.fin(id), 0, -1).Val()
-				if len(els) != 1 || !strings.HasPrefix(els[0], id[4:]+"\x1f") {
+				if len(els) != 1 || !strings.HasPrefix(els[0], queue.FinalShort(id)+"3") {
 					t.Fatalf("final list = %q", els)
 				}
 				for _, secret := range []string{"hello", "9012345678"} {
@@ -514,4 +514,135 @@ func TestReceiptsOnFinalRecords(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFinalRecordsOfAnEarlierRelease: a final LIST element as the release
+// before version 3 wrote it (named by the id without "msg_", a version 2
+// record) and its provider id's STRING key (keys.pid) still serve Get, a
+// receipt by the provider's id (which rewrites the element under its own
+// name) and a retried enqueue of the same id; a version 3 element does
+// the same through the provider-id index.
+func TestFinalRecordsOfAnEarlierRelease(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	q := newShared(t)
+	id := sms.NewID(time.Now().Add(-time.Minute))
+	v2 := "2\x1fs\x1f1\x1f1\x1f1\x1f\x1fp\x1fref-1\x1fpm-old\x1f+8190****5678\x1f\x1f\x1f\x1f\x1f\x1f\x1f\x1f\x1f1jk\x1f="
+	if err := q.c.RPush(ctx, q.k.fin(id), id[4:]+"\x1f"+v2).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.c.Set(ctx, q.k.pid("pm-old"), id, time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	m, err := q.Get(ctx, id)
+	if err != nil || m.Status != sms.StatusSent || m.ProviderID != "pm-old" || m.To != "+8190****5678" || m.Reference != "ref-1" ||
+		m.Class != sms.ClassTransactional || m.SentAt.IsZero() {
+		t.Fatalf("Get of a version 2 element = %+v, %v", m, err)
+	}
+	out, err := q.ApplyReceipt(ctx, queue.Receipt{ProviderID: "pm-old", Status: sms.StatusDelivered})
+	if err != nil || out.Result != queue.ReceiptApplied || out.Message.ID != id || out.Message.Status != sms.StatusDelivered {
+		t.Fatalf("receipt by the provider id's old key = %+v, %v", out, err)
+	}
+	els := q.c.LRange(ctx, q.k.fin(id), 0, -1).Val()
+	if len(els) != 1 || !strings.HasPrefix(els[0], id[4:]+"\x1f2\x1fdelivered\x1f") {
+		t.Fatalf("element after the receipt = %q", els)
+	}
+	again := msg("p", sms.ClassTransactional)
+	again.ID = id
+	res, err := q.Enqueue(ctx, again)
+	if err != nil || !res.Existed || res.Message.Status != sms.StatusDelivered {
+		t.Fatalf("retried enqueue of a version 2 element's id = %+v, %v", res, err)
+	}
+	if n := q.c.HLen(ctx, q.k.msgs()).Val(); n != 0 {
+		t.Fatalf("the retried enqueue stored %d messages", n)
+	}
+
+	// Version 3: the same through the provider-id index.
+	enqueue(t, q, msg("p", sms.ClassOTP))
+	l := takeHour(t, q)
+	if err := q.Complete(ctx, l, queue.Outcome{Status: sms.StatusSent, ProviderID: "pm-new", Attempts: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if n := q.c.Exists(ctx, q.k.pid("pm-new")).Val(); n != 0 {
+		t.Fatal("Complete wrote the old provider-id key")
+	}
+	out, err = q.ApplyReceipt(ctx, queue.Receipt{ProviderID: "pm-new", Status: sms.StatusUndelivered, ErrorCode: "E9"})
+	if err != nil || out.Result != queue.ReceiptApplied || out.Message.ID != l.Message.ID || out.Message.LastError != "E9" {
+		t.Fatalf("receipt by the provider-id index = %+v, %v", out, err)
+	}
+	again = msg("p", sms.ClassOTP)
+	again.ID = l.Message.ID
+	res, err = q.Enqueue(ctx, again)
+	if err != nil || !res.Existed || res.Message.Status != sms.StatusUndelivered {
+		t.Fatalf("retried enqueue of a version 3 element's id = %+v, %v", res, err)
+	}
+	if out, err := q.ApplyReceipt(ctx, queue.Receipt{ProviderID: "pm-none", Status: sms.StatusDelivered}); err != nil || out.Result != queue.ReceiptUnknown {
+		t.Fatalf("receipt for an unknown provider id = %+v, %v", out, err)
+	}
+}
+
+// TestProviderIDIndexIsCompact: at a full hour's pace the index is small
+// HASHes in their listpack encoding, each expiring with the retention, one
+// field per sent message; and a lookup finds an entry written in any
+// generation the retention spans.
+func TestProviderIDIndexIsCompact(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	q := newShared(t)
+	enqueue(t, q, msg("p", sms.ClassOTP))
+	l := takeHour(t, q)
+	before := time.Now()
+	if err := q.Complete(ctx, l, queue.Outcome{Status: sms.StatusSent, ProviderID: "x", Attempts: 1}); err != nil {
+		t.Fatal(err)
+	}
+	created := mustIDTime(t, l.Message.ID)
+	key, field, _ := q.k.pidIndexEntry("x", created, before)
+	if !q.c.HExists(ctx, key, field).Val() { // the hour turned during Complete
+		key, _, _ = q.k.pidIndexEntry("x", created, time.Now())
+	}
+	// 100 more entries in its HASH: what an hour at ~110 sends a second
+	// puts in one.
+	for i := range 100 {
+		_, field := pidEntry(fmt.Sprint("x", i))
+		if err := q.c.HSet(ctx, key, field, -60).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := q.c.HLen(ctx, key).Val(); n != 101 {
+		t.Fatalf("index HASH has %d fields, want 101", n)
+	}
+	if enc := q.c.ObjectEncoding(ctx, key).Val(); enc != "listpack" && enc != "ziplist" {
+		t.Fatalf("index HASH encoding %q", enc)
+	}
+	if ttl := q.c.PTTL(ctx, key).Val(); ttl <= q.retention || ttl > q.retention+pidGeneration {
+		t.Fatalf("index HASH TTL %v, want (%v, %v]", ttl, q.retention, q.retention+pidGeneration)
+	}
+	// An entry of a generation a day old (retention 7 days) is found.
+	old := sms.NewID(time.Now().Add(-25 * time.Hour))
+	oldKey, field, value := q.k.pidIndexEntry("y", mustIDTime(t, old), time.Now().Add(-24*time.Hour))
+	if err := q.c.HSet(ctx, oldKey, field, value).Err(); err != nil {
+		t.Fatal(err)
+	}
+	sentAt := time.Now().Add(-24 * time.Hour)
+	rec, err := queue.EncodeFinal(&sms.Message{ID: old, Producer: "p", Class: sms.ClassOTP, To: "+819012345678",
+		ProviderID: "y", Status: sms.StatusSent, Attempts: 1, Segments: 1, UpdatedAt: sentAt, SentAt: sentAt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.c.RPush(ctx, q.k.fin(old), queue.FinalShort(old)+rec).Err(); err != nil {
+		t.Fatal(err)
+	}
+	out, err := q.ApplyReceipt(ctx, queue.Receipt{ProviderID: "y", Status: sms.StatusDelivered})
+	if err != nil || out.Result != queue.ReceiptApplied || out.Message.ID != old {
+		t.Fatalf("receipt for a day-old entry = %+v, %v", out, err)
+	}
+}
+
+func mustIDTime(t *testing.T, id string) time.Time {
+	t.Helper()
+	at, ok := sms.IDTime(id)
+	if !ok {
+		t.Fatalf("id %q", id)
+	}
+	return at
 }
