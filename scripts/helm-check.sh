@@ -111,6 +111,8 @@ valid "redis, 3 replicas, Grafana dashboard ConfigMap" -mode redis -replicas 3 -
 valid "redis cluster, HPA 2..20, readiness on /healthz" -mode redis -hpa -readiness /healthz -- -f "$CI/redis-cluster-values.yaml"
 valid "redis, 3 replicas, operator endpoints on admin.listen :9091" -mode redis -replicas 3 -- -f "$CI/redis-values.yaml" \
 	--set config.admin.listen=:9091
+valid "redis, 3 replicas, Recreate for a format upgrade" -mode redis -replicas 3 -strategy Recreate -- -f "$CI/redis-values.yaml" \
+	--set updateStrategy=Recreate
 valid "redis sentinel, 2 replicas" -mode redis -replicas 2 -- -f "$CI/sentinel-values.yaml"
 valid "twilio (embedded)" -mode embedded -replicas 1 -- -f "$CI/twilio-values.yaml"
 valid "existingSecret (redis, 2 replicas)" -mode redis -replicas 2 \
@@ -133,6 +135,8 @@ refused "redis + HPA max 23 + surge 1 > max_senders 23" "autoscaling.maxReplicas
 	-f "$CI/redis-cluster-values.yaml" --set autoscaling.maxReplicas=23
 refused "secret in the ConfigMap (config.admin.key)" "config.admin.key / key_sha256 must not be set" \
 	-f "$CI/embedded-values.yaml" --set config.admin.key=admin-key-0123456789abcdef
+refused "unknown updateStrategy" "updateStrategy must be RollingUpdate or Recreate" \
+	-f "$CI/redis-values.yaml" --set updateStrategy=BlueGreen
 refused "no producers" "secrets.producers must list at least one producer" \
 	-f "$CI/embedded-values.yaml" --set secrets.producers=null
 refused "unquoted all-digit key_sha256" "must be a string: quote it" \

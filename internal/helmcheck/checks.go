@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 // expectation is what one value set must render.
 type expectation struct {
 	mode           string // "embedded" or "redis"
+	strategy       string // redis mode: "RollingUpdate" (default) or "Recreate"
 	replicas       int    // spec.replicas; -1: absent (an HPA owns them)
 	readiness      string // readiness probe path
 	hpa            bool   // a HorizontalPodAutoscaler is rendered
@@ -149,8 +151,8 @@ func checkMode(byKind map[string][]obj, cfg obj, spec, c any, want expectation, 
 		if redisAddr == "" {
 			bad("redis render has an empty redis.addr")
 		}
-		if strategy != "RollingUpdate" {
-			bad("redis mode: strategy %q, want RollingUpdate", strategy)
+		if w := cmp.Or(want.strategy, "RollingUpdate"); strategy != w {
+			bad("redis mode: strategy %q, want %s", strategy, w)
 		}
 		if n := len(byKind["PodDisruptionBudget"]); n != 1 {
 			bad("redis mode: want one PodDisruptionBudget, got %d", n)

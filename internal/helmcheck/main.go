@@ -30,6 +30,7 @@ func main() {
 	out := flag.String("out", "", "directory for the extracted smsgw.yaml")
 	var want expectation
 	flag.StringVar(&want.mode, "mode", "", "expected mode: embedded or redis")
+	flag.StringVar(&want.strategy, "strategy", "", "redis mode: expected update strategy (default RollingUpdate)")
 	flag.IntVar(&want.replicas, "replicas", -1, "expected spec.replicas (-1: absent, HPA)")
 	flag.StringVar(&want.readiness, "readiness", "/readyz", "expected readiness path")
 	flag.BoolVar(&want.hpa, "hpa", false, "expect a HorizontalPodAutoscaler")
