@@ -71,11 +71,23 @@ func newCallbacks(cfg config.Config, d deps, b *backend, owner string) (*callbac
 		Workers: w.Workers, PerEndpoint: w.Concurrency, Timeout: w.Timeout, MaxAge: w.MaxAge,
 		BackoffBase: w.BackoffBase, BackoffMax: w.BackoffMax,
 		BreakerFailures: w.BreakerFailures, BreakerOpen: w.BreakerOpen,
+		IdleMax: idleMax(dests),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: callbacks: %w", err)
 	}
 	return &callbacks{outbox: ob, d: dl}, nil
+}
+
+// idleMax is how long the deliverer of an idle replica waits between looks
+// at the outbox: the default while a producer has a webhook; with none,
+// nothing new can be written, and only what an earlier configuration left
+// is drained (or dies), so a look every 30 s.
+func idleMax(dests map[string]webhook.Destination) time.Duration {
+	if len(dests) == 0 {
+		return 30 * time.Second
+	}
+	return webhook.DefaultIdleMax
 }
 
 // otpSentEvent writes the sent event of an OTP sent on the fast path, which

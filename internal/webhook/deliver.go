@@ -50,8 +50,11 @@ type Config struct {
 	BreakerOpen     time.Duration
 	// Idle is how long the loop waits after finding nothing due (default
 	// 200 ms); each further empty look doubles it up to IdleMax (default
-	// 2 s), so that idle replicas cost Redis little; finding events or a
-	// Wake resets it. Now is the clock of webhook-timestamp (default
+	// 5 s), so that idle replicas cost Redis little; finding events or a
+	// Wake resets it. New events wake the replica that wrote them, so the
+	// look only finds retries falling due and the events of a replica that
+	// died: with n replicas looking, one is found within IdleMax/n on
+	// average. Now is the clock of webhook-timestamp (default
 	// time.Now).
 	Idle    time.Duration
 	IdleMax time.Duration
@@ -85,7 +88,7 @@ func New(cfg Config) (*Deliverer, error) {
 		cfg.Idle = 200 * time.Millisecond
 	}
 	if cfg.IdleMax < cfg.Idle {
-		cfg.IdleMax = max(cfg.Idle, 2*time.Second)
+		cfg.IdleMax = max(cfg.Idle, DefaultIdleMax)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -132,6 +135,9 @@ func (d *Deliverer) Stop() {
 	<-d.done
 	d.stop = nil
 }
+
+// DefaultIdleMax is Config.IdleMax when unset.
+const DefaultIdleMax = 5 * time.Second
 
 // Wake makes an idle loop look for due events now.
 func (d *Deliverer) Wake() {
