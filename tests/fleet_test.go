@@ -168,10 +168,48 @@ func TestFleetIdle(t *testing.T) {
 		n, ic.ClientPerReplica, ic.ClientPerReplica*float64(n), ic.AllPerReplica, strings.Join(ic.Top, ", "))
 
 	for _, class := range []string{"otp", "marketing"} {
+		within := func() (float64, float64) { return takenWithin(t, gws, class, "0.005") }
+		in0, all0 := within()
 		lat := enqueueElsewhere(t, sim, srv, acct, class, 20)
-		t.Logf("%s enqueued by another process, %d idle replicas: enqueue → provider p50 %.1f ms, max %.1f ms", class, n, lat[len(lat)/2], lat[len(lat)-1])
+		in1, all1 := within()
+		t.Logf("%s enqueued by another process, %d idle replicas: enqueue → provider p50 %.1f ms, max %.1f ms; "+
+			"enqueue → provider call started (taken and reserved) within 5 ms: %.0f of %.0f",
+			class, n, lat[len(lat)/2], lat[len(lat)-1], in1-in0, all1-all0)
 	}
 	_ = gws
+}
+
+// takenWithin sums, over the fleet, the queue → provider-call histogram of
+// class (from when a message was ready to when its provider call started:
+// the take and the reservation): the count at or under le seconds, and the
+// count of all.
+func takenWithin(t *testing.T, gws []*gwProc, class, le string) (within, all float64) {
+	t.Helper()
+	name := `smsgw_dispatch_queue_to_provider_seconds_bucket{class="` + class + `",le="`
+	for _, gw := range gws {
+		within += seriesValue(t, gw, name+le+`"}`)
+		all += seriesValue(t, gw, name+`+Inf"}`)
+	}
+	return within, all
+}
+
+// seriesValue is the value of one exact series on gw's /metrics (0 when absent).
+func seriesValue(t *testing.T, gw *gwProc, series string) float64 {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, gw.URL+"/metrics", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return f
+		}
+	}
+	return 0
 }
 
 // startPrivateRedis starts a redis-server of this test alone (its counts
