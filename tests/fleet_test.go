@@ -196,20 +196,13 @@ func takenWithin(t *testing.T, gws []*gwProc, class, le string) (within, all flo
 // seriesValue is the value of one exact series on gw's /metrics (0 when absent).
 func seriesValue(t *testing.T, gw *gwProc, series string) float64 {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, gw.URL+"/metrics", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
-			f, _ := strconv.ParseFloat(v, 64)
-			return f
+	var out float64
+	eachSample(t, gw, func(s string, v float64) {
+		if s == series {
+			out = v
 		}
-	}
-	return 0
+	})
+	return out
 }
 
 // startPrivateRedis starts a redis-server of this test alone (its counts

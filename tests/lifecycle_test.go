@@ -125,13 +125,24 @@ func checkFinal(t *testing.T, gw *gwProc, ids []string, want map[string]string, 
 // metricSum adds the samples of one metric on gw's /metrics.
 func metricSum(t *testing.T, gw *gwProc, name string) float64 {
 	t.Helper()
+	var sum float64
+	eachSample(t, gw, func(series string, v float64) {
+		if n, _, _ := strings.Cut(series, "{"); n == name {
+			sum += v
+		}
+	})
+	return sum
+}
+
+// eachSample calls f with every sample of gw's /metrics.
+func eachSample(t *testing.T, gw *gwProc, f func(series string, v float64)) {
+	t.Helper()
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, gw.URL+"/metrics", nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = resp.Body.Close() }()
-	var sum float64
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		l := sc.Text()
@@ -139,12 +150,9 @@ func metricSum(t *testing.T, gw *gwProc, name string) float64 {
 		if !ok || strings.HasPrefix(l, "#") {
 			continue
 		}
-		if n, _, _ := strings.Cut(series, "{"); n == name {
-			f, _ := strconv.ParseFloat(v, 64)
-			sum += f
-		}
+		x, _ := strconv.ParseFloat(v, 64)
+		f(series, x)
 	}
-	return sum
 }
 
 func postForged(t *testing.T, gw *gwProc, id string) int {

@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
 	"slices"
@@ -65,7 +66,7 @@ func (s otpSteps) log(t *testing.T, label string, recs []simRecord) {
 		slices.Sort(xs)
 		fmt.Fprintf(&b, " %s %.2f/%.2f/%.2f;", name, pct(xs, .5), pct(xs, .99), pct(xs, 1))
 	}
-	slices.SortFunc(all, func(a, b one) int { return -cmpFloat(a.total, b.total) })
+	slices.SortFunc(all, func(a, b one) int { return cmp.Compare(b.total, a.total) })
 	b.WriteString("\n  slowest:")
 	for _, o := range all[:min(5, len(all))] {
 		fmt.Fprintf(&b, "\n  %.2f ms:", o.total)
@@ -87,14 +88,4 @@ func (s otpSteps) step(id, name string, total float64) float64 {
 		before += s[id][n]
 	}
 	return total - before
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

@@ -59,7 +59,7 @@ func BenchmarkSendLoop(b *testing.B) {
 				elapsed := time.Since(start)
 				b.StopTimer()
 				b.ReportMetric(float64(n)/elapsed.Seconds(), "msgs/s")
-				b.ReportMetric(float64(hook.n.Load())/float64(n), "redis_rt/msg")
+				b.ReportMetric(float64(hook.N())/float64(n), "redis_rt/msg")
 			})
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -230,28 +229,11 @@ func waitUntil(t testing.TB, what string, cond func() bool) {
 	}
 }
 
-// rttHook counts Redis round trips (one per command or pipeline).
-type rttHook struct{ n atomic.Int64 }
-
-func (h *rttHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *rttHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-func (h *rttHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmds)
-	}
-}
-
 // countedClient is a client of the shared Redis whose round trips are counted.
-func countedClient(t testing.TB) (*redis.Client, *rttHook) {
+func countedClient(t testing.TB) (*redis.Client, *redistest.RoundTrips) {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: redistest.Addr(t), PoolSize: 32})
-	h := &rttHook{}
+	h := &redistest.RoundTrips{}
 	c.AddHook(h)
 	t.Cleanup(func() { _ = c.Close() })
 	return c, h

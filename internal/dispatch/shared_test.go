@@ -27,7 +27,7 @@ type replica struct {
 // startReplicas starts n Dispatchers sharing the account's Redis queue,
 // limiter and guard and one provider URL. Every replica's Redis round trips
 // go through hook.
-func startReplicas(t *testing.T, acct account, n int, url string, hook *rttHook, tune func(*Config)) []replica {
+func startReplicas(t *testing.T, acct account, n int, url string, hook *redistest.RoundTrips, tune func(*Config)) []replica {
 	t.Helper()
 	out := make([]replica, n)
 	for i := range out {
@@ -101,7 +101,7 @@ func testSharedReplicas(t *testing.T, replicas int, simCfg sim.Config) {
 	}
 	enqueue(t, producer, ms...)
 
-	hook := &rttHook{}
+	hook := &redistest.RoundTrips{}
 	reps := startReplicas(t, acct, replicas, url, hook, nil)
 	start := time.Now()
 
@@ -145,7 +145,7 @@ func testSharedReplicas(t *testing.T, replicas int, simCfg sim.Config) {
 	ids = append(ids, otpIDs...)
 	waitUntil(t, "every OTP to be accepted", func() bool { return s.Stats().Accepted >= len(ids) })
 	elapsed := time.Since(start)
-	rtts := hook.n.Load()
+	rtts := hook.N()
 	msgs := waitTerminal(t, producer, ids...)
 
 	st := s.Stats()

@@ -8,6 +8,7 @@ import (
 
 	"smsgw/internal/provider"
 	"smsgw/internal/provider/sim"
+	"smsgw/internal/redistest"
 	"smsgw/internal/sms"
 )
 
@@ -35,7 +36,7 @@ func TestThrottleAllPausesEveryReplica(t *testing.T) {
 	}
 	enqueue(t, producer, ms...)
 	watches := make([]*throttleWatch, 3)
-	reps := startReplicas(t, acct, 3, url, &rttHook{}, func(c *Config) {
+	reps := startReplicas(t, acct, 3, url, &redistest.RoundTrips{}, func(c *Config) {
 		w := &throttleWatch{next: c.Provider}
 		for i := range watches {
 			if watches[i] == nil {

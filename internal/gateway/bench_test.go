@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"smsgw/internal/config"
 	"smsgw/internal/provider/sim"
 	"smsgw/internal/redistest"
@@ -124,7 +122,7 @@ func BenchmarkIngress(b *testing.B) {
 				// A private Redis, away from other tests' load.
 				c.Redis.Addr = redistest.StartServer(b, redistest.ServerOptions{}).Addr
 			}
-			rtt := &rttHook{}
+			rtt := &redistest.RoundTrips{}
 			h := startOpts(b, c, s, Options{RedisHook: rtt})
 			tr := &http.Transport{MaxIdleConnsPerHost: benchConns, MaxConnsPerHost: benchConns}
 			defer tr.CloseIdleConnections()
@@ -230,10 +228,10 @@ func offered(b *testing.B, client *http.Client, rate int, d time.Duration, newRe
 // what the process does besides accepting in as long (the dispatcher keeps
 // sending the backlog at the provider's pace and polling), counted right
 // after while no POST arrives.
-func roundTripsPerAccept(b *testing.B, client *http.Client, rtt *rttHook, newReq func() *http.Request) float64 {
+func roundTripsPerAccept(b *testing.B, client *http.Client, rtt *redistest.RoundTrips, newReq func() *http.Request) float64 {
 	b.Helper()
 	const n = 1000
-	c0, t0 := rtt.n.Load(), time.Now()
+	c0, t0 := rtt.N(), time.Now()
 	for range n {
 		resp, err := client.Do(newReq())
 		if err != nil {
@@ -246,27 +244,10 @@ func roundTripsPerAccept(b *testing.B, client *http.Client, rtt *rttHook, newReq
 		}
 	}
 	busy := time.Since(t0)
-	c1 := rtt.n.Load()
+	c1 := rtt.N()
 	time.Sleep(busy)
-	idle := rtt.n.Load() - c1
+	idle := rtt.N() - c1
 	return float64(c1-c0-idle) / n
-}
-
-// rttHook counts round trips: a command or a pipeline is one.
-type rttHook struct{ n atomic.Int64 }
-
-func (h *rttHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *rttHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-func (h *rttHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmds)
-	}
 }
 
 // BenchmarkPostMessageHandler is the CPU cost of one accepted POST

@@ -26,6 +26,7 @@ package gateway
 // suspension guard's slowdown is.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -195,22 +196,12 @@ func (e *etaEstimator) plan(ctx context.Context, now time.Time, ms []*sms.Messag
 }
 
 func insertArrival(as []arrival, a arrival) []arrival {
-	i, _ := slices.BinarySearchFunc(as, a.at, func(x arrival, at time.Duration) int { return cmpDur(x.at, at) })
+	i, _ := slices.BinarySearchFunc(as, a.at, func(x arrival, at time.Duration) int { return cmp.Compare(x.at, at) })
 	// After every arrival at the same time: it was stored before.
 	for i < len(as) && as[i].at == a.at {
 		i++
 	}
 	return slices.Insert(as, i, a)
-}
-
-func cmpDur(a, b time.Duration) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // scheduled reads the stored work falling due before the latest of ms, as
@@ -238,7 +229,7 @@ func (e *etaEstimator) scheduled(ctx context.Context, now time.Time, ms []*sms.M
 			prev = n
 		}
 	}
-	slices.SortStableFunc(out, func(a, b arrival) int { return cmpDur(a.at, b.at) })
+	slices.SortStableFunc(out, func(a, b arrival) int { return cmp.Compare(a.at, b.at) })
 	return out
 }
 

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -275,5 +276,31 @@ func closeClient(t testing.TB, c *redis.Client) {
 	t.Helper()
 	if err := c.Close(); err != nil {
 		t.Logf("redistest: close client: %v", err)
+	}
+}
+
+// RoundTrips is a go-redis hook that counts round trips to Redis: a
+// command or a whole pipeline is one (add it with Client.AddHook, read N).
+type RoundTrips struct{ n atomic.Int64 }
+
+// N is how many round trips went through the hook so far.
+func (h *RoundTrips) N() int64 { return h.n.Load() }
+
+// DialHook passes dials through uncounted.
+func (h *RoundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook counts one command.
+func (h *RoundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+// ProcessPipelineHook counts one pipeline, however many commands it holds.
+func (h *RoundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmds)
 	}
 }
