@@ -109,8 +109,8 @@ type Config struct {
 	// OTPPoll and BulkPoll bound how long an idle lane waits before asking
 	// the queue again. The API calls Notify after every enqueue, which wakes
 	// this process's lane at once; a queue shared by processes that
-	// announces ready messages (queue.Notifier: Redis) wakes every replica's
-	// lanes the same way, and the poll (then 5 s by default) only catches a
+	// announces ready messages (queue.Notifier: Redis) wakes an idle
+	// replica's lanes the same way, and the poll (then 5 s by default) only catches a
 	// lost wake-up. Without announcements the poll is how messages enqueued
 	// elsewhere are found; each costs one Redis round trip.
 	OTPPoll  time.Duration
@@ -423,7 +423,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		d.listening.Add(1)
 		go func() {
 			defer d.listening.Done()
-			n.Listen(d.runCtx, d.Notify)
+			n.Listen(d.takeCtx, d.Notify) // ends with the takes: a stopping process hands its wake-ups on
 		}()
 	}
 	for _, ln := range d.lanes {

@@ -34,9 +34,9 @@
 //
 // The API calls Notify after every enqueue; it wakes this process's lane at
 // once. A queue shared by processes that announces ready messages
-// (queue.Notifier: redisq publishes each enqueue's classes on the
-// account's channel) is listened to, and the announcement wakes the lanes
-// of every replica the same way. The lanes' polls (OTPPoll, BulkPoll; 5 s
+// (queue.Notifier: redisq's enqueue pushes a token naming its classes,
+// which one idle replica pops) is listened to, and the announcement wakes
+// that replica's lanes the same way. The lanes' polls (OTPPoll, BulkPoll; 5 s
 // with a notifying queue) are then only the backstop for a lost
 // announcement. Idle reports whether this process sent anything lately:
 // the guard refresh here, and the gateway's loops of shared reads, slow

@@ -576,8 +576,12 @@ func (d *Dispatcher) complete(f *flight, o queue.Outcome, label string) {
 
 func (d *Dispatcher) requeue(f *flight, after time.Duration, spend bool, reason, lastErr string) {
 	d.m.requeues.WithLabelValues(f.l.Message.Class.String(), reason).Inc()
+	// A message handed back because this process stops wakes another
+	// replica at once (a shared queue); any other requeue is taken again
+	// by the lane that put it back.
+	announce := after == 0 && reason == requeueReleased && d.takeCtx.Err() != nil
 	d.ack(f, "requeue", outcomeRequeued, func(ctx context.Context) error {
-		return d.cfg.Queue.Requeue(ctx, f.l, queue.RequeueOptions{After: after, SpendAttempt: spend, LastError: lastErr})
+		return d.cfg.Queue.Requeue(ctx, f.l, queue.RequeueOptions{After: after, SpendAttempt: spend, LastError: lastErr, Announce: announce})
 	})
 }
 

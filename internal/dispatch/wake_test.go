@@ -41,3 +41,48 @@ func TestIdleReplicaWokenByAnotherProcessEnqueue(t *testing.T) {
 		}
 	}
 }
+
+// A message this process hands back because it stops wakes an idle
+// replica at once: the other replica, polling only hourly, sends it.
+// (Before, it waited for the other's poll.)
+func TestStopHandsBackToIdleReplica(t *testing.T) {
+	acct := newAccount(t)
+	holding := make(chan string, 1)
+	stuck := funcProvider(func(ctx context.Context, req *provider.Request) (provider.Result, error) {
+		holding <- req.ID
+		<-ctx.Done() // the stop cuts this send short
+		return provider.Result{}, ctx.Err()
+	})
+	a, _ := newDispatcher(t, Config{Queue: acct.queue(t, nil), Limiter: acct.limiter(t, nil, defaultLimits), Provider: stuck,
+		OTPWorkers: 1, OTPPoll: time.Hour, BulkPoll: time.Hour})
+	m := newMsg(sms.ClassTransactional)
+	enqueue(t, acct.queue(t, nil), m)
+	select {
+	case <-holding:
+	case <-time.After(patience):
+		t.Fatal("the first replica never called the provider")
+	}
+	sent := make(chan string, 1)
+	b, _ := newDispatcher(t, Config{Queue: acct.queue(t, nil), Limiter: acct.limiter(t, nil, defaultLimits),
+		Provider: funcProvider(func(_ context.Context, req *provider.Request) (provider.Result, error) {
+			sent <- req.ID
+			return provider.Result{ProviderID: "p-" + req.ID}, nil
+		}),
+		OTPWorkers: 1, OTPPoll: time.Hour, BulkPoll: time.Hour})
+	waitUntil(t, "the second replica idle", func() bool {
+		return value(b.m.takes.WithLabelValues(laneBulk, takeEmpty)) >= 2
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := a.Stop(ctx); err == nil {
+		t.Fatal("Stop did not cut the send short")
+	}
+	select {
+	case id := <-sent:
+		if id != m.ID {
+			t.Fatalf("sent %s, want %s", id, m.ID)
+		}
+	case <-time.After(patience):
+		t.Fatal("the message handed back at stop was not sent by the idle replica: nobody was woken")
+	}
+}

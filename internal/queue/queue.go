@@ -130,6 +130,10 @@ type RequeueOptions struct {
 	SpendAttempt bool          // false for rate denials and provider throttles
 	LastError    string
 	Crashed      bool // the send crashed its sender (a panic): Crashes is incremented
+	// Announce asks a backend that notifies other processes (Notifier) to
+	// wake one of them for the message: set when this process stops and
+	// hands back a message it can no longer send.
+	Announce bool
 }
 
 // MaxHorizons bounds the horizons of one ScheduledWithin call.
@@ -223,13 +227,16 @@ type Queue interface {
 }
 
 // Notifier is implemented by a backend that several processes share: it
-// tells every process, soon after, that messages of a class became ready
-// anywhere (an enqueue, a recovered lease), so that idle processes wait
-// for the news instead of polling. The news is a hint and may be lost (a
-// connection drops): callers keep a slow poll as the backstop.
+// tells a waiting process, soon after, that messages of a class became
+// ready anywhere (an enqueue, a recovered lease, a message handed back by a
+// process that stops), so that idle processes wait for the news instead of
+// polling. Each piece of news goes to one listener, not to all. The news
+// is a hint and may be lost (a connection drops): callers keep a slow poll
+// as the backstop.
 type Notifier interface {
-	// Listen calls wake with each class announced by any process until
-	// ctx ends, and with every class after each (re)connection, since
+	// Listen calls wake with every class once, then with each class of
+	// the news it gets until ctx ends, and with every class after each
+	// reconnection, since
 	// news may have been missed meanwhile. It reconnects by itself and
 	// returns only when ctx ends.
 	Listen(ctx context.Context, wake func(sms.Class))

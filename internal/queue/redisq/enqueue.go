@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,8 +24,9 @@ const maxBatch = 1000
 // carries (queue.Checks, in their order; none for a plain enqueue).
 //
 // KEYS[1] msgs HASH, KEYS[2] seq counter, KEYS[3] outstanding HASH,
-// KEYS[4..] the ready ZSETs, idempotency keys, final LISTs and check keys
-// the messages name.
+// KEYS[4] the wake LIST (notify.go), KEYS[5..] the ready ZSETs (named
+// keys.ready: "...ready:<class>"), idempotency keys, final LISTs and check
+// keys the messages name.
 // ARGV[1] idempotency window ms; then argsPerMessage per message: id,
 // record JSON, ready delay µs, index in KEYS of its ready ZSET, index in
 // KEYS of its idempotency key (0: none), index in KEYS of its final LIST,
@@ -43,10 +43,15 @@ const maxBatch = 1000
 // none), 4 a stored answer (value), 5 suppressed, 6 too many outstanding
 // (value: the count), 7 the ingress GCRA denied. gcra is gcra_allow's
 // answer when it ran, else empty.
+//
+// When it stored a message ready at once, the script pushes one wake-up
+// token naming those messages' classes on KEYS[4] and trims the LIST to
+// the newest wakeTokens: a refused or delayed message wakes nobody.
 var enqueueScript = redis.NewScript(luaPrelude + gcra.Lua + `
 local now = now_us()
 local out = {}
 local fins = {}
+local woken, classes = {}, {}
 local function check(i, m)
   local sk = tonumber(ARGV[i + 10])
   if sk > 0 and redis.call('HEXISTS', KEYS[sk], ARGV[i + 11]) == 1 then return 5, '', {} end
@@ -108,13 +113,22 @@ for i = 2, #ARGV, ` + strconv.Itoa(argsPerMessage) + ` do
       m.qm = member
       local js = cjson.encode(m)
       redis.call('HSET', KEYS[1], id, js)
-      redis.call('ZADD', KEYS[tonumber(ARGV[i + 3])], now + tonumber(ARGV[i + 2]), member)
+      local rk = tonumber(ARGV[i + 3])
+      redis.call('ZADD', KEYS[rk], now + tonumber(ARGV[i + 2]), member)
+      if tonumber(ARGV[i + 2]) == 0 and not woken[rk] then
+        woken[rk] = true
+        classes[#classes + 1] = string.match(KEYS[rk], 'ready:(%a+)$')
+      end
       redis.call('HINCRBY', KEYS[3], m.p, 1)
       if ak > 0 and ARGV[i + 8] ~= '' then redis.call('SET', KEYS[ak], ARGV[i + 8], 'PX', ARGV[i + 9]) end
       reply = {0, js, id, gcra}
     end
   end
   out[#out + 1] = reply
+end
+if #classes > 0 then
+  redis.call('LPUSH', KEYS[4], table.concat(classes, ','))
+  redis.call('LTRIM', KEYS[4], 0, ` + strconv.Itoa(wakeTokens-1) + `)
 end
 return out
 `)
@@ -254,10 +268,9 @@ func (q *Queue) checkKeys(ch *queue.Checks) error {
 // position, the first ids it asks the caller to look for.
 func (q *Queue) enqueueScript(ctx context.Context, cs []queue.Checked, results []queue.CheckedResult,
 	gone map[int]string) (map[int]string, error) {
-	call := &scriptCall{keys: []string{q.k.msgs(), q.k.seq(), q.k.outstanding()}, keyIndex: map[string]int{},
+	call := &scriptCall{keys: []string{q.k.msgs(), q.k.seq(), q.k.outstanding(), q.k.wake()}, keyIndex: map[string]int{},
 		args: []any{q.window.Milliseconds()}}
-	var sent []int              // positions in cs of the messages passed to the script
-	var wakeClasses []sms.Class // of the messages ready at once: announced to every replica
+	var sent []int // positions in cs of the messages passed to the script
 	now := time.Now()
 	for i := range cs {
 		m, r := cs[i].Message, &results[i]
@@ -284,15 +297,12 @@ func (q *Queue) enqueueScript(ctx context.Context, cs []queue.Checked, results [
 		call.args = append(call.args, m.ID, js, strconv.FormatInt(delay, 10), call.index(q.k.ready(m.Class)), ik,
 			call.index(q.k.fin(m.ID)), gone[i])
 		call.checkArgs(&cs[i].Checks)
-		if delay == 0 && !slices.Contains(wakeClasses, m.Class) {
-			wakeClasses = append(wakeClasses, m.Class)
-		}
 		sent = append(sent, i)
 	}
 	if len(sent) == 0 {
 		return nil, nil
 	}
-	reply, err := q.runEnqueue(ctx, call.keys, call.args, wakeClasses)
+	reply, err := q.runEnqueue(ctx, call.keys, call.args)
 	if err != nil {
 		return nil, fmt.Errorf("redisq: enqueue %d messages: %w", len(sent), err)
 	}
@@ -403,43 +413,19 @@ func validate(m *sms.Message) error {
 	return nil
 }
 
-// runEnqueue runs the enqueue script and, in the same round trip, publishes
-// the wake-up of classes (none: no wake-up). Only the script's answer
-// decides: a wake-up that fails is logged and left to the pollers.
-func (q *Queue) runEnqueue(ctx context.Context, keys []string, args []any, classes []sms.Class) ([]any, error) {
+// runEnqueue runs the enqueue script (which also wakes an idle replica).
+func (q *Queue) runEnqueue(ctx context.Context, keys []string, args []any) ([]any, error) {
 	if q.waitN > 0 {
-		return q.runEnqueueWait(ctx, keys, args, classes)
+		return q.runEnqueueWait(ctx, keys, args)
 	}
-	if len(classes) == 0 {
-		return enqueueScript.Run(ctx, q.c, keys, args...).Slice()
-	}
-	var (
-		run *redis.Cmd
-		pub *redis.IntCmd
-	)
-	_, _ = q.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		run = enqueueScript.EvalSha(ctx, p, keys, args...)
-		pub = q.publish(ctx, p, classes)
-		return nil
-	})
-	if err := run.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		// The script is not cached on this server yet: load it, then
-		// wake on its own.
-		reply, err := enqueueScript.Run(ctx, q.c, keys, args...).Slice()
-		if err == nil {
-			q.announce(ctx, classes)
-		}
-		return reply, err
-	}
-	q.published(pub.Err())
-	return run.Slice()
+	return enqueueScript.Run(ctx, q.c, keys, args...).Slice()
 }
 
-// runEnqueueWait runs the enqueue script, the wake-up and WAIT in one
-// pipeline on one connection to the account's master (WAIT counts the
-// writes of its own connection): the enqueue returns once q.waitN replicas
-// acknowledged it, or fails with queue.ErrNotReplicated.
-func (q *Queue) runEnqueueWait(ctx context.Context, keys []string, args []any, classes []sms.Class) ([]any, error) {
+// runEnqueueWait runs the enqueue script and WAIT in one pipeline on one
+// connection to the account's master (WAIT counts the writes of its own
+// connection): the enqueue returns once q.waitN replicas acknowledged it,
+// or fails with queue.ErrNotReplicated.
+func (q *Queue) runEnqueueWait(ctx context.Context, keys []string, args []any) ([]any, error) {
 	var node redis.Cmdable = q.c
 	if cc, ok := q.c.(*redis.ClusterClient); ok {
 		m, err := cc.MasterForKey(ctx, keys[0])
@@ -448,17 +434,10 @@ func (q *Queue) runEnqueueWait(ctx context.Context, keys []string, args []any, c
 		}
 		node = m
 	}
-	var (
-		run  *redis.Cmd
-		pub  *redis.IntCmd
-		wait *redis.Cmd
-	)
+	var run, wait *redis.Cmd
 	pipeline := func() {
 		_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
 			run = enqueueScript.EvalSha(ctx, p, keys, args...)
-			if len(classes) > 0 {
-				pub = q.publish(ctx, p, classes)
-			}
 			wait = p.Do(ctx, "WAIT", q.waitN, q.waitFor.Milliseconds())
 			return nil
 		})
@@ -477,9 +456,6 @@ func (q *Queue) runEnqueueWait(ctx context.Context, keys []string, args []any, c
 			return nil, fmt.Errorf("%w: the account's slot is moving: %w", queue.ErrNotReplicated, err)
 		}
 		return nil, err
-	}
-	if pub != nil {
-		q.published(pub.Err())
 	}
 	if n, err := wait.Int64(); err != nil || n < int64(q.waitN) {
 		return nil, fmt.Errorf("%w: %d of %d replicas confirmed within %s (%v)", queue.ErrNotReplicated, n, q.waitN, q.waitFor, err)

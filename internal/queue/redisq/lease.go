@@ -330,8 +330,12 @@ func (q *Queue) Requeue(ctx context.Context, l *queue.Leased, o queue.RequeueOpt
 		crashed = 1
 	}
 	keys := []string{q.k.lease(l.Message.Class), q.k.leases(), q.k.msgs(), q.k.ready(l.Message.Class), q.k.seq()}
-	return q.leaseResult("requeue", l, requeueScript.Run(ctx, q.c, keys, l.Message.ID, l.Token,
+	err = q.leaseResult("requeue", l, requeueScript.Run(ctx, q.c, keys, l.Message.ID, l.Token,
 		us(o.After), spend, o.LastError, crashed))
+	if err == nil && o.Announce && o.After <= 0 {
+		q.announce(ctx, []sms.Class{l.Message.Class})
+	}
+	return err
 }
 
 // deadScript ends a held lease by making the message a dead letter.

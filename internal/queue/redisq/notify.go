@@ -2,6 +2,8 @@ package redisq
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"strings"
 	"time"
@@ -11,26 +13,51 @@ import (
 	"smsgw/internal/sms"
 )
 
-// Wake-ups (queue.Notifier). Every enqueue publishes the classes it made
-// ready on the account's channel, in the same round trip as its script;
-// every replica listens, so an idle replica takes a message enqueued
-// elsewhere at once instead of finding it at its next poll. On Redis 7 and
-// later the channel is sharded (SPUBLISH, SSUBSCRIBE): on a Cluster it
-// lives on the shard of the account's slot, like the keys, instead of
-// being broadcast to every node. An older Redis gets plain PUBLISH and
-// SUBSCRIBE; the queue learns which from the first answer that refuses the
-// sharded command.
+// Wake-ups (queue.Notifier). Every enqueue that makes messages ready pushes
+// one token, the classes it made ready, on the account's wake LIST, inside
+// its script (a refused message wakes nobody); every replica's listener waits on that
+// LIST in a blocking pop. Redis hands each token to one waiting listener
+// only, the one that has waited longest: a message enqueued elsewhere
+// wakes one idle replica, which takes it at once, instead of every replica
+// racing for it (a broadcast woke all 23 processes of a fleet on 2 cores
+// for each message, and the one that won its take waited for a core).
+//
+// The LIST keeps at most wakeTokens tokens, the newest: while no listener
+// waits (every replica busy or gone) tokens would only pile up, and a busy
+// lane takes again by itself when it is done. A token is a hint and may be
+// lost (a connection drops after the pop): the lanes' slow poll is the
+// backstop, and a listener wakes every class after an error.
+//
+// A listener also waits on a LIST of its own (wakeStop): when its context
+// ends, one push there ends the blocking pop at once, so a stop never waits
+// for the pop's timeout.
 
-// listenRetryMin and listenRetryMax bound how fast a listener whose
-// connection fails tries again.
+// Bounds of the wake-ups.
 const (
+	// wakeTokens is the most tokens the wake LIST holds.
+	wakeTokens = 64
+	// wakeWait is how long one blocking pop waits: an idle listener costs
+	// Redis one command per wakeWait.
+	wakeWait = 10 * time.Second
+	// wakeStopTTL bounds the life of a listener's own LIST, should its
+	// stop token outlive the listener.
+	wakeStopTTL = time.Minute
+	// wakeStopToken is what a listener's own LIST receives when it stops.
+	wakeStopToken = "stop"
+	// listenRetryMin and listenRetryMax bound how fast a listener whose
+	// connection fails tries again.
 	listenRetryMin = 100 * time.Millisecond
 	listenRetryMax = 2 * time.Second
 )
 
-// wake is the channel of the account's wake-ups (a channel, not a key; it
-// carries the account's hash tag so that it shares the keys' slot).
+// wake is the LIST of wake-up tokens (each "otp" or "transactional,marketing").
+// An earlier release published on a pub/sub channel of this name; channels
+// and keys do not share a namespace.
 func (k keys) wake() string { return k.tag + "wake" }
+
+// wakeStop is the LIST that ends the blocking pop of listener id (wakeStop
+// in notify.go); it lives at most wakeStopTTL.
+func (k keys) wakeStop(id string) string { return k.tag + "wake:" + id }
 
 // wakePayload names classes as the listener parses them: "otp,marketing".
 func wakePayload(classes []sms.Class) string {
@@ -41,92 +68,116 @@ func wakePayload(classes []sms.Class) string {
 	return strings.Join(names, ",")
 }
 
-// publish queues the wake-up of classes on p (a pipeline or the client).
-func (q *Queue) publish(ctx context.Context, p redis.Cmdable, classes []sms.Class) *redis.IntCmd {
-	if q.unsharded.Load() {
-		return p.Publish(ctx, q.k.wake(), wakePayload(classes))
-	}
-	return p.SPublish(ctx, q.k.wake(), wakePayload(classes))
-}
-
-// announce publishes a wake-up on its own; a failure is only logged at
-// debug: the listeners' polls find the messages anyway.
+// announce pushes a wake-up token for classes outside the enqueue script
+// (a recovery, a stop handing messages back), with the trim that bounds
+// the LIST; a failure is only logged at debug: the listeners' polls find
+// the messages anyway.
 func (q *Queue) announce(ctx context.Context, classes []sms.Class) {
-	q.published(q.publish(ctx, q.c, classes).Err())
-}
-
-// published records the answer to a wake-up: a Redis without sharded
-// channels switches this queue to plain ones.
-func (q *Queue) published(err error) {
-	switch {
-	case err == nil:
-	case unknownCommand(err):
-		q.unsharded.Store(true)
-	default:
+	if err := q.push(ctx, wakePayload(classes)); err != nil {
 		q.log.Debug("wake-up not published", "err", err)
 	}
 }
 
-func unknownCommand(err error) bool {
-	return err != nil && strings.Contains(strings.ToLower(err.Error()), "unknown command")
+// push pushes token on the wake LIST and trims it to the newest wakeTokens.
+func (q *Queue) push(ctx context.Context, token string) error {
+	_, err := q.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.LPush(ctx, q.k.wake(), token)
+		p.LTrim(ctx, q.k.wake(), 0, wakeTokens-1)
+		return nil
+	})
+	return err
 }
 
-// Listen implements queue.Notifier.
+// Listen implements queue.Notifier: it wakes every class once, then each
+// class named by a token it pops, until ctx ends.
 func (q *Queue) Listen(ctx context.Context, wake func(sms.Class)) {
-	for ctx.Err() == nil {
-		q.listen(ctx, wake)
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	own := q.k.wakeStop(hex.EncodeToString(b[:]))
+	pushed := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(pushed)
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := q.c.Pipelined(sctx, func(p redis.Pipeliner) error {
+			p.RPush(sctx, own, wakeStopToken)
+			p.Expire(sctx, own, wakeStopTTL)
+			return nil
+		})
+		if err != nil {
+			q.log.Debug("wake-up listener: stop token not pushed", "err", err)
+		}
+	})
+	defer func() {
+		if !stop() {
+			<-pushed // the push has started: Listen ends after it
+		}
+	}()
+	wakeAll := func() {
+		for _, c := range sms.Classes {
+			wake(c) // news may have been missed meanwhile
+		}
 	}
-}
-
-// listen subscribes once (sharded or not) and delivers until ctx ends or
-// the server refuses the sharded subscription.
-func (q *Queue) listen(ctx context.Context, wake func(sms.Class)) {
-	sharded := !q.unsharded.Load()
-	var ps *redis.PubSub
-	if sharded {
-		ps = q.c.SSubscribe(ctx, q.k.wake())
-	} else {
-		ps = q.c.Subscribe(ctx, q.k.wake())
-	}
-	defer func() { _ = ps.Close() }()
-	stop := context.AfterFunc(ctx, func() { _ = ps.Close() }) // unblocks Receive
-	defer stop()
+	wakeAll()
 	retry := listenRetryMin
-	for {
-		msg, err := ps.Receive(ctx)
+	for ctx.Err() == nil {
+		got, err := q.c.BLPop(ctx, wakeWait, own, q.k.wake()).Result()
 		switch {
 		case ctx.Err() != nil:
-			return
-		case sharded && unknownCommand(err):
-			q.unsharded.Store(true)
-			return
-		case err != nil:
-			// The next Receive reconnects and subscribes again.
-			if !errors.Is(err, redis.ErrClosed) {
-				q.log.Debug("wake-up listener: receive failed", "err", err)
+			if err == nil && len(got) == 2 && got[0] == q.k.wake() {
+				q.handBack(got[1]) // meant for a replica that still takes
 			}
-			t := time.NewTimer(retry)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
+			return
+		case errors.Is(err, redis.Nil):
+			continue // waited wakeWait: nothing new
+		case err != nil:
+			q.log.Debug("wake-up listener: pop failed", "err", err)
+			if !q.reconnect(ctx, &retry) {
 				return
 			}
-			retry = min(retry*2, listenRetryMax)
+			wakeAll()
 			continue
 		}
 		retry = listenRetryMin
-		switch m := msg.(type) {
-		case *redis.Subscription:
-			for _, c := range sms.Classes {
-				wake(c) // (re)subscribed: news may have been missed
+		if len(got) != 2 || got[0] != q.k.wake() {
+			continue // the stop token: ctx has ended
+		}
+		for name := range strings.SplitSeq(got[1], ",") {
+			if c, err := sms.ParseClass(name); err == nil {
+				wake(c)
 			}
-		case *redis.Message:
-			for _, name := range strings.Split(m.Payload, ",") {
-				if c, err := sms.ParseClass(name); err == nil {
-					wake(c)
-				}
-			}
+		}
+	}
+}
+
+// handBack pushes again a token popped after the listener's context ended,
+// so that another replica gets it.
+func (q *Queue) handBack(token string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := q.push(ctx, token); err != nil {
+		q.log.Debug("wake-up listener: token not handed back", "err", err)
+	}
+}
+
+// reconnect waits *retry (doubled up to listenRetryMax for the next time)
+// and then until Redis answers a PING; false when ctx ends first.
+func (q *Queue) reconnect(ctx context.Context, retry *time.Duration) bool {
+	for {
+		t := time.NewTimer(*retry)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		}
+		*retry = min(*retry*2, listenRetryMax)
+		err := q.c.Ping(ctx).Err()
+		if ctx.Err() != nil {
+			return false
+		}
+		if err == nil {
+			return true
 		}
 	}
 }

@@ -2,6 +2,8 @@ package redisq
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -67,7 +69,7 @@ func (l *listener) waitFor(t *testing.T, from int, want sms.Class) int {
 }
 
 // testWake: a queue of another process enqueues; the listener hears the
-// class (after the wake-up of every class that a subscription starts with).
+// class (after the wake-up of every class that a listener starts with).
 func testWake(t *testing.T, listenOn, enqueueOn *Queue) {
 	l := listen(t, listenOn)
 	n := l.waitFor(t, 0, sms.ClassMarketing) // subscribed: every class once
@@ -83,8 +85,8 @@ func TestWakeUpOnEnqueue(t *testing.T) {
 	testWake(t, a, b)
 }
 
-// A Redis Cluster: the sharded channel lives on the account's slot and the
-// publish rides the enqueue's pipeline to that node.
+// A Redis Cluster: the wake LIST lives on the account's slot and the token
+// rides the enqueue's pipeline to that node.
 func TestWakeUpOnEnqueueCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a Redis Cluster")
@@ -94,13 +96,10 @@ func TestWakeUpOnEnqueueCluster(t *testing.T) {
 	a := open(t, redistest.ClusterClient(t, addrs), acct)
 	b := open(t, redistest.ClusterClient(t, addrs), acct)
 	testWake(t, a, b)
-	if a.unsharded.Load() || b.unsharded.Load() {
-		t.Error("a Redis 7 cluster fell back to unsharded channels")
-	}
 }
 
 // A wake-up lost while Redis was away is made good by the wake-up of
-// every class that the listener's new subscription starts with.
+// every class that the listener gives once Redis answers again.
 func TestWakeUpAfterReconnect(t *testing.T) {
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
@@ -108,7 +107,122 @@ func TestWakeUpAfterReconnect(t *testing.T) {
 	q := open(t, c, redistest.Prefix(t))
 	l := listen(t, q)
 	n := l.waitFor(t, 0, sms.ClassMarketing)
+	waitBlocked(t, c, 1) // the pop the kill cuts
 	srv.Kill()
 	srv.Start()
 	l.waitFor(t, n, sms.ClassMarketing)
+}
+
+// count is how many wake-ups the listener has had.
+func (l *listener) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.got)
+}
+
+// blockedClients is INFO clients' blocked_clients: the listeners waiting
+// in their blocking pop.
+func blockedClients(t *testing.T, c *redis.Client) int {
+	t.Helper()
+	info, err := c.Info(context.Background(), "clients").Result()
+	if err != nil {
+		t.Fatalf("INFO clients: %v", err)
+	}
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "blocked_clients:"); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatalf("blocked_clients %q: %v", v, err)
+			}
+			return n
+		}
+	}
+	t.Fatal("INFO clients has no blocked_clients")
+	return 0
+}
+
+// waitBlocked waits until n listeners wait in their blocking pop.
+func waitBlocked(t *testing.T, c *redis.Client, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for blockedClients(t, c) != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d listeners blocked, want %d", blockedClients(t, c), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Each enqueue wakes one idle listener, not all of them: with three
+// replicas listening, ten enqueues (each waited for) make ten wake-ups in
+// all, shared between them, and leave no token behind. (A broadcast made
+// thirty, and an idle fleet of 23 raced 23 takes for every message.)
+func TestWakeUpWakesOneListener(t *testing.T) {
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = c.Close() })
+	acct := redistest.Prefix(t)
+	var ls []*listener
+	for range 3 {
+		l := listen(t, open(t, c, acct))
+		l.waitFor(t, 0, sms.ClassMarketing) // every class once at start
+		ls = append(ls, l)
+	}
+	total := func() (n int) {
+		for _, l := range ls {
+			n += l.count()
+		}
+		return n
+	}
+	start := total()
+	waitBlocked(t, c, len(ls))
+	producer := open(t, c, acct)
+	const enqueues = 10
+	for i := range enqueues {
+		enqueue(t, producer, msg("p", sms.ClassOTP))
+		deadline := time.Now().Add(10 * time.Second)
+		for total() < start+i+1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("enqueue %d woke nobody", i)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		waitBlocked(t, c, len(ls)) // every listener waits again: it handled what it popped
+	}
+	if got := total() - start; got != enqueues {
+		for _, l := range ls {
+			t.Logf("%v", l.got)
+		}
+		t.Errorf("%d enqueues made %d wake-ups between %d listeners, want one each", enqueues, got, len(ls))
+	}
+	if n := c.LLen(t.Context(), producer.k.wake()).Val(); n != 0 {
+		t.Errorf("%d tokens left on the wake LIST with every listener waiting", n)
+	}
+}
+
+// With no listener the wake LIST keeps only the newest wakeTokens tokens.
+func TestWakeTokensBounded(t *testing.T) {
+	q := newShared(t)
+	for range wakeTokens + 10 {
+		enqueue(t, q, msg("p", sms.ClassMarketing))
+	}
+	if n := q.c.LLen(t.Context(), q.k.wake()).Val(); n != wakeTokens {
+		t.Errorf("wake LIST holds %d tokens, want %d", n, wakeTokens)
+	}
+}
+
+// A stop ends the blocking pop at once (the listener's own LIST), not
+// after wakeWait.
+func TestListenStopsAtOnce(t *testing.T) {
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = c.Close() })
+	l := listen(t, open(t, c, redistest.Prefix(t)))
+	waitBlocked(t, c, 1)
+	start := time.Now()
+	l.stop()
+	<-l.done
+	if took := time.Since(start); took >= wakeWait/2 {
+		t.Errorf("Listen returned %s after its context ended, want well under the pop's %s", took, wakeWait)
+	}
 }

@@ -76,9 +76,6 @@ type Queue struct {
 	closed    atomic.Bool
 	waitN     int           // WaitReplicas
 	waitFor   time.Duration // WaitTimeout
-	// unsharded: this Redis has no sharded channels (before 7.0); the
-	// wake-ups use PUBLISH and SUBSCRIBE (notify.go).
-	unsharded atomic.Bool
 }
 
 var _ queue.Queue = (*Queue)(nil)
