@@ -1,7 +1,9 @@
 package redisq
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -66,4 +68,72 @@ func newClient(t testing.TB, addr string) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// compacting is a queue that compacts its final records as soon as they
+// are written: every Complete and every receipt is followed by Compact of
+// every second, so that the suite reads, replays and receives receipts
+// for compacted records (blobs) instead of LISTs.
+type compacting struct{ *Queue }
+
+func (c compacting) compactAll(ctx context.Context) error {
+	for {
+		n, err := c.Compact(ctx, 1000)
+		if err != nil || n == 0 {
+			return err
+		}
+	}
+}
+
+func (c compacting) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) error {
+	if err := c.Queue.Complete(ctx, l, o); err != nil {
+		return err
+	}
+	return c.compactAll(ctx)
+}
+
+func (c compacting) ApplyReceipt(ctx context.Context, r queue.Receipt) (queue.ReceiptOutcome, error) {
+	out, err := c.Queue.ApplyReceipt(ctx, r)
+	if err != nil {
+		return out, err
+	}
+	return out, c.compactAll(ctx)
+}
+
+// openCompacting is open with a CompactAfter so short that every second
+// is due at once.
+func openCompacting(t testing.TB, c redis.UniversalClient, account string) compacting {
+	t.Helper()
+	q, err := New(Config{Client: c, Account: account, Logger: testLogger(t), CompactAfter: time.Nanosecond})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = q.Close() })
+	return compacting{q}
+}
+
+// TestConformanceCompacted runs the suite with every final record
+// compacted as soon as it is written (compacting).
+func TestConformanceCompacted(t *testing.T) {
+	t.Parallel()
+	addr := redistest.Addr(t)
+	queuetest.Run(t, queuetest.Harness{
+		New: func(t *testing.T) queue.Queue {
+			account := redistest.Prefix(t)
+			t.Cleanup(func() { deleteAccount(t, account) })
+			return openCompacting(t, redistest.Client(t), account)
+		},
+		Reopen: func(t *testing.T, q queue.Queue) queue.Queue {
+			old := q.(compacting)
+			_ = old.Close()
+			return openCompacting(t, newClient(t, addr), old.account)
+		},
+		MultiClient: func(t *testing.T, q queue.Queue, n int) []queue.Queue {
+			out := make([]queue.Queue, n)
+			for i := range out {
+				out[i] = openCompacting(t, newClient(t, addr), q.(compacting).account)
+			}
+			return out
+		},
+	})
 }
