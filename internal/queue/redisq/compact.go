@@ -97,10 +97,10 @@ func blobNames(blob string) ([]string, int, error) {
 		return nil, 0, errors.New("compacted records: unknown format")
 	}
 	n, k := binary.Uvarint([]byte(blob[1:min(len(blob), 1+binary.MaxVarintLen64)]))
-	if k <= 0 || n > uint64(len(blob)/12) {
+	at := 1 + k
+	if k <= 0 || n > uint64(len(blob)-at)/12 {
 		return nil, 0, errors.New("compacted records: malformed count")
 	}
-	at := 1 + k
 	names := make([]string, n)
 	for i := range names {
 		names[i] = blob[at : at+12]

@@ -546,7 +546,7 @@ func TestBlobCodec(t *testing.T) {
 	if _, found, err := blobRecord(blob[:len(blob)-5], id(4)); found || err != nil {
 		t.Fatalf("look-up of an absent name in a truncated blob = %v, %v: want not found, no inflate", found, err)
 	}
-	for _, bad := range []string{"", "\x02", blob[:len(blob)-5], "\x01\x05abc"} {
+	for _, bad := range []string{"", "\x02", blob[:len(blob)-5], "\x01\x05abc", "\x01\x02" + strings.Repeat("n", 23), "\x01\xff"} {
 		if _, err := decodeBlob(bad); err == nil {
 			t.Errorf("decodeBlob(%q) succeeded", bad)
 		}
