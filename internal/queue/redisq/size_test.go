@@ -116,7 +116,9 @@ var keyKinds = []string{"fin:", "fz:", "px:", "pid:", "idem:"}
 // full pace (tenMinutes, whose delivered growth is the store's growth over
 // those 10 minutes); the "keyed" run sends each message with an
 // Idempotency-Key (its mapping to the message lives for the idempotency
-// window: idem-B). With SMSGW_STORED_HOUR=1 it also runs an hour at the
+// window: idem-B); the "hour-at-1/s" and "hour-at-10/s" runs are an hour
+// at lower paces, where fewer records share each second's key and each
+// hour's index HASHes. With SMSGW_STORED_HOUR=1 it also runs an hour at the
 // contract's 100/s (anHour messages, ~10 minutes on a 2-core machine):
 // the steady state of the provider-id index. Run it once:
 //
@@ -130,6 +132,10 @@ func BenchmarkStoredBytes(b *testing.B) {
 		{fmt.Sprint(sizeMessages), sizeMessages, sizeMsg},
 		{fmt.Sprint(tenMinutes), tenMinutes, sizeMsg},
 		{fmt.Sprintf("%d-keyed", sizeMessages), sizeMessages, keyedMsg},
+		// An hour at lower paces: fewer records share each second's key
+		// (and its blob) and each hour's index HASHes.
+		{"3600-hour-at-1/s", 3600, func(i int) *sms.Message { return sizeMsgAt(i, 1) }},
+		{"36000-hour-at-10/s", 36000, func(i int) *sms.Message { return sizeMsgAt(i, 10) }},
 		{fmt.Sprintf("%d-hour-at-100/s", anHour), anHour, func(i int) *sms.Message { return sizeMsgAt(i, contractPace) }},
 	} {
 		b.Run(run.name, func(b *testing.B) {
