@@ -169,10 +169,12 @@ func listElement(id, rec string) string {
 	return strings.TrimPrefix(id, "msg_") + "\x1f" + rec
 }
 
-// listEntry reads a final LIST element of second sec as a blob entry, in
-// the order fin_match tries the names.
+// listEntry reads a final LIST element as a blob entry. A FinalShort
+// name's first byte holds 2 bits (< 4), an earlier release's name starts
+// with a character of the id (≥ '0'), so the two never mix up, even when
+// the 13th character of an old name is a '3'.
 func listEntry(el string) (blobEntry, bool) {
-	if len(el) >= 13 && el[12] == '3' {
+	if len(el) >= 13 && el[0] < 4 && el[12] == '3' {
 		return blobEntry{short: el[:12], rec: el[12:]}, true
 	}
 	if len(el) >= 27 && el[26] == '\x1f' {

@@ -551,6 +551,18 @@ func TestBlobCodec(t *testing.T) {
 			t.Errorf("decodeBlob(%q) succeeded", bad)
 		}
 	}
+	// An old name whose 13th character is a '3' is still an old name.
+	for {
+		old := id(5)
+		if old[16] != '3' {
+			continue
+		}
+		e, ok := listEntry(listElement(old, v2))
+		if !ok || e.short != queue.FinalShort(old) || e.rec != v2 {
+			t.Fatalf("listEntry of an old name with a '3' = %+v, %v", e, ok)
+		}
+		break
+	}
 	if _, err := mergeBlob("", []string{"short"}); err == nil {
 		t.Error("mergeBlob took an element without a name")
 	}
