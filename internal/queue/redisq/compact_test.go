@@ -567,3 +567,46 @@ func TestBlobCodec(t *testing.T) {
 		t.Error("mergeBlob took an element without a name")
 	}
 }
+
+// TestCompactedRecordOfAnEarlierRelease: an element an earlier release
+// wrote (named by the id without "msg_", a version 2 record) is compacted
+// with the rest of its second when that second is due, read back, and a
+// receipt puts it back into the LIST under its own naming, where the
+// scripts edit it.
+func TestCompactedRecordOfAnEarlierRelease(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	q := newCompacting(t, Config{})
+	id := sms.NewID(time.Now().Add(-time.Minute))
+	sec := secondOf(t, id)
+	v2 := "2\x1fs\x1f1\x1f1\x1f1\x1f\x1fp\x1fref-1\x1fpm-old\x1f+8190****5678\x1f\x1f\x1f\x1f\x1f\x1f\x1f\x1f\x1f1jk\x1f="
+	if err := q.c.RPush(ctx, q.k.finAt(sec), id[4:]+"\x1f"+v2).Err(); err != nil {
+		t.Fatal(err)
+	}
+	q.c.PExpire(ctx, q.k.finAt(sec), time.Hour)
+	// An earlier release did not record the second as due; a completion
+	// into it now does.
+	late := smstest.MessageAt("p", sms.ClassTransactional, time.Unix(sec, 500e6))
+	send(t, q, late, "SM-late")
+	before := mustGet(t, q, id)
+	if n := compactNow(t, q); n != 1 {
+		t.Fatalf("compacted %d seconds, want 1", n)
+	}
+	if got := mustGet(t, q, id); !reflect.DeepEqual(got, before) {
+		t.Fatalf("Get of a compacted version 2 record\n got %+v\nwant %+v", got, before)
+	}
+	out, err := q.ApplyReceipt(ctx, queue.Receipt{Reference: id, Status: sms.StatusDelivered})
+	if err != nil || out.Result != queue.ReceiptApplied || out.Message.Status != sms.StatusDelivered {
+		t.Fatalf("receipt to a compacted version 2 record = %+v, %v", out, err)
+	}
+	if els := q.c.LRange(ctx, q.k.finAt(sec), 0, -1).Val(); len(els) != 1 || !strings.HasPrefix(els[0], id[4:]+"\x1f2\x1fdelivered\x1f") {
+		t.Fatalf("LIST after the receipt = %q", els)
+	}
+	compactNow(t, q)
+	if got := mustGet(t, q, id); got.Status != sms.StatusDelivered {
+		t.Fatalf("after the merge: %s", got.Status)
+	}
+	if got := mustGet(t, q, late.ID); got.Status != sms.StatusSent {
+		t.Fatalf("the late completion after the merge: %s", got.Status)
+	}
+}
