@@ -62,7 +62,10 @@ if not raw then
   -- compacted: the caller's element of the blob, back into the LIST
   if ARGV[5] and ARGV[5] ~= '' and fin_match(ARGV[5], id) then
     local n = fin_extract(KEYS[2], KEYS[7], ARGV[5], ARGV[6])
-    if n then return apply(n, ARGV[5]) end
+    if n then
+      fin_due(KEYS[8], fin_sec(ARGV[4]), now_us()) -- the LIST is back: compact it again
+      return apply(n, ARGV[5])
+    end
   end
   local blob = redis.call('GET', KEYS[7])
   if blob then return {5, blob} end
