@@ -71,6 +71,8 @@ type Config struct {
 
 // Queue is the Redis queue. It is safe for concurrent use.
 type Queue struct {
+	compactAfter time.Duration // Config.CompactAfter
+
 	c         redis.UniversalClient
 	account   string
 	k         keys
@@ -82,8 +84,6 @@ type Queue struct {
 	closed    atomic.Bool
 	waitN     int           // WaitReplicas
 	waitFor   time.Duration // WaitTimeout
-	// compactAfter is Config.CompactAfter.
-	compactAfter time.Duration
 	// unsharded: this Redis has no sharded channels (before 7.0); the
 	// wake-ups use PUBLISH and SUBSCRIBE (notify.go).
 	unsharded atomic.Bool
