@@ -12,6 +12,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -72,10 +73,16 @@ func encodeBlob(entries []blobEntry) (string, error) {
 		}
 		b.WriteString(e.short)
 	}
-	w, err := flate.NewWriter(&b, flate.BestCompression)
-	if err != nil {
-		return "", err
+	w, _ := writers.Get().(*flate.Writer)
+	if w == nil {
+		var err error
+		if w, err = flate.NewWriter(&b, flate.BestCompression); err != nil {
+			return "", err
+		}
+	} else {
+		w.Reset(&b)
 	}
+	defer writers.Put(w)
 	for _, e := range entries {
 		if _, err := w.Write(binary.AppendUvarint(nil, uint64(len(e.rec)))); err != nil {
 			return "", err
@@ -109,26 +116,56 @@ func blobNames(blob string) ([]string, int, error) {
 	return names, at, nil
 }
 
-// decodeBlob is the records of a blob, in order.
-func decodeBlob(blob string) ([]blobEntry, error) {
-	names, at, err := blobNames(blob)
-	if err != nil {
+// The DEFLATE writers and readers keep large state (~600 KB and ~40 KB):
+// reused, not made per blob.
+var (
+	writers sync.Pool // *flate.Writer
+	readers sync.Pool // flate.Resetter and io.ReadCloser
+)
+
+// inflate is the records' text of a blob whose DEFLATE stream starts at.
+func inflate(blob string, at int) ([]byte, error) {
+	src := strings.NewReader(blob[at:])
+	r, _ := readers.Get().(io.ReadCloser)
+	if r == nil {
+		r = flate.NewReader(src)
+	} else if err := r.(flate.Resetter).Reset(src, nil); err != nil {
 		return nil, err
 	}
-	r := flate.NewReader(strings.NewReader(blob[at:]))
-	defer func() { _ = r.Close() }()
+	defer readers.Put(r)
 	raw, err := io.ReadAll(r)
 	if err != nil {
 		return nil, fmt.Errorf("compacted records: %w", err)
 	}
-	out := make([]blobEntry, len(names))
-	for i := range out {
+	return raw, nil
+}
+
+// decodeBlob is the records of a blob, in order.
+func decodeBlob(blob string) ([]blobEntry, error) {
+	return decodeBlobUpTo(blob, -1)
+}
+
+// decodeBlobUpTo is decodeBlob, stopping after record last (all: -1).
+func decodeBlobUpTo(blob string, last int) ([]blobEntry, error) {
+	names, at, err := blobNames(blob)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := inflate(blob, at)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]blobEntry, 0, len(names))
+	for i := range names {
 		n, k := binary.Uvarint(raw)
 		if k <= 0 || uint64(len(raw)-k) < n {
 			return nil, errors.New("compacted records: malformed record length")
 		}
-		out[i] = blobEntry{short: names[i], rec: string(raw[k : k+int(n)])}
+		out = append(out, blobEntry{short: names[i], rec: string(raw[k : k+int(n)])})
 		raw = raw[k+int(n):]
+		if i == last {
+			return out, nil
+		}
 	}
 	if len(raw) != 0 {
 		return nil, errors.New("compacted records: trailing bytes")
@@ -153,7 +190,7 @@ func blobRecord(blob, id string) (rec string, found bool, err error) {
 	if at < 0 {
 		return "", false, nil
 	}
-	entries, err := decodeBlob(blob)
+	entries, err := decodeBlobUpTo(blob, at)
 	if err != nil {
 		return "", false, err
 	}
