@@ -122,7 +122,7 @@ func newRedisBackend(cfg config.Config, d deps) (_ *backend, err error) {
 	// Many concurrent POSTs share one enqueue script round trip. (The
 	// embedded store already shares one commit between them.)
 	co := newCoalescer(rq)
-	b.queue, b.enq, b.loops = rq, co, append(b.loops, co)
+	b.queue, b.enq, b.loops = rq, co, append(b.loops, co, newCompactor(rq, d.log, d.quiet))
 	if b.persist, err = newPersistenceCheck(rq.CheckPersistence, d.reg, d.log); err != nil {
 		return nil, err
 	}

@@ -1,13 +1,16 @@
 package redisq
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"smsgw/internal/queue"
 	"smsgw/internal/queue/queuetest"
 	"smsgw/internal/redistest"
+	"smsgw/internal/sms"
 )
 
 // TestConformance runs the queue suite against the shared Redis; every
@@ -66,4 +69,100 @@ func newClient(t testing.TB, addr string) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// compacting is a queue that compacts its final records before every
+// call that reads one (Get, receipts, Cancel, enqueues with their replays
+// and retried ids), so that the suite reads compacted records (blobs)
+// instead of LISTs. (Compacting after every Complete instead would merge
+// a growing blob per completion: quadratic in the suite's bulk cases.)
+type compacting struct{ *Queue }
+
+func (c compacting) compactAll(ctx context.Context) error {
+	for {
+		n, err := c.Compact(ctx, 1000)
+		if err != nil || n == 0 {
+			return err
+		}
+	}
+}
+
+func (c compacting) Get(ctx context.Context, id string) (*sms.Message, error) {
+	if err := c.compactAll(ctx); err != nil {
+		return nil, err
+	}
+	return c.Queue.Get(ctx, id)
+}
+
+func (c compacting) ApplyReceipt(ctx context.Context, r queue.Receipt) (queue.ReceiptOutcome, error) {
+	if err := c.compactAll(ctx); err != nil {
+		return queue.ReceiptOutcome{}, err
+	}
+	return c.Queue.ApplyReceipt(ctx, r)
+}
+
+func (c compacting) Cancel(ctx context.Context, id, producer string) (*sms.Message, error) {
+	if err := c.compactAll(ctx); err != nil {
+		return nil, err
+	}
+	return c.Queue.Cancel(ctx, id, producer)
+}
+
+func (c compacting) Enqueue(ctx context.Context, m *sms.Message) (queue.EnqueueResult, error) {
+	if err := c.compactAll(ctx); err != nil {
+		return queue.EnqueueResult{}, err
+	}
+	return c.Queue.Enqueue(ctx, m)
+}
+
+func (c compacting) EnqueueMany(ctx context.Context, ms []*sms.Message) ([]queue.EnqueueResult, error) {
+	if err := c.compactAll(ctx); err != nil {
+		return nil, err
+	}
+	return c.Queue.EnqueueMany(ctx, ms)
+}
+
+func (c compacting) EnqueueChecked(ctx context.Context, cs []queue.Checked) ([]queue.CheckedResult, error) {
+	if err := c.compactAll(ctx); err != nil {
+		return nil, err
+	}
+	return c.Queue.EnqueueChecked(ctx, cs)
+}
+
+// openCompacting is open with a CompactAfter so short that every second
+// is due at once.
+func openCompacting(t testing.TB, c redis.UniversalClient, account string) compacting {
+	t.Helper()
+	q, err := New(Config{Client: c, Account: account, Logger: testLogger(t), CompactAfter: time.Nanosecond})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = q.Close() })
+	return compacting{q}
+}
+
+// TestConformanceCompacted runs the suite with every final record
+// compacted as soon as it is written (compacting).
+func TestConformanceCompacted(t *testing.T) {
+	t.Parallel()
+	addr := redistest.Addr(t)
+	queuetest.Run(t, queuetest.Harness{
+		New: func(t *testing.T) queue.Queue {
+			account := redistest.Prefix(t)
+			t.Cleanup(func() { deleteAccount(t, account) })
+			return openCompacting(t, redistest.Client(t), account)
+		},
+		Reopen: func(t *testing.T, q queue.Queue) queue.Queue {
+			old := q.(compacting)
+			_ = old.Close()
+			return openCompacting(t, newClient(t, addr), old.account)
+		},
+		MultiClient: func(t *testing.T, q queue.Queue, n int) []queue.Queue {
+			out := make([]queue.Queue, n)
+			for i := range out {
+				out[i] = openCompacting(t, newClient(t, addr), q.(compacting).account)
+			}
+			return out
+		},
+	})
 }

@@ -187,6 +187,9 @@ func (q *Queue) EnqueueChecked(ctx context.Context, cs []queue.Checked) ([]queue
 func (q *Queue) enqueueBatch(ctx context.Context, cs []queue.Checked, results []queue.CheckedResult) (err error) {
 	start := time.Now()
 	defer func() { q.m.observe("enqueue", start, err) }()
+	if err := q.precheckOld(ctx, cs, results); err != nil {
+		return err
+	}
 	gone := map[int]string{} // position in cs -> the first id found pruned
 	for range 2 {
 		firsts, err := q.enqueueScript(ctx, cs, results, gone)

@@ -55,6 +55,18 @@ func (k keys) fin(id string) string {
 // finAt is the final LIST of the messages created in Unix second sec.
 func (k keys) finAt(sec int64) string { return k.tag + "fin:" + strconv.FormatInt(sec, 10) }
 
+// finBlob is the compacted final records of the messages created in Unix
+// second sec (compact.go): one STRING that a compaction pass made of the
+// second's final LIST once nothing had written to it for a while. A second
+// may have both: an element of its LIST is newer than the blob's record
+// of the same message (a receipt to a compacted record, a message that
+// completed late into the second).
+func (k keys) finBlob(sec int64) string { return k.tag + "fz:" + strconv.FormatInt(sec, 10) }
+
+// finDue is the ZSET of the creation seconds whose final LIST waits for
+// compaction, scored by the last write to the LIST (Redis clock, ms).
+func (k keys) finDue() string { return k.tag + "fz:due" }
+
 // outstanding is the HASH producer -> queued + leased messages.
 func (k keys) outstanding() string { return k.tag + "outstanding" }
 

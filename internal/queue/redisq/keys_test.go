@@ -23,6 +23,9 @@ func TestKeyNamesUnchanged(t *testing.T) {
 		{k.ready(sms.ClassOTP), "{smsgw:acct}:q:ready:otp"},
 		{k.lease(sms.ClassTransactional), "{smsgw:acct}:q:lease:transactional"},
 		{k.dead(sms.ClassMarketing), "{smsgw:acct}:q:dead:marketing"},
+		{k.finAt(1700000000), "{smsgw:acct}:q:fin:1700000000"},
+		{k.finBlob(1700000000), "{smsgw:acct}:q:fz:1700000000"},
+		{k.finDue(), "{smsgw:acct}:q:fz:due"},
 		{k.idem("p", "k"), // sha256("p\x00k")[:16]
 			"{smsgw:acct}:q:idem:776e9c643a14b5e91d039a77beb6dd51"},
 	} {

@@ -193,13 +193,14 @@ func (q *Queue) Extend(ctx context.Context, l *queue.Leased, lease time.Duration
 // KEYS[1] lease ZSET of the class, KEYS[2] leases HASH, KEYS[3] msgs HASH,
 // KEYS[4] done ZSET, KEYS[5] outstanding HASH, KEYS[6] the final LIST,
 // KEYS[7..9] the dead ZSETs, KEYS[10..13] the outbox (keys.outbox): the
-// message's event is written here, KEYS[14] the provider id's index HASH
-// (sent with a provider id only).
+// message's event is written here, KEYS[14] the compaction ZSET
+// (keys.finDue: the final LIST's second is due for compaction once quiet),
+// KEYS[15] the provider id's index HASH (sent with a provider id only).
 // ARGV[1] id, ARGV[2] token, ARGV[3] status code (s, f or x), ARGV[4] the
 // final record before its times, ARGV[5] the id's creation time ms,
 // ARGV[6] retention µs, ARGV[7] how many old messages to prune at most,
 // ARGV[8] provider id, ARGV[9] reason (both for the event), ARGV[10] the
-// final record after its times, with KEYS[14]: ARGV[11] the index field,
+// final record after its times, with KEYS[15]: ARGV[11] the index field,
 // ARGV[12] its value, ARGV[13] the index HASH's time to live ms.
 // Returns 1, 0 when the lease is not held, -1 when it is not in KEYS[1].
 var completeScript = redis.NewScript(luaPrelude + luaRecord + luaOutbox + luaCheckLease + `
@@ -214,13 +215,16 @@ if ARGV[3] == 's' then ts = tu end -- written out: a receipt then keeps the leng
 local rec = ARGV[4] .. tu .. '\31' .. ts .. ARGV[10]
 if ARGV[3] == 's' then
   if m.rs then rec = fin_receipt(rec, m.rs, m.re) end
-  if KEYS[14] then
-    redis.call('HSET', KEYS[14], ARGV[11], ARGV[12])
-    redis.call('PEXPIRE', KEYS[14], ARGV[13])
+  if KEYS[15] then
+    redis.call('HSET', KEYS[15], ARGV[11], ARGV[12])
+    redis.call('PEXPIRE', KEYS[15], ARGV[13])
   end
 end
+-- A second compacted already gets a LIST again (compact.go): its element
+-- is newer than the blob's, should the blob have one of this id.
 redis.call('RPUSH', KEYS[6], fin_short(ARGV[1]) .. rec)
 redis.call('PEXPIRE', KEYS[6], math.ceil(tonumber(ARGV[6]) / 1000))
+fin_due(KEYS[14], fin_sec(ARGV[5]), now)
 -- The event reports the status stored: a receipt parked before the send
 -- was recorded makes it delivered or undelivered at once. m (the full
 -- record, read before it left msgs) gives the event its callback fields.
@@ -277,6 +281,7 @@ func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) 
 	keys := append([]string{q.k.lease(l.Message.Class), q.k.leases(), q.k.msgs(), q.k.done(), q.k.outstanding(),
 		q.k.fin(final.ID)}, q.k.perClass(q.k.dead)...)
 	keys = append(keys, q.k.outbox()...)
+	keys = append(keys, q.k.finDue())
 	args := []any{l.Message.ID, l.Token, status, head, created.UnixMilli(), us(q.retention), prunePerComplete,
 		o.ProviderID, o.Reason, tail}
 	if o.Status == sms.StatusSent && o.ProviderID != "" && len(o.ProviderID) <= queue.MaxReceiptField {

@@ -179,6 +179,34 @@ local function fin_index(cache, key)
   cache[key] = t
   return t
 end
+-- Compaction (compact.go): a creation second's final LIST becomes one
+-- compressed STRING, its blob, once no script has written to the LIST for
+-- a while; the scripts cannot read a blob, so one that must edit a
+-- compacted record is given the blob's element by the caller and puts it
+-- back into the LIST first (fin_extract), where the LIST's element is the
+-- newer one of the two from then on.
+-- fin_sec is the creation second (a decimal string) of creation time ms.
+local function fin_sec(ms)
+  return string.format('%.0f', math.floor(tonumber(ms) / 1000))
+end
+-- fin_due records a write to the final LIST of second sec in the ZSET due,
+-- scored by now (µs, kept as ms): compaction waits for the second to be
+-- quiet.
+local function fin_due(due, sec, now)
+  redis.call('ZADD', due, math.floor(now / 1000), sec)
+end
+-- fin_extract appends element elem of the blob key blob to the final LIST
+-- list, when the blob is still the one the caller read (sha: its SHA-1);
+-- the LIST expires no earlier than the blob. Returns the LIST's length,
+-- or false when the blob changed (or is gone): the caller reads it again.
+local function fin_extract(list, blob, elem, sha)
+  local b = redis.call('GET', blob)
+  if not b or redis.sha1hex(b) ~= sha then return false end
+  local n = redis.call('RPUSH', list, elem)
+  local ttl = redis.call('PTTL', blob)
+  if ttl > 0 and redis.call('PTTL', list) < ttl then redis.call('PEXPIRE', list, ttl) end
+  return n
+end
 local function new_member(seq, id)
   return string.format('%016d', seq) .. ':' .. id
 end

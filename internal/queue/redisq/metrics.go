@@ -10,7 +10,7 @@ import (
 )
 
 // ops is the closed label set of the op label.
-var ops = []string{"enqueue", "take", "extend", "complete", "requeue", "dead", "recover", "retry_dead", "read", "receipt", "cancel"}
+var ops = []string{"enqueue", "take", "extend", "complete", "requeue", "dead", "recover", "retry_dead", "read", "receipt", "cancel", "compact"}
 
 type metrics struct {
 	duration *prometheus.HistogramVec

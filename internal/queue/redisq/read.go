@@ -14,15 +14,19 @@ import (
 )
 
 // getScript reads a message: its record while it is live or a dead
-// letter, else its final record.
+// letter, else its final record, else the blob of its second (compacted
+// final records, compact.go), which the caller reads.
 //
-// KEYS[1] msgs HASH, KEYS[2] the final LIST of the id. ARGV[1] id.
-// Returns {1, stored value}, {2, final record} or {0}.
+// KEYS[1] msgs HASH, KEYS[2] the final LIST of the id, KEYS[3] its
+// second's blob. ARGV[1] id.
+// Returns {1, stored value}, {2, final record}, {3, blob} or {0}.
 var getScript = redis.NewScript(luaPrelude + `
 local v = redis.call('HGET', KEYS[1], ARGV[1])
 if v then return {1, v} end
 local f = fin_find(KEYS[2], ARGV[1])
 if f then return {2, f} end
+local b = redis.call('GET', KEYS[3])
+if b then return {3, b} end
 return {0}
 `)
 
@@ -36,7 +40,8 @@ func (q *Queue) Get(ctx context.Context, id string) (_ *sms.Message, err error) 
 	}
 	start := time.Now()
 	defer func() { q.m.observe("read", start, err) }()
-	reply, err := getScript.Run(ctx, q.c, []string{q.k.msgs(), q.k.fin(id)}, id).Slice()
+	created, _ := sms.IDTime(id)
+	reply, err := getScript.Run(ctx, q.c, []string{q.k.msgs(), q.k.fin(id), q.k.finBlob(created.Unix())}, id).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("redisq: get %s: %w", id, err)
 	}
@@ -59,6 +64,16 @@ func decodeGet(id string, reply []any) (*sms.Message, error) {
 	case kind == 2:
 		s, _ := reply[1].(string)
 		return queue.DecodeFinal(id, s)
+	case kind == 3:
+		blob, _ := reply[1].(string)
+		rec, found, err := blobRecord(blob, id)
+		if err != nil {
+			return nil, err
+		}
+		if !found {
+			return nil, queue.ErrNotFound
+		}
+		return queue.DecodeFinal(id, rec)
 	}
 	return decodeStored(id, reply[1])
 }

@@ -16,42 +16,59 @@ import (
 //
 // KEYS[1] msgs HASH, KEYS[2] the final LIST of the id, KEYS[3..6] the
 // outbox (keys.outbox: an applied receipt writes its event, for a full
-// record and a final record alike).
+// record and a final record alike), KEYS[7] the id's second's blob
+// (keys.finBlob), KEYS[8] the compaction ZSET (keys.finDue).
 // ARGV[1] our id, ARGV[2] the receipt's status code (v, u or f), ARGV[3]
-// its error code, ARGV[4] the id's creation time ms.
-// Returns {0} unknown, or {result, stored value, id, form} with result 1
-// applied (sent → the receipt's status), 2 parked (queued or sending: kept
-// in rs/re until Complete records sent), 3 duplicate (final already, or a
-// receipt parked already); form 'f' when the value is a final record.
+// its error code, ARGV[4] the id's creation time ms; to apply it to a
+// compacted record: ARGV[5] the blob's element of the id, ARGV[6] the
+// SHA-1 of the blob it was read from (else both empty).
+// Returns {0} unknown, {5, blob} when the final record may be in the blob
+// (the caller finds the element and runs the script again with it), or
+// {result, stored value, id, form} with result 1 applied (sent → the
+// receipt's status), 2 parked (queued or sending: kept in rs/re until
+// Complete records sent), 3 duplicate (final already, or a receipt parked
+// already); form 'f' when the value is a final record.
 var receiptScript = redis.NewScript(luaPrelude + luaRecord + luaOutbox + `
 local id = ARGV[1]
 local raw = redis.call('HGET', KEYS[1], id)
 if not raw then
-  -- done: its final record
+  -- done: its final record, the LIST's element at position i
+  local function apply(i, item)
+    local rec, at = fin_match(item, id)
+    local name = string.sub(item, 1, at)
+    local t = fin_split(rec)
+    if fin_status(t) ~= 's' then return {3, rec, id, 'f'} end
+    local now = now_us()
+    rec = fin_receipt(rec, ARGV[2], ARGV[3])
+    t = fin_split(rec)
+    local pos = fin_pos(t)
+    if t[pos.ts] == '=' then t[pos.ts] = t[pos.tu] end -- sent when it was last changed, until now
+    t[pos.tu] = b36(math.floor(now / 1000) - tonumber(ARGV[4]))
+    rec = table.concat(t, '\31')
+    -- Version 3 keeps the send time written out, so the record keeps
+    -- its length (status one letter, last change as long) and LSET
+    -- rewrites it in place: one that grows an element of a full
+    -- quicklist node splits the node.
+    redis.call('LSET', KEYS[2], i - 1, name .. rec)
+    fin_due(KEYS[8], fin_sec(ARGV[4]), now)
+    outbox_add({KEYS[3], KEYS[4], KEYS[5], KEYS[6]}, id, fin_event_fields(t), event_words[ARGV[2]],
+      event_codes[ARGV[2]], now)
+    return {1, rec, id, 'f'}
+  end
   local items = redis.call('LRANGE', KEYS[2], 0, -1)
   for i = #items, 1, -1 do
-    local rec, at = fin_match(items[i], id)
-    if rec then
-      local name = string.sub(items[i], 1, at)
-      local t = fin_split(rec)
-      if fin_status(t) ~= 's' then return {3, rec, id, 'f'} end
-      local now = now_us()
-      rec = fin_receipt(rec, ARGV[2], ARGV[3])
-      t = fin_split(rec)
-      local pos = fin_pos(t)
-      if t[pos.ts] == '=' then t[pos.ts] = t[pos.tu] end -- sent when it was last changed, until now
-      t[pos.tu] = b36(math.floor(now / 1000) - tonumber(ARGV[4]))
-      rec = table.concat(t, '\31')
-      -- Version 3 keeps the send time written out, so the record keeps
-      -- its length (status one letter, last change as long) and LSET
-      -- rewrites it in place: one that grows an element of a full
-      -- quicklist node splits the node.
-      redis.call('LSET', KEYS[2], i - 1, name .. rec)
-      outbox_add({KEYS[3], KEYS[4], KEYS[5], KEYS[6]}, id, fin_event_fields(t), event_words[ARGV[2]],
-        event_codes[ARGV[2]], now)
-      return {1, rec, id, 'f'}
+    if fin_match(items[i], id) then return apply(i, items[i]) end
+  end
+  -- compacted: the caller's element of the blob, back into the LIST
+  if ARGV[5] and ARGV[5] ~= '' and fin_match(ARGV[5], id) then
+    local n = fin_extract(KEYS[2], KEYS[7], ARGV[5], ARGV[6])
+    if n then
+      fin_due(KEYS[8], fin_sec(ARGV[4]), now_us()) -- the LIST is back: compact it again
+      return apply(n, ARGV[5])
     end
   end
+  local blob = redis.call('GET', KEYS[7])
+  if blob then return {5, blob} end
   return {0}
 end
 local m = cjson.decode(raw)
@@ -147,22 +164,41 @@ func (q *Queue) byProviderID(ctx context.Context, providerID string) (string, er
 }
 
 // findSent is the id of the message created in Unix second sec whose final
-// record has providerID, "" for none.
+// record has providerID, "" for none: its LIST's elements, newest first,
+// then its blob's records.
 func (q *Queue) findSent(ctx context.Context, sec int64, providerID string) (string, error) {
-	els, err := q.c.LRange(ctx, q.k.finAt(sec), 0, -1).Result()
+	els, blob, err := q.readFinal(ctx, sec)
 	if err != nil {
 		return "", err
 	}
-	for i := len(els) - 1; i >= 0; i-- {
-		if len(els[i]) < 13 || els[i][12] != '3' {
-			continue // not version 3: the index has only those
+	match := func(short, rec string) (string, bool) {
+		if len(rec) == 0 || rec[0] != '3' {
+			return "", false // not version 3: the index has only those
 		}
-		short, rec := els[i][:12], els[i][12:]
 		id, ok := queue.FinalID(sec, short)
 		if !ok {
+			return "", false
+		}
+		m, err := queue.DecodeFinal(id, rec)
+		return id, err == nil && m.ProviderID == providerID
+	}
+	for i := len(els) - 1; i >= 0; i-- {
+		if len(els[i]) < 13 {
 			continue
 		}
-		if m, err := queue.DecodeFinal(id, rec); err == nil && m.ProviderID == providerID {
+		if id, ok := match(els[i][:12], els[i][12:]); ok {
+			return id, nil
+		}
+	}
+	if blob == "" {
+		return "", nil
+	}
+	entries, err := decodeBlob(blob)
+	if err != nil {
+		return "", err
+	}
+	for i := len(entries) - 1; i >= 0; i-- {
+		if id, ok := match(entries[i].short, entries[i].rec); ok {
 			return id, nil
 		}
 	}
@@ -197,9 +233,38 @@ func (q *Queue) ApplyReceipt(ctx context.Context, r queue.Receipt) (_ queue.Rece
 		return queue.ReceiptOutcome{Result: queue.ReceiptUnknown}, nil
 	}
 	keys := append([]string{q.k.msgs(), q.k.fin(id)}, q.k.outbox()...)
-	reply, err := receiptScript.Run(ctx, q.c, keys, id, status, r.ErrorCode, created.UnixMilli()).Slice()
-	if err != nil {
-		return queue.ReceiptOutcome{}, fmt.Errorf("redisq: receipt: %w", err)
+	keys = append(keys, q.k.finBlob(created.Unix()), q.k.finDue())
+	elem, sha := "", ""
+	var reply []any
+	for try := 0; ; try++ {
+		reply, err = receiptScript.Run(ctx, q.c, keys, id, status, r.ErrorCode, created.UnixMilli(), elem, sha).Slice()
+		if err != nil {
+			return queue.ReceiptOutcome{}, fmt.Errorf("redisq: receipt: %w", err)
+		}
+		if code, _ := reply[0].(int64); code != 5 || len(reply) != 2 {
+			break
+		}
+		// Compacted: the blob's element, given back to the script, which
+		// puts it into the LIST before it applies the receipt (unless the
+		// blob changed meanwhile: then it answers with the new one).
+		blob, _ := reply[1].(string)
+		rec, found, err := blobRecord(blob, id)
+		switch {
+		case err != nil:
+			return queue.ReceiptOutcome{}, fmt.Errorf("redisq: receipt: %w", err)
+		case !found:
+			return queue.ReceiptOutcome{Result: queue.ReceiptUnknown}, nil
+		case try == maxExtractTries:
+			return queue.ReceiptOutcome{}, fmt.Errorf("redisq: receipt: the compacted records of %s kept changing", id)
+		}
+		m, err := queue.DecodeFinal(id, rec)
+		if err != nil {
+			return queue.ReceiptOutcome{}, fmt.Errorf("redisq: receipt: %w", err)
+		}
+		if m.Status != sms.StatusSent {
+			return queue.ReceiptOutcome{Result: queue.ReceiptDuplicate, Message: m}, nil // nothing to write
+		}
+		elem, sha = listElement(id, rec), blobSHA(blob)
 	}
 	code, _ := reply[0].(int64)
 	if code == 0 {

@@ -13,7 +13,9 @@
 // stay FIFO), a lease ZSET (score = lease expiry µs) and a dead-letter ZSET;
 // one HASH of lease tokens; per creation second a LIST of the final records
 // (queue.EncodeFinal) of completed messages, expiring Retention after its
-// last completion (a message leaves msgs when it completes); the ZSET of
+// last completion (a message leaves msgs when it completes), which Compact
+// turns into one compressed STRING once it has been quiet a while
+// (compact.go); the ZSET of
 // messages an earlier release completed in msgs, pruned after Retention;
 // per-producer outstanding counters; one key per idempotency key.
 package redisq
@@ -61,10 +63,16 @@ type Config struct {
 	// with queue.ErrNotReplicated after WaitTimeout.
 	WaitReplicas int
 	WaitTimeout  time.Duration
+	// CompactAfter is how long a creation second's final records must have
+	// been left alone (no completion, no receipt) before Compact may
+	// compress them (compact.go); 0: DefaultCompactAfter.
+	CompactAfter time.Duration
 }
 
 // Queue is the Redis queue. It is safe for concurrent use.
 type Queue struct {
+	compactAfter time.Duration // Config.CompactAfter
+
 	c         redis.UniversalClient
 	account   string
 	k         keys
@@ -93,8 +101,11 @@ func New(cfg Config) (*Queue, error) {
 	if cfg.WaitReplicas < 0 || (cfg.WaitReplicas > 0 && cfg.WaitTimeout <= 0) {
 		return nil, errors.New("redisq: WaitReplicas must not be negative, and needs a WaitTimeout > 0")
 	}
-	if cfg.Retention < 0 || cfg.IdempotencyWindow < 0 {
-		return nil, errors.New("redisq: Retention and IdempotencyWindow must not be negative")
+	if cfg.Retention < 0 || cfg.IdempotencyWindow < 0 || cfg.CompactAfter < 0 {
+		return nil, errors.New("redisq: Retention, IdempotencyWindow and CompactAfter must not be negative")
+	}
+	if cfg.CompactAfter == 0 {
+		cfg.CompactAfter = DefaultCompactAfter
 	}
 	if cfg.Retention == 0 {
 		cfg.Retention = DefaultRetention
@@ -121,6 +132,8 @@ func New(cfg Config) (*Queue, error) {
 		m:         m,
 		waitN:     cfg.WaitReplicas,
 		waitFor:   cfg.WaitTimeout,
+
+		compactAfter: cfg.CompactAfter,
 	}, nil
 }
 

@@ -98,7 +98,7 @@ type storedSize struct {
 // keyKinds names the kinds of key storedSize sums MEMORY USAGE over, by
 // the part of the name after the queue's prefix; every other key is
 // "other".
-var keyKinds = []string{"fin:", "px:", "pid:", "idem:"}
+var keyKinds = []string{"fin:", "fz:", "px:", "pid:", "idem:"}
 
 // BenchmarkStoredBytes reports what one message costs Redis, measured on a
 // private redis-server (nothing else moves used_memory), with the scripts
@@ -108,11 +108,17 @@ var keyKinds = []string{"fin:", "px:", "pid:", "idem:"}
 // delivery receipt (B/delivered-msg: what a completed message costs for
 // the retention). final-B and pid-index-B split the delivered figure by
 // MEMORY USAGE: the final records' lists, and the provider-id index
-// (receipts without a reference). n is sizeMessages and a 10-minute run at
+// (receipts without a reference). Then every second is compacted (as
+// Compact does once a second has been quiet for CompactAfter):
+// B/compacted-msg is what a completed message costs from then on, the
+// steady state of the retention, and final-compacted-B the final records'
+// part of it. n is sizeMessages and a 10-minute run at
 // full pace (tenMinutes, whose delivered growth is the store's growth over
 // those 10 minutes); the "keyed" run sends each message with an
 // Idempotency-Key (its mapping to the message lives for the idempotency
-// window: idem-B). With SMSGW_STORED_HOUR=1 it also runs an hour at the
+// window: idem-B); the "hour-at-1/s" and "hour-at-10/s" runs are an hour
+// at lower paces, where fewer records share each second's key and each
+// hour's index HASHes. With SMSGW_STORED_HOUR=1 it also runs an hour at the
 // contract's 100/s (anHour messages, ~10 minutes on a 2-core machine):
 // the steady state of the provider-id index. Run it once:
 //
@@ -126,6 +132,10 @@ func BenchmarkStoredBytes(b *testing.B) {
 		{fmt.Sprint(sizeMessages), sizeMessages, sizeMsg},
 		{fmt.Sprint(tenMinutes), tenMinutes, sizeMsg},
 		{fmt.Sprintf("%d-keyed", sizeMessages), sizeMessages, keyedMsg},
+		// An hour at lower paces: fewer records share each second's key
+		// (and its blob) and each hour's index HASHes.
+		{"3600-hour-at-1/s", 3600, func(i int) *sms.Message { return sizeMsgAt(i, 1) }},
+		{"36000-hour-at-10/s", 36000, func(i int) *sms.Message { return sizeMsgAt(i, 10) }},
 		{fmt.Sprintf("%d-hour-at-100/s", anHour), anHour, func(i int) *sms.Message { return sizeMsgAt(i, contractPace) }},
 	} {
 		b.Run(run.name, func(b *testing.B) {
@@ -134,17 +144,19 @@ func BenchmarkStoredBytes(b *testing.B) {
 			}
 			srv := redistest.StartServer(b, redistest.ServerOptions{})
 			c := newClient(b, srv.Addr)
-			var steps [3]storedSize
+			var steps [4]storedSize
 			for b.Loop() {
 				steps = storedBytes(b, c, run.n, run.msg)
 			}
 			per := func(v int64) float64 { return float64(v) / float64(run.n) }
-			queued, sent, delivered := steps[0], steps[1], steps[2]
+			queued, sent, delivered, compacted := steps[0], steps[1], steps[2], steps[3]
 			b.ReportMetric(per(queued.used), "B/queued-msg")
 			b.ReportMetric(per(sent.used), "B/sent-msg")
 			b.ReportMetric(per(delivered.used), "B/delivered-msg")
-			b.ReportMetric(per(delivered.byKind["fin:"]), "final-B/msg")
+			b.ReportMetric(per(delivered.byKind["fin:"]+delivered.byKind["fz:"]), "final-B/msg")
 			b.ReportMetric(per(delivered.byKind["px:"]+delivered.byKind["pid:"]), "pid-index-B/msg")
+			b.ReportMetric(per(compacted.used), "B/compacted-msg")
+			b.ReportMetric(per(compacted.byKind["fin:"]+compacted.byKind["fz:"]), "final-compacted-B/msg")
 			if run.msg(0).IdempotencyKey != "" {
 				b.ReportMetric(per(delivered.byKind["idem:"]), "idem-B/msg")
 			}
@@ -153,28 +165,39 @@ func BenchmarkStoredBytes(b *testing.B) {
 				b.ReportMetric(float64(delivered.used)/1e6, "MB/10min-at-90/s")
 			case anHour:
 				b.ReportMetric(float64(delivered.used)/1e6, "MB/hour-at-100/s")
+				// A day at 100/s: all compacted but the last CompactAfter.
+				recent := DefaultCompactAfter.Seconds() * contractPace
+				day := (86400*contractPace-recent)*per(compacted.used) + recent*per(delivered.used)
+				b.ReportMetric(day/1e6, "MB/24h-at-100/s")
 			}
 		})
 	}
 }
 
 // storedBytes stores n messages made by msg, sends them all, then applies
-// a delivery receipt to each, and returns what Redis holds after each step.
-func storedBytes(b *testing.B, c *redis.Client, n int, msg func(int) *sms.Message) [3]storedSize {
+// a delivery receipt to each, then compacts every second, and returns what
+// Redis holds after each step.
+func storedBytes(b *testing.B, c *redis.Client, n int, msg func(int) *sms.Message) [4]storedSize {
 	ctx := context.Background()
-	warm := open(b, c, "warm")
-	enqueue(b, warm, sizeMsg(0))
+	// Every script loaded before the first reading (Redis keeps them).
+	warm := openCompactingNow(b, c, "warm")
+	first := sizeMsg(0)
+	enqueue(b, warm, first)
 	deliver(b, warm)
+	compactNow(b, warm)
 	if _, err := warm.ApplyReceipt(ctx, queue.Receipt{ProviderID: "pm", Status: sms.StatusDelivered}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := warm.Get(ctx, first.ID); err != nil {
 		b.Fatal(err)
 	}
 	if err := c.FlushAll(ctx).Err(); err != nil {
 		b.Fatal(err)
 	}
-	q := open(b, c, "size")
+	q := openCompactingNow(b, c, "size")
 	base := usedMemory(b, c)
 	measure := func() storedSize { return storedSize{used: usedMemory(b, c) - base, byKind: memoryByKind(b, c, q)} }
-	var out [3]storedSize
+	var out [4]storedSize
 	batch := make([]*sms.Message, 0, maxBatch)
 	for i := range n {
 		batch = append(batch, msg(i))
@@ -207,7 +230,20 @@ func storedBytes(b *testing.B, c *redis.Client, n int, msg func(int) *sms.Messag
 		}
 	}
 	out[2] = measure()
+	compactNow(b, q)
+	out[3] = measure()
 	return out
+}
+
+// openCompactingNow is open with a CompactAfter so short that every
+// second is due for compaction at once.
+func openCompactingNow(b *testing.B, c *redis.Client, account string) *Queue {
+	q, err := New(Config{Client: c, Account: account, Logger: testLogger(b), CompactAfter: time.Nanosecond})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = q.Close() })
+	return q
 }
 
 // memoryByKind sums MEMORY USAGE (every element sampled) of q's keys by

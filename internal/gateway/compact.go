@@ -1,0 +1,70 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"smsgw/internal/queue/redisq"
+)
+
+// compactor compacts the final records of quiet seconds on Redis
+// (redisq.Queue.Compact): every replica runs it; a second two replicas
+// compact at once is compacted once, so no replica needs to lead.
+type compactor struct {
+	q   *redisq.Queue
+	log *slog.Logger
+	t   ticker
+
+	mu      sync.Mutex
+	failing bool
+}
+
+// compactEvery is how often a sending replica compacts; an idle one
+// compacts every compactIdleEvery (ticker.quiet). compactPerPass bounds
+// one call: at 100 messages a second one second of final records is ~10
+// KB, so a pass reads at most ~1 MB from Redis, and a replica can catch up
+// 6 seconds of records per second.
+const (
+	compactEvery     = 10 * time.Second
+	compactIdleEvery = time.Minute
+	compactPerPass   = 64
+)
+
+func newCompactor(q *redisq.Queue, log *slog.Logger, quiet *quietGate) *compactor {
+	c := &compactor{q: q, log: log}
+	c.t.quiet, c.t.quietEvery = quiet, compactIdleEvery
+	return c
+}
+
+// runOnce compacts until nothing more is due or the period is over. A
+// failure is logged when it starts and when it ends, not on every pass.
+func (c *compactor) runOnce(ctx context.Context) error {
+	var err error
+	for {
+		var n int
+		n, err = c.q.Compact(ctx, compactPerPass)
+		if err != nil || n < compactPerPass {
+			break
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case err != nil && !errors.Is(ctx.Err(), context.Canceled) && !c.failing:
+		c.failing = true
+		c.log.Warn("compaction of final records failed; they stay uncompacted until it works again", "err", err)
+	case err == nil && c.failing:
+		c.failing = false
+		c.log.Info("compaction of final records works again")
+	}
+	return err
+}
+
+// Start compacts until Stop or until ctx ends.
+func (c *compactor) Start(ctx context.Context) { c.t.start(ctx, compactEvery, c.runOnce) }
+
+// Stop ends the compaction and waits for it.
+func (c *compactor) Stop() { c.t.halt() }
