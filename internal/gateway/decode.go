@@ -99,9 +99,27 @@ func checkJSONContentType(ct string) error {
 // lone surrogates with U+FFFD), unknown fields refused, nothing after the
 // object. Field names in errors carry prefix ("messages[3].").
 func decodeStrict(raw []byte, dst any, prefix string) error {
+	if err := checkUTF8(raw, prefix); err != nil {
+		return err
+	}
+	if decodeCommon(raw, dst) {
+		return nil
+	}
+	return decodeChecked(raw, dst, prefix)
+}
+
+func checkUTF8(raw []byte, prefix string) error {
 	if !sms.ValidUTF8JSON(raw) {
 		return fieldError(prefix+invalidUTF8Field(raw), "is not valid UTF-8 (or holds an unpaired surrogate escape)")
 	}
+	return nil
+}
+
+// decodeChecked is decodeStrict after the UTF-8 check, every step on its
+// own: the member names, the decode, what follows the object. It is the
+// reference decodeCommon must agree with, and the path of every request
+// decodeCommon leaves (an unusual name, any error).
+func decodeChecked(raw []byte, dst any, prefix string) error {
 	if err := checkMemberNames(raw, dst, prefix); err != nil {
 		return err
 	}
