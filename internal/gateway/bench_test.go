@@ -9,10 +9,14 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"smsgw/internal/config"
 	"smsgw/internal/provider/sim"
@@ -106,7 +110,10 @@ func load(b *testing.B, client *http.Client, d time.Duration, want int, newReq f
 // latency counts from when a request was due, so a stall is not hidden by
 // the clients waiting on it); and, with Redis, the Redis commands per
 // accepted message (INFO commandstats on a private server, with what the
-// idle process does meanwhile subtracted). Every POST carries its own
+// idle process does meanwhile subtracted). Beside the ratio it reports the
+// CPU time each answer costs (this process, and with Redis its private
+// server: cpu-us/accept, cpu-us/healthz and their ratio cpu-ratio), which
+// other load on the machine moves far less than the rates. Every POST carries its own
 // Idempotency-Key and the producer has a max_outstanding, so each
 // admission step runs.
 // Run it once: go test ./internal/gateway -run '^$' -bench Ingress -benchtime 1x
@@ -118,9 +125,13 @@ func BenchmarkIngress(b *testing.B) {
 			c := testConfig(b, m, s.URL())
 			c.Producers[0].Rate, c.Producers[0].Burst = 1e6, 1_000_000
 			c.Producers[0].MaxOutstanding = 100_000_000
+			cpu := processCPU
 			if m == redisMode {
 				// A private Redis, away from other tests' load.
 				c.Redis.Addr = redistest.StartServer(b, redistest.ServerOptions{}).Addr
+				rc := redis.NewClient(&redis.Options{Addr: c.Redis.Addr})
+				defer func() { _ = rc.Close() }()
+				cpu = func() time.Duration { return processCPU() + redisCPU(b, rc) }
 			}
 			rtt := &redistest.RoundTrips{}
 			h := startOpts(b, c, s, Options{RedisHook: rtt})
@@ -129,12 +140,16 @@ func BenchmarkIngress(b *testing.B) {
 			client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
 			post := postRequest(h)
 			var health, posts loadResult
+			var healthCPU, postCPU time.Duration
 			for range benchRounds {
+				c0 := cpu()
 				health.add(load(b, client, benchHealthz, http.StatusOK, func() *http.Request {
 					r, _ := http.NewRequestWithContext(b.Context(), http.MethodGet, h.base+"/healthz", nil)
 					return r
 				}))
+				c1 := cpu()
 				posts.add(load(b, client, benchMessages, http.StatusAccepted, post))
+				healthCPU, postCPU = healthCPU+c1-c0, postCPU+cpu()-c1
 			}
 			if posts.other > 0 {
 				b.Errorf("%d POSTs not accepted", posts.other)
@@ -143,6 +158,11 @@ func BenchmarkIngress(b *testing.B) {
 			b.ReportMetric(posts.perSecond, "accepted/s")
 			b.ReportMetric(health.perSecond, "healthz/s")
 			b.ReportMetric(posts.perSecond/health.perSecond, "ratio")
+			perHealth := float64(healthCPU.Nanoseconds()) / 1e3 / float64(health.ok+health.other)
+			perPost := float64(postCPU.Nanoseconds()) / 1e3 / float64(posts.ok+posts.other)
+			b.ReportMetric(perPost, "cpu-us/accept")
+			b.ReportMetric(perHealth, "cpu-us/healthz")
+			b.ReportMetric(perHealth/perPost, "cpu-ratio")
 			b.ReportMetric(float64(posts.p99.Microseconds())/1000, "post-p99-ms")
 			b.ReportMetric(float64(health.p99.Microseconds())/1000, "healthz-p99-ms")
 			b.ReportMetric(float64(fixed.p99.Microseconds())/1000, "post-p99-ms@2000/s")
@@ -156,6 +176,36 @@ func BenchmarkIngress(b *testing.B) {
 			}
 		})
 	}
+}
+
+// processCPU is the CPU time this process has used (user and system).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// redisCPU is the CPU time the Redis server behind rc has used (INFO cpu).
+func redisCPU(b *testing.B, rc *redis.Client) time.Duration {
+	b.Helper()
+	info, err := rc.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for line := range strings.Lines(info) {
+		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (name == "used_cpu_sys" || name == "used_cpu_user") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
 }
 
 // The fixed offered load of BenchmarkIngress.

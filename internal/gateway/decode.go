@@ -99,9 +99,27 @@ func checkJSONContentType(ct string) error {
 // lone surrogates with U+FFFD), unknown fields refused, nothing after the
 // object. Field names in errors carry prefix ("messages[3].").
 func decodeStrict(raw []byte, dst any, prefix string) error {
+	if err := checkUTF8(raw, prefix); err != nil {
+		return err
+	}
+	if decodeCommon(raw, dst) {
+		return nil
+	}
+	return decodeChecked(raw, dst, prefix)
+}
+
+func checkUTF8(raw []byte, prefix string) error {
 	if !sms.ValidUTF8JSON(raw) {
 		return fieldError(prefix+invalidUTF8Field(raw), "is not valid UTF-8 (or holds an unpaired surrogate escape)")
 	}
+	return nil
+}
+
+// decodeChecked is decodeStrict after the UTF-8 check, every step on its
+// own: the member names, the decode, what follows the object. It is the
+// reference decodeCommon must agree with, and the path of every request
+// decodeCommon leaves (an unusual name, any error).
+func decodeChecked(raw []byte, dst any, prefix string) error {
 	if err := checkMemberNames(raw, dst, prefix); err != nil {
 		return err
 	}
@@ -372,22 +390,33 @@ func parseClass(name, prefix string) (sms.Class, *fieldProblem) {
 // field that changes what is sent), so a replay under the same
 // Idempotency-Key with another body is told apart.
 func requestHash(m *sms.Message, ttl time.Duration) string {
-	h := sha256.New()
-	fields := []string{"v1", m.Class.String(), m.To, m.From, m.Body, m.Reference, strconv.FormatInt(int64(ttl/time.Second), 10)}
+	var ttlBuf [20]byte
+	fields := [...]string{"v1", m.Class.String(), m.To, m.From, m.Body, m.Reference,
+		string(strconv.AppendInt(ttlBuf[:0], int64(ttl/time.Second), 10)), "", "", "", ""}
+	n := 7
 	if !m.SendAt.IsZero() {
 		// Only when set, so that the digest of every request without it
 		// stays what earlier releases stored.
-		fields = append(fields, "send_at", m.SendAt.Format(time.RFC3339Nano))
+		fields[n], fields[n+1] = "send_at", m.SendAt.Format(time.RFC3339Nano)
+		n += 2
 	}
 	if m.CallbackURL != "" {
-		fields = append(fields, "callback_url", m.CallbackURL)
+		fields[n], fields[n+1] = "callback_url", m.CallbackURL
+		n += 2
 	}
-	for _, f := range fields {
-		h.Write([]byte(strconv.Itoa(len(f))))
-		h.Write([]byte{':'})
-		h.Write([]byte(f))
+	// One buffer, one digest: the same bytes as writing each part in turn.
+	size := 0
+	for _, f := range fields[:n] {
+		size += 21 + len(f)
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	buf := make([]byte, 0, size)
+	for _, f := range fields[:n] {
+		buf = strconv.AppendInt(buf, int64(len(f)), 10)
+		buf = append(buf, ':')
+		buf = append(buf, f...)
+	}
+	sum := sha256.Sum256(buf)
+	return hex.EncodeToString(sum[:])
 }
 
 func hashBytes(parts ...[]byte) string {

@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -138,7 +137,7 @@ func (s *server) idempotent(w http.ResponseWriter, r *http.Request, p *producer,
 		s.writeError(w, r, err)
 		return
 	}
-	body, err := json.Marshal(res.body)
+	body, err := marshalBody(res.body)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"time"
@@ -134,7 +133,8 @@ func (s *server) prepareOneTrip(ctx context.Context, p *producer, v validated, i
 	if err := admitTTL(req.m, req.eta, v.ttl); err != nil {
 		return nil, err
 	}
-	if req.body, err = json.Marshal(acceptedOf(req.m, req.eta, now)); err != nil {
+	am := acceptedOf(req.m, req.eta, now)
+	if req.body, err = marshalAccepted(&am); err != nil {
 		return nil, err
 	}
 	ch := &req.ch

@@ -292,7 +292,7 @@ func ceilSeconds(d time.Duration) int64 {
 // writeJSON writes v with status. Encoding our own types cannot fail; if it
 // does, the client gets an empty 500 and the log gets why.
 func writeJSON(w http.ResponseWriter, log *slog.Logger, contentType string, status int, v any) {
-	b, err := json.Marshal(v)
+	b, err := marshalBody(v)
 	if err != nil {
 		log.Error("encode response", "err", err)
 		w.WriteHeader(http.StatusInternalServerError)

@@ -1,10 +1,14 @@
 package gateway
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -408,4 +412,25 @@ func TestProtectionWithRedisDown(t *testing.T) {
 	if n := len(s.Accepted()); n != 1+codes[http.StatusOK] {
 		t.Errorf("the provider received %d OTPs, want %d", n, 1+codes[http.StatusOK])
 	}
+}
+
+// TestNumberIDReusedHMAC: numberID, which reuses keyed HMACs, answers
+// HMAC-SHA256(key, number) for keys that alternate, from many goroutines.
+func TestNumberIDReusedHMAC(t *testing.T) {
+	keys := [][]byte{[]byte("account-key-1"), []byte("local-key-22"), []byte("account-key-1")}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 200 {
+				key, to := keys[(g+i)%len(keys)], "+8190"+strconv.Itoa(10000000+i)
+				m := hmac.New(sha256.New, key)
+				m.Write([]byte(to))
+				if got, want := numberID(key, to), hex.EncodeToString(m.Sum(nil)[:16]); got != want {
+					t.Errorf("numberID(%s, %s) = %s, want %s", key, to, got, want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

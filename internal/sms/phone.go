@@ -2,6 +2,7 @@ package sms
 
 import (
 	"regexp"
+	"regexp/syntax"
 	"slices"
 	"strconv"
 	"sync"
@@ -111,15 +112,111 @@ type region struct {
 type numberDesc struct {
 	lengths []int32
 	pattern *regexp.Regexp
+	// first holds bit d when a match of pattern may start with the digit
+	// d (firstDigits): most patterns of a region start with a few digits
+	// only, so most descriptions a number is tried against are ruled out
+	// without running their regular expression.
+	first uint16
 }
 
 func newNumberDesc(d *phonenumbers.PhoneNumberDesc) numberDesc {
-	return numberDesc{lengths: d.GetPossibleLength(), pattern: regexp.MustCompile("^(?:" + d.GetNationalNumberPattern() + ")$")}
+	expr := "^(?:" + d.GetNationalNumberPattern() + ")$"
+	return numberDesc{lengths: d.GetPossibleLength(), pattern: regexp.MustCompile(expr), first: firstDigitsOf(expr)}
 }
 
 // matches is the library's isNumberMatchingDesc.
 func (d numberDesc) matches(nsn string) bool {
+	if c := digitAt(nsn, 0); c >= 0 && d.first&(1<<c) == 0 {
+		return false
+	}
 	return (len(d.lengths) == 0 || slices.Contains(d.lengths, int32(len(nsn)))) && d.pattern.MatchString(nsn)
+}
+
+// anyDigit is the first-digit set that rules nothing out.
+const anyDigit = 1<<10 - 1
+
+// firstDigitsOf is the set of digits a match of expr (as regexp parses
+// it) may start with, as bits 0 to 9; anyDigit when it cannot tell,
+// or when expr can match the empty string.
+func firstDigitsOf(expr string) uint16 {
+	re, err := syntax.Parse(expr, syntax.Perl)
+	if err != nil {
+		return anyDigit
+	}
+	set, nullable := firstDigits(re)
+	if nullable {
+		return anyDigit
+	}
+	return set
+}
+
+// firstDigits is the digits a match of re may start with and whether re
+// matches the empty string. It may answer more digits than are possible,
+// never fewer.
+func firstDigits(re *syntax.Regexp) (set uint16, nullable bool) {
+	switch re.Op {
+	case syntax.OpNoMatch:
+		return 0, false
+	case syntax.OpEmptyMatch, syntax.OpBeginLine, syntax.OpEndLine, syntax.OpBeginText, syntax.OpEndText,
+		syntax.OpWordBoundary, syntax.OpNoWordBoundary:
+		return 0, true
+	case syntax.OpLiteral:
+		if len(re.Rune) == 0 {
+			return 0, true
+		}
+		return digitsIn(re.Rune[0], re.Rune[0]), false
+	case syntax.OpCharClass:
+		for i := 0; i+1 < len(re.Rune); i += 2 {
+			set |= digitsIn(re.Rune[i], re.Rune[i+1])
+		}
+		return set, false
+	case syntax.OpAnyChar, syntax.OpAnyCharNotNL:
+		return anyDigit, false
+	case syntax.OpCapture:
+		return firstDigits(re.Sub[0])
+	case syntax.OpStar, syntax.OpQuest:
+		set, _ = firstDigits(re.Sub[0])
+		return set, true
+	case syntax.OpPlus:
+		return firstDigits(re.Sub[0])
+	case syntax.OpRepeat:
+		set, nullable = firstDigits(re.Sub[0])
+		return set, nullable || re.Min == 0
+	case syntax.OpConcat:
+		for _, sub := range re.Sub {
+			s, n := firstDigits(sub)
+			set |= s
+			if !n {
+				return set, false
+			}
+		}
+		return set, true
+	case syntax.OpAlternate:
+		for _, sub := range re.Sub {
+			s, n := firstDigits(sub)
+			set |= s
+			nullable = nullable || n
+		}
+		return set, nullable
+	}
+	return anyDigit, true
+}
+
+// digitAt is the value of the digit s[i], -1 when it is not one.
+func digitAt(s string, i int) int {
+	if i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		return int(s[i] - '0')
+	}
+	return -1
+}
+
+// digitsIn is the digits in the rune range lo..hi, as bits.
+func digitsIn(lo, hi rune) uint16 {
+	var set uint16
+	for d := max(lo, '0'); d <= min(hi, '9'); d++ {
+		set |= 1 << (d - '0')
+	}
+	return set
 }
 
 func newRegion(m *phonenumbers.PhoneMetadata) *region {

@@ -341,3 +341,57 @@ func TestMaskPhone(t *testing.T) {
 		}
 	}
 }
+
+// TestFirstDigitsNeverRulesOutAMatch: the first-digit set of every
+// compiled number description holds the first digit of every number its
+// pattern matches, tried on each description's example number and on
+// variants of it with other leading digits and lengths; and it does rule
+// descriptions out (else it would only cost).
+func TestFirstDigitsNeverRulesOutAMatch(t *testing.T) {
+	t.Parallel()
+	coll, err := phonenumbers.MetadataCollection()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tried, narrowed := 0, 0
+	for _, m := range coll.GetMetadata() {
+		for _, d := range []*phonenumbers.PhoneNumberDesc{m.GetGeneralDesc(), m.GetFixedLine(), m.GetMobile(), m.GetTollFree(),
+			m.GetPremiumRate(), m.GetSharedCost(), m.GetPersonalNumber(), m.GetVoip(), m.GetPager(), m.GetUan(), m.GetVoicemail()} {
+			if d == nil {
+				continue
+			}
+			nd := newNumberDesc(d)
+			if nd.first != anyDigit {
+				narrowed++
+			}
+			ex := d.GetExampleNumber()
+			if ex == "" {
+				ex = "1234567890"
+			}
+			for lead := range 10 {
+				for _, n := range []string{ex, ex[1:], ex + "0", ex + "00"} {
+					s := strconv.Itoa(lead) + n[min(1, len(n)):]
+					tried++
+					if nd.pattern.MatchString(s) && nd.first&(1<<lead) == 0 {
+						t.Fatalf("%s: %q matches %s, but its first digit is not in %010b", m.GetId(), s, nd.pattern, nd.first)
+					}
+				}
+			}
+		}
+	}
+	if narrowed == 0 || tried < 10000 {
+		t.Fatalf("%d descriptions narrowed, %d numbers tried", narrowed, tried)
+	}
+	t.Logf("%d numbers tried, %d descriptions narrowed", tried, narrowed)
+	for _, tc := range []struct {
+		expr string
+		want uint16
+	}{
+		{"^(?:[2-9]\\d{9})$", 0b1111111100}, {"^(?:1|(?:3|5)\\d)$", 0b101010}, {"^(?:\\d?1)$", anyDigit},
+		{"^(?:(?:12)?4\\d)$", 0b10010}, {"^(?:NA)$", 0}, {"^(?:)$", anyDigit}, {"^(?:7{2,3})$", 0b10000000},
+	} {
+		if got := firstDigitsOf(tc.expr); got != tc.want {
+			t.Errorf("firstDigitsOf(%s) = %010b, want %010b", tc.expr, got, tc.want)
+		}
+	}
+}

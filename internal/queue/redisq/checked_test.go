@@ -57,9 +57,18 @@ func TestEnqueueCheckedOrder(t *testing.T) {
 	// Stored with its answer; a second request under the answer key gets
 	// the answer back and stores nothing.
 	ch := checksFor(q, 5, "a1")
-	first := enqueueChecked(t, q, smstest.Message("p", sms.ClassTransactional), ch)
+	sent := smstest.Message("p", sms.ClassTransactional)
+	first := enqueueChecked(t, q, sent, ch)
 	if first.Refused != queue.NotRefused || first.Message == nil || first.Existed || !first.Ingress || first.Remaining != 4 {
 		t.Fatalf("first: %+v", first)
+	}
+	// The stored message is the one passed in, as stored; it is in the
+	// queue under its id.
+	if first.Message.ID != sent.ID || first.Message.Status != sms.StatusQueued || first.Message.To != sent.To {
+		t.Fatalf("first's message: %+v, sent %+v", first.Message, sent)
+	}
+	if got, err := q.Get(ctx, sent.ID); err != nil || got.Status != sms.StatusQueued || got.Body != sent.Body {
+		t.Fatalf("first stored: %+v, %v", got, err)
 	}
 	before = dump(t, q)
 	if r := enqueueChecked(t, q, smstest.Message("p", sms.ClassTransactional), checksFor(q, 5, "a2")); string(r.Replay) != "a1" || r.Ingress {

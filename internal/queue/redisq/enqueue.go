@@ -154,7 +154,7 @@ func (q *Queue) EnqueueMany(ctx context.Context, ms []*sms.Message) ([]queue.Enq
 	for i, m := range ms {
 		cs[i].Message = m
 	}
-	res, err := q.EnqueueChecked(ctx, cs)
+	res, err := q.enqueueChecked(ctx, cs, true)
 	if err != nil {
 		return nil, err
 	}
@@ -169,22 +169,30 @@ var _ queue.CheckedEnqueuer = (*Queue)(nil)
 
 // EnqueueChecked runs each message's checks and stores those they admit,
 // up to maxBatch messages per atomic script: one round trip admits and
-// stores (queue.Checks).
+// stores (queue.Checks). The Message of a message it stored is the one
+// passed in, as stored (status queued), not the record read back: its
+// caller has it already, and decoding it is a cost per accept.
 func (q *Queue) EnqueueChecked(ctx context.Context, cs []queue.Checked) ([]queue.CheckedResult, error) {
+	return q.enqueueChecked(ctx, cs, false)
+}
+
+// enqueueChecked is EnqueueChecked; readBack decodes the record of a
+// stored message into its Message (EnqueueMany's callers read it).
+func (q *Queue) enqueueChecked(ctx context.Context, cs []queue.Checked, readBack bool) ([]queue.CheckedResult, error) {
 	if err := q.begin(ctx, "enqueue"); err != nil {
 		return nil, err
 	}
 	results := make([]queue.CheckedResult, len(cs))
 	for lo := 0; lo < len(cs); lo += maxBatch {
 		hi := min(lo+maxBatch, len(cs))
-		if err := q.enqueueBatch(ctx, cs[lo:hi], results[lo:hi]); err != nil {
+		if err := q.enqueueBatch(ctx, cs[lo:hi], results[lo:hi], readBack); err != nil {
 			return nil, err
 		}
 	}
 	return results, nil
 }
 
-func (q *Queue) enqueueBatch(ctx context.Context, cs []queue.Checked, results []queue.CheckedResult) (err error) {
+func (q *Queue) enqueueBatch(ctx context.Context, cs []queue.Checked, results []queue.CheckedResult, readBack bool) (err error) {
 	start := time.Now()
 	defer func() { q.m.observe("enqueue", start, err) }()
 	if err := q.precheckOld(ctx, cs, results); err != nil {
@@ -192,7 +200,7 @@ func (q *Queue) enqueueBatch(ctx context.Context, cs []queue.Checked, results []
 	}
 	gone := map[int]string{} // position in cs -> the first id found pruned
 	for range 2 {
-		firsts, err := q.enqueueScript(ctx, cs, results, gone)
+		firsts, err := q.enqueueScript(ctx, cs, results, gone, readBack)
 		if err != nil || len(firsts) == 0 {
 			return err
 		}
@@ -270,7 +278,7 @@ func (q *Queue) checkKeys(ch *queue.Checks) error {
 // result yet (gone: see the script's idempotency argument) and returns, by
 // position, the first ids it asks the caller to look for.
 func (q *Queue) enqueueScript(ctx context.Context, cs []queue.Checked, results []queue.CheckedResult,
-	gone map[int]string) (map[int]string, error) {
+	gone map[int]string, readBack bool) (map[int]string, error) {
 	call := &scriptCall{keys: []string{q.k.msgs(), q.k.seq(), q.k.outstanding(), q.k.wake()}, keyIndex: map[string]int{},
 		args: []any{q.window.Milliseconds()}}
 	var sent []int // positions in cs of the messages passed to the script
@@ -312,7 +320,7 @@ func (q *Queue) enqueueScript(ctx context.Context, cs []queue.Checked, results [
 	if len(reply) != len(sent) {
 		return nil, fmt.Errorf("redisq: enqueue: %d replies for %d messages", len(reply), len(sent))
 	}
-	return readEnqueueReply(reply, sent, results)
+	return readEnqueueReply(reply, sent, cs, results, readBack)
 }
 
 // encodeQueued is m's stored record as queued, and its NotBefore as a delay
@@ -338,7 +346,9 @@ func encodeQueued(m *sms.Message, now time.Time) ([]byte, int64, error) {
 
 // readEnqueueReply fills results (at the positions sent) from the script's
 // reply (see enqueueScript). It returns the ids of kind 3 by position.
-func readEnqueueReply(reply []any, sent []int, results []queue.CheckedResult) (map[int]string, error) {
+// Without readBack a stored message (kind 0) is the one passed in, as
+// stored, and its record in the reply is not decoded.
+func readEnqueueReply(reply []any, sent []int, cs []queue.Checked, results []queue.CheckedResult, readBack bool) (map[int]string, error) {
 	firsts := map[int]string{}
 	for j, r := range reply {
 		quad, ok := r.([]any)
@@ -375,6 +385,14 @@ func readEnqueueReply(reply []any, sent []int, results []queue.CheckedResult) (m
 			continue
 		case 2:
 			m, err = queue.DecodeFinal(id, value)
+		case 0:
+			if !readBack {
+				stored := *cs[sent[j]].Message
+				stored.Status = sms.StatusQueued
+				m = &stored
+				break
+			}
+			m, err = decodeStored(id, quad[1])
 		default:
 			m, err = decodeStored(id, quad[1])
 		}
