@@ -282,6 +282,12 @@ type Dispatcher struct {
 	m       *metrics
 	breaker *gobreaker.TwoStepCircuitBreaker[struct{}]
 	lanes   []*lane
+	// laneEmpty is signalled when a lane finds its queue empty
+	// (readyToTake); emptyTakes counts those takes, and missedAt is its
+	// value when the listener last got news no lane here could act on.
+	laneEmpty  chan struct{}
+	emptyTakes atomic.Uint64
+	missedAt   atomic.Uint64
 
 	// pausedUntil is this process's copy of the shared pause (nanoseconds
 	// since epoch, on the monotonic clock): set on a 429 here or a Paused
@@ -355,11 +361,12 @@ func New(cfg Config) (*Dispatcher, error) {
 		return nil, err
 	}
 	d := &Dispatcher{
-		cfg:     cfg,
-		log:     cfg.Logger.With("component", "dispatch", "owner", cfg.Owner, "provider", cfg.Provider.Name()),
-		m:       m,
-		flights: make(map[*queue.Leased]*flight),
-		epoch:   time.Now(),
+		cfg:       cfg,
+		log:       cfg.Logger.With("component", "dispatch", "owner", cfg.Owner, "provider", cfg.Provider.Name()),
+		m:         m,
+		flights:   make(map[*queue.Leased]*flight),
+		laneEmpty: make(chan struct{}, 1),
+		epoch:     time.Now(),
 	}
 	d.slowdown.Store(1)
 	d.breaker = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
@@ -423,7 +430,8 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		d.listening.Add(1)
 		go func() {
 			defer d.listening.Done()
-			n.Listen(d.takeCtx, d.Notify) // ends with the takes: a stopping process hands its wake-ups on
+			// Ends with the takes: a stopping process hands its wake-ups on.
+			n.Listen(d.takeCtx, d.wakeIfIdle, d.readyToTake)
 		}()
 	}
 	for _, ln := range d.lanes {
@@ -486,6 +494,57 @@ func (d *Dispatcher) Notify(c sms.Class) {
 			case ln.wake <- struct{}{}:
 			default:
 			}
+		}
+	}
+}
+
+// wakeIfIdle wakes the lanes serving c (Notify) and reports whether one of
+// them waits on an empty queue, so takes at once (queue.Notifier).
+func (d *Dispatcher) wakeIfIdle(c sms.Class) bool {
+	seen := d.emptyTakes.Load() // before the look: an empty take after it counts as new
+	idle := d.TakesHere(c)
+	if !idle {
+		d.missedAt.Store(seen)
+	}
+	d.Notify(c)
+	return idle
+}
+
+// TakesHere reports whether a lane of this process serving class c found
+// its queue empty and waits: Notify makes it take at once, so a message of
+// c enqueued by this process needs no other replica woken for it
+// (queue.Checks.TakenHere).
+func (d *Dispatcher) TakesHere(c sms.Class) bool {
+	for _, ln := range d.lanes {
+		if ln.serves(c) && ln.empty.Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// readyToTake waits until a lane of this process found its queue empty
+// (it would take at once if woken), or with fresh until a lane did so
+// after the news no lane here could act on (wakeIfIdle); false when ctx
+// ends first. The wake-up listener waits for news only then: a replica
+// whose lanes are all busy leaves the news to an idle one.
+func (d *Dispatcher) readyToTake(ctx context.Context, fresh bool) bool {
+	for {
+		if fresh {
+			if d.emptyTakes.Load() > d.missedAt.Load() {
+				return true
+			}
+		} else {
+			for _, ln := range d.lanes {
+				if ln.empty.Load() {
+					return true
+				}
+			}
+		}
+		select {
+		case <-d.laneEmpty:
+		case <-ctx.Done():
+			return false
 		}
 	}
 }

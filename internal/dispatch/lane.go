@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sony/gobreaker/v2"
@@ -38,6 +39,9 @@ type lane struct {
 	// time; only the pacer reads and writes it.
 	blocked   map[sms.Class]time.Time
 	errStreak int // consecutive take errors; pacer only
+	// empty: the lane's last take found nothing and it waits for a
+	// wake-up or its poll (TakesHere).
+	empty atomic.Bool
 }
 
 func newLane(name string, classes []sms.Class, workers int, poll time.Duration) *lane {
@@ -89,6 +93,7 @@ func (ln *lane) block(c sms.Class, until time.Time) {
 // Take and Reserve. It returns when Stop (or a crash) ends takeCtx.
 func (d *Dispatcher) pace(ln *lane) {
 	ctx := d.takeCtx
+	defer ln.empty.Store(false) // a stopped lane takes nothing
 	for {
 		select { // a free sender first: never hold a lease nobody can send
 		case <-ln.slots:
@@ -125,9 +130,18 @@ func (d *Dispatcher) paceOne(ctx context.Context, ln *lane) time.Duration {
 	if len(classes) == 0 {
 		return next
 	}
+	ln.empty.Store(false)
 	f, wait, err := d.take(ctx, ln, classes)
 	switch {
 	case errors.Is(err, queue.ErrEmpty):
+		if ctx.Err() == nil {
+			ln.empty.Store(true)
+			d.emptyTakes.Add(1)
+			select {
+			case d.laneEmpty <- struct{}{}:
+			default:
+			}
+		}
 		ln.errStreak = 0
 		if wait > 0 && wait < ln.poll {
 			return wait

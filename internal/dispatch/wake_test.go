@@ -86,3 +86,26 @@ func TestStopHandsBackToIdleReplica(t *testing.T) {
 		t.Fatal("the message handed back at stop was not sent by the idle replica: nobody was woken")
 	}
 }
+
+// TakesHere: true while a lane serving the class found its queue empty and
+// waits (the API then wakes it and no other replica), false once the
+// dispatcher stopped.
+func TestTakesHere(t *testing.T) {
+	acct := newAccount(t)
+	d, _ := newDispatcher(t, Config{Queue: acct.queue(t, nil), Limiter: acct.limiter(t, nil, defaultLimits),
+		Provider: funcProvider(func(_ context.Context, req *provider.Request) (provider.Result, error) {
+			return provider.Result{ProviderID: "p-" + req.ID}, nil
+		}),
+		OTPWorkers: 1, OTPPoll: time.Hour, BulkPoll: time.Hour})
+	waitUntil(t, "both lanes idle", func() bool { return d.TakesHere(sms.ClassOTP) && d.TakesHere(sms.ClassMarketing) })
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	if err := d.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range sms.Classes {
+		if d.TakesHere(c) {
+			t.Errorf("a stopped dispatcher says it takes %s", c)
+		}
+	}
+}

@@ -140,6 +140,7 @@ func (s *server) prepareOneTrip(ctx context.Context, p *producer, v validated, i
 	ch := &req.ch
 	ch.SuppressionKey, ch.SuppressionID = s.oneTrip.sup.IndexKey(), sid
 	ch.MaxOutstanding = max(p.MaxOutstanding, 0)
+	ch.TakenHere = s.notifier != nil && s.notifier.TakesHere(req.m.Class)
 	interval, burst, err := limiter.KeyArgs(p.Name, p.Ingress, 1)
 	if err != nil {
 		return nil, fmt.Errorf("ingress limiter: %w", err)

@@ -18,9 +18,12 @@ type otpSender interface {
 	SendNow(ctx context.Context, m *sms.Message, deadline time.Duration) (dispatch.SendNowResult, error)
 }
 
-// notifier wakes the send loop after an enqueue (the dispatcher).
+// notifier wakes the send loop after an enqueue (the dispatcher), and
+// says beforehand whether an idle lane of this process will take the
+// message at once (then no other replica is woken for it).
 type notifier interface {
 	Notify(c sms.Class)
+	TakesHere(c sms.Class) bool
 }
 
 type otpSent struct {

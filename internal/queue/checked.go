@@ -39,6 +39,11 @@ type Checks struct {
 	IngressInterval int64  // emission interval, µs
 	IngressBurst    int64
 	IngressCost     int64
+
+	// TakenHere: the caller's own process has an idle lane for the class
+	// and wakes it itself once the message is stored, so a backend that
+	// wakes other processes (queue.Notifier) need not wake one for it.
+	TakenHere bool
 }
 
 // Checked is a message and the checks that come before storing it.

@@ -239,5 +239,11 @@ type Notifier interface {
 	// reconnection, since
 	// news may have been missed meanwhile. It reconnects by itself and
 	// returns only when ctx ends.
-	Listen(ctx context.Context, wake func(sms.Class))
+	//
+	// wake reports whether the process takes a message of the class at
+	// once (an idle lane): news nobody here acts on is handed on to another
+	// process. ready blocks until the process could take a message at once
+	// (with fresh, until its next lane finds its queue empty) and reports
+	// false when ctx ends first: Listen takes news only then.
+	Listen(ctx context.Context, wake func(sms.Class) bool, ready func(ctx context.Context, fresh bool) bool)
 }

@@ -34,7 +34,8 @@ const maxBatch = 1000
 // then the checks: index in KEYS of the answer key (0: none), the answer,
 // its TTL ms; index of the suppression HASH (0: none), the number's id;
 // max outstanding (0: none); index of the ingress GCRA key (0: none), its
-// interval µs, burst and cost.
+// interval µs, burst and cost; "1" when the message is taken by the
+// enqueuing process itself (queue.Checks.TakenHere), else "0".
 // Returns one reply per message, in order, {kind, value, id, gcra}: kind 0
 // stored (value: the stored record), 1 an existing message (its record),
 // 2 an existing final record, 3 its idempotency key names a first message
@@ -44,9 +45,11 @@ const maxBatch = 1000
 // (value: the count), 7 the ingress GCRA denied. gcra is gcra_allow's
 // answer when it ran, else empty.
 //
-// When it stored a message ready at once, the script pushes one wake-up
-// token naming those messages' classes on KEYS[4] and trims the LIST to
-// the newest wakeTokens: a refused or delayed message wakes nobody.
+// When it stored a message ready at once that its own process does not
+// take, the script pushes one wake-up token naming those messages' classes
+// on KEYS[4] and trims the LIST to the newest wakeTokens: a refused or
+// delayed message, or one an idle lane of the enqueuing process takes,
+// wakes nobody else.
 var enqueueScript = redis.NewScript(luaPrelude + gcra.Lua + `
 local now = now_us()
 local out = {}
@@ -115,7 +118,7 @@ for i = 2, #ARGV, ` + strconv.Itoa(argsPerMessage) + ` do
       redis.call('HSET', KEYS[1], id, js)
       local rk = tonumber(ARGV[i + 3])
       redis.call('ZADD', KEYS[rk], now + tonumber(ARGV[i + 2]), member)
-      if tonumber(ARGV[i + 2]) == 0 and not woken[rk] then
+      if tonumber(ARGV[i + 2]) == 0 and ARGV[i + 17] == '0' and not woken[rk] then
         woken[rk] = true
         classes[#classes + 1] = string.match(KEYS[rk], 'ready:(%a+)$')
       end
@@ -134,7 +137,7 @@ return out
 `)
 
 // argsPerMessage is how many ARGV entries enqueueScript takes per message.
-const argsPerMessage = 17
+const argsPerMessage = 18
 
 // Enqueue stores m; see queue.Queue.
 func (q *Queue) Enqueue(ctx context.Context, m *sms.Message) (queue.EnqueueResult, error) {
@@ -255,8 +258,12 @@ func (c *scriptCall) checkArgs(ch *queue.Checks) {
 	if ch.IngressKey != "" {
 		gk = c.index(ch.IngressKey)
 	}
+	here := "0"
+	if ch.TakenHere {
+		here = "1"
+	}
 	c.args = append(c.args, ak, string(ch.Answer), max(ch.AnswerTTL.Milliseconds(), 1), sk, ch.SuppressionID,
-		ch.MaxOutstanding, gk, ch.IngressInterval, ch.IngressBurst, ch.IngressCost)
+		ch.MaxOutstanding, gk, ch.IngressInterval, ch.IngressBurst, ch.IngressCost, here)
 }
 
 // checkKeys refuses check keys outside the queue's account tag: the

@@ -89,8 +89,15 @@ func (q *Queue) push(ctx context.Context, token string) error {
 }
 
 // Listen implements queue.Notifier: it wakes every class once, then each
-// class named by a token it pops, until ctx ends.
-func (q *Queue) Listen(ctx context.Context, wake func(sms.Class)) {
+// class named by a token it pops, until ctx ends. It pops only while ready
+// says this process would take at once: a replica whose lanes are all busy
+// leaves the tokens to an idle one (they wait on the LIST, at most
+// wakeTokens, while no replica is idle). A token none of whose classes this
+// process takes at once (its lane for them is busy) is pushed back for
+// another replica, and this listener waits for its next idle lane before
+// it pops again, so a busy replica does not take the same token back at
+// once.
+func (q *Queue) Listen(ctx context.Context, wake func(sms.Class) bool, ready func(ctx context.Context, fresh bool) bool) {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	own := q.k.wakeStop(hex.EncodeToString(b[:]))
@@ -115,12 +122,17 @@ func (q *Queue) Listen(ctx context.Context, wake func(sms.Class)) {
 	}()
 	wakeAll := func() {
 		for _, c := range sms.Classes {
-			wake(c) // news may have been missed meanwhile
+			_ = wake(c) // news may have been missed meanwhile
 		}
 	}
 	wakeAll()
 	retry := listenRetryMin
+	fresh := false
 	for ctx.Err() == nil {
+		if !ready(ctx, fresh) {
+			return
+		}
+		fresh = false
 		got, err := q.c.BLPop(ctx, wakeWait, own, q.k.wake()).Result()
 		switch {
 		case ctx.Err() != nil:
@@ -142,10 +154,15 @@ func (q *Queue) Listen(ctx context.Context, wake func(sms.Class)) {
 		if len(got) != 2 || got[0] != q.k.wake() {
 			continue // the stop token: ctx has ended
 		}
+		used := false
 		for name := range strings.SplitSeq(got[1], ",") {
-			if c, err := sms.ParseClass(name); err == nil {
-				wake(c)
+			if c, err := sms.ParseClass(name); err == nil && wake(c) {
+				used = true
 			}
+		}
+		if !used {
+			q.handBack(got[1])
+			fresh = true
 		}
 	}
 }

@@ -26,13 +26,18 @@ type listener struct {
 	stop context.CancelFunc
 }
 
-func listen(t *testing.T, q *Queue) *listener {
+// always is a ready that never waits: a process with an idle lane.
+func always(ctx context.Context, _ bool) bool { return ctx.Err() == nil }
+
+func listen(t *testing.T, q *Queue) *listener { return listenWhen(t, q, always) }
+
+func listenWhen(t *testing.T, q *Queue, ready func(context.Context, bool) bool) *listener {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &listener{news: make(chan struct{}, 1), done: make(chan struct{}), stop: cancel}
 	go func() {
 		defer close(l.done)
-		q.Listen(ctx, func(c sms.Class) {
+		q.Listen(ctx, func(c sms.Class) bool {
 			l.mu.Lock()
 			l.got = append(l.got, c)
 			l.mu.Unlock()
@@ -40,7 +45,8 @@ func listen(t *testing.T, q *Queue) *listener {
 			case l.news <- struct{}{}:
 			default:
 			}
-		})
+			return true
+		}, ready)
 	}()
 	t.Cleanup(func() { cancel(); <-l.done })
 	return l
@@ -225,4 +231,114 @@ func TestListenStopsAtOnce(t *testing.T) {
 	if took := time.Since(start); took >= wakeWait/2 {
 		t.Errorf("Listen returned %s after its context ended, want well under the pop's %s", took, wakeWait)
 	}
+}
+
+// A listener pops only while its process could take at once: while ready
+// waits (every lane busy) the token stays on the LIST for an idle replica,
+// and the listener takes it once ready.
+func TestListenOnlyWhenReady(t *testing.T) {
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = c.Close() })
+	q := open(t, c, redistest.Prefix(t))
+	idle := make(chan struct{})
+	asked := make(chan struct{}, 1)
+	l := listenWhen(t, q, func(ctx context.Context, _ bool) bool {
+		select {
+		case asked <- struct{}{}:
+		default:
+		}
+		select {
+		case <-idle:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	})
+	n := l.waitFor(t, 0, sms.ClassMarketing)
+	select { // the listener waits for its process to be ready
+	case <-asked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the listener never asked whether its process is ready")
+	}
+	enqueue(t, q, msg("p", sms.ClassOTP))
+	if got := c.LLen(t.Context(), q.k.wake()).Val(); got != 1 {
+		t.Fatalf("%d tokens on the wake LIST while the only listener is busy, want 1 (left for an idle replica)", got)
+	}
+	if b := blockedClients(t, c); b != 0 {
+		t.Fatalf("%d listeners popping while their process is busy", b)
+	}
+	close(idle)
+	l.waitFor(t, n, sms.ClassOTP)
+	waitBlocked(t, c, 1)
+	if got := c.LLen(t.Context(), q.k.wake()).Val(); got != 0 {
+		t.Errorf("%d tokens left once the listener was ready", got)
+	}
+}
+
+// A message its own process takes (queue.Checks.TakenHere) wakes no other
+// replica; one it does not take does.
+func TestTakenHereWakesNobody(t *testing.T) {
+	q := newShared(t)
+	for _, here := range []bool{true, false} {
+		before := q.c.LLen(t.Context(), q.k.wake()).Val()
+		m := msg("p", sms.ClassTransactional)
+		res, err := q.EnqueueChecked(t.Context(), []queue.Checked{{Message: m, Checks: queue.Checks{TakenHere: here}}})
+		if err != nil || res[0].Err != nil || res[0].Refused != queue.NotRefused {
+			t.Fatalf("EnqueueChecked: %v %+v", err, res)
+		}
+		want := before + 1
+		if here {
+			want = before
+		}
+		if got := q.c.LLen(t.Context(), q.k.wake()).Val(); got != want {
+			t.Errorf("TakenHere %v: %d tokens, want %d", here, got, want)
+		}
+	}
+}
+
+// A token this process cannot act on (its lane for the class is busy) is
+// pushed back for another replica, and the listener then waits for its
+// next idle lane (ready with fresh) before it pops again.
+func TestBusyListenerHandsTokenOn(t *testing.T) {
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = c.Close() })
+	q := open(t, c, redistest.Prefix(t))
+	waiting := make(chan struct{}, 1)
+	popped := make(chan struct{}, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		q.Listen(ctx, func(sms.Class) bool {
+			select {
+			case popped <- struct{}{}:
+			default:
+			}
+			return false // every lane busy
+		}, func(ctx context.Context, fresh bool) bool {
+			if !fresh {
+				return ctx.Err() == nil
+			}
+			waiting <- struct{}{}
+			<-ctx.Done()
+			return false
+		})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	<-popped // the wake-up of every class at start
+	waitBlocked(t, c, 1)
+	enqueue(t, q, msg("p", sms.ClassMarketing))
+	select {
+	case <-waiting:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the busy listener did not wait for an idle lane after a token it could not use")
+	}
+	if n := c.LLen(t.Context(), q.k.wake()).Val(); n != 1 {
+		t.Fatalf("%d tokens on the LIST after a busy listener popped one, want it pushed back (1)", n)
+	}
+	other := listen(t, open(t, c, q.account))
+	n := other.waitFor(t, 0, sms.ClassMarketing) // start
+	other.waitFor(t, n, sms.ClassMarketing)      // the token handed on
 }
