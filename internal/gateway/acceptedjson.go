@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"time"
+
+	"smsgw/internal/state"
 )
 
 // marshalAccepted is json.Marshal(a), byte for byte, without reflection:
@@ -12,7 +14,7 @@ import (
 // (a string that needs escaping, an invalid class, a year outside 0 to
 // 9999) goes to json.Marshal itself (TestMarshalAcceptedAgrees).
 func marshalAccepted(a *acceptedMessage) ([]byte, error) {
-	if !a.Class.Valid() || !plainJSON(a.ID) || !plainJSON(string(a.Status)) || !plainJSON(a.Encoding) ||
+	if !a.Class.Valid() || !state.PlainJSON(a.ID) || !state.PlainJSON(string(a.Status)) || !state.PlainJSON(a.Encoding) ||
 		!jsonYear(a.EstimatedSendAt) || a.SendAt != nil && !jsonYear(*a.SendAt) || a.ExpiresAt != nil && !jsonYear(*a.ExpiresAt) {
 		return json.Marshal(a)
 	}
@@ -38,19 +40,6 @@ func marshalAccepted(a *acceptedMessage) ([]byte, error) {
 		b = appendJSONTime(b, *a.ExpiresAt)
 	}
 	return append(b, '}'), nil
-}
-
-// plainJSON: s is written as is inside a JSON string by encoding/json
-// (printable ASCII that is neither a quote, a backslash nor one of the
-// characters it escapes for HTML).
-func plainJSON(s string) bool {
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c < 0x20 || c > 0x7e, c == '"', c == '\\', c == '<', c == '>', c == '&':
-			return false
-		}
-	}
-	return true
 }
 
 // jsonYear: time.Time.MarshalJSON accepts t (its year is 0 to 9999).

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"smsgw/internal/sms"
+	"smsgw/internal/state"
 )
 
 // TestMarshalAcceptedAgrees: marshalAccepted writes what json.Marshal
@@ -38,7 +39,7 @@ func TestMarshalAcceptedAgrees(t *testing.T) {
 	}
 	// The common answer takes the short path: no json.Marshal.
 	a := acceptedOf(&sms.Message{ID: "01JN5V6Q8Z3X4Y5W6V7U8T9S0R", Class: sms.ClassMarketing, Body: "hi"}, now, now)
-	if !plainJSON(a.ID) || !a.Class.Valid() || testing.AllocsPerRun(100, func() { _, _ = marshalAccepted(&a) }) > 1 {
+	if !state.PlainJSON(a.ID) || !a.Class.Valid() || testing.AllocsPerRun(100, func() { _, _ = marshalAccepted(&a) }) > 1 {
 		t.Fatal("the common answer does not take the short path")
 	}
 }

@@ -201,7 +201,7 @@ func EncodeAnswer(a *Answer) ([]byte, error) {
 	if a == nil || a.Size() > MaxAnswerBytes {
 		return nil, nil
 	}
-	if !plainJSON(a.Hash) || !plainJSON(a.Location) {
+	if !PlainJSON(a.Hash) || !PlainJSON(a.Location) {
 		return json.Marshal(a)
 	}
 	// json.Marshal(a) without reflection, byte for byte
@@ -230,9 +230,11 @@ func EncodeAnswer(a *Answer) ([]byte, error) {
 	return append(b, '}'), nil
 }
 
-// plainJSON: encoding/json writes s as is inside a JSON string (printable
-// ASCII but for the quote, the backslash and its HTML escapes).
-func plainJSON(s string) bool {
+// PlainJSON reports whether encoding/json writes s as is inside a JSON
+// string (printable ASCII but for the quote, the backslash and its HTML
+// escapes): the hand-written encoders (here and the gateway's 202 body)
+// write such a string themselves and leave any other to encoding/json.
+func PlainJSON(s string) bool {
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; {
 		case c < 0x20 || c > 0x7e, c == '"', c == '\\', c == '<', c == '>', c == '&':
