@@ -2,45 +2,19 @@ package redisq
 
 import (
 	"context"
-	"net"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"smsgw/internal/queue"
 	"smsgw/internal/redistest"
 	"smsgw/internal/sms"
 )
 
-// roundTrips counts what a client sends to Redis: one per command, one per
-// pipeline.
-type roundTrips struct{ n atomic.Int64 }
-
-func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) { return next(ctx, network, addr) }
-}
-
-func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmds)
-	}
-}
-
 // countedQueue is a queue on the shared Redis whose client counts round trips.
-func countedQueue(tb testing.TB) (*Queue, *roundTrips) {
+func countedQueue(tb testing.TB) (*Queue, *redistest.RoundTrips) {
 	tb.Helper()
 	c := newClient(tb, redistest.Addr(tb))
-	h := &roundTrips{}
+	h := &redistest.RoundTrips{}
 	c.AddHook(h)
 	account := redistest.Prefix(tb)
 	tb.Cleanup(func() { deleteAccount(tb, account) })
@@ -72,15 +46,16 @@ func TestRoundTripsPerDelivery(t *testing.T) {
 	q, h := countedQueue(t)
 	enqueue(t, q, msg("p", sms.ClassOTP), msg("p", sms.ClassOTP))
 	deliver(t, q) // loads the scripts (EVALSHA miss, then EVAL) on a fresh server
-	h.n.Store(0)
+	start := h.N()
 	deliver(t, q)
-	if n := h.n.Load(); n != 2 {
+	if n := h.N() - start; n != 2 {
 		t.Fatalf("Take + Complete = %d round trips, want 2", n)
 	}
 }
 
 func BenchmarkEnqueueParallel(b *testing.B) {
 	q, h := countedQueue(b)
+	start := h.N()
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
@@ -91,7 +66,7 @@ func BenchmarkEnqueueParallel(b *testing.B) {
 			}
 		}
 	})
-	b.ReportMetric(float64(h.n.Load())/float64(b.N), "roundtrips/op")
+	b.ReportMetric(float64(h.N()-start)/float64(b.N), "roundtrips/op")
 }
 
 func BenchmarkEnqueueMany100(b *testing.B) {
@@ -115,14 +90,14 @@ func BenchmarkTakeComplete(b *testing.B) {
 	q, h := countedQueue(b)
 	fill(b, q, b.N+1)
 	deliver(b, q) // script cache warm
-	h.n.Store(0)
+	start := h.N()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
 		deliver(b, q)
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(h.n.Load())/float64(b.N), "roundtrips/op")
+	b.ReportMetric(float64(h.N()-start)/float64(b.N), "roundtrips/op")
 }
 
 // BenchmarkTakeCompleteParallel is deliveries by concurrent senders.
@@ -130,7 +105,7 @@ func BenchmarkTakeCompleteParallel(b *testing.B) {
 	q, h := countedQueue(b)
 	fill(b, q, b.N+1)
 	deliver(b, q)
-	h.n.Store(0)
+	start := h.N()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
@@ -138,7 +113,7 @@ func BenchmarkTakeCompleteParallel(b *testing.B) {
 		}
 	})
 	b.StopTimer()
-	b.ReportMetric(float64(h.n.Load())/float64(b.N), "roundtrips/op")
+	b.ReportMetric(float64(h.N()-start)/float64(b.N), "roundtrips/op")
 }
 
 func fill(b *testing.B, q *Queue, n int) {
