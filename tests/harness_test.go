@@ -73,6 +73,21 @@ type proc struct {
 	dead bool
 }
 
+// childEnv is this test process's environment without the variables that
+// steer the tests themselves (SMSGW_FLEET, SMSGW_FLEET_N): they share the
+// SMSGW_ prefix, and smsgw refuses to start on an SMSGW_ variable that names
+// no configuration key.
+func childEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "SMSGW_FLEET=") || strings.HasPrefix(kv, "SMSGW_FLEET_N=") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
 func startProc(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
 	logPath := filepath.Join(t.TempDir(), name+".log")
@@ -83,7 +98,7 @@ func startProc(t *testing.T, name string, args ...string) *proc {
 	// The process lives until p.Kill (or the test's cleanup), not a context.
 	cmd := exec.Command(smsgwBin, args...) //nolint:noctx // see above
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.Env = append(os.Environ(), "GORACE=halt_on_error=1")
+	cmd.Env = append(childEnv(), "GORACE=halt_on_error=1")
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
