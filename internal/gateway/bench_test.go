@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -131,7 +130,7 @@ func BenchmarkIngress(b *testing.B) {
 				c.Redis.Addr = redistest.StartServer(b, redistest.ServerOptions{}).Addr
 				rc := redis.NewClient(&redis.Options{Addr: c.Redis.Addr})
 				defer func() { _ = rc.Close() }()
-				cpu = func() time.Duration { return processCPU() + redisCPU(b, rc) }
+				cpu = func() time.Duration { return processCPU() + redistest.ServerCPU(b, rc) }
 			}
 			rtt := &redistest.RoundTrips{}
 			h := startOpts(b, c, s, Options{RedisHook: rtt})
@@ -185,27 +184,6 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// redisCPU is the CPU time the Redis server behind rc has used (INFO cpu).
-func redisCPU(b *testing.B, rc *redis.Client) time.Duration {
-	b.Helper()
-	info, err := rc.Info(context.Background(), "cpu").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var total float64
-	for line := range strings.Lines(info) {
-		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && (name == "used_cpu_sys" || name == "used_cpu_user") {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			total += f
-		}
-	}
-	return time.Duration(total * float64(time.Second))
 }
 
 // The fixed offered load of BenchmarkIngress.

@@ -12,21 +12,36 @@ import (
 	"time"
 )
 
-// Lua defines the Lua function gcra_allow:
+// Lua defines the Lua functions gcra_step and gcra_allow:
 //
+//	gcra_step(tat, interval µs, burst, cost (<= burst), now µs of Redis time)
 //	gcra_allow(key, interval µs, burst, cost (<= burst), now µs of Redis time)
 //
-// It returns {allowed (1|0), retry-after µs, remaining units, reset-after
-// µs}; it writes the key's new TAT only when it allows.
+// gcra_step is the decision alone, on the key's stored TAT (0 for none): it
+// returns {allowed (1|0), retry-after µs, remaining units, reset-after µs}
+// and, when it allows, the new TAT (else nil). gcra_allow is gcra_step on
+// the key: it reads the TAT and writes the new one only when it allows,
+// expiring when the key is back to its full burst (gcra_set). A script that
+// decides many times on one key (the enqueue script, for a batch of one
+// producer's messages) may keep the TAT itself between gcra_step calls and
+// write it once at its end: the key ends as gcra_allow's calls would leave
+// it.
 const Lua = `
-local function gcra_allow(key, interval, burst, cost, now)
-  local tat = math.max(tonumber(redis.call('GET', key) or '0'), now)
+local function gcra_step(tat, interval, burst, cost, now)
+  tat = math.max(tat, now)
   local new = tat + cost * interval
   if new - burst * interval > now then
-    return {0, new - burst * interval - now, math.floor((now + burst * interval - tat) / interval), tat - now}
+    return {0, new - burst * interval - now, math.floor((now + burst * interval - tat) / interval), tat - now}, nil
   end
-  redis.call('SET', key, string.format('%d', new), 'PX', string.format('%d', math.ceil((new - now) / 1000) + 1))
-  return {1, 0, math.floor((now + burst * interval - new) / interval), new - now}
+  return {1, 0, math.floor((now + burst * interval - new) / interval), new - now}, new
+end
+local function gcra_set(key, tat, now)
+  redis.call('SET', key, string.format('%d', tat), 'PX', string.format('%d', math.ceil((tat - now) / 1000) + 1))
+end
+local function gcra_allow(key, interval, burst, cost, now)
+  local d, new = gcra_step(tonumber(redis.call('GET', key) or '0'), interval, burst, cost, now)
+  if new then gcra_set(key, new, now) end
+  return d
 end
 `
 

@@ -90,7 +90,7 @@ import (
 //	spare-retry-after-local [TestSpareKeepsRoomForOTP]
 //	  local.go: `return Decision{RetryAfter: micros(wait), Mode: l.mode}, nil` -> `return Decision{RetryAfter: micros(wait / 2), Mode: l.mode}, nil`
 //	ingress-denial-writes [TestKeyLimiterDenialChangesNothing]
-//	  ../gcra/gcra.go: `  local new = tat + cost * interval` -> `  local new = tat + cost * interval redis.call('SET', key, string.format('%d', new))`
+//	  ../gcra/gcra.go: `  if new then gcra_set(key, new, now) end` -> `  gcra_set(key, new or now + cost * interval, now)`
 //	ingress-increment-before-check [TestKeyLimiterDenialChangesNothing]
 //	  ingress.go: `	if d.Allowed {` -> `	if true {`
 

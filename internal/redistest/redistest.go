@@ -304,3 +304,27 @@ func (h *RoundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 		return next(ctx, cmds)
 	}
 }
+
+// ServerCPU is the CPU time (user and system) the Redis server behind c
+// has used since it started, from INFO cpu: what a benchmark divides by its
+// operations to report Redis's own cost, which other load on the machine
+// moves far less than wall-clock figures.
+func ServerCPU(t testing.TB, c *redis.Client) time.Duration {
+	t.Helper()
+	info, err := c.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total float64
+	for line := range strings.Lines(info) {
+		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (name == "used_cpu_sys" || name == "used_cpu_user") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("INFO cpu: %s: %v", name, err)
+			}
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
+}

@@ -130,3 +130,100 @@ func TestEnqueueCheckedForeignKey(t *testing.T) {
 		t.Fatalf("results %+v", res)
 	}
 }
+
+// TestEnqueueCheckedBatchState: one script run over a batch keeps the
+// sequence counter, the producers' outstanding counts and the ingress TATs
+// itself and writes each once at its end; every message must still see
+// the ones before it, and the keys must end as one run per message would
+// leave them. Messages are passed against their id order, so the take
+// order shows the sequence numbers were handed out in batch order.
+// Mutations this catches (enqueueScript): not keeping t.tat after an allow
+// (the third "p" message passes its burst), not counting adds in
+// outstanding() (the second "r" message passes max_outstanding), dropping
+// the INCRBY of the sequence, or the end-of-run HINCRBY / gcra_set.
+func TestEnqueueCheckedBatchState(t *testing.T) {
+	t.Parallel()
+	q := newShared(t)
+	ctx := context.Background()
+	enqueue(t, q, msg("r", sms.ClassMarketing)) // r has one outstanding
+	seq0, err := q.c.Get(ctx, q.k.seq()).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ingress := queue.Checks{IngressKey: q.k.tag + "t:gcra:p", IngressInterval: 1_000_000, IngressBurst: 2, IngressCost: 1}
+	most := queue.Checks{MaxOutstanding: 2}
+	ms := make([]*sms.Message, 6)
+	for i := range ms {
+		p := "p"
+		if i >= 3 {
+			p = "r"
+		}
+		ms[i] = msg(p, sms.ClassMarketing)
+	}
+	// Batch order: p2 p1 p0 r5 r4 r3 (ids ascend p0 … r5).
+	var cs []queue.Checked
+	for i := len(ms) - 1; i >= 0; i-- {
+		ch := most
+		if ms[i].Producer == "p" {
+			ch = ingress
+		}
+		cs = append(cs, queue.Checked{Message: ms[i], Checks: ch})
+	}
+	cs[0], cs[1], cs[2], cs[3], cs[4], cs[5] = cs[3], cs[4], cs[5], cs[0], cs[1], cs[2]
+	res, err := q.EnqueueChecked(ctx, cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []queue.Refusal{queue.NotRefused, queue.NotRefused, queue.RefusedIngress, queue.NotRefused, queue.RefusedOutstanding, queue.RefusedOutstanding}
+	for i, r := range res {
+		if r.Err != nil || r.Refused != want[i] {
+			t.Fatalf("message %d (%s): refused %v, err %v; want %v", i, cs[i].Message.Producer, r.Refused, r.Err, want[i])
+		}
+	}
+	if res[1].Remaining != 0 || res[0].Remaining != 1 {
+		t.Fatalf("ingress remaining %d then %d, want 1 then 0", res[0].Remaining, res[1].Remaining)
+	}
+	if res[4].Outstanding != 2 || res[5].Outstanding != 2 {
+		t.Fatalf("outstanding counts %d, %d; want 2, 2", res[4].Outstanding, res[5].Outstanding)
+	}
+	// The keys as one run per message would leave them.
+	if n, _ := q.c.Get(ctx, q.k.seq()).Int64(); n != seq0+3 {
+		t.Fatalf("sequence %d, want %d (three stored)", n, seq0+3)
+	}
+	if n, _ := q.c.HGet(ctx, q.k.outstanding(), "p").Int64(); n != 2 {
+		t.Fatalf("p outstanding %d, want 2", n)
+	}
+	if n, _ := q.c.HGet(ctx, q.k.outstanding(), "r").Int64(); n != 2 {
+		t.Fatalf("r outstanding %d, want 2", n)
+	}
+	tat, err := q.c.Get(ctx, ingress.IngressKey).Int64()
+	if err != nil {
+		t.Fatalf("ingress TAT: %v", err)
+	}
+	now, err := q.c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ahead := time.Duration(tat-now.UnixMicro()) * time.Microsecond; ahead <= time.Second || ahead > 2*time.Second {
+		t.Fatalf("ingress TAT %v ahead of now, want two intervals (just under 2s)", ahead)
+	}
+	if ttl := q.c.PTTL(ctx, ingress.IngressKey).Val(); ttl <= time.Second || ttl > 2100*time.Millisecond {
+		t.Fatalf("ingress key expires in %v, want when the TAT is reached", ttl)
+	}
+	// Stored records read back whole, and are taken in batch order after
+	// the older r: p2, p1 (p0 was refused), r5.
+	for _, i := range []int{2, 1, 5} {
+		got, err := q.Get(ctx, ms[i].ID)
+		if err != nil || got.Status != sms.StatusQueued || got.Body != ms[i].Body || got.CreatedAt.IsZero() || got.UpdatedAt.IsZero() {
+			t.Fatalf("stored %d: %+v, %v", i, got, err)
+		}
+	}
+	var order []string
+	for range 4 {
+		l := take(t, q, time.Minute)
+		order = append(order, l.Message.ID)
+	}
+	if order[1] != ms[2].ID || order[2] != ms[1].ID || order[3] != ms[5].ID {
+		t.Fatalf("taken %v; want the older r, then %s %s %s", order, ms[2].ID, ms[1].ID, ms[5].ID)
+	}
+}

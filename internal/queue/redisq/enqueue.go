@@ -27,7 +27,9 @@ const maxBatch = 1000
 // KEYS[4] the wake LIST (notify.go), KEYS[5..] the ready ZSETs (named
 // keys.ready: "...ready:<class>"), idempotency keys, final LISTs and check
 // keys the messages name.
-// ARGV[1] idempotency window ms; then argsPerMessage per message: id,
+// ARGV[1] idempotency window ms, ARGV[2] "1" when the reply should carry
+// the records of the messages stored (else "", see below); then
+// argsPerMessage per message: id,
 // record JSON, ready delay µs, index in KEYS of its ready ZSET, index in
 // KEYS of its idempotency key (0: none), index in KEYS of its final LIST,
 // the id its idempotency key may be taken from (empty: none; see below);
@@ -37,13 +39,19 @@ const maxBatch = 1000
 // interval µs, burst and cost; "1" when the message is taken by the
 // enqueuing process itself (queue.Checks.TakenHere), else "0".
 // Returns one reply per message, in order, {kind, value, id, gcra}: kind 0
-// stored (value: the stored record), 1 an existing message (its record),
+// stored (value: the stored record, or "" unless ARGV[2] asked for it), 1 an existing message (its record),
 // 2 an existing final record, 3 its idempotency key names a first message
 // no longer in msgs (nothing stored or charged: the caller looks for the
 // first's final record, and enqueues again naming that id when there is
 // none), 4 a stored answer (value), 5 suppressed, 6 too many outstanding
 // (value: the count), 7 the ingress GCRA denied. gcra is gcra_allow's
 // answer when it ran, else empty.
+//
+// The sequence counter, the producers' outstanding counts and the ingress
+// keys' TATs are read at most once and written at most once per run
+// (gcra_step keeps a TAT between a batch's messages), so a batch of many
+// messages costs fewer commands than as many runs, and ends with the same
+// state.
 //
 // When it stored a message ready at once that its own process does not
 // take, the script pushes one wake-up token naming those messages' classes
@@ -55,23 +63,39 @@ local now = now_us()
 local out = {}
 local fins = {}
 local woken, classes = {}, {}
-local function check(i, m)
+local records = ARGV[2] == '1'
+-- What a batch reads once and writes once, at its end: the sequence
+-- counter, each producer's outstanding count and each ingress key's TAT.
+local seq, seq0 = nil, nil
+local counts, adds = {}, {}
+local tats = {}
+local function outstanding(p)
+  if counts[p] == nil then counts[p] = tonumber(redis.call('HGET', KEYS[3], p) or '0') end
+  return counts[p] + (adds[p] or 0)
+end
+local function check(i, p)
   local sk = tonumber(ARGV[i + 10])
   if sk > 0 and redis.call('HEXISTS', KEYS[sk], ARGV[i + 11]) == 1 then return 5, '', {} end
   local most = tonumber(ARGV[i + 12])
   if most > 0 then
-    local n = tonumber(redis.call('HGET', KEYS[3], m.p) or '0')
+    local n = outstanding(p)
     if n >= most then return 6, tostring(n), {} end
   end
   local gk = tonumber(ARGV[i + 13])
   if gk > 0 then
-    local d = gcra_allow(KEYS[gk], tonumber(ARGV[i + 14]), tonumber(ARGV[i + 15]), tonumber(ARGV[i + 16]), now)
-    if d[1] == 0 then return 7, '', d end
+    local t = tats[KEYS[gk]]
+    if not t then
+      t = {tat = tonumber(redis.call('GET', KEYS[gk]) or '0'), dirty = false}
+      tats[KEYS[gk]] = t
+    end
+    local d, new = gcra_step(t.tat, tonumber(ARGV[i + 14]), tonumber(ARGV[i + 15]), tonumber(ARGV[i + 16]), now)
+    if not new then return 7, '', d end
+    t.tat, t.dirty = new, true
     return 0, '', d
   end
   return 0, '', {}
 end
-for i = 2, #ARGV, ` + strconv.Itoa(argsPerMessage) + ` do
+for i = 3, #ARGV, ` + strconv.Itoa(argsPerMessage) + ` do
   local id = ARGV[i]
   local ik = tonumber(ARGV[i + 4])
   local ak = tonumber(ARGV[i + 7])
@@ -103,18 +127,28 @@ for i = 2, #ARGV, ` + strconv.Itoa(argsPerMessage) + ` do
     end
   end
   if not reply then
-    local m = cjson.decode(ARGV[i + 1])
-    local kind, value, gcra = check(i, m)
+    -- The record is written by encodeQueued: its first member is the
+    -- producer, and it holds neither tu nor qm. It is completed as text
+    -- rather than decoded and encoded again.
+    local rec = ARGV[i + 1]
+    local p = string.match(rec, '^{"p":"([^"\\]*)"')
+    if not p then p = cjson.decode(rec).p end
+    local kind, value, gcra = check(i, p)
     if kind ~= 0 then
       reply = {kind, value, id, gcra}
     else
       if ik > 0 then redis.call('SET', KEYS[ik], id, 'PX', ARGV[1]) end
-      m.s = 'q'
-      m.tu = math.floor(now / 1000)
-      if not m.tc then m.tc = m.tu end
-      local member = new_member(redis.call('INCR', KEYS[2]), id)
-      m.qm = member
-      local js = cjson.encode(m)
+      if seq then
+        seq = seq + 1
+      else
+        seq = redis.call('INCR', KEYS[2]) -- the run's first number; the rest are added at the end
+        seq0 = seq
+      end
+      local member = new_member(seq, id)
+      local tu = fmt_us(math.floor(now / 1000))
+      local js = string.sub(rec, 1, -2) .. ',"tu":' .. tu
+      if not string.find(rec, '"tc":', 1, true) then js = js .. ',"tc":' .. tu end
+      js = js .. ',"qm":"' .. member .. '"}'
       redis.call('HSET', KEYS[1], id, js)
       local rk = tonumber(ARGV[i + 3])
       redis.call('ZADD', KEYS[rk], now + tonumber(ARGV[i + 2]), member)
@@ -122,12 +156,17 @@ for i = 2, #ARGV, ` + strconv.Itoa(argsPerMessage) + ` do
         woken[rk] = true
         classes[#classes + 1] = string.match(KEYS[rk], 'ready:(%a+)$')
       end
-      redis.call('HINCRBY', KEYS[3], m.p, 1)
+      adds[p] = (adds[p] or 0) + 1
       if ak > 0 and ARGV[i + 8] ~= '' then redis.call('SET', KEYS[ak], ARGV[i + 8], 'PX', ARGV[i + 9]) end
-      reply = {0, js, id, gcra}
+      if records then reply = {0, js, id, gcra} else reply = {0, '', id, gcra} end
     end
   end
   out[#out + 1] = reply
+end
+if seq and seq > seq0 then redis.call('INCRBY', KEYS[2], seq - seq0) end
+for p, n in pairs(adds) do redis.call('HINCRBY', KEYS[3], p, n) end
+for key, t in pairs(tats) do
+  if t.dirty then gcra_set(key, t.tat, now) end
 end
 if #classes > 0 then
   redis.call('LPUSH', KEYS[4], table.concat(classes, ','))
@@ -286,8 +325,12 @@ func (q *Queue) checkKeys(ch *queue.Checks) error {
 // position, the first ids it asks the caller to look for.
 func (q *Queue) enqueueScript(ctx context.Context, cs []queue.Checked, results []queue.CheckedResult,
 	gone map[int]string, readBack bool) (map[int]string, error) {
+	records := "0" // without readBack a stored message's record is not sent back
+	if readBack {
+		records = "1"
+	}
 	call := &scriptCall{keys: []string{q.k.msgs(), q.k.seq(), q.k.outstanding(), q.k.wake()}, keyIndex: map[string]int{},
-		args: []any{q.window.Milliseconds()}}
+		args: []any{q.window.Milliseconds(), records}}
 	var sent []int // positions in cs of the messages passed to the script
 	now := time.Now()
 	for i := range cs {
@@ -340,6 +383,9 @@ func encodeQueued(m *sms.Message, now time.Time) ([]byte, int64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	// The enqueue script appends tu (and tc when absent) and qm to the
+	// text, on the Redis clock: the record must not hold them already.
+	rec.Updated = 0
 	js, err := json.Marshal(rec)
 	if err != nil {
 		return nil, 0, err

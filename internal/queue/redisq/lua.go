@@ -168,12 +168,15 @@ end
 local function fin_index(cache, key)
   local t = cache[key]
   if t then return t end
-  local byname = {}
+  local byname, any = {}, false
   for _, v in ipairs(redis.call('LRANGE', key, 0, -1)) do
-    if string.sub(v, 13, 13) == '3' then byname[string.sub(v, 1, 12)] = string.sub(v, 13) end
-    if string.sub(v, 27, 27) == '\31' then byname[string.sub(v, 1, 26)] = string.sub(v, 28) end
+    if string.sub(v, 13, 13) == '3' then byname[string.sub(v, 1, 12)] = string.sub(v, 13) any = true end
+    if string.sub(v, 27, 27) == '\31' then byname[string.sub(v, 1, 26)] = string.sub(v, 28) any = true end
   end
+  -- An empty LIST (the usual case for a second still being enqueued)
+  -- answers without computing the names looked up.
   t = setmetatable({}, {__index = function(_, id)
+    if not any then return false end
     return byname[fin_short(id)] or byname[fin_short_old(id)] or false
   end})
   cache[key] = t
