@@ -69,7 +69,8 @@ type Config struct {
 	CompactAfter time.Duration
 	// CompactClaim is how long the seconds one Compact call takes are out
 	// of the other replicas' reach (compact.go: a replica that dies
-	// holding them delays them by as much); 0: DefaultCompactClaim.
+	// holding them delays them by as much), in whole ms (less: no claim);
+	// 0: DefaultCompactClaim.
 	CompactClaim time.Duration
 }
 
