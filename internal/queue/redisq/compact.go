@@ -321,9 +321,11 @@ func (q *Queue) readFinal(ctx context.Context, sec int64) ([]string, string, err
 // (fin_due, lua.go) overwrites the claim's score with its own time: the
 // second then waits to be quiet again like any other (with CompactAfter
 // longer than CompactClaim, as by default, that is after the claim's end;
-// with a shorter one the write may end the claim early, which costs at
-// most one more read). A successful compaction removes the second, as
-// compactScript does; nothing else does.
+// with a shorter one the write may end the claim early, and another
+// replica read the second before the claimer is done: a read for nothing,
+// never a wrong result). A claim never takes a second out of the ZSET:
+// only compactScript does (the second compacted, or its LIST gone), and
+// compactSeconds for a second it cannot compact.
 //
 // KEYS[1] the compaction ZSET. ARGV[1] how long quiet, ms, ARGV[2] how
 // long a claim lasts, ms, ARGV[3] most.
