@@ -11,8 +11,10 @@ import (
 )
 
 // compactor compacts the final records of quiet seconds on Redis
-// (redisq.Queue.Compact): every replica runs it; a second two replicas
-// compact at once is compacted once, so no replica needs to lead.
+// (redisq.Queue.Compact): every replica runs it; each call claims the
+// seconds it takes, so replicas passing at once take different ones, and
+// a second two replicas still compact at once (a claim that ran out) is
+// compacted once, so no replica needs to lead.
 type compactor struct {
 	q   *redisq.Queue
 	log *slog.Logger

@@ -42,11 +42,28 @@ import (
 // never lost: the one that comes second fails and is retried. A blob
 // expires no earlier than the LIST it took in, so retention prunes blobs as
 // it prunes LISTs.
+//
+// So that replicas do not all read the same seconds only for all but one
+// to lose the compare-and-set, Compact first claims the seconds it takes
+// (claimDueScript): one script lists them and moves each out of reach of
+// the other replicas' Compact for CompactClaim. The claim only saves
+// work; the compare-and-set alone keeps compaction correct. A second is
+// never dropped by a claim: it stays in the compaction ZSET until a
+// compaction has taken it in, and a replica that dies holding it leaves
+// it to whoever calls Compact once the claim has run out.
 
 // DefaultCompactAfter is how long a second's final LIST must have been
 // quiet (no completion, no receipt) before Compact takes it: most delivery
 // receipts arrive well within it, so few need a compacted record back.
 const DefaultCompactAfter = 15 * time.Minute
+
+// DefaultCompactClaim is how long the seconds one Compact call claims stay
+// out of the other replicas' reach: far longer than a call takes (64
+// seconds of records, well under a second), far shorter than
+// DefaultCompactAfter, so that a write during a claim always makes its
+// second wait the full quiet time again, and a replica that dies holding
+// a claim delays its seconds by a minute at most.
+const DefaultCompactClaim = time.Minute
 
 // maxExtractTries bounds how often one call reads a blob that changed
 // under it (another compaction of the same second) before giving up.
@@ -294,12 +311,31 @@ func (q *Queue) readFinal(ctx context.Context, sec int64) ([]string, string, err
 	return els, blob, nil
 }
 
-// dueScript lists the seconds whose final LIST has been quiet long enough.
+// claimDueScript claims up to most seconds whose final LIST has been
+// quiet long enough, oldest first, and returns them. The compaction ZSET
+// is scored by a second's last write, and a second is due once that score
+// is at least the quiet time old; a claim re-scores each second it takes
+// as though its last write were the quiet time before the claim's end, so
+// that no other Compact lists it while the claim lasts, and any Compact
+// lists it again once the claim has ended. A write to a claimed second
+// (fin_due, lua.go) overwrites the claim's score with its own time: the
+// second then waits to be quiet again like any other (with CompactAfter
+// longer than CompactClaim, as by default, that is after the claim's end;
+// with a shorter one the write may end the claim early, and another
+// replica read the second before the claimer is done: a read for nothing,
+// never a wrong result). A claim never takes a second out of the ZSET:
+// only compactScript does (the second compacted, or its LIST gone), and
+// compactSeconds for a second it cannot compact.
 //
-// KEYS[1] the compaction ZSET. ARGV[1] how long quiet, ms, ARGV[2] most.
-var dueScript = redis.NewScript(luaPrelude + `
+// KEYS[1] the compaction ZSET. ARGV[1] how long quiet, ms, ARGV[2] how
+// long a claim lasts, ms, ARGV[3] most.
+var claimDueScript = redis.NewScript(luaPrelude + `
 local upto = math.floor(now_us() / 1000) - tonumber(ARGV[1])
-return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', upto, 'LIMIT', 0, tonumber(ARGV[2]))
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', upto, 'LIMIT', 0, tonumber(ARGV[3]))
+for _, sec in ipairs(due) do
+  redis.call('ZADD', KEYS[1], 'XX', upto + tonumber(ARGV[2]), sec)
+end
+return due
 `)
 
 // compactScript replaces a second's final LIST and blob by the merged
@@ -337,8 +373,11 @@ const compactBatch = 16
 
 // Compact compacts up to most creation seconds whose final LIST has had
 // no write for the queue's CompactAfter (oldest first), and returns how
-// many it compacted. Any replica may call it at any time: a second whose
-// LIST or blob changes meanwhile is left for a later call.
+// many it compacted. Any replica may call it at any time: it claims the
+// seconds it takes for the queue's CompactClaim, so that the other
+// replicas' calls take others meanwhile, and a second whose LIST or blob
+// changes meanwhile is left for a later call. The seconds of a call that
+// fails or is canceled halfway wait for their claim to end.
 func (q *Queue) Compact(ctx context.Context, most int) (n int, err error) {
 	if err := q.begin(ctx, "compact"); err != nil {
 		return 0, err
@@ -348,7 +387,7 @@ func (q *Queue) Compact(ctx context.Context, most int) (n int, err error) {
 	}
 	start := time.Now()
 	defer func() { q.m.observe("compact", start, err) }()
-	due, err := dueScript.Run(ctx, q.c, []string{q.k.finDue()}, q.compactAfter.Milliseconds(), most).StringSlice()
+	due, err := q.claimDue(ctx, most)
 	if err != nil {
 		return 0, fmt.Errorf("redisq: compact: %w", err)
 	}
@@ -362,8 +401,16 @@ func (q *Queue) Compact(ctx context.Context, most int) (n int, err error) {
 	return n, nil
 }
 
+// claimDue claims up to most due seconds (claimDueScript) and returns
+// them, oldest first.
+func (q *Queue) claimDue(ctx context.Context, most int) ([]string, error) {
+	return claimDueScript.Run(ctx, q.c, []string{q.k.finDue()},
+		q.compactAfter.Milliseconds(), q.compactClaim.Milliseconds(), most).StringSlice()
+}
+
 // compactSeconds compacts the seconds secs (members of the compaction
-// ZSET): one pipelined read, then one compactScript each.
+// ZSET): one pipelined read, then one compactScript each. Each second
+// read counts once in the compactions metric, by its outcome.
 func (q *Queue) compactSeconds(ctx context.Context, secs []string) (n int, err error) {
 	lists := make([]*redis.StringSliceCmd, len(secs))
 	blobs := make([]*redis.StringCmd, len(secs))
@@ -388,6 +435,7 @@ func (q *Queue) compactSeconds(ctx context.Context, secs []string) (n int, err e
 			// Left as it is (still read as a LIST) until it expires.
 			q.log.Error("compact: final records of a second cannot be compacted; left uncompacted",
 				"second", s, "err", errors.Join(perr, err))
+			q.m.compaction(compactUnreadable)
 			if err := q.c.ZRem(ctx, q.k.finDue(), s).Err(); err != nil {
 				return n, err
 			}
@@ -408,8 +456,14 @@ func (q *Queue) compactSeconds(ctx context.Context, secs []string) (n int, err e
 		if err != nil {
 			return n, err
 		}
-		if res == 1 {
+		switch res {
+		case 1:
 			n++
+			q.m.compaction(compactDone)
+		case 0:
+			q.m.compaction(compactGone)
+		default:
+			q.m.compaction(compactChanged)
 		}
 	}
 	return n, nil

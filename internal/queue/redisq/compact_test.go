@@ -486,9 +486,9 @@ func TestCompactionRacesReceipt(t *testing.T) {
 	})
 }
 
-// TestCompactedCluster: compaction, compacted reads, receipts and a late
-// completion on a Redis Cluster (every key of a second is in the
-// account's slot).
+// TestCompactedCluster: compaction, compacted reads, receipts, a late
+// completion and the claims of two replicas on a Redis Cluster (every key
+// of a second is in the account's slot).
 func TestCompactedCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a Redis Cluster")
@@ -505,6 +505,7 @@ func TestCompactedCluster(t *testing.T) {
 	}
 	t.Run("receipt", func(t *testing.T) { receiptToCompacted(t, q) })
 	t.Run("late completion", func(t *testing.T) { lateCompletion(t, q) })
+	t.Run("claim", func(t *testing.T) { compactClaimOnCluster(t, q) })
 }
 
 // TestBlobCodec: a blob keeps every record of any version and the LIST

@@ -22,6 +22,7 @@ func TestNewRejects(t *testing.T) {
 		{Client: c, Account: "a}b"},
 		{Client: c, Account: "{a}"},
 		{Client: c, Account: "a", Retention: -time.Second},
+		{Client: c, Account: "a", CompactClaim: -time.Second},
 	} {
 		if q, err := New(cfg); err == nil {
 			_ = q.Close()

@@ -64,7 +64,9 @@ func (k keys) finAt(sec int64) string { return k.tag + "fin:" + strconv.FormatIn
 func (k keys) finBlob(sec int64) string { return k.tag + "fz:" + strconv.FormatInt(sec, 10) }
 
 // finDue is the ZSET of the creation seconds whose final LIST waits for
-// compaction, scored by the last write to the LIST (Redis clock, ms).
+// compaction, scored by the last write to the LIST (Redis clock, ms), or
+// while a replica's compaction claims the second, by the later time that
+// claim gives it (compact.go, claimDueScript).
 func (k keys) finDue() string { return k.tag + "fz:due" }
 
 // outstanding is the HASH producer -> queued + leased messages.

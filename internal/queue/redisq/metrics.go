@@ -12,9 +12,24 @@ import (
 // ops is the closed label set of the op label.
 var ops = []string{"enqueue", "take", "extend", "complete", "requeue", "dead", "recover", "retry_dead", "read", "receipt", "cancel", "compact"}
 
+// The outcomes of one second a compaction read, the result label of
+// compactions: compacted; changed, its LIST or blob written since the read
+// (the compare-and-set failed: a later pass takes it); gone, nothing left
+// to compact (its LIST expired, or another compaction took it first);
+// unreadable, left uncompacted (logged).
+const (
+	compactDone       = "compacted"
+	compactChanged    = "changed"
+	compactGone       = "gone"
+	compactUnreadable = "unreadable"
+)
+
+var compactResults = []string{compactDone, compactChanged, compactGone, compactUnreadable}
+
 type metrics struct {
-	duration *prometheus.HistogramVec
-	errors   *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+	errors      *prometheus.CounterVec
+	compactions *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -28,10 +43,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "smsgw_queue_redis_errors_total",
 			Help: "Redis queue operations that failed (Redis or decoding errors; not empty, lease lost or not found).",
 		}, []string{"op"}),
+		compactions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "smsgw_queue_redis_compactions_total",
+			Help: "Creation seconds of final records a compaction read, by result: compacted, changed (written since the read: left for a later pass), gone (nothing left to compact), unreadable. All but compacted are reads that compacted nothing.",
+		}, []string{"result"}),
 	}
 	for _, op := range ops {
 		m.duration.WithLabelValues(op)
 		m.errors.WithLabelValues(op)
+	}
+	for _, r := range compactResults {
+		m.compactions.WithLabelValues(r)
 	}
 	if reg == nil {
 		return m, nil
@@ -44,8 +66,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if m.errors, err = queue.RegisterMetric(reg, m.errors); err != nil {
 		return nil, err
 	}
+	if m.compactions, err = queue.RegisterMetric(reg, m.compactions); err != nil {
+		return nil, err
+	}
 	return m, nil
 }
+
+// compaction counts one second a compaction read, by its result.
+func (m *metrics) compaction(result string) { m.compactions.WithLabelValues(result).Inc() }
 
 // observe records one operation that started at start.
 func (m *metrics) observe(op string, start time.Time, err error) {

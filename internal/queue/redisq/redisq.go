@@ -67,11 +67,17 @@ type Config struct {
 	// been left alone (no completion, no receipt) before Compact may
 	// compress them (compact.go); 0: DefaultCompactAfter.
 	CompactAfter time.Duration
+	// CompactClaim is how long the seconds one Compact call takes are out
+	// of the other replicas' reach (compact.go: a replica that dies
+	// holding them delays them by as much), in whole ms (less: no claim);
+	// 0: DefaultCompactClaim.
+	CompactClaim time.Duration
 }
 
 // Queue is the Redis queue. It is safe for concurrent use.
 type Queue struct {
 	compactAfter time.Duration // Config.CompactAfter
+	compactClaim time.Duration // Config.CompactClaim
 
 	c         redis.UniversalClient
 	account   string
@@ -101,11 +107,14 @@ func New(cfg Config) (*Queue, error) {
 	if cfg.WaitReplicas < 0 || (cfg.WaitReplicas > 0 && cfg.WaitTimeout <= 0) {
 		return nil, errors.New("redisq: WaitReplicas must not be negative, and needs a WaitTimeout > 0")
 	}
-	if cfg.Retention < 0 || cfg.IdempotencyWindow < 0 || cfg.CompactAfter < 0 {
-		return nil, errors.New("redisq: Retention, IdempotencyWindow and CompactAfter must not be negative")
+	if cfg.Retention < 0 || cfg.IdempotencyWindow < 0 || cfg.CompactAfter < 0 || cfg.CompactClaim < 0 {
+		return nil, errors.New("redisq: Retention, IdempotencyWindow, CompactAfter and CompactClaim must not be negative")
 	}
 	if cfg.CompactAfter == 0 {
 		cfg.CompactAfter = DefaultCompactAfter
+	}
+	if cfg.CompactClaim == 0 {
+		cfg.CompactClaim = DefaultCompactClaim
 	}
 	if cfg.Retention == 0 {
 		cfg.Retention = DefaultRetention
@@ -134,6 +143,7 @@ func New(cfg Config) (*Queue, error) {
 		waitFor:   cfg.WaitTimeout,
 
 		compactAfter: cfg.CompactAfter,
+		compactClaim: cfg.CompactClaim,
 	}, nil
 }
 
