@@ -197,7 +197,9 @@ type Queue interface {
 	// one or an unmatched receipt changes nothing. Replays are harmless.
 	ApplyReceipt(ctx context.Context, r Receipt) (ReceiptOutcome, error)
 	// Cancel moves producer's queued (or scheduled) message id to
-	// canceled, atomically against Take: exactly one of them wins.
+	// canceled, atomically against Take: exactly one of them wins. As with
+	// Complete, what is kept of a canceled message is its final record
+	// (no body, no full number), and that is what Cancel returns.
 	// ErrNotFound when no such message of that producer is stored,
 	// ErrNotCancelable once it is sending or done.
 	Cancel(ctx context.Context, id, producer string) (*sms.Message, error)

@@ -145,19 +145,26 @@ func (q *Queue) Cancel(ctx context.Context, id, producer string) (*sms.Message, 
 		now := q.now()
 		r.Msg.Status = sms.StatusCanceled
 		r.Msg.UpdatedAt = now
-		r.Parked, r.ParkedCode = "", ""
-		if err := finish(tx, r, ms(now)); err != nil {
+		// As Complete: the message leaves msgs for its final record (no
+		// body, no full number), and the answer is what reading it gives.
+		v, err := queue.EncodeFinal(&r.Msg)
+		if err != nil {
 			return err
 		}
 		if err := addEvent(tx, &r.Msg, sms.StatusCanceled, "", ms(now)); err != nil {
 			return err
 		}
-		if err := putEntry(tx, r); err != nil {
+		if err := tx.Bucket(bMsgs).Delete([]byte(r.Msg.ID)); err != nil {
 			return err
 		}
-		m = r.Msg
-		out = &m
-		return nil
+		if err := tx.Bucket(bFinal).Put(finalKey(r.Msg.ID), []byte(v)); err != nil {
+			return err
+		}
+		if err := addOut(tx, r.Msg.Producer, -1); err != nil {
+			return err
+		}
+		out, err = queue.DecodeFinal(r.Msg.ID, v)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("queue: cancel %s: %w", id, err)

@@ -183,6 +183,18 @@ func testCancel(t *testing.T, h Harness) {
 			t.Fatalf("Cancel %s: status %s", m.ID, got.Status)
 		}
 		wantStatus(t, q, m.ID, sms.StatusCanceled)
+		// Canceled is final: what is kept (and answered) is the final
+		// record, without the body or the full number.
+		read, err := q.Get(ctx, m.ID)
+		if err != nil {
+			t.Fatalf("Get %s: %v", m.ID, err)
+		}
+		for what, v := range map[string]*sms.Message{"Cancel's answer": got, "Get": read} {
+			if v.Body != "" || v.To == m.To || v.To == "" || v.Producer != "p" || v.Reference != m.Reference {
+				t.Fatalf("%s for canceled %s keeps body %q, number %q (sent %q), producer %q, reference %q",
+					what, m.ID, v.Body, v.To, m.To, v.Producer, v.Reference)
+			}
+		}
 		if _, err := q.Cancel(ctx, m.ID, "p"); !errors.Is(err, queue.ErrNotCancelable) {
 			t.Fatalf("second Cancel %s: %v, want ErrNotCancelable", m.ID, err)
 		}

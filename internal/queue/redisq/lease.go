@@ -209,10 +209,7 @@ redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 local m = cjson.decode(redis.call('HGET', KEYS[3], ARGV[1]))
 redis.call('HDEL', KEYS[3], ARGV[1])
-local tu = b36(math.floor(now / 1000) - tonumber(ARGV[5]))
-local ts = ''
-if ARGV[3] == 's' then ts = tu end -- written out: a receipt then keeps the length
-local rec = ARGV[4] .. tu .. '\31' .. ts .. ARGV[10]
+local rec = fin_times(ARGV[4], ARGV[10], ARGV[5], now, ARGV[3] == 's')
 if ARGV[3] == 's' then
   if m.rs then rec = fin_receipt(rec, m.rs, m.re) end
   if KEYS[15] then
@@ -220,11 +217,7 @@ if ARGV[3] == 's' then
     redis.call('PEXPIRE', KEYS[15], ARGV[13])
   end
 end
--- A second compacted already gets a LIST again (compact.go): its element
--- is newer than the blob's, should the blob have one of this id.
-redis.call('RPUSH', KEYS[6], fin_short(ARGV[1]) .. rec)
-redis.call('PEXPIRE', KEYS[6], math.ceil(tonumber(ARGV[6]) / 1000))
-fin_due(KEYS[14], fin_sec(ARGV[5]), now)
+fin_append(KEYS[6], KEYS[14], ARGV[1], rec, ARGV[5], ARGV[6], now)
 -- The event reports the status stored: a receipt parked before the send
 -- was recorded makes it delivered or undelivered at once. m (the full
 -- record, read before it left msgs) gives the event its callback fields.

@@ -210,6 +210,25 @@ local function fin_extract(list, blob, elem, sha)
   if ttl > 0 and redis.call('PTTL', list) < ttl then redis.call('PEXPIRE', list, ttl) end
   return n
 end
+-- fin_times completes a final record from queue.FinalPrefix's head and
+-- tail (created_ms: the id's creation time) with its two times on the
+-- Redis clock: the last change, now, and for a send the same time written
+-- out (a receipt then keeps the record's length).
+local function fin_times(head, tail, created_ms, now, sent)
+  local tu = b36(math.floor(now / 1000) - tonumber(created_ms))
+  local ts = ''
+  if sent then ts = tu end
+  return head .. tu .. '\31' .. ts .. tail
+end
+-- fin_append writes final record rec of id to the final LIST list of its
+-- creation second, which then expires retention (µs) after this write, and
+-- marks the second for compaction (due). A second compacted already gets a
+-- LIST again (compact.go): its element is newer than the blob's.
+local function fin_append(list, due, id, rec, created_ms, retention, now)
+  redis.call('RPUSH', list, fin_short(id) .. rec)
+  redis.call('PEXPIRE', list, math.ceil(tonumber(retention) / 1000))
+  fin_due(due, fin_sec(created_ms), now)
+end
 local function new_member(seq, id)
   return string.format('%016d', seq) .. ':' .. id
 end

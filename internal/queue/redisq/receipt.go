@@ -2,6 +2,7 @@ package redisq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -287,73 +288,115 @@ func (q *Queue) ApplyReceipt(ctx context.Context, r queue.Receipt) (_ queue.Rece
 	return queue.ReceiptOutcome{Result: res, Message: m}, nil
 }
 
-// cancelScript cancels a queued message of one producer, atomically
-// against Take (both are scripts: one runs first).
+// cancelScript cancels a queued message, atomically against Take (both
+// are scripts: one runs first). The caller read the message's record and
+// checked its producer and status on it; the script cancels only while the
+// record is still that one, so a take, a receipt or an edit in between
+// makes the caller read it again. Like Complete, the message leaves msgs
+// for its final record (queue.FinalPrefix: no body, no full number) in the
+// LIST of its creation second.
 //
-// KEYS[1] msgs HASH, KEYS[2] done ZSET, KEYS[3] outstanding HASH,
-// KEYS[4..6] the ready ZSETs in class-code order, KEYS[7..10] the outbox
-// (keys.outbox: the canceled event).
-// ARGV[1] id, ARGV[2] producer.
-// Returns {0} not found (or another producer's), {-1, stored value} not
-// cancelable, {1, stored value} canceled.
+// KEYS[1] msgs HASH, KEYS[2] outstanding HASH, KEYS[3..5] the ready ZSETs
+// in class-code order, KEYS[6..9] the outbox (keys.outbox: the canceled
+// event), KEYS[10] the final LIST, KEYS[11] the compaction ZSET.
+// ARGV[1] id, ARGV[2] producer, ARGV[3] the record read, ARGV[4] the final
+// record's head, ARGV[5] the id's creation time ms, ARGV[6] retention µs,
+// ARGV[7] the final record's tail.
+// Returns {0} gone, {2} changed since it was read, {1, final record}
+// canceled.
 var cancelScript = redis.NewScript(luaPrelude + luaRecord + luaOutbox + `
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then return {0} end
+if raw ~= ARGV[3] then return {2} end
 local m = cjson.decode(raw)
-if get(m, 'p') ~= ARGV[2] then return {0} end
-if status_of(m) ~= 'q' then return {-1, raw} end
 local now = now_us()
 -- a record written before members were kept (no qm) leaves its member for
 -- Take to drop
-if m.qm and m.c then redis.call('ZREM', KEYS[4 + m.c], m.qm) end
-m.qm = nil
-m.rs = nil
-m.re = nil
-set(m, 's', 'c')
-set_time(m, 'tu', now)
-local js = cjson.encode(m)
-redis.call('HSET', KEYS[1], ARGV[1], js)
-redis.call('ZADD', KEYS[2], now, ARGV[1])
-outbox_add({KEYS[7], KEYS[8], KEYS[9], KEYS[10]}, ARGV[1], m, 'canceled', '', now)
-if redis.call('HINCRBY', KEYS[3], ARGV[2], -1) <= 0 then
-  redis.call('HDEL', KEYS[3], ARGV[2])
+if m.qm and m.c then redis.call('ZREM', KEYS[3 + m.c], m.qm) end
+redis.call('HDEL', KEYS[1], ARGV[1])
+local rec = fin_times(ARGV[4], ARGV[7], ARGV[5], now, false)
+fin_append(KEYS[10], KEYS[11], ARGV[1], rec, ARGV[5], ARGV[6], now)
+outbox_add({KEYS[6], KEYS[7], KEYS[8], KEYS[9]}, ARGV[1], m, 'canceled', '', now)
+if redis.call('HINCRBY', KEYS[2], ARGV[2], -1) <= 0 then
+  redis.call('HDEL', KEYS[2], ARGV[2])
 end
-return {1, js}
+return {1, rec}
 `)
 
-// Cancel cancels producer's queued message id; see queue.Queue.
+// cancelTries bounds how often Cancel reads a record that changed under
+// it (a receipt parked on it, a requeue) before giving up.
+const cancelTries = 5
+
+// Cancel cancels producer's queued message id; see queue.Queue. It reads
+// the record, decides on it, and cancels only if the record is still the
+// one read (cancelScript).
 func (q *Queue) Cancel(ctx context.Context, id, producer string) (_ *sms.Message, err error) {
 	if err := q.begin(ctx, "cancel"); err != nil {
 		return nil, err
 	}
 	start := time.Now()
 	defer func() { q.m.observe("cancel", start, err) }()
-	keys := []string{q.k.msgs(), q.k.done(), q.k.outstanding()}
+	created, ok := sms.IDTime(id)
+	if !ok {
+		return nil, fmt.Errorf("redisq: cancel %q: %w", id, queue.ErrNotFound)
+	}
+	keys := []string{q.k.msgs(), q.k.outstanding()}
 	for _, c := range classCodes {
 		keys = append(keys, q.k.ready(c))
 	}
 	keys = append(keys, q.k.outbox()...)
-	reply, err := cancelScript.Run(ctx, q.c, keys, id, producer).Slice()
-	if err != nil {
-		return nil, fmt.Errorf("redisq: cancel %s: %w", id, err)
-	}
-	code, _ := reply[0].(int64)
-	if code == 0 {
-		// Done already: its final record, if it is this producer's.
-		if m, gerr := q.Get(ctx, id); gerr == nil && m.Producer == producer {
+	keys = append(keys, q.k.fin(id), q.k.finDue())
+	for range cancelTries {
+		raw, err := q.c.HGet(ctx, q.k.msgs(), id).Result()
+		if errors.Is(err, redis.Nil) {
+			return q.cancelDone(ctx, id, producer)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("redisq: cancel %s: %w", id, err)
+		}
+		m, err := decodeStored(id, raw)
+		if err != nil {
+			return nil, fmt.Errorf("redisq: cancel %s: %w", id, err)
+		}
+		if m.Producer != producer {
+			return nil, fmt.Errorf("redisq: cancel %s: %w", id, queue.ErrNotFound)
+		}
+		if m.Status != sms.StatusQueued {
 			return m, fmt.Errorf("redisq: cancel %s: %s: %w", id, m.Status, queue.ErrNotCancelable)
 		}
-		return nil, fmt.Errorf("redisq: cancel %s: %w", id, queue.ErrNotFound)
+		final := *m
+		final.Status = sms.StatusCanceled
+		head, tail, err := queue.FinalPrefix(&final)
+		if err != nil {
+			return nil, fmt.Errorf("redisq: cancel: %w", err)
+		}
+		reply, err := cancelScript.Run(ctx, q.c, keys, id, producer, raw, head, created.UnixMilli(), us(q.retention), tail).Slice()
+		if err != nil {
+			return nil, fmt.Errorf("redisq: cancel %s: %w", id, err)
+		}
+		switch code, _ := reply[0].(int64); {
+		case code == 0:
+			return q.cancelDone(ctx, id, producer)
+		case code == 2:
+			continue // changed since read: decide again
+		case code != 1 || len(reply) != 2:
+			return nil, fmt.Errorf("redisq: cancel %s: unexpected reply %v", id, reply)
+		}
+		rec, _ := reply[1].(string)
+		out, err := queue.DecodeFinal(id, rec)
+		if err != nil {
+			return nil, fmt.Errorf("redisq: cancel %s: %w", id, err)
+		}
+		return out, nil
 	}
-	if len(reply) != 2 {
-		return nil, fmt.Errorf("redisq: cancel %s: unexpected reply %v", id, reply)
-	}
-	m, derr := decodeStored(id, reply[1])
-	if derr != nil {
-		return nil, fmt.Errorf("redisq: cancel %s: %w", id, derr)
-	}
-	if code < 0 {
+	return nil, fmt.Errorf("redisq: cancel %s: the message kept changing", id)
+}
+
+// cancelDone answers a cancel of a message no longer in msgs: its final
+// record, if it is this producer's, is not cancelable; else it is unknown.
+func (q *Queue) cancelDone(ctx context.Context, id, producer string) (*sms.Message, error) {
+	if m, err := q.Get(ctx, id); err == nil && m.Producer == producer {
 		return m, fmt.Errorf("redisq: cancel %s: %s: %w", id, m.Status, queue.ErrNotCancelable)
 	}
-	return m, nil
+	return nil, fmt.Errorf("redisq: cancel %s: %w", id, queue.ErrNotFound)
 }
