@@ -8,7 +8,6 @@ package tests
 // duplicated.
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
@@ -63,34 +62,6 @@ func startFleet(t *testing.T, n int, o gwOptions) []*gwProc {
 	return gws
 }
 
-// commandStats reads INFO commandstats: calls per command (scripts' own
-// calls counted under their commands) and their total.
-func commandStats(t *testing.T, c *redis.Client) (map[string]int64, int64) {
-	t.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatalf("INFO commandstats: %v", err)
-	}
-	calls := map[string]int64{}
-	var total int64
-	sc := bufio.NewScanner(strings.NewReader(info))
-	for sc.Scan() {
-		line := sc.Text()
-		name, rest, ok := strings.Cut(line, ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") {
-			continue
-		}
-		for _, kv := range strings.Split(rest, ",") {
-			if v, ok := strings.CutPrefix(kv, "calls="); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				calls[strings.TrimPrefix(name, "cmdstat_")] = n
-				total += n
-			}
-		}
-	}
-	return calls, total
-}
-
 // clientCommands reads INFO stats' total_commands_processed: the commands
 // clients sent (a script counts once).
 func clientCommands(t *testing.T, c *redis.Client) int64 {
@@ -120,10 +91,10 @@ type idleCost struct {
 
 func measureIdle(t *testing.T, c *redis.Client, n int, d time.Duration) idleCost {
 	t.Helper()
-	before, allBefore := commandStats(t, c)
+	before, allBefore := redistest.CommandStats(t, c)
 	cliBefore := clientCommands(t, c)
 	time.Sleep(d)
-	after, allAfter := commandStats(t, c)
+	after, allAfter := redistest.CommandStats(t, c)
 	cliAfter := clientCommands(t, c)
 	// our own INFO calls are not the fleet's
 	cliAfter -= 2

@@ -328,3 +328,33 @@ func ServerCPU(t testing.TB, c *redis.Client) time.Duration {
 	}
 	return time.Duration(total * float64(time.Second))
 }
+
+// CommandStats reads INFO commandstats of the server behind c: calls per
+// command (the scripts' own calls counted under their commands) and their
+// total.
+func CommandStats(t testing.TB, c *redis.Client) (map[string]int64, int64) {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatalf("INFO commandstats: %v", err)
+	}
+	calls := map[string]int64{}
+	var total int64
+	for line := range strings.Lines(info) {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		for kv := range strings.SplitSeq(rest, ",") {
+			if v, ok := strings.CutPrefix(kv, "calls="); ok {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					t.Fatalf("INFO commandstats: %s: %v", name, err)
+				}
+				calls[strings.TrimPrefix(name, "cmdstat_")] = n
+				total += n
+			}
+		}
+	}
+	return calls, total
+}

@@ -3,7 +3,6 @@ package redisq
 import (
 	"context"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -171,7 +170,7 @@ func BenchmarkEnqueueCheckedBatch(b *testing.B) {
 			if _, err := q.EnqueueChecked(ctx, batch); err != nil { // scripts loaded
 				b.Fatal(err)
 			}
-			cpu0, cmds0 := redistest.ServerCPU(b, c), commands(b, c)
+			cpu0, cmds0 := redistest.ServerCPU(b, c), redisCommands(b, c)
 			b.ResetTimer()
 			for range b.N {
 				b.StopTimer()
@@ -190,31 +189,14 @@ func BenchmarkEnqueueCheckedBatch(b *testing.B) {
 			b.StopTimer()
 			msgs := float64(b.N * size)
 			b.ReportMetric(float64((redistest.ServerCPU(b, c)-cpu0).Nanoseconds())/1e3/msgs, "redis-cpu-us/msg")
-			b.ReportMetric(float64(commands(b, c)-cmds0)/msgs, "redis-cmds/msg")
+			b.ReportMetric(float64(redisCommands(b, c)-cmds0)/msgs, "redis-cmds/msg")
 		})
 	}
 }
 
-// commands is the number of commands the server behind c has run, the
-// scripts' own calls included (INFO commandstats).
-func commands(b *testing.B, c *redis.Client) int64 {
-	b.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var total int64
-	for line := range strings.Lines(info) {
-		_, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
-		if !ok {
-			continue
-		}
-		v, _, _ := strings.Cut(rest, ",")
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			b.Fatal(err)
-		}
-		total += n
-	}
+// redisCommands is the number of commands the server behind c has run,
+// the scripts' own calls included.
+func redisCommands(b *testing.B, c *redis.Client) int64 {
+	_, total := redistest.CommandStats(b, c)
 	return total
 }
