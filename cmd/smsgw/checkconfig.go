@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"smsgw/internal/config"
 )
@@ -34,9 +35,13 @@ func runCheckConfig(_ context.Context, args []string, stdout, stderr io.Writer) 
 	if cfg.Redis.Enabled() {
 		mode = fmt.Sprintf("Redis at %s, shared limiter (fallback %.2f/s per process)", cfg.Redis.Addr, cfg.Limits.TargetRPS/float64(cfg.Limits.MaxSenders))
 	}
-	if _, err := fmt.Fprintf(stdout, "%s: ok\n  provider: %s, contract %g/s, target %g/s, burst %d\n  mode: %s\n  segments: %s\n  producers: %d\n  protection: %s\n",
+	senders := "every producer names its senders"
+	if open := cfg.OpenSenders(); len(open) > 0 {
+		senders = "any sender id for " + strings.Join(open, ", ") + " (no producers[].senders: set them)"
+	}
+	if _, err := fmt.Fprintf(stdout, "%s: ok\n  provider: %s, contract %g/s, target %g/s, burst %d\n  mode: %s\n  segments: %s\n  producers: %d\n  senders: %s\n  protection: %s\n",
 		*path, cfg.Provider.Kind, cfg.Provider.ContractRPS, cfg.Limits.TargetRPS, cfg.Limits.Burst, mode, cfg.SegmentsSummary(), len(cfg.Producers),
-		cfg.Protection.Summary()); err != nil {
+		senders, cfg.Protection.Summary()); err != nil {
 		complain(stderr, "smsgw check-config: write: %v\n", err)
 		return 1
 	}

@@ -192,6 +192,19 @@ func (c Config) SegmentsPerMessage(class string) (int, string) {
 	return most, key
 }
 
+// OpenSenders names the producers with no senders: they may send as any
+// sender id (from), which a leaked key makes anyone's to use. Start-up
+// warns about them and check-config lists them.
+func (c Config) OpenSenders() []string {
+	var out []string
+	for _, p := range c.Producers {
+		if len(p.Senders) == 0 {
+			out = append(out, p.Name)
+		}
+	}
+	return out
+}
+
 // SegmentsSummary says how many segments a message may have and which key
 // bounds it, per class when classes differ: with counted segments the
 // limiter's burst, when below messages.max_segments, is the maximum.

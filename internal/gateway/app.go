@@ -157,6 +157,9 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	}
 	d.log.Info("gateway ready to start", "mode", b.mode, "account", cfg.Account, "provider", a.prov.Name(),
 		"producers", len(cfg.Producers), "target_rps", cfg.Limits.TargetRPS, "segments", cfg.SegmentsSummary(), "owner", owner)
+	if open := cfg.OpenSenders(); len(open) > 0 {
+		d.log.Warn("producers without senders may send as any sender id; list their senders (producers[].senders)", "producers", open)
+	}
 	return a, nil
 }
 
