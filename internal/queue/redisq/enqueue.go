@@ -28,7 +28,7 @@ const maxBatch = 1000
 // keys.ready: "...ready:<class>"), idempotency keys, final LISTs and check
 // keys the messages name.
 // ARGV[1] idempotency window ms, ARGV[2] "1" when the reply should carry
-// the records of the messages stored (else "", see below); then
+// the records of the messages stored (else "0", see below); then
 // argsPerMessage per message: id,
 // record JSON, ready delay µs, index in KEYS of its ready ZSET, index in
 // KEYS of its idempotency key (0: none), index in KEYS of its final LIST,
