@@ -349,25 +349,10 @@ func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) 
 				}
 			}
 		}
-		// The message leaves msgs for its final record: no body, no full
-		// number (queue.EncodeFinal).
-		v, err := queue.EncodeFinal(&r.Msg)
-		if err != nil {
-			return err
-		}
 		// The event reports the status stored: a receipt parked before the
-		// send was recorded makes it delivered or undelivered at once. It
-		// is written in this tx, before the message leaves msgs.
-		if err := addEvent(tx, &r.Msg, r.Msg.Status, queue.EventErrorCode(r.Msg.Status, false), ms(now)); err != nil {
-			return err
-		}
-		if err := tx.Bucket(bMsgs).Delete([]byte(r.Msg.ID)); err != nil {
-			return err
-		}
-		if err := tx.Bucket(bFinal).Put(finalKey(r.Msg.ID), []byte(v)); err != nil {
-			return err
-		}
-		return addOut(tx, r.Msg.Producer, -1)
+		// send was recorded makes it delivered or undelivered at once.
+		_, err := finalize(tx, r, queue.EventErrorCode(r.Msg.Status, false), ms(now))
+		return err
 	})
 }
 

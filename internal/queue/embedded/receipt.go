@@ -145,22 +145,9 @@ func (q *Queue) Cancel(ctx context.Context, id, producer string) (*sms.Message, 
 		now := q.now()
 		r.Msg.Status = sms.StatusCanceled
 		r.Msg.UpdatedAt = now
-		// As Complete: the message leaves msgs for its final record (no
-		// body, no full number), and the answer is what reading it gives.
-		v, err := queue.EncodeFinal(&r.Msg)
+		// As Complete; the answer is what reading the final record gives.
+		v, err := finalize(tx, r, "", ms(now))
 		if err != nil {
-			return err
-		}
-		if err := addEvent(tx, &r.Msg, sms.StatusCanceled, "", ms(now)); err != nil {
-			return err
-		}
-		if err := tx.Bucket(bMsgs).Delete([]byte(r.Msg.ID)); err != nil {
-			return err
-		}
-		if err := tx.Bucket(bFinal).Put(finalKey(r.Msg.ID), []byte(v)); err != nil {
-			return err
-		}
-		if err := addOut(tx, r.Msg.Producer, -1); err != nil {
 			return err
 		}
 		out, err = queue.DecodeFinal(r.Msg.ID, v)

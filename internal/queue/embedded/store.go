@@ -195,6 +195,28 @@ func endLease(tx *bolt.Tx, r *entry) error {
 	return addClass(tx, r.Msg.Class, kindLeased, -1)
 }
 
+// finalize ends message r in its final status, as Complete and Cancel do:
+// its event (r.Msg.Status, with the event's error code) is written while
+// the full record is at hand, then the message leaves msgs for its final
+// record (queue.EncodeFinal: no body, no full number) and its producer's
+// outstanding count drops. It returns the final record written.
+func finalize(tx *bolt.Tx, r *entry, code string, now int64) (string, error) {
+	v, err := queue.EncodeFinal(&r.Msg)
+	if err != nil {
+		return "", err
+	}
+	if err := addEvent(tx, &r.Msg, r.Msg.Status, code, now); err != nil {
+		return "", err
+	}
+	if err := tx.Bucket(bMsgs).Delete([]byte(r.Msg.ID)); err != nil {
+		return "", err
+	}
+	if err := tx.Bucket(bFinal).Put(finalKey(r.Msg.ID), []byte(v)); err != nil {
+		return "", err
+	}
+	return v, addOut(tx, r.Msg.Producer, -1)
+}
+
 // finish makes r terminal at now: it leaves the producer's outstanding count
 // and enters the retention index.
 func finish(tx *bolt.Tx, r *entry, now int64) error {
