@@ -211,13 +211,14 @@ type simStats struct {
 }
 
 type simRecord struct {
-	At         time.Time `json:"at"`
-	Arrived    time.Time `json:"arrived"`
-	Reference  string    `json:"reference"`
-	Class      string    `json:"class"`
-	Units      int       `json:"units"`
-	AcceptedAt time.Time `json:"accepted_at"`
-	Duplicate  bool      `json:"duplicate"`
+	At         time.Time     `json:"at"`
+	Elapsed    time.Duration `json:"elapsed_ns"` // At on the simulator's monotonic clock: intervals are read from it
+	Arrived    time.Time     `json:"arrived"`
+	Reference  string        `json:"reference"`
+	Class      string        `json:"class"`
+	Units      int           `json:"units"`
+	AcceptedAt time.Time     `json:"accepted_at"`
+	Duplicate  bool          `json:"duplicate"`
 }
 
 func (s *simProc) Stats(t *testing.T) simStats {

@@ -37,28 +37,33 @@ import (
 
 // Record is one accepted send.
 type Record struct {
-	At         time.Time `json:"at"`                   // when the simulator accepted it
-	Arrived    time.Time `json:"arrived"`              // when the request arrived (before injected latency)
-	ID         string    `json:"id"`                   // the simulator's provider id
-	Reference  string    `json:"reference"`            // the gateway's message id
-	To         string    `json:"to"`                   // recipient as sent
-	From       string    `json:"from,omitempty"`       // sender as sent
-	Body       string    `json:"body"`                 // text as sent
-	Class      string    `json:"class,omitempty"`      // the optional "class" field
-	Units      int       `json:"units"`                // units of rate it cost
-	AcceptedAt time.Time `json:"accepted_at,omitzero"` // the gateway's acceptance time (X-Smsgw-Accepted-At), if sent
-	Duplicate  bool      `json:"duplicate,omitempty"`  // its reference was accepted before
-	Receipt    string    `json:"receipt,omitempty"`    // the status of the receipt posted for it (Config.Receipts)
+	At time.Time `json:"at"` // when the simulator accepted it
+	// Elapsed is At on the simulator's monotonic clock: how long after it
+	// started it accepted the send. Intervals between records read from
+	// it hold when the machine's wall clock is stepped (At does not).
+	Elapsed    time.Duration `json:"elapsed_ns"`
+	Arrived    time.Time     `json:"arrived"`              // when the request arrived (before injected latency)
+	ID         string        `json:"id"`                   // the simulator's provider id
+	Reference  string        `json:"reference"`            // the gateway's message id
+	To         string        `json:"to"`                   // recipient as sent
+	From       string        `json:"from,omitempty"`       // sender as sent
+	Body       string        `json:"body"`                 // text as sent
+	Class      string        `json:"class,omitempty"`      // the optional "class" field
+	Units      int           `json:"units"`                // units of rate it cost
+	AcceptedAt time.Time     `json:"accepted_at,omitzero"` // the gateway's acceptance time (X-Smsgw-Accepted-At), if sent
+	Duplicate  bool          `json:"duplicate,omitempty"`  // its reference was accepted before
+	Receipt    string        `json:"receipt,omitempty"`    // the status of the receipt posted for it (Config.Receipts)
 
 	key string // the request's Idempotency-Key
 }
 
 // Sim is one simulated provider account. It is safe for concurrent use.
 type Sim struct {
-	cfg  Config
-	now  func() time.Time
-	done chan struct{}          // closed by Close: releases hanging requests
-	rcpt atomic.Pointer[poster] // nil until receipts are configured (Config.Receipts, EnableReceipts)
+	cfg   Config
+	now   func() time.Time
+	start time.Time              // s.now() at New: Record.Elapsed counts from it
+	done  chan struct{}          // closed by Close: releases hanging requests
+	rcpt  atomic.Pointer[poster] // nil until receipts are configured (Config.Receipts, EnableReceipts)
 
 	mu          sync.Mutex
 	limit       int
@@ -105,6 +110,7 @@ func New(cfg Config) (*Sim, error) {
 		return nil, err
 	}
 	s := &Sim{cfg: cfg, now: cfg.Now, done: make(chan struct{})}
+	s.start = s.now()
 	s.resetLocked()
 	if len(cfg.Receipts.URLs) > 0 {
 		s.rcpt.Store(newPoster(cfg.Receipts, s.done))
@@ -257,7 +263,7 @@ func (s *Sim) decide(rec Record) (outcome, time.Duration, Record) {
 		return replayed, 0, rec
 	}
 	s.nextID++
-	rec.At = now
+	rec.At, rec.Elapsed = now, now.Sub(s.start)
 	rec.ID = "sim-" + strconv.FormatUint(s.nextID, 10)
 	if rec.key != "" {
 		s.idem[rec.key] = rec.ID

@@ -118,6 +118,29 @@ func TestSlidingWindowExact(t *testing.T) {
 	}
 }
 
+// Each record carries its acceptance on the simulator's own clock, counted
+// from its start (what intervals between records are read from), and
+// /accepted serves it.
+func TestRecordElapsed(t *testing.T) {
+	t.Parallel()
+	c := newClock(base)
+	s := newSim(t, sim.Config{Limit: 10, Now: c.Now})
+	h := s.Handler()
+	c.Add(250 * time.Millisecond)
+	expect(t, send(t, h), 200, "")
+	c.Add(1500 * time.Millisecond)
+	expect(t, send(t, h), 200, "")
+	recs := s.Accepted()
+	if len(recs) != 2 || recs[0].Elapsed != 250*time.Millisecond || recs[1].Elapsed != 1750*time.Millisecond {
+		t.Fatalf("elapsed %v", recs)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/accepted", nil))
+	if !strings.Contains(w.Body.String(), `"elapsed_ns":1750000000`) {
+		t.Fatalf("GET /accepted: %s", w.Body)
+	}
+}
+
 // Segments cost units; a send larger than what is left is refused whole.
 func TestSegmentsCountAsUnits(t *testing.T) {
 	t.Parallel()
