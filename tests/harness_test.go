@@ -25,6 +25,9 @@ import (
 var smsgwBin string
 
 func TestMain(m *testing.M) {
+	if addr := os.Getenv(echoEnv); addr != "" {
+		os.Exit(echoWakes(addr)) // the idle process of TestIdleWakeFloor
+	}
 	os.Exit(func() int {
 		dir, err := os.MkdirTemp("", "smsgw-e2e-")
 		if err != nil {
