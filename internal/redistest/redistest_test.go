@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -23,6 +24,23 @@ func TestServerRestartKeepsAOFData(t *testing.T) {
 	s.Start()
 	if v, err := c.Get(ctx, "k").Result(); err != nil || v != "v" {
 		t.Fatalf("after restart: %q, %v", v, err)
+	}
+}
+
+// A server started with Nice runs at that priority (a positive value
+// needs no privilege).
+func TestServerNice(t *testing.T) {
+	s := StartServer(t, ServerOptions{Nice: 7})
+	s.mu.Lock()
+	pid := s.cmd.Process.Pid
+	s.mu.Unlock()
+	got, err := syscall.Getpriority(syscall.PRIO_PROCESS, pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The raw system call answers 20 - nice (see getpriority(2)).
+	if nice := 20 - got; nice != 7 {
+		t.Fatalf("redis-server runs at nice %d, want 7", nice)
 	}
 }
 
