@@ -20,13 +20,28 @@ import (
 // gcra_step is the decision alone, on the key's stored TAT (0 for none): it
 // returns {allowed (1|0), retry-after µs, remaining units, reset-after µs}
 // and, when it allows, the new TAT (else nil). gcra_allow is gcra_step on
-// the key: it reads the TAT and writes the new one only when it allows,
+// the key: it reads the TAT (through gcra_reach, below) and writes the new
+// one only when it allows,
 // expiring when the key is back to its full burst (gcra_set). A script that
 // decides many times on one key (the enqueue script, for a batch of one
 // producer's messages) may keep the TAT itself between gcra_step calls and
 // write it once at its end: the key ends as gcra_allow's calls would leave
 // it.
+//
+//	gcra_reach(tat, interval µs, burst, now µs of Redis time)
+//
+// is the stored TAT lowered to now + burst·interval, the furthest ahead an
+// allowed request ever leaves a key on a clock that never steps back. A TAT
+// beyond it was written before Redis's clock stepped back (the master's
+// time stepped, or a failover promoted a replica whose clock is behind):
+// read as it is, it would refuse the key for the length of the step. A
+// caller stores a lowered TAT whatever it decides, else the bound would
+// move on with the clock while every request is refused; that is the one
+// write a denial may make, and without a step it never happens.
 const Lua = `
+local function gcra_reach(tat, interval, burst, now)
+  return math.min(tat, now + burst * interval)
+end
 local function gcra_step(tat, interval, burst, cost, now)
   tat = math.max(tat, now)
   local new = tat + cost * interval
@@ -39,8 +54,10 @@ local function gcra_set(key, tat, now)
   redis.call('SET', key, string.format('%d', tat), 'PX', string.format('%d', math.ceil((tat - now) / 1000) + 1))
 end
 local function gcra_allow(key, interval, burst, cost, now)
-  local d, new = gcra_step(tonumber(redis.call('GET', key) or '0'), interval, burst, cost, now)
-  if new then gcra_set(key, new, now) end
+  local stored = tonumber(redis.call('GET', key) or '0')
+  local tat = gcra_reach(stored, interval, burst, now)
+  local d, new = gcra_step(tat, interval, burst, cost, now)
+  if new then gcra_set(key, new, now) elseif tat < stored then gcra_set(key, tat, now) end
   return d
 end
 `

@@ -19,6 +19,28 @@ const (
 	maxHorizonMicros = int64(400 * 24 * time.Hour / time.Microsecond)
 )
 
+// MaxReserveAhead is the furthest ahead any reservation is booked: a
+// Request's MaxWait above it counts as MaxReserveAhead (a caller that
+// would have waited longer is told to retry instead, which is always
+// safe). The dispatcher asks for at most a second.
+//
+// It bounds the schedule. A grant books a key's units at most
+// MaxWait + burst·interval ahead of now, and on a clock that never steps
+// back now only grows, so no key's TAT is ever further ahead than that
+// "reach". A TAT beyond it comes from Redis's clock having stepped back
+// (the master's time stepped, or a failover promoted a replica whose clock
+// is behind): its units were booked on the clock before the step, and
+// read on the new one they would stop every send for the length of the
+// step, an hour for an hour's step. The Redis script lowers such a TAT to
+// the reach and stores it, so sending resumes within about
+// MaxReserveAhead. The reach is the most any history can leave booked,
+// so the lowered schedule is never looser than the one the provider saw:
+// the contract holds through the step.
+const MaxReserveAhead = 10 * time.Second
+
+// reachMicros is MaxReserveAhead in µs.
+const reachMicros = int64(MaxReserveAhead / time.Microsecond)
+
 // params is one GCRA key in microseconds.
 type params struct {
 	interval int64 // emission interval 1/rate, rounded up so that the rate is never exceeded
@@ -73,14 +95,17 @@ func compile(cfg Config) (compiled, error) {
 	return c, nil
 }
 
-func checkRequest(r Request) error {
+// checkRequest validates r and returns it as the deciders read it: MaxWait
+// at most MaxReserveAhead.
+func checkRequest(r Request) (Request, error) {
 	if r.Cost < 1 {
-		return fmt.Errorf("limiter: cost %d must be >= 1", r.Cost)
+		return r, fmt.Errorf("limiter: cost %d must be >= 1", r.Cost)
 	}
 	if r.Spare < 0 {
-		return fmt.Errorf("limiter: spare %d must be >= 0", r.Spare)
+		return r, fmt.Errorf("limiter: spare %d must be >= 0", r.Spare)
 	}
-	return nil
+	r.MaxWait = min(r.MaxWait, MaxReserveAhead)
+	return r, nil
 }
 
 // ceilMicros converts a duration to microseconds, rounding up.
@@ -139,15 +164,21 @@ const (
 //     these units earlier than they are really sent, which would let another
 //     sender use the same capacity a second time.
 //
+// Before all of this a tat beyond its reach, now + reachMicros +
+// burst·interval, is lowered to it (see MaxReserveAhead): on Local's
+// monotonic clock that never happens; the script also stores the lowered
+// value on a denial.
+//
 // On a grant step updates tats in place and returns the wait (>= 0); on a
-// denial it changes nothing and returns the full wait from now (tooLate) or
-// the retry-after (noRoom).
+// denial it changes nothing but a lowered tat and returns the full wait
+// from now (tooLate) or the retry-after (noRoom).
 func step(now int64, tats []int64, ps []params, cost, maxWait, spare int64) (outcome, int64) {
 	var wait int64
 	for i, p := range ps {
 		if cost > p.burst {
 			return tooBig, 0
 		}
+		tats[i] = min(tats[i], now+reachMicros+p.burst*p.interval)
 		tat := max(tats[i], now)
 		if w := tat + cost*p.interval - p.burst*p.interval - now; w > wait {
 			wait = w

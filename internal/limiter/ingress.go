@@ -50,6 +50,13 @@ func keyStep(now, tat int64, p params, cost int64) (d KeyDecision, newTAT int64)
 	}, newTAT
 }
 
+// keyReach is the Go twin of gcra_reach: tat lowered to now +
+// burst·interval, the furthest an allowed request leaves a key ahead on a
+// clock that never steps back (see gcra.Lua).
+func keyReach(now, tat int64, p params) int64 {
+	return min(tat, now+p.burst*p.interval)
+}
+
 func checkKeyRequest(key string, r Rate, cost int) (params, error) {
 	if key == "" {
 		return params{}, fmt.Errorf("limiter: key is empty")
@@ -96,7 +103,12 @@ func (l *LocalKeys) Allow(ctx context.Context, key string, r Rate, cost int) (Ke
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.clock()
-	d, tat := keyStep(now, l.tats[key], p, int64(cost))
+	stored := l.tats[key]
+	reached := keyReach(now, stored, p)
+	if reached < stored {
+		l.tats[key] = reached // never on this monotonic clock; kept as the script keeps it
+	}
+	d, tat := keyStep(now, reached, p, int64(cost))
 	if d.Allowed {
 		l.tats[key] = tat
 		l.sweep(now)

@@ -66,6 +66,55 @@ func TestKeyLimiterDenialChangesNothing(t *testing.T) {
 	}
 }
 
+// TestKeyLimiterClockStepBack: a key's TAT an hour ahead, as Redis's clock
+// stepping back an hour leaves it (or a failover to a replica whose clock is
+// an hour behind), refuses the key for one interval, not for the hour: the
+// TAT is lowered to the furthest an allowed request can leave it (now +
+// burst·interval) and stored, so the key counts as having just spent its
+// burst. The local twin never sees a step (monotonic clock); its stored TAT
+// is raised by the same hour.
+func TestKeyLimiterClockStepBack(t *testing.T) {
+	t.Parallel()
+	lims, clock := keyLimiters(t)
+	const interval = 100 * time.Millisecond
+	rate := Rate{PerSecond: 10, Burst: 2}
+	for name, l := range lims {
+		t.Run(name, func(t *testing.T) {
+			for i := range 2 {
+				if d, err := l.Allow(bg, "p", rate, 1); err != nil || !d.Allowed {
+					t.Fatalf("request %d within the burst: %+v %v", i, d, err)
+				}
+			}
+			hour := time.Hour.Microseconds()
+			switch l := l.(type) {
+			case *LocalKeys:
+				l.tats["p"] += hour
+			case *RedisKeys:
+				key := l.KeyName("p")
+				tat, err := l.client.Get(bg, key).Int64()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := l.client.Set(bg, key, tat+hour, 2*time.Hour).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			d, err := l.Allow(bg, "p", rate, 1)
+			if err != nil || d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > interval {
+				t.Fatalf("after the step: %+v %v, want refused for at most one interval (%s)", d, err, interval)
+			}
+			if name == "local" {
+				clock.advance(d.RetryAfter)
+			} else {
+				time.Sleep(d.RetryAfter)
+			}
+			if d, err := l.Allow(bg, "p", rate, 1); err != nil || !d.Allowed {
+				t.Fatalf("one retry-after later: %+v %v", d, err)
+			}
+		})
+	}
+}
+
 // TestKeyLimiterHeaders checks Remaining and ResetAfter, the RateLimit-*
 // header values, exactly on the local clock and closely on Redis.
 func TestKeyLimiterHeaders(t *testing.T) {

@@ -82,7 +82,7 @@ import (
 //	ignore-spare-local [TestSpareKeepsRoomForOTP]
 //	  gcra.go: `if spare > 0 {` -> `if false {`
 //	spare-not-sent [TestSpareKeepsRoomForOTP]
-//	  redis.go: `args = append(args, req.Spare)` -> `args = append(args, 0)`
+//	  redis.go: `args = append(args, req.Spare, reachMicros)` -> `args = append(args, 0, reachMicros)`
 //	spare-refuses-whole-burst-redis [TestSpareKeepsRoomForOTP]
 //	  redis.go: `math.max(gb - spare, cost) * gi` -> `(gb - spare) * gi`
 //	spare-refuses-whole-burst-local [TestSpareKeepsRoomForOTP]
@@ -90,9 +90,35 @@ import (
 //	spare-retry-after-local [TestSpareKeepsRoomForOTP]
 //	  local.go: `return Decision{RetryAfter: micros(wait), Mode: l.mode}, nil` -> `return Decision{RetryAfter: micros(wait / 2), Mode: l.mode}, nil`
 //	ingress-denial-writes [TestKeyLimiterDenialChangesNothing]
-//	  ../gcra/gcra.go: `  if new then gcra_set(key, new, now) end` -> `  gcra_set(key, new or now + cost * interval, now)`
+//	  ../gcra/gcra.go: `  if new then gcra_set(key, new, now) elseif` -> `  gcra_set(key, new or now + cost * interval, now) if false then elseif`
 //	ingress-increment-before-check [TestKeyLimiterDenialChangesNothing]
 //	  ingress.go: `	if d.Allowed {` -> `	if true {`
+//	ingress-no-reach [TestKeyLimiterClockStepBack]
+//	  ../gcra/gcra.go: `return math.min(tat, now + burst * interval)` -> `return tat`
+//	ingress-reach-too-low [TestKeyLimiterClockStepBack]
+//	  ../gcra/gcra.go: `return math.min(tat, now + burst * interval)` -> `return math.min(tat, now + (burst - 1) * interval)`
+//	ingress-reach-not-stored [TestKeyLimiterClockStepBack]
+//	  ../gcra/gcra.go: `elseif tat < stored then gcra_set(key, tat, now) end` -> `end`
+//	ingress-no-reach-local [TestKeyLimiterClockStepBack]
+//	  ingress.go: `return min(tat, now+p.burst*p.interval)` -> `return tat`
+//	ingress-reach-not-kept-local [TestKeyLimiterClockStepBack]
+//	  ingress.go: `l.tats[key] = reached // never` -> `_ = reached // never`
+//	no-reach-redis [TestReserveScriptStates]
+//	  redis.go: `if tats[i] > reach then` -> `if false then`
+//	reach-without-burst-redis [TestReserveScriptStates]
+//	  redis.go: `+ tonumber(ARGV[2 * #KEYS + 2]) + burst * interval` -> `+ tonumber(ARGV[2 * #KEYS + 2])`
+//	reach-not-stored-redis [TestReserveScriptStates]
+//	  redis.go: `redis.call('SET', KEYS[i], string.format('%d', reach),` -> `redis.call('GET', KEYS[i], string.format('%d', reach),`
+//	reach-not-sent [TestReserveScriptStates]
+//	  redis.go: `args = append(args, req.Spare, reachMicros)` -> `args = append(args, req.Spare, 0)`
+//	max-wait-beyond-reach [TestReserveScriptStates]
+//	  gcra.go: `r.MaxWait = min(r.MaxWait, MaxReserveAhead)` -> `r.MaxWait = max(r.MaxWait, 0)`
+//	no-reach-local [TestLocalClockStepBack]
+//	  gcra.go: `tats[i] = min(tats[i], now+reachMicros+p.burst*p.interval)` -> `tats[i] = max(tats[i], 0)`
+//	reach-without-burst-local [TestLocalClockStepBack]
+//	  gcra.go: `now+reachMicros+p.burst*p.interval)` -> `now+reachMicros)`
+//	reach-not-kept-local [TestLocalClockStepBack]
+//	  local.go: `	l.globalTAT = tats[0]` -> `	if out == granted { l.globalTAT = tats[0] }`
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)

@@ -47,7 +47,8 @@ func newLocal(cfg Config, clock func() int64) (*Local, error) {
 // Reserve decides r against the global key and, for a capped class, the
 // class key.
 func (l *Local) Reserve(ctx context.Context, r Request) (Decision, error) {
-	if err := checkRequest(r); err != nil {
+	r, err := checkRequest(r)
+	if err != nil {
 		return Decision{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -70,17 +71,20 @@ func (l *Local) Reserve(ctx context.Context, r Request) (Decision, error) {
 		return Decision{RetryAfter: micros(l.pauseUntil - now), Paused: true, Mode: l.mode}, nil
 	}
 	out, wait := step(now, tats, ps, int64(r.Cost), floorMicros(r.MaxWait), int64(r.Spare))
-	switch out {
-	case tooBig:
+	if out == tooBig {
 		return Decision{}, ErrCostExceedsBurst
+	}
+	// A denial changed nothing but a TAT lowered to its reach, which is
+	// kept as the script keeps it (on this monotonic clock it never is).
+	l.globalTAT = tats[0]
+	if capped {
+		l.classTAT[r.Class] = tats[1]
+	}
+	switch out {
 	case tooLate:
 		return Decision{RetryAfter: micros(wait - floorMicros(r.MaxWait)), Mode: l.mode}, nil
 	case noRoom:
 		return Decision{RetryAfter: micros(wait), Mode: l.mode}, nil
-	}
-	l.globalTAT = tats[0]
-	if capped {
-		l.classTAT[r.Class] = tats[1]
 	}
 	return Decision{Allowed: true, Delay: micros(wait), Mode: l.mode}, nil
 }

@@ -159,3 +159,80 @@ func TestLocalCostExceedsBurst(t *testing.T) {
 		t.Fatalf("cost 5 = global burst for an uncapped class: %+v %v", d, err)
 	}
 }
+
+// TestLocalClockStepBack: the twin of the script's reach (MaxReserveAhead),
+// on a clock that steps back an hour, as Redis's does when its host's time
+// steps or a failover promotes a replica whose clock is behind. Units booked
+// on the old clock are still owed to the provider, which counts real time;
+// sending must resume within about MaxReserveAhead, not an hour, and the
+// sends before and after the step together must conform in real time.
+// (Local itself reads a monotonic clock and never sees a step: this fake
+// clock is the only way to drive step's lowering through a whole history.)
+func TestLocalClockStepBack(t *testing.T) {
+	t.Parallel()
+	const rate, burst = 100, 5
+	l, clock := newFakeLocal(t, Config{Global: Rate{PerSecond: rate, Burst: burst}})
+	clock.advance(24 * time.Hour) // so that the step back stays after the origin, where an unset pause ends
+	otp := Request{Class: "otp", Cost: 1, MaxWait: time.Second}
+	// Sends are in the provider's time: the clock until the step, the clock
+	// plus the step after it. First the schedule is booked as far as it
+	// goes, MaxReserveAhead ahead, and no more (a booking at the reach is
+	// never lowered without a step); 100 ms later an OTP finds nothing free
+	// within its second.
+	var sends []int64
+	reserve := func(req Request) bool {
+		t.Helper()
+		d, err := l.Reserve(bg, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			sends = append(sends, clock.now()+d.Delay.Microseconds())
+		}
+		return d.Allowed
+	}
+	want := int(MaxReserveAhead.Seconds())*rate + burst
+	for n := 0; n <= want && reserve(Request{Cost: 1, MaxWait: MaxReserveAhead}); n++ {
+	}
+	if len(sends) != want {
+		t.Fatalf("booked %d units MaxReserveAhead ahead, want %d", len(sends), want)
+	}
+	clock.advance(100 * time.Millisecond)
+	for n := 0; n <= rate && reserve(otp); n++ {
+	}
+	if msg := overshoot(sends, rate, burst); msg != "" {
+		t.Fatalf("before the step: %s", msg)
+	}
+	stepAt := clock.now()
+	const back = time.Hour
+	clock.advance(-back)
+	offset := back.Microseconds()
+	first := int64(-1)
+	for n := 0; n < 2*rate; {
+		d, err := l.Reserve(bg, otp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed {
+			clock.advance(10 * time.Millisecond)
+			if clock.now()+offset-stepAt > int64(back/time.Microsecond) {
+				t.Fatalf("nothing granted in the %s after the clock stepped back %s", back, back)
+			}
+			continue
+		}
+		send := clock.now() + offset + d.Delay.Microseconds()
+		if first < 0 {
+			first = send
+		}
+		sends = append(sends, send)
+		n++
+	}
+	resumed := micros(first - stepAt)
+	t.Logf("%d units booked before the step; the first send after it %s later", len(sends)-2*rate, resumed)
+	if resumed > MaxReserveAhead+time.Second {
+		t.Errorf("the first send after the step went %s after it, want within about MaxReserveAhead (%s)", resumed, MaxReserveAhead)
+	}
+	if msg := overshoot(sends, rate, burst); msg != "" {
+		t.Errorf("in real time across the step: %s", msg)
+	}
+}

@@ -82,6 +82,8 @@ type reserveCall struct {
 //	ARGV[5]  class emission interval, µs;   ARGV[6] class burst (with KEYS[3])
 //	ARGV[2·#KEYS+1]  spare: units of the global burst this booking must
 //	         leave free from now on (0: none; see step in gcra.go)
+//	ARGV[2·#KEYS+2]  reach, µs: MaxReserveAhead, the furthest a booking
+//	         goes beyond its burst
 //
 // Returns {code, µs, now}, now being Redis TIME in µs:
 //
@@ -93,8 +95,13 @@ type reserveCall struct {
 // All keys are read in one MGET, so a grant makes 3 (OTP) or 4 (capped
 // class) Redis calls: TIME, MGET, a SET per TAT key. (MGET reads a key of
 // another type as absent where GET failed; nothing else writes these keys.)
-// Only code 1 writes anything: when either key would be exceeded neither
-// changes. Every key records max(tat, send) + cost·interval (see step in
+// Only code 1 writes a booking: when either key would be exceeded neither
+// gains one. The one other write lowers a TAT that is further ahead than
+// now + reach + burst·interval, which no booking on a clock that never
+// steps back can leave, to that bound (see MaxReserveAhead): it follows a
+// step back of Redis's clock, and is stored whatever the answer, so that
+// the bound does not move on with the clock while every request is
+// denied. Every key records max(tat, send) + cost·interval (see step in
 // gcra.go, its Go twin) and expires once its schedule has run out: PX is
 // rounded up, plus 1 ms because Redis counts the expiry from its millisecond
 // clock, which may be up to 1 ms behind TIME.
@@ -120,6 +127,11 @@ for i = 2, #KEYS do
     return {3, 0, now}
   end
   tats[i] = tonumber(vals[i] or '0')
+  local reach = now + tonumber(ARGV[2 * #KEYS + 2]) + burst * interval
+  if tats[i] > reach then
+    tats[i] = reach
+    redis.call('SET', KEYS[i], string.format('%d', reach), 'PX', string.format('%d', math.ceil((reach - now) / 1000) + 1))
+  end
   local w = math.max(tats[i], now) + cost * interval - burst * interval - now
   if w > wait then
     wait = w
@@ -157,7 +169,8 @@ func (r *Redis) Reserve(ctx context.Context, req Request) (Decision, error) {
 // reserve also returns Redis time of the decision in µs (tests check the
 // reserved send times, now + delay, on the one clock that decides).
 func (r *Redis) reserve(ctx context.Context, req Request) (Decision, int64, error) {
-	if err := checkRequest(req); err != nil {
+	req, err := checkRequest(req)
+	if err != nil {
 		return Decision{}, 0, err
 	}
 	call, ok := r.capped[req.Class]
@@ -165,7 +178,7 @@ func (r *Redis) reserve(ctx context.Context, req Request) (Decision, int64, erro
 		call = r.uncapped
 	}
 	args := append([]any{req.Cost, floorMicros(req.MaxWait)}, call.args...)
-	args = append(args, req.Spare)
+	args = append(args, req.Spare, reachMicros)
 	res, err := reserveScript.Run(ctx, r.client, call.keys, args...).Int64Slice()
 	if err != nil {
 		return Decision{}, 0, fmt.Errorf("limiter: reserve on redis: %w", err)

@@ -129,6 +129,17 @@ func TestReserveScriptStates(t *testing.T) {
 			want{allowed: true, slot: fromNow(0), after: map[string]at{"global": fromNow(100 * ms)}}},
 		{"cost above the class burst", map[string]int64{"global": 100 * ms}, Request{Class: "marketing", Cost: 3, MaxWait: time.Hour},
 			want{err: ErrCostExceedsBurst}},
+		// MaxReserveAhead (10 s) is the furthest a booking goes beyond
+		// its burst: the global key's reach is now + 10 s + 500 ms.
+		{"max_wait above MaxReserveAhead counts as MaxReserveAhead", map[string]int64{"global": 10_450 * ms}, Request{Cost: 1, MaxWait: time.Hour},
+			want{slot: fromBase(10_050 * ms)}},
+		{"a booking MaxReserveAhead ahead is kept", map[string]int64{"global": 10_300 * ms}, Request{Cost: 1, MaxWait: MaxReserveAhead},
+			want{allowed: true, slot: fromBase(9_900 * ms), after: map[string]at{"global": fromBase(10_400 * ms)}}},
+		{"a schedule past the reach (Redis's clock stepped back) is lowered to it, denied or not", map[string]int64{"global": 3_600_000 * ms}, Request{Cost: 1},
+			want{slot: fromNow(10_100 * ms), after: map[string]at{"global": fromNow(10_500 * ms)}}},
+		{"a class schedule past the reach is lowered, the global one kept", map[string]int64{"global": 100 * ms, "marketing": 3_600_000 * ms},
+			Request{Class: "marketing", Cost: 1, MaxWait: time.Second},
+			want{slot: fromNow(10_200 * ms), after: map[string]at{"marketing": fromNow(10_400 * ms)}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -163,7 +174,7 @@ func TestReserveScriptStates(t *testing.T) {
 				case d.Paused:
 					got = now + d.RetryAfter.Microseconds()
 				default:
-					got = now + d.RetryAfter.Microseconds() + tc.req.MaxWait.Microseconds()
+					got = now + d.RetryAfter.Microseconds() + min(tc.req.MaxWait, MaxReserveAhead).Microseconds()
 				}
 				if got != slot {
 					t.Errorf("slot at base%+d µs, want base%+d µs (decision %+v)", got-base, slot-base, d)

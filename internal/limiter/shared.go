@@ -119,7 +119,7 @@ func (s *Shared) onRedis(ctx context.Context, call func(context.Context) error) 
 // Reserve decides on Redis, or locally at the fallback rate when Redis
 // cannot answer. A pause this process knows of holds in either mode.
 func (s *Shared) Reserve(ctx context.Context, req Request) (Decision, error) {
-	if err := checkRequest(req); err != nil {
+	if _, err := checkRequest(req); err != nil {
 		return Decision{}, err
 	}
 	if rem := s.fallback.pauseRemaining(); rem > 0 {

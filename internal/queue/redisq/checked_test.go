@@ -227,3 +227,41 @@ func TestEnqueueCheckedBatchState(t *testing.T) {
 		t.Fatalf("taken %v; want the older r, then %s %s %s", order, ms[2].ID, ms[1].ID, ms[5].ID)
 	}
 }
+
+// TestEnqueueCheckedIngressClockStepBack: an ingress TAT an hour ahead, as
+// Redis's clock stepping back an hour leaves it, refuses the producer for
+// one interval, not the hour: the enqueue script reads the TAT through
+// gcra_reach (now + burst·interval at most) and stores the lowered value
+// although it refused, so the next try one retry-after later passes. It
+// catches the script not marking a lowered TAT dirty (t.dirty = false: the
+// second try is refused again) and not lowering it at all (an hour's
+// retry-after).
+func TestEnqueueCheckedIngressClockStepBack(t *testing.T) {
+	t.Parallel()
+	q := newShared(t)
+	ctx := context.Background()
+	const interval = 100 * time.Millisecond
+	ch := queue.Checks{IngressKey: q.k.tag + "t:gcra:p", IngressInterval: interval.Microseconds(), IngressBurst: 2, IngressCost: 1}
+	now, err := q.c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.c.Set(ctx, ch.IngressKey, now.Add(time.Hour).UnixMicro(), 2*time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := enqueueChecked(t, q, smstest.Message("p", sms.ClassTransactional), ch)
+	if r.Refused != queue.RefusedIngress || r.RetryAfter <= 0 || r.RetryAfter > interval || r.Message != nil {
+		t.Fatalf("after the step: %+v, want refused for at most one interval (%s)", r, interval)
+	}
+	tat, err := q.c.Get(ctx, ch.IngressKey).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ahead := time.Duration(tat-now.UnixMicro()) * time.Microsecond; ahead > time.Second {
+		t.Fatalf("the refusal left the TAT %s ahead, want it lowered to two intervals", ahead)
+	}
+	time.Sleep(r.RetryAfter)
+	if r := enqueueChecked(t, q, smstest.Message("p", sms.ClassTransactional), ch); r.Refused != queue.NotRefused || r.Message == nil {
+		t.Fatalf("one retry-after later: %+v", r)
+	}
+}

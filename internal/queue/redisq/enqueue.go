@@ -51,7 +51,10 @@ const maxBatch = 1000
 // keys' TATs are read at most once and written at most once per run
 // (gcra_step keeps a TAT between a batch's messages), so a batch of many
 // messages costs fewer commands than as many runs, and ends with the same
-// state.
+// state. An ingress TAT is read through gcra_reach: one left further ahead
+// than its burst by a step back of Redis's clock is lowered, and stored
+// even when every message was refused (the one write a refusal can cause,
+// and never without such a step).
 //
 // When it stored a message ready at once that its own process does not
 // take, the script pushes one wake-up token naming those messages' classes
@@ -85,7 +88,9 @@ local function check(i, p)
   if gk > 0 then
     local t = tats[KEYS[gk]]
     if not t then
-      t = {tat = tonumber(redis.call('GET', KEYS[gk]) or '0'), dirty = false}
+      local stored = tonumber(redis.call('GET', KEYS[gk]) or '0')
+      t = {tat = gcra_reach(stored, tonumber(ARGV[i + 14]), tonumber(ARGV[i + 15]), now)}
+      t.dirty = t.tat < stored
       tats[KEYS[gk]] = t
     end
     local d, new = gcra_step(t.tat, tonumber(ARGV[i + 14]), tonumber(ARGV[i + 15]), tonumber(ARGV[i + 16]), now)
