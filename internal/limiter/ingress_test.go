@@ -21,6 +21,26 @@ func keyLimiters(t *testing.T) (map[string]KeyLimiter, *fakeClock) {
 	return map[string]KeyLimiter{"local": local, "redis": rk}, clock
 }
 
+// spendBurst spends key's whole burst, failing t if any request is refused.
+func spendBurst(t *testing.T, l KeyLimiter, key string, rate Rate) {
+	t.Helper()
+	for i := range rate.Burst {
+		if d, err := l.Allow(bg, key, rate, 1); err != nil || !d.Allowed {
+			t.Fatalf("request %d within the burst: %+v %v", i, d, err)
+		}
+	}
+}
+
+// waitOut lets d pass: on the local limiter's fake clock, or in real time
+// for Redis, which reads its own clock.
+func waitOut(name string, clock *fakeClock, d time.Duration) {
+	if name == "local" {
+		clock.advance(d)
+		return
+	}
+	time.Sleep(d)
+}
+
 // TestKeyLimiterDenialChangesNothing: a client that keeps retrying while
 // limited is let in as soon as its burst has refilled; denials never push
 // the schedule further out.
@@ -34,11 +54,7 @@ func TestKeyLimiterDenialChangesNothing(t *testing.T) {
 	rate := Rate{PerSecond: 0.5, Burst: 2}
 	for name, l := range lims {
 		t.Run(name, func(t *testing.T) {
-			for i := range 2 {
-				if d, err := l.Allow(bg, "p1", rate, 1); err != nil || !d.Allowed {
-					t.Fatalf("request %d within the burst: %+v %v", i, d, err)
-				}
-			}
+			spendBurst(t, l, "p1", rate)
 			var last KeyDecision
 			for range 20 {
 				d, err := l.Allow(bg, "p1", rate, 1)
@@ -50,11 +66,7 @@ func TestKeyLimiterDenialChangesNothing(t *testing.T) {
 				}
 				last = d
 			}
-			if name == "local" {
-				clock.advance(last.RetryAfter)
-			} else {
-				time.Sleep(last.RetryAfter)
-			}
+			waitOut(name, clock, last.RetryAfter)
 			if d, err := l.Allow(bg, "p1", rate, 1); err != nil || !d.Allowed {
 				t.Fatalf("after the retry-after: %+v %v", d, err)
 			}
@@ -80,11 +92,7 @@ func TestKeyLimiterClockStepBack(t *testing.T) {
 	rate := Rate{PerSecond: 10, Burst: 2}
 	for name, l := range lims {
 		t.Run(name, func(t *testing.T) {
-			for i := range 2 {
-				if d, err := l.Allow(bg, "p", rate, 1); err != nil || !d.Allowed {
-					t.Fatalf("request %d within the burst: %+v %v", i, d, err)
-				}
-			}
+			spendBurst(t, l, "p", rate)
 			hour := time.Hour.Microseconds()
 			switch l := l.(type) {
 			case *LocalKeys:
@@ -103,11 +111,7 @@ func TestKeyLimiterClockStepBack(t *testing.T) {
 			if err != nil || d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > interval {
 				t.Fatalf("after the step: %+v %v, want refused for at most one interval (%s)", d, err, interval)
 			}
-			if name == "local" {
-				clock.advance(d.RetryAfter)
-			} else {
-				time.Sleep(d.RetryAfter)
-			}
+			waitOut(name, clock, d.RetryAfter)
 			if d, err := l.Allow(bg, "p", rate, 1); err != nil || !d.Allowed {
 				t.Fatalf("one retry-after later: %+v %v", d, err)
 			}
