@@ -8,11 +8,13 @@ package tests
 // duplicated.
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -339,18 +341,17 @@ func otpLatencies(recs []simRecord, ids []string) []float64 {
 }
 
 // sendGap is the longest time the provider received nothing between the
-// first and the last record.
+// first and the last record, read on the simulator's monotonic clock (a
+// step of the wall clock is not a pause), and the wall-clock time of the
+// record before it.
 func sendGap(recs []simRecord) (time.Duration, time.Time) {
-	ts := make([]time.Time, 0, len(recs))
-	for _, r := range recs {
-		ts = append(ts, r.At)
-	}
-	sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+	sorted := slices.Clone(recs)
+	slices.SortFunc(sorted, func(a, b simRecord) int { return cmp.Compare(a.Elapsed, b.Elapsed) })
 	var gap time.Duration
 	var at time.Time
-	for i := 1; i < len(ts); i++ {
-		if d := ts[i].Sub(ts[i-1]); d > gap {
-			gap, at = d, ts[i-1]
+	for i := 1; i < len(sorted); i++ {
+		if d := sorted[i].Elapsed - sorted[i-1].Elapsed; d > gap {
+			gap, at = d, sorted[i-1].At
 		}
 	}
 	return gap, at
