@@ -178,7 +178,7 @@ func step(now int64, tats []int64, ps []params, cost, maxWait, spare int64) (out
 		if cost > p.burst {
 			return tooBig, 0
 		}
-		tats[i] = min(tats[i], now+reachMicros+p.burst*p.interval)
+		tats[i] = gcraReach(now+reachMicros, tats[i], p)
 		tat := max(tats[i], now)
 		if w := tat + cost*p.interval - p.burst*p.interval - now; w > wait {
 			wait = w

@@ -50,10 +50,11 @@ func keyStep(now, tat int64, p params, cost int64) (d KeyDecision, newTAT int64)
 	}, newTAT
 }
 
-// keyReach is the Go twin of gcra_reach: tat lowered to now +
+// gcraReach is the Go twin of gcra_reach: tat lowered to now +
 // burst·interval, the furthest an allowed request leaves a key ahead on a
-// clock that never steps back (see gcra.Lua).
-func keyReach(now, tat int64, p params) int64 {
+// clock that never steps back (see gcra.Lua). step calls it at now +
+// reachMicros, as the reserve script does.
+func gcraReach(now, tat int64, p params) int64 {
 	return min(tat, now+p.burst*p.interval)
 }
 
@@ -104,7 +105,7 @@ func (l *LocalKeys) Allow(ctx context.Context, key string, r Rate, cost int) (Ke
 	defer l.mu.Unlock()
 	now := l.clock()
 	stored := l.tats[key]
-	reached := keyReach(now, stored, p)
+	reached := gcraReach(now, stored, p)
 	if reached < stored {
 		l.tats[key] = reached // never on this monotonic clock; kept as the script keeps it
 	}

@@ -25,8 +25,8 @@ import (
 //	  redis.go: `args := append([]any{req.Cost, floorMicros(req.MaxWait)}, call.args...)` -> `args := append([]any{req.Cost, floorMicros(req.MaxWait)}, append(slices.Clip(call.args), r.clock().UnixMicro())...)`
 //	  redis.go: `local cost = tonumber(ARGV[1])` -> `local cost = tonumber(ARGV[1]) now = tonumber(ARGV[#ARGV])`
 //	bank-idle-time-redis [TestIdleDoesNotBankCredit]
-//	  redis.go: `local tat = math.max(tats[i], send) + cost` -> `local tat = tats[i] + cost`
-//	  redis.go: `math.ceil((tat - now) / 1000) + 1))` -> `math.max(1, math.ceil((tat - now) / 1000) + 1)))`
+//	  redis.go: `gcra_set(KEYS[i], math.max(tats[i], send) + cost` -> `gcra_set(KEYS[i], tats[i] + cost`
+//	  ../gcra/gcra.go: `math.ceil((tat - now) / 1000) + 1))` -> `math.max(1, math.ceil((tat - now) / 1000) + 1)))`
 //	bank-idle-time-local [TestLocalIdleDoesNotBankCredit]
 //	  gcra.go: `tats[i] = max(tats[i], send) + cost*p.interval` -> `tats[i] = max(tats[i], send*0) + cost*p.interval`
 //	skip-the-pause [TestPauseSeenByOtherClientAndNeverShortened]
@@ -36,7 +36,7 @@ import (
 //	write-global-when-class-fails [TestReserveScriptStates]
 //	  redis.go: `tats[i] = tonumber(vals[i] or '0')` -> `tats[i] = tonumber(vals[i] or '0') redis.call('SET', KEYS[i], string.format('%d', math.max(tats[i], now) + cost * interval))`
 //	book-at-now-not-send-time [TestReserveScriptStates]
-//	  redis.go: `local tat = math.max(tats[i], send) + cost` -> `local tat = math.max(tats[i], now) + cost`
+//	  redis.go: `gcra_set(KEYS[i], math.max(tats[i], send) + cost` -> `gcra_set(KEYS[i], math.max(tats[i], now) + cost`
 //	omit-cost [TestCostConsumesN]
 //	  redis.go: `[]any{req.Cost, floorMicros(req.MaxWait)}` -> `[]any{1, floorMicros(req.MaxWait)}`
 //	ignore-max-wait [TestReserveScriptStates]
@@ -46,9 +46,9 @@ import (
 //	round-interval-down [TestRateRoundingNeverSpeedsUp]
 //	  gcra.go: `interval: int64(math.Ceil(1e6 / r.PerSecond))` -> `interval: int64(1e6 / r.PerSecond)`
 //	round-expiry-down [TestPrecision]
-//	  redis.go: `'PX', string.format('%d', math.ceil((tat - now) / 1000) + 1))` -> `'PX', string.format('%d', math.floor((tat - now) / 1000)))`
+//	  ../gcra/gcra.go: `'PX', string.format('%d', math.ceil((tat - now) / 1000) + 1))` -> `'PX', string.format('%d', math.floor((tat - now) / 1000)))`
 //	float-text-tat [TestPrecision]
-//	  redis.go: `redis.call('SET', KEYS[i], string.format('%d', tat),` -> `redis.call('SET', KEYS[i], tostring(tat),`
+//	  ../gcra/gcra.go: `redis.call('SET', key, string.format('%d', tat),` -> `redis.call('SET', key, tostring(tat),`
 //	whole-second-clock [TestPrecision]
 //	  redis.go: `local cost = tonumber(ARGV[1])` -> `local cost = tonumber(ARGV[1]) now = tonumber(t[1]) * 1000000`
 //	drop-the-hash-tag [TestClusterScriptsStayInOneSlot]
@@ -104,19 +104,19 @@ import (
 //	ingress-reach-not-kept-local [TestKeyLimiterClockStepBack]
 //	  ingress.go: `l.tats[key] = reached // never` -> `_ = reached // never`
 //	no-reach-redis [TestReserveScriptStates]
-//	  redis.go: `if tats[i] > reach then` -> `if false then`
+//	  redis.go: `if reached < tats[i] then` -> `if false then`
 //	reach-without-burst-redis [TestReserveScriptStates]
-//	  redis.go: `+ tonumber(ARGV[2 * #KEYS + 2]) + burst * interval` -> `+ tonumber(ARGV[2 * #KEYS + 2])`
+//	  redis.go: `gcra_reach(tats[i], interval, burst, ahead)` -> `gcra_reach(tats[i], interval, 0, ahead)`
 //	reach-not-stored-redis [TestReserveScriptStates]
-//	  redis.go: `redis.call('SET', KEYS[i], string.format('%d', reach),` -> `redis.call('GET', KEYS[i], string.format('%d', reach),`
+//	  redis.go: `gcra_set(KEYS[i], reached, now)` -> `redis.call('GET', KEYS[i])`
 //	reach-not-sent [TestReserveScriptStates]
 //	  redis.go: `args = append(args, req.Spare, reachMicros)` -> `args = append(args, req.Spare, 0)`
 //	max-wait-beyond-reach [TestReserveScriptStates]
 //	  gcra.go: `r.MaxWait = min(r.MaxWait, MaxReserveAhead)` -> `r.MaxWait = max(r.MaxWait, 0)`
 //	no-reach-local [TestLocalClockStepBack]
-//	  gcra.go: `tats[i] = min(tats[i], now+reachMicros+p.burst*p.interval)` -> `tats[i] = max(tats[i], 0)`
+//	  gcra.go: `tats[i] = gcraReach(now+reachMicros, tats[i], p)` -> `tats[i] = max(tats[i], 0)`
 //	reach-without-burst-local [TestLocalClockStepBack]
-//	  gcra.go: `now+reachMicros+p.burst*p.interval)` -> `now+reachMicros)`
+//	  gcra.go: `gcraReach(now+reachMicros, tats[i], p)` -> `gcraReach(now+reachMicros, tats[i], params{})`
 //	reach-not-kept-local [TestLocalClockStepBack]
 //	  local.go: `	l.globalTAT = tats[0]` -> `	if out == granted { l.globalTAT = tats[0] }`
 

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"smsgw/internal/gcra"
 )
 
 // Redis is GCRA shared by every replica: one Lua script per decision, with
@@ -98,13 +100,14 @@ type reserveCall struct {
 // Only code 1 writes a booking: when either key would be exceeded neither
 // gains one. The one other write lowers a TAT that is further ahead than
 // now + reach + burst·interval, which no booking on a clock that never
-// steps back can leave, to that bound (see MaxReserveAhead): it follows a
-// step back of Redis's clock, and is stored whatever the answer, so that
-// the bound does not move on with the clock while every request is
-// denied. Every key records max(tat, send) + cost·interval (see step in
-// gcra.go, its Go twin) and expires once its schedule has run out: PX is
-// rounded up, plus 1 ms because Redis counts the expiry from its millisecond
-// clock, which may be up to 1 ms behind TIME.
+// steps back can leave, to that bound (see MaxReserveAhead; gcra_reach
+// at now + reach): it follows a step back of Redis's clock, and is stored
+// whatever the answer, so that the bound does not move on with the clock
+// while every request is denied. Every key records max(tat, send) +
+// cost·interval (see step in gcra.go, its Go twin) and expires once its
+// schedule has run out (gcra_set, shared with the ingress scripts: PX is
+// rounded up, plus 1 ms because Redis counts the expiry from its
+// millisecond clock, which may be up to 1 ms behind TIME).
 //
 // When a capped class's own key sets the delay, the global key is booked at
 // that later send time and the global capacity before it stays unused (a
@@ -113,13 +116,14 @@ type reserveCall struct {
 // the waste harmless by reserving a capped class at most (global burst − 2)
 // global intervals ahead (33 ms at 90/s, burst 5): then the slots booked
 // ahead fit inside the burst and delay no one.
-var reserveScript = redis.NewScript(`
+var reserveScript = redis.NewScript(gcra.Lua + `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local cost = tonumber(ARGV[1])
 local vals = redis.call('MGET', unpack(KEYS))
 local tats = {}
 local wait = 0
+local ahead = now + tonumber(ARGV[2 * #KEYS + 2])
 for i = 2, #KEYS do
   local interval = tonumber(ARGV[2 * i - 1])
   local burst = tonumber(ARGV[2 * i])
@@ -127,10 +131,10 @@ for i = 2, #KEYS do
     return {3, 0, now}
   end
   tats[i] = tonumber(vals[i] or '0')
-  local reach = now + tonumber(ARGV[2 * #KEYS + 2]) + burst * interval
-  if tats[i] > reach then
-    tats[i] = reach
-    redis.call('SET', KEYS[i], string.format('%d', reach), 'PX', string.format('%d', math.ceil((reach - now) / 1000) + 1))
+  local reached = gcra_reach(tats[i], interval, burst, ahead)
+  if reached < tats[i] then
+    tats[i] = reached
+    gcra_set(KEYS[i], reached, now)
   end
   local w = math.max(tats[i], now) + cost * interval - burst * interval - now
   if w > wait then
@@ -154,8 +158,7 @@ if spare > 0 then
   end
 end
 for i = 2, #KEYS do
-  local tat = math.max(tats[i], send) + cost * tonumber(ARGV[2 * i - 1])
-  redis.call('SET', KEYS[i], string.format('%d', tat), 'PX', string.format('%d', math.ceil((tat - now) / 1000) + 1))
+  gcra_set(KEYS[i], math.max(tats[i], send) + cost * tonumber(ARGV[2 * i - 1]), now)
 end
 return {1, wait, now}
 `)
