@@ -53,7 +53,10 @@ func listenWhen(t *testing.T, q *Queue, ready func(context.Context, bool) bool) 
 }
 
 // waitFor waits until the listener has received want after its first n
-// wake-ups, and returns how many it has now.
+// wake-ups, and returns the count up to and including that one: a
+// wake-up that arrived after it is still there for the next waitFor.
+// (Returning the count at the time read past it: a busy listener's token
+// handed on could land with the start wake-ups and never be waited for.)
 func (l *listener) waitFor(t *testing.T, from int, want sms.Class) int {
 	t.Helper()
 	deadline := time.After(10 * time.Second)
@@ -63,7 +66,7 @@ func (l *listener) waitFor(t *testing.T, from int, want sms.Class) int {
 		l.mu.Unlock()
 		for i := from; i < len(got); i++ {
 			if got[i] == want {
-				return len(got)
+				return i + 1
 			}
 		}
 		select {
