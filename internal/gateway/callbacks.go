@@ -90,21 +90,6 @@ func idleMax(dests map[string]webhook.Destination) time.Duration {
 	return webhook.DefaultIdleMax
 }
 
-// otpSentEvent writes the sent event of an OTP sent on the fast path, which
-// stores nothing else; a failure is logged (the OTP itself went out).
-func (s *server) otpSentEvent(ctx context.Context, m *sms.Message, providerID string) {
-	if !m.Callbacks || s.callbacks == nil {
-		return
-	}
-	sent := *m
-	sent.ProviderID = providerID
-	if err := s.callbacks.outbox.AddEvent(context.WithoutCancel(ctx), &sent); err != nil {
-		s.log.Warn("writing the OTP's sent event failed", "id", m.ID, "producer", m.Producer, "err", err)
-		return
-	}
-	s.callbacks.d.Wake()
-}
-
 // adminEvent is a dead callback as the admin API shows it: the event, its
 // destination's host only (a callback_url may carry a token), no secret.
 type adminEvent struct {

@@ -22,6 +22,7 @@ type apiMetrics struct {
 	accepted        *prometheus.CounterVec
 	replays         prometheus.Counter
 	otpDuration     *prometheus.HistogramVec
+	otpRecordFailed prometheus.Counter
 	otpStep         *prometheus.HistogramVec
 	ingressFallback prometheus.Counter
 	receipts        *receiptMetrics
@@ -48,6 +49,10 @@ func newAPIMetrics(reg prometheus.Registerer) (*apiMetrics, error) {
 		replays: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "smsgw_api_idempotent_replays_total", Help: "Requests answered with a stored first answer.",
 		}),
+		otpRecordFailed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "smsgw_api_otp_record_failures_total",
+			Help: "OTPs the fast path sent whose sent record could not be stored: their status, receipts and callbacks are not kept.",
+		}),
 		otpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "smsgw_api_otp_duration_seconds", Help: "POST /v1/otp time in the send path, by outcome.",
 			Buckets: []float64{.001, .0025, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5},
@@ -60,7 +65,7 @@ func newAPIMetrics(reg prometheus.Registerer) (*apiMetrics, error) {
 			Name: "smsgw_api_ingress_fallback_total", Help: "Ingress decisions taken locally because Redis failed.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.rejected, m.accepted, m.replays, m.otpDuration, m.otpStep, m.ingressFallback} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.rejected, m.accepted, m.replays, m.otpDuration, m.otpRecordFailed, m.otpStep, m.ingressFallback} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"smsgw/internal/config"
@@ -121,11 +122,70 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 			}
 			return nil, fmt.Errorf("otp %s to %s: %w", m.ID, sms.MaskPhone(m.To), err)
 		}
-		s.otpSentEvent(ctx, m, res.ProviderID)
+		s.recordOTP(ctx, m, res.ProviderID)
 		return &response{status: http.StatusOK, body: otpSent{
 			ID: m.ID, Status: sms.StatusSent, ProviderMessageID: res.ProviderID, WaitedMS: res.Waited.Milliseconds(),
 		}}, nil
 	})
+}
+
+// otpRecords tracks the status records of fast-path OTPs written after
+// their answer, so that a stopping App waits for them before it closes the
+// store, and bounds how many are in flight.
+type otpRecords struct {
+	wg     sync.WaitGroup
+	slots  chan struct{} // one per record in flight
+	failed unknownLog    // samples the log of records that failed
+}
+
+// maxOTPRecordsInFlight bounds the records written after their answer;
+// past it the next request writes its own before answering.
+const maxOTPRecordsInFlight = 256
+
+// otpRecordTimeout bounds one record's write.
+const otpRecordTimeout = 5 * time.Second
+
+// recordOTP stores an OTP the fast path sent (the provider answered with
+// providerID) as a sent message (queue.RecordSent), so that GET shows it,
+// a receipt moves it to delivered and its producer's callbacks follow it
+// like any message's. With callbacks the record (and its sent event) is
+// written before the answer, so no crash after the 200 loses the event;
+// without, it is written after, and the OTP's answer does not wait for
+// the store. A failure is logged and counted; the OTP itself went out.
+func (s *server) recordOTP(ctx context.Context, m *sms.Message, providerID string) {
+	sent := *m
+	sent.ProviderID = providerID
+	write := func() {
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), otpRecordTimeout)
+		defer cancel()
+		if err := s.queue.RecordSent(wctx, &sent); err != nil {
+			s.metrics.otpRecordFailed.Inc()
+			if n, ok := s.otpRecords.failed.add(s.now()); ok {
+				s.log.Warn("storing fast-path OTPs as sent failed: their status, receipts and callbacks are not kept",
+					"count", n, "id", sent.ID, "producer", sent.Producer, "err", err)
+			}
+			return
+		}
+		if sent.Callbacks && s.callbacks != nil {
+			s.callbacks.d.Wake()
+		}
+	}
+	r := &s.otpRecords
+	if sent.Callbacks {
+		write()
+		return
+	}
+	select {
+	case r.slots <- struct{}{}:
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			defer func() { <-r.slots }()
+			write()
+		}()
+	default:
+		write()
+	}
 }
 
 // otpUnknown is the id an OTP's Idempotency-Key keeps while its outcome is

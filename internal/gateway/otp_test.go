@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -10,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"smsgw/internal/config"
 	"smsgw/internal/dispatch"
+	"smsgw/internal/provider/httpprov"
 	"smsgw/internal/provider/sim"
 	"smsgw/internal/redistest"
 	"smsgw/internal/sms"
@@ -267,5 +270,101 @@ func checkServerTiming(t *testing.T, v string) {
 		if name == "provider" && ms <= 0 {
 			t.Errorf("Server-Timing: provider call took %q", dur)
 		}
+	}
+}
+
+// TestOTPRecordedAsSent: an OTP the fast path sent is a message like any
+// other afterwards: GET finds it sent with the provider's id (no number,
+// no text), a receipt by our id or by the provider's moves it to
+// delivered or undelivered and counts in the OTP class's delivery figures
+// (never as unknown), and a message with a callback_url gets its sent and
+// delivered events. One OTP without callbacks (its record is written after
+// the answer) and one with.
+func TestOTPRecordedAsSent(t *testing.T) {
+	for _, m := range modes {
+		t.Run(string(m), func(t *testing.T) {
+			t.Parallel()
+			own := newHookReceiver(t)
+			h := start(t, m, func(c *config.Config) {
+				c.Provider.ReceiptSecret = receiptSecret
+				c.Producers[1].Webhook = config.WebhookConfig{Secret: testWebhookSecret, Allow: []string{own.srv.URL + "/otp/"}}
+				c.Webhooks.AllowNetworks = []string{"127.0.0.0/8"}
+			})
+			otp := func(extra ...any) otpSent {
+				r := h.post("/v1/otp", keyLogin, otpBody(extra...))
+				wantStatus(t, r, http.StatusOK)
+				var s otpSent
+				r.json(t, &s)
+				return s
+			}
+			view := func(id string) (messageView, bool) {
+				r := h.get("/v1/messages/"+id, keyLogin)
+				if r.status == http.StatusNotFound {
+					return messageView{}, false
+				}
+				wantStatus(t, r, http.StatusOK)
+				var v messageView
+				r.json(t, &v)
+				if strings.Contains(string(r.body), "9012345678") || strings.Contains(string(r.body), "123456") {
+					t.Errorf("GET %s shows the number or the text: %s", id, r.body)
+				}
+				return v, true
+			}
+			plain := otp("reference", "login-1")
+			hooked := otp("reference", "login-2", "callback_url", own.srv.URL+"/otp/x")
+			// With callbacks the record is stored before the answer.
+			if v, ok := view(hooked.ID); !ok || v.Status != sms.StatusSent || v.ProviderMessageID != hooked.ProviderMessageID || v.Class != sms.ClassOTP {
+				t.Fatalf("OTP with callbacks right after its answer: %+v (found %v)", v, ok)
+			}
+			var v messageView
+			eventually(t, "the OTP's record", func() bool {
+				var ok bool
+				v, ok = view(plain.ID)
+				return ok
+			})
+			if v.Status != sms.StatusSent || v.ProviderMessageID != plain.ProviderMessageID || v.Reference != "login-1" || v.SentAt == nil {
+				t.Fatalf("OTP record %+v", v)
+			}
+			wantStatus(t, h.receipt(t, receiptSecret, httpprov.ReceiptBody{Reference: plain.ID, Status: "undelivered", ErrorCode: "30003"}),
+				http.StatusNoContent)
+			wantStatus(t, h.receipt(t, receiptSecret, httpprov.ReceiptBody{ProviderMessageID: hooked.ProviderMessageID, Status: "delivered"}),
+				http.StatusNoContent)
+			if v, _ := view(plain.ID); v.Status != sms.StatusUndelivered || v.LastError != "30003" {
+				t.Errorf("after its receipt: %s %q, want undelivered 30003", v.Status, v.LastError)
+			}
+			if v, _ := view(hooked.ID); v.Status != sms.StatusDelivered {
+				t.Errorf("after its receipt: %s, want delivered", v.Status)
+			}
+			eventually(t, "the sent and delivered events", func() bool { return len(own.events()) == 2 })
+			types := map[string]int{}
+			for _, bodies := range own.events() {
+				var ev struct {
+					Type string
+					Data struct{ ID string }
+				}
+				if err := json.Unmarshal([]byte(bodies[0]), &ev); err != nil {
+					t.Fatal(err)
+				}
+				if ev.Data.ID != hooked.ID {
+					t.Errorf("event for %s, want %s", ev.Data.ID, hooked.ID)
+				}
+				types[ev.Type]++
+			}
+			if types["message.sent"] != 1 || types["message.delivered"] != 1 {
+				t.Errorf("events %v, want one message.sent and one message.delivered", types)
+			}
+			mv := metricValues(string(h.get("/metrics", "").body), "smsgw_receipts_unknown_total", "smsgw_receipt_outcomes_total",
+				"smsgw_api_otp_record_failures_total")
+			for series, want := range map[string]float64{
+				`smsgw_receipts_unknown_total{adapter="http"}`:                   0,
+				`smsgw_receipt_outcomes_total{class="otp",status="delivered"}`:   1,
+				`smsgw_receipt_outcomes_total{class="otp",status="undelivered"}`: 1,
+				`smsgw_api_otp_record_failures_total`:                            0,
+			} {
+				if got, ok := mv[series]; !ok || got != want {
+					t.Errorf("%s = %v (present %v), want %v", series, got, ok, want)
+				}
+			}
+		})
 	}
 }

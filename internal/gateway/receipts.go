@@ -57,7 +57,7 @@ func newReceiptMetrics(reg prometheus.Registerer, now func() time.Time) (*receip
 			Name: "smsgw_receipts_total", Help: "Signed provider receipts received, by adapter and the status they report.",
 		}, []string{"adapter", "status"}),
 		unknown: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "smsgw_receipts_unknown_total", Help: "Signed receipts that matched no stored message (pruned, sent by the OTP fast path, or not ours).",
+			Name: "smsgw_receipts_unknown_total", Help: "Signed receipts that matched no stored message (pruned, an OTP of the fast path whose record was not stored, or not ours).",
 		}, []string{"adapter"}),
 		early: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "smsgw_receipts_early_total", Help: "Receipts that came before the send was recorded: kept on the message and applied when it is.",

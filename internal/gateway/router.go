@@ -55,6 +55,7 @@ type server struct {
 	checks       []readyCheck
 	receipts     provider.ReceiptParser // the provider's receipt check; nil: receipts refused
 	unknownLog   unknownLog
+	otpRecords   otpRecords
 	trusted      []netip.Prefix
 	stopping     atomic.Bool
 }

@@ -73,9 +73,6 @@ type OutboxStats struct {
 
 // Outbox is the event side of a queue backend.
 type Outbox interface {
-	// AddEvent writes a sent event for m, which is not stored (the OTP fast
-	// path sends without the queue); nothing when m.Callbacks is false.
-	AddEvent(ctx context.Context, m *sms.Message) error
 	// ClaimEvents leases up to max due events, oldest due first.
 	ClaimEvents(ctx context.Context, owner string, lease time.Duration, max int) ([]*LeasedEvent, error)
 	// AckEvent removes a delivered event; ErrLeaseLost when the claim is no

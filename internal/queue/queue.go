@@ -196,6 +196,12 @@ type Queue interface {
 	// the receipt until Complete records sent; a final message, a parked
 	// one or an unmatched receipt changes nothing. Replays are harmless.
 	ApplyReceipt(ctx context.Context, r Receipt) (ReceiptOutcome, error)
+	// RecordSent stores m, which was sent outside the queue (the OTP fast
+	// path; m.ProviderID is the provider's id), as a sent message's final
+	// record in one step: Get finds it, a receipt moves it on like any
+	// sent message, and with m.Callbacks its sent event is written. An id
+	// stored already keeps what it has (nil).
+	RecordSent(ctx context.Context, m *sms.Message) error
 	// Cancel moves producer's queued (or scheduled) message id to
 	// canceled, atomically against Take: exactly one of them wins. As with
 	// Complete, what is kept of a canceled message is its final record

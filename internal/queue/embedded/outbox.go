@@ -126,16 +126,34 @@ func (r *eventRecord) event(id string) *queue.Event {
 	}
 }
 
-// AddEvent writes a sent event for m (the OTP fast path); see queue.Outbox.
-func (q *Queue) AddEvent(ctx context.Context, m *sms.Message) error {
-	if !m.Callbacks {
-		return nil
-	}
+// RecordSent stores m, sent outside the queue (the OTP fast path), as a
+// sent message's final record with its provider id indexed and its sent
+// event, in one transaction as Complete does; see queue.Queue.
+func (q *Queue) RecordSent(ctx context.Context, m *sms.Message) error {
 	err := q.update(ctx, func(tx *bolt.Tx) error {
-		return addEvent(tx, m, sms.StatusSent, "", ms(q.now()))
+		if tx.Bucket(bMsgs).Get([]byte(m.ID)) != nil || tx.Bucket(bFinal).Get(finalKey(m.ID)) != nil {
+			return nil // stored already: the first record stays
+		}
+		now := q.now()
+		sent := *m
+		sent.Status, sent.Attempts = sms.StatusSent, max(m.Attempts, 1)
+		sent.SentAt, sent.UpdatedAt = now, now
+		v, err := queue.EncodeFinal(&sent)
+		if err != nil {
+			return err
+		}
+		if p := sent.ProviderID; p != "" && len(p) <= queue.MaxReceiptField {
+			if err := tx.Bucket(bPids).Put([]byte(p), []byte(sent.ID)); err != nil {
+				return err
+			}
+		}
+		if err := addEvent(tx, &sent, sms.StatusSent, "", ms(now)); err != nil {
+			return err
+		}
+		return tx.Bucket(bFinal).Put(finalKey(sent.ID), []byte(v))
 	})
 	if err != nil {
-		return fmt.Errorf("queue: add event %s: %w", m.ID, err)
+		return fmt.Errorf("queue: record sent %s: %w", m.ID, err)
 	}
 	return nil
 }

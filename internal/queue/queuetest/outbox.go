@@ -19,7 +19,7 @@ var outboxCases = []testCase{
 	{"OutboxCrashRedelivers", testOutboxCrashRedelivers},
 	{"OutboxRetryBackoff", testOutboxRetryBackoff},
 	{"OutboxDeadAfterMaxAge", testOutboxDeadAfterMaxAge},
-	{"OutboxAddEvent", testOutboxAddEvent},
+	{"RecordSent", testRecordSent},
 	{"OutboxDurable", testOutboxDurable},
 	{"OutboxConcurrentClaims", testOutboxConcurrentClaims},
 	{"OutboxReceiptsAndCancel", testOutboxReceiptsAndCancel},
@@ -64,6 +64,13 @@ func claimAll(t *testing.T, o queue.Outbox, owner string, lease time.Duration) [
 		t.Fatalf("ClaimEvents: %v", err)
 	}
 	return evs
+}
+
+func ack(t *testing.T, o queue.Outbox, le *queue.LeasedEvent) {
+	t.Helper()
+	if err := o.AckEvent(t.Context(), le); err != nil {
+		t.Fatalf("AckEvent: %v", err)
+	}
 }
 
 func wantOutbox(t *testing.T, o queue.Outbox, backlog, dead int64) queue.OutboxStats {
@@ -282,25 +289,74 @@ func testOutboxDeadAfterMaxAge(t *testing.T, h Harness) {
 	}
 }
 
-func testOutboxAddEvent(t *testing.T, h Harness) {
+// RecordSent stores an OTP sent on the fast path as a sent message: Get
+// finds its final record (no body, no full number), a receipt by provider
+// id or by reference moves it on, its sent event (and the receipt's) is
+// written only with callbacks, and a second RecordSent of the id changes
+// nothing.
+func testRecordSent(t *testing.T, h Harness) {
 	q := h.New(t)
 	o := outbox(t, q)
 	ctx := t.Context()
 	m := notified("login")
 	m.Class = sms.ClassOTP
-	m.ProviderID = "pm-otp"
-	if err := o.AddEvent(ctx, m); err != nil {
-		t.Fatalf("AddEvent: %v", err)
+	m.ProviderID = "pm-otp-" + m.ID[len(m.ID)-6:]
+	if err := q.RecordSent(ctx, m); err != nil {
+		t.Fatalf("RecordSent: %v", err)
 	}
-	if err := o.AddEvent(ctx, newMsg("login", sms.ClassOTP)); err != nil {
-		t.Fatalf("AddEvent without callbacks: %v", err)
+	plain := newMsg("login", sms.ClassOTP)
+	plain.ProviderID = "pm-plain-" + plain.ID[len(plain.ID)-6:]
+	if err := q.RecordSent(ctx, plain); err != nil {
+		t.Fatalf("RecordSent without callbacks: %v", err)
+	}
+	got := mustGet(t, q, m.ID)
+	if got.Status != sms.StatusSent || got.Class != sms.ClassOTP || got.ProviderID != m.ProviderID ||
+		got.Attempts != 1 || got.SentAt.IsZero() || got.Reference != m.Reference || got.Producer != "login" {
+		t.Fatalf("Get after RecordSent: %+v", got)
+	}
+	if got.Body != "" || got.To == m.To {
+		t.Fatalf("the record keeps the body %q or the full number %q", got.Body, got.To)
+	}
+	if n, err := q.Outstanding(ctx, "login"); err != nil || n != 0 {
+		t.Fatalf("Outstanding after RecordSent = %d, %v; want 0 (nothing queued)", n, err)
 	}
 	evs := claimAll(t, o, "a", time.Hour)
 	if len(evs) != 1 {
-		t.Fatalf("claimed %d, want 1", len(evs))
+		t.Fatalf("claimed %d events, want 1 (the message with callbacks)", len(evs))
 	}
-	if e := evs[0].Event; e.MessageID != m.ID || e.Status != sms.StatusSent || e.ProviderID != "pm-otp" || e.Class != sms.ClassOTP {
+	if e := evs[0].Event; e.MessageID != m.ID || e.Status != sms.StatusSent || e.ProviderID != m.ProviderID || e.Class != sms.ClassOTP {
 		t.Fatalf("event %+v", e)
+	}
+	ack(t, o, evs[0])
+
+	// Receipts find both: by provider id, and by reference (our id).
+	d := applyReceipt(t, q, queue.Receipt{ProviderID: m.ProviderID, Status: sms.StatusDelivered}, queue.ReceiptApplied)
+	if d.ID != m.ID || d.Status != sms.StatusDelivered {
+		t.Fatalf("receipt by provider id: %s %s", d.ID, d.Status)
+	}
+	u := applyReceipt(t, q, queue.Receipt{Reference: plain.ID, ProviderID: "other", Status: sms.StatusUndelivered, ErrorCode: "30003"},
+		queue.ReceiptApplied)
+	if u.ID != plain.ID || u.Status != sms.StatusUndelivered {
+		t.Fatalf("receipt by reference: %s %s", u.ID, u.Status)
+	}
+	evs = claimAll(t, o, "b", time.Hour)
+	if len(evs) != 1 || evs[0].Event.MessageID != m.ID || evs[0].Event.Status != sms.StatusDelivered {
+		t.Fatalf("events after the receipts: %d, want m's delivered only", len(evs))
+	}
+	ack(t, o, evs[0])
+
+	// A second record of the id (a retry after an unknown outcome that got
+	// through) neither moves it back nor writes another event.
+	again := *m
+	again.ProviderID = "pm-second"
+	if err := q.RecordSent(ctx, &again); err != nil {
+		t.Fatalf("RecordSent again: %v", err)
+	}
+	if got := mustGet(t, q, m.ID); got.Status != sms.StatusDelivered || got.ProviderID != m.ProviderID {
+		t.Fatalf("after a second RecordSent: %s %q, want delivered %q", got.Status, got.ProviderID, m.ProviderID)
+	}
+	if evs := claimAll(t, o, "c", time.Hour); len(evs) != 0 {
+		t.Fatalf("a second RecordSent wrote %d events", len(evs))
 	}
 }
 

@@ -10,7 +10,7 @@ import (
 )
 
 // ops is the closed label set of the op label.
-var ops = []string{"enqueue", "take", "extend", "complete", "requeue", "dead", "recover", "retry_dead", "read", "receipt", "cancel", "compact"}
+var ops = []string{"enqueue", "take", "extend", "complete", "requeue", "dead", "recover", "retry_dead", "read", "receipt", "cancel", "compact", "record_sent"}
 
 // The outcomes of one second a compaction read, the result label of
 // compactions: compacted; changed, its LIST or blob written since the read

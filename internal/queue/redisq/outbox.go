@@ -68,37 +68,91 @@ local function outbox_add(ok, id, m, status, code, now)
 end
 `
 
-// addEventScript writes a sent event for a message that is not stored.
-// KEYS the four outbox keys; ARGV[1] id, ARGV[2] the message's record JSON.
-var addEventScript = redis.NewScript(luaPrelude + luaOutbox + `
-local m = cjson.decode(ARGV[2])
-outbox_add(KEYS, ARGV[1], m, 'sent', '', now_us())
+// recordSentScript stores a message sent outside the queue (the OTP fast
+// path) as a sent message's final record, indexes its provider id for
+// receipts and writes its sent event, in one step, as completeScript does
+// for a queued message; an id that already has a final record keeps it.
+//
+// KEYS[1] the final LIST of the id's creation second, KEYS[2] its blob
+// (compact.go), KEYS[3] the compaction ZSET, KEYS[4..7] the outbox,
+// KEYS[8] the provider id's index HASH (with a provider id only).
+// ARGV[1] id, ARGV[2] the final record before its times, ARGV[3] after
+// them, ARGV[4] the id's creation time ms, ARGV[5] retention µs, ARGV[6]
+// the record JSON for the event (w set: with callbacks), ARGV[7] "1" when
+// the caller found no record of the id in the blob, with KEYS[8]: ARGV[8]
+// the index field, ARGV[9] its value, ARGV[10] the index HASH's time to
+// live ms. Returns 1, 0 when the id was stored already, -1 when the second
+// has a blob the caller has not looked in (the script cannot read it).
+var recordSentScript = redis.NewScript(luaPrelude + luaOutbox + `
+if fin_find(KEYS[1], ARGV[1]) then return 0 end
+if ARGV[7] ~= '1' and redis.call('EXISTS', KEYS[2]) == 1 then return -1 end
+local now = now_us()
+if KEYS[8] then
+  redis.call('HSET', KEYS[8], ARGV[8], ARGV[9])
+  redis.call('PEXPIRE', KEYS[8], ARGV[10])
+end
+fin_append(KEYS[1], KEYS[3], ARGV[1], fin_times(ARGV[2], ARGV[3], ARGV[4], now, true), ARGV[4], ARGV[5], now)
+outbox_add({KEYS[4], KEYS[5], KEYS[6], KEYS[7]}, ARGV[1], cjson.decode(ARGV[6]), 'sent', '', now)
 return 1
 `)
 
-// AddEvent writes a sent event for m (the OTP fast path); see queue.Outbox.
-func (q *Queue) AddEvent(ctx context.Context, m *sms.Message) error {
-	if err := q.begin(ctx, "add event"); err != nil {
+// RecordSent stores m, sent outside the queue; see queue.Queue. A
+// record of the id in a compacted second (a retry, hours later, of an OTP
+// whose first outcome was unknown) is looked for in the blob here, and the
+// script runs again knowing.
+func (q *Queue) RecordSent(ctx context.Context, m *sms.Message) (err error) {
+	if err := q.begin(ctx, "record sent"); err != nil {
 		return err
 	}
-	if !m.Callbacks {
-		return nil
-	}
 	sent := *m
-	sent.Status = sms.StatusSent
+	sent.Status, sent.Attempts = sms.StatusSent, max(m.Attempts, 1)
+	head, tail, err := queue.FinalPrefix(&sent)
+	if err != nil {
+		return fmt.Errorf("redisq: record sent: %w", err)
+	}
 	r, err := toRecord(&sent)
 	if err != nil {
-		return fmt.Errorf("redisq: add event %s: %w", m.ID, err)
+		return fmt.Errorf("redisq: record sent %s: %w", m.ID, err)
 	}
 	r.To, r.Body = "", ""
 	raw, err := json.Marshal(&r)
 	if err != nil {
-		return fmt.Errorf("redisq: add event %s: %w", m.ID, err)
+		return fmt.Errorf("redisq: record sent %s: %w", m.ID, err)
 	}
-	if err := addEventScript.Run(ctx, q.c, q.k.outbox(), m.ID, raw).Err(); err != nil {
-		return fmt.Errorf("redisq: add event %s: %w", m.ID, err)
+	created, _ := sms.IDTime(m.ID)
+	start := time.Now()
+	defer func() { q.m.observe("record_sent", start, err) }()
+	keys := append([]string{q.k.fin(m.ID), q.k.finBlob(created.Unix()), q.k.finDue()}, q.k.outbox()...)
+	args := []any{m.ID, head, tail, created.UnixMilli(), us(q.retention), raw, "0"}
+	if m.ProviderID != "" && len(m.ProviderID) <= queue.MaxReceiptField {
+		key, field, value := q.k.pidIndexEntry(m.ProviderID, created, time.Now())
+		keys = append(keys, key)
+		args = append(args, field, value, (q.retention + pidGeneration).Milliseconds())
 	}
-	return nil
+	for range maxExtractTries {
+		n, err := recordSentScript.Run(ctx, q.c, keys, args...).Int()
+		if err != nil {
+			return fmt.Errorf("redisq: record sent %s: %w", m.ID, err)
+		}
+		if n >= 0 {
+			return nil
+		}
+		_, blob, err := q.readFinal(ctx, created.Unix())
+		if err != nil {
+			return fmt.Errorf("redisq: record sent %s: %w", m.ID, err)
+		}
+		if blob != "" {
+			_, found, err := blobRecord(blob, m.ID)
+			if err != nil {
+				return fmt.Errorf("redisq: record sent %s: %w", m.ID, err)
+			}
+			if found {
+				return nil // stored already
+			}
+		}
+		args[6] = "1"
+	}
+	return fmt.Errorf("redisq: record sent %s: the blob kept changing", m.ID)
 }
 
 // claimEventsScript leases due events.
