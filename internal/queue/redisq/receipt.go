@@ -81,7 +81,7 @@ if st == 's' then
   if ARGV[3] ~= '' then set(m, 'e', ARGV[3]) end
   local js = cjson.encode(m)
   redis.call('HSET', KEYS[1], id, js)
-  outbox_add({KEYS[2], KEYS[3], KEYS[4], KEYS[5]}, id, m, event_words[ARGV[2]], event_codes[ARGV[2]], now)
+  outbox_add({KEYS[3], KEYS[4], KEYS[5], KEYS[6]}, id, m, event_words[ARGV[2]], event_codes[ARGV[2]], now)
   return {1, js, id}
 end
 if (st == 'q' or st == 'l') and not m.rs then

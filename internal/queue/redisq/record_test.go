@@ -686,3 +686,38 @@ func mustIDTime(t *testing.T, id string) time.Time {
 	}
 	return at
 }
+
+// TestReceiptOnSentRecordInMsgs: a release before final records kept a
+// sent message (with callbacks) in the msgs HASH. A receipt for it is
+// applied there, and its event goes to the outbox, not onto the keys of
+// the final records: the final LIST of the id's second (which other
+// messages of that second use) stays a LIST, and a message of the same
+// second still completes.
+func TestReceiptOnSentRecordInMsgs(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	q := newShared(t)
+	created := time.Now().Add(-time.Hour).Truncate(time.Second)
+	old, other := sms.NewID(created), sms.NewID(created.Add(time.Millisecond))
+	value := fmt.Sprintf(`{"p":"p","c":0,"to":"+819012345678","b":"hello","g":1,"tc":%d,"tu":%d,"ts":%d,"s":"s","pm":"pm-old","w":true}`,
+		created.UnixMilli(), created.UnixMilli(), created.UnixMilli())
+	if err := q.c.HSet(ctx, q.k.msgs(), old, value).Err(); err != nil {
+		t.Fatal(err)
+	}
+	out, err := q.ApplyReceipt(ctx, queue.Receipt{Reference: old, Status: sms.StatusDelivered})
+	if err != nil || out.Result != queue.ReceiptApplied || out.Message.Status != sms.StatusDelivered {
+		t.Fatalf("receipt for a sent record in msgs = %+v, %v", out, err)
+	}
+	if typ := q.c.Type(ctx, q.k.fin(old)).Val(); typ != "none" && typ != "list" {
+		t.Fatalf("the final LIST key of the id's second is a %s", typ)
+	}
+	evs, err := q.ClaimEvents(ctx, "t", time.Hour, 10)
+	if err != nil || len(evs) != 1 || evs[0].Event.MessageID != old || evs[0].Event.Status != sms.StatusDelivered {
+		t.Fatalf("events = %v, %v; want old's delivered", evs, err)
+	}
+	seedStored(t, q, false, other, created.Add(time.Millisecond))
+	l := takeHour(t, q)
+	if err := q.Complete(ctx, l, queue.Outcome{Status: sms.StatusSent, ProviderID: "pm-other", Attempts: 1}); err != nil {
+		t.Fatalf("Complete of a message of the same second: %v", err)
+	}
+}
