@@ -39,3 +39,20 @@ func TestKeyNamesUnchanged(t *testing.T) {
 		}
 	}
 }
+
+// TestScriptsCountThreeClasses: completeScript's prune loop (KEYS[7..9]),
+// statsScript (KEYS[4..9]) and cancelScript (KEYS[3..5], then the outbox at
+// KEYS[6..9]) place their keys for exactly three classes, one key each.
+// A fourth class must move those positions first, or the scripts would
+// hand keys of the wrong type to Redis commands; this test fails until it
+// is added here too.
+func TestScriptsCountThreeClasses(t *testing.T) {
+	if len(sms.Classes) != 3 || len(classCodes) != 3 {
+		t.Fatalf("%d classes (%d class codes): move the per-class key positions of completeScript, statsScript and cancelScript, then this test",
+			len(sms.Classes), len(classCodes))
+	}
+	k := newKeys("t")
+	if n := len(k.perClass(k.dead)); n != 3 {
+		t.Fatalf("perClass gives %d keys, the scripts place 3", n)
+	}
+}
