@@ -445,7 +445,7 @@ func (a *App) Stop(ctx context.Context) error {
 		}
 		// The fast path's OTP records still being written after their
 		// answers need the store: they end (or time out) before it closes.
-		a.srv.otpRecords.wg.Wait()
+		a.srv.otpRecords.close(ctx)
 		if err := a.disp.Stop(ctx); err != nil {
 			errs = append(errs, err)
 		}

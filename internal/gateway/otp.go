@@ -133,13 +133,55 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 // their answer, so that a stopping App waits for them before it closes the
 // store, and bounds how many are in flight.
 type otpRecords struct {
-	wg     sync.WaitGroup
-	slots  chan struct{} // one per record in flight
-	failed unknownLog    // samples the log of records that failed
+	mu      sync.Mutex
+	closing bool // set by close: no more goroutines start
+	wg      sync.WaitGroup
+	slots   chan struct{} // one per record in flight
+	failed  unknownLog    // samples the log of records that failed
+}
+
+// start reserves a slot for a background write; false when closing or
+// when every slot is taken.
+func (r *otpRecords) start() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closing {
+		return false
+	}
+	select {
+	case r.slots <- struct{}{}:
+		r.wg.Add(1)
+		return true
+	default:
+		return false
+	}
+}
+
+func (r *otpRecords) done() {
+	<-r.slots
+	r.wg.Done()
+}
+
+// close stops new background writes and waits for those running, or
+// until ctx ends.
+func (r *otpRecords) close(ctx context.Context) {
+	r.mu.Lock()
+	r.closing = true
+	r.mu.Unlock()
+	ended := make(chan struct{})
+	go func() {
+		r.wg.Wait()
+		close(ended)
+	}()
+	select {
+	case <-ended:
+	case <-ctx.Done():
+	}
 }
 
 // maxOTPRecordsInFlight bounds the records written after their answer;
-// past it the next request writes its own before answering.
+// past it a record is not written (counted and logged): the answers of
+// OTPs do not wait for a store that slow.
 const maxOTPRecordsInFlight = 256
 
 // otpRecordTimeout bounds one record's write.
@@ -155,15 +197,18 @@ const otpRecordTimeout = 5 * time.Second
 func (s *server) recordOTP(ctx context.Context, m *sms.Message, providerID string) {
 	sent := *m
 	sent.ProviderID = providerID
+	failed := func(err error) {
+		s.metrics.otpRecordFailed.Inc()
+		if n, ok := s.otpRecords.failed.add(s.now()); ok {
+			s.log.Warn("storing fast-path OTPs as sent failed: their status, receipts and callbacks are not kept",
+				"count", n, "id", sent.ID, "producer", sent.Producer, "err", err)
+		}
+	}
 	write := func() {
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), otpRecordTimeout)
 		defer cancel()
 		if err := s.queue.RecordSent(wctx, &sent); err != nil {
-			s.metrics.otpRecordFailed.Inc()
-			if n, ok := s.otpRecords.failed.add(s.now()); ok {
-				s.log.Warn("storing fast-path OTPs as sent failed: their status, receipts and callbacks are not kept",
-					"count", n, "id", sent.ID, "producer", sent.Producer, "err", err)
-			}
+			failed(err)
 			return
 		}
 		if sent.Callbacks && s.callbacks != nil {
@@ -171,22 +216,22 @@ func (s *server) recordOTP(ctx context.Context, m *sms.Message, providerID strin
 		}
 	}
 	r := &s.otpRecords
-	if sent.Callbacks {
+	switch {
+	case sent.Callbacks:
 		write()
-		return
-	}
-	select {
-	case r.slots <- struct{}{}:
-		r.wg.Add(1)
+	case r.start():
 		go func() {
-			defer r.wg.Done()
-			defer func() { <-r.slots }()
+			defer r.done()
 			write()
 		}()
 	default:
-		write()
+		failed(errOTPRecordsBusy)
 	}
 }
+
+// errOTPRecordsBusy: every background slot holds a record the store has
+// not taken yet (or the App is stopping).
+var errOTPRecordsBusy = errors.New("the store is slow: too many OTP records in flight, or stopping")
 
 // otpUnknown is the id an OTP's Idempotency-Key keeps while its outcome is
 // unknown, in the answer store under a key of its own scope.
