@@ -207,9 +207,15 @@ func (s *server) recordOTP(ctx context.Context, m *sms.Message, providerID strin
 	write := func() {
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), otpRecordTimeout)
 		defer cancel()
-		if err := s.queue.RecordSent(wctx, &sent); err != nil {
+		st, err := s.queue.RecordSent(wctx, &sent)
+		if err != nil {
 			failed(err)
 			return
+		}
+		if st.Receipt() {
+			// a receipt that came before the provider's answer, applied
+			// now: its outcome counts now
+			s.metrics.receipts.outcome(sms.ClassOTP, st)
 		}
 		if sent.Callbacks && s.callbacks != nil {
 			s.callbacks.d.Wake()

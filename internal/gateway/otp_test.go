@@ -419,3 +419,49 @@ func TestOTPRecordsBounded(t *testing.T) {
 	r.done()
 	<-closed
 }
+
+// TestOTPEarlyReceipt: the provider posts an OTP's receipt before it
+// answers the send (the simulator's early receipts), so the receipt
+// arrives before the fast path has stored the OTP. It is kept, counted
+// as early (not unknown), and applied when the OTP is stored: GET reads
+// the receipt's status and the OTP class's delivery figures count it
+// once.
+func TestOTPEarlyReceipt(t *testing.T) {
+	for _, m := range modes {
+		t.Run(string(m), func(t *testing.T) {
+			t.Parallel()
+			h := start(t, m, func(c *config.Config) { c.Provider.ReceiptSecret = receiptSecret })
+			if err := h.sim.EnableReceipts(sim.Receipts{URLs: []string{h.base + "/v1/receipts/http"}, Secret: receiptSecret,
+				EarlyShare: 1}); err != nil {
+				t.Fatal(err)
+			}
+			r := h.post("/v1/otp", keyLogin, otpBody("deadline_ms", 5000))
+			wantStatus(t, r, http.StatusOK)
+			var sent otpSent
+			r.json(t, &sent)
+			var v messageView
+			eventually(t, "the OTP delivered", func() bool {
+				g := h.get("/v1/messages/"+sent.ID, keyLogin)
+				if g.status != http.StatusOK {
+					return false
+				}
+				g.json(t, &v)
+				return v.Status == sms.StatusDelivered
+			})
+			if v.ProviderMessageID != sent.ProviderMessageID || v.SentAt == nil {
+				t.Errorf("delivered OTP %+v", v)
+			}
+			mv := metricValues(string(h.get("/metrics", "").body), "smsgw_receipts_unknown_total", "smsgw_receipts_early_total",
+				"smsgw_receipt_outcomes_total")
+			for series, want := range map[string]float64{
+				`smsgw_receipts_unknown_total{adapter="http"}`:                 0,
+				`smsgw_receipts_early_total{adapter="http"}`:                   1,
+				`smsgw_receipt_outcomes_total{class="otp",status="delivered"}`: 1,
+			} {
+				if got := mv[series]; got != want {
+					t.Errorf("%s = %v, want %v", series, got, want)
+				}
+			}
+		})
+	}
+}

@@ -250,7 +250,9 @@ func (s *server) postReceipt(w http.ResponseWriter, r *http.Request) {
 		}
 	case queue.ReceiptParked:
 		rm.early.WithLabelValues(adapter).Inc()
-		rm.outcome(out.Message.Class, rc.Status)
+		if out.Message != nil { // else an OTP not stored yet: counted when it is (recordOTP)
+			rm.outcome(out.Message.Class, rc.Status)
+		}
 	}
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -73,10 +73,15 @@ const (
 	ReceiptApplied ReceiptResult = "applied"
 	// ReceiptParked means the message is not sent yet (sending, or queued again
 	// after an unknown outcome); the receipt is kept on it and applied in
-	// the same step in which Complete records sent.
+	// the same step in which Complete records sent. A receipt that names
+	// (by Reference) no stored message but an id created within
+	// EarlyReceiptWindow is parked too, with no Message: an OTP of the fast
+	// path whose provider answered the receipt before its send, applied by
+	// RecordSent.
 	ReceiptParked ReceiptResult = "parked"
 	// ReceiptDuplicate means the message is already final, or a receipt is
 	// already parked on it; nothing changed (the first receipt decides).
+	// Message is nil when the receipt parked first has no message yet.
 	ReceiptDuplicate ReceiptResult = "duplicate"
 	// ReceiptUnknown means no stored message matches.
 	ReceiptUnknown ReceiptResult = "unknown"
@@ -85,8 +90,15 @@ const (
 // ReceiptOutcome is the answer of ApplyReceipt.
 type ReceiptOutcome struct {
 	Result  ReceiptResult
-	Message *sms.Message // as stored after the call; nil for ReceiptUnknown
+	Message *sms.Message // as stored after the call; nil for ReceiptUnknown (and an early receipt, see ReceiptParked)
 }
+
+// EarlyReceiptWindow is how long after its id was created a receipt for a
+// message not stored yet is kept for RecordSent (ReceiptParked): the OTP
+// fast path stores its message once the provider answered, within the
+// longest OTP deadline of that; after the window, such a receipt is
+// unknown, and a parked one is dropped.
+const EarlyReceiptWindow = 2 * time.Minute
 
 // CompleteStatus reports whether s may end a lease (Outcome.Status).
 func CompleteStatus(s sms.Status) bool {
@@ -199,9 +211,12 @@ type Queue interface {
 	// RecordSent stores m, which was sent outside the queue (the OTP fast
 	// path; m.ProviderID is the provider's id), as a sent message's final
 	// record in one step: Get finds it, a receipt moves it on like any
-	// sent message, and with m.Callbacks its sent event is written. An id
-	// stored already keeps what it has (nil).
-	RecordSent(ctx context.Context, m *sms.Message) error
+	// sent message, and with m.Callbacks its sent event is written. A
+	// receipt parked early for its id (ReceiptParked) is applied in the
+	// same step, as Complete applies one: the record takes its status and
+	// the one event reports it. It returns the status stored; an id stored
+	// already keeps what it has ("", nil).
+	RecordSent(ctx context.Context, m *sms.Message) (sms.Status, error)
 	// Cancel moves producer's queued (or scheduled) message id to
 	// canceled, atomically against Take: exactly one of them wins. As with
 	// Complete, what is kept of a canceled message is its final record

@@ -52,7 +52,7 @@ func benchDelivery(b *testing.B, q outboxQueue) {
 		m := smstest.Message("notify", sms.ClassTransactional)
 		m.Callbacks = true
 		m.ProviderID = "pm"
-		if err := f.q.RecordSent(ctx, m); err != nil {
+		if _, err := f.q.RecordSent(ctx, m); err != nil {
 			b.Fatal(err)
 		}
 	}

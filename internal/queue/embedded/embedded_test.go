@@ -387,3 +387,47 @@ func TestRequeueGoesBehindWithinTheSameMillisecond(t *testing.T) {
 		t.Fatalf("Take after the requeue = %v, %v: want %s ahead of the requeued %s", l.Message.ID, err, b.ID, a.ID)
 	}
 }
+
+// TestEarlyReceiptsPruned: a receipt kept for an id not stored yet
+// (bEarly) is pruned once its window has passed, a newer one stays, and
+// after pruning a RecordSent of the old id finds nothing to apply.
+func TestEarlyReceiptsPruned(t *testing.T) {
+	clk := newClock()
+	q := open(t, Config{Now: clk.Now})
+	ctx := t.Context()
+	early := func() *sms.Message {
+		m := msg("login", sms.ClassOTP, clk.Now())
+		m.ProviderID = "pm-" + m.ID[len(m.ID)-6:]
+		out, err := q.ApplyReceipt(ctx, queue.Receipt{Reference: m.ID, Status: sms.StatusDelivered})
+		if err != nil || out.Result != queue.ReceiptParked {
+			t.Fatalf("early receipt = %+v, %v; want parked", out, err)
+		}
+		return m
+	}
+	kept := func() int {
+		n := 0
+		if err := q.db.View(func(tx *bolt.Tx) error { n = tx.Bucket(bEarly).Stats().KeyN; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	old := early()
+	clk.Add(queue.EarlyReceiptWindow / 2)
+	young := early()
+	clk.Add(queue.EarlyReceiptWindow/2 + time.Second)
+	if _, err := q.Prune(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := kept(); n != 1 {
+		t.Fatalf("%d early receipts kept after the old one's window, want 1", n)
+	}
+	if st, err := q.RecordSent(ctx, old); err != nil || st != sms.StatusSent {
+		t.Fatalf("RecordSent of the pruned one = %q, %v; want sent", st, err)
+	}
+	if st, err := q.RecordSent(ctx, young); err != nil || st != sms.StatusDelivered {
+		t.Fatalf("RecordSent of the kept one = %q, %v; want delivered", st, err)
+	}
+	if n := kept(); n != 0 {
+		t.Fatalf("%d early receipts kept after both were stored", n)
+	}
+}

@@ -524,7 +524,39 @@ func (q *Queue) prune(ctx context.Context) (int, error) {
 		return n, err
 	}
 	m, err := q.pruneDone(ctx)
-	return n + m, err
+	if err != nil {
+		return n + m, err
+	}
+	return n + m, q.pruneEarly(ctx)
+}
+
+// pruneEarly deletes the early receipts (bEarly) of ids created longer
+// than queue.EarlyReceiptWindow ago: their message never came.
+func (q *Queue) pruneEarly(ctx context.Context) error {
+	cutoff := q.now().Add(-queue.EarlyReceiptWindow)
+	var stale [][]byte
+	err := q.view(ctx, func(tx *bolt.Tx) error {
+		c := tx.Bucket(bEarly).Cursor()
+		for k, _ := c.First(); k != nil && len(stale) < chunk; k, _ = c.Next() {
+			if created, ok := sms.IDTime("msg_" + string(k)); ok && created.After(cutoff) {
+				break
+			}
+			stale = append(stale, append([]byte(nil), k...))
+		}
+		return nil
+	})
+	if err != nil || len(stale) == 0 {
+		return err
+	}
+	return q.update(ctx, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bEarly)
+		for _, k := range stale {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // pruneFinal deletes up to one chunk of final records completed longer than

@@ -127,10 +127,13 @@ func (r *eventRecord) event(id string) *queue.Event {
 }
 
 // RecordSent stores m, sent outside the queue (the OTP fast path), as a
-// sent message's final record with its provider id indexed and its sent
-// event, in one transaction as Complete does; see queue.Queue.
-func (q *Queue) RecordSent(ctx context.Context, m *sms.Message) error {
+// sent message's final record with its provider id indexed and its event,
+// a receipt kept early for it applied, in one transaction as Complete
+// does; see queue.Queue.
+func (q *Queue) RecordSent(ctx context.Context, m *sms.Message) (sms.Status, error) {
+	var stored sms.Status
 	err := q.update(ctx, func(tx *bolt.Tx) error {
+		stored = ""
 		if tx.Bucket(bMsgs).Get([]byte(m.ID)) != nil || tx.Bucket(bFinal).Get(finalKey(m.ID)) != nil {
 			return nil // stored already: the first record stays
 		}
@@ -138,6 +141,16 @@ func (q *Queue) RecordSent(ctx context.Context, m *sms.Message) error {
 		sent := *m
 		sent.Status, sent.Attempts = sms.StatusSent, max(m.Attempts, 1)
 		sent.SentAt, sent.UpdatedAt = now, now
+		st, code, early, err := takeEarly(tx, m.ID)
+		if err != nil {
+			return err
+		}
+		if early {
+			sent.Status = st
+			if code != "" {
+				sent.LastError = code
+			}
+		}
 		v, err := queue.EncodeFinal(&sent)
 		if err != nil {
 			return err
@@ -147,15 +160,16 @@ func (q *Queue) RecordSent(ctx context.Context, m *sms.Message) error {
 				return err
 			}
 		}
-		if err := addEvent(tx, &sent, sms.StatusSent, "", ms(now)); err != nil {
+		if err := addEvent(tx, &sent, sent.Status, queue.EventErrorCode(sent.Status, false), ms(now)); err != nil {
 			return err
 		}
+		stored = sent.Status
 		return tx.Bucket(bFinal).Put(finalKey(sent.ID), []byte(v))
 	})
 	if err != nil {
-		return fmt.Errorf("queue: record sent %s: %w", m.ID, err)
+		return "", fmt.Errorf("queue: record sent %s: %w", m.ID, err)
 	}
-	return nil
+	return stored, nil
 }
 
 // ClaimEvents leases up to max due events; see queue.Outbox.

@@ -3,6 +3,7 @@ package embedded
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -75,7 +76,7 @@ func (q *Queue) finalReceipt(tx *bolt.Tx, id string, rc queue.Receipt, out *queu
 	fin := tx.Bucket(bFinal)
 	v := fin.Get(finalKey(id))
 	if v == nil {
-		return nil
+		return q.earlyReceipt(tx, id, rc, out)
 	}
 	m, err := queue.DecodeFinal(id, string(v))
 	if err != nil {
@@ -102,6 +103,35 @@ func (q *Queue) finalReceipt(tx *bolt.Tx, id string, rc queue.Receipt, out *queu
 		return err
 	}
 	return fin.Put(finalKey(id), []byte(enc))
+}
+
+// earlyReceipt keeps rc for id, not stored, when the receipt named it by
+// reference and it was created within queue.EarlyReceiptWindow (an OTP of
+// the fast path whose provider sent the receipt before its answer):
+// RecordSent applies it. A second one is a duplicate.
+func (q *Queue) earlyReceipt(tx *bolt.Tx, id string, rc queue.Receipt, out *queue.ReceiptOutcome) error {
+	created, ok := sms.IDTime(id)
+	if rc.Reference == "" || !ok || !q.now().Add(-queue.EarlyReceiptWindow).Before(created) {
+		return nil
+	}
+	b := tx.Bucket(bEarly)
+	if b.Get(finalKey(id)) != nil {
+		out.Result = queue.ReceiptDuplicate
+		return nil
+	}
+	out.Result = queue.ReceiptParked
+	return b.Put(finalKey(id), []byte(string(rc.Status)+"\x1f"+rc.ErrorCode))
+}
+
+// takeEarly removes and returns the receipt kept early for id.
+func takeEarly(tx *bolt.Tx, id string) (status sms.Status, code string, ok bool, err error) {
+	b := tx.Bucket(bEarly)
+	v := b.Get(finalKey(id))
+	if v == nil {
+		return "", "", false, nil
+	}
+	st, code, _ := strings.Cut(string(v), "\x1f")
+	return sms.Status(st), code, true, b.Delete(finalKey(id))
 }
 
 // Cancel cancels producer's queued message id in one transaction, which

@@ -28,6 +28,11 @@ var (
 	// bPids maps a sent message's provider id to its id, for receipts
 	// without a reference; pruned with the message.
 	bPids = []byte("pids")
+	// bEarly keeps a receipt for a message not stored yet, named by a
+	// reference created within queue.EarlyReceiptWindow (an OTP of the
+	// fast path: RecordSent applies it), keyed like bFinal so pruning
+	// walks it from the oldest: status, then the error code.
+	bEarly = []byte("early")
 
 	// The outbox of status events (outbox.go).
 	bCbEvents = []byte("cbev")   // event id → event record
@@ -45,7 +50,7 @@ const (
 )
 
 func createBuckets(tx *bolt.Tx) error {
-	for _, name := range [][]byte{bMsgs, bReady, bLeases, bIdem, bOut, bDead, bDone, bCounts, bFinal, bPids, bCbEvents, bCbDue, bCbAge, bCbDead} {
+	for _, name := range [][]byte{bMsgs, bReady, bLeases, bIdem, bOut, bDead, bDone, bCounts, bFinal, bPids, bEarly, bCbEvents, bCbDue, bCbAge, bCbDead} {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return fmt.Errorf("bucket %s: %w", name, err)
 		}

@@ -20,6 +20,7 @@ var outboxCases = []testCase{
 	{"OutboxRetryBackoff", testOutboxRetryBackoff},
 	{"OutboxDeadAfterMaxAge", testOutboxDeadAfterMaxAge},
 	{"RecordSent", testRecordSent},
+	{"RecordSentEarlyReceipt", testRecordSentEarlyReceipt},
 	{"OutboxDurable", testOutboxDurable},
 	{"OutboxConcurrentClaims", testOutboxConcurrentClaims},
 	{"OutboxReceiptsAndCancel", testOutboxReceiptsAndCancel},
@@ -301,13 +302,13 @@ func testRecordSent(t *testing.T, h Harness) {
 	m := notified("login")
 	m.Class = sms.ClassOTP
 	m.ProviderID = "pm-otp-" + m.ID[len(m.ID)-6:]
-	if err := q.RecordSent(ctx, m); err != nil {
-		t.Fatalf("RecordSent: %v", err)
+	if st, err := q.RecordSent(ctx, m); err != nil || st != sms.StatusSent {
+		t.Fatalf("RecordSent = %q, %v; want sent", st, err)
 	}
 	plain := newMsg("login", sms.ClassOTP)
 	plain.ProviderID = "pm-plain-" + plain.ID[len(plain.ID)-6:]
-	if err := q.RecordSent(ctx, plain); err != nil {
-		t.Fatalf("RecordSent without callbacks: %v", err)
+	if st, err := q.RecordSent(ctx, plain); err != nil || st != sms.StatusSent {
+		t.Fatalf("RecordSent without callbacks = %q, %v; want sent", st, err)
 	}
 	got := mustGet(t, q, m.ID)
 	if got.Status != sms.StatusSent || got.Class != sms.ClassOTP || got.ProviderID != m.ProviderID ||
@@ -349,14 +350,57 @@ func testRecordSent(t *testing.T, h Harness) {
 	// through) neither moves it back nor writes another event.
 	again := *m
 	again.ProviderID = "pm-second"
-	if err := q.RecordSent(ctx, &again); err != nil {
-		t.Fatalf("RecordSent again: %v", err)
+	if st, err := q.RecordSent(ctx, &again); err != nil || st != "" {
+		t.Fatalf("RecordSent again = %q, %v; want \"\" (stored already)", st, err)
 	}
 	if got := mustGet(t, q, m.ID); got.Status != sms.StatusDelivered || got.ProviderID != m.ProviderID {
 		t.Fatalf("after a second RecordSent: %s %q, want delivered %q", got.Status, got.ProviderID, m.ProviderID)
 	}
 	if evs := claimAll(t, o, "c", time.Hour); len(evs) != 0 {
 		t.Fatalf("a second RecordSent wrote %d events", len(evs))
+	}
+}
+
+// A receipt that names, by reference, an id created moments ago and not
+// stored (the provider answered the receipt before its send: an OTP of the
+// fast path) is parked; RecordSent applies it, and the message's one event
+// reports the receipt's status. A second such receipt is a duplicate; one
+// for an id older than the window is unknown, and parks nothing.
+func testRecordSentEarlyReceipt(t *testing.T, h Harness) {
+	q := h.New(t)
+	o := outbox(t, q)
+	ctx := t.Context()
+	m := notified("login")
+	m.Class = sms.ClassOTP
+	m.ProviderID = "pm-early-" + m.ID[len(m.ID)-6:]
+	if out, err := q.ApplyReceipt(ctx, queue.Receipt{Reference: m.ID, Status: sms.StatusUndelivered, ErrorCode: "30005"}); err != nil ||
+		out.Result != queue.ReceiptParked || out.Message != nil {
+		t.Fatalf("early receipt = %+v, %v; want parked without a message", out, err)
+	}
+	if out, err := q.ApplyReceipt(ctx, queue.Receipt{Reference: m.ID, Status: sms.StatusDelivered}); err != nil ||
+		out.Result != queue.ReceiptDuplicate {
+		t.Fatalf("second early receipt = %+v, %v; want a duplicate", out, err)
+	}
+	old := newMsg("login", sms.ClassOTP)
+	old.ID = sms.NewID(time.Now().Add(-queue.EarlyReceiptWindow - time.Minute))
+	applyReceipt(t, q, queue.Receipt{Reference: old.ID, Status: sms.StatusDelivered}, queue.ReceiptUnknown)
+	if st, err := q.RecordSent(ctx, m); err != nil || st != sms.StatusUndelivered {
+		t.Fatalf("RecordSent with a receipt parked = %q, %v; want undelivered", st, err)
+	}
+	got := mustGet(t, q, m.ID)
+	if got.Status != sms.StatusUndelivered || got.LastError != "30005" || got.ProviderID != m.ProviderID || got.SentAt.IsZero() {
+		t.Fatalf("Get = %+v; want undelivered 30005 with its provider id and send time", got)
+	}
+	evs := claimAll(t, o, "a", time.Hour)
+	if len(evs) != 1 || evs[0].Event.Status != sms.StatusUndelivered || evs[0].Event.MessageID != m.ID {
+		t.Fatalf("events %d; want one, undelivered, no sent", len(evs))
+	}
+	// The parked receipt was used up: a later one is a duplicate of the
+	// final record, and the old id's RecordSent finds nothing parked.
+	applyReceipt(t, q, queue.Receipt{Reference: m.ID, Status: sms.StatusDelivered}, queue.ReceiptDuplicate)
+	old.ProviderID = "pm-old"
+	if st, err := q.RecordSent(ctx, old); err != nil || st != sms.StatusSent {
+		t.Fatalf("RecordSent of the old id = %q, %v; want sent", st, err)
 	}
 }
 

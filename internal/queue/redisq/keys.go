@@ -69,6 +69,11 @@ func (k keys) finBlob(sec int64) string { return k.tag + "fz:" + strconv.FormatI
 // claim gives it (compact.go, claimDueScript).
 func (k keys) finDue() string { return k.tag + "fz:due" }
 
+// early is the STRING that keeps a receipt for id before id is stored
+// (queue.EarlyReceiptWindow): its status code and error code; it expires
+// with the window.
+func (k keys) early(id string) string { return k.tag + "early:" + id }
+
 // outstanding is the HASH producer -> queued + leased messages.
 func (k keys) outstanding() string { return k.tag + "outstanding" }
 

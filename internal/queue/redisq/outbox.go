@@ -70,59 +70,84 @@ end
 
 // recordSentScript stores a message sent outside the queue (the OTP fast
 // path) as a sent message's final record, indexes its provider id for
-// receipts and writes its sent event, in one step, as completeScript does
-// for a queued message; an id that already has a final record keeps it.
+// receipts and writes its event, in one step, as completeScript does for
+// a queued message: a receipt kept early for the id (receiptScript, the
+// early key) is applied to the record, and the one event reports its
+// status. An id that already has a final record keeps it.
 //
 // KEYS[1] the final LIST of the id's creation second, KEYS[2] its blob
 // (compact.go), KEYS[3] the compaction ZSET, KEYS[4..7] the outbox,
-// KEYS[8] the provider id's index HASH (with a provider id only).
-// ARGV[1] id, ARGV[2] the final record before its times, ARGV[3] after
-// them, ARGV[4] the id's creation time ms, ARGV[5] retention µs, ARGV[6]
-// the record JSON for the event (w set: with callbacks), ARGV[7] "1" when
-// the caller found no record of the id in the blob, with KEYS[8]: ARGV[8]
-// the index field, ARGV[9] its value, ARGV[10] the index HASH's time to
-// live ms. Returns 1, 0 when the id was stored already, -1 when the second
-// has a blob the caller has not looked in (the script cannot read it).
+// KEYS[8] the id's early key (keys.early), KEYS[9] the provider id's index
+// HASH (with a provider id only). ARGV[1] id, ARGV[2] the final record
+// before its times, ARGV[3] after them, ARGV[4] the id's creation time ms,
+// ARGV[5] retention µs, ARGV[6] the record JSON for the event (w set: with
+// callbacks), ARGV[7] "1" when the caller found no record of the id in the
+// blob, with KEYS[9]: ARGV[8] the index field, ARGV[9] its value, ARGV[10]
+// the index HASH's time to live ms. Returns the status code stored (s, or
+// the early receipt's), 0 when the id was stored already, -1 when the
+// second has a blob the caller has not looked in (the script cannot read
+// it).
 var recordSentScript = redis.NewScript(luaPrelude + luaOutbox + `
 if fin_find(KEYS[1], ARGV[1]) then return 0 end
 if ARGV[7] ~= '1' and redis.call('EXISTS', KEYS[2]) == 1 then return -1 end
 local now = now_us()
-if KEYS[8] then
-  redis.call('HSET', KEYS[8], ARGV[8], ARGV[9])
-  redis.call('PEXPIRE', KEYS[8], ARGV[10])
+if KEYS[9] then
+  redis.call('HSET', KEYS[9], ARGV[8], ARGV[9])
+  redis.call('PEXPIRE', KEYS[9], ARGV[10])
 end
-fin_append(KEYS[1], KEYS[3], ARGV[1], fin_times(ARGV[2], ARGV[3], ARGV[4], now, true), ARGV[4], ARGV[5], now)
-outbox_add({KEYS[4], KEYS[5], KEYS[6], KEYS[7]}, ARGV[1], cjson.decode(ARGV[6]), 'sent', '', now)
-return 1
+local rec = fin_times(ARGV[2], ARGV[3], ARGV[4], now, true)
+local m = cjson.decode(ARGV[6])
+local final = 's'
+local early = redis.call('GET', KEYS[8])
+if early then
+  redis.call('DEL', KEYS[8])
+  final = string.sub(early, 1, 1)
+  local code = string.sub(early, 2)
+  rec = fin_receipt(rec, final, code)
+  if code ~= '' then m.e = code end
+end
+fin_append(KEYS[1], KEYS[3], ARGV[1], rec, ARGV[4], ARGV[5], now)
+outbox_add({KEYS[4], KEYS[5], KEYS[6], KEYS[7]}, ARGV[1], m, event_words[final], event_codes[final], now)
+return final
 `)
+
+// codeStatuses maps a record's status code back to its status.
+var codeStatuses = func() map[string]sms.Status {
+	out := make(map[string]sms.Status, len(statusCodes))
+	for s, c := range statusCodes {
+		out[c] = s
+	}
+	return out
+}()
 
 // RecordSent stores m, sent outside the queue; see queue.Queue. A
 // record of the id in a compacted second (a retry, hours later, of an OTP
 // whose first outcome was unknown) is looked for in the blob here, and the
 // script runs again knowing.
-func (q *Queue) RecordSent(ctx context.Context, m *sms.Message) (err error) {
+func (q *Queue) RecordSent(ctx context.Context, m *sms.Message) (_ sms.Status, err error) {
 	if err := q.begin(ctx, "record sent"); err != nil {
-		return err
+		return "", err
 	}
 	sent := *m
 	sent.Status, sent.Attempts = sms.StatusSent, max(m.Attempts, 1)
 	head, tail, err := queue.FinalPrefix(&sent)
 	if err != nil {
-		return fmt.Errorf("redisq: record sent: %w", err)
+		return "", fmt.Errorf("redisq: record sent: %w", err)
 	}
 	r, err := toRecord(&sent)
 	if err != nil {
-		return fmt.Errorf("redisq: record sent %s: %w", m.ID, err)
+		return "", fmt.Errorf("redisq: record sent %s: %w", m.ID, err)
 	}
 	r.To, r.Body = "", ""
 	raw, err := json.Marshal(&r)
 	if err != nil {
-		return fmt.Errorf("redisq: record sent %s: %w", m.ID, err)
+		return "", fmt.Errorf("redisq: record sent %s: %w", m.ID, err)
 	}
 	created, _ := sms.IDTime(m.ID)
 	start := time.Now()
 	defer func() { q.m.observe("record_sent", start, err) }()
 	keys := append([]string{q.k.fin(m.ID), q.k.finBlob(created.Unix()), q.k.finDue()}, q.k.outbox()...)
+	keys = append(keys, q.k.early(m.ID))
 	args := []any{m.ID, head, tail, created.UnixMilli(), us(q.retention), raw, "0"}
 	if m.ProviderID != "" && len(m.ProviderID) <= queue.MaxReceiptField {
 		key, field, value := q.k.pidIndexEntry(m.ProviderID, created, time.Now())
@@ -130,29 +155,40 @@ func (q *Queue) RecordSent(ctx context.Context, m *sms.Message) (err error) {
 		args = append(args, field, value, (q.retention + pidGeneration).Milliseconds())
 	}
 	for range maxExtractTries {
-		n, err := recordSentScript.Run(ctx, q.c, keys, args...).Int()
+		v, err := recordSentScript.Run(ctx, q.c, keys, args...).Result()
 		if err != nil {
-			return fmt.Errorf("redisq: record sent %s: %w", m.ID, err)
+			return "", fmt.Errorf("redisq: record sent %s: %w", m.ID, err)
 		}
-		if n >= 0 {
-			return nil
+		switch v := v.(type) {
+		case string:
+			st, ok := codeStatuses[v]
+			if !ok {
+				return "", fmt.Errorf("redisq: record sent %s: unexpected status code %q", m.ID, v)
+			}
+			return st, nil
+		case int64:
+			if v == 0 {
+				return "", nil // stored already
+			}
+		default:
+			return "", fmt.Errorf("redisq: record sent %s: unexpected reply %v", m.ID, v)
 		}
 		_, blob, err := q.readFinal(ctx, created.Unix())
 		if err != nil {
-			return fmt.Errorf("redisq: record sent %s: %w", m.ID, err)
+			return "", fmt.Errorf("redisq: record sent %s: %w", m.ID, err)
 		}
 		if blob != "" {
 			_, found, err := blobRecord(blob, m.ID)
 			if err != nil {
-				return fmt.Errorf("redisq: record sent %s: %w", m.ID, err)
+				return "", fmt.Errorf("redisq: record sent %s: %w", m.ID, err)
 			}
 			if found {
-				return nil // stored already
+				return "", nil // stored already
 			}
 		}
 		args[6] = "1"
 	}
-	return fmt.Errorf("redisq: record sent %s: the blob kept changing", m.ID)
+	return "", fmt.Errorf("redisq: record sent %s: the blob kept changing", m.ID)
 }
 
 // claimEventsScript leases due events.

@@ -18,12 +18,16 @@ import (
 // KEYS[1] msgs HASH, KEYS[2] the final LIST of the id, KEYS[3..6] the
 // outbox (keys.outbox: an applied receipt writes its event, for a full
 // record and a final record alike), KEYS[7] the id's second's blob
-// (keys.finBlob), KEYS[8] the compaction ZSET (keys.finDue).
+// (keys.finBlob), KEYS[8] the compaction ZSET (keys.finDue), KEYS[9] the
+// id's early key (keys.early; only for a receipt by reference).
 // ARGV[1] our id, ARGV[2] the receipt's status code (v, u or f), ARGV[3]
 // its error code, ARGV[4] the id's creation time ms; to apply it to a
 // compacted record: ARGV[5] the blob's element of the id, ARGV[6] the
-// SHA-1 of the blob it was read from (else both empty).
-// Returns {0} unknown, {5, blob} when the final record may be in the blob
+// SHA-1 of the blob it was read from (else both empty), ARGV[7] with
+// KEYS[9]: queue.EarlyReceiptWindow in ms.
+// Returns {0} unknown, {6} kept in the early key (an id created within the
+// window and not stored: RecordSent applies it), {7} an early receipt kept
+// already, {5, blob} when the final record may be in the blob
 // (the caller finds the element and runs the script again with it), or
 // {result, stored value, id, form} with result 1 applied (sent → the
 // receipt's status), 2 parked (queued or sending: kept in rs/re until
@@ -70,6 +74,10 @@ if not raw then
   end
   local blob = redis.call('GET', KEYS[7])
   if blob then return {5, blob} end
+  if KEYS[9] and math.floor(now_us() / 1000) - tonumber(ARGV[4]) < tonumber(ARGV[7]) then
+    if redis.call('SET', KEYS[9], ARGV[2] .. ARGV[3], 'PX', ARGV[7], 'NX') then return {6} end
+    return {7}
+  end
   return {0}
 end
 local m = cjson.decode(raw)
@@ -235,10 +243,16 @@ func (q *Queue) ApplyReceipt(ctx context.Context, r queue.Receipt) (_ queue.Rece
 	}
 	keys := append([]string{q.k.msgs(), q.k.fin(id)}, q.k.outbox()...)
 	keys = append(keys, q.k.finBlob(created.Unix()), q.k.finDue())
+	early := []any{}
+	if r.Reference != "" {
+		keys = append(keys, q.k.early(id))
+		early = append(early, queue.EarlyReceiptWindow.Milliseconds())
+	}
 	elem, sha := "", ""
 	var reply []any
 	for try := 0; ; try++ {
-		reply, err = receiptScript.Run(ctx, q.c, keys, id, status, r.ErrorCode, created.UnixMilli(), elem, sha).Slice()
+		args := append([]any{id, status, r.ErrorCode, created.UnixMilli(), elem, sha}, early...)
+		reply, err = receiptScript.Run(ctx, q.c, keys, args...).Slice()
 		if err != nil {
 			return queue.ReceiptOutcome{}, fmt.Errorf("redisq: receipt: %w", err)
 		}
@@ -268,8 +282,13 @@ func (q *Queue) ApplyReceipt(ctx context.Context, r queue.Receipt) (_ queue.Rece
 		elem, sha = listElement(id, rec), blobSHA(blob)
 	}
 	code, _ := reply[0].(int64)
-	if code == 0 {
+	switch code {
+	case 0:
 		return queue.ReceiptOutcome{Result: queue.ReceiptUnknown}, nil
+	case 6:
+		return queue.ReceiptOutcome{Result: queue.ReceiptParked}, nil
+	case 7:
+		return queue.ReceiptOutcome{Result: queue.ReceiptDuplicate}, nil
 	}
 	res, ok := receiptResults[code]
 	if !ok || len(reply) < 3 {
