@@ -99,7 +99,7 @@ func (q *Queue) enqueueTx(tx *bolt.Tx, m *sms.Message, now time.Time) (queue.Enq
 			}
 		}
 	}
-	if tx.Bucket(bMsgs).Get([]byte(m.ID)) != nil || tx.Bucket(bFinal).Get(finalKey(m.ID)) != nil {
+	if storedID(tx, m.ID) {
 		return queue.EnqueueResult{Err: fmt.Errorf("queue: enqueue %s: id already stored", m.ID)}, nil
 	}
 	seq, err := tx.Bucket(bMsgs).NextSequence()
@@ -343,10 +343,8 @@ func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) 
 					r.Msg.LastError = r.ParkedCode
 				}
 			}
-			if o.ProviderID != "" && len(o.ProviderID) <= queue.MaxReceiptField {
-				if err := tx.Bucket(bPids).Put([]byte(o.ProviderID), []byte(r.Msg.ID)); err != nil {
-					return err
-				}
+			if err := indexProviderID(tx, o.ProviderID, r.Msg.ID); err != nil {
+				return err
 			}
 		}
 		// The event reports the status stored: a receipt parked before the

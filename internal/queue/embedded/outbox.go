@@ -134,7 +134,7 @@ func (q *Queue) RecordSent(ctx context.Context, m *sms.Message) (sms.Status, err
 	var stored sms.Status
 	err := q.update(ctx, func(tx *bolt.Tx) error {
 		stored = ""
-		if tx.Bucket(bMsgs).Get([]byte(m.ID)) != nil || tx.Bucket(bFinal).Get(finalKey(m.ID)) != nil {
+		if storedID(tx, m.ID) {
 			return nil // stored already: the first record stays
 		}
 		now := q.now()
@@ -155,10 +155,8 @@ func (q *Queue) RecordSent(ctx context.Context, m *sms.Message) (sms.Status, err
 		if err != nil {
 			return err
 		}
-		if p := sent.ProviderID; p != "" && len(p) <= queue.MaxReceiptField {
-			if err := tx.Bucket(bPids).Put([]byte(p), []byte(sent.ID)); err != nil {
-				return err
-			}
+		if err := indexProviderID(tx, sent.ProviderID, sent.ID); err != nil {
+			return err
 		}
 		if err := addEvent(tx, &sent, sent.Status, queue.EventErrorCode(sent.Status, false), ms(now)); err != nil {
 			return err

@@ -222,6 +222,21 @@ func finalize(tx *bolt.Tx, r *entry, code string, now int64) (string, error) {
 	return v, addOut(tx, r.Msg.Producer, -1)
 }
 
+// storedID reports whether id is stored, live or final.
+func storedID(tx *bolt.Tx, id string) bool {
+	return tx.Bucket(bMsgs).Get([]byte(id)) != nil || tx.Bucket(bFinal).Get(finalKey(id)) != nil
+}
+
+// indexProviderID maps a sent message's provider id to its id, for
+// receipts without a reference; an id longer than a receipt field is not
+// indexed (no receipt can name it).
+func indexProviderID(tx *bolt.Tx, providerID, id string) error {
+	if providerID == "" || len(providerID) > queue.MaxReceiptField {
+		return nil
+	}
+	return tx.Bucket(bPids).Put([]byte(providerID), []byte(id))
+}
+
 // finish makes r terminal at now: it leaves the producer's outstanding count
 // and enters the retention index.
 func finish(tx *bolt.Tx, r *entry, now int64) error {

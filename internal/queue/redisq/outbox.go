@@ -111,15 +111,6 @@ outbox_add({KEYS[4], KEYS[5], KEYS[6], KEYS[7]}, ARGV[1], m, event_words[final],
 return final
 `)
 
-// codeStatuses maps a record's status code back to its status.
-var codeStatuses = func() map[string]sms.Status {
-	out := make(map[string]sms.Status, len(statusCodes))
-	for s, c := range statusCodes {
-		out[c] = s
-	}
-	return out
-}()
-
 // RecordSent stores m, sent outside the queue; see queue.Queue. A
 // record of the id in a compacted second (a retry, hours later, of an OTP
 // whose first outcome was unknown) is looked for in the blob here, and the

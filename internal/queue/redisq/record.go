@@ -73,6 +73,15 @@ var statusCodes = map[sms.Status]string{
 	sms.StatusCanceled:    "c",
 }
 
+// codeStatuses maps a record's status code back to its status.
+var codeStatuses = func() map[string]sms.Status {
+	out := make(map[string]sms.Status, len(statusCodes))
+	for s, c := range statusCodes {
+		out[c] = s
+	}
+	return out
+}()
+
 func classCode(c sms.Class) (uint8, error) {
 	for code, cl := range classCodes {
 		if cl == c {
@@ -139,13 +148,8 @@ func (r record) message(id string) (*sms.Message, error) {
 	if int(r.Class) >= len(classCodes) {
 		return nil, fmt.Errorf("record %s: unknown class code %d", id, r.Class)
 	}
-	var status sms.Status
-	for s, code := range statusCodes {
-		if code == r.Status {
-			status = s
-		}
-	}
-	if status == "" {
+	status, ok := codeStatuses[r.Status]
+	if !ok {
 		return nil, fmt.Errorf("record %s: unknown status code %q", id, r.Status)
 	}
 	return &sms.Message{
