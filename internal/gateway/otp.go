@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -107,6 +109,7 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 		if unknown.id != "" {
 			m.ID = unknown.id // a retry after an unknown outcome: the provider may drop it
 		}
+		m.Attempts = unknown.tries + 1 // this attempt, the record's count if it is sent
 		steps.Mark(dispatch.StepIdempotency)
 		start := time.Now()
 		res, err := s.otp.SendNow(dispatch.WithSteps(ctx, steps), m, deadline)
@@ -243,8 +246,35 @@ var errOTPRecordsBusy = errors.New("the store is slow: too many OTP records in f
 // unknown, in the answer store under a key of its own scope.
 type otpUnknown struct {
 	key, token, hash string
-	id               string // the id of the earlier attempt; empty if none
+	id               string // the id of the earlier attempts; empty if none
+	tries            int    // how many attempts under id had an unknown outcome
 }
+
+// The kept entry's body is the id, then (from the second attempt) a comma
+// and the count of attempts with an unknown outcome.
+func otpUnknownBody(id string, tries int) []byte {
+	if tries <= 1 {
+		return []byte(id)
+	}
+	return []byte(id + "," + strconv.Itoa(tries))
+}
+
+func parseOTPUnknownBody(b []byte) (id string, tries int) {
+	s, n, found := strings.Cut(string(b), ",")
+	if !sms.ValidID(s) {
+		return "", 0
+	}
+	tries = 1
+	if found {
+		if v, err := strconv.Atoi(n); err == nil && v > 1 {
+			tries = min(v, maxOTPUnknownTries)
+		}
+	}
+	return s, tries
+}
+
+// maxOTPUnknownTries bounds the count a kept entry carries.
+const maxOTPUnknownTries = 1000
 
 // otpUnknownID returns the id an earlier attempt with this Idempotency-Key
 // (key; empty: none) used when its outcome was unknown, and holds that
@@ -260,21 +290,25 @@ func (s *server) otpUnknownID(ctx context.Context, p *producer, key, hash string
 		return otpUnknown{}, fmt.Errorf("idempotency: otp id: %w", err)
 	}
 	u.token = token
-	if a != nil && a.Hash == hash && sms.ValidID(string(a.Body)) {
-		u.id = string(a.Body)
+	if a != nil && a.Hash == hash {
+		u.id, u.tries = parseOTPUnknownBody(a.Body)
 	}
 	return u, nil
 }
 
-// finish keeps id for the window when the outcome of its send (err) is
-// unknown, and otherwise releases the entry.
+// finish keeps id (and the count of unknown outcomes) for the window when
+// the outcome of its send (err) is unknown, and otherwise releases the
+// entry.
 func (u otpUnknown) finish(ctx context.Context, s *server, id string, err error) {
-	if u.key == "" || u.token == "" || (u.id != "" && errors.Is(err, dispatch.ErrOutcomeUnknown)) {
-		return // nothing held, or already kept
+	unknown := errors.Is(err, dispatch.ErrOutcomeUnknown)
+	if u.key == "" || (u.token == "" && !unknown) {
+		return // nothing held, nothing to count
 	}
 	var keep *state.Answer
-	if errors.Is(err, dispatch.ErrOutcomeUnknown) {
-		keep = &state.Answer{Hash: u.hash, Status: http.StatusServiceUnavailable, Body: []byte(id)}
+	if unknown {
+		// kept (again, with one more attempt counted) whether or not the
+		// entry was there: an entry found holds no lock (empty token)
+		keep = &state.Answer{Hash: u.hash, Status: http.StatusServiceUnavailable, Body: otpUnknownBody(id, u.tries+1)}
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"smsgw/internal/provider/sim"
+	"smsgw/internal/sms"
 )
 
 // TestOTPUnknownKeepsID (issue 8, finding 9): an OTP whose outcome is
@@ -24,9 +25,9 @@ func TestOTPUnknownKeepsID(t *testing.T) {
 		_ = json.NewDecoder(r.Body).Decode(&req)
 		mu.Lock()
 		refs = append(refs, req.Reference+"/"+r.Header.Get("Idempotency-Key"))
-		first := len(refs) == 1
+		unanswered := len(refs) <= 2
 		mu.Unlock()
-		if first {
+		if unanswered {
 			select { // no answer within the caller's deadline
 			case <-r.Context().Done():
 			case <-release:
@@ -42,22 +43,41 @@ func TestOTPUnknownKeepsID(t *testing.T) {
 	cfg.Provider.HTTP.URL = srv.URL
 	h := startWith(t, cfg, nil)
 
-	first := h.post("/v1/otp", keyLogin, otpBody("deadline_ms", 300), "Idempotency-Key", "login-42")
-	wantStatus(t, first, http.StatusServiceUnavailable)
-	id, _ := first.problem(t)["id"].(string)
-	if id == "" {
-		t.Errorf("the unknown outcome's problem does not name the message id: %s", first.body)
+	var id string
+	for i := range 2 {
+		r := h.post("/v1/otp", keyLogin, otpBody("deadline_ms", 300), "Idempotency-Key", "login-42")
+		wantStatus(t, r, http.StatusServiceUnavailable)
+		got, _ := r.problem(t)["id"].(string)
+		if got == "" {
+			t.Fatalf("attempt %d: the unknown outcome's problem does not name the message id: %s", i+1, r.body)
+		}
+		if i > 0 && got != id {
+			t.Errorf("attempt %d used id %s, the first %s", i+1, got, id)
+		}
+		id = got
 	}
-	second := h.post("/v1/otp", keyLogin, otpBody("deadline_ms", 2000), "Idempotency-Key", "login-42")
-	wantStatus(t, second, http.StatusOK)
+	third := h.post("/v1/otp", keyLogin, otpBody("deadline_ms", 2000), "Idempotency-Key", "login-42")
+	wantStatus(t, third, http.StatusOK)
 	var sent otpSent
-	second.json(t, &sent)
+	third.json(t, &sent)
 	mu.Lock()
-	defer mu.Unlock()
-	if len(refs) != 2 || refs[0] != refs[1] {
-		t.Fatalf("the provider saw %v; want the same reference and key twice", refs)
+	if len(refs) != 3 || refs[0] != refs[1] || refs[1] != refs[2] {
+		t.Fatalf("the provider saw %v; want the same reference and key three times", refs)
 	}
-	if id != "" && sent.ID != id {
-		t.Errorf("the retry sent %s, the first attempt %s", sent.ID, id)
+	mu.Unlock()
+	if sent.ID != id {
+		t.Errorf("the retry sent %s, the first attempts %s", sent.ID, id)
+	}
+	var v messageView
+	eventually(t, "the sent OTP stored", func() bool {
+		g := h.get("/v1/messages/"+sent.ID, keyLogin)
+		if g.status != http.StatusOK {
+			return false
+		}
+		g.json(t, &v)
+		return true
+	})
+	if v.Status != sms.StatusSent || v.Attempts != 3 {
+		t.Errorf("the OTP's record: status %s, attempts %d; want sent after 3 attempts", v.Status, v.Attempts)
 	}
 }
