@@ -3,7 +3,7 @@ package dispatch
 // The send path, one named step per function, in the order a message meets
 // them:
 //
-//	take → expire check → reserve → sleep delay → breaker → send → answered → outcome
+//	take → receipt check → expire check → reserve → sleep delay → breaker → send → answered → outcome
 //
 // take, expire check and reserve run in the lane's pacer; the rest in a
 // sender goroutine. Each step logs and counts what it decides. The OTP fast
@@ -124,9 +124,26 @@ func (d *Dispatcher) holdCheck(f *flight) bool {
 	return true
 }
 
-// gone reports whether f was ended or put back before reserving: expired,
-// or held for quiet hours.
-func (d *Dispatcher) gone(f *flight) bool { return d.expireCheck(f) || d.holdCheck(f) }
+// Step 2c: a message with a receipt parked on it reached the provider on
+// an earlier attempt whose outcome was unknown (the receipt came after):
+// it is completed as sent, which stores the receipt's status, and never
+// sent again. It spends no rate.
+func (d *Dispatcher) receivedCheck(f *flight) bool {
+	if f.l.Receipt == "" {
+		return false
+	}
+	m := f.l.Message
+	d.log.Info("a receipt came for an earlier attempt: stored as sent, not sent again", "id", m.ID, "class", m.Class.String(),
+		"receipt", string(f.l.Receipt), "attempts", m.Attempts)
+	d.complete(f, queue.Outcome{Status: sms.StatusSent, ProviderID: m.ProviderID, Attempts: m.Attempts}, outcomeSent)
+	return true
+}
+
+// gone reports whether f was ended or put back before reserving: already
+// at the provider (a receipt came), expired, or held for quiet hours.
+func (d *Dispatcher) gone(f *flight) bool {
+	return d.receivedCheck(f) || d.expireCheck(f) || d.holdCheck(f)
+}
 
 // cost is the message's units of provider rate.
 func (d *Dispatcher) cost(m *sms.Message) int {

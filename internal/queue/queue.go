@@ -126,13 +126,19 @@ type TakeOptions struct {
 type Leased struct {
 	Message *sms.Message // Status is StatusSending; Attempts as stored (not yet incremented for this try)
 	Token   string       // opaque lease token; pass it back on Extend/Complete/Requeue/Dead
+	// Receipt is the status of a delivery receipt parked on the message
+	// (delivered, undelivered or failed; empty if none): an earlier attempt
+	// whose outcome was unknown reached the provider. Complete with sent
+	// stores the receipt's status; the send loop does that without sending
+	// the message again.
+	Receipt sms.Status
 }
 
 // Outcome ends a lease with a terminal status.
 type Outcome struct {
 	Status     sms.Status // StatusSent, StatusFailed or StatusExpired (CompleteStatus); a receipt parked on the message turns sent into its status
 	ProviderID string     // for sent
-	Reason     string     // for failed / expired: short, safe text stored as LastError
+	Reason     string     // for failed / expired: short, safe text stored as LastError (empty: the stored one is kept)
 	Attempts   int        // attempts made including this one (stored as is)
 }
 
@@ -179,7 +185,9 @@ type Queue interface {
 	// Enqueue stores m durably before returning. m.ID must be set (sms.NewID);
 	// Status is set to queued. With m.IdempotencyKey set, a second enqueue of
 	// the same (Producer, IdempotencyKey) within the idempotency window
-	// returns the first message with Existed.
+	// returns the first message with Existed. An id already stored (a
+	// retried enqueue) is not stored twice: the stored message is
+	// returned with Existed.
 	Enqueue(ctx context.Context, m *sms.Message) (EnqueueResult, error)
 	// EnqueueMany stores many messages in one durable commit where the
 	// backend can; results are in input order.
@@ -190,17 +198,19 @@ type Queue interface {
 	// duration is then how long until the next scheduled message of the
 	// given classes becomes ready (0 if none is scheduled).
 	Take(ctx context.Context, opt TakeOptions) (*Leased, time.Duration, error)
-	// TakeMore leases, in one call, more ready messages in the order Take
-	// would hand them out: while fewer than max are taken and the units
-	// taken (each message max(Segments, 1)) are fewer than units. It never
-	// waits and returns what it took, possibly none (not ErrEmpty). A
-	// sender fills a batch with it in one round trip.
+	// TakeMore leases, in one call, more ready messages of one class, in
+	// the order Take would hand them out: those of the first class (in
+	// opt.Classes' order) that has any ready, while fewer than max are
+	// taken and the units taken (each message max(Segments, 1)) are fewer
+	// than units. It never waits and returns what it took, possibly none
+	// (not ErrEmpty). A sender fills a batch with it in one round trip.
 	TakeMore(ctx context.Context, opt TakeOptions, max, units int) ([]*Leased, error)
 	Extend(ctx context.Context, l *Leased, lease time.Duration) error
 	Complete(ctx context.Context, l *Leased, o Outcome) error
 	Requeue(ctx context.Context, l *Leased, o RequeueOptions) error
 	// Dead ends the lease and moves the message to the dead letters
-	// (Status failed, Dead true).
+	// (Status failed, Dead true), reason stored as LastError (empty: the
+	// stored one is kept).
 	Dead(ctx context.Context, l *Leased, reason string, attempts int) error
 
 	// ApplyReceipt applies a provider's delivery receipt, atomically and
@@ -222,13 +232,17 @@ type Queue interface {
 	// Complete, what is kept of a canceled message is its final record
 	// (no body, no full number), and that is what Cancel returns.
 	// ErrNotFound when no such message of that producer is stored,
-	// ErrNotCancelable once it is sending or done.
+	// ErrNotCancelable once it is sending or done, or when a receipt is
+	// parked on it (the provider has it; the message returned carries the
+	// receipt's status).
 	Cancel(ctx context.Context, id, producer string) (*sms.Message, error)
 
 	// Recover hands every expired lease back to the ready queue (without
 	// spending an attempt) and returns how many it moved.
 	Recover(ctx context.Context) (int, error)
 
+	// DeadLetters returns up to limit dead letters, oldest death first
+	// (none for a limit of 0 or less).
 	DeadLetters(ctx context.Context, limit int) ([]*sms.Message, error)
 	// RetryDead queues a dead letter again with its attempts and crashes
 	// reset.

@@ -431,3 +431,31 @@ func TestEarlyReceiptsPruned(t *testing.T) {
 		t.Fatalf("%d early receipts kept after both were stored", n)
 	}
 }
+
+// TestTakeDropsOrphanReadyEntry: a ready-index entry whose message is
+// missing does not block its class (Take errored on it before, forever);
+// it is dropped and the next message is handed out, as the Redis take
+// script does.
+func TestTakeDropsOrphanReadyEntry(t *testing.T) {
+	q := open(t, Config{})
+	ctx := t.Context()
+	m := smstest.Message("p", sms.ClassMarketing)
+	if _, err := q.Enqueue(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	orphan := smstest.Message("p", sms.ClassMarketing)
+	if err := q.update(ctx, func(tx *bolt.Tx) error {
+		return tx.Bucket(bReady).Put(readyKey(sms.ClassMarketing, 0, 0), []byte(orphan.ID))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the second time, nothing is left to skip
+		l, _, err := q.Take(ctx, queue.TakeOptions{Owner: "t", Lease: time.Minute, Classes: []sms.Class{sms.ClassMarketing}})
+		if err != nil || l.Message.ID != m.ID {
+			t.Fatalf("Take past an orphan entry: %v, %v; want %s", l, err, m.ID)
+		}
+		if err := q.Requeue(ctx, l, queue.RequeueOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

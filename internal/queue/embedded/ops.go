@@ -99,8 +99,9 @@ func (q *Queue) enqueueTx(tx *bolt.Tx, m *sms.Message, now time.Time) (queue.Enq
 			}
 		}
 	}
-	if storedID(tx, m.ID) {
-		return queue.EnqueueResult{Err: fmt.Errorf("queue: enqueue %s: id already stored", m.ID)}, nil
+	// the same id stored before (a retried enqueue) is not stored twice
+	if stored, err := getMessage(tx, m.ID); err != nil || stored != nil {
+		return queue.EnqueueResult{Message: stored, Existed: stored != nil}, err
 	}
 	seq, err := tx.Bucket(bMsgs).NextSequence()
 	if err != nil {
@@ -215,13 +216,15 @@ func (q *Queue) TakeMore(ctx context.Context, opt queue.TakeOptions, most, units
 	err = q.update(ctx, func(tx *bolt.Tx) error {
 		out = out[:0]
 		now := q.now()
+		from := classes
 		for used := 0; len(out) < most && used < units; {
-			l, _, err := takeTx(tx, classes, opt, now)
+			l, _, err := takeTx(tx, from, opt, now)
 			if err != nil || l == nil {
 				return err
 			}
 			out = append(out, l)
 			used += max(l.Message.Segments, 1)
+			from = []sms.Class{l.Message.Class} // the rest from the same class
 		}
 		return nil
 	})
@@ -235,24 +238,31 @@ func (q *Queue) TakeMore(ctx context.Context, opt queue.TakeOptions, most, units
 // next is due) when none is ready.
 func takeTx(tx *bolt.Tx, classes []sms.Class, opt queue.TakeOptions, now time.Time) (*queue.Leased, time.Duration, error) {
 	nowMs := ms(now)
-	k, wait := head(tx, classes, nowMs)
-	if k == nil {
-		return nil, wait, nil // another taker was first
-	}
-	id := string(tx.Bucket(bReady).Get(k))
-	r, err := getEntry(tx, id)
-	if err != nil {
-		return nil, 0, err
-	}
-	if r == nil {
-		return nil, 0, fmt.Errorf("ready index names %s, which is not stored", id)
-	}
-	if err := tx.Bucket(bReady).Delete(k); err != nil {
-		return nil, 0, err
+	var r *entry
+	for r == nil {
+		k, wait := head(tx, classes, nowMs)
+		if k == nil {
+			return nil, wait, nil // another taker was first
+		}
+		id := string(tx.Bucket(bReady).Get(k))
+		e, err := getEntry(tx, id)
+		if err != nil {
+			return nil, 0, err
+		}
+		if err := tx.Bucket(bReady).Delete(k); err != nil {
+			return nil, 0, err
+		}
+		// An index entry without its queued message (never written so) is
+		// dropped, not handed out and not left to block its class: as the
+		// Redis take script does.
+		if e != nil && e.Msg.Status == sms.StatusQueued {
+			r = e
+		}
 	}
 	if err := addClass(tx, r.Msg.Class, kindQueued, -1); err != nil {
 		return nil, 0, err
 	}
+	id := r.Msg.ID
 	r.Token = rand.Text()
 	r.Owner = opt.Owner
 	r.Lease = nowMs + durMs(opt.Lease)
@@ -268,7 +278,7 @@ func takeTx(tx *bolt.Tx, classes []sms.Class, opt queue.TakeOptions, now time.Ti
 		return nil, 0, err
 	}
 	m := r.Msg
-	return &queue.Leased{Message: &m, Token: r.Token}, 0, nil
+	return &queue.Leased{Message: &m, Token: r.Token, Receipt: r.Parked}, 0, nil
 }
 
 // ack runs fn on the entry l leases, inside a group commit. fn sees the
@@ -401,7 +411,9 @@ func (q *Queue) Dead(ctx context.Context, l *queue.Leased, reason string, attemp
 		r.Msg.Status = sms.StatusFailed
 		r.Msg.Dead = true
 		r.Msg.Attempts = attempts
-		r.Msg.LastError = reason
+		if reason != "" {
+			r.Msg.LastError = reason
+		}
 		r.Msg.UpdatedAt = now
 		nowMs := ms(now)
 		if err := finish(tx, r, nowMs); err != nil {
@@ -709,7 +721,7 @@ func (q *Queue) pruneDone(ctx context.Context) (int, error) {
 // DeadLetters returns up to limit dead letters, those that died first first.
 func (q *Queue) DeadLetters(ctx context.Context, limit int) ([]*sms.Message, error) {
 	if limit <= 0 {
-		limit = 100
+		return nil, ctx.Err()
 	}
 	var out []*sms.Message
 	err := q.view(ctx, func(tx *bolt.Tx) error {

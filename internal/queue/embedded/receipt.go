@@ -166,6 +166,12 @@ func (q *Queue) Cancel(ctx context.Context, id, producer string) (*sms.Message, 
 			res = queue.ErrNotCancelable
 			return nil
 		}
+		if r.Parked != "" {
+			// a receipt came: the provider has it, whatever the queue says
+			m.Status = r.Parked
+			res = queue.ErrNotCancelable
+			return nil
+		}
 		if err := tx.Bucket(bReady).Delete(readyKey(r.Msg.Class, r.Due, r.Seq)); err != nil {
 			return err
 		}

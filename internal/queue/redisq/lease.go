@@ -133,11 +133,11 @@ func (q *Queue) take(ctx context.Context, op string, opt queue.TakeOptions, most
 	out := make([]*queue.Leased, 0, len(reply)/2)
 	for i := 1; i < len(reply); i += 2 {
 		id, _ := reply[i+1].(string)
-		m, err := decodeStored(id, reply[i])
+		m, parked, err := decodeParked(id, reply[i])
 		if err != nil {
 			return nil, 0, fmt.Errorf("redisq: %s: %w", op, err)
 		}
-		out = append(out, &queue.Leased{Message: m, Token: token + strconv.Itoa(len(out)+1)})
+		out = append(out, &queue.Leased{Message: m, Token: token + strconv.Itoa(len(out)+1), Receipt: parked})
 	}
 	return out, 0, nil
 }
@@ -263,7 +263,10 @@ func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) 
 		return fmt.Errorf("redisq: complete %s: %w", l.Message.ID, err)
 	}
 	final := *l.Message
-	final.Status, final.Attempts, final.ProviderID, final.LastError = o.Status, o.Attempts, o.ProviderID, o.Reason
+	final.Status, final.Attempts, final.ProviderID = o.Status, o.Attempts, o.ProviderID
+	if o.Reason != "" {
+		final.LastError = o.Reason
+	}
 	head, tail, err := queue.FinalPrefix(&final)
 	if err != nil {
 		return fmt.Errorf("redisq: complete: %w", err)

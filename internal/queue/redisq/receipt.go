@@ -373,7 +373,7 @@ func (q *Queue) Cancel(ctx context.Context, id, producer string) (_ *sms.Message
 		if err != nil {
 			return nil, fmt.Errorf("redisq: cancel %s: %w", id, err)
 		}
-		m, err := decodeStored(id, raw)
+		m, parked, err := decodeParked(id, raw)
 		if err != nil {
 			return nil, fmt.Errorf("redisq: cancel %s: %w", id, err)
 		}
@@ -382,6 +382,11 @@ func (q *Queue) Cancel(ctx context.Context, id, producer string) (_ *sms.Message
 		}
 		if m.Status != sms.StatusQueued {
 			return m, fmt.Errorf("redisq: cancel %s: %s: %w", id, m.Status, queue.ErrNotCancelable)
+		}
+		if parked != "" {
+			// a receipt came: the provider has it, whatever the queue says
+			m.Status = parked
+			return m, fmt.Errorf("redisq: cancel %s: a receipt came: %w", id, queue.ErrNotCancelable)
 		}
 		final := *m
 		final.Status = sms.StatusCanceled

@@ -51,6 +51,9 @@ type record struct {
 	LastError  string `json:"e,omitempty"`  // short, safe text of the last failure
 	ProviderID string `json:"pm,omitempty"` // the provider's message id
 	Dead       bool   `json:"d,omitempty"`  // a dead letter (status f)
+	// Parked is the status code of a receipt parked on the message (the
+	// scripts write it with its error code "re", which Go does not read).
+	Parked string `json:"rs,omitempty"`
 }
 
 // classCodes is the record's class numbering, fixed here rather than taken
@@ -165,18 +168,34 @@ func (r record) message(id string) (*sms.Message, error) {
 // decodeStored reads the value of message id in the msgs HASH: a record, or
 // a legacy message.
 func decodeStored(id string, raw any) (*sms.Message, error) {
+	m, _, err := decodeParked(id, raw)
+	return m, err
+}
+
+// decodeParked is decodeStored that also returns the status of a receipt
+// parked on the message (empty if none).
+func decodeParked(id string, raw any) (*sms.Message, sms.Status, error) {
 	s, ok := raw.(string)
 	if !ok {
-		return nil, fmt.Errorf("unexpected message reply %T", raw)
+		return nil, "", fmt.Errorf("unexpected message reply %T", raw)
 	}
 	var r record
 	if err := json.Unmarshal([]byte(s), &r); err != nil {
-		return nil, fmt.Errorf("decode stored message %s: %w", id, err)
+		return nil, "", fmt.Errorf("decode stored message %s: %w", id, err)
 	}
 	if r.Status == "" {
-		return decodeLegacy(id, s)
+		m, err := decodeLegacy(id, s)
+		return m, "", err
 	}
-	return r.message(id)
+	m, err := r.message(id)
+	if err != nil || r.Parked == "" {
+		return m, "", err
+	}
+	parked, ok := codeStatuses[r.Parked]
+	if !ok || !parked.Receipt() {
+		return nil, "", fmt.Errorf("record %s: unknown receipt status code %q", id, r.Parked)
+	}
+	return m, parked, nil
 }
 
 func decodeLegacy(id, s string) (*sms.Message, error) {

@@ -209,6 +209,7 @@ func TestJSONRoundTrip(t *testing.T) {
 	}
 	want := *m
 	want.Status, want.Attempts, want.ProviderID = sms.StatusSent, 2, "SM\"1\""
+	want.LastError = "503 «busy»" // the retry's error, kept: Complete named none
 	// A final record: no body or key, the number masked.
 	want.Body, want.IdempotencyKey, want.NotBefore = "", "", time.Time{}
 	want.To, want.Encoding = sms.MaskPhone(m.To), sms.UCS2
