@@ -159,14 +159,21 @@ func (s *server) postMessage(w http.ResponseWriter, r *http.Request) {
 }
 
 // accept runs admission for one message and queues it.
-func (s *server) accept(ctx context.Context, w http.ResponseWriter, p *producer, v validated, key string) (*response, error) {
+func (s *server) accept(ctx context.Context, w http.ResponseWriter, p *producer, v validated, key string) (_ *response, err error) {
 	now := s.now()
 	if ferr := checkSendAt(v.msg.SendAt, now, ""); ferr != nil {
 		return nil, invalid([]fieldProblem{*ferr})
 	}
-	if err := s.protectOne(ctx, v.msg.Class, v.msg.To); err != nil {
+	held, err := s.protectOne(ctx, v.msg.Class, v.msg.To)
+	if err != nil {
 		return nil, err
 	}
+	queued := false
+	defer func() {
+		if !queued { // refused, or an earlier message answered: it does not count against its number
+			held.giveBack(ctx, s.log)
+		}
+	}()
 	if _, err := s.admitOutstanding(ctx, p, 1); err != nil {
 		return nil, err
 	}
@@ -185,6 +192,7 @@ func (s *server) accept(ctx context.Context, w http.ResponseWriter, p *producer,
 	if res.Existed {
 		return s.existing(res.Message, m, eta, now)
 	}
+	queued = true
 	s.eta.accepted(now, m)
 	s.notify(m.Class)
 	s.metrics.accepted.WithLabelValues(m.Class.String()).Inc()
@@ -336,12 +344,22 @@ func (s *server) itemError(r *http.Request, it *batchItem, err error) {
 // ingress quota allow, in order; the rest get 429. When none fits the
 // whole batch is a 429, so a client simply retries it later.
 func (s *server) acceptBatch(ctx context.Context, w http.ResponseWriter, r *http.Request, p *producer,
-	vs []validated, valid []int, items []batchItem, key string) (*response, error) {
+	vs []validated, valid []int, items []batchItem, key string) (_ *response, err error) {
 	now := s.now()
-	valid, err := s.protectItems(ctx, r, vs, valid, items)
+	valid, held, err := s.protectItems(ctx, r, vs, valid, items)
 	if err != nil {
 		return nil, err
 	}
+	var adm admitted
+	defer func() {
+		// an OTP item refused after protection, answered by an earlier
+		// message, or in a batch that failed does not count against its
+		// number
+		held.only(func(i int) bool {
+			m := adm.msgs[i]
+			return err != nil || m == nil || items[i].Message == nil || items[i].Message.ID != m.ID
+		}).giveBack(ctx, s.log)
+	}()
 	if len(valid) == 0 {
 		// Refused whole: the answer costs one unit of the producer's
 		// quota, so repeating it is throttled like any other request,
@@ -350,7 +368,6 @@ func (s *server) acceptBatch(ctx context.Context, w http.ResponseWriter, r *http
 			return nil, err
 		}
 	}
-	var adm admitted
 	if len(valid) > 0 {
 		room, err := s.admitOutstanding(ctx, p, len(valid))
 		if err != nil {

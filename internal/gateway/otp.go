@@ -90,9 +90,16 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 	steps.Mark(dispatch.StepDecode)
 	s.idempotent(w, r, p, "otp", v.msg.RequestHash, func(ctx context.Context, key string) (*response, error) {
 		steps.Mark(dispatch.StepIdempotency)
-		if err := s.protectOne(ctx, sms.ClassOTP, v.msg.To); err != nil {
+		held, err := s.protectOne(ctx, sms.ClassOTP, v.msg.To)
+		if err != nil {
 			return nil, err
 		}
+		mayHaveSent := false
+		defer func() {
+			if !mayHaveSent { // refused or not sent: it does not count against the number
+				held.giveBack(ctx, s.log)
+			}
+		}()
 		steps.Mark(dispatch.StepProtect)
 		if _, err := s.admitIngress(ctx, w, p, 1); err != nil {
 			return nil, err
@@ -117,6 +124,7 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 		s.metrics.otpSteps(steps)
 		w.Header().Set("Server-Timing", steps.ServerTiming())
 		unknown.finish(ctx, s, m.ID, err)
+		mayHaveSent = err == nil || errors.Is(err, dispatch.ErrOutcomeUnknown)
 		if err != nil {
 			if errors.Is(err, dispatch.ErrOutcomeUnknown) {
 				err = &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err, Extra: map[string]any{"id": m.ID},

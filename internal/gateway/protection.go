@@ -129,10 +129,14 @@ type target struct {
 }
 
 // check decides for every target of class cls. It returns one entry per
-// target: nil when the message may go on, else the *Error to answer. The
-// error is a store failure (503): then nothing was decided.
-func (p *protector) check(ctx context.Context, cls sms.Class, ts []target) ([]*apiError, error) {
+// target: nil when the message may go on, else the *Error to answer; and
+// the OTPs it counted against their numbers (protection.otp_per_number),
+// which the caller gives back (holds.giveBack) for each message refused
+// later, so that only OTPs the gateway let through count. The error is a
+// store failure (503): then nothing was decided and nothing is held.
+func (p *protector) check(ctx context.Context, cls sms.Class, ts []target) ([]*apiError, holds, error) {
 	out := make([]*apiError, len(ts))
+	var held holds
 	var rest []int // indexes still allowed after the static checks
 	for i, t := range ts {
 		if e := p.checkDestination(cls, t); e != nil {
@@ -142,7 +146,7 @@ func (p *protector) check(ctx context.Context, cls sms.Class, ts []target) ([]*a
 		rest = append(rest, i)
 	}
 	if len(rest) == 0 {
-		return out, nil
+		return out, nil, nil
 	}
 	ids := make([]string, len(rest))
 	down := cls == sms.ClassOTP && p.sharedDown()
@@ -150,7 +154,7 @@ func (p *protector) check(ctx context.Context, cls sms.Class, ts []target) ([]*a
 	shared := err == nil && !down
 	switch {
 	case err != nil && cls != sms.ClassOTP:
-		return nil, unavailable("protection store", err)
+		return nil, nil, unavailable("protection store", err)
 	case !shared:
 		// The OTP fast path keeps sending while the store is down (as it
 		// does on the limiter's fallback): numbers are counted by this
@@ -166,17 +170,62 @@ func (p *protector) check(ctx context.Context, cls sms.Class, ts []target) ([]*a
 	}
 	if cls != sms.ClassOTP || p.cfg.SuppressOTP && shared {
 		if err := p.checkSuppressed(ctx, cls, ts, rest, ids, out); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if cls != sms.ClassOTP {
-		return out, nil
+		return out, nil, nil
 	}
-	if err := p.checkOTPPerNumber(ctx, cls, ts, rest, ids, shared, out); err != nil {
-		return nil, err
+	held, err = p.checkOTPPerNumber(ctx, cls, ts, rest, ids, shared, out)
+	if err != nil {
+		held.giveBack(ctx, p.log)
+		return nil, nil, err
 	}
-	return out, nil
+	return out, held, nil
 }
+
+// hold is one OTP counted against its number: the store that counted it,
+// the number's id and the entry's ticket; target is the index of its
+// target in the check.
+type hold struct {
+	store  state.NumberLimits
+	key    string
+	ticket string
+	target int
+}
+
+// holds are the OTPs one check counted.
+type holds []hold
+
+// giveBack returns every hold to its store, on a context of its own (the
+// request's may have ended: the client went away). A failure leaves the
+// OTP counted, the safe side: it is logged, not answered.
+func (hs holds) giveBack(ctx context.Context, log *slog.Logger) {
+	if len(hs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
+	defer cancel()
+	for _, h := range hs {
+		if err := h.store.Return(ctx, h.key, h.ticket); err != nil {
+			log.DebugContext(ctx, "protection: an OTP refused later stays counted against its number", "err", err)
+		}
+	}
+}
+
+// only returns the holds of the targets keep says to give back.
+func (hs holds) only(keep func(target int) bool) holds {
+	var out holds
+	for _, h := range hs {
+		if keep(h.target) {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// giveBackTimeout bounds the return of one request's holds.
+const giveBackTimeout = 2 * time.Second
 
 // checkSuppressed refuses, in out, the targets rest whose number ids are
 // on the suppression list. An OTP skips a failing list (the fast path
@@ -225,7 +274,9 @@ func (p *protector) checkDeferred(ctx context.Context, cls sms.Class, t target) 
 // number's allowance (protection.otp_per_number), refusing in out those
 // over it, and feeds the velocity alarm. A failing shared store falls
 // back to this process's count for the rest of the request.
-func (p *protector) checkOTPPerNumber(ctx context.Context, cls sms.Class, ts []target, rest []int, ids []string, shared bool, out []*apiError) error {
+func (p *protector) checkOTPPerNumber(ctx context.Context, cls sms.Class, ts []target, rest []int, ids []string, shared bool,
+	out []*apiError) (holds, error) {
+	var held holds
 	for k, i := range rest {
 		if out[i] != nil {
 			continue
@@ -235,16 +286,19 @@ func (p *protector) checkOTPPerNumber(ctx context.Context, cls sms.Class, ts []t
 			if shared {
 				store = p.numbers
 			}
-			ok, after, err := store.Take(ctx, ids[k], lim.Limit, lim.Window)
+			ticket, after, err := store.Take(ctx, ids[k], lim.Limit, lim.Window)
 			if err != nil && shared {
 				p.fellBack(ctx, err)
 				shared = false // the rest of a batch does not wait on the store again
-				ok, after, err = p.local.Take(ctx, ids[k], lim.Limit, lim.Window)
+				store = p.local
+				ticket, after, err = store.Take(ctx, ids[k], lim.Limit, lim.Window)
 			}
 			if err != nil {
-				return unavailable("OTP per-number limit", err)
+				return held, unavailable("OTP per-number limit", err)
 			}
-			if !ok {
+			if ticket != "" {
+				held = append(held, hold{store: store, key: ids[k], ticket: ticket, target: i})
+			} else {
 				out[i] = p.refuse(refusedOTPPerNumber, cls, &apiError{Kind: kindOTPNumberLimited, RetryAfter: after,
 					Detail: fmt.Sprintf("%s: at most %d OTPs per number every %s; nothing was sent", ts[i].field, lim.Limit, lim.Window),
 					Extra:  map[string]any{"limit": lim.Limit, "window_seconds": int64(lim.Window.Seconds())}})
@@ -253,7 +307,7 @@ func (p *protector) checkOTPPerNumber(ctx context.Context, cls sms.Class, ts []t
 		}
 		p.alarm.observe(ts[i].to)
 	}
-	return nil
+	return held, nil
 }
 
 // checkDestination is the static part: the number's region and type.
@@ -489,20 +543,24 @@ func maskPrefix(prefix string, length int) string {
 }
 
 // protectOne is check for one message whose number is in the field "to".
-func (s *server) protectOne(ctx context.Context, cls sms.Class, to string) error {
-	errs, err := s.protect.check(ctx, cls, []target{{to: to, field: "to"}})
+// The caller gives the holds back (holds.giveBack) when it refuses the
+// message later or nothing is sent.
+func (s *server) protectOne(ctx context.Context, cls sms.Class, to string) (holds, error) {
+	errs, held, err := s.protect.check(ctx, cls, []target{{to: to, field: "to"}})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if errs[0] != nil {
-		return errs[0]
+		return nil, errs[0]
 	}
-	return nil
+	return held, nil
 }
 
 // protectItems is check for the valid items of a batch, by class: the
-// items it refuses get their problem and leave valid, which it returns.
-func (s *server) protectItems(ctx context.Context, r *http.Request, vs []validated, valid []int, items []batchItem) ([]int, error) {
+// items it refuses get their problem and leave valid, which it returns
+// with the OTPs it counted (each hold's target is its item's index).
+func (s *server) protectItems(ctx context.Context, r *http.Request, vs []validated, valid []int, items []batchItem) ([]int, holds, error) {
+	var held holds
 	byClass := map[sms.Class][]int{}
 	for _, i := range valid {
 		byClass[vs[i].msg.Class] = append(byClass[vs[i].msg.Class], i)
@@ -517,9 +575,14 @@ func (s *server) protectItems(ctx context.Context, r *http.Request, vs []validat
 		for k, i := range idx {
 			ts[k] = target{to: vs[i].msg.To, field: "messages[" + strconv.Itoa(i) + "].to"}
 		}
-		errs, err := s.protect.check(ctx, cls, ts)
+		errs, hs, err := s.protect.check(ctx, cls, ts)
 		if err != nil {
-			return nil, err
+			held.giveBack(ctx, s.log)
+			return nil, nil, err
+		}
+		for _, h := range hs {
+			h.target = idx[h.target]
+			held = append(held, h)
 		}
 		for k, e := range errs {
 			if e != nil {
@@ -534,5 +597,5 @@ func (s *server) protectItems(ctx context.Context, r *http.Request, vs []validat
 			out = append(out, i)
 		}
 	}
-	return out, nil
+	return out, held, nil
 }

@@ -205,3 +205,49 @@ func TestLocalIdempotencyByteBound(t *testing.T) {
 		t.Error("the oldest answer was kept past the byte cap")
 	}
 }
+
+// TestLocalNumberLimitsFull: a full table forgets the numbers least
+// recently sent to (an eighth at a time) instead of refusing every new
+// number for the window; a number sent to since keeps its count.
+func TestLocalNumberLimitsFull(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := NewLocalNumberLimits(16)
+	now := time.Unix(1_700_000_000, 0)
+	s.now = func() time.Time { return now }
+	take := func(key string) bool {
+		t.Helper()
+		ticket, _, err := s.Take(ctx, key, 2, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ticket != ""
+	}
+	for i := range 16 {
+		now = now.Add(time.Second)
+		if !take(fmt.Sprintf("n%02d", i)) {
+			t.Fatalf("number %d of 16 refused", i)
+		}
+	}
+	// n00 is sent to again: the most recent now, at its limit
+	now = now.Add(time.Second)
+	if !take("n00") || take("n00") {
+		t.Fatal("n00: want its second OTP allowed and a third refused")
+	}
+	now = now.Add(time.Second)
+	if !take("new") {
+		t.Fatal("a new number refused while the table is full")
+	}
+	if got := s.Evicted(); got != 2 {
+		t.Errorf("evicted %d numbers, want 2 (an eighth of 16)", got)
+	}
+	if take("n00") {
+		t.Error("the hammered number lost its count when the table made room")
+	}
+	if !take("n01") || !take("n01") {
+		t.Error("n01, forgotten, should start a fresh count")
+	}
+	if len(s.nums) > 16 {
+		t.Errorf("%d numbers held, cap 16", len(s.nums))
+	}
+}

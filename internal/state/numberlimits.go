@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -18,12 +20,18 @@ import (
 // numbers (the caller hashes; a store never sees a number). Taking is
 // atomic: of concurrent Takes at the limit exactly the allowed number
 // succeed, and a refused Take records nothing, so a number hammered while
-// refused is free again one window after its last allowed OTP.
+// refused is free again one window after its last allowed OTP. An OTP
+// refused after its Take (by the ingress quota, or not sent at all) gives
+// its entry back (Return), so that only OTPs the gateway let through count.
 type NumberLimits interface {
 	// Take records one OTP to key when fewer than limit were recorded in
-	// the last window; otherwise it records nothing and returns false with
-	// the time until the oldest leaves the window.
-	Take(ctx context.Context, key string, limit int, window time.Duration) (ok bool, retryAfter time.Duration, err error)
+	// the last window and returns its ticket; otherwise it records nothing
+	// and returns an empty ticket with the time until the oldest leaves
+	// the window.
+	Take(ctx context.Context, key string, limit int, window time.Duration) (ticket string, retryAfter time.Duration, err error)
+	// Return removes the OTP Take recorded under ticket; one already gone
+	// (its window passed, returned before) is no error.
+	Return(ctx context.Context, key, ticket string) error
 }
 
 // MaxNumberLimit bounds a NumberLimits limit: each number's window holds
@@ -67,8 +75,9 @@ func NewRedisNumberLimits(c redis.UniversalClient, sp keyspace.Space) (*RedisNum
 //	ARGV[2]  limit
 //	ARGV[3]  nonce
 //
-// Returns {1, 0} when recorded, or {0, µs until the oldest OTP leaves the
-// window} when the window is full (nothing recorded, expiry unchanged).
+// Returns {1, 0, member} when recorded, or {0, µs until the oldest OTP
+// leaves the window} when the window is full (nothing recorded, expiry
+// unchanged).
 var numberTakeScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -78,33 +87,66 @@ if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
   local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
   return {0, tonumber(oldest[2]) + window - now}
 end
-redis.call('ZADD', KEYS[1], string.format('%d', now), string.format('%d', now) .. ':' .. ARGV[3])
+local member = string.format('%d', now) .. ':' .. ARGV[3]
+redis.call('ZADD', KEYS[1], string.format('%d', now), member)
 redis.call('PEXPIRE', KEYS[1], string.format('%d', math.ceil(window / 1000)))
-return {1, 0}
+return {1, 0, member}
+`)
+
+// numberReturnScript removes one OTP (ARGV[1], a member numberTakeScript
+// returned) from KEYS[1], and the key when it is left empty.
+var numberReturnScript = redis.NewScript(`
+redis.call('ZREM', KEYS[1], ARGV[1])
+if redis.call('ZCARD', KEYS[1]) == 0 then redis.call('DEL', KEYS[1]) end
+return 1
 `)
 
 // Take records one OTP to key on Redis time.
-func (s *RedisNumberLimits) Take(ctx context.Context, key string, limit int, window time.Duration) (bool, time.Duration, error) {
+func (s *RedisNumberLimits) Take(ctx context.Context, key string, limit int, window time.Duration) (string, time.Duration, error) {
 	if err := checkNumberLimit(key, limit, window); err != nil {
-		return false, 0, err
+		return "", 0, err
 	}
 	if err := ctx.Err(); err != nil {
-		return false, 0, fmt.Errorf("state: number limits: %w", err)
+		return "", 0, fmt.Errorf("state: number limits: %w", err)
 	}
-	res, err := numberTakeScript.Run(ctx, s.c, []string{s.k.otpNumber(key)}, window.Microseconds(), limit, rand.Text()).Int64Slice()
-	if err != nil || len(res) != 2 {
-		return false, 0, fmt.Errorf("state: number limits on redis: %w", errors.Join(err, errors.New("unexpected reply")))
+	res, err := numberTakeScript.Run(ctx, s.c, []string{s.k.otpNumber(key)}, window.Microseconds(), limit, rand.Text()).Slice()
+	if err != nil || len(res) < 2 {
+		return "", 0, fmt.Errorf("state: number limits on redis: %w", errors.Join(err, errors.New("unexpected reply")))
 	}
-	if res[0] == 1 {
-		return true, 0, nil
+	if ok, _ := res[0].(int64); ok == 1 {
+		ticket, _ := res[len(res)-1].(string)
+		if len(res) != 3 || ticket == "" {
+			return "", 0, errors.New("state: number limits on redis: unexpected reply")
+		}
+		return ticket, 0, nil
 	}
-	return false, max(time.Duration(res[1])*time.Microsecond, time.Millisecond), nil
+	after, _ := res[1].(int64)
+	return "", max(time.Duration(after)*time.Microsecond, time.Millisecond), nil
+}
+
+// Return removes the OTP recorded under ticket.
+func (s *RedisNumberLimits) Return(ctx context.Context, key, ticket string) error {
+	if !ValidKey(key) {
+		return ErrInvalidKey
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("state: number limits: %w", err)
+	}
+	if ticket == "" {
+		return nil
+	}
+	if err := numberReturnScript.Run(ctx, s.c, []string{s.k.otpNumber(key)}, ticket).Err(); err != nil {
+		return fmt.Errorf("state: number limits on redis: %w", err)
+	}
+	return nil
 }
 
 // MaxLocalNumbers bounds the numbers a LocalNumberLimits tracks at once.
-// When it is full, numbers whose window is empty are dropped; if none is,
-// the new number is refused as if at its limit (fail closed: a flood of
-// distinct numbers must not evict the hammered one's count).
+// When it is full, numbers whose window is empty are dropped; if that
+// frees nothing, the eighth of the numbers whose newest OTP is oldest are
+// forgotten (fail open for the numbers least recently sent to). Filling
+// it takes that many OTPs the gateway let through, each a real send
+// within the window: refused requests record nothing.
 const MaxLocalNumbers = 1 << 17
 
 // LocalNumberLimits keep the windows in this process: embedded mode, one
@@ -113,8 +155,15 @@ type LocalNumberLimits struct {
 	now func() time.Time
 	max int
 
-	mu   sync.Mutex
-	nums map[string][]time.Time // ascending, at most limit each
+	mu      sync.Mutex
+	seq     uint64
+	nums    map[string][]localOTP // ascending, at most limit each
+	evicted int                   // numbers forgotten while full
+}
+
+type localOTP struct {
+	at  time.Time
+	seq uint64 // its ticket
 }
 
 var _ NumberLimits = (*LocalNumberLimits)(nil)
@@ -125,16 +174,16 @@ func NewLocalNumberLimits(maxNumbers int) *LocalNumberLimits {
 	if maxNumbers <= 0 {
 		maxNumbers = MaxLocalNumbers
 	}
-	return &LocalNumberLimits{now: time.Now, max: maxNumbers, nums: map[string][]time.Time{}}
+	return &LocalNumberLimits{now: time.Now, max: maxNumbers, nums: map[string][]localOTP{}}
 }
 
 // Take records one OTP to key now.
-func (s *LocalNumberLimits) Take(ctx context.Context, key string, limit int, window time.Duration) (bool, time.Duration, error) {
+func (s *LocalNumberLimits) Take(ctx context.Context, key string, limit int, window time.Duration) (string, time.Duration, error) {
 	if err := checkNumberLimit(key, limit, window); err != nil {
-		return false, 0, err
+		return "", 0, err
 	}
 	if err := ctx.Err(); err != nil {
-		return false, 0, fmt.Errorf("state: number limits: %w", err)
+		return "", 0, fmt.Errorf("state: number limits: %w", err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -142,27 +191,84 @@ func (s *LocalNumberLimits) Take(ctx context.Context, key string, limit int, win
 	ts := live(s.nums[key], now, window)
 	if len(ts) >= limit {
 		s.nums[key] = ts
-		return false, max(ts[len(ts)-limit].Add(window).Sub(now), time.Millisecond), nil
+		return "", max(ts[len(ts)-limit].at.Add(window).Sub(now), time.Millisecond), nil
 	}
 	if _, held := s.nums[key]; !held && len(s.nums) >= s.max {
-		for k, v := range s.nums {
-			if len(live(v, now, window)) == 0 {
-				delete(s.nums, k)
-			}
-		}
-		if len(s.nums) >= s.max {
-			return false, window, nil
-		}
+		s.makeRoom(now, window)
 	}
-	s.nums[key] = append(ts, now)
-	return true, 0, nil
+	s.seq++
+	s.nums[key] = append(ts, localOTP{at: now, seq: s.seq})
+	return strconv.FormatUint(s.seq, 10), 0, nil
 }
 
-// live is ts without the times at least window before now.
-func live(ts []time.Time, now time.Time, window time.Duration) []time.Time {
+// makeRoom drops the numbers whose window is empty, and when none is, the
+// eighth whose newest OTP is oldest. Callers hold mu.
+func (s *LocalNumberLimits) makeRoom(now time.Time, window time.Duration) {
+	for k, v := range s.nums {
+		if len(live(v, now, window)) == 0 {
+			delete(s.nums, k)
+		}
+	}
+	if len(s.nums) < s.max {
+		return
+	}
+	type aged struct {
+		key    string
+		newest time.Time
+	}
+	all := make([]aged, 0, len(s.nums))
+	for k, v := range s.nums {
+		all = append(all, aged{k, v[len(v)-1].at})
+	}
+	slices.SortFunc(all, func(a, b aged) int { return a.newest.Compare(b.newest) })
+	for _, a := range all[:max(len(all)/8, 1)] {
+		delete(s.nums, a.key)
+		s.evicted++
+	}
+}
+
+// Return removes the OTP recorded under ticket.
+func (s *LocalNumberLimits) Return(ctx context.Context, key, ticket string) error {
+	if !ValidKey(key) {
+		return ErrInvalidKey
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("state: number limits: %w", err)
+	}
+	seq, err := strconv.ParseUint(ticket, 10, 64)
+	if err != nil {
+		return nil // not one of ours: nothing to give back
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ts := s.nums[key]
+	for i, o := range ts {
+		if o.seq == seq {
+			ts = slices.Delete(ts, i, i+1)
+			break
+		}
+	}
+	if len(ts) == 0 {
+		delete(s.nums, key)
+	} else {
+		s.nums[key] = ts
+	}
+	return nil
+}
+
+// Evicted returns how many numbers were forgotten because the table was
+// full (their counts restart).
+func (s *LocalNumberLimits) Evicted() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.evicted
+}
+
+// live is ts without the OTPs at least window before now.
+func live(ts []localOTP, now time.Time, window time.Duration) []localOTP {
 	cut := now.Add(-window)
 	i := 0
-	for i < len(ts) && !ts[i].After(cut) {
+	for i < len(ts) && !ts[i].at.After(cut) {
 		i++
 	}
 	return ts[i:]

@@ -14,11 +14,50 @@ import (
 
 func take(t *testing.T, s state.NumberLimits, key string, limit int, window time.Duration) (bool, time.Duration) {
 	t.Helper()
-	ok, after, err := s.Take(t.Context(), key, limit, window)
+	ticket, after, err := s.Take(t.Context(), key, limit, window)
 	if err != nil {
 		t.Fatalf("Take %s: %v", key, err)
 	}
-	return ok, after
+	return ticket != "", after
+}
+
+// testNumberReturn: an OTP given back (refused after its Take) frees its
+// place at once, on every replica; a ticket returned twice, or after its
+// window, is no error and frees nothing more.
+func testNumberReturn(t *testing.T, h Harness) {
+	s := h.NumberLimits(t, 2)
+	ctx := t.Context()
+	var tickets []string
+	for i := range 2 {
+		ticket, _, err := s[i].Take(ctx, "r1", 2, minute)
+		if err != nil || ticket == "" {
+			t.Fatalf("Take %d of 2: %q, %v", i+1, ticket, err)
+		}
+		tickets = append(tickets, ticket)
+	}
+	if ok, _ := take(t, s[0], "r1", 2, minute); ok {
+		t.Fatal("a third Take within the limit of 2 allowed")
+	}
+	if err := s[1].Return(ctx, "r1", tickets[0]); err != nil {
+		t.Fatalf("Return: %v", err)
+	}
+	for range 2 { // a second Return of the same ticket frees nothing more
+		if err := s[0].Return(ctx, "r1", tickets[0]); err != nil {
+			t.Fatalf("Return again: %v", err)
+		}
+	}
+	if ok, _ := take(t, s[0], "r1", 2, minute); !ok {
+		t.Fatal("the returned place was not free")
+	}
+	if ok, _ := take(t, s[1], "r1", 2, minute); ok {
+		t.Fatal("one Return freed two places")
+	}
+	if err := s[0].Return(ctx, "r1", "not-a-ticket"); err != nil {
+		t.Fatalf("Return of an unknown ticket: %v", err)
+	}
+	if err := s[0].Return(ctx, "a b", tickets[1]); !errors.Is(err, state.ErrInvalidKey) {
+		t.Errorf("Return with a bad key: %v", err)
+	}
 }
 
 func testNumberTake(t *testing.T, h Harness) {
@@ -59,11 +98,11 @@ func testNumberConcurrent(t *testing.T, h Harness) {
 	var wg sync.WaitGroup
 	for i := range 30 {
 		wg.Go(func() {
-			allowed, _, err := s[i%3].Take(context.Background(), "hot", 5, minute)
+			ticket, _, err := s[i%3].Take(context.Background(), "hot", 5, minute)
 			if err != nil {
 				t.Error(err)
 			}
-			if allowed {
+			if ticket != "" {
 				ok.Add(1)
 			}
 		})
