@@ -432,6 +432,54 @@ return #ids
 // recoverBatch bounds one recover script so that Redis is never blocked long.
 const recoverBatch = 500
 
+// pruneScript deletes, from the msgs HASH, messages indexed in the given
+// ZSETs (dead letters, and terminal messages an earlier release kept in
+// msgs) whose score is older than the retention: what completeScript
+// prunes as it goes, for an account where nothing completes.
+//
+// KEYS[1] msgs HASH, KEYS[2..] the ZSETs.
+// ARGV[1] retention µs, ARGV[2] the most to prune per ZSET.
+// Returns how many it pruned.
+var pruneScript = redis.NewScript(luaPrelude + `
+local cutoff = now_us() - tonumber(ARGV[1])
+local n = 0
+for i = 2, #KEYS do
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[i], '-inf', cutoff, 'LIMIT', 0, tonumber(ARGV[2]))) do
+    redis.call('HDEL', KEYS[1], id)
+    redis.call('ZREM', KEYS[i], id)
+    n = n + 1
+  end
+end
+return n
+`)
+
+// pruneEvery is how often Recover also prunes (at most), and pruneBatch
+// how many per index one run deletes at most: an idle replica pays one
+// script a minute.
+const (
+	pruneEvery = time.Minute
+	pruneBatch = 500
+)
+
+// prune runs pruneScript when pruneEvery has passed since this process
+// last did.
+func (q *Queue) prune(ctx context.Context) error {
+	now := time.Now().UnixNano()
+	last := q.pruned.Load()
+	if now-last < int64(pruneEvery) || !q.pruned.CompareAndSwap(last, now) {
+		return nil
+	}
+	keys := append([]string{q.k.msgs(), q.k.done()}, q.k.perClass(q.k.dead)...)
+	n, err := pruneScript.Run(ctx, q.c, keys, us(q.retention), pruneBatch).Int()
+	if err != nil {
+		return fmt.Errorf("redisq: prune: %w", err)
+	}
+	if n > 0 {
+		q.log.Info("pruned dead letters past retention", "count", n)
+	}
+	return nil
+}
+
 // Recover hands every expired lease back; see queue.Queue.
 func (q *Queue) Recover(ctx context.Context) (total int, err error) {
 	if err := q.begin(ctx, "recover"); err != nil {
@@ -456,5 +504,5 @@ func (q *Queue) Recover(ctx context.Context) (total int, err error) {
 		q.log.Info("recovered expired leases", "count", total)
 		q.announce(ctx, sms.Classes)
 	}
-	return total, nil
+	return total, q.prune(ctx)
 }

@@ -721,3 +721,47 @@ func TestReceiptOnSentRecordInMsgs(t *testing.T) {
 		t.Fatalf("Complete of a message of the same second: %v", err)
 	}
 }
+
+// TestDeadLettersPrunedByRecover: on an account where nothing completes
+// (the provider down for good, say), Recover prunes dead letters past the
+// retention, at most once per pruneEvery; the embedded store does the same
+// from its Recover.
+func TestDeadLettersPrunedByRecover(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	q := newShared(t)
+	q.retention = 300 * time.Millisecond
+	old, young := msg("p", sms.ClassMarketing), msg("p", sms.ClassMarketing)
+	enqueue(t, q, old)
+	if err := q.Dead(ctx, takeHour(t, q), "gave up", 8); err != nil {
+		t.Fatal(err)
+	}
+	// Wait for the state "old is past the retention" on the Redis clock.
+	for start := time.Now(); time.Since(start) < 2*q.retention; {
+		time.Sleep(50 * time.Millisecond)
+	}
+	enqueue(t, q, young)
+	if err := q.Dead(ctx, takeHour(t, q), "gave up", 8); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Get(ctx, old.ID); !errors.Is(err, queue.ErrNotFound) {
+		t.Fatalf("Get of a dead letter past the retention after Recover: %v, want ErrNotFound", err)
+	}
+	dl, err := q.DeadLetters(ctx, 10)
+	if err != nil || len(dl) != 1 || dl[0].ID != young.ID {
+		t.Fatalf("DeadLetters = %v, %v: want only %s", dl, err, young.ID)
+	}
+	// Within pruneEvery of the last prune, Recover does not prune again.
+	for start := time.Now(); time.Since(start) < 2*q.retention; {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := q.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if dl, err := q.DeadLetters(ctx, 10); err != nil || len(dl) != 1 {
+		t.Fatalf("DeadLetters after a second Recover within a minute = %d, %v: want the young one kept", len(dl), err)
+	}
+}

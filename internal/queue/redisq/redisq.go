@@ -88,6 +88,7 @@ type Queue struct {
 	window    time.Duration
 	m         *metrics
 	closed    atomic.Bool
+	pruned    atomic.Int64  // when Recover last pruned, UnixNano
 	waitN     int           // WaitReplicas
 	waitFor   time.Duration // WaitTimeout
 }
