@@ -1,6 +1,7 @@
 // Package deploy_test checks what deploy/ ships against a real gateway: the
 // Prometheus alert rules (deploy/prometheus) and the Grafana dashboard
-// (deploy/grafana, and its copy in the Helm chart).
+// (deploy/grafana, and its copy in the Helm chart); and the Helm chart's
+// secrets, refusals and admin port (chart_test.go, with helm when found).
 package deploy_test
 
 import (

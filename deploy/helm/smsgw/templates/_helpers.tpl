@@ -165,6 +165,7 @@ ConfigMap. Included by the Deployment; fails the render with the reason.
 {{- end -}}
 {{- with $cfg.redis -}}
   {{- if .password -}}{{- fail "config.redis.password must not be set: use secrets.redisPassword (or existingSecret)." -}}{{- end -}}
+  {{- if .sentinel_password -}}{{- fail "config.redis.sentinel_password must not be set: use secrets.redisSentinelPassword (or existingSecret)." -}}{{- end -}}
 {{- end -}}
 {{- with $cfg.provider -}}
   {{- if .token -}}{{- fail "config.provider.token must not be set: use secrets.providerToken (or existingSecret)." -}}{{- end -}}
@@ -179,7 +180,7 @@ ConfigMap. Included by the Deployment; fails the render with the reason.
     {{- end -}}
   {{- end -}}
 {{- end -}}
-{{- range $k := list "adminKey" "adminKeySha256" "redisPassword" "providerToken" "twilioAuthToken" "vonageApiKey" "vonageApiSecret" -}}
+{{- range $k := list "adminKey" "adminKeySha256" "redisPassword" "redisSentinelPassword" "providerToken" "twilioAuthToken" "vonageApiKey" "vonageApiSecret" "receiptSecret" "twilioWebhookAuthToken" "vonageSignatureSecret" -}}
   {{- $v := get $.Values.secrets $k -}}
   {{- if and $v (not (kindIs "string" $v)) -}}
     {{- fail (printf "secrets.%s must be a string: quote it (YAML reads an all-digit value as a number)" $k) -}}
