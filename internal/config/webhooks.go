@@ -42,7 +42,8 @@ func ParseWebhookSecret(s string) ([]byte, error) {
 }
 
 // checkWebhookURL accepts an absolute http(s) URL with a host and without
-// user info (credentials would end up in logs and dashboards).
+// user info (credentials would end up in logs and dashboards), whose path
+// means the same to every server (checkURLPath).
 func checkWebhookURL(s string) error {
 	u, err := url.Parse(s)
 	switch {
@@ -56,6 +57,44 @@ func checkWebhookURL(s string) error {
 		return errors.New("must not carry user info")
 	case u.Fragment != "":
 		return errors.New("must not carry a fragment")
+	}
+	return checkURLPath(u)
+}
+
+// maxPathDecodes is how many rounds of percent-decoding checkURLPath
+// looks through: a server, or a proxy in front of it, may decode again
+// what it has decoded.
+const maxPathDecodes = 3
+
+// checkURLPath refuses a path whose segments another server could read
+// differently from the gateway: a "." or ".." segment (raw, percent-encoded
+// in any case, encoded again, or followed by a ";" path parameter, which
+// some servers drop), an encoded slash (%2F) and a backslash (raw or %5C,
+// a separator to some servers). Without them a path is under a prefix
+// exactly when its segments start with the prefix's: a callback_url cannot
+// climb out of its webhook.allow prefix, and a prefix cannot climb out of
+// its own path.
+func checkURLPath(u *url.URL) error {
+	for _, seg := range strings.Split(u.EscapedPath(), "/") {
+		for i := 0; ; i++ {
+			if strings.ContainsRune(seg, '\\') {
+				return errors.New("must not have a backslash in its path (raw or %5C)")
+			}
+			if name, _, _ := strings.Cut(seg, ";"); name == "." || name == ".." {
+				return errors.New("must not have a \".\" or \"..\" segment in its path (raw or percent-encoded)")
+			}
+			if i == maxPathDecodes {
+				break
+			}
+			dec, err := url.PathUnescape(seg)
+			if err != nil || dec == seg {
+				break // nothing (more) a server could decode
+			}
+			if strings.ContainsRune(dec, '/') {
+				return errors.New("must not have an encoded slash (%2F) in its path")
+			}
+			seg = dec
+		}
 	}
 	return nil
 }
@@ -81,6 +120,10 @@ func validateWebhook(p *problems, key string, w WebhookConfig) {
 		} else if u, _ := url.Parse(a); u.Path == "" {
 			// "https://a.example" would also allow "https://a.example.evil.test".
 			p.add(fmt.Sprintf("%s.allow[%d]", key, i), "must end its host with a path, at least \"/\"")
+		} else if u.RawQuery != "" || u.ForceQuery {
+			// A prefix is matched by scheme, host and path segments; a
+			// callback_url under it brings its own query.
+			p.add(fmt.Sprintf("%s.allow[%d]", key, i), "must not carry a query")
 		}
 	}
 	switch {

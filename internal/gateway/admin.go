@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -219,7 +220,7 @@ func (s *server) adminResume(w http.ResponseWriter, r *http.Request) {
 }
 
 // adminMessage is a message as an operator sees it: the recipient masked,
-// the producer named.
+// the callback_url cut to its scheme and host, the producer named.
 type adminMessage struct {
 	messageView
 	Producer string `json:"producer"`
@@ -228,7 +229,22 @@ type adminMessage struct {
 func adminView(m *sms.Message, now time.Time) adminMessage {
 	v := viewOf(m, now)
 	v.To = sms.MaskPhone(v.To)
+	v.CallbackURL = callbackOrigin(v.CallbackURL)
 	return adminMessage{messageView: v, Producer: m.Producer}
+}
+
+// callbackOrigin is what an operator sees of a callback_url: its scheme
+// and host ("https://notify.example"), never its path or query, which may
+// carry the producer's token (the producer's own GET shows it whole).
+func callbackOrigin(raw string) string {
+	if raw == "" {
+		return ""
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return "" // not one the gateway accepts; show nothing rather than the text
+	}
+	return u.Scheme + "://" + u.Host
 }
 
 type deadLettersResponse struct {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -25,9 +26,76 @@ type producer struct {
 	senders        []string // empty: any sender
 	unicodeCtl     bool     // may send bidi and zero-width format characters
 	// webhook is set when the producer has a default callback url;
-	// callbackAllow are the prefixes a message's callback_url may start with.
+	// callbackAllow are the webhook.allow prefixes a message's callback_url
+	// may be under (callbackAllowed).
 	webhook       bool
-	callbackAllow []string
+	callbackAllow []callbackPrefix
+}
+
+// callbackPrefix is one webhook.allow entry, parsed: a callback_url is
+// under it when its scheme and host are the same (in any ASCII case)
+// and its path segments start with segs, with at least one more segment
+// when the prefix's path ends with "/".
+type callbackPrefix struct {
+	scheme, host string
+	segs         []string // the prefix's path split at "/", without the empty last one of a trailing "/"
+	dir          bool     // the path ends with "/": "/cb/" allows "/cb/" and "/cb/x", not "/cb"
+}
+
+// parseCallbackPrefix parses a webhook.allow entry; false for one the
+// configuration would refuse (it then allows nothing).
+func parseCallbackPrefix(a string) (callbackPrefix, bool) {
+	u, err := url.Parse(a)
+	if err != nil || config.CheckCallbackURL(a) != nil || u.RawQuery != "" || u.ForceQuery {
+		return callbackPrefix{}, false
+	}
+	p := pathOf(u)
+	dir := strings.HasSuffix(p, "/")
+	return callbackPrefix{scheme: u.Scheme, host: u.Host, segs: strings.Split(strings.TrimSuffix(p, "/"), "/"), dir: dir}, true
+}
+
+// asciiEqualFold is a == b with ASCII letters in any case; unlike
+// strings.EqualFold, "\u212a" (Kelvin) is not "k" and "\u017f" (long s)
+// not "s".
+func asciiEqualFold(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// pathOf is u's decoded path, "/" for none ("https://h?x" asks for "/").
+func pathOf(u *url.URL) string {
+	if u.Path == "" {
+		return "/"
+	}
+	return u.Path
+}
+
+// under reports whether u (a callback_url that passed
+// config.CheckCallbackURL: no dot segment, encoded slash or backslash, so
+// its decoded path splits into the segments a server sees) is under c.
+func (c callbackPrefix) under(u *url.URL) bool {
+	if !asciiEqualFold(u.Scheme, c.scheme) || !asciiEqualFold(u.Host, c.host) {
+		return false
+	}
+	segs := strings.Split(pathOf(u), "/")
+	if len(segs) < len(c.segs) || c.dir && len(segs) == len(c.segs) {
+		return false
+	}
+	return slices.Equal(segs[:len(c.segs)], c.segs)
 }
 
 // bodyControls is the 400 for a body with a bidirectional or zero-width
@@ -62,10 +130,19 @@ func (p *producer) sender(from, field string) (string, error) {
 }
 
 // callbackAllowed reports whether a message of this producer may send its
-// events to u.
-func (p *producer) callbackAllowed(u string) bool {
+// events to raw: a URL under one of its webhook.allow prefixes by scheme,
+// host and path segments (not by string: "/cb/../admin" is not under
+// "/cb/", nor "/cbx"); its query is free.
+func (p *producer) callbackAllowed(raw string) bool {
+	if config.CheckCallbackURL(raw) != nil {
+		return false // the request's validation answered 400 already; never allowed
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return false
+	}
 	for _, a := range p.callbackAllow {
-		if strings.HasPrefix(u, a) {
+		if a.under(u) {
 			return true
 		}
 	}
@@ -93,7 +170,11 @@ func newAuthenticator(cfg config.Config) *authenticator {
 			senders:        slices.Clone(p.Senders),
 			unicodeCtl:     p.AllowUnicodeControls,
 			webhook:        p.Webhook.URL != "",
-			callbackAllow:  p.Webhook.Allow,
+		}
+		for _, a := range p.Webhook.Allow {
+			if c, ok := parseCallbackPrefix(a); ok {
+				pr.callbackAllow = append(pr.callbackAllow, c)
+			}
 		}
 		for _, c := range p.Classes {
 			if cl, err := sms.ParseClass(c); err == nil {

@@ -90,8 +90,9 @@ func idleMax(dests map[string]webhook.Destination) time.Duration {
 	return webhook.DefaultIdleMax
 }
 
-// adminEvent is a dead callback as the admin API shows it: the event, its
-// destination's host only (a callback_url may carry a token), no secret.
+// adminEvent is a dead callback as the admin API shows it: the event and
+// whether it went to the message's own callback_url (never that URL: it
+// may carry a token), no secret.
 type adminEvent struct {
 	ID                string     `json:"id"`
 	Type              string     `json:"type"`

@@ -321,6 +321,10 @@ func (s *server) validateMessage(req *messageRequest, class sms.Class, prefix st
 		var err error
 		if sendAt, err = time.Parse(time.RFC3339Nano, req.SendAt); err != nil {
 			errs = append(errs, fieldProblem{prefix + "send_at", "must be an RFC 3339 date-time with its offset, e.g. 2025-01-15T09:00:00Z"})
+		} else if sendAt.IsZero() {
+			// Given, the zero instant is in the past like any other time;
+			// from here on the zero time means "no send_at".
+			errs = append(errs, *sendAtPast(prefix))
 		}
 	}
 	ttl := s.cfg.Messages.DefaultTTL

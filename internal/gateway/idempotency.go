@@ -27,9 +27,11 @@ import (
 // The answer store is a state.Idempotency: Redis (shared by replicas) or,
 // in embedded mode, this process's memory, bounded by a count and by bytes.
 // Answers are stored compressed (compactAnswer), one answer is at most
-// state.MaxAnswerBytes (a larger one is not stored), and a batch refused
-// whole is not stored at all and costs one unit of ingress quota, so no
-// request makes the store keep more than a few KB, and never for free. An answer
+// state.MaxAnswerBytes (a larger one is not stored), a batch answer at most
+// answerBytesPerAccepted per accepted item (each paid one unit of ingress
+// quota), and a batch refused whole is not stored at all and costs one
+// unit, so no request makes the store keep more than a few KB per unit of
+// quota it paid, and never for free. An answer
 // evicted or lost with a restart is rebuilt from the stored message (same
 // id, class and segments; estimated_send_at recomputed).
 
@@ -71,12 +73,19 @@ func validIdempotencyKey(k string) bool {
 }
 
 // idempotencyKeyOf reads the request's Idempotency-Key: present or not,
-// and a 400 naming the header when present but not a valid key.
+// and a 400 naming the header when present but not a valid key, or present
+// more than once (a proxy in front of us may read another one than we
+// would).
 func idempotencyKeyOf(r *http.Request) (string, bool, error) {
-	key := r.Header.Get("Idempotency-Key")
-	if _, present := r.Header["Idempotency-Key"]; !present {
+	vals := r.Header.Values("Idempotency-Key")
+	switch len(vals) {
+	case 0:
 		return "", false, nil
+	case 1:
+	default:
+		return "", true, fieldError("Idempotency-Key", "must appear once")
 	}
+	key := vals[0]
 	if !validIdempotencyKey(key) {
 		return "", true, fieldError("Idempotency-Key", fmt.Sprintf("must be 1 to %d printable ASCII characters", maxIdempotencyKeyLen))
 	}
@@ -91,7 +100,20 @@ type response struct {
 	location string
 	replayed bool // the queue said the message already existed
 	noStore  bool // answer it, but keep no copy (a batch refused whole: a replay refuses it again)
+	// storeBudget, when > 0, is the most the store may keep for this
+	// answer (compressed): a batch answer is kept only within
+	// answerBytesPerAccepted per item accepted, what the producer's quota
+	// paid for. A larger one is answered and not kept: a replay runs the
+	// batch again, and the queue answers its accepted items with the
+	// same messages.
+	storeBudget int
 }
+
+// answerBytesPerAccepted is a batch answer's store budget per accepted
+// item: an accepted item's result takes ~100 bytes compressed, so only
+// rejected items' problems (text the client chose, e.g. unknown member
+// names) can exceed it.
+const answerBytesPerAccepted = 1024
 
 // idempotent runs run at most once per Idempotency-Key (when the request
 // has one) and writes its answer, replaying the first answer to repeats.
@@ -144,6 +166,10 @@ func (s *server) idempotent(w http.ResponseWriter, r *http.Request, p *producer,
 	}
 	if res.status >= 200 && res.status < 300 && !res.noStore {
 		stored = compactAnswer(&state.Answer{Hash: hash, Status: res.status, Body: body, Location: res.location})
+		if res.storeBudget > 0 && stored.Size() > res.storeBudget {
+			stored = nil
+			s.metrics.answersNotKept.Inc()
+		}
 	}
 	if res.replayed {
 		w.Header().Set("Idempotent-Replayed", "true")

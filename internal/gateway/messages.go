@@ -399,7 +399,7 @@ func (s *server) acceptBatch(ctx context.Context, w http.ResponseWriter, r *http
 			out.Rejected++
 		}
 	}
-	return &response{status: http.StatusOK, body: out, noStore: out.Accepted == 0}, nil
+	return &response{status: http.StatusOK, body: out, noStore: out.Accepted == 0, storeBudget: answerBytesPerAccepted * out.Accepted}, nil
 }
 
 // admitted are the batch items that passed the per-item checks: their

@@ -21,6 +21,7 @@ type apiMetrics struct {
 	rejected        *prometheus.CounterVec
 	accepted        *prometheus.CounterVec
 	replays         prometheus.Counter
+	answersNotKept  prometheus.Counter
 	otpDuration     *prometheus.HistogramVec
 	otpRecordFailed prometheus.Counter
 	otpStep         *prometheus.HistogramVec
@@ -49,6 +50,10 @@ func newAPIMetrics(reg prometheus.Registerer) (*apiMetrics, error) {
 		replays: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "smsgw_api_idempotent_replays_total", Help: "Requests answered with a stored first answer.",
 		}),
+		answersNotKept: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "smsgw_api_idempotent_answers_not_kept_total",
+			Help: "Batch answers not kept for replay: larger than their store budget (1 KiB per accepted item, compressed); a replay runs the batch again.",
+		}),
 		otpRecordFailed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "smsgw_api_otp_record_failures_total",
 			Help: "OTPs the fast path sent whose sent record could not be stored: their status, receipts and callbacks are not kept.",
@@ -65,7 +70,7 @@ func newAPIMetrics(reg prometheus.Registerer) (*apiMetrics, error) {
 			Name: "smsgw_api_ingress_fallback_total", Help: "Ingress decisions taken locally because Redis failed.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.rejected, m.accepted, m.replays, m.otpDuration, m.otpRecordFailed, m.otpStep, m.ingressFallback} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.rejected, m.accepted, m.replays, m.answersNotKept, m.otpDuration, m.otpRecordFailed, m.otpStep, m.ingressFallback} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5/middleware"
 
@@ -243,7 +244,7 @@ func problemFor(r *http.Request, e *apiError) problem {
 		Title:     info.title,
 		Status:    info.status,
 		Detail:    e.Detail,
-		Instance:  r.URL.Path,
+		Instance:  instancePath(r),
 		RequestID: middleware.GetReqID(r.Context()),
 		Errors:    e.Fields,
 		Extra:     e.Extra,
@@ -255,6 +256,27 @@ func problemFor(r *http.Request, e *apiError) problem {
 		p.Extra["retry_after_seconds"] = ceilSeconds(e.RetryAfter)
 	}
 	return p
+}
+
+// maxInstanceLen bounds a problem's instance: the request path is the
+// client's, up to the server's header limit.
+const maxInstanceLen = 256
+
+// instancePath is a problem's instance: the request path as logs show it
+// (logPath: a path can carry a number, DELETE
+// /v1/admin/suppressions/{number}), at most maxInstanceLen bytes, cut on a
+// character boundary and marked with "..." when cut.
+func instancePath(r *http.Request) string {
+	p := logPath(r)
+	if len(p) <= maxInstanceLen {
+		return p
+	}
+	const mark = "..."
+	n := maxInstanceLen - len(mark)
+	for n > 0 && !utf8.RuneStart(p[n]) {
+		n--
+	}
+	return p[:n] + mark
 }
 
 // problemOf classifies err, logs what the client will not see, counts the
