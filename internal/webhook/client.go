@@ -25,11 +25,20 @@ var special = []netip.Prefix{
 	netip.MustParsePrefix("192.0.0.0/24"),
 	netip.MustParsePrefix("198.18.0.0/15"),
 	netip.MustParsePrefix("240.0.0.0/4"),
+	netip.MustParsePrefix("::/96"),          // IPv4-compatible (deprecated; "::7f00:1" is 127.0.0.1 to some stacks)
+	netip.MustParsePrefix("64:ff9b:1::/48"), // local-use NAT64 (RFC 8215): the operator's own translation
+	netip.MustParsePrefix("100::/64"),       // discard-only
+	netip.MustParsePrefix("2001::/32"),      // Teredo: an obfuscated IPv4 address inside
+	netip.MustParsePrefix("2001:db8::/32"),  // documentation
+	netip.MustParsePrefix("fec0::/10"),      // site-local (deprecated, still routed inside some networks)
 }
 
 // nat64 is the well-known NAT64 prefix: its addresses embed an IPv4 one,
-// which is checked instead.
-var nat64 = netip.MustParsePrefix("64:ff9b::/96")
+// which is checked instead; sixToFour (6to4) embeds one in bits 16–47.
+var (
+	nat64     = netip.MustParsePrefix("64:ff9b::/96")
+	sixToFour = netip.MustParsePrefix("2002::/16")
+)
 
 // Refused reports whether a connection to a is refused with allow as the
 // allowed networks.
@@ -43,6 +52,10 @@ func Refused(a netip.Addr, allow []netip.Prefix) bool {
 	if nat64.Contains(a) {
 		b := a.As16()
 		return Refused(netip.AddrFrom4([4]byte(b[12:])), allow)
+	}
+	if sixToFour.Contains(a) {
+		b := a.As16()
+		return Refused(netip.AddrFrom4([4]byte(b[2:6])), allow)
 	}
 	if a.IsPrivate() || a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() ||
 		a.IsInterfaceLocalMulticast() || a.IsMulticast() || a.IsUnspecified() || !a.IsValid() {

@@ -16,7 +16,9 @@ func TestRefused(t *testing.T) {
 		"127.0.0.1": true, "10.1.2.3": true, "172.16.0.1": true, "192.168.1.1": true, "169.254.169.254": true,
 		"0.0.0.0": true, "100.64.0.1": true, "224.0.0.1": true, "255.255.255.255": true, "::1": true, "fe80::1": true,
 		"fd00::1": true, "::": true, "::ffff:127.0.0.1": true, "64:ff9b::7f00:1": true, "ff02::1": true,
-		"93.184.216.34": false, "2606:2800:220:1::1": false, "64:ff9b::5db8:d822": false,
+		"::7f00:1": true, "::a01:203": true, "64:ff9b:1::a01:203": true, "2002:7f00:1::1": true, "2002:c0a8:101::": true,
+		"2001:0:4136:e378::1": true, "2001:db8::1": true, "fec0::1": true, "100::1": true,
+		"93.184.216.34": false, "2606:2800:220:1::1": false, "64:ff9b::5db8:d822": false, "2002:5db8:d822::1": false,
 	} {
 		if got := Refused(netip.MustParseAddr(addr), nil); got != want {
 			t.Errorf("Refused(%s) = %v, want %v", addr, got, want)
