@@ -134,6 +134,12 @@ func (p *producer) sender(from, field string) (string, error) {
 // host and path segments (not by string: "/cb/../admin" is not under
 // "/cb/", nor "/cbx"); its query is free.
 func (p *producer) callbackAllowed(raw string) bool {
+	return callbackUnder(p.callbackAllow, raw)
+}
+
+// callbackUnder reports whether raw is a callback_url the API accepts
+// under one of prefixes; the deliverer asks again before each attempt.
+func callbackUnder(prefixes []callbackPrefix, raw string) bool {
 	if config.CheckCallbackURL(raw) != nil {
 		return false // the request's validation answered 400 already; never allowed
 	}
@@ -141,7 +147,7 @@ func (p *producer) callbackAllowed(raw string) bool {
 	if err != nil {
 		return false
 	}
-	for _, a := range p.callbackAllow {
+	for _, a := range prefixes {
 		if a.under(u) {
 			return true
 		}

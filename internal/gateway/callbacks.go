@@ -39,6 +39,7 @@ func newCallbacks(cfg config.Config, d deps, b *backend, owner string) (*callbac
 		return nil, fmt.Errorf("gateway: webhooks.allow_networks: %w", err)
 	}
 	dests := map[string]webhook.Destination{}
+	allowed := map[string][]callbackPrefix{} // each producer's webhook.allow, as the API checks it
 	for i, p := range cfg.Producers {
 		if p.Webhook.Secret == "" {
 			continue
@@ -48,6 +49,11 @@ func newCallbacks(cfg config.Config, d deps, b *backend, owner string) (*callbac
 			return nil, fmt.Errorf("gateway: producers[%d].webhook.secret: %w", i, err)
 		}
 		dests[p.Name] = webhook.Destination{URL: p.Webhook.URL, Key: key}
+		for _, a := range p.Webhook.Allow {
+			if c, ok := parseCallbackPrefix(a); ok {
+				allowed[p.Name] = append(allowed[p.Name], c)
+			}
+		}
 	}
 	m, err := webhook.NewMetrics(d.reg)
 	if err != nil {
@@ -64,6 +70,13 @@ func newCallbacks(cfg config.Config, d deps, b *backend, owner string) (*callbac
 				return webhook.Destination{}, false
 			}
 			if e.CallbackURL != "" {
+				// checked again as the API would now: the configuration
+				// may have narrowed webhook.allow since the message was
+				// accepted, or an earlier release accepted a path that
+				// climbs out of its prefix
+				if !callbackUnder(allowed[e.Producer], e.CallbackURL) {
+					return webhook.Destination{}, false
+				}
 				dst.URL = e.CallbackURL
 			}
 			return dst, dst.URL != ""

@@ -28,7 +28,8 @@ type Config struct {
 	Outbox queue.Outbox
 	// Resolve names an event's destination: its callback_url, else its
 	// producer's webhook url, with the producer's key. false: the producer
-	// has no webhook any more; the event is given up at once.
+	// has no webhook any more, or the callback_url is no longer allowed;
+	// the event is given up at once.
 	Resolve func(e *queue.Event) (Destination, bool)
 	Client  *http.Client // NewClient
 	Owner   string       // this replica, recorded with claims
@@ -197,7 +198,7 @@ func (d *Deliverer) once(ctx context.Context, free int) (int, error) {
 func (d *Deliverer) dispatch(ctx context.Context, le *queue.LeasedEvent) {
 	dest, ok := d.cfg.Resolve(le.Event)
 	if !ok {
-		d.retry(ctx, le, "", 0, false, "no destination configured", true)
+		d.retry(ctx, le, "", 0, false, "no destination configured or allowed", true)
 		return
 	}
 	ep := endpointOf(dest.URL)
