@@ -478,20 +478,8 @@ func TestDeadLettersPrunedAfterRetention(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	q := newShared(t)
-	q.retention = 300 * time.Millisecond
-	old, young, sent := msg("p", sms.ClassOTP), msg("p", sms.ClassOTP), msg("p", sms.ClassOTP)
-	enqueue(t, q, old)
-	if err := q.Dead(ctx, takeHour(t, q), "gave up", 8); err != nil {
-		t.Fatal(err)
-	}
-	// Wait for the state "old is past the retention" on the Redis clock.
-	for start := time.Now(); time.Since(start) < 2*q.retention; {
-		time.Sleep(50 * time.Millisecond)
-	}
-	enqueue(t, q, young)
-	if err := q.Dead(ctx, takeHour(t, q), "gave up", 8); err != nil {
-		t.Fatal(err)
-	}
+	old, young := oldAndYoungDead(t, q, sms.ClassOTP)
+	sent := msg("p", sms.ClassOTP)
 	enqueue(t, q, sent)
 	if err := q.Complete(ctx, takeHour(t, q), queue.Outcome{Status: sms.StatusSent, ProviderID: "pm", Attempts: 1}); err != nil {
 		t.Fatal(err)
@@ -730,20 +718,7 @@ func TestDeadLettersPrunedByRecover(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	q := newShared(t)
-	q.retention = 300 * time.Millisecond
-	old, young := msg("p", sms.ClassMarketing), msg("p", sms.ClassMarketing)
-	enqueue(t, q, old)
-	if err := q.Dead(ctx, takeHour(t, q), "gave up", 8); err != nil {
-		t.Fatal(err)
-	}
-	// Wait for the state "old is past the retention" on the Redis clock.
-	for start := time.Now(); time.Since(start) < 2*q.retention; {
-		time.Sleep(50 * time.Millisecond)
-	}
-	enqueue(t, q, young)
-	if err := q.Dead(ctx, takeHour(t, q), "gave up", 8); err != nil {
-		t.Fatal(err)
-	}
+	old, young := oldAndYoungDead(t, q, sms.ClassMarketing)
 	if _, err := q.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -764,4 +739,25 @@ func TestDeadLettersPrunedByRecover(t *testing.T) {
 	if dl, err := q.DeadLetters(ctx, 10); err != nil || len(dl) != 1 {
 		t.Fatalf("DeadLetters after a second Recover within a minute = %d, %v: want the young one kept", len(dl), err)
 	}
+}
+
+// oldAndYoungDead sets q's retention to 300 ms and makes two dead letters
+// of class c: old, past the retention, and young, within it.
+func oldAndYoungDead(t *testing.T, q *Queue, c sms.Class) (old, young *sms.Message) {
+	t.Helper()
+	q.retention = 300 * time.Millisecond
+	old, young = msg("p", c), msg("p", c)
+	enqueue(t, q, old)
+	if err := q.Dead(t.Context(), takeHour(t, q), "gave up", 8); err != nil {
+		t.Fatal(err)
+	}
+	// Wait for the state "old is past the retention" on the Redis clock.
+	for start := time.Now(); time.Since(start) < 2*q.retention; {
+		time.Sleep(50 * time.Millisecond)
+	}
+	enqueue(t, q, young)
+	if err := q.Dead(t.Context(), takeHour(t, q), "gave up", 8); err != nil {
+		t.Fatal(err)
+	}
+	return old, young
 }
