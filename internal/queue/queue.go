@@ -72,8 +72,10 @@ const (
 	// ReceiptApplied means the message moved from sent to the receipt's status.
 	ReceiptApplied ReceiptResult = "applied"
 	// ReceiptParked means the message is not sent yet (sending, or queued again
-	// after an unknown outcome); the receipt is kept on it and applied in
-	// the same step in which Complete records sent. A receipt that names
+	// after an unknown outcome), or is a dead letter (its attempts ended
+	// unknown, yet one reached the provider); the receipt is kept on it
+	// and applied in the same step in which Complete records sent (for a
+	// dead letter once RetryDead queues it: then it is not sent again). A receipt that names
 	// (by Reference) no stored message but an id created within
 	// EarlyReceiptWindow is parked too, with no Message: an OTP of the fast
 	// path whose provider answered the receipt before its send, applied by

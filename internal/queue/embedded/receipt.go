@@ -45,7 +45,7 @@ func (q *Queue) ApplyReceipt(ctx context.Context, rc queue.Receipt) (queue.Recei
 			if err := addEvent(tx, &r.Msg, rc.Status, queue.EventErrorCode(rc.Status, false), ms(r.Msg.UpdatedAt)); err != nil {
 				return err
 			}
-		case (r.Msg.Status == sms.StatusQueued || r.Msg.Status == sms.StatusSending) && r.Parked == "":
+		case (r.Msg.Status == sms.StatusQueued || r.Msg.Status == sms.StatusSending || r.Msg.Dead) && r.Parked == "":
 			r.Parked, r.ParkedCode = rc.Status, rc.ErrorCode
 			out.Result = queue.ReceiptParked
 		default:

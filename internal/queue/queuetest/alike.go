@@ -14,7 +14,8 @@ import (
 //   - a receipt parked on a queued message (it came after an attempt whose
 //     outcome was unknown) is handed out with the lease (Leased.Receipt),
 //     so the send loop stores the message as sent without sending it
-//     again, and makes Cancel ErrNotCancelable;
+//     again, and makes Cancel ErrNotCancelable; one for a dead letter is
+//     parked on it too, and handed out after RetryDead;
 //   - an empty Reason (Complete) or reason (Dead) keeps the stored
 //     LastError;
 //   - TakeMore takes from one class: the first of opt.Classes with a ready
@@ -31,6 +32,7 @@ func init() {
 		testCase{"EmptyReasonKeepsLastError", testEmptyReasonKeepsLastError},
 		testCase{"TakeMoreOneClass", testTakeMoreOneClass},
 		testCase{"EnqueueSameID", testEnqueueSameID},
+		testCase{"ReceiptOnDeadLetter", testReceiptOnDeadLetter},
 	)
 }
 
@@ -159,4 +161,34 @@ func testEnqueueSameID(t *testing.T, h Harness) {
 		t.Fatalf("Enqueue of a sent id = %+v, %v: want its final record with Existed", res, err)
 	}
 	mustEmpty(t, q, opts(sms.ClassTransactional))
+}
+
+// testReceiptOnDeadLetter: attempts that all ended unknown made a message
+// a dead letter, yet one reached the provider, whose receipt comes now. It
+// is parked on the dead letter, so an operator's RetryDead does not send
+// the message again: the next take hands the receipt out with the lease.
+func testReceiptOnDeadLetter(t *testing.T, h Harness) {
+	q := h.New(t)
+	ctx := t.Context()
+	m := newMsg("p", sms.ClassTransactional)
+	mustEnqueue(t, q, m)
+	if err := q.Dead(ctx, mustTake(t, q, opts(sms.ClassTransactional)), "timeout", 5); err != nil {
+		t.Fatalf("Dead: %v", err)
+	}
+	got := applyReceipt(t, q, queue.Receipt{Reference: m.ID, Status: sms.StatusDelivered}, queue.ReceiptParked)
+	if got.Status != sms.StatusFailed || !got.Dead {
+		t.Fatalf("a receipt parked on a dead letter changed it: %s, dead %v", got.Status, got.Dead)
+	}
+	applyReceipt(t, q, queue.Receipt{Reference: m.ID, Status: sms.StatusUndelivered}, queue.ReceiptDuplicate)
+	if err := q.RetryDead(ctx, m.ID); err != nil {
+		t.Fatalf("RetryDead: %v", err)
+	}
+	l := mustTake(t, q, opts(sms.ClassTransactional))
+	if l.Message.ID != m.ID || l.Receipt != sms.StatusDelivered {
+		t.Fatalf("took %s with receipt %q, want %s with delivered", l.Message.ID, l.Receipt, m.ID)
+	}
+	if err := q.Complete(ctx, l, queue.Outcome{Status: sms.StatusSent, Attempts: l.Message.Attempts}); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	wantStatus(t, q, m.ID, sms.StatusDelivered)
 }

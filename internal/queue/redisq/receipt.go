@@ -30,8 +30,9 @@ import (
 // already, {5, blob} when the final record may be in the blob
 // (the caller finds the element and runs the script again with it), or
 // {result, stored value, id, form} with result 1 applied (sent → the
-// receipt's status), 2 parked (queued or sending: kept in rs/re until
-// Complete records sent), 3 duplicate (final already, or a receipt parked
+// receipt's status), 2 parked (queued, sending or a dead letter: kept in
+// rs/re until Complete records sent, after RetryDead for a dead letter),
+// 3 duplicate (final already, or a receipt parked
 // already); form 'f' when the value is a final record.
 var receiptScript = redis.NewScript(luaPrelude + luaRecord + luaOutbox + `
 local id = ARGV[1]
@@ -92,7 +93,7 @@ if st == 's' then
   outbox_add({KEYS[3], KEYS[4], KEYS[5], KEYS[6]}, id, m, event_words[ARGV[2]], event_codes[ARGV[2]], now)
   return {1, js, id}
 end
-if (st == 'q' or st == 'l') and not m.rs then
+if (st == 'q' or st == 'l' or (st == 'f' and get(m, 'd'))) and not m.rs then
   m.rs = ARGV[2]
   if ARGV[3] ~= '' then m.re = ARGV[3] end
   local js = cjson.encode(m)
