@@ -40,7 +40,11 @@ func dependencyDown(err error) bool {
 		redis.IsOOMError(err) || redis.IsNoReplicasError(err) || redis.HasErrorPrefix(err, "BUSY")
 }
 
-// logPath is the request path as logs show it: a path can carry a number
-// (DELETE /v1/admin/suppressions/{number}), so digit runs are masked with
-// the one scrub of outside text.
-func logPath(r *http.Request) string { return provider.Scrub(r.URL.Path, "") }
+// logPath is the request path as logs and problems show it: a path can
+// carry a number (DELETE /v1/admin/suppressions/{number}), so digit runs
+// are masked with the one scrub of outside text, and it is the client's
+// (up to the server's header limit), so at most maxInstanceLen bytes are
+// shown; only the first 4 × maxInstanceLen are scrubbed at all.
+func logPath(r *http.Request) string {
+	return cutPath(provider.Scrub(cutPath(r.URL.Path, 4*maxInstanceLen), ""), maxInstanceLen)
+}

@@ -258,21 +258,23 @@ func problemFor(r *http.Request, e *apiError) problem {
 	return p
 }
 
-// maxInstanceLen bounds a problem's instance: the request path is the
-// client's, up to the server's header limit.
+// maxInstanceLen bounds a problem's instance and a logged path: the
+// request path is the client's, up to the server's header limit.
 const maxInstanceLen = 256
 
 // instancePath is a problem's instance: the request path as logs show it
 // (logPath: a path can carry a number, DELETE
-// /v1/admin/suppressions/{number}), at most maxInstanceLen bytes, cut on a
-// character boundary and marked with "..." when cut.
-func instancePath(r *http.Request) string {
-	p := logPath(r)
-	if len(p) <= maxInstanceLen {
+// /v1/admin/suppressions/{number}; at most maxInstanceLen bytes).
+func instancePath(r *http.Request) string { return logPath(r) }
+
+// cutPath returns p cut to at most n bytes on a character boundary, marked
+// with "..." when cut.
+func cutPath(p string, n int) string {
+	if len(p) <= n {
 		return p
 	}
 	const mark = "..."
-	n := maxInstanceLen - len(mark)
+	n -= len(mark)
 	for n > 0 && !utf8.RuneStart(p[n]) {
 		n--
 	}
