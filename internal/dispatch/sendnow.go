@@ -183,8 +183,16 @@ func (d *Dispatcher) nowFailure(m *sms.Message, kind outcomeKind, pause time.Dur
 		d.m.sendNow.WithLabelValues(nowFailed).Inc()
 		return fmt.Errorf("dispatch: send now %s: %w", m.ID, err)
 	case kindTransient:
-		d.m.sendNow.WithLabelValues(nowUnavailable).Inc()
-		typed = ErrUnavailable
+		if pe := provider.AsError(err); pe != nil && pe.NotSent {
+			d.m.sendNow.WithLabelValues(nowUnavailable).Inc()
+			typed = ErrUnavailable
+			break
+		}
+		// A 5xx or a connection lost after the request was written: the
+		// queued path retries it under the same id, and so must the
+		// caller, who is told the outcome is unknown (the API then keeps
+		// the id under the request's Idempotency-Key).
+		fallthrough
 	default: // kindUnknown: timeout, unreadable answer, unclassified, deadline passed mid-call
 		d.m.sendNow.WithLabelValues(nowUnknown).Inc()
 		d.log.Warn("OTP fast path: outcome unknown", "id", m.ID, "to", sms.MaskPhone(m.To), "err", err)

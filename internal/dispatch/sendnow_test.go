@@ -136,8 +136,14 @@ func TestSendNowErrors(t *testing.T) {
 			<-ctx.Done() // the deadline is the provider timeout
 			return provider.Result{}, &provider.Error{Reason: provider.ReasonTimeout, Temporary: true, Message: ctx.Err().Error()}
 		}, ErrOutcomeUnknown},
-		{"5xx is unavailable", func(context.Context, *provider.Request) (provider.Result, error) {
+		{"5xx is an unknown outcome (a proxy's 502 may follow a send)", func(context.Context, *provider.Request) (provider.Result, error) {
 			return provider.Result{}, unavailableErr()
+		}, ErrOutcomeUnknown},
+		{"a connection lost after the request is an unknown outcome", func(context.Context, *provider.Request) (provider.Result, error) {
+			return provider.Result{}, &provider.Error{Reason: provider.ReasonNetwork, Temporary: true, Message: "EOF"}
+		}, ErrOutcomeUnknown},
+		{"a failed dial is unavailable: nothing was sent", func(context.Context, *provider.Request) (provider.Result, error) {
+			return provider.Result{}, &provider.Error{Reason: provider.ReasonNetwork, Temporary: true, NotSent: true, Message: "connection refused"}
 		}, ErrUnavailable},
 	}
 	for _, tc := range cases {

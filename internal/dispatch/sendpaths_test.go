@@ -57,9 +57,16 @@ func outcomeRows() []outcomeRow {
 		{name: "auth", answer: perr(provider.ReasonAuth, false, 401, 0), result: "auth",
 			pause:  AuthPause,
 			status: sms.StatusQueued, label: outcomeRequeued, requeue: requeueAuth, noSlot: noSlotAuth, now: nowNoSlot},
+		// A 5xx or a connection lost after the request was written may
+		// have reached the provider: the fast path's caller is told the
+		// outcome is unknown (and retries under the same id); only a
+		// failed dial is known not to have.
 		queuedRetry(outcomeRow{name: "transient 5xx", answer: perr(provider.ReasonUnavailable, true, 503, 0), result: "unavailable",
-			is: ErrUnavailable, now: nowUnavailable}),
+			is: ErrOutcomeUnknown, now: nowUnknown}),
 		queuedRetry(outcomeRow{name: "network", answer: perr(provider.ReasonNetwork, true, 0, 0), result: "network",
+			is: ErrOutcomeUnknown, now: nowUnknown}),
+		queuedRetry(outcomeRow{name: "network, not sent", answer: &provider.Error{Reason: provider.ReasonNetwork, Temporary: true,
+			NotSent: true, Message: "injected: connection refused"}, result: "network",
 			is: ErrUnavailable, now: nowUnavailable}),
 		queuedRetry(outcomeRow{name: "unknown timeout", answer: perr(provider.ReasonTimeout, true, 0, 0), result: "timeout",
 			is: ErrOutcomeUnknown, now: nowUnknown}),

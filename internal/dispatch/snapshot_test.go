@@ -65,8 +65,8 @@ func TestSnapshotCountsOutcomes(t *testing.T) {
 	if _, err := d.SendNow(t.Context(), mk(sms.ClassOTP, "ok"), time.Second); err != nil {
 		t.Fatalf("SendNow: %v", err)
 	}
-	if _, err := d.SendNow(t.Context(), mk(sms.ClassOTP, "down"), time.Second); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("SendNow to a failing provider: %v, want ErrUnavailable", err)
+	if _, err := d.SendNow(t.Context(), mk(sms.ClassOTP, "down"), time.Second); !errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("SendNow to a provider answering 5xx: %v, want ErrOutcomeUnknown", err)
 	}
 
 	// Acks are counted after the queue answered; wait for the last one.
@@ -88,7 +88,7 @@ func TestSnapshotCountsOutcomes(t *testing.T) {
 	if got.Throttled != 1 || got.GuardCount != 1 || got.GuardActive {
 		t.Errorf("throttled=%d guard_count=%d active=%v, want 1, 1, false", got.Throttled, got.GuardCount, got.GuardActive)
 	}
-	if got.SendNow.Sent != 1 || got.SendNow.Unavailable != 1 || got.SendNow.Refused() != 1 {
-		t.Errorf("send now %+v, want 1 sent and 1 unavailable", got.SendNow)
+	if got.SendNow.Sent != 1 || got.SendNow.Unknown != 1 || got.SendNow.Refused() != 1 {
+		t.Errorf("send now %+v, want 1 sent and 1 unknown (a 5xx)", got.SendNow)
 	}
 }

@@ -128,7 +128,8 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			if errors.Is(err, dispatch.ErrOutcomeUnknown) {
 				err = &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err, Extra: map[string]any{"id": m.ID},
-					Detail: "the provider did not answer within the deadline: the message may or may not have been sent; " +
+					Detail: "the provider did not answer within the deadline, answered with a server error or dropped the connection: " +
+						"the message may or may not have been sent; " +
 						"nothing was queued; a retry with the same Idempotency-Key sends it under the same id"}
 			}
 			return nil, fmt.Errorf("otp %s to %s: %w", m.ID, sms.MaskPhone(m.To), err)

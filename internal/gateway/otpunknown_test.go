@@ -81,3 +81,48 @@ func TestOTPUnknownKeepsID(t *testing.T) {
 		t.Errorf("the OTP's record: status %s, attempts %d; want sent after 3 attempts", v.Status, v.Attempts)
 	}
 }
+
+// TestOTPDroppedConnectionKeepsID: a provider connection dropped after the
+// request was read is an unknown outcome, not "nothing was sent": the
+// retry under the same Idempotency-Key reaches the provider with the same
+// id, so a provider that honours the key drops it (an audit saw a second
+// OTP under a new id).
+func TestOTPDroppedConnectionKeepsID(t *testing.T) {
+	var mu sync.Mutex
+	var refs []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct{ Reference string }
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		mu.Lock()
+		refs = append(refs, req.Reference+"/"+r.Header.Get("Idempotency-Key"))
+		first := len(refs) == 1
+		mu.Unlock()
+		if first {
+			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				_ = conn.Close()
+			}
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"id":"p-1"}`))
+	}))
+	defer srv.Close()
+	cfg := testConfig(t, embeddedMode, newSim(t, sim.Config{}).URL())
+	cfg.Provider.HTTP.URL = srv.URL
+	h := startWith(t, cfg, nil)
+	first := h.post("/v1/otp", keyLogin, otpBody("deadline_ms", 2000), "Idempotency-Key", "login-77")
+	wantStatus(t, first, http.StatusServiceUnavailable)
+	id, _ := first.problem(t)["id"].(string)
+	if id == "" {
+		t.Errorf("the dropped connection's problem does not name the message id: %s", first.body)
+	}
+	second := h.post("/v1/otp", keyLogin, otpBody("deadline_ms", 2000), "Idempotency-Key", "login-77")
+	wantStatus(t, second, http.StatusOK)
+	var sent otpSent
+	second.json(t, &sent)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(refs) < 2 || refs[0] != refs[len(refs)-1] || sent.ID != id {
+		t.Fatalf("the provider saw %v and the retry sent %s; want every attempt under %s", refs, sent.ID, id)
+	}
+}

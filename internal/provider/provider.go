@@ -79,6 +79,11 @@ type Error struct {
 	RetryAfter time.Duration // > 0 for throttles; how long every sender must pause
 	Status     int           // HTTP status, if any
 	Message    string        // short, safe description (vendor error code/text)
+	// NotSent: the request never left this process (the dial or the name
+	// lookup failed), so the provider cannot have the message. Any other
+	// failure without an answer (a reset or EOF after the request was
+	// written) may have reached it.
+	NotSent bool
 
 	// For ReasonPartial: the vendor's ids of the parts it accepted, and
 	// the reason of the first part it refused (a throttle there still

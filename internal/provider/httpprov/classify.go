@@ -63,8 +63,9 @@ func ReadBody(resp *http.Response) ([]byte, error) {
 // TransportError classifies a failure of client.Do (or of reading a body):
 // a deadline or cancellation is a timeout (the provider may have acted on
 // the request, so the retry must carry the same key); anything else
-// (refused, reset, EOF, DNS) is a network error. The message never includes
-// the request URL, which may carry an account id or credentials.
+// (refused, reset, EOF, DNS) is a network error, NotSent when the dial or
+// the name lookup failed (the request never left). The message never
+// includes the request URL, which may carry an account id or credentials.
 func TransportError(ctx context.Context, err error) *provider.Error {
 	msg := err.Error()
 	var ue *url.Error
@@ -77,7 +78,10 @@ func TransportError(ctx context.Context, err error) *provider.Error {
 		ctx.Err() != nil, errors.As(err, &ne) && ne.Timeout():
 		return &provider.Error{Reason: provider.ReasonTimeout, Temporary: true, Message: Safe(msg)}
 	}
-	return &provider.Error{Reason: provider.ReasonNetwork, Temporary: true, Message: Safe(msg)}
+	var op *net.OpError
+	var dns *net.DNSError
+	notSent := errors.As(err, &dns) || errors.As(err, &op) && op.Op == "dial"
+	return &provider.Error{Reason: provider.ReasonNetwork, Temporary: true, NotSent: notSent, Message: Safe(msg)}
 }
 
 // StatusError classifies a non-2xx answer by its status code alone. Adapters

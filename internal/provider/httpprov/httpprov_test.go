@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -267,5 +268,43 @@ func TestLogsMaskNumbersAndSecrets(t *testing.T) {
 	out := buf.String()
 	if !strings.Contains(out, "+8190****5678") || strings.Contains(out, "+819012345678") || strings.Contains(out, token) {
 		t.Fatalf("log: %s", out)
+	}
+}
+
+// TestNotSent: a send whose dial fails never left this process (NotSent:
+// the OTP fast path may say nothing was sent); one whose connection is
+// dropped after the provider read the request may have reached it.
+func TestNotSent(t *testing.T) {
+	t.Parallel()
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closedURL := closed.URL
+	closed.Close() // nothing listens there now: the dial is refused
+	var read atomic.Int64
+	dropping := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		read.Add(1)
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			_ = conn.Close() // the request was read; no answer
+		}
+	}))
+	defer dropping.Close()
+	for _, c := range []struct {
+		url     string
+		notSent bool
+	}{{closedURL, true}, {dropping.URL, false}} {
+		p, err := httpprov.New(httpprov.Config{URL: c.url + "/send", Timeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = p.Send(context.Background(), &provider.Request{ID: "msg-1", To: "+819012345678", Body: "x"})
+		pe := provider.AsError(err)
+		if pe == nil || pe.Reason != provider.ReasonNetwork || pe.NotSent != c.notSent {
+			t.Errorf("%s: %+v, want a network error with NotSent %v", c.url, pe, c.notSent)
+		}
+		p.CloseIdleConnections()
+	}
+	if n := read.Load(); n < 1 {
+		t.Errorf("the dropping server read %d requests, want the send", n)
 	}
 }
