@@ -176,6 +176,10 @@ func (s *server) adminGetMessage(w http.ResponseWriter, r *http.Request) {
 // maxPause bounds an operator pause with a duration.
 const maxPause = 24 * time.Hour
 
+// maxPauseReason bounds an operator pause's reason (logged, shown in the
+// stats and on the dashboard).
+const maxPauseReason = 200
+
 func (s *server) adminPause(w http.ResponseWriter, r *http.Request) {
 	raw, err := readBody(r, true)
 	if err != nil {
@@ -198,8 +202,8 @@ func (s *server) adminPause(w http.ResponseWriter, r *http.Request) {
 		}
 		d = time.Duration(v * float64(time.Second))
 	}
-	if len(req.Reason) > 200 {
-		s.writeError(w, r, fieldError("reason", "has at most 200 bytes"))
+	if e := checkReason(req.Reason, maxPauseReason); e != nil {
+		s.writeError(w, r, e)
 		return
 	}
 	if err := s.pause.Pause(r.Context(), d, req.Reason); err != nil {

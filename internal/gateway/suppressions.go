@@ -47,12 +47,13 @@ func viewOfSuppression(e state.Suppression) suppressionView {
 	return suppressionView{ID: e.ID, To: e.Masked, Reason: e.Reason, CreatedAt: e.CreatedAt.UTC()}
 }
 
-// checkReason refuses a reason over the store's bound or one that could
-// hold a phone number (a run of more than maxReasonDigits digits): the
-// list answer must never show one.
-func checkReason(reason string) *apiError {
-	if len(reason) > state.MaxSuppressionReason {
-		return fieldError("reason", fmt.Sprintf("has at most %d bytes", state.MaxSuppressionReason))
+// checkReason refuses an operator's reason (a suppression's, a pause's)
+// over maxLen bytes or one that could hold a phone number (a run of more
+// than maxReasonDigits digits): the answers and the logs that show it must
+// never show one.
+func checkReason(reason string, maxLen int) *apiError {
+	if len(reason) > maxLen {
+		return fieldError("reason", fmt.Sprintf("has at most %d bytes", maxLen))
 	}
 	run := 0
 	for i := 0; i < len(reason); i++ {
@@ -83,7 +84,7 @@ func (s *server) adminAddSuppression(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if e := checkReason(req.Reason); e != nil {
+	if e := checkReason(req.Reason, state.MaxSuppressionReason); e != nil {
 		s.writeError(w, r, e)
 		return
 	}
