@@ -70,7 +70,7 @@ func (s *server) routes() http.Handler { return s.router(true, true) }
 // serves them on two listeners.
 func (s *server) router(public, admin bool) chi.Router {
 	r := chi.NewRouter()
-	r.Use(s.requestID, s.instrument, s.recoverer, s.clientIP)
+	r.Use(s.requestID, s.clientIP, s.instrument, s.recoverer) // clientIP first: the access log names it
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errorf(kindNotFound, "no such route"))
 	})
