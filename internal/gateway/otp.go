@@ -12,6 +12,7 @@ import (
 
 	"smsgw/internal/config"
 	"smsgw/internal/dispatch"
+	"smsgw/internal/logsample"
 	"smsgw/internal/sms"
 	"smsgw/internal/state"
 )
@@ -148,8 +149,8 @@ type otpRecords struct {
 	mu      sync.Mutex
 	closing bool // set by close: no more goroutines start
 	wg      sync.WaitGroup
-	slots   chan struct{} // one per record in flight
-	failed  unknownLog    // samples the log of records that failed
+	slots   chan struct{}     // one per record in flight
+	failed  logsample.Sampler // samples the log of records that failed
 }
 
 // start reserves a slot for a background write; false when closing or
@@ -211,7 +212,7 @@ func (s *server) recordOTP(ctx context.Context, m *sms.Message, providerID strin
 	sent.ProviderID = providerID
 	failed := func(err error) {
 		s.metrics.otpRecordFailed.Inc()
-		if n, ok := s.otpRecords.failed.add(s.now()); ok {
+		if n, ok := s.otpRecords.failed.Add(s.now(), unknownLogEvery); ok {
 			s.log.Warn("storing fast-path OTPs as sent failed: their status, receipts and callbacks are not kept",
 				"count", n, "id", sent.ID, "producer", sent.Producer, "err", err)
 		}

@@ -154,29 +154,10 @@ func (m *receiptMetrics) recentRatio(c sms.Class) *float64 {
 	return &r
 }
 
-// unknownLog samples the log of unmatched receipts: one line per interval
-// with how many there were, never a line per receipt.
-type unknownLog struct {
-	mu    sync.Mutex
-	last  time.Time
-	count int
-}
-
+// unknownLogEvery is how often the unmatched receipts (and the OTP
+// records that failed) are logged: one line per interval with how many
+// there were, never a line per receipt.
 const unknownLogEvery = 10 * time.Second
-
-// add counts one and reports whether to log now, with the count since the
-// last line.
-func (u *unknownLog) add(now time.Time) (int, bool) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	u.count++
-	if now.Sub(u.last) < unknownLogEvery {
-		return 0, false
-	}
-	n := u.count
-	u.count, u.last = 0, now
-	return n, true
-}
 
 // maskID shows the first and last two characters of a vendor's id, enough
 // to find it in the vendor's console, not to use it.
@@ -239,7 +220,7 @@ func (s *server) postReceipt(w http.ResponseWriter, r *http.Request) {
 	switch out.Result {
 	case queue.ReceiptUnknown:
 		rm.unknown.WithLabelValues(adapter).Inc()
-		if n, ok := s.unknownLog.add(s.now()); ok {
+		if n, ok := s.unknownLog.Add(s.now(), unknownLogEvery); ok {
 			s.log.Warn("receipts matched no message", "adapter", adapter, "count", n,
 				"provider_message_id", maskID(rc.ProviderID), "status", string(rc.Status))
 		}

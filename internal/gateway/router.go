@@ -21,6 +21,7 @@ import (
 	"smsgw/api"
 	"smsgw/internal/config"
 	"smsgw/internal/limiter"
+	"smsgw/internal/logsample"
 	"smsgw/internal/provider"
 	"smsgw/internal/queue"
 	"smsgw/internal/sms"
@@ -54,7 +55,7 @@ type server struct {
 	dashboard    http.Handler
 	checks       []readyCheck
 	receipts     provider.ReceiptParser // the provider's receipt check; nil: receipts refused
-	unknownLog   unknownLog
+	unknownLog   logsample.Sampler      // unmatched receipts
 	otpRecords   otpRecords
 	trusted      []netip.Prefix
 	stopping     atomic.Bool

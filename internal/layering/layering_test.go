@@ -28,6 +28,7 @@ var allowed = map[string][]string{
 	"internal/dashboard":   {},
 	"internal/redistest":   {},
 	"internal/layering":    {},
+	"internal/logsample":   {},
 	"internal/sms/smstest": {"internal/sms"},
 
 	// Deciders and stores: they know nothing of who calls them.
@@ -50,7 +51,7 @@ var allowed = map[string][]string{
 	"internal/provider/providertest": {"internal/provider", "internal/sms"},
 
 	// The send loop.
-	"internal/dispatch": {"internal/limiter", "internal/provider", "internal/queue", "internal/sms"},
+	"internal/dispatch": {"internal/limiter", "internal/logsample", "internal/provider", "internal/queue", "internal/sms"},
 
 	// Status callbacks to producers: the outbox and HTTP, nothing of sending.
 	"internal/webhook": {"internal/queue"},
@@ -62,7 +63,7 @@ var allowed = map[string][]string{
 		"internal/dispatch"},
 
 	// The application and what runs it.
-	"internal/gateway": {"api", "internal/config", "internal/dispatch", "internal/keyspace", "internal/limiter",
+	"internal/gateway": {"api", "internal/config", "internal/dispatch", "internal/keyspace", "internal/limiter", "internal/logsample",
 		"internal/provider", "internal/provider/httpprov", "internal/provider/twilio", "internal/provider/vonage",
 		"internal/queue", "internal/queue/embedded", "internal/queue/redisq", "internal/sms", "internal/state",
 		"internal/history", "internal/webhook"},
