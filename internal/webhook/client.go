@@ -105,8 +105,13 @@ func NewClient(timeout time.Duration, allow []netip.Prefix) *http.Client {
 	return &http.Client{
 		Transport: tr,
 		Timeout:   timeout,
+		// A redirect is followed only when it keeps the POST and its body
+		// (307, 308: a 301, 302 or 303 turns it into a GET without one,
+		// whose 2xx would count as delivered), to the same scheme and host;
+		// any other is answered by the 3xx itself, a failed attempt.
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
-			if len(via) > maxRedirects || req.URL.Scheme != via[0].URL.Scheme || req.URL.Host != via[0].URL.Host {
+			if len(via) > maxRedirects || req.Method != via[0].Method ||
+				req.URL.Scheme != via[0].URL.Scheme || req.URL.Host != via[0].URL.Host {
 				return http.ErrUseLastResponse
 			}
 			return nil

@@ -80,7 +80,13 @@ func TestClientRedirects(t *testing.T) {
 			http.Redirect(w, r, elsewhere.URL+"/x", http.StatusTemporaryRedirect)
 		case "/here":
 			http.Redirect(w, r, srv.URL+"/final", http.StatusTemporaryRedirect)
+		case "/found":
+			http.Redirect(w, r, srv.URL+"/final", http.StatusFound) // a GET without the body would follow
 		case "/final":
+			if r.Method != http.MethodPost {
+				w.WriteHeader(http.StatusOK) // what a lenient receiver answers to a GET
+				return
+			}
 			w.WriteHeader(http.StatusNoContent)
 		}
 	}))
@@ -102,6 +108,33 @@ func TestClientRedirects(t *testing.T) {
 	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusNoContent {
 		t.Fatalf("same-host redirect: status %d, want 204", resp.StatusCode)
+	}
+	resp, err = post(t, c, srv.URL+"/found")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusFound {
+		t.Fatalf("a 302 (which turns the POST into a GET) was followed: status %d, want the 302 itself", resp.StatusCode)
+	}
+}
+
+// TestEndpointOf: one endpoint (concurrency, breaker) however a URL
+// spells its host and default port.
+func TestEndpointOf(t *testing.T) {
+	for raw, want := range map[string]string{
+		"https://Notify.Example/cb/x":   "https://notify.example",
+		"https://notify.example:443/cb": "https://notify.example",
+		"HTTPS://NOTIFY.EXAMPLE/cb":     "https://notify.example",
+		"http://notify.example:80/x":    "http://notify.example",
+		"http://notify.example:8080/x":  "http://notify.example:8080",
+		"https://[2001:DB8::1]:443/x":   "https://[2001:db8::1]",
+		"https://[2001:db8::1]:8443/x":  "https://[2001:db8::1]:8443",
+		"not a url with a host":         "invalid",
+	} {
+		if got := endpointOf(raw); got != want {
+			t.Errorf("endpointOf(%q) = %q, want %q", raw, got, want)
+		}
 	}
 }
 

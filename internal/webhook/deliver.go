@@ -8,9 +8,11 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,8 +30,9 @@ type Config struct {
 	Outbox queue.Outbox
 	// Resolve names an event's destination: its callback_url, else its
 	// producer's webhook url, with the producer's key. false: the producer
-	// has no webhook any more, or the callback_url is no longer allowed;
-	// the event is given up at once.
+	// has no webhook, or the callback_url is not allowed, in this replica's
+	// configuration; the event is retried with backoff until MaxAge (in a
+	// rolling change another replica may have it), then dead.
 	Resolve func(e *queue.Event) (Destination, bool)
 	Client  *http.Client // NewClient
 	Owner   string       // this replica, recorded with claims
@@ -198,7 +201,12 @@ func (d *Deliverer) once(ctx context.Context, free int) (int, error) {
 func (d *Deliverer) dispatch(ctx context.Context, le *queue.LeasedEvent) {
 	dest, ok := d.cfg.Resolve(le.Event)
 	if !ok {
-		d.retry(ctx, le, "", 0, false, "no destination configured or allowed", true)
+		// Retried with backoff until MaxAge, then dead: during a rolling
+		// configuration change another replica may have the destination
+		// (the outbox is shared), and an attempt is spent so the waits
+		// grow.
+		after := Backoff(le.Event.Attempts+1, d.cfg.BackoffBase, d.cfg.BackoffMax)
+		d.retry(ctx, le, "", after, true, "no destination configured or allowed", false)
 		return
 	}
 	ep := endpointOf(dest.URL)
@@ -350,5 +358,14 @@ func endpointOf(raw string) string {
 	if err != nil || u.Host == "" {
 		return "invalid"
 	}
-	return u.Scheme + "://" + u.Host
+	// One endpoint however its URL spells it: host in any case, the
+	// scheme's default port written or not.
+	scheme, host, port := strings.ToLower(u.Scheme), strings.ToLower(u.Hostname()), u.Port()
+	if port == "" || scheme == "http" && port == "80" || scheme == "https" && port == "443" {
+		if strings.Contains(host, ":") {
+			host = "[" + host + "]"
+		}
+		return scheme + "://" + host
+	}
+	return scheme + "://" + net.JoinHostPort(host, port)
 }

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -354,5 +355,45 @@ func TestBreakerHoldsAnEndpointThatDoesNotAnswer(t *testing.T) {
 	// 3 failures open it; at most PerEndpoint-1 more were in flight then.
 	if got := value(f.m.attempts.WithLabelValues(OutcomeError)); got > 3+4-1 {
 		t.Errorf("%v attempts at an endpoint whose breaker opened after 3", got)
+	}
+}
+
+// TestUnresolvedRetried: an event this replica has no destination for
+// (its configuration lacks the producer's webhook or the callback prefix,
+// as in the middle of a rolling change) is retried with backoff, not
+// given up: once the destination resolves (the configuration catches up,
+// or another replica claims it) it is delivered; nothing died meanwhile.
+func TestUnresolvedRetried(t *testing.T) {
+	r := newReceiver(t, func(string, int) int { return http.StatusNoContent })
+	var known atomic.Bool
+	var mu sync.Mutex
+	asked := map[string]int{}
+	f := start(t, nil, func(c *Config) {
+		c.Resolve = func(e *queue.Event) (Destination, bool) {
+			mu.Lock()
+			asked[e.ID]++
+			mu.Unlock()
+			return Destination{URL: r.srv.URL + "/hook", Key: testKey}, known.Load()
+		}
+	})
+	f.sent(t, "notify", 3)
+	waitFor(t, "every event asked for twice without a destination", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, c := range asked {
+			if c >= 2 {
+				n++
+			}
+		}
+		return n == 3
+	})
+	if s := f.stats(t); s.Dead != 0 || s.Backlog != 3 || value(f.m.dead) != 0 {
+		t.Fatalf("without a destination: %+v, %v counted dead; want 3 pending, none dead", s, value(f.m.dead))
+	}
+	known.Store(true)
+	waitFor(t, "every event delivered", func() bool { return r.deliveredIDs() == 3 && f.stats(t).Backlog == 0 })
+	if d := f.stats(t).Dead; d != 0 {
+		t.Errorf("%d events died while their destination was unknown", d)
 	}
 }
