@@ -129,8 +129,10 @@ func (d *Deliverer) Start(ctx context.Context) {
 	}()
 }
 
-// Stop ends the loop and waits for deliveries in flight (each bounded by
-// Timeout); what they could not ack is claimed again after its lease.
+// Stop ends the loop, cuts the deliveries in flight short and waits for
+// them to return. One cut short may have reached its endpoint: its event
+// is delivered again, with the same webhook-id, once its claim's lease
+// ends (at least once).
 func (d *Deliverer) Stop() {
 	if d.stop == nil {
 		return
