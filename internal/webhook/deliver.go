@@ -231,8 +231,10 @@ func (d *Deliverer) dispatch(ctx context.Context, le *queue.LeasedEvent) {
 	go func() {
 		defer d.running.Done()
 		defer func() { <-d.slots }()
+		began := d.cfg.Now()
 		answered := d.deliver(ctx, le, dest, ep)
-		d.eps.release(e, answered, d.cfg.Now())
+		done := d.cfg.Now()
+		d.eps.release(e, answered, done, done.Sub(began))
 	}()
 }
 

@@ -16,7 +16,23 @@ type endpoint struct {
 	failures  int       // consecutive
 	openUntil time.Time // breaker open before this
 	probing   bool      // half-open: one trial in flight
+	// attempt is a moving average of this endpoint's attempts' durations;
+	// booked is when the events deferred while it was busy are due back,
+	// the last of them: each is booked attempt/limit after the one before,
+	// so a backlog comes back at the pace the endpoint takes it instead
+	// of every 200 ms all at once (which had every claim cycle through it
+	// before reaching another producer's events).
+	attempt   time.Duration
+	booked    time.Time
+	busySince time.Time // when its oldest delivery in flight began, the estimate before any attempt ended
 }
+
+// Bounds of a busy endpoint's deferral: at least minBusyWait (an event
+// claimed again sooner would find it busy still), at most maxBusyWait.
+const (
+	minBusyWait = 200 * time.Millisecond
+	maxBusyWait = 15 * time.Minute
+)
 
 // endpoints tracks every endpoint; safe for concurrent use.
 type endpoints struct {
@@ -61,19 +77,35 @@ func (s *endpoints) acquire(name string, now time.Time) (*endpoint, time.Duratio
 		}
 		e.probing = true
 	case e.inflight >= s.limit:
-		return nil, 200 * time.Millisecond, deferBusy
+		if e.booked.Before(now) {
+			e.booked = now
+		}
+		est := e.attempt
+		if est == 0 { // none ended yet: they take at least as long as they have been running
+			est = now.Sub(e.busySince)
+		}
+		e.booked = e.booked.Add(max(est, 10*time.Millisecond) / time.Duration(s.limit))
+		return nil, min(max(e.booked.Sub(now), minBusyWait), maxBusyWait), deferBusy
+	}
+	if e.inflight == 0 {
+		e.busySince = now
 	}
 	e.inflight++
 	return e, 0, ""
 }
 
-// release ends a delivery: an answer closes the breaker, no answer counts
-// towards opening it (and reopens a half-open one).
-func (s *endpoints) release(e *endpoint, ok bool, now time.Time) {
+// release ends a delivery that took took: an answer closes the breaker,
+// no answer counts towards opening it (and reopens a half-open one).
+func (s *endpoints) release(e *endpoint, ok bool, now time.Time, took time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e.inflight--
 	e.probing = false
+	if e.attempt == 0 {
+		e.attempt = took
+	} else {
+		e.attempt += (took - e.attempt) / 8
+	}
 	if ok {
 		e.failures = 0
 		e.openUntil = time.Time{}
