@@ -111,7 +111,34 @@ producers: [{name: app, key: "app-key-0123456789ab", classes: [otp], rate: 1, bu
 		}
 	}
 	var ce *Error
-	if errors.As(err, &ce) {
-		t.Errorf("a YAML error is not a validation *Error: %v", err)
+	if !errors.As(err, &ce) || len(ce.Problems) != 2 {
+		t.Errorf("want the two keys as two problems of one list: %v", err)
+	}
+}
+
+// TestAllProblemsAtOnce: a wrong key in the file, a value of the wrong
+// type, an environment variable naming no key, a bad environment value and
+// a rule validation checks are reported together, each naming its key (an
+// operator fixed them one run at a time before). A file that is not YAML
+// still stops at that.
+func TestAllProblemsAtOnce(t *testing.T) {
+	_, err := Load([]byte(`
+provider: {url: "http://127.0.0.1:9100/send", contract_rsp: 100}
+limits: {target_rps: 98}
+dispatch: {workers: many}
+producers: [{name: app, key: "app-key-0123456789ab", classes: [otp], rate: 1, burst: 1}]
+`), []string{"SMSGW_REDIS_ADR=x", "SMSGW_DISPATCH_LEASE=30"})
+	var ce *Error
+	if !errors.As(err, &ce) {
+		t.Fatalf("want one list of problems, got %v", err)
+	}
+	for _, want := range []string{"provider.contract_rsp (line 2)", "dispatch.workers (line 4)", "SMSGW_REDIS_ADR",
+		"dispatch.lease (from SMSGW_DISPATCH_LEASE)", "limits.burst"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the list lacks %q:\n%v", want, err)
+		}
+	}
+	if _, err := Load([]byte("provider: [unclosed"), nil); err == nil || errors.As(err, &ce) {
+		t.Errorf("a file that is not YAML: %v, want that error alone", err)
 	}
 }
