@@ -21,15 +21,10 @@ func init() {
 // (or JSON with --json). It exits non-zero only when it cannot run (bad
 // flags, no Redis), never because of the figures.
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("bench", stderr)
 	f := benchFlagsOn(fs)
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() > 0 {
-		complain(stderr, "smsgw bench: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	if code, ok := parseArgs(fs, args, stderr); !ok {
+		return code
 	}
 	cfg, err := f.config()
 	if err != nil {
@@ -40,7 +35,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if *f.verbose {
 		level = slog.LevelInfo
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	cfg.Logger = newTextLogger(stderr, level)
 
 	rep, err := bench.Run(ctx, cfg)
 	if err != nil {

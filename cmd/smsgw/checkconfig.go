@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,11 +15,10 @@ func init() {
 }
 
 func runCheckConfig(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("check-config", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("check-config", stderr)
 	path := fs.String("config", os.Getenv("SMSGW_CONFIG"), "configuration file (YAML)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseArgs(fs, args, stderr); !ok {
+		return code
 	}
 	if *path == "" {
 		complain(stderr, "smsgw check-config: --config is required\n")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"io"
 	"time"
 
@@ -14,8 +13,7 @@ func init() {
 }
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("demo", stderr)
 	var o demo.Options
 	fs.StringVar(&o.Listen, "listen", "127.0.0.1:8080", "gateway listen address (the demo keys are printed: keep it on loopback)")
 	fs.IntVar(&o.Campaign, "campaign", 3000, "marketing messages posted at start")
@@ -25,8 +23,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	duration := fs.Duration("duration", 0, "stop after this long (0: until Ctrl-C)")
 	fs.DurationVar(&o.Every, "summary-every", 2*time.Second, "interval of the terminal summary")
 	fs.BoolVar(&o.Verbose, "v", false, "gateway logs on stderr (info level)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseArgs(fs, args, stderr); !ok {
+		return code
 	}
 	if *duration > 0 {
 		var cancel context.CancelFunc

@@ -23,21 +23,16 @@ func init() {
 // with --listen 127.0.0.1:0 can find it; on exit the final stats go to
 // stdout as JSON.
 func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("sim", stderr)
 	f := simFlagsOn(fs)
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() > 0 {
-		complain(stderr, "smsgw sim: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	if code, ok := parseArgs(fs, args, stderr); !ok {
+		return code
 	}
 	level := slog.LevelInfo
 	if f.verbose {
 		level = slog.LevelDebug
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	logger := newTextLogger(stderr, level)
 	cfg, err := f.config(logger)
 	if err != nil {
 		complain(stderr, "smsgw sim: %v\n", err)

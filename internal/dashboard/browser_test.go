@@ -21,6 +21,7 @@ import (
 	"smsgw/internal/dashboard"
 	"smsgw/internal/gateway"
 	"smsgw/internal/provider/sim"
+	"smsgw/internal/redistest"
 	"smsgw/internal/sms"
 )
 
@@ -64,6 +65,13 @@ func startStack(t *testing.T) *stack { return startStackWith(t, "") }
 // (", webhook: {...}").
 func startStackWith(t *testing.T, notifyExtra string) *stack {
 	t.Helper()
+	return startStackOn(t, "", notifyExtra)
+}
+
+// startStackOn is startStackWith on the Redis at redisAddr ("": the
+// embedded store), under an account of its own.
+func startStackOn(t *testing.T, redisAddr, notifyExtra string) *stack {
+	t.Helper()
 	s, err := sim.New(sim.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -74,20 +82,25 @@ func startStackWith(t *testing.T, notifyExtra string) *stack {
 	}
 	t.Cleanup(func() { _ = s.Close() })
 
+	account := "dashtest"
+	if redisAddr != "" {
+		account = redistest.Prefix(t)
+	}
 	// One attempt per message, so a failing provider makes dead letters at
 	// once. Fewer failures than the breaker's threshold (5), so a retry
 	// is sent without waiting for the breaker to close.
 	yaml := fmt.Sprintf(`
 listen: "127.0.0.1:0"
 store: {path: %q}
-account: dashtest
+redis: {addr: %q}
+account: %s
 provider: {kind: http, url: %q, timeout: 2s, receipt_secret: %q}
 dispatch: {max_attempts: 1, shutdown_timeout: 5s}
 producers:
   - {name: notify, key: %q, classes: [transactional, marketing], rate: 1000, burst: 1000%s}
   - {name: login, key: %q, classes: [otp], rate: 100, burst: 100}
 admin: {key: %q}
-`, t.TempDir(), simURL+"/send", receiptSecret, notifyKey, notifyExtra, loginKey, adminKey)
+`, t.TempDir(), redisAddr, account, simURL+"/send", receiptSecret, notifyKey, notifyExtra, loginKey, adminKey)
 	cfg, err := config.Load([]byte(yaml), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -30,6 +30,10 @@ const (
 	keyAdmin  = "demo-admin-key-0123456789"
 	// receiptSecret signs the simulator's delivery receipts.
 	receiptSecret = "demo-receipt-secret-0123"
+	// The producers' sender ids (producers[].senders): a producer
+	// that names none may send as any sender id, which start-up warns of.
+	senderLogin  = "DemoAuth"
+	senderNotify = "DemoShop"
 )
 
 // Options shape a demo run.
@@ -104,6 +108,8 @@ func demoLogger(w io.Writer, verbose bool) *slog.Logger {
 	if verbose {
 		level = slog.LevelInfo
 	}
+	// The text handler writes a duration as "30s" (the JSON one would
+	// write nanoseconds: smsgw serve's logger rewrites them).
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
 }
 
@@ -149,11 +155,11 @@ func demoConfig(listen, storePath, sendURL string) (config.Config, error) {
 store: {path: %q}
 provider: {kind: http, url: %q, timeout: 2s, receipt_secret: %q}
 producers:
-  - {name: login, key: %q, classes: [otp], rate: 50, burst: 100}
-  - {name: notify-worker, key: %q, classes: [transactional, marketing], rate: 5000, burst: 5000}
+  - {name: login, key: %q, classes: [otp], rate: 50, burst: 100, senders: [%s]}
+  - {name: notify-worker, key: %q, classes: [transactional, marketing], rate: 5000, burst: 5000, senders: [%s]}
 admin: {key: %q}
 log: {level: warn, format: text}
-`, listen, storePath, sendURL, receiptSecret, keyLogin, keyNotify, keyAdmin)
+`, listen, storePath, sendURL, receiptSecret, keyLogin, senderLogin, keyNotify, senderNotify, keyAdmin)
 	return config.Load([]byte(yaml), nil)
 }
 
@@ -163,8 +169,8 @@ func banner(w io.Writer, o Options, cfg config.Config, base, simURL string) erro
   gateway    %s   (embedded store, local limiter at %g/s, marketing capped at %g/s)
   dashboard  %s/dashboard/   admin key: %s
   provider   simulator at %s, contract %d/s (sliding window)
-  producers  login (otp): %s
-             notify-worker (transactional, marketing): %s
+  producers  login (otp, sender %s): %s
+             notify-worker (transactional, marketing, sender %s): %s
 
 Try:  curl -s -X POST %s/v1/otp -H 'Authorization: Bearer %s' \
         -H 'Content-Type: application/json' -d '{"to":"+819012345678","body":"Your code is 123456"}'
@@ -172,7 +178,7 @@ Try:  curl -s -X POST %s/v1/otp -H 'Authorization: Bearer %s' \
 Posting a %d-message marketing campaign, transactional every %s, OTP every %s. Ctrl-C to stop.
 
 `, base, cfg.Limits.TargetRPS, cfg.Limits.Classes["marketing"].MaxRPS, base, keyAdmin, simURL, o.Limit,
-		keyLogin, keyNotify, base, keyLogin, o.Campaign, o.TxnEvery, o.OTPEvery)
+		senderLogin, keyLogin, senderNotify, keyNotify, base, keyLogin, o.Campaign, o.TxnEvery, o.OTPEvery)
 	return err
 }
 

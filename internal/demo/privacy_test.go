@@ -33,7 +33,7 @@ func (b *syncBuffer) String() string {
 
 // demoNumber matches any recipient of the demo's own traffic, whole:
 // its Japanese mobiles and its premium-rate pumping targets.
-var demoNumber = regexp.MustCompile(`8190\d{8}|44909\d{7}`)
+var demoNumber = regexp.MustCompile(`81[789]0\d{8}|44909\d{7}`)
 
 // demoBodies are the bodies the demo's traffic sends.
 var demoBodies = []string{"Winter sale", "Your order has shipped", "Your login code is 482913", "482913"}

@@ -13,6 +13,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 
 	"smsgw/internal/limiter"
+	"smsgw/internal/logsample"
 	"smsgw/internal/provider"
 	"smsgw/internal/queue"
 	"smsgw/internal/sms"
@@ -277,11 +278,14 @@ func (c *Config) required() []error {
 // Dispatcher runs the send loop of one process. Create it with New, run it
 // with Start, end it with Stop.
 type Dispatcher struct {
-	cfg     Config
-	log     *slog.Logger
-	m       *metrics
-	breaker *gobreaker.TwoStepCircuitBreaker[struct{}]
-	lanes   []*lane
+	cfg Config
+	log *slog.Logger
+	// takeFailed and guardFailed sample the warnings of a queue or guard
+	// that fails on every try during an outage (logsample).
+	takeFailed, guardFailed logsample.Sampler
+	m                       *metrics
+	breaker                 *gobreaker.TwoStepCircuitBreaker[struct{}]
+	lanes                   []*lane
 	// laneEmpty is signalled when a lane finds its queue empty
 	// (readyToTake); emptyTakes counts those takes, and missedAt is its
 	// value when the listener last got news no lane here could act on.
@@ -445,11 +449,50 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	return nil
 }
 
+// ErrSendsCutShort is what Stop returns (as a *CutShortError) when its
+// context ended before the sends in progress finished: they were cut short
+// and their messages put back without spending an attempt, the expected
+// end of a stop that ran out of time (docs/operations.md section 7), not a
+// failure.
+var ErrSendsCutShort = errors.New("in-flight sends cut short")
+
+// CutShortError is Stop's error when its bound passed with sends in
+// progress: Sends of them were cut short (counted when the bound passed)
+// and put back. It is ErrSendsCutShort and Cause (the context's error) for
+// errors.Is.
+type CutShortError struct {
+	Sends int
+	Cause error
+}
+
+func (e *CutShortError) Error() string {
+	return fmt.Sprintf("dispatch: stop: %v (%d): %v", ErrSendsCutShort, e.Sends, e.Cause)
+}
+
+// Unwrap makes the error both ErrSendsCutShort and its cause.
+func (e *CutShortError) Unwrap() []error { return []error{ErrSendsCutShort, e.Cause} }
+
+// SendsCutShort is Sends, for callers that may not import this package
+// (cmd/smsgw: see internal/layering) and recognise the error by it.
+func (e *CutShortError) SendsCutShort() int { return e.Sends }
+
+// sending counts the sends in progress: the flights not being acked.
+func (d *Dispatcher) sending() int {
+	n := 0
+	for _, f := range d.inFlight() {
+		if !f.acking.Load() {
+			n++
+		}
+	}
+	return n
+}
+
 // Stop ends the send loop gracefully: no more takes; messages held for a
 // slot are put back at once; sends in progress finish while ctx allows.
 // When ctx ends first those sends are cut short and their messages put back
 // without spending an attempt (the provider may have them: the id is the
-// idempotency key of the next attempt).
+// idempotency key of the next attempt); Stop then returns a *CutShortError
+// (ErrSendsCutShort).
 func (d *Dispatcher) Stop(ctx context.Context) error {
 	d.mu.Lock()
 	if !d.started || d.stopped {
@@ -468,11 +511,12 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 	select {
 	case <-done:
 	case <-ctx.Done():
+		cut := d.sending()
 		rctx := context.WithoutCancel(ctx)
 		d.releaseCtx.Store(&rctx)
 		d.cancelRun()
 		<-done
-		err = fmt.Errorf("dispatch: stop: in-flight sends cut short: %w", ctx.Err())
+		err = &CutShortError{Sends: cut, Cause: ctx.Err()}
 	}
 	for _, l := range d.loops {
 		l.Stop()

@@ -151,10 +151,13 @@ func (d *Dispatcher) refreshGuard(ctx context.Context) {
 	if err != nil {
 		if ctx.Err() == nil {
 			d.m.loopErrors.WithLabelValues("guard").Inc()
-			d.log.Warn("suspension guard: count failed", "err", err)
+			if n, ok := d.guardFailed.Add(time.Now(), failureLogEvery); ok {
+				d.log.Warn("suspension guard: count failed", "failures", n, "err", err)
+			}
 		}
 		return
 	}
+	d.guardFailed.Reset()
 	d.guardReadAt.Store(int64(time.Since(d.epoch)))
 	d.setGuardCount(n)
 }

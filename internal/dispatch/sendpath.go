@@ -38,17 +38,31 @@ func (d *Dispatcher) take(ctx context.Context, ln *lane, classes []sms.Class) (*
 	switch {
 	case errors.Is(err, queue.ErrEmpty):
 		d.m.takes.WithLabelValues(ln.name, takeEmpty).Inc()
+		d.takeFailed.Reset() // the queue answers: the next failure is logged at once
 		return nil, wait, err
 	case err != nil:
 		d.m.takes.WithLabelValues(ln.name, takeError).Inc()
 		if ctx.Err() == nil {
-			d.noteQueueError()
-			d.m.loopErrors.WithLabelValues("take").Inc()
-			d.log.Warn("take failed", "lane", ln.name, "err", err)
+			d.takeError(ln, err)
 		}
 		return nil, 0, fmt.Errorf("dispatch: take: %w", err)
 	}
+	d.takeFailed.Reset() // the next failure is logged at once
 	return d.taken(ln, l), 0, nil
+}
+
+// failureLogEvery is how often a loop that fails on every try (the queue
+// or the guard during an outage) logs it: once at first, then one line
+// with the count per interval; the metrics count every failure.
+const failureLogEvery = 30 * time.Second
+
+// takeError counts and (sampled) logs a failed take.
+func (d *Dispatcher) takeError(ln *lane, err error) {
+	d.noteQueueError()
+	d.m.loopErrors.WithLabelValues("take").Inc()
+	if n, ok := d.takeFailed.Add(time.Now(), failureLogEvery); ok {
+		d.log.Warn("take failed", "lane", ln.name, "failures", n, "err", err)
+	}
 }
 
 // takeMore is take for the rest of a batch of class: up to most messages
@@ -59,9 +73,7 @@ func (d *Dispatcher) takeMore(ctx context.Context, ln *lane, class sms.Class, mo
 	if err != nil {
 		d.m.takes.WithLabelValues(ln.name, takeError).Inc()
 		if ctx.Err() == nil {
-			d.noteQueueError()
-			d.m.loopErrors.WithLabelValues("take").Inc()
-			d.log.Warn("take failed", "lane", ln.name, "err", err)
+			d.takeError(ln, err)
 		}
 		return nil, fmt.Errorf("dispatch: take: %w", err)
 	}

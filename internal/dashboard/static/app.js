@@ -26,7 +26,14 @@ const API = '../v1/admin/';
 const $ = (id) => document.getElementById(id);
 
 class AuthError extends Error {}
-class APIError extends Error {}
+// APIError is a failed request: status is the HTTP status the gateway
+// answered with, or 0 when it did not answer (unreachable, timed out).
+class APIError extends Error {
+  constructor(message, status = 0) {
+    super(message);
+    this.status = status;
+  }
+}
 
 const state = {
   session: 0, // bumped on every sign-in and sign-out; late answers of an old session are dropped
@@ -35,6 +42,7 @@ const state = {
   deadSig: '',
   lastOK: 0,
   lastErr: '',
+  lastStatus: 0, // the HTTP status of the last failed update; 0: no answer
   failures: 0,
   nextAt: 0,
   timer: 0,
@@ -94,7 +102,7 @@ async function api(method, path, body) {
   }
   const why = (data && (data.detail || data.title)) || `HTTP ${res.status}`;
   if (res.status === 401 || res.status === 403) throw new AuthError(why);
-  if (!res.ok) throw new APIError(why);
+  if (!res.ok) throw new APIError(why, res.status);
   return data;
 }
 
@@ -553,7 +561,9 @@ function renderFreshness() {
   if (state.lastOK) parts.push(`Last updated ${fmtClock(state.lastOK)} (${fmtSecs(Math.floor((now - state.lastOK) / 1000))} ago)`);
   if (state.lastErr) {
     const wait = Math.max(0, Math.ceil((state.nextAt - now) / 1000));
-    parts.push(`update failed: ${state.lastErr}; retrying in ${wait} s`);
+    const what = state.lastStatus && state.lastErr !== `HTTP ${state.lastStatus}`
+      ? `the gateway answered ${state.lastStatus}: ${state.lastErr}` : state.lastErr;
+    parts.push(`update failed: ${what}; retrying in ${wait} s`);
   }
   f.textContent = parts.length ? parts.join(' — ') : 'Connecting…';
   f.dataset.state = state.lastErr ? 'error' : 'ok';
@@ -561,11 +571,22 @@ function renderFreshness() {
   document.body.dataset.stale = String(stale);
   const banner = $('stale');
   banner.hidden = !stale;
-  if (stale) {
-    banner.textContent = state.lastOK
-      ? `STALE: no answer from the gateway since ${fmtClock(state.lastOK)}. The figures below are old.`
+  if (stale) banner.textContent = staleText(state.lastOK, state.lastStatus, state.lastErr);
+}
+
+// staleText is the stale banner. A gateway that answered with an error (a
+// 503: it runs, but a dependency such as Redis is down or slow) is told
+// apart from one that did not answer at all (down, unreachable, timed out).
+function staleText(lastOK, status, why) {
+  if (!status) {
+    return lastOK ? `STALE: no answer from the gateway since ${fmtClock(lastOK)}. The figures below are old.`
       : 'No answer from the gateway yet.';
   }
+  // A problem without detail or title leaves only the status to give.
+  const detail = why && why !== `HTTP ${status}` ? `: ${why.replace(/\.$/, '')}` : '';
+  const answered = `the gateway answered ${status}${detail}.`;
+  return lastOK ? `STALE: ${answered} No new figures since ${fmtClock(lastOK)}; the ones below are old.`
+    : `No figures yet: ${answered}`;
 }
 
 // ---- polling ---------------------------------------------------------
@@ -599,6 +620,7 @@ async function poll() {
     if (hist) renderHistory();
     state.lastOK = Date.now();
     state.lastErr = '';
+    state.lastStatus = 0;
     state.failures = 0;
     render();
   } catch (e) {
@@ -609,6 +631,7 @@ async function poll() {
     }
     state.failures++;
     state.lastErr = e.message;
+    state.lastStatus = e instanceof APIError ? e.status : 0;
     delay = Math.min(MAX_BACKOFF_MS, POLL_MS * 2 ** state.failures);
   } finally {
     if (state.inflight === session) state.inflight = -1;
@@ -694,7 +717,7 @@ async function lookup(id) {
 function resetState() {
   clearTimeout(state.timer);
   Object.assign(state, {
-    stats: null, dead: null, deadSig: '', lastOK: 0, lastErr: '', failures: 0, nextAt: 0, timer: 0,
+    stats: null, dead: null, deadSig: '', lastOK: 0, lastErr: '', lastStatus: 0, failures: 0, nextAt: 0, timer: 0,
     again: false, prevSent: null, rate: null, otp503: null, inflight: -1, history: null, historyAt: 0, historyErr: '',
   });
   for (const id of ['chart-rate', 'chart-backlog', 'chart-throttled', 'drain-classes']) $(id).replaceChildren();

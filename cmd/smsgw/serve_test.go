@@ -1,0 +1,219 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"smsgw/internal/config"
+	"smsgw/internal/dispatch"
+)
+
+// lockedBuffer is a bytes.Buffer safe for a command's writers and the test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// A SIGTERM whose shutdown_timeout passes while a send is in progress cuts
+// the send short and puts its message back without spending an attempt
+// (docs/operations.md section 7): smsgw serve says so in one WARN and
+// exits 0, not "gateway failed" and 1. Its JSON log writes durations as
+// "30s", not nanoseconds.
+func TestServeStopCuttingSendsShortExitsZero(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a gateway")
+	}
+	got := make(chan struct{}, 16)
+	release := make(chan struct{})
+	prov := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- struct{}{}
+		select { // never answers while the gateway runs
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	defer prov.Close()
+	defer close(release)
+
+	dir := t.TempDir()
+	path := filepath.Join(dir, "smsgw.yaml")
+	doc := fmt.Sprintf(`listen: 127.0.0.1:0
+store: {path: %q}
+provider: {url: %q}
+producers: [{name: app, key: app-key-0123456789ab, classes: [transactional], senders: [Acme], rate: 100, burst: 10}]
+dispatch: {shutdown_timeout: 300ms}
+log: {level: info, format: json}
+`, filepath.Join(dir, "data"), prov.URL+"/send")
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, sigterm := context.WithCancel(context.Background())
+	defer sigterm()
+	var stderr lockedBuffer
+	code := make(chan int, 1)
+	go func() { code <- runServe(ctx, []string{"--config", path}, io.Discard, &stderr) }()
+
+	addr := ""
+	for deadline := time.Now().Add(10 * time.Second); addr == ""; {
+		for line := range strings.Lines(stderr.String()) {
+			var rec struct{ Msg, Addr string }
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "gateway listening" {
+				addr = rec.Addr
+			}
+		}
+		if time.Now().After(deadline) {
+			sigterm()
+			t.Fatalf("no 'gateway listening' line (exit %d):\n%s", <-code, stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+addr+"/v1/messages",
+		strings.NewReader(`{"to":"+819012345678","body":"hello","class":"transactional"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer app-key-0123456789ab")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("POST /v1/messages: %d", resp.StatusCode)
+	}
+	http.DefaultClient.CloseIdleConnections()
+	select {
+	case <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the provider got no send:\n%s", stderr.String())
+	}
+
+	sigterm()
+	if c := <-code; c != 0 {
+		t.Errorf("exit %d, want 0", c)
+	}
+	logs := stderr.String()
+	var warns []string
+	for line := range strings.Lines(logs) {
+		var rec struct{ Level, Msg string }
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("not a JSON log line: %q", line)
+		}
+		switch rec.Level {
+		case "ERROR":
+			t.Errorf("ERROR logged: %s", line)
+		case "WARN":
+			warns = append(warns, rec.Msg)
+		}
+	}
+	if !slices.Contains(warns, "stopped; 1 send cut short was put back") {
+		t.Errorf("no WARN saying the send was cut short and put back; WARNs: %q\n%s", warns, logs)
+	}
+	if !strings.Contains(logs, `"lease":"30s"`) || strings.Contains(logs, `"lease":30000000000`) {
+		t.Errorf("the lease is not logged as \"30s\":\n%s", logs)
+	}
+}
+
+// The exit code of serve after the gateway ran: only sends cut short
+// (however gateway.Run joins or wraps them) are a clean stop.
+func TestStoppedExitCode(t *testing.T) {
+	t.Parallel()
+	cut := func(n int) error { return &dispatch.CutShortError{Sends: n, Cause: context.DeadlineExceeded} }
+	other := errors.New("http shutdown: context deadline exceeded")
+	for _, tc := range []struct {
+		name  string
+		err   error
+		code  int
+		level string // of the one line logged; "" none
+		msg   string
+	}{
+		{"clean stop", nil, 0, "", ""},
+		{"sends cut short", cut(3), 0, "WARN", "stopped; 3 sends cut short were put back"},
+		{"as gateway.Run joins it", errors.Join(nil, errors.Join(cut(2))), 0, "WARN", "stopped; 2 sends cut short were put back"},
+		{"wrapped", fmt.Errorf("gateway: %w", cut(1)), 0, "WARN", "stopped; 1 send cut short was put back"},
+		{"with another stop error", errors.Join(nil, errors.Join(other, cut(2))), 1, "ERROR", "gateway failed"},
+		{"another stop error", errors.Join(nil, errors.Join(other)), 1, "ERROR", "gateway failed"},
+		{"the deadline alone", context.DeadlineExceeded, 1, "ERROR", "gateway failed"},
+		{"the sentinel named in another error", fmt.Errorf("x: %w", errors.Join(dispatch.ErrSendsCutShort, other)), 1, "ERROR", "gateway failed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var buf bytes.Buffer
+			log := newLogger(&buf, config.LogConfig{Level: "info", Format: "json"})
+			if c := stopped(log, tc.err); c != tc.code {
+				t.Errorf("exit %d, want %d", c, tc.code)
+			}
+			lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+			if tc.level == "" {
+				if buf.Len() > 0 {
+					t.Errorf("logged %s", buf.String())
+				}
+				return
+			}
+			var rec struct{ Level, Msg string }
+			if len(lines) != 1 || json.Unmarshal([]byte(lines[0]), &rec) != nil || rec.Level != tc.level || rec.Msg != tc.msg {
+				t.Errorf("logged %q, want one %s %q", buf.String(), tc.level, tc.msg)
+			}
+		})
+	}
+	if !errors.Is(cut(1), dispatch.ErrSendsCutShort) || !errors.Is(cut(1), context.DeadlineExceeded) {
+		t.Error("a CutShortError is not both ErrSendsCutShort and its cause")
+	}
+}
+
+// Every logger a command builds writes durations as Go durations, in
+// groups too, and leaves other values (masked numbers) as they are.
+func TestLoggersWriteDurationsAsText(t *testing.T) {
+	t.Parallel()
+	for _, format := range []string{"json", "text"} {
+		var buf bytes.Buffer
+		log := newLogger(&buf, config.LogConfig{Level: "info", Format: format})
+		log.Info("x", "lease", 30*time.Second, slog.Group("g", "wait", 1500*time.Microsecond), "to", "+81901234****", "n", 7)
+		s := buf.String()
+		want := []string{`"lease":"30s"`, `"g":{"wait":"1.5ms"}`, `"to":"+81901234****"`, `"n":7`}
+		if format == "text" {
+			want = []string{"lease=30s", "g.wait=1.5ms", "to=+81901234****", "n=7"}
+		}
+		for _, w := range want {
+			if !strings.Contains(s, w) {
+				t.Errorf("%s: %q lacks %s", format, s, w)
+			}
+		}
+		if strings.Contains(s, "30000000000") {
+			t.Errorf("%s: nanoseconds in %q", format, s)
+		}
+	}
+	var buf bytes.Buffer
+	newTextLogger(&buf, slog.LevelInfo).Info("x", "lease", 30*time.Second)
+	if !strings.Contains(buf.String(), "lease=30s") {
+		t.Errorf("sim/bench logger: %q", buf.String())
+	}
+}
