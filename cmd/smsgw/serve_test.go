@@ -14,31 +14,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"smsgw/internal/config"
 	"smsgw/internal/dispatch"
+	"smsgw/internal/logtest"
 )
-
-// lockedBuffer is a bytes.Buffer safe for a command's writers and the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 // A SIGTERM whose shutdown_timeout passes while a send is in progress cuts
 // the send short and puts its message back without spending an attempt
@@ -76,7 +58,7 @@ log: {level: info, format: json}
 
 	ctx, sigterm := context.WithCancel(context.Background())
 	defer sigterm()
-	var stderr lockedBuffer
+	var stderr logtest.Buffer
 	code := make(chan int, 1)
 	go func() { code <- runServe(ctx, []string{"--config", path}, io.Discard, &stderr) }()
 

@@ -1,35 +1,17 @@
 package demo
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"smsgw/internal/logtest"
 )
-
-// syncBuffer is a bytes.Buffer safe for the demo's writers and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 // demoNumber matches any recipient of the demo's own traffic, whole:
 // its Japanese mobiles and its premium-rate pumping targets.
@@ -46,7 +28,7 @@ func TestDemoRunLeaksNoNumberOrBody(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the demo for several seconds")
 	}
-	var stdout, stderr syncBuffer
+	var stdout, stderr logtest.Buffer
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {

@@ -1,36 +1,17 @@
 package dispatch
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"smsgw/internal/logtest"
 	"smsgw/internal/queue/redisq"
 	"smsgw/internal/redistest"
 )
-
-// lockedBuffer is a bytes.Buffer safe for the logger's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestTakeFailuresLoggedSampled: with the queue's Redis down every lane's
 // take fails on every try; the warning is logged once, then at most once
@@ -48,7 +29,7 @@ func TestTakeFailuresLoggedSampled(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.Stop()
-	var logs lockedBuffer
+	var logs logtest.Buffer
 	d, _ := newDispatcher(t, Config{Queue: q, Limiter: acct.limiter(t, c, defaultLimits), Provider: funcProvider(nil),
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	waitUntil(t, "four failed takes", func() bool { return value(d.m.loopErrors.WithLabelValues("take")) >= 4 })

@@ -1,39 +1,20 @@
 package gateway
 
 import (
-	"bytes"
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"smsgw/internal/keyspace"
+	"smsgw/internal/logtest"
 	"smsgw/internal/queue"
 	"smsgw/internal/queue/redisq"
 	"smsgw/internal/redistest"
 	"smsgw/internal/sms"
 	"smsgw/internal/sms/smstest"
 )
-
-// lockedBuffer is a log sink safe for the loop's goroutine.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestCompactorCompacts: the loop compacts what is due on its first run
 // (the final records are then read from the compacted form), and a
@@ -58,7 +39,7 @@ func TestCompactorCompacts(t *testing.T) {
 	if err := q.Complete(ctx, l, queue.Outcome{Status: sms.StatusSent, ProviderID: "SM-1", Attempts: 1}); err != nil {
 		t.Fatal(err)
 	}
-	logs := &lockedBuffer{}
+	logs := &logtest.Buffer{}
 	c := newCompactor(q, slog.New(slog.NewTextHandler(logs, nil)), nil)
 	c.Start(ctx)
 	// Started: its first run compacts the one second due: the second's

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
+	"smsgw/internal/logtest"
 	"smsgw/internal/provider/sim"
 	"smsgw/internal/queue"
 	"smsgw/internal/redistest"
@@ -26,7 +27,7 @@ func TestStopStack(t *testing.T) {
 	step := func(name string, err error) func() error {
 		return func() error { order = append(order, name); return err }
 	}
-	var logs syncBuffer
+	var logs logtest.Buffer
 	var s stopStack
 	s.push("redis client", step("redis client", nil))
 	s.push("queue", step("queue", queue.ErrClosed))
@@ -169,7 +170,7 @@ func TestPausePollerRunOnce(t *testing.T) {
 	cfg := testConfig(t, redisMode, s.URL())
 	cfg.Redis.Addr = srv.Addr
 	cfg.Redis.Timeout = 200 * time.Millisecond
-	var logs syncBuffer
+	var logs logtest.Buffer
 	d, _, err := newDeps(Options{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)

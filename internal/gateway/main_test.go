@@ -21,6 +21,7 @@ import (
 
 	"smsgw/api"
 	"smsgw/internal/config"
+	"smsgw/internal/logtest"
 	"smsgw/internal/provider/sim"
 	"smsgw/internal/redistest"
 )
@@ -110,24 +111,7 @@ type harness struct {
 	base   string
 	cfg    config.Config
 	client *http.Client
-	logs   *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
+	logs   *logtest.Buffer
 }
 
 // newSim starts a provider simulator (unlimited unless cfg says so).
@@ -175,7 +159,7 @@ func startClock(t testing.TB, m mode, edit func(*config.Config), now func() time
 // startOpts runs an App with opts (the logger is the harness's).
 func startOpts(t testing.TB, cfg config.Config, s *sim.Sim, opts Options) *harness {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	level := slog.LevelDebug // every log statement runs, so the phone check below covers them
 	if _, bench := t.(*testing.B); bench {
 		level = slog.LevelWarn

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"smsgw/internal/config"
+	"smsgw/internal/logtest"
 	"smsgw/internal/provider/sim"
 	"smsgw/internal/redistest"
 )
@@ -166,7 +167,7 @@ func TestClientIPFromTrustedProxiesOnly(t *testing.T) {
 // TestUnknownErrorIs500WithoutDetail: an unexpected error reaches the
 // client as a bare 500 and the log in full; a panic likewise.
 func TestUnknownErrorIs500WithoutDetail(t *testing.T) {
-	var logs syncBuffer
+	var logs logtest.Buffer
 	m, err := newAPIMetrics(newRegistry())
 	if err != nil {
 		t.Fatal(err)

@@ -29,6 +29,7 @@ var allowed = map[string][]string{
 	"internal/redistest":   {},
 	"internal/layering":    {},
 	"internal/logsample":   {},
+	"internal/logtest":     {},
 	"internal/sms/smstest": {"internal/sms"},
 
 	// Deciders and stores: they know nothing of who calls them.

@@ -1,31 +1,13 @@
 package redisq
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
+	"smsgw/internal/logtest"
 	"smsgw/internal/redistest"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func TestCheckPersistence(t *testing.T) {
 	t.Parallel()
@@ -44,7 +26,7 @@ func TestCheckPersistence(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t, tc.opts)
-			var logs syncBuffer
+			var logs logtest.Buffer
 			q, err := New(Config{Client: newClient(t, srv.Addr), Account: "a", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 			if err != nil {
 				t.Fatal(err)
