@@ -54,6 +54,18 @@ func parseCallbackPrefix(a string) (callbackPrefix, bool) {
 	return callbackPrefix{scheme: u.Scheme, host: u.Host, segs: strings.Split(strings.TrimSuffix(p, "/"), "/"), dir: dir}, true
 }
 
+// parseCallbackPrefixes parses a producer's webhook.allow, leaving out
+// entries the configuration would refuse.
+func parseCallbackPrefixes(allow []string) []callbackPrefix {
+	var out []callbackPrefix
+	for _, a := range allow {
+		if c, ok := parseCallbackPrefix(a); ok {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 // asciiEqualFold is a == b with ASCII letters in any case; unlike
 // strings.EqualFold, "\u212a" (Kelvin) is not "k" and "\u017f" (long s)
 // not "s".
@@ -176,11 +188,7 @@ func newAuthenticator(cfg config.Config) *authenticator {
 			senders:        slices.Clone(p.Senders),
 			unicodeCtl:     p.AllowUnicodeControls,
 			webhook:        p.Webhook.URL != "",
-		}
-		for _, a := range p.Webhook.Allow {
-			if c, ok := parseCallbackPrefix(a); ok {
-				pr.callbackAllow = append(pr.callbackAllow, c)
-			}
+			callbackAllow:  parseCallbackPrefixes(p.Webhook.Allow),
 		}
 		for _, c := range p.Classes {
 			if cl, err := sms.ParseClass(c); err == nil {

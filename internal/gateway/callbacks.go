@@ -49,11 +49,7 @@ func newCallbacks(cfg config.Config, d deps, b *backend, owner string) (*callbac
 			return nil, fmt.Errorf("gateway: producers[%d].webhook.secret: %w", i, err)
 		}
 		dests[p.Name] = webhook.Destination{URL: p.Webhook.URL, Key: key}
-		for _, a := range p.Webhook.Allow {
-			if c, ok := parseCallbackPrefix(a); ok {
-				allowed[p.Name] = append(allowed[p.Name], c)
-			}
-		}
+		allowed[p.Name] = parseCallbackPrefixes(p.Webhook.Allow)
 	}
 	m, err := webhook.NewMetrics(d.reg)
 	if err != nil {

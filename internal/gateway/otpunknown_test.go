@@ -17,31 +17,18 @@ import (
 // with the same idempotency key and reference, and the provider can drop
 // the duplicate.
 func TestOTPUnknownKeepsID(t *testing.T) {
-	var mu sync.Mutex
-	var refs []string
 	release := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req struct{ Reference string }
-		_ = json.NewDecoder(r.Body).Decode(&req)
-		mu.Lock()
-		refs = append(refs, req.Reference+"/"+r.Header.Get("Idempotency-Key"))
-		unanswered := len(refs) <= 2
-		mu.Unlock()
-		if unanswered {
-			select { // no answer within the caller's deadline
-			case <-r.Context().Done():
-			case <-release:
-			}
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"id":"p-1"}`))
-	}))
-	defer srv.Close()
 	defer close(release)
-	cfg := testConfig(t, embeddedMode, newSim(t, sim.Config{}).URL())
-	cfg.Provider.HTTP.URL = srv.URL
-	h := startWith(t, cfg, nil)
+	h, refs := otpRefProvider(t, func(n int, _ http.ResponseWriter, r *http.Request) bool {
+		if n > 2 {
+			return false
+		}
+		select { // no answer within the caller's deadline
+		case <-r.Context().Done():
+		case <-release:
+		}
+		return true
+	})
 
 	var id string
 	for i := range 2 {
@@ -60,11 +47,9 @@ func TestOTPUnknownKeepsID(t *testing.T) {
 	wantStatus(t, third, http.StatusOK)
 	var sent otpSent
 	third.json(t, &sent)
-	mu.Lock()
-	if len(refs) != 3 || refs[0] != refs[1] || refs[1] != refs[2] {
-		t.Fatalf("the provider saw %v; want the same reference and key three times", refs)
+	if seen := refs(); len(seen) != 3 || seen[0] != seen[1] || seen[1] != seen[2] {
+		t.Fatalf("the provider saw %v; want the same reference and key three times", seen)
 	}
-	mu.Unlock()
 	if sent.ID != id {
 		t.Errorf("the retry sent %s, the first attempts %s", sent.ID, id)
 	}
@@ -88,28 +73,15 @@ func TestOTPUnknownKeepsID(t *testing.T) {
 // id, so a provider that honours the key drops it (an audit saw a second
 // OTP under a new id).
 func TestOTPDroppedConnectionKeepsID(t *testing.T) {
-	var mu sync.Mutex
-	var refs []string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req struct{ Reference string }
-		_ = json.NewDecoder(r.Body).Decode(&req)
-		mu.Lock()
-		refs = append(refs, req.Reference+"/"+r.Header.Get("Idempotency-Key"))
-		first := len(refs) == 1
-		mu.Unlock()
-		if first {
-			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
-				_ = conn.Close()
-			}
-			return
+	h, refs := otpRefProvider(t, func(n int, w http.ResponseWriter, _ *http.Request) bool {
+		if n > 1 {
+			return false
 		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"id":"p-1"}`))
-	}))
-	defer srv.Close()
-	cfg := testConfig(t, embeddedMode, newSim(t, sim.Config{}).URL())
-	cfg.Provider.HTTP.URL = srv.URL
-	h := startWith(t, cfg, nil)
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			_ = conn.Close()
+		}
+		return true
+	})
 	first := h.post("/v1/otp", keyLogin, otpBody("deadline_ms", 2000), "Idempotency-Key", "login-77")
 	wantStatus(t, first, http.StatusServiceUnavailable)
 	id, _ := first.problem(t)["id"].(string)
@@ -120,9 +92,38 @@ func TestOTPDroppedConnectionKeepsID(t *testing.T) {
 	wantStatus(t, second, http.StatusOK)
 	var sent otpSent
 	second.json(t, &sent)
-	mu.Lock()
-	defer mu.Unlock()
-	if len(refs) < 2 || refs[0] != refs[len(refs)-1] || sent.ID != id {
-		t.Fatalf("the provider saw %v and the retry sent %s; want every attempt under %s", refs, sent.ID, id)
+	if seen := refs(); len(seen) < 2 || seen[0] != seen[len(seen)-1] || sent.ID != id {
+		t.Fatalf("the provider saw %v and the retry sent %s; want every attempt under %s", seen, sent.ID, id)
+	}
+}
+
+// otpRefProvider starts an embedded-mode gateway whose provider records
+// the reference and Idempotency-Key of every send it gets; fail handles
+// the nth (from 1) and returns true when it answered it, else the send is
+// accepted. refs returns what was recorded.
+func otpRefProvider(t *testing.T, fail func(n int, w http.ResponseWriter, r *http.Request) bool) (*harness, func() []string) {
+	t.Helper()
+	var mu sync.Mutex
+	var seen []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct{ Reference string }
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		mu.Lock()
+		seen = append(seen, req.Reference+"/"+r.Header.Get("Idempotency-Key"))
+		n := len(seen)
+		mu.Unlock()
+		if fail(n, w, r) {
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"id":"p-1"}`))
+	}))
+	t.Cleanup(srv.Close)
+	cfg := testConfig(t, embeddedMode, newSim(t, sim.Config{}).URL())
+	cfg.Provider.HTTP.URL = srv.URL
+	return startWith(t, cfg, nil), func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), seen...)
 	}
 }
