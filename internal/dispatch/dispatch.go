@@ -350,6 +350,11 @@ type flight struct {
 	lane  *lane
 	lost  atomic.Bool // the heartbeat found the lease gone: never send it
 	ready time.Time   // when it became ready in the queue (latency origin)
+	// confirmed is when the queue last confirmed the lease for a full
+	// Lease from then: the moment the take or the last successful Extend
+	// was asked (nanoseconds since the dispatcher's epoch). See
+	// leaseConfirmed.
+	confirmed atomic.Int64
 	// acking: its outcome is being written (Complete, Requeue, Dead); a
 	// lease the heartbeat then finds gone was most likely ended by it.
 	acking atomic.Bool
@@ -679,6 +684,10 @@ func (d *Dispatcher) GuardActive() bool { return d.slowdown.Load() > 1 }
 func (d *Dispatcher) Slowdown() int { return int(d.slowdown.Load()) }
 
 // noteBusy records that this process is sending now.
+// sinceEpoch is the time on the monotonic clock, as nanoseconds since the
+// dispatcher's epoch.
+func (d *Dispatcher) sinceEpoch() int64 { return int64(time.Since(d.epoch)) }
+
 func (d *Dispatcher) noteBusy() { d.busyAt.Store(max(1, int64(time.Since(d.epoch)))) }
 
 // Idle reports whether this process has held no message and begun no

@@ -2,15 +2,19 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"smsgw/internal/limiter"
 	"smsgw/internal/provider"
 	"smsgw/internal/provider/sim"
+	"smsgw/internal/queue"
 	"smsgw/internal/sms"
 )
 
@@ -268,5 +272,124 @@ func TestStopReleasesHeldMessage(t *testing.T) {
 	}
 	if m.Status != sms.StatusQueued || m.Attempts != 0 {
 		t.Errorf("held message: %s with %d attempts, want queued with 0", m.Status, m.Attempts)
+	}
+}
+
+// cutOffQueue is a replica's view of a shared queue when the network cuts
+// this replica off from Redis while the others still reach it: once cut,
+// every call fails as a dropped connection would.
+type cutOffQueue struct {
+	queue.Queue
+	cut atomic.Bool
+}
+
+var errCutOff = errors.New("dial tcp 10.0.0.7:6379: i/o timeout")
+
+func (c *cutOffQueue) Take(ctx context.Context, o queue.TakeOptions) (*queue.Leased, time.Duration, error) {
+	if c.cut.Load() {
+		return nil, 0, errCutOff
+	}
+	return c.Queue.Take(ctx, o)
+}
+
+func (c *cutOffQueue) TakeMore(ctx context.Context, o queue.TakeOptions, most, units int) ([]*queue.Leased, error) {
+	if c.cut.Load() {
+		return nil, errCutOff
+	}
+	return c.Queue.TakeMore(ctx, o, most, units)
+}
+
+func (c *cutOffQueue) Extend(ctx context.Context, l *queue.Leased, lease time.Duration) error {
+	if c.cut.Load() {
+		return errCutOff
+	}
+	return c.Queue.Extend(ctx, l, lease)
+}
+
+func (c *cutOffQueue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) error {
+	if c.cut.Load() {
+		return errCutOff
+	}
+	return c.Queue.Complete(ctx, l, o)
+}
+
+func (c *cutOffQueue) Requeue(ctx context.Context, l *queue.Leased, o queue.RequeueOptions) error {
+	if c.cut.Load() {
+		return errCutOff
+	}
+	return c.Queue.Requeue(ctx, l, o)
+}
+
+func (c *cutOffQueue) Recover(ctx context.Context) (int, error) {
+	if c.cut.Load() {
+		return 0, errCutOff
+	}
+	return c.Queue.Recover(ctx)
+}
+
+// cutOnReserve grants the first reservation a slot delay ahead (as the
+// fallback limiter spreads a batch over seconds) and cuts q off from Redis
+// as it does.
+type cutOnReserve struct {
+	limiter.Limiter
+	q     *cutOffQueue
+	delay time.Duration
+	once  sync.Once
+}
+
+func (c *cutOnReserve) Reserve(ctx context.Context, req limiter.Request) (limiter.Decision, error) {
+	d, err := c.Limiter.Reserve(ctx, req)
+	c.once.Do(func() {
+		c.q.cut.Store(true)
+		d.Delay = c.delay
+	})
+	return d, err
+}
+
+// TestCutOffReplicaDoesNotSend: replica A takes a message, then loses Redis
+// while the others keep it; its slot is further ahead than its lease can be
+// confirmed. The lease runs out on Redis's clock and replica B's recoverer
+// sends the message. A, whose heartbeats have failed since, must not send
+// it as well: a provider that ignores idempotency keys would deliver it
+// twice. A puts it back once Redis answers again, finds B has it, and the
+// provider saw it once, from B.
+//
+// It fails when sendOne does not check leaseConfirmed (A sends after its
+// slot delay), and when the heartbeat stores confirmed before the extend
+// is granted.
+func TestCutOffReplicaDoesNotSend(t *testing.T) {
+	t.Parallel()
+	const lease = time.Second
+	acct := newAccount(t)
+	shared := acct.queue(t, nil)
+	m := newMsg(sms.ClassTransactional)
+	enqueue(t, shared, m)
+
+	aq := &cutOffQueue{Queue: shared}
+	var aCalls atomic.Int32
+	aProv := funcProvider(func(context.Context, *provider.Request) (provider.Result, error) {
+		aCalls.Add(1)
+		return provider.Result{ProviderID: "a"}, nil
+	})
+	a, _ := newDispatcher(t, Config{Queue: aq, Provider: aProv, Owner: "a", Workers: 1, Lease: lease,
+		Limiter: &cutOnReserve{Limiter: acct.limiter(t, nil, defaultLimits), q: aq, delay: 2 * lease}, RecoverEvery: 100 * time.Millisecond})
+	waitUntil(t, "replica A to take the message and lose Redis", aq.cut.Load)
+
+	s, p, _ := startSim(t, sim.Config{Limit: 100})
+	newDispatcher(t, Config{Queue: shared, Limiter: acct.limiter(t, nil, defaultLimits), Provider: p, Owner: "b",
+		Lease: lease, RecoverEvery: 100 * time.Millisecond})
+	if got := waitTerminal(t, shared, m.ID)[m.ID]; got.Status != sms.StatusSent {
+		t.Fatalf("message is %s, want sent by replica B", got.Status)
+	}
+	unconfirmed := a.m.requeues.WithLabelValues("transactional", requeueUnconfirmed)
+	waitUntil(t, "replica A to decide about its slot", func() bool { return value(unconfirmed) == 1 || aCalls.Load() > 0 })
+	aq.cut.Store(false) // the network heals: A's put-back finds B had the message
+	waitUntil(t, "replica A to let the message go", func() bool { return len(a.inFlight()) == 0 })
+
+	if n := aCalls.Load(); n != 0 {
+		t.Errorf("replica A sent the message %d times after its lease had run out unconfirmed", n)
+	}
+	if st := s.Stats(); st.Accepted != 1 || st.Duplicates != 0 {
+		t.Errorf("provider accepted %d with %d duplicates, want once", st.Accepted, st.Duplicates)
 	}
 }

@@ -65,20 +65,25 @@ type heartbeat struct {
 	// tracked reports whether a flight is still in flight: one that was
 	// acked between the snapshot and its Extend loses its lease by design.
 	tracked func(*flight) bool
+	// clock is sinceEpoch: the moment an Extend is asked, stored in the
+	// flight's confirmed once the queue grants it.
+	clock func() int64
 }
 
 func newHeartbeat(d *Dispatcher) *heartbeat {
 	h := &heartbeat{flights: d.inFlight, extend: d.cfg.Queue.Extend, lease: d.cfg.Lease, log: d.log, m: d.m,
-		noteError: d.noteQueueError, tracked: d.tracked}
+		noteError: d.noteQueueError, tracked: d.tracked, clock: d.sinceEpoch}
 	h.loop = newLoop("heartbeat", max(d.cfg.Lease/3, time.Millisecond), h.runOnce)
 	return h
 }
 
 func (h *heartbeat) runOnce(ctx context.Context) {
 	for _, f := range h.flights() {
+		asked := h.clock()
 		err := h.extend(ctx, f.l, h.lease)
 		switch {
 		case err == nil:
+			f.confirmed.Store(asked)
 		case errors.Is(err, queue.ErrLeaseLost):
 			if h.tracked != nil && !h.tracked(f) {
 				continue // acked meanwhile: its lease ended normally

@@ -50,6 +50,7 @@ func TestHeartbeatLoop(t *testing.T) {
 				return nil
 			},
 			lease: lease, log: slog.New(slog.DiscardHandler), m: testMetrics(t), noteError: func() {},
+			clock: func() int64 { return int64(time.Since(start)) },
 		}
 		h.loop = newLoop("heartbeat", lease/3, h.runOnce)
 		h.Start(t.Context())
@@ -64,6 +65,11 @@ func TestHeartbeatLoop(t *testing.T) {
 		}
 		if keep.lost.Load() || !gone.lost.Load() {
 			t.Errorf("lost flags keep=%v gone=%v, want false/true", keep.lost.Load(), gone.lost.Load())
+		}
+		// A granted extend confirms the lease from when it was asked; a
+		// refused one confirms nothing.
+		if c, g := time.Duration(keep.confirmed.Load()), time.Duration(gone.confirmed.Load()); c != 3*time.Second || g != 0 {
+			t.Errorf("confirmed keep=%s gone=%s, want 3s and 0s", c, g)
 		}
 		time.Sleep(5 * time.Second) // stopped: no more extends
 		if n := len(extends["keep"]); n != 3 {

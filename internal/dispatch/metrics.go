@@ -32,10 +32,13 @@ const (
 	requeueQuiet     = "quiet_hours" // the recipient's quiet hours: back until they end
 	requeueCrashed   = "crashed"     // the send crashed its sender (a recovered panic)
 	requeueLate      = "late_slot"   // this process stalled past the slot (Config.LateSlot)
+	// the queue has not confirmed the lease for two thirds of it (this
+	// replica cut off from Redis): another replica may have the message
+	requeueUnconfirmed = "lease_unconfirmed"
 )
 
 var requeueReasons = []string{requeueThrottled, requeueRetry, requeueRateWait, requeuePaused, requeueBreaker, requeueReleased,
-	requeueAuth, requeueQuiet, requeueCrashed, requeueLate}
+	requeueAuth, requeueQuiet, requeueCrashed, requeueLate, requeueUnconfirmed}
 
 // Reservation results.
 const (

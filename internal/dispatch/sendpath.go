@@ -34,6 +34,7 @@ const ackTimeout = 2 * time.Second
 
 // Step 1: take the next ready message of the lane's classes under a lease.
 func (d *Dispatcher) take(ctx context.Context, ln *lane, classes []sms.Class) (*flight, time.Duration, error) {
+	asked := d.sinceEpoch()
 	l, wait, err := d.cfg.Queue.Take(ctx, queue.TakeOptions{Owner: d.cfg.Owner + "/" + ln.name, Lease: d.cfg.Lease, Classes: classes})
 	switch {
 	case errors.Is(err, queue.ErrEmpty):
@@ -48,7 +49,7 @@ func (d *Dispatcher) take(ctx context.Context, ln *lane, classes []sms.Class) (*
 		return nil, 0, fmt.Errorf("dispatch: take: %w", err)
 	}
 	d.takeFailed.Reset() // the next failure is logged at once
-	return d.taken(ln, l), 0, nil
+	return d.taken(ln, l, asked), 0, nil
 }
 
 // failureLogEvery is how often a loop that fails on every try (the queue
@@ -68,6 +69,7 @@ func (d *Dispatcher) takeError(ln *lane, err error) {
 // takeMore is take for the rest of a batch of class: up to most messages
 // in one queue call (queue.TakeMore), none of them waited for.
 func (d *Dispatcher) takeMore(ctx context.Context, ln *lane, class sms.Class, most, units int) ([]*flight, error) {
+	asked := d.sinceEpoch()
 	ls, err := d.cfg.Queue.TakeMore(ctx, queue.TakeOptions{Owner: d.cfg.Owner + "/" + ln.name, Lease: d.cfg.Lease,
 		Classes: []sms.Class{class}}, most, units)
 	if err != nil {
@@ -79,13 +81,14 @@ func (d *Dispatcher) takeMore(ctx context.Context, ln *lane, class sms.Class, mo
 	}
 	fs := make([]*flight, 0, len(ls))
 	for _, l := range ls {
-		fs = append(fs, d.taken(ln, l))
+		fs = append(fs, d.taken(ln, l, asked))
 	}
 	return fs, nil
 }
 
-// taken starts tracking a message just leased.
-func (d *Dispatcher) taken(ln *lane, l *queue.Leased) *flight {
+// taken starts tracking a message just leased by a take asked at asked
+// (since the epoch).
+func (d *Dispatcher) taken(ln *lane, l *queue.Leased, asked int64) *flight {
 	d.m.takes.WithLabelValues(ln.name, takeMessage).Inc()
 	d.noteBusy()
 	m := l.Message
@@ -94,6 +97,7 @@ func (d *Dispatcher) taken(ln *lane, l *queue.Leased) *flight {
 		ready = m.NotBefore
 	}
 	f := &flight{l: l, lane: ln, ready: ready}
+	f.confirmed.Store(asked)
 	d.track(f)
 	d.log.Debug("taken", "id", m.ID, "class", m.Class.String(), "to", sms.MaskPhone(m.To), "attempts", m.Attempts)
 	return f
@@ -455,6 +459,14 @@ func (d *Dispatcher) sendOne(f *flight, sl slot, gate *batchGate, leader bool) {
 		d.untrack(f)
 		return
 	}
+	if age, ok := d.leaseConfirmed(f); !ok {
+		// Put back (or, while the queue stays unreachable, left to
+		// expire and be recovered): never sent by two replicas.
+		d.log.Warn("lease not confirmed by the queue lately; not sending", "id", m.ID, "class", m.Class.String(),
+			"confirmed_ago", age.String(), "lease", d.cfg.Lease.String())
+		d.requeue(f, 0, false, requeueUnconfirmed, "")
+		return
+	}
 	if d.late(sl, m.Class) {
 		// This process stalled past the slot: sending now could join
 		// sends of later slots in one clump. The slot is forfeited.
@@ -476,6 +488,19 @@ func (d *Dispatcher) sendOne(f *flight, sl slot, gate *batchGate, leader bool) {
 	pause := d.answered(ctx, kind, err, m)
 	gate.open()
 	d.outcome(f, res, err, kind, pause)
+}
+
+// leaseConfirmed reports how long ago the queue last confirmed f's
+// lease, and whether that is recent enough to send: within two thirds of
+// the lease (the heartbeat confirms it every third, so two heartbeats may
+// fail). Beyond that the lease may run out during the send, on the queue's
+// clock, while this replica cannot reach the queue but the others can
+// (a network partition, or this process stalled): another replica's
+// recoverer would then take the message and send it too, and a provider
+// that ignores idempotency keys would deliver it twice.
+func (d *Dispatcher) leaseConfirmed(f *flight) (time.Duration, bool) {
+	age := time.Duration(d.sinceEpoch() - f.confirmed.Load())
+	return age, age <= d.cfg.Lease*2/3
 }
 
 // stopping reports whether a stop or a crash is cutting this process's
