@@ -150,12 +150,41 @@ func setPath(cfg *Config, path, val string) error {
 	if err != nil {
 		return err
 	}
+	var root yaml.Node
+	if err := yaml.Unmarshal(doc, &root); err == nil {
+		if errs := fractionsInIntegers(&root, reflect.TypeOf(cfg), false); len(errs) > 0 {
+			for i, e := range errs { // the caller names the key already
+				if rest, ok := strings.CutPrefix(e.Error(), path+": "); ok {
+					errs[i] = errors.New(rest)
+				}
+			}
+			return errors.Join(errs...)
+		}
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(doc))
 	dec.KnownFields(true)
 	if err := dec.Decode(cfg); err != nil {
-		return errors.New(strings.TrimPrefix(err.Error(), "yaml: "))
+		return errors.New(withoutLines(err))
 	}
 	return nil
+}
+
+// withoutLines is a decoder error about a document setPath built: its
+// "line N:" prefixes point into that document, not anything the operator
+// wrote, so they are dropped.
+func withoutLines(err error) string {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	msg = strings.TrimPrefix(msg, "unmarshal errors:\n")
+	lines := strings.Split(msg, "\n")
+	for i, l := range lines {
+		l = strings.TrimSpace(l)
+		var n int
+		if _, err := fmt.Sscanf(l, "line %d:", &n); err == nil {
+			l = strings.TrimSpace(strings.TrimPrefix(l, fmt.Sprintf("line %d:", n)))
+		}
+		lines[i] = l
+	}
+	return strings.Join(lines, "; ")
 }
 
 // classEntry is a class's limits as a YAML map, every field included.

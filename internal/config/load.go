@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -71,13 +72,13 @@ func decodeStrict(data []byte, cfg *Config) error {
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
+	var keyed []error
 	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
 		msg := nameKeysInYAMLError(data, err)
 		var te *yaml.TypeError
 		if !errors.As(err, &te) {
 			return fmt.Errorf("config: %s", msg)
 		}
-		var keyed []error
 		for _, line := range strings.Split(msg, "\n")[1:] { // after "unmarshal errors:"
 			if line = strings.TrimSpace(line); line != "" {
 				keyed = append(keyed, errors.New(line))
@@ -86,6 +87,12 @@ func decodeStrict(data []byte, cfg *Config) error {
 		if len(keyed) == 0 {
 			return fmt.Errorf("config: %s", msg)
 		}
+	}
+	var root yaml.Node
+	if yaml.Unmarshal(data, &root) == nil {
+		keyed = append(keyed, fractionsInIntegers(&root, reflect.TypeOf(cfg), true)...)
+	}
+	if len(keyed) > 0 {
 		return &Error{Problems: keyed}
 	}
 	// A second document is almost always a mistake (a stray ---).

@@ -142,3 +142,46 @@ producers: [{name: app, key: "app-key-0123456789ab", classes: [otp], rate: 1, bu
 		t.Errorf("a file that is not YAML: %v, want that error alone", err)
 	}
 }
+
+// TestFractionInIntegerKeyRefused: the YAML decoder truncates a number with
+// a fraction given to an integer key (workers: 2.7 ran 2 workers); the file
+// and the environment both get a problem naming the key instead. A whole
+// number written as a float (8.0, 1e3) is that number. An environment
+// value's problems cite no line: the document they came from is ours.
+func TestFractionInIntegerKeyRefused(t *testing.T) {
+	_, err := Load([]byte(`
+producers: [{name: app, key: "app-key-0123456789ab", classes: [otp], rate: 1.5, burst: 2.5}]
+dispatch: {workers: 2.7, max_attempts: 8.0}
+limits: {burst: 5.5}
+`), []string{"SMSGW_DISPATCH_POISON_AFTER=3.5", "SMSGW_MESSAGES_MAX_SEGMENTS=ten"})
+	if err == nil {
+		t.Fatal("fractions in integer keys accepted")
+	}
+	for _, want := range []string{
+		"producers[0].burst (line 2): must be a whole number (got 2.5)",
+		"dispatch.workers (line 3): must be a whole number (got 2.7)",
+		"limits.burst (line 4): must be a whole number (got 5.5)",
+		"dispatch.poison_after (from SMSGW_DISPATCH_POISON_AFTER): must be a whole number (got 3.5)",
+		"messages.max_segments (from SMSGW_MESSAGES_MAX_SEGMENTS): cannot unmarshal !!str `ten` into int",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the list lacks %q:\n%v", want, err)
+		}
+	}
+	for _, wrong := range []string{"max_attempts", "rate", "line 1:"} {
+		if strings.Contains(err.Error(), wrong) {
+			t.Errorf("the list names %q:\n%v", wrong, err)
+		}
+	}
+	cfg, err := Load([]byte(`
+provider: {url: "http://127.0.0.1:9100/send"}
+producers: [{name: app, key: "app-key-0123456789ab", classes: [otp], rate: 1.5, burst: 2}]
+dispatch: {workers: 1e1, max_attempts: 8.0}
+`), []string{"SMSGW_DISPATCH_POISON_AFTER=4.0"})
+	if err != nil {
+		t.Fatalf("whole numbers written as floats: %v", err)
+	}
+	if d := cfg.Dispatch; d.Workers != 10 || d.MaxAttempts != 8 || d.PoisonAfter != 4 {
+		t.Errorf("workers %d, max_attempts %d, poison_after %d; want 10, 8, 4", d.Workers, d.MaxAttempts, d.PoisonAfter)
+	}
+}
