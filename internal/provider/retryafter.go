@@ -19,25 +19,37 @@ const MaxRetryAfter = time.Hour
 // zero, so a throttle always pauses; values above MaxRetryAfter are capped.
 // Fractional seconds ("1.5") are accepted because some vendors send them.
 func ParseRetryAfter(v string, now time.Time) time.Duration {
+	d, _ := RetryAfterGiven(v, now)
+	return d
+}
+
+// RetryAfterGiven is ParseRetryAfter that also says whether v gave a time
+// to wait at all: false for a missing, unparseable, zero or negative value
+// (or a date already past), which callers with a default of their own
+// (a suspension's minute) use instead of MinRetryAfter.
+func RetryAfterGiven(v string, now time.Time) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
 	if v == "" {
-		return MinRetryAfter
+		return MinRetryAfter, false
 	}
 	var d time.Duration
 	if secs, err := strconv.ParseFloat(v, 64); err == nil {
 		switch {
 		case secs != secs || secs <= 0: // NaN or non-positive
-			return MinRetryAfter
+			return MinRetryAfter, false
 		case secs >= MaxRetryAfter.Seconds():
-			return MaxRetryAfter
+			return MaxRetryAfter, true
 		}
 		d = time.Duration(secs * float64(time.Second))
 	} else if t, err := http.ParseTime(v); err == nil {
 		d = t.Sub(now)
+		if d <= 0 {
+			return MinRetryAfter, false
+		}
 	} else {
-		return MinRetryAfter
+		return MinRetryAfter, false
 	}
-	return ClampRetryAfter(d)
+	return ClampRetryAfter(d), true
 }
 
 // ClampRetryAfter applies the floor and cap of ParseRetryAfter to a pause an

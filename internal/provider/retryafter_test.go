@@ -54,3 +54,20 @@ func FuzzParseRetryAfter(f *testing.F) {
 		}
 	})
 }
+
+// RetryAfterGiven says whether the value gave a time at all; its pause is
+// ParseRetryAfter's.
+func TestRetryAfterGiven(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	for in, want := range map[string]bool{
+		"": false, "0": false, "-1": false, "soon": false, "NaN": false,
+		now.Add(-time.Minute).Format(http.TimeFormat): false,
+		"3": true, "0.2": true, "1e12": true, now.Add(time.Minute).Format(http.TimeFormat): true,
+	} {
+		d, ok := RetryAfterGiven(in, now)
+		if ok != want || d != ParseRetryAfter(in, now) {
+			t.Errorf("RetryAfterGiven(%q) = %v, %v; want given=%v and %v", in, d, ok, want, ParseRetryAfter(in, now))
+		}
+	}
+}

@@ -95,6 +95,14 @@ func StatusError(status int, h http.Header, now time.Time, msg string) *provider
 		e.RetryAfter = provider.ParseRetryAfter(h.Get("Retry-After"), now)
 	case status == http.StatusUnauthorized, status == http.StatusForbidden:
 		e.Reason = provider.ReasonAuth
+	case status == http.StatusRequestTimeout, status == http.StatusConflict, status == http.StatusTooEarly:
+		// "Not now", not "never": 408, the server stopped waiting for the
+		// request (RFC 9110 15.5.9); 409, the Idempotency-Key draft's
+		// answer to a retry while the first request with the key is still
+		// processed (the message may be on its way); 425 (RFC 8470). A
+		// retry with the same key settles each; failing the message would
+		// lose it, or call failed one the provider delivers.
+		e.Reason, e.Temporary = provider.ReasonUnavailable, true
 	case status >= 400 && status < 500:
 		e.Reason = provider.ReasonRejected
 	default:
@@ -109,12 +117,16 @@ func StatusError(status int, h http.Header, now time.Time, msg string) *provider
 }
 
 // Suspended builds the error for an account suspension: a pause for every
-// sender (Retry-After when the vendor sends one, SuspendedPause otherwise)
+// sender (Retry-After when the vendor gives a time, SuspendedPause when it
+// gives none or an unreadable one)
 // and a requeue, not a failed message.
 func Suspended(status int, h http.Header, now time.Time, msg string) *provider.Error {
-	ra := SuspendedPause
-	if v := h.Get("Retry-After"); v != "" {
-		ra = provider.ParseRetryAfter(v, now)
+	ra, given := provider.RetryAfterGiven(h.Get("Retry-After"), now)
+	if !given {
+		// Missing or unreadable ("0", garbage, a date past): the minute,
+		// not the 1 s floor that would poll a suspended account every
+		// second from every replica.
+		ra = SuspendedPause
 	}
 	return &provider.Error{Reason: provider.ReasonSuspended, Temporary: true,
 		RetryAfter: ra, Status: status, Message: Safe(msg)}

@@ -13,8 +13,9 @@
 // latency.
 //
 // Answers: 2xx {"id":"..."} → sent; 429 + Retry-After → throttled; 403 whose
-// {"error"} mentions "suspended" → suspended; 401/403 → auth; other 4xx →
-// rejected; 5xx, reset, timeout → temporary.
+// {"error"} mentions "suspended" → suspended; 401/403 → auth; 408, 409 (a
+// retry while the first request with its key is still processed) and 425
+// → temporary; other 4xx → rejected; 5xx, reset, timeout → temporary.
 package httpprov
 
 import (
@@ -125,6 +126,13 @@ func (p *Provider) Send(ctx context.Context, req *provider.Request) (provider.Re
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Accept", "application/json")
 	hreq.Header.Set(HeaderIdempotencyKey, req.ID)
+	// Go's transport takes an Idempotency-Key as leave to send the POST
+	// again by itself when a kept-alive connection dies after the request
+	// went out: an arrival the provider dedupes but counts against the
+	// account's rate, unpaced by the limiter. Without GetBody it cannot;
+	// that outcome comes back as unknown and the send loop retries it
+	// through the limiter.
+	hreq.GetBody = nil
 	if !req.AcceptedAt.IsZero() {
 		hreq.Header.Set(HeaderAcceptedAt, strconv.FormatInt(req.AcceptedAt.UnixNano(), 10))
 	} else if at, ok := IDTime(req.ID); ok {

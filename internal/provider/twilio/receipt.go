@@ -46,19 +46,58 @@ func Signature(authToken, fullURL string, params url.Values) string {
 	return base64.StdEncoding.EncodeToString(mac.Sum(nil))
 }
 
-// callbackURL is the URL Twilio requested, as it signed it: the configured
-// StatusCallback's scheme, host and path (what Twilio was told, which a
-// proxy in front of us may have rewritten) and the query string as it
-// arrived.
-func (p *Provider) callbackURL(r *http.Request) string {
-	base := p.cfg.StatusCallback
-	if i := strings.IndexByte(base, '?'); i >= 0 {
-		base = base[:i]
+// callbackURLs are the URLs Twilio may have signed for a request r: the
+// configured StatusCallback's scheme, host and path (what Twilio was told,
+// which a proxy in front of us may have rewritten) with the query string
+// as it arrived. Twilio signs without the username and password of a URL
+// (they only authenticate its request), and over https it has signed both
+// with and without the port: its own validators accept the URL with the
+// default port and without any, and so do we. Every form still needs the
+// HMAC of the auth token; none comes from the request's own Host.
+func (p *Provider) callbackURLs(r *http.Request) []string {
+	u, err := url.Parse(p.cfg.StatusCallback)
+	if err != nil {
+		return nil // validated in New
 	}
+	u.User, u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = nil, r.URL.RawQuery, false, "", ""
+	hosts := []string{u.Host}
+	name, port := u.Hostname(), u.Port()
+	if strings.Contains(name, ":") {
+		name = "[" + name + "]" // an IPv6 literal
+	}
+	def := map[string]string{"https": "443", "http": "80"}[u.Scheme]
+	switch {
+	case port == "":
+		hosts = append(hosts, name+":"+def)
+	case port == def || u.Scheme == "https":
+		hosts = append(hosts, name)
+	}
+	// The configured text as it is first (the form this adapter always
+	// accepted), then the normalised forms.
+	base, _, _ := strings.Cut(p.cfg.StatusCallback, "?")
 	if r.URL.RawQuery != "" {
-		return base + "?" + r.URL.RawQuery
+		base += "?" + r.URL.RawQuery
 	}
-	return base
+	out := make([]string, 0, 1+len(hosts))
+	out = append(out, base)
+	for _, h := range hosts {
+		v := *u
+		v.Host = h
+		out = append(out, v.String())
+	}
+	return out
+}
+
+// signedBy reports whether got is the signature of form over one of the
+// URLs Twilio may have signed; every candidate is compared in constant time.
+func (p *Provider) signedBy(r *http.Request, token, got string, form url.Values) bool {
+	ok := false
+	for _, u := range p.callbackURLs(r) {
+		if hmac.Equal([]byte(got), []byte(Signature(token, u, form))) {
+			ok = true
+		}
+	}
+	return ok
 }
 
 // statuses maps Twilio's MessageStatus values that end a message; the others
@@ -78,8 +117,7 @@ func (p *Provider) ParseReceipt(r *http.Request, raw []byte) (provider.Receipt, 
 		token = p.cfg.AuthToken
 	}
 	got := r.Header.Get(HeaderSignature)
-	if err != nil || p.cfg.StatusCallback == "" || got == "" ||
-		!hmac.Equal([]byte(got), []byte(Signature(token, p.callbackURL(r), form))) {
+	if err != nil || p.cfg.StatusCallback == "" || got == "" || !p.signedBy(r, token, got, form) {
 		return provider.Receipt{}, provider.ErrBadSignature
 	}
 	sid := form.Get("MessageSid")

@@ -15,11 +15,14 @@
 // remaining TTL goes as ValidityPeriod, so Twilio drops what it could only
 // deliver late.
 //
-// Twilio has no idempotency key for creating messages. The adapter still
-// sends the message id as Idempotency-Key (ignored by Twilio, visible to
-// proxies and fakes) and, when a StatusCallback is configured, as its
-// smsgw_ref query parameter so delivery reports can be matched. A retry after
-// an unknown outcome (timeout, reset) can therefore duplicate at Twilio.
+// Twilio has no idempotency key for creating messages. The adapter sends
+// the message id, when a StatusCallback is configured, as its smsgw_ref
+// query parameter so delivery reports can be matched. A retry after an
+// unknown outcome (timeout, reset) can therefore duplicate at Twilio. It
+// sends no Idempotency-Key header: Twilio ignores it, and Go's transport
+// takes it as leave to send the POST again by itself when a kept-alive
+// connection dies after the request went out, a duplicate nobody paced or
+// counted; without it that outcome comes back as unknown, like any other.
 package twilio
 
 import (
@@ -197,7 +200,6 @@ func (p *Provider) Send(ctx context.Context, req *provider.Request) (provider.Re
 	}
 	hreq.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	hreq.Header.Set("Accept", "application/json")
-	hreq.Header.Set(httpprov.HeaderIdempotencyKey, req.ID)
 	user := p.cfg.AccountSID
 	if p.cfg.APIKeySID != "" {
 		user = p.cfg.APIKeySID
@@ -205,7 +207,10 @@ func (p *Provider) Send(ctx context.Context, req *provider.Request) (provider.Re
 	hreq.SetBasicAuth(user, p.cfg.AuthToken)
 
 	res, err := p.send(ctx, hreq, req.From != "")
-	if pe := provider.AsError(err); pe != nil {
+	// Twilio quotes the number it refused (21211) and may quote the text:
+	// the log line gets the scrubbed text (docs/design.md section 6); the
+	// caller scrubs what it keeps itself.
+	if pe := provider.AsError(provider.Scrubbed(err, req.Body)); pe != nil {
 		p.log.Debug("provider send failed", "provider", "twilio", "id", req.ID, "to", sms.MaskPhone(req.To),
 			"reason", pe.Reason, "status", pe.Status, "error", pe.Message)
 	}

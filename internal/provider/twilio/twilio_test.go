@@ -111,7 +111,9 @@ func TestConformance(t *testing.T) {
 			}
 			return p
 		},
-		IdempotencyHeader: true,
+		// No Idempotency-Key: Twilio ignores it and Go's transport would
+		// replay a send on its word (TestDroppedConnectionNotReplayed).
+		IdempotencyHeader: false,
 		Secrets:           []string{authToken},
 	})
 }

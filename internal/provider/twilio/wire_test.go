@@ -1,0 +1,154 @@
+package twilio_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"smsgw/internal/provider"
+	"smsgw/internal/provider/twilio"
+	"smsgw/internal/sms"
+)
+
+// A failed send's debug line carries the vendor's text scrubbed like every
+// other provider text (docs/design.md section 6): Twilio's 21211 quotes the
+// number it refused and a vendor may quote the body; neither may reach the
+// log.
+func TestFailureLogScrubbed(t *testing.T) {
+	t.Parallel()
+	const to, body = "+819012345678", "Your code is 482913, do not share it"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusBadRequest, 21211, "The 'To' number "+to+" is not a valid phone number. Body: "+body)
+	}))
+	defer srv.Close()
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	p, err := twilio.New(twilio.Config{BaseURL: srv.URL, Logger: log,
+		Settings: twilio.Settings{AccountSID: accountSID, AuthToken: authToken, From: "ACME"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.CloseIdleConnections()
+	_, err = p.Send(context.Background(), &provider.Request{ID: sms.NewID(time.Now()), To: to, Body: body})
+	if pe := provider.AsError(err); pe == nil || pe.Reason != provider.ReasonRejected {
+		t.Fatalf("got %v, want a rejection", err)
+	}
+	out := buf.String()
+	if !strings.Contains(out, "provider send failed") {
+		t.Fatalf("no failure line: %s", out)
+	}
+	for _, leak := range []string{to, "9012345678", body, "482913", authToken} {
+		if strings.Contains(out, leak) {
+			t.Errorf("log carries %q: %s", leak, out)
+		}
+	}
+}
+
+// Twilio drops the username and password of a callback URL before it
+// signs (and, over https, may or may not keep the port): a StatusCallback
+// with credentials in it, or with an explicit default port, must still
+// verify, as Twilio's own validators accept both forms. A URL Twilio was
+// not given (another host, another path) still fails.
+func TestReceiptSignedURLForms(t *testing.T) {
+	t.Parallel()
+	const token = "tok-123"
+	query := "smsgw_ref=" + url.QueryEscape("msg_01JD5ZQ8X2N4M7P9R3T6V8W0YA")
+	form := url.Values{"MessageSid": {"SM1"}, "MessageStatus": {"delivered"}, "AccountSid": {"AC1"}}
+	for _, tc := range []struct {
+		configured string   // provider.receipt_url
+		signed     []string // URLs Twilio may have signed (without the query)
+		refused    []string
+	}{
+		{"https://hook:pa55@sms.example.com/v1/receipts/twilio",
+			[]string{"https://sms.example.com/v1/receipts/twilio", "https://sms.example.com:443/v1/receipts/twilio"},
+			[]string{"https://other.example.com/v1/receipts/twilio", "https://sms.example.com/v1/receipts/other"}},
+		{"https://sms.example.com:443/v1/receipts/twilio",
+			[]string{"https://sms.example.com:443/v1/receipts/twilio", "https://sms.example.com/v1/receipts/twilio"},
+			[]string{"https://sms.example.com:8443/v1/receipts/twilio"}},
+		{"https://sms.example.com:8443/v1/receipts/twilio",
+			[]string{"https://sms.example.com:8443/v1/receipts/twilio", "https://sms.example.com/v1/receipts/twilio"},
+			[]string{"https://sms.example.com:443/v1/receipts/twilio"}},
+		{"http://u:p@sms.example.com:8080/v1/receipts/twilio",
+			[]string{"http://sms.example.com:8080/v1/receipts/twilio"},
+			[]string{"http://sms.example.com/v1/receipts/twilio", "http://sms.example.com:8081/v1/receipts/twilio"}},
+	} {
+		p, err := twilio.New(twilio.Config{Settings: twilio.Settings{AccountSID: "AC1", AuthToken: token, From: "ACME"},
+			StatusCallback: tc.configured})
+		if err != nil {
+			t.Fatal(err)
+		}
+		check := func(signedURL string) error {
+			body := form.Encode()
+			r := httptest.NewRequestWithContext(t.Context(), "POST", "http://10.0.0.7:8080/v1/receipts/twilio?"+query, strings.NewReader(body))
+			r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			r.Header.Set(twilio.HeaderSignature, twilio.Signature(token, signedURL+"?"+query, form))
+			_, err := p.ParseReceipt(r, []byte(body))
+			return err
+		}
+		for _, u := range tc.signed {
+			if err := check(u); err != nil {
+				t.Errorf("configured %s, signed over %s: %v, want accepted", tc.configured, u, err)
+			}
+		}
+		for _, u := range tc.refused {
+			if err := check(u); !errors.Is(err, provider.ErrBadSignature) {
+				t.Errorf("configured %s, signed over %s: %v, want ErrBadSignature", tc.configured, u, err)
+			}
+		}
+		p.CloseIdleConnections()
+	}
+}
+
+// Twilio does not de-duplicate, so a send whose connection drops after
+// Twilio read it must come back as an unknown outcome (a temporary network
+// error, not NotSent) for the send loop to pace, count and retry. Go's
+// transport silently sends a POST again on a fresh connection when the
+// request carries an Idempotency-Key header and a reused connection dies
+// before the answer: with that header the message reached the fake Twilio
+// twice, unpaced, and the send read as a clean success.
+func TestDroppedConnectionNotReplayed(t *testing.T) {
+	t.Parallel()
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if n.Add(1) == 2 { // the second request arrives on the kept-alive connection
+			if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				_ = c.Close() // read, never answered
+			}
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, `{"sid":"SM1","status":"queued"}`)
+	}))
+	defer srv.Close()
+	p, err := twilio.New(twilio.Config{BaseURL: srv.URL,
+		Settings: twilio.Settings{AccountSID: accountSID, AuthToken: authToken, From: "ACME"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.CloseIdleConnections()
+	send := func() error {
+		_, err := p.Send(context.Background(), &provider.Request{ID: sms.NewID(time.Now()), To: "+819012345678", Body: "x"})
+		return err
+	}
+	if err := send(); err != nil {
+		t.Fatal(err)
+	}
+	err = send()
+	if pe := provider.AsError(err); pe == nil || pe.Reason != provider.ReasonNetwork || !pe.Temporary || pe.NotSent {
+		t.Errorf("dropped after the request: got %v, want a temporary network error that may have been sent", err)
+	}
+	if got := n.Load(); got != 2 {
+		t.Errorf("Twilio received %d requests for 2 sends", got)
+	}
+}
