@@ -127,7 +127,9 @@ func (d *Dispatcher) answered(ctx context.Context, kind outcomeKind, err error, 
 // provider's Retry-After, GuardSlowdown times longer while the guard is
 // active. Never retried in place.
 func (d *Dispatcher) throttled(ctx context.Context, pe *provider.Error, m *sms.Message) time.Duration {
-	pause := provider.ClampRetryAfter(pe.RetryAfter) * time.Duration(d.slowdown.Load())
+	// The guard's slowdown lengthens the pause, never beyond the cap a
+	// vendor's own Retry-After gets.
+	pause := min(provider.ClampRetryAfter(pe.RetryAfter)*time.Duration(d.slowdown.Load()), provider.MaxRetryAfter)
 	d.pauseEveryone(ctx, pause)
 	if pe.Reason == provider.ReasonThrottled || pe.PartReason == provider.ReasonThrottled {
 		d.m.throttles.Inc()

@@ -3,9 +3,11 @@ package dispatch
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"smsgw/internal/limiter"
 	"smsgw/internal/provider"
 	"smsgw/internal/provider/sim"
 	"smsgw/internal/sms"
@@ -209,3 +211,47 @@ func TestOutcomes(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// pauseRecorder is a limiter that records the shared pauses asked of it.
+type pauseRecorder struct {
+	limiter.Limiter
+	mu     sync.Mutex
+	pauses []time.Duration
+}
+
+func (p *pauseRecorder) Pause(_ context.Context, d time.Duration) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pauses = append(p.pauses, d)
+	return nil
+}
+
+// TestThrottlePauseCapped: while the suspension guard slows sends down, a
+// throttle's pause is the vendor's Retry-After times the slowdown, but
+// never more than the cap (provider.MaxRetryAfter, an hour) that a
+// Retry-After itself gets.
+func TestThrottlePauseCapped(t *testing.T) {
+	t.Parallel()
+	acct := newAccount(t)
+	rec := &pauseRecorder{Limiter: acct.limiter(t, nil, defaultLimits)}
+	d, err := New(withRequired(Config{Queue: acct.queue(t, nil), Limiter: rec, Owner: "t", Logger: testLogger(),
+		Provider: funcProvider(func(context.Context, *provider.Request) (provider.Result, error) { return provider.Result{}, nil })}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.slowdown.Store(2)
+	m := newMsg(sms.ClassTransactional)
+	for _, tc := range []struct{ retryAfter, want time.Duration }{
+		{10 * time.Second, 20 * time.Second},
+		{45 * time.Minute, time.Hour},
+		{time.Hour, time.Hour},
+	} {
+		got := d.throttled(context.Background(), &provider.Error{Reason: provider.ReasonThrottled, Temporary: true, RetryAfter: tc.retryAfter}, m)
+		rec.mu.Lock()
+		shared := rec.pauses[len(rec.pauses)-1]
+		rec.mu.Unlock()
+		if got != tc.want || shared != tc.want {
+			t.Errorf("Retry-After %s at slowdown 2: paused %s (shared %s), want %s", tc.retryAfter, got, shared, tc.want)
+		}
+	}
+}
