@@ -130,9 +130,9 @@ func (d *Deliverer) Start(ctx context.Context) {
 }
 
 // Stop ends the loop, cuts the deliveries in flight short and waits for
-// them to return. One cut short may have reached its endpoint: its event
-// is delivered again, with the same webhook-id, once its claim's lease
-// ends (at least once).
+// them to return. An event whose attempt was cut short is due again at
+// once, without an attempt spent; it may have reached its endpoint, and is
+// delivered again with the same webhook-id (at least once).
 func (d *Deliverer) Stop() {
 	if d.stop == nil {
 		return
@@ -249,6 +249,15 @@ func (d *Deliverer) deliver(ctx context.Context, le *queue.LeasedEvent, dest Des
 	}
 	start := time.Now()
 	outcome, detail := d.attempt(ctx, ev.ID, dest, body)
+	if outcome != OutcomeDelivered && ctx.Err() != nil {
+		// Stop cut the attempt short: not the endpoint's failure, so no
+		// attempt is spent, no error stored and no backoff taken; the
+		// event is due again at once (it may have arrived: it goes again
+		// with the same webhook-id, at least once).
+		d.log.Debug("callback attempt cut short by stop; due again", "event", ev.ID, "endpoint", ep)
+		d.retry(ctx, le, ep, 0, false, "", false)
+		return true // nothing to hold against the endpoint's breaker
+	}
 	d.cfg.Metrics.attempts.WithLabelValues(outcome).Inc()
 	d.cfg.Metrics.duration.Observe(time.Since(start).Seconds())
 	if outcome == OutcomeDelivered {

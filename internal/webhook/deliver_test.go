@@ -397,3 +397,53 @@ func TestUnresolvedRetried(t *testing.T) {
 		t.Errorf("%d events died while their destination was unknown", d)
 	}
 }
+
+// An attempt that Stop cuts short is not the endpoint's failure: the event
+// is due again at once, no attempt spent, no error stored, no attempt
+// counted in the metrics. Before, it was booked as a failed attempt with
+// its backoff, and with webhooks.max_age short a rolling restart could
+// kill events. The next claim finds it (at least once, same webhook-id).
+func TestStopCutsAttemptWithoutSpendingIt(t *testing.T) {
+	t.Parallel()
+	arrived, release := make(chan struct{}, 1), make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
+		select { // never answers while the test runs
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) }) // runs before srv.Close
+	f := newFixture(t, map[string]string{"app": srv.URL + "/cb"}, nil)
+	f.d.Start(context.Background())
+	f.sent(t, "app", 1)
+	select {
+	case <-arrived:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the attempt never reached the endpoint")
+	}
+	f.d.Stop()
+
+	var got []*queue.LeasedEvent
+	waitFor(t, "the event to be claimable again", func() bool {
+		var err error
+		got, err = f.q.ClaimEvents(t.Context(), "probe", time.Minute, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(got) > 0
+	})
+	if e := got[0].Event; e.Attempts != 0 || e.LastError != "" {
+		t.Errorf("event after a stop: attempts %d, last error %q; want 0 and none", e.Attempts, e.LastError)
+	}
+	for _, o := range Outcomes {
+		if v := value(f.m.attempts.WithLabelValues(o)); v != 0 {
+			t.Errorf("%v attempts counted as %s", v, o)
+		}
+	}
+}
