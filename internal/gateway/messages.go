@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -187,7 +188,8 @@ func (s *server) accept(ctx context.Context, w http.ResponseWriter, p *producer,
 	}
 	res, err := s.enq.Enqueue(ctx, m)
 	if err != nil {
-		return nil, fmt.Errorf("enqueue: %w", err)
+		queued = maybeStored(err) // then the number's OTP count keeps it
+		return nil, enqueueError(err, m.ID)
 	}
 	if res.Existed {
 		return s.existing(res.Message, m, eta, now)
@@ -197,6 +199,22 @@ func (s *server) accept(ctx context.Context, w http.ResponseWriter, p *producer,
 	s.notify(m.Class)
 	s.metrics.accepted.WithLabelValues(m.Class.String()).Inc()
 	return &response{status: http.StatusAccepted, body: acceptedOf(m, eta, now), location: location(m.ID)}, nil
+}
+
+// maybeStored reports whether a failed enqueue may have stored its
+// messages after all (they are then sent).
+func maybeStored(err error) bool {
+	return errors.Is(err, queue.ErrMaybeStored) || errors.Is(err, queue.ErrNotReplicated)
+}
+
+// enqueueError is the answer to a failed enqueue of the message id: one
+// the store may have stored names the id it has then.
+func enqueueError(err error, id string) error {
+	err = fmt.Errorf("enqueue: %w", err)
+	if maybeStored(err) {
+		return &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err, Extra: map[string]any{"id": id}, Detail: maybeQueuedDetail}
+	}
+	return err
 }
 
 // existing answers a request whose Idempotency-Key the queue already knew

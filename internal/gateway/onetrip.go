@@ -59,7 +59,7 @@ func (s *server) acceptOneTrip(w http.ResponseWriter, r *http.Request, p *produc
 	m, ch := req.m, req.ch
 	res, err := s.oneTrip.enq.EnqueueChecked(ctx, queue.Checked{Message: m, Checks: ch})
 	if err != nil {
-		s.writeError(w, r, fmt.Errorf("enqueue: %w", err))
+		s.writeError(w, r, enqueueError(err, m.ID))
 		return
 	}
 	if res.Ingress {

@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"context"
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
@@ -104,5 +106,66 @@ func TestMessageRedisSlow(t *testing.T) {
 	}
 	if err := c.Do(t.Context(), "CLIENT", "UNPAUSE").Err(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestMessageStoredAfterTimeout: Redis stops answering (DEBUG SLEEP: the
+// whole server stalls) after the enqueue script went out; the gateway
+// gives up at redis.timeout, and Redis runs the script when it wakes, so
+// the message is stored and will be sent. The 503 must not say "nothing
+// was queued" (a producer retrying without a key would send it twice): it
+// says the message may be queued and names the id it has, and a retry
+// with the same Idempotency-Key answers that message.
+func TestMessageStoredAfterTimeout(t *testing.T) {
+	srv := redistest.StartServer(t, redistest.ServerOptions{Args: []string{"--enable-debug-command", "local"}})
+	s := newSim(t, sim.Config{})
+	cfg := testConfig(t, redisMode, s.URL())
+	cfg.Redis.Addr = srv.Addr
+	cfg.Redis.Timeout = 200 * time.Millisecond
+	h := startWith(t, cfg, s)
+	wantStatus(t, h.post("/v1/messages", keyNotify, msg("transactional")), http.StatusAccepted)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 10 * time.Second})
+	defer func() { _ = c.Close() }()
+	probe := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ReadTimeout: 50 * time.Millisecond})
+	defer func() { _ = probe.Close() }()
+	for _, key := range []string{"stall-1", ""} {
+		slept := make(chan error, 1)
+		go func() { slept <- c.Do(context.Background(), "DEBUG", "SLEEP", "2").Err() }()
+		eventually(t, "Redis to stall", func() bool { return probe.Ping(t.Context()).Err() != nil })
+		var header []string
+		if key != "" {
+			header = []string{"Idempotency-Key", key}
+		}
+		r := h.post("/v1/messages", keyNotify, msg("transactional"), header...)
+		wantStatus(t, r, http.StatusServiceUnavailable)
+		var p struct {
+			Detail string `json:"detail"`
+			ID     string `json:"id"`
+		}
+		if err := json.Unmarshal(r.body, &p); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(p.Detail, "may be queued") || !sms.ValidID(p.ID) || r.header.Get("Retry-After") == "" {
+			t.Fatalf("503 for an unconfirmed write: detail %q, id %q, Retry-After %q; want 'may be queued', the message id and a Retry-After",
+				p.Detail, p.ID, r.header.Get("Retry-After"))
+		}
+		if err := <-slept; err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the message Redis stored after the answer to be sent", func() bool {
+			g := h.get("/v1/messages/"+p.ID, keyNotify)
+			return g.status == http.StatusOK && strings.Contains(string(g.body), `"status":"sent"`)
+		})
+		if key == "" {
+			continue
+		}
+		again := h.post("/v1/messages", keyNotify, msg("transactional"), header...)
+		wantStatus(t, again, http.StatusAccepted)
+		if got := accepted(t, again).ID; got != p.ID {
+			t.Errorf("the keyed retry answered %s, want the id the 503 named, %s", got, p.ID)
+		}
+	}
+	if st := s.Stats(); st.Duplicates != 0 {
+		t.Errorf("the provider saw %d duplicates", st.Duplicates)
 	}
 }

@@ -196,9 +196,8 @@ func toError(err error) *apiError {
 			Detail: "the provider failed (" + string(pe.Reason) + "); nothing was queued"}
 	case errors.Is(err, queue.ErrNotFound):
 		return &apiError{Kind: kindNotFound, Detail: "no such message", Err: err}
-	case errors.Is(err, queue.ErrNotReplicated):
-		return &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err,
-			Detail: "the message store's replicas did not confirm the message in time; it may be queued: retry with the same Idempotency-Key"}
+	case maybeStored(err): // a batch: the items' ids are not known to the client
+		return &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err, Detail: maybeQueuedDetail}
 	case errors.Is(err, queue.ErrClosed):
 		return &apiError{Kind: kindUnavailable, Detail: "the gateway is shutting down", RetryAfter: time.Second, Err: err}
 	case errors.Is(err, context.DeadlineExceeded):
@@ -209,6 +208,13 @@ func toError(err error) *apiError {
 	}
 	return &apiError{Kind: kindInternal, Err: err}
 }
+
+// maybeQueuedDetail answers a write the message store (or its replicas)
+// did not confirm in time: unlike an outage, what was sent may be queued
+// and then sent, so "retry later" alone would have a producer send it
+// twice.
+const maybeQueuedDetail = "the message store did not confirm in time: the message may be queued and sent; " +
+	"retry with the same Idempotency-Key to find out (a retry without one may send it twice)"
 
 // writeError answers err as application/problem+json. Internal errors are
 // logged in full and shown to the client without detail.

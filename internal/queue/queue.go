@@ -36,6 +36,12 @@ var (
 	// still be queued; the caller answers "try again", and a retry with the
 	// same idempotency key finds it.
 	ErrNotReplicated = errors.New("queue: not confirmed by the replicas in time")
+	// ErrMaybeStored: the write reached the store but no answer came back
+	// (a timeout, or the connection dropped after the request went out):
+	// a slow Redis may run it later. The messages may be stored, and then
+	// will be sent, so the caller must not say "nothing was queued"; a
+	// retry with the same idempotency key finds them.
+	ErrMaybeStored = errors.New("queue: the store did not confirm the write in time; it may be stored")
 )
 
 // Receipt is a provider's delivery report, matched to a message by

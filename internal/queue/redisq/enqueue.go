@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -370,6 +373,9 @@ func (q *Queue) enqueueScript(ctx context.Context, cs []queue.Checked, results [
 	}
 	reply, err := q.runEnqueue(ctx, call.keys, call.args)
 	if err != nil {
+		if mayHaveRun(err) {
+			return nil, fmt.Errorf("redisq: enqueue %d messages: %w: %w", len(sent), queue.ErrMaybeStored, err)
+		}
 		return nil, fmt.Errorf("redisq: enqueue %d messages: %w", len(sent), err)
 	}
 	if len(reply) != len(sent) {
@@ -490,6 +496,29 @@ func validate(m *sms.Message) error {
 		return fmt.Errorf("message %s: invalid class %d", m.ID, uint8(m.Class))
 	}
 	return nil
+}
+
+// mayHaveRun reports whether a script call that failed with err may still
+// run, or have run, in Redis: the request may have gone out and no answer
+// came (a read timeout, the connection dropped or reset, the caller's
+// deadline). A failed dial, an exhausted pool or a closed client never
+// sent it; an error Redis answered means it did not run. go-redis retries
+// a timed-out call on a new connection, so the last error decides: a
+// later dial that fails means Redis is gone, and with it the earlier try.
+func mayHaveRun(err error) bool {
+	var op *net.OpError
+	var rerr redis.Error
+	switch {
+	case err == nil, errors.As(err, &rerr),
+		errors.As(err, &op) && op.Op == "dial",
+		errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrPoolExhausted), errors.Is(err, redis.ErrClosed):
+		return false
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout() ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // runEnqueue runs the enqueue script (which also wakes an idle replica).
