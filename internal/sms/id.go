@@ -30,9 +30,12 @@ func NewID(now time.Time) string {
 	return string(append(out, chars[:]...))
 }
 
-// ValidID reports whether s has the shape NewID produces.
+// ValidID reports whether s has the shape NewID produces. Its 26
+// characters hold 130 bits of which NewID leaves the top two zero, so the
+// first is 0 to 7: any other would make IDTime answer a time NewID cannot
+// have written (up to four times its range, the year 37,000).
 func ValidID(s string) bool {
-	if len(s) != 30 || s[:4] != "msg_" {
+	if len(s) != 30 || s[:4] != "msg_" || s[4] > '7' {
 		return false
 	}
 	for i := 4; i < len(s); i++ {

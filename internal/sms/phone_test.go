@@ -395,3 +395,47 @@ func TestFirstDigitsNeverRulesOutAMatch(t *testing.T) {
 		}
 	}
 }
+
+// FuzzValidateSender: any input is either accepted as one of the kinds of
+// sender, told apart here by a rule of their own, or refused naming
+// "from" without repeating the input.
+func FuzzValidateSender(f *testing.F) {
+	for _, s := range []string{"", "ACME", "Acme Bank", "ACME1234567", "ACME12345678", "123", "123456789", "+819012345678",
+		"+4402079460000", "12 34", " ACME", "Café", "AC\x00ME", "+", "+1", "\xff", "A\u200bB"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		err := ValidateSender(s)
+		if err != nil {
+			wantField(t, err, "from")
+			// No number in an error: the reasons hold fewer than five
+			// digits, so an input with five or more must not be in one.
+			digits := 0
+			for _, r := range s {
+				if r >= '0' && r <= '9' {
+					digits++
+				}
+			}
+			if digits >= 5 && strings.Contains(err.Error(), s) {
+				t.Fatalf("error %q repeats the input", err)
+			}
+		}
+		var want bool
+		switch {
+		case s == "":
+			want = true
+		case s[0] == '+':
+			_, perr := ParseE164(s)
+			want = perr == nil
+		case strings.Trim(s, "0123456789") == "":
+			want = len(s) >= 3 && len(s) <= 8
+		default:
+			want = len(s) <= 11 && strings.Trim(s, " ") == s &&
+				strings.Trim(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789 ") == "" &&
+				strings.ContainsAny(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+		}
+		if (err == nil) != want {
+			t.Fatalf("ValidateSender(%q) = %v, want accepted=%v", s, err, want)
+		}
+	})
+}

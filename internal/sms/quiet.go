@@ -105,21 +105,91 @@ func (q QuietHours) allowedIn(zones []*time.Location, t time.Time) int {
 }
 
 // ends lists, in order, the instants after at and within holdHorizon at
-// which the window ends in one of zones: the only instants at which a
-// zone becomes allowed.
+// which one of zones may become allowed: those at which its clock reads
+// To, and those at which its clock is set forward or back (a clock set
+// forward can jump over To, one set back can leave the window). A day
+// whose clock skips To has no instant reading it; one whose clock is set
+// back may read it twice, and the window then ends at the second.
+// time.Date alone would answer one instant for each day, the wrong one on
+// such days: the clock of America/Santiago skips 00:00 on the day summer
+// time starts, and time.Date gives 23:00 of the day before, an instant
+// still inside a window that ends at 00:00, so the hold would last a day
+// longer.
 func (q QuietHours) ends(zones []*time.Location, at time.Time) []time.Time {
 	var out []time.Time
+	limit := at.Add(holdHorizon)
+	add := func(t time.Time) {
+		if t.After(at) && !t.After(limit) {
+			out = append(out, t)
+		}
+	}
 	for _, z := range zones {
 		l := at.In(z)
 		for d := 0; d <= 2; d++ {
-			t := time.Date(l.Year(), l.Month(), l.Day()+d, int(q.To)/60, int(q.To)%60, 0, 0, z)
-			if t.After(at) && t.Sub(at) <= holdHorizon {
-				out = append(out, t)
+			for _, t := range wallInstants(z, l.Year(), l.Month(), l.Day()+d, q.To) {
+				add(t)
 			}
+		}
+		for _, t := range offsetChanges(z, at, limit) {
+			add(t)
 		}
 	}
 	slices.SortFunc(out, func(a, b time.Time) int { return a.Compare(b) })
 	return slices.CompactFunc(out, func(a, b time.Time) bool { return a.Equal(b) })
+}
+
+// offsetChanges lists the instants in (from, to] at which the clock of z
+// is set forward or back.
+func offsetChanges(z *time.Location, from, to time.Time) []time.Time {
+	var out []time.Time
+	_, off := from.In(z).Zone()
+	for t := from; ; {
+		_, end := t.In(z).ZoneBounds()
+		// A new zone starts at end; it may keep the offset and change
+		// only its name. end is after t, so the loop ends.
+		if end.IsZero() || end.After(to) || !end.After(t) {
+			return out
+		}
+		if _, o := end.In(z).Zone(); o != off {
+			out = append(out, end)
+			off = o
+		}
+		t = end
+	}
+}
+
+// wallInstants returns the instants at which the clock of z reads c on
+// the given day (normalized as time.Date does): one on most days, none
+// when the clock skips c, two when it is set back over c.
+func wallInstants(z *time.Location, year int, month time.Month, day int, c Clock) []time.Time {
+	wall := time.Date(year, month, day, int(c)/60, int(c)%60, 0, 0, time.UTC)
+	// The offsets in use around that day: every instant reading wall is
+	// wall shifted by one of them.
+	from, to := wall.Add(-26*time.Hour), wall.Add(26*time.Hour)
+	_, first := from.In(z).Zone()
+	offsets := []int{first}
+	for _, t := range offsetChanges(z, from, to) {
+		_, o := t.In(z).Zone()
+		if !slices.Contains(offsets, o) {
+			offsets = append(offsets, o)
+		}
+	}
+	var out []time.Time
+	for _, o := range offsets {
+		t := wall.Add(-time.Duration(o) * time.Second).In(z)
+		if sameWall(t, wall) {
+			out = append(out, t)
+		}
+	}
+	slices.SortFunc(out, func(a, b time.Time) int { return a.Compare(b) })
+	return out
+}
+
+// sameWall reports whether t's clock reads what wall's does.
+func sameWall(t, wall time.Time) bool {
+	y, m, d := t.Date()
+	wy, wm, wd := wall.Date()
+	return y == wy && m == wm && d == wd && t.Hour() == wall.Hour() && t.Minute() == wall.Minute() && t.Second() == wall.Second()
 }
 
 // QuietPolicy holds the quiet hours of each class that has them.

@@ -124,3 +124,105 @@ func TestStatusAt(t *testing.T) {
 		}
 	}
 }
+
+// untilByScan is what Until must answer, found the slow way: every minute
+// after at (a window's edges and a clock's changes all fall on whole
+// minutes) within holdHorizon, the earliest at which the most zones are
+// allowed; zero when no minute has more zones allowed than at itself.
+func untilByScan(q QuietHours, zones []*time.Location, at time.Time) time.Time {
+	best, most := time.Time{}, q.allowedIn(zones, at)
+	for t := at.Truncate(time.Minute).Add(time.Minute); !t.After(at.Add(holdHorizon)); t = t.Add(time.Minute) {
+		if n := q.allowedIn(zones, t); n > most {
+			best, most = t, n
+		}
+	}
+	return best
+}
+
+// TestQuietHoursAcrossClockChanges holds Until to the scan on the days a
+// clock is set forward or back, with windows ending just before, inside
+// and just after the hour it skips or repeats. Before ends looked for
+// every instant reading To, a window ending at 00:00 in Santiago on the
+// day its clock skips midnight, or at 01:30 in New York on the day 01:30
+// comes twice, held a message a whole day longer; one ending at 02:30 in
+// Berlin, where the clock jumps from 02:00 to 03:00, held it until 03:30.
+func TestQuietHoursAcrossClockChanges(t *testing.T) {
+	t.Parallel()
+	names := []string{"America/New_York", "Europe/Berlin", "America/Santiago", "Africa/Cairo", "America/Havana",
+		"Asia/Beirut", "Australia/Lord_Howe", "Pacific/Chatham", "Europe/London", "Asia/Tokyo"}
+	var windows []QuietHours
+	for _, from := range []Clock{21 * 60, 23*60 + 30} {
+		for _, to := range []Clock{0, 30, 60, 90, 120, 150, 165, 180, 195, 8 * 60} {
+			windows = append(windows, QuietHours{From: from, To: to})
+		}
+	}
+	windows = append(windows, QuietHours{From: 30, To: 150}, QuietHours{From: 150, To: 8 * 60})
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			z := mustZone(t, name)
+			zones := []*time.Location{z}
+			// The clock changes of 2025 (none in Tokyo: the control).
+			changes := offsetChanges(z, time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			if len(changes) == 0 {
+				changes = []time.Time{time.Date(2025, 3, 30, 1, 0, 0, 0, time.UTC)}
+			}
+			for _, change := range changes {
+				for _, q := range windows {
+					for at := change.Add(-26 * time.Hour); at.Before(change.Add(4 * time.Hour)); at = at.Add(47*time.Minute + 13*time.Second) {
+						if got, want := q.Until(zones, at), untilByScan(q, zones, at); !got.Equal(want) {
+							t.Fatalf("window %v–%v, at %v: Until = %v, want %v", q.From, q.To, at.In(z), got.In(z), want.In(z))
+						}
+					}
+				}
+			}
+		})
+	}
+	// Several zones: Idaho's Mountain and Pacific time on the nights
+	// their clocks are set forward and back.
+	idaho := TimeZones("+12085551234")
+	for _, change := range []time.Time{time.Date(2025, 3, 9, 9, 0, 0, 0, time.UTC), time.Date(2025, 11, 2, 8, 0, 0, 0, time.UTC)} {
+		for _, q := range []QuietHours{{From: 21 * 60, To: 8 * 60}, {From: 22 * 60, To: 90}, {From: 23 * 60, To: 150}} {
+			for at := change.Add(-26 * time.Hour); at.Before(change.Add(4 * time.Hour)); at = at.Add(61 * time.Minute) {
+				if got, want := q.Until(idaho, at), untilByScan(q, idaho, at); !got.Equal(want) {
+					t.Fatalf("Idaho, window %v–%v, at %v: Until = %v, want %v", q.From, q.To, at, got, want)
+				}
+			}
+		}
+	}
+}
+
+// FuzzQuietHoursUntil holds Until to the scan for any window, instant and
+// one or two zones among those whose clocks change at awkward times.
+func FuzzQuietHoursUntil(f *testing.F) {
+	names := []string{"America/New_York", "Europe/Berlin", "America/Santiago", "Africa/Cairo", "America/Havana",
+		"Asia/Beirut", "Australia/Lord_Howe", "Pacific/Chatham", "Europe/London", "Asia/Tokyo",
+		"America/Los_Angeles", "Pacific/Kiritimati", "Pacific/Pago_Pago", "Asia/Kolkata", "America/St_Johns"}
+	zones := make([]*time.Location, len(names))
+	for i, n := range names {
+		l, err := time.LoadLocation(n)
+		if err != nil {
+			f.Fatal(err)
+		}
+		zones[i] = l
+	}
+	f.Add(uint16(21*60), uint16(8*60), int64(1741500000), uint8(0), uint8(0))
+	f.Add(uint16(21*60), uint16(0), int64(1757214000), uint8(2), uint8(2))
+	f.Add(uint16(22*60), uint16(90), int64(1762063800), uint8(0), uint8(10))
+	f.Add(uint16(21*60), uint16(150), int64(1743290000), uint8(1), uint8(11))
+	f.Fuzz(func(t *testing.T, from, to uint16, unix int64, z1, z2 uint8) {
+		q := QuietHours{From: Clock(from % 1440), To: Clock(to % 1440)}
+		if q.From == q.To {
+			return // NewQuietHours refuses it
+		}
+		// 2000 to 2100: the zones' rules, past and projected.
+		at := time.Unix(946684800+((unix%3155760000)+3155760000)%3155760000, 0)
+		zs := []*time.Location{zones[int(z1)%len(zones)]}
+		if z2 != z1 {
+			zs = append(zs, zones[int(z2)%len(zones)])
+		}
+		if got, want := q.Until(zs, at), untilByScan(q, zs, at); !got.Equal(want) {
+			t.Fatalf("window %v–%v, zones %v, at %v: Until = %v, want %v", q.From, q.To, zs, at.UTC(), got.UTC(), want.UTC())
+		}
+	})
+}
