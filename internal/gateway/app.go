@@ -216,7 +216,7 @@ func newServer(cfg config.Config, d deps, gath prometheus.Gatherer, b *backend, 
 		queue: b.queue, enq: b.enq, oneTrip: b.oneTrip, limiter: b.limiter, ingress: &ingress{keys: b.ingress}, idem: b.idem,
 		pause: b.pause, checks: b.checks, otp: disp, notifier: disp, live: live,
 	}
-	s.otpRecords.slots = make(chan struct{}, maxOTPRecordsInFlight)
+	s.otpRecords.init()
 	s.eta = &etaEstimator{q: b.queue, lim: b.limiter, pause: b.pause, cfg: cfg, now: d.now, log: d.log, refresh: etaRefresh,
 		quiet: s.quiet, slowdown: disp.Slowdown}
 	for _, p := range cfg.HTTP.TrustedProxies {

@@ -16,17 +16,18 @@ import (
 // apiMetrics are the HTTP edge's metrics. Labels come from closed sets:
 // route patterns, methods, status codes, Kinds, classes, OTP outcomes.
 type apiMetrics struct {
-	requests        *prometheus.CounterVec
-	duration        *prometheus.HistogramVec
-	rejected        *prometheus.CounterVec
-	accepted        *prometheus.CounterVec
-	replays         prometheus.Counter
-	answersNotKept  prometheus.Counter
-	otpDuration     *prometheus.HistogramVec
-	otpRecordFailed prometheus.Counter
-	otpStep         *prometheus.HistogramVec
-	ingressFallback prometheus.Counter
-	receipts        *receiptMetrics
+	requests         *prometheus.CounterVec
+	duration         *prometheus.HistogramVec
+	rejected         *prometheus.CounterVec
+	accepted         *prometheus.CounterVec
+	replays          prometheus.Counter
+	answersNotKept   prometheus.Counter
+	otpDuration      *prometheus.HistogramVec
+	otpRecordFailed  prometheus.Counter
+	otpRecordRetried prometheus.Counter
+	otpStep          *prometheus.HistogramVec
+	ingressFallback  prometheus.Counter
+	receipts         *receiptMetrics
 }
 
 // OTP outcomes, the label of smsgw_api_otp_duration_seconds.
@@ -56,7 +57,11 @@ func newAPIMetrics(reg prometheus.Registerer) (*apiMetrics, error) {
 		}),
 		otpRecordFailed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "smsgw_api_otp_record_failures_total",
-			Help: "OTPs the fast path sent whose sent record could not be stored: their status, receipts and callbacks are not kept.",
+			Help: "OTPs the fast path sent whose sent record could not be stored (given up after retries, or a stop): their status, receipts and callbacks are not kept.",
+		}),
+		otpRecordRetried: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "smsgw_api_otp_record_retries_total",
+			Help: "Writes of fast-path OTPs' sent records the store could not take (down or slow), tried again later.",
 		}),
 		otpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "smsgw_api_otp_duration_seconds", Help: "POST /v1/otp time in the send path, by outcome.",
@@ -70,7 +75,7 @@ func newAPIMetrics(reg prometheus.Registerer) (*apiMetrics, error) {
 			Name: "smsgw_api_ingress_fallback_total", Help: "Ingress decisions taken locally because Redis failed.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.rejected, m.accepted, m.replays, m.answersNotKept, m.otpDuration, m.otpRecordFailed, m.otpStep, m.ingressFallback} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.rejected, m.accepted, m.replays, m.answersNotKept, m.otpDuration, m.otpRecordFailed, m.otpRecordRetried, m.otpStep, m.ingressFallback} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

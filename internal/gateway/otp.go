@@ -142,15 +142,29 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// otpRecords tracks the status records of fast-path OTPs written after
-// their answer, so that a stopping App waits for them before it closes the
-// store, and bounds how many are in flight.
+// otpRecords tracks the status records of fast-path OTPs written in the
+// background (after their answer, or retried while the store is down), so
+// that a stopping App waits for them before it closes the store, and
+// bounds how many are in flight.
 type otpRecords struct {
 	mu      sync.Mutex
 	closing bool // set by close: no more goroutines start
 	wg      sync.WaitGroup
 	slots   chan struct{}     // one per record in flight
-	failed  logsample.Sampler // samples the log of records that failed
+	failed  logsample.Sampler // samples the log of records given up
+	retried logsample.Sampler // samples the log of records put off
+	// ctx ends when close gives up waiting: writes in flight end with it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// stopping is closed by close: a record that fails then is given up
+	// instead of waiting for the next try.
+	stopping chan struct{}
+}
+
+func (r *otpRecords) init() {
+	r.slots = make(chan struct{}, maxOTPRecordsInFlight)
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	r.stopping = make(chan struct{})
 }
 
 // start reserves a slot for a background write; false when closing or
@@ -175,11 +189,16 @@ func (r *otpRecords) done() {
 	r.wg.Done()
 }
 
-// close stops new background writes and waits for those running, or
-// until ctx ends.
+// close stops new background writes and gives up retrying, then waits for
+// the writes in flight, or until ctx ends: then it cuts them short and
+// waits for them to return (they end with r.ctx), so nothing it started
+// outlives it.
 func (r *otpRecords) close(ctx context.Context) {
 	r.mu.Lock()
-	r.closing = true
+	if !r.closing {
+		r.closing = true
+		close(r.stopping)
+	}
 	r.mu.Unlock()
 	ended := make(chan struct{})
 	go func() {
@@ -189,10 +208,13 @@ func (r *otpRecords) close(ctx context.Context) {
 	select {
 	case <-ended:
 	case <-ctx.Done():
+		r.cancel()
+		<-ended
 	}
+	r.cancel()
 }
 
-// maxOTPRecordsInFlight bounds the records written after their answer;
+// maxOTPRecordsInFlight bounds the records written in the background;
 // past it a record is not written (counted and logged): the answers of
 // OTPs do not wait for a store that slow.
 const maxOTPRecordsInFlight = 256
@@ -200,51 +222,116 @@ const maxOTPRecordsInFlight = 256
 // otpRecordTimeout bounds one record's write.
 const otpRecordTimeout = 5 * time.Second
 
+// otpRecordRetryFor bounds how long a record the store cannot take (Redis
+// down: the fast path keeps sending at the fallback rate) is retried, from
+// 100 ms apart up to 5 s apart; past it, or at a stop, it is given up.
+const otpRecordRetryFor = 10 * time.Minute
+
 // recordOTP stores an OTP the fast path sent (the provider answered with
 // providerID) as a sent message (queue.RecordSent), so that GET shows it,
 // a receipt moves it to delivered and its producer's callbacks follow it
 // like any message's. With callbacks the record (and its sent event) is
 // written before the answer, so no crash after the 200 loses the event;
 // without, it is written after, and the OTP's answer does not wait for
-// the store. A failure is logged and counted; the OTP itself went out.
+// the store. A write the store cannot take now (an outage) is retried in
+// the background until it can, for up to otpRecordRetryFor; a record
+// given up is logged and counted. The OTP itself went out.
 func (s *server) recordOTP(ctx context.Context, m *sms.Message, providerID string) {
 	sent := *m
 	sent.ProviderID = providerID
-	failed := func(err error) {
-		s.metrics.otpRecordFailed.Inc()
-		if n, ok := s.otpRecords.failed.Add(s.now(), unknownLogEvery); ok {
-			s.log.Warn("storing fast-path OTPs as sent failed: their status, receipts and callbacks are not kept",
-				"count", n, "id", sent.ID, "producer", sent.Producer, "err", err)
-		}
-	}
-	write := func() {
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), otpRecordTimeout)
-		defer cancel()
-		st, err := s.queue.RecordSent(wctx, &sent)
-		if err != nil {
-			failed(err)
+	r := &s.otpRecords
+	if sent.Callbacks {
+		err := s.writeOTPRecord(context.WithoutCancel(ctx), &sent)
+		if err == nil {
 			return
 		}
-		if st.Receipt() {
-			// a receipt that came before the provider's answer, applied
-			// now: its outcome counts now
-			s.metrics.receipts.outcome(sms.ClassOTP, st)
-		}
-		if sent.Callbacks && s.callbacks != nil {
-			s.callbacks.d.Wake()
+		if !dependencyDown(err) && !maybeStored(err) {
+			s.otpRecordGivenUp(&sent, err)
+			return
 		}
 	}
+	if !r.start() {
+		s.otpRecordGivenUp(&sent, errOTPRecordsBusy)
+		return
+	}
+	go func() {
+		defer r.done()
+		s.retryOTPRecord(&sent, !sent.Callbacks)
+	}()
+}
+
+// retryOTPRecord writes sent until the store takes it (first at once when
+// now is set, else after the first wait), while the failures say the store
+// is down or slow, for up to otpRecordRetryFor.
+func (s *server) retryOTPRecord(sent *sms.Message, now bool) {
 	r := &s.otpRecords
-	switch {
-	case sent.Callbacks:
-		write()
-	case r.start():
-		go func() {
-			defer r.done()
-			write()
-		}()
-	default:
-		failed(errOTPRecordsBusy)
+	giveUpAt := time.Now().Add(otpRecordRetryFor)
+	wait := 100 * time.Millisecond
+	for tries := 0; ; tries++ {
+		var err error
+		if tries > 0 || now {
+			if err = s.writeOTPRecord(r.ctx, sent); err == nil {
+				if tries > 0 {
+					s.log.Info("fast-path OTP stored as sent after the store came back", "id", sent.ID, "tries", tries+1)
+				}
+				return
+			}
+			if !dependencyDown(err) && !maybeStored(err) {
+				s.otpRecordGivenUp(sent, err)
+				return
+			}
+		}
+		if time.Now().After(giveUpAt) {
+			s.otpRecordGivenUp(sent, err)
+			return
+		}
+		if err != nil {
+			s.metrics.otpRecordRetried.Inc()
+			if n, ok := r.retried.Add(s.now(), unknownLogEvery); ok {
+				s.log.Warn("storing fast-path OTPs as sent failed; retrying until the store answers",
+					"count", n, "id", sent.ID, "producer", sent.Producer, "err", err)
+			}
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-r.stopping:
+			t.Stop()
+			if err == nil {
+				err = errOTPRecordsBusy
+			}
+			s.otpRecordGivenUp(sent, err)
+			return
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// writeOTPRecord writes sent once, within otpRecordTimeout.
+func (s *server) writeOTPRecord(ctx context.Context, sent *sms.Message) error {
+	wctx, cancel := context.WithTimeout(ctx, otpRecordTimeout)
+	defer cancel()
+	st, err := s.queue.RecordSent(wctx, sent)
+	if err != nil {
+		return err
+	}
+	if st.Receipt() {
+		// a receipt that came before the provider's answer, applied
+		// now: its outcome counts now
+		s.metrics.receipts.outcome(sms.ClassOTP, st)
+	}
+	if sent.Callbacks && s.callbacks != nil {
+		s.callbacks.d.Wake()
+	}
+	return nil
+}
+
+// otpRecordGivenUp counts and (sampled) logs a record not stored.
+func (s *server) otpRecordGivenUp(sent *sms.Message, err error) {
+	s.metrics.otpRecordFailed.Inc()
+	if n, ok := s.otpRecords.failed.Add(s.now(), unknownLogEvery); ok {
+		s.log.Warn("storing fast-path OTPs as sent failed: their status, receipts and callbacks are not kept",
+			"count", n, "id", sent.ID, "producer", sent.Producer, "err", err)
 	}
 }
 

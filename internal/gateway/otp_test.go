@@ -380,7 +380,9 @@ func TestOTPRecordedAsSent(t *testing.T) {
 // one slot each and no more than the slots; close stops new ones at once
 // and returns only when the running ones are done.
 func TestOTPRecordsBounded(t *testing.T) {
-	r := &otpRecords{slots: make(chan struct{}, 2)}
+	r := &otpRecords{}
+	r.init()
+	r.slots = make(chan struct{}, 2)
 	for i := range 2 {
 		if !r.start() {
 			t.Fatalf("two slots, start %d refused", i+1)
@@ -414,6 +416,33 @@ func TestOTPRecordsBounded(t *testing.T) {
 	select {
 	case <-closed:
 		t.Fatal("close returned while a record was still being written")
+	default:
+	}
+	if r.ctx.Err() != nil {
+		t.Error("close cut the writes in flight short while its context lived")
+	}
+	r.done()
+	<-closed
+
+	// A stop whose time is up cuts the writes in flight short (they end
+	// with r.ctx) and still waits for them to return: nothing close
+	// started outlives it.
+	r = &otpRecords{}
+	r.init()
+	if !r.start() {
+		t.Fatal("start refused")
+	}
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	closed = make(chan struct{})
+	go func() {
+		r.close(gone)
+		close(closed)
+	}()
+	<-r.ctx.Done() // cut short
+	select {
+	case <-closed:
+		t.Fatal("close returned before the write it cut short ended")
 	default:
 	}
 	r.done()

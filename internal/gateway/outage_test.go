@@ -169,3 +169,47 @@ func TestMessageStoredAfterTimeout(t *testing.T) {
 		t.Errorf("the provider saw %d duplicates", st.Duplicates)
 	}
 }
+
+// TestOTPSentDuringOutageRecordedAfter: with Redis down the fast path
+// still sends OTPs at the fallback rate, but their sent records cannot be
+// stored then. They are written once Redis is back, so the OTP has a
+// status like any message (before, the one write failed and GET answered
+// 404 for good, and its receipt and callbacks were lost).
+func TestOTPSentDuringOutageRecordedAfter(t *testing.T) {
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	s := newSim(t, sim.Config{})
+	cfg := testConfig(t, redisMode, s.URL())
+	cfg.Redis.Addr = srv.Addr
+	cfg.Redis.Timeout = 200 * time.Millisecond
+	h := startWith(t, cfg, s)
+	wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK) // Redis up: the limiter is shared
+	srv.Stop()
+	var id string
+	eventually(t, "an OTP sent at the fallback rate", func() bool {
+		r := h.post("/v1/otp", keyLogin, otpBody("to", "+819012340001", "deadline_ms", 2000))
+		if r.status != http.StatusOK {
+			return false
+		}
+		var sent otpSent
+		if err := json.Unmarshal(r.body, &sent); err != nil {
+			t.Fatal(err)
+		}
+		id = sent.ID
+		return true
+	})
+	const failed, retried = "smsgw_api_otp_record_failures_total", "smsgw_api_otp_record_retries_total"
+	eventually(t, "a write of the OTP's record to fail and be put off", func() bool {
+		return metricValues(h.metrics(), retried)[retried] >= 1
+	})
+	if g := h.get("/v1/messages/"+id, keyLogin); g.status == http.StatusOK {
+		t.Fatalf("the OTP's record was stored while Redis was down: %s", g.body)
+	}
+	srv.Start()
+	eventually(t, "the OTP's record stored once Redis is back", func() bool {
+		g := h.get("/v1/messages/"+id, keyLogin)
+		return g.status == http.StatusOK && strings.Contains(string(g.body), `"status":"sent"`)
+	})
+	if v := metricValues(h.metrics(), failed, retried); v[failed] != 0 || v[retried] < 1 {
+		t.Errorf("OTP records given up %v, retried %v; want none given up, at least one retried", v[failed], v[retried])
+	}
+}
