@@ -36,6 +36,11 @@ func (k keys) leases() string { return k.tag + "leases" }
 // seq is the counter that orders messages of equal ready time (FIFO).
 func (k keys) seq() string { return k.tag + "seq" }
 
+// epoch STRING: a random value written once for the account's data (by
+// the first prune); a replica that finds it gone, or changed, knows Redis
+// lost the data it held.
+func (k keys) epoch() string { return k.tag + "epoch" }
+
 // done is the ZSET of completed messages (sent, failed or expired by
 // Complete; not dead letters) scored by completion time µs, for retention.
 func (k keys) done() string { return k.tag + "done" }

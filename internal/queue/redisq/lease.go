@@ -2,6 +2,8 @@ package redisq
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -435,22 +437,35 @@ const recoverBatch = 500
 // pruneScript deletes, from the msgs HASH, messages indexed in the given
 // ZSETs (dead letters, and terminal messages an earlier release kept in
 // msgs) whose score is older than the retention: what completeScript
-// prunes as it goes, for an account where nothing completes.
+// prunes as it goes, for an account where nothing completes. It also
+// checks the account data's epoch marker: missing, it is written (ARGV[4]);
+// missing or changed when the caller knew it (ARGV[3]), Redis lost the
+// data since the caller last looked.
 //
-// KEYS[1] msgs HASH, KEYS[2..] the ZSETs.
-// ARGV[1] retention µs, ARGV[2] the most to prune per ZSET.
-// Returns how many it pruned.
+// KEYS[1] msgs HASH, KEYS[2] epoch STRING, KEYS[3..] the ZSETs.
+// ARGV[1] retention µs, ARGV[2] the most to prune per ZSET, ARGV[3] the
+// epoch the caller knows ('' for none), ARGV[4] a new epoch.
+// Returns {pruned, epoch, 1 if the data was lost else 0}.
 var pruneScript = redis.NewScript(luaPrelude + `
+local epoch = redis.call('GET', KEYS[2])
+local lost = 0
+if not epoch then
+  epoch = ARGV[4]
+  redis.call('SET', KEYS[2], epoch)
+  if ARGV[3] ~= '' then lost = 1 end
+elseif ARGV[3] ~= '' and epoch ~= ARGV[3] then
+  lost = 1
+end
 local cutoff = now_us() - tonumber(ARGV[1])
 local n = 0
-for i = 2, #KEYS do
+for i = 3, #KEYS do
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[i], '-inf', cutoff, 'LIMIT', 0, tonumber(ARGV[2]))) do
     redis.call('HDEL', KEYS[1], id)
     redis.call('ZREM', KEYS[i], id)
     n = n + 1
   end
 end
-return n
+return {n, epoch, lost}
 `)
 
 // pruneEvery is how often Recover also prunes (at most), and pruneBatch
@@ -462,17 +477,32 @@ const (
 )
 
 // prune runs pruneScript when pruneEvery has passed since this process
-// last did.
+// last did; it reports Redis losing the account's data, which it would
+// otherwise take for an empty queue.
 func (q *Queue) prune(ctx context.Context) error {
 	now := time.Now().UnixNano()
 	last := q.pruned.Load()
 	if now-last < int64(pruneEvery) || !q.pruned.CompareAndSwap(last, now) {
 		return nil
 	}
-	keys := append([]string{q.k.msgs(), q.k.done()}, q.k.perClass(q.k.dead)...)
-	n, err := pruneScript.Run(ctx, q.c, keys, us(q.retention), pruneBatch).Int()
+	known := ""
+	if e := q.epoch.Load(); e != nil {
+		known = *e
+	}
+	keys := append([]string{q.k.msgs(), q.k.epoch(), q.k.done()}, q.k.perClass(q.k.dead)...)
+	res, err := pruneScript.Run(ctx, q.c, keys, us(q.retention), pruneBatch, known, newEpoch()).Slice()
 	if err != nil {
 		return fmt.Errorf("redisq: prune: %w", err)
+	}
+	n, _ := res[0].(int64)
+	epoch, _ := res[1].(string)
+	lost, _ := res[2].(int64)
+	q.epoch.Store(&epoch)
+	if lost == 1 {
+		q.m.dataLost.Inc()
+		q.log.Error("Redis lost this account's data (restarted without persistence, flushed, or failed over to an empty replica): "+
+			"messages accepted before, pauses, idempotency keys and suppressions are gone; see the runbook, SmsgwRedisLostData",
+			"account", q.account)
 	}
 	if n > 0 {
 		q.log.Info("pruned dead letters past retention", "count", n)
@@ -480,7 +510,13 @@ func (q *Queue) prune(ctx context.Context) error {
 	return nil
 }
 
-// Recover hands every expired lease back; see queue.Queue.
+// newEpoch is a random epoch marker value.
+func newEpoch() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
 func (q *Queue) Recover(ctx context.Context) (total int, err error) {
 	if err := q.begin(ctx, "recover"); err != nil {
 		return 0, err

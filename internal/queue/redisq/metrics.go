@@ -30,6 +30,7 @@ type metrics struct {
 	duration    *prometheus.HistogramVec
 	errors      *prometheus.CounterVec
 	compactions *prometheus.CounterVec
+	dataLost    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -47,6 +48,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "smsgw_queue_redis_compactions_total",
 			Help: "Creation seconds of final records a compaction read, by result: compacted, changed (written since the read: left for a later pass), gone (nothing left to compact), unreadable. All but compacted are reads that compacted nothing.",
 		}, []string{"result"}),
+		dataLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "smsgw_queue_redis_data_lost_total",
+			Help: "Times this replica found the account's data gone from Redis (restarted without persistence, flushed, or failed over to an empty replica): messages, pauses, idempotency keys and suppressions written before are lost.",
+		}),
 	}
 	for _, op := range ops {
 		m.duration.WithLabelValues(op)
@@ -67,6 +72,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.compactions, err = queue.RegisterMetric(reg, m.compactions); err != nil {
+		return nil, err
+	}
+	if m.dataLost, err = queue.RegisterMetric(reg, m.dataLost); err != nil {
 		return nil, err
 	}
 	return m, nil

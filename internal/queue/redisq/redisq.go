@@ -88,9 +88,10 @@ type Queue struct {
 	window    time.Duration
 	m         *metrics
 	closed    atomic.Bool
-	pruned    atomic.Int64  // when Recover last pruned, UnixNano
-	waitN     int           // WaitReplicas
-	waitFor   time.Duration // WaitTimeout
+	pruned    atomic.Int64           // when Recover last pruned, UnixNano
+	epoch     atomic.Pointer[string] // the account data's epoch marker as last seen (nil: not yet)
+	waitN     int                    // WaitReplicas
+	waitFor   time.Duration          // WaitTimeout
 }
 
 var _ queue.Queue = (*Queue)(nil)
