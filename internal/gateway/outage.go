@@ -24,13 +24,18 @@ const outageRetryAfter = time.Second
 // Retry-After, never 500 (docs/design.md section 6).
 func dependencyDown(err error) bool {
 	var ne net.Error
+	var errno syscall.Errno
 	switch {
 	case err == nil:
 		return false
+	case errors.As(err, &errno) && !errors.As(err, new(*net.OpError)):
+		// A bare system error (the embedded store's file) is an outage
+		// only if it says the disk or its file system is; others (a bad
+		// descriptor, an invalid argument) are our bug, answered 500 and
+		// logged. A syscall.Errno is also a net.Error, hence this first.
+		return storageDown[errno]
 	case errors.As(err, &ne), // timeouts, refused or reset connections, DNS
 		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), // the connection dropped mid-reply
-		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
-		errors.Is(err, syscall.ENOSPC), // the embedded store's disk is full
 		errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrPoolExhausted), errors.Is(err, redis.ErrClosed):
 		return true
 	}
@@ -38,6 +43,15 @@ func dependencyDown(err error) bool {
 	return redis.IsLoadingError(err) || redis.IsReadOnlyError(err) || redis.IsClusterDownError(err) ||
 		redis.IsTryAgainError(err) || redis.IsMasterDownError(err) || redis.IsMaxClientsError(err) ||
 		redis.IsOOMError(err) || redis.IsNoReplicasError(err) || redis.HasErrorPrefix(err, "BUSY")
+}
+
+// storageDown are the system errors of a store's file that say its disk
+// or file system cannot take writes now: full, over quota, read-only,
+// failing, or a file grown past the file system's limit; and the
+// connection errors a bare Errno may carry.
+var storageDown = map[syscall.Errno]bool{
+	syscall.ENOSPC: true, syscall.EDQUOT: true, syscall.EROFS: true, syscall.EIO: true, syscall.EFBIG: true,
+	syscall.ECONNREFUSED: true, syscall.ECONNRESET: true, syscall.EPIPE: true, syscall.ETIMEDOUT: true,
 }
 
 // logPath is the request path as logs and problems show it: a path can

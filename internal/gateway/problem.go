@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -202,6 +203,9 @@ func toError(err error) *apiError {
 		return &apiError{Kind: kindUnavailable, Detail: "the gateway is shutting down", RetryAfter: time.Second, Err: err}
 	case errors.Is(err, context.DeadlineExceeded):
 		return &apiError{Kind: kindUnavailable, Detail: "the gateway did not answer in time", RetryAfter: time.Second, Err: err}
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return &apiError{Kind: kindUnavailable, Detail: "the message store's disk is full; nothing was queued; retry later",
+			RetryAfter: outageRetryAfter, Err: err}
 	case dependencyDown(err):
 		return &apiError{Kind: kindUnavailable, Detail: "a dependency of the gateway is down or slow; retry later",
 			RetryAfter: outageRetryAfter, Err: err}

@@ -379,9 +379,18 @@ func (p *protector) refused() [nRefusals]int64 {
 	return out
 }
 
+// unavailable refuses a message because a protection store it needs is
+// down or slow (checked before anything is stored or sent).
 func unavailable(what string, err error) *apiError {
 	return &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err,
 		Detail: "the " + what + " is unavailable; nothing was sent or queued"}
+}
+
+// adminUnavailable answers an admin call on a store that is down or slow:
+// a write may still have been applied, and is safe to repeat.
+func adminUnavailable(what string, err error) *apiError {
+	return &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err,
+		Detail: "the " + what + " is unavailable; retry later (a change that may have been applied is safe to repeat)"}
 }
 
 // numberKey is the account's number key, read from the store once; with

@@ -2,10 +2,12 @@ package gateway
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	"smsgw/internal/config"
 	"smsgw/internal/redistest"
+	"smsgw/internal/sms"
 )
 
 // TestEnqueueWithStoreDownIs503: a POST while Redis does not answer (an
@@ -44,5 +46,12 @@ func TestEnqueueNotReplicatedIs503(t *testing.T) {
 	wantStatus(t, r, http.StatusServiceUnavailable)
 	if r.header.Get("Retry-After") == "" {
 		t.Error("503 without Retry-After")
+	}
+	p := r.problem(t)
+	if d, _ := p["detail"].(string); !strings.Contains(d, "may be queued") {
+		t.Errorf("detail %q, want it to say the message may be queued", d)
+	}
+	if id, _ := p["id"].(string); !sms.ValidID(id) {
+		t.Errorf("id %q, want the id the message has if it was stored", id)
 	}
 }
