@@ -185,3 +185,15 @@ dispatch: {workers: 1e1, max_attempts: 8.0}
 		t.Errorf("workers %d, max_attempts %d, poison_after %d; want 10, 8, 4", d.Workers, d.MaxAttempts, d.PoisonAfter)
 	}
 }
+
+// TestSendersSameNumberTwice: a producer's senders naming one E.164
+// number twice, written two ways, is a duplicate.
+func TestSendersSameNumberTwice(t *testing.T) {
+	_, err := Load([]byte(`
+provider: {url: "http://127.0.0.1:9100/send"}
+producers: [{name: app, key: "app-key-0123456789ab", classes: [otp], rate: 1, burst: 1, senders: ["+4402079460000", "+442079460000", "ACME"]}]
+`), nil)
+	if err == nil || !strings.Contains(err.Error(), ".senders[1]: duplicate sender") {
+		t.Fatalf("got %v, want senders[1] a duplicate", err)
+	}
+}

@@ -315,14 +315,16 @@ func (c *Config) validateProducers(p *problems) {
 		seen := map[string]bool{}
 		for j, s := range pr.Senders {
 			k := fmt.Sprintf("%s.senders[%d]", key, j)
-			if s == "" {
+			n, err := sms.NormalizeSender(s)
+			switch {
+			case s == "":
 				p.add(k, "must not be empty")
-			} else if err := sms.ValidateSender(s); err != nil {
+			case err != nil:
 				p.add(k, "%v", err)
-			} else if seen[s] {
-				p.add(k, "duplicate sender %q", s)
+			case seen[n]:
+				p.add(k, "duplicate sender %q (the same number however written)", s)
 			}
-			seen[s] = true
+			seen[n] = true
 		}
 	}
 	if c.Admin.Enabled() {

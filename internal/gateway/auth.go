@@ -127,6 +127,9 @@ func (p *producer) bodyControls(body, prefix string) []fieldProblem {
 // sender) when the request names none; a 403 naming field when p may not
 // use it.
 func (p *producer) sender(from, field string) (string, error) {
+	if n, err := sms.NormalizeSender(from); err == nil {
+		from = n // one E.164 sender however written; a bad one is the validation's to report
+	}
 	if len(p.senders) == 0 {
 		return from, nil
 	}
@@ -139,6 +142,19 @@ func (p *producer) sender(from, field string) (string, error) {
 	return "", &apiError{Kind: kindForbidden, Detail: fmt.Sprintf("%s: producer %s may not send as this sender", field, p.Name),
 		Fields: []fieldProblem{{field, "is not one of the producer's senders"}}}
 
+}
+
+// normalizedSenders is a producer's senders as requests are compared
+// with them (sms.NormalizeSender; config validated each).
+func normalizedSenders(ss []string) []string {
+	out := make([]string, 0, len(ss))
+	for _, s := range ss {
+		if n, err := sms.NormalizeSender(s); err == nil {
+			s = n
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 // callbackAllowed reports whether a message of this producer may send its
@@ -185,7 +201,7 @@ func newAuthenticator(cfg config.Config) *authenticator {
 			hash:           p.KeyHash(),
 			Ingress:        limiter.Rate{PerSecond: p.Rate, Burst: p.Burst},
 			MaxOutstanding: p.MaxOutstanding,
-			senders:        slices.Clone(p.Senders),
+			senders:        normalizedSenders(p.Senders),
 			unicodeCtl:     p.AllowUnicodeControls,
 			webhook:        p.Webhook.URL != "",
 			callbackAllow:  parseCallbackPrefixes(p.Webhook.Allow),

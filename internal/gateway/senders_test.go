@@ -54,3 +54,33 @@ func TestProducerSenders(t *testing.T) {
 	ot := h.post("/v1/otp", keyLogin, otpBody())
 	wantStatus(t, ot, http.StatusOK)
 }
+
+// TestE164SenderNormalized: an E.164 sender is one sender however it is
+// written (a trunk 0 after the country code, as many write UK numbers):
+// it matches the producer's senders written the other way, and goes to
+// the provider normalized, on the queued and the OTP path.
+func TestE164SenderNormalized(t *testing.T) {
+	h := start(t, embeddedMode, func(c *config.Config) {
+		c.Producers[0].Senders = []string{"+4402079460000"} // notify
+		c.Producers[1].Senders = []string{"+442079460001"}  // login
+	})
+	r := h.post("/v1/messages", keyNotify, msg("transactional", "from", "+442079460000"))
+	wantStatus(t, r, http.StatusAccepted)
+	id := accepted(t, r).ID
+	wantStatus(t, h.post("/v1/otp", keyLogin, otpBody("from", "+4402079460001")), http.StatusOK)
+	var v messageView
+	eventually(t, "the message to be sent", func() bool {
+		h.get("/v1/messages/"+id, keyNotify).json(t, &v)
+		return v.Status == "sent"
+	})
+	if v.From != "+442079460000" {
+		t.Errorf("stored from %q, want +442079460000", v.From)
+	}
+	froms := map[string]bool{}
+	for _, rec := range h.sim.Accepted() {
+		froms[rec.From] = true
+	}
+	if !froms["+442079460000"] || !froms["+442079460001"] || len(froms) != 2 {
+		t.Errorf("the provider got senders %v, want the two normalized numbers", froms)
+	}
+}

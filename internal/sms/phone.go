@@ -397,12 +397,28 @@ func allDigits(s string) bool {
 // letters, digits and space, and carriers elsewhere strip or reject the
 // rest, so refusing here is better than failing at send time.
 func ValidateSender(s string) error {
+	_, err := NormalizeSender(s)
+	return err
+}
+
+// NormalizeSender is ValidateSender that also returns the sender as it is
+// sent and compared: an E.164 sender in its normalized form (a national
+// trunk prefix written after the country code dropped, as ParseE164
+// does), so that "+4402079460000" and "+442079460000" are one sender,
+// matched against a producer's senders alike; any other sender as it is.
+func NormalizeSender(s string) (string, error) {
+	if s != "" && s[0] == '+' {
+		return parseE164("from", s)
+	}
+	return s, validateOtherSender(s)
+}
+
+// validateOtherSender checks a sender that is not E.164: empty, a short
+// code or an alphanumeric sender id.
+func validateOtherSender(s string) error {
 	switch {
 	case s == "":
 		return nil
-	case s[0] == '+':
-		_, err := parseE164("from", s)
-		return err
 	case allDigits(s):
 		if len(s) < 3 || len(s) > 8 {
 			return invalid("from", "a numeric sender must be a short code of 3 to 8 digits, or E.164 starting with '+'")

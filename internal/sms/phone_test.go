@@ -439,3 +439,21 @@ func FuzzValidateSender(f *testing.F) {
 		}
 	})
 }
+
+// TestNormalizeSender: an E.164 sender comes back as ParseE164 writes it;
+// the others as they are; what ValidateSender refuses, it refuses.
+func TestNormalizeSender(t *testing.T) {
+	for in, want := range map[string]string{
+		"+4402079460000": "+442079460000", "+442079460000": "+442079460000",
+		"ACME": "ACME", "Acme Bank": "Acme Bank", "12345": "12345", "": "",
+	} {
+		if got, err := NormalizeSender(in); err != nil || got != want {
+			t.Errorf("NormalizeSender(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"+81 90", "ACME!", "12", "TwelveChars1"} {
+		if _, err := NormalizeSender(bad); err == nil || ValidateSender(bad) == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
