@@ -444,7 +444,7 @@ const recoverBatch = 500
 //
 // KEYS[1] msgs HASH, KEYS[2] epoch STRING, KEYS[3..] the ZSETs.
 // ARGV[1] retention µs, ARGV[2] the most to prune per ZSET, ARGV[3] the
-// epoch the caller knows ('' for none), ARGV[4] a new epoch.
+// epoch the caller knows (empty for none), ARGV[4] a new epoch.
 // Returns {pruned, epoch, 1 if the data was lost else 0}.
 var pruneScript = redis.NewScript(luaPrelude + `
 local epoch = redis.call('GET', KEYS[2])
