@@ -72,6 +72,11 @@ func Refused(a netip.Addr, allow []netip.Prefix) bool {
 // maxRedirects bounds the same-host redirects a delivery follows.
 const maxRedirects = 3
 
+// maxResponseHeader bounds the headers of an endpoint's answer, of which
+// only the status is used: net/http would read up to 10 MiB per delivery
+// in flight.
+const maxResponseHeader = 64 << 10
+
 // NewClient is the HTTP client of deliveries. The address is checked when
 // the connection is made (net.Dialer.Control sees the resolved IP), so a
 // name that resolves to a private address, or starts to (DNS rebinding),
@@ -93,14 +98,15 @@ func NewClient(timeout time.Duration, allow []netip.Prefix) *http.Client {
 		},
 	}
 	tr := &http.Transport{
-		Proxy:                 nil,
-		DialContext:           d.DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          256,
-		MaxIdleConnsPerHost:   16,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   timeout,
-		ResponseHeaderTimeout: timeout,
+		Proxy:                  nil,
+		DialContext:            d.DialContext,
+		ForceAttemptHTTP2:      true,
+		MaxIdleConns:           256,
+		MaxIdleConnsPerHost:    16,
+		IdleConnTimeout:        90 * time.Second,
+		TLSHandshakeTimeout:    timeout,
+		ResponseHeaderTimeout:  timeout,
+		MaxResponseHeaderBytes: maxResponseHeader,
 	}
 	return &http.Client{
 		Transport: tr,

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -145,4 +146,24 @@ func post(t *testing.T, c *http.Client, u string) (*http.Response, error) {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	return c.Do(req)
+}
+
+// An endpoint's answer is read with a small header budget: one that sends
+// megabytes of headers (each of Workers deliveries would hold them in
+// memory, 10 MiB apiece by net/http's default) fails the attempt instead.
+func TestClientBoundsResponseHeaders(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		for i := range 64 {
+			w.Header().Set("X-Pad-"+strconv.Itoa(i), strings.Repeat("x", 8<<10))
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	c := NewClient(2*time.Second, []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")})
+	defer c.CloseIdleConnections()
+	resp, err := post(t, c, srv.URL)
+	if err == nil {
+		_ = resp.Body.Close()
+		t.Fatalf("512 KiB of response headers accepted (status %d)", resp.StatusCode)
+	}
 }

@@ -43,13 +43,18 @@ var (
 	ErrMissingHeader = errors.New("webhook: missing webhook-id, webhook-timestamp or webhook-signature")
 	ErrTimestamp     = errors.New("webhook: timestamp outside the tolerance")
 	ErrSignature     = errors.New("webhook: no matching signature")
+	ErrEmptyKey      = errors.New("webhook: empty key")
 )
 
 // Verify checks a received delivery the way a producer should: the
 // timestamp within tolerance of now (replays of old deliveries fail), and
 // one of the space-separated "v1,<base64>" signatures matching, compared in
-// constant time. It is what docs/callbacks.md shows producers.
+// constant time. It is what docs/callbacks.md shows producers. An empty
+// key verifies nothing (anyone can sign with it).
 func Verify(key []byte, id, timestamp, signatures string, body []byte, now time.Time, tolerance time.Duration) error {
+	if len(key) == 0 {
+		return ErrEmptyKey
+	}
 	if id == "" || timestamp == "" || signatures == "" {
 		return ErrMissingHeader
 	}

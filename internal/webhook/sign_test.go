@@ -79,3 +79,16 @@ func TestBodyIsStableAndCarriesNoPersonalData(t *testing.T) {
 		}
 	}
 }
+
+// An empty key signs nothing: anyone can compute HMAC with it, so Verify
+// refuses it as the spec's reference libraries refuse an empty secret.
+func TestVerifyRefusesAnEmptyKey(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	body := []byte(`{}`)
+	for _, key := range [][]byte{nil, {}} {
+		sig := Sign(key, "evt_1", now, body)
+		if err := Verify(key, "evt_1", "1700000000", sig, body, now, 5*time.Minute); err == nil {
+			t.Errorf("Verify with a %d-byte key accepted a signature", len(key))
+		}
+	}
+}
