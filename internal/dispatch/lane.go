@@ -42,6 +42,47 @@ type lane struct {
 	// empty: the lane's last take found nothing and it waits for a
 	// wake-up or its poll (TakesHere).
 	empty atomic.Bool
+	// due is when the first message this lane put back with a delay (a
+	// retry's backoff) is ready again, UnixNano (0: none). The queue
+	// announces messages that are ready, not delayed ones that become so:
+	// an empty take idles until then at most, not for the whole poll (5 s
+	// with a shared queue).
+	due atomic.Int64
+}
+
+// dueAt notes that a message this lane put back is ready at t; when that
+// is sooner than any it knew of, it wakes the lane, which may be idling
+// for its whole poll, to idle until t instead.
+func (ln *lane) dueAt(t time.Time) {
+	n := t.UnixNano()
+	for {
+		cur := ln.due.Load()
+		if cur != 0 && cur <= n {
+			return
+		}
+		if ln.due.CompareAndSwap(cur, n) {
+			select {
+			case ln.wake <- struct{}{}:
+			default:
+			}
+			return
+		}
+	}
+}
+
+// dueIn is how long until the first message this lane put back is ready
+// again; false when none is waiting (a time passed is forgotten: the take
+// that follows finds the message, or the queue's own wait says when).
+func (ln *lane) dueIn(now time.Time) (time.Duration, bool) {
+	cur := ln.due.Load()
+	if cur == 0 {
+		return 0, false
+	}
+	if d := time.Duration(cur - now.UnixNano()); d > 0 {
+		return d, true
+	}
+	ln.due.CompareAndSwap(cur, 0)
+	return 0, false
 }
 
 func newLane(name string, classes []sms.Class, workers int, poll time.Duration) *lane {
@@ -143,10 +184,14 @@ func (d *Dispatcher) paceOne(ctx context.Context, ln *lane) time.Duration {
 			}
 		}
 		ln.errStreak = 0
-		if wait > 0 && wait < ln.poll {
-			return wait
+		idle := ln.poll
+		if wait > 0 && wait < idle {
+			idle = wait
 		}
-		return ln.poll
+		if d, ok := ln.dueIn(time.Now()); ok && d < idle {
+			idle = d
+		}
+		return idle
 	case err != nil:
 		ln.errStreak++
 		return min(takeErrorBackoffMin<<min(ln.errStreak-1, 10), takeErrorBackoffMax)

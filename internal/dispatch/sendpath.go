@@ -630,6 +630,9 @@ func (d *Dispatcher) complete(f *flight, o queue.Outcome, label string) {
 
 func (d *Dispatcher) requeue(f *flight, after time.Duration, spend bool, reason, lastErr string) {
 	d.m.requeues.WithLabelValues(f.l.Message.Class.String(), reason).Inc()
+	if after > 0 && f.lane != nil {
+		f.lane.dueAt(time.Now().Add(after))
+	}
 	// A message handed back because this process stops wakes another
 	// replica at once (a shared queue); any other requeue is taken again
 	// by the lane that put it back.
