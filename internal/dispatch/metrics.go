@@ -32,8 +32,8 @@ const (
 	requeueQuiet     = "quiet_hours" // the recipient's quiet hours: back until they end
 	requeueCrashed   = "crashed"     // the send crashed its sender (a recovered panic)
 	requeueLate      = "late_slot"   // this process stalled past the slot (Config.LateSlot)
-	// the queue has not confirmed the lease for two thirds of it (this
-	// replica cut off from Redis): another replica may have the message
+	// The queue has not confirmed the lease for two thirds of it (this
+	// replica cut off from Redis): another replica may have the message.
 	requeueUnconfirmed = "lease_unconfirmed"
 )
 

@@ -386,11 +386,12 @@ func unavailable(what string, err error) *apiError {
 		Detail: "the " + what + " is unavailable; nothing was sent or queued"}
 }
 
-// adminUnavailable answers an admin call on a store that is down or slow:
-// a write may still have been applied, and is safe to repeat.
-func adminUnavailable(what string, err error) *apiError {
+// suppressionsUnavailable answers an admin call on the suppression list
+// while its store is down or slow: a change may still have been applied,
+// and is safe to repeat.
+func suppressionsUnavailable(err error) *apiError {
 	return &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err,
-		Detail: "the " + what + " is unavailable; retry later (a change that may have been applied is safe to repeat)"}
+		Detail: "the suppression list is unavailable; retry later (a change that may have been applied is safe to repeat)"}
 }
 
 // numberKey is the account's number key, read from the store once; with

@@ -101,7 +101,7 @@ func (s *server) adminAddSuppression(w http.ResponseWriter, r *http.Request) {
 			Detail: fmt.Sprintf("the list holds protection.max_suppressions (%d) entries; remove some first", s.cfg.Protection.MaxSuppressions)})
 		return
 	case err != nil:
-		s.writeError(w, r, adminUnavailable("suppression list", err))
+		s.writeError(w, r, suppressionsUnavailable(err))
 		return
 	}
 	status := http.StatusOK
@@ -141,7 +141,7 @@ func (s *server) adminRemoveSuppression(w http.ResponseWriter, r *http.Request) 
 	}
 	removed, err := s.protect.sup.Remove(r.Context(), id)
 	if err != nil {
-		s.writeError(w, r, adminUnavailable("suppression list", err))
+		s.writeError(w, r, suppressionsUnavailable(err))
 		return
 	}
 	if !removed {
@@ -170,12 +170,12 @@ func (s *server) adminListSuppressions(w http.ResponseWriter, r *http.Request) {
 	}
 	page, err := s.protect.sup.List(r.Context(), after, limit)
 	if err != nil {
-		s.writeError(w, r, adminUnavailable("suppression list", err))
+		s.writeError(w, r, suppressionsUnavailable(err))
 		return
 	}
 	total, err := s.protect.sup.Count(r.Context())
 	if err != nil {
-		s.writeError(w, r, adminUnavailable("suppression list", err))
+		s.writeError(w, r, suppressionsUnavailable(err))
 		return
 	}
 	out := suppressionList{Suppressions: make([]suppressionView, 0, len(page)), Total: total}
@@ -192,7 +192,7 @@ func (s *server) adminListSuppressions(w http.ResponseWriter, r *http.Request) {
 func (s *server) suppressionID(ctx context.Context, e164 string) (string, error) {
 	key, err := s.protect.numberKey(ctx, false)
 	if err != nil {
-		return "", adminUnavailable("suppression list", err)
+		return "", suppressionsUnavailable(err)
 	}
 	return numberID(key, e164), nil
 }
@@ -205,7 +205,7 @@ func (s *server) protectionStats(ctx context.Context, tot totals) (protectionSta
 	}
 	n, err := s.protect.sup.Count(ctx)
 	if err != nil {
-		return out, adminUnavailable("suppression list", err)
+		return out, suppressionsUnavailable(err)
 	}
 	out.Suppressions = n
 	return out, nil

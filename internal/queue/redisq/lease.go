@@ -517,6 +517,7 @@ func newEpoch() string {
 	return hex.EncodeToString(b[:])
 }
 
+// Recover hands every expired lease back; see queue.Queue.
 func (q *Queue) Recover(ctx context.Context) (total int, err error) {
 	if err := q.begin(ctx, "recover"); err != nil {
 		return 0, err
