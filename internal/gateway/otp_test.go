@@ -159,12 +159,7 @@ func TestOTPProviderRefusesCredentials(t *testing.T) {
 // TestOTPWithRedisDown: with Redis stopped the OTP still goes, through the
 // limiter's local fallback and the local ingress fallback.
 func TestOTPWithRedisDown(t *testing.T) {
-	srv := redistest.StartServer(t, redistest.ServerOptions{})
-	s := newSim(t, sim.Config{})
-	cfg := testConfig(t, redisMode, s.URL())
-	cfg.Redis.Addr = srv.Addr
-	cfg.Redis.Timeout = 200 * time.Millisecond
-	h := startWith(t, cfg, s)
+	h, srv := startOwnRedis(t, redistest.ServerOptions{})
 	wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
 	srv.Stop()
 	r := h.get("/readyz", "")
@@ -179,7 +174,7 @@ func TestOTPWithRedisDown(t *testing.T) {
 	if ok == 0 {
 		t.Fatalf("no OTP sent with Redis down; logs:\n%s", h.logs.String())
 	}
-	if n := len(s.Accepted()); n != 1+ok {
+	if n := len(h.sim.Accepted()); n != 1+ok {
 		t.Errorf("provider got %d, want %d", n, 1+ok)
 	}
 }

@@ -20,12 +20,7 @@ import (
 // needs it answers 503 with Retry-After, never a 500 (issue 8, finding 5).
 // The OTP fast path keeps its local fallback, so it may also answer 200.
 func TestEveryEndpointRedisDown(t *testing.T) {
-	srv := redistest.StartServer(t, redistest.ServerOptions{})
-	s := newSim(t, sim.Config{})
-	cfg := testConfig(t, redisMode, s.URL())
-	cfg.Redis.Addr = srv.Addr
-	cfg.Redis.Timeout = 200 * time.Millisecond
-	h := startWith(t, cfg, s)
+	h, srv := startOwnRedis(t, redistest.ServerOptions{})
 	r := h.post("/v1/messages", keyNotify, msg("transactional"))
 	wantStatus(t, r, http.StatusAccepted)
 	id := accepted(t, r).ID
@@ -95,12 +90,7 @@ func TestEveryEndpointRedisDown(t *testing.T) {
 // TestMessageRedisSlow: a Redis that stops answering (CLIENT PAUSE) makes
 // POST /v1/messages answer 503 with Retry-After once redis.timeout passes.
 func TestMessageRedisSlow(t *testing.T) {
-	srv := redistest.StartServer(t, redistest.ServerOptions{})
-	s := newSim(t, sim.Config{})
-	cfg := testConfig(t, redisMode, s.URL())
-	cfg.Redis.Addr = srv.Addr
-	cfg.Redis.Timeout = 200 * time.Millisecond
-	h := startWith(t, cfg, s)
+	h, srv := startOwnRedis(t, redistest.ServerOptions{})
 	wantStatus(t, h.post("/v1/messages", keyNotify, msg("transactional")), http.StatusAccepted)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer func() { _ = c.Close() }()
@@ -125,12 +115,7 @@ func TestMessageRedisSlow(t *testing.T) {
 // says the message may be queued and names the id it has, and a retry
 // with the same Idempotency-Key answers that message.
 func TestMessageStoredAfterTimeout(t *testing.T) {
-	srv := redistest.StartServer(t, redistest.ServerOptions{Args: []string{"--enable-debug-command", "local"}})
-	s := newSim(t, sim.Config{})
-	cfg := testConfig(t, redisMode, s.URL())
-	cfg.Redis.Addr = srv.Addr
-	cfg.Redis.Timeout = 200 * time.Millisecond
-	h := startWith(t, cfg, s)
+	h, srv := startOwnRedis(t, redistest.ServerOptions{Args: []string{"--enable-debug-command", "local"}})
 	wantStatus(t, h.post("/v1/messages", keyNotify, msg("transactional")), http.StatusAccepted)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 10 * time.Second})
 	defer func() { _ = c.Close() }()
@@ -173,7 +158,7 @@ func TestMessageStoredAfterTimeout(t *testing.T) {
 			t.Errorf("the keyed retry answered %s, want the id the 503 named, %s", got, p.ID)
 		}
 	}
-	if st := s.Stats(); st.Duplicates != 0 {
+	if st := h.sim.Stats(); st.Duplicates != 0 {
 		t.Errorf("the provider saw %d duplicates", st.Duplicates)
 	}
 }
@@ -184,12 +169,7 @@ func TestMessageStoredAfterTimeout(t *testing.T) {
 // status like any message (before, the one write failed and GET answered
 // 404 for good, and its receipt and callbacks were lost).
 func TestOTPSentDuringOutageRecordedAfter(t *testing.T) {
-	srv := redistest.StartServer(t, redistest.ServerOptions{})
-	s := newSim(t, sim.Config{})
-	cfg := testConfig(t, redisMode, s.URL())
-	cfg.Redis.Addr = srv.Addr
-	cfg.Redis.Timeout = 200 * time.Millisecond
-	h := startWith(t, cfg, s)
+	h, srv := startOwnRedis(t, redistest.ServerOptions{})
 	wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK) // Redis up: the limiter is shared
 	srv.Stop()
 	var id string
@@ -220,4 +200,16 @@ func TestOTPSentDuringOutageRecordedAfter(t *testing.T) {
 	if v := metricValues(h.metrics(), failed, retried); v[failed] != 0 || v[retried] < 1 {
 		t.Errorf("OTP records given up %v, retried %v; want none given up, at least one retried", v[failed], v[retried])
 	}
+}
+
+// startOwnRedis starts the gateway in Redis mode on a Redis of its own
+// (started with opts, to stop, stall or kill), with redis.timeout 200 ms.
+func startOwnRedis(t *testing.T, opts redistest.ServerOptions) (*harness, *redistest.Server) {
+	t.Helper()
+	srv := redistest.StartServer(t, opts)
+	s := newSim(t, sim.Config{})
+	cfg := testConfig(t, redisMode, s.URL())
+	cfg.Redis.Addr = srv.Addr
+	cfg.Redis.Timeout = 200 * time.Millisecond
+	return startWith(t, cfg, s), srv
 }

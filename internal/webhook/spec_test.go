@@ -130,19 +130,7 @@ func TestDeliveriesPassAnIndependentSpecVerifier(t *testing.T) {
 	const n = 5
 	f.sent(t, "notify", n)
 	// One failure with an error object: a message refused for good.
-	ctx := t.Context()
-	m := newCallbackMessage("notify")
-	if _, err := f.q.Enqueue(ctx, m); err != nil {
-		t.Fatal(err)
-	}
-	l, _, err := f.q.Take(ctx, queue.TakeOptions{Owner: "t", Lease: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.q.Complete(ctx, l, queue.Outcome{Status: sms.StatusFailed, Reason: "provider refused: invalid number", Attempts: 1}); err != nil {
-		t.Fatal(err)
-	}
-	f.d.Wake()
+	f.ended(t, newCallbackMessage("notify"), queue.Outcome{Status: sms.StatusFailed, Reason: "provider refused: invalid number", Attempts: 1})
 	waitFor(t, "every event delivered", func() bool { return r.delivered() == n+1 && f.stats(t).Backlog == 0 })
 
 	r.mu.Lock()
@@ -308,17 +296,7 @@ func TestEventsOfOneMessageMayArriveOutOfOrder(t *testing.T) {
 	})
 	ctx := t.Context()
 	m := newCallbackMessage("notify")
-	if _, err := f.q.Enqueue(ctx, m); err != nil {
-		t.Fatal(err)
-	}
-	l, _, err := f.q.Take(ctx, queue.TakeOptions{Owner: "t", Lease: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.q.Complete(ctx, l, queue.Outcome{Status: sms.StatusSent, ProviderID: "pm-" + m.ID, Attempts: 1}); err != nil {
-		t.Fatal(err)
-	}
-	f.d.Wake()
+	f.ended(t, m, queue.Outcome{Status: sms.StatusSent, ProviderID: "pm-" + m.ID, Attempts: 1})
 	waitFor(t, "the sent event's first attempt", func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -334,4 +312,22 @@ func TestEventsOfOneMessageMayArriveOutOfOrder(t *testing.T) {
 	if want := []string{"message.delivered", "message.sent"}; !reflect.DeepEqual(r.order, want) {
 		t.Errorf("arrival order %v, want %v", r.order, want)
 	}
+}
+
+// ended stores m through the queue's own transitions (enqueue, take,
+// complete with o) and wakes the deliverer for its event.
+func (f *fixture) ended(t *testing.T, m *sms.Message, o queue.Outcome) {
+	t.Helper()
+	ctx := t.Context()
+	if _, err := f.q.Enqueue(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	l, _, err := f.q.Take(ctx, queue.TakeOptions{Owner: "t", Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.q.Complete(ctx, l, o); err != nil {
+		t.Fatal(err)
+	}
+	f.d.Wake()
 }
