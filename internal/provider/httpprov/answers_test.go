@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -93,47 +92,5 @@ func TestSuspendedUnreadableRetryAfter(t *testing.T) {
 		}
 		p.CloseIdleConnections()
 		srv.Close()
-	}
-}
-
-// The generic protocol sends the message id as Idempotency-Key, which Go's
-// transport takes as leave to send a POST again by itself when a kept-alive
-// connection dies after the request went out. The provider would dedupe
-// the second arrival but count it against the account's rate, unpaced by
-// the limiter. The adapter must not let it: two sends, two requests, and
-// the dropped one an unknown outcome the send loop retries (paced).
-func TestDroppedConnectionNotReplayed(t *testing.T) {
-	t.Parallel()
-	var n atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		if n.Add(1) == 2 { // the second request, on the kept-alive connection
-			if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
-				_ = c.Close() // read, never answered
-			}
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"id":"p-1"}`)
-	}))
-	defer srv.Close()
-	p, err := httpprov.New(httpprov.Config{Name: "generic", URL: srv.URL + "/send", Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.CloseIdleConnections()
-	send := func() error {
-		_, err := p.Send(context.Background(), &provider.Request{ID: sms.NewID(time.Now()), To: "+819012345678", Body: "x"})
-		return err
-	}
-	if err := send(); err != nil {
-		t.Fatal(err)
-	}
-	err = send()
-	if pe := provider.AsError(err); pe == nil || !pe.Temporary || pe.NotSent {
-		t.Errorf("dropped after the request: got %v, want a temporary error that may have been sent", err)
-	}
-	if got := n.Load(); got != 2 {
-		t.Errorf("the provider received %d requests for 2 sends", got)
 	}
 }

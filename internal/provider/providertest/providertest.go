@@ -183,6 +183,29 @@ func Run(t *testing.T, h Harness) {
 	t.Run("hang beyond caller deadline", func(t *testing.T) { testCallerDeadline(t, h) })
 	t.Run("connection refused", func(t *testing.T) { testConnectionRefused(t, h) })
 	t.Run("same reference on every attempt", func(t *testing.T) { testSameReference(t, h) })
+	t.Run("no replay by the transport", func(t *testing.T) { testNoTransportReplay(t, h) })
+}
+
+// testNoTransportReplay: a kept-alive connection that dies after the
+// request went out is an unknown outcome for the caller, never a request
+// the adapter's HTTP client sends again by itself (Go's transport does so
+// for a POST that carries an Idempotency-Key): a replay reaches the
+// vendor unpaced by the limiter, and one that ignores the key delivers the
+// message twice. Two sends: two requests.
+func testNoTransportReplay(t *testing.T, h Harness) {
+	t.Parallel()
+	f := newFake(t, h, Step{Kind: Accept, ProviderID: "prov-1"}, Step{Kind: CloseConn})
+	p := build(t, h, f.srv.URL, 5*time.Second)
+	if _, err := p.Send(context.Background(), newRequest()); err != nil {
+		t.Fatal(err)
+	}
+	_, err := p.Send(context.Background(), newRequest())
+	if pe := provider.AsError(err); pe == nil || !pe.Temporary || pe.NotSent {
+		t.Errorf("connection dropped after the request: %v, want a temporary error that may have been sent", err)
+	}
+	if sent, _ := f.requests(); len(sent) != 2 {
+		t.Errorf("the vendor received %d requests for 2 sends", len(sent))
+	}
 }
 
 // outcomeCase is one answer of the fake provider and the classification
