@@ -54,9 +54,16 @@ const (
 	deferBreaker = "breaker" // the endpoint's breaker is open
 )
 
+// held is one delivery's in-flight slot of an endpoint; trial marks the
+// half-open breaker's one trial, whose end alone lets another start.
+type held struct {
+	e     *endpoint
+	trial bool
+}
+
 // acquire takes an in-flight slot of endpoint name, or says how long to
 // wait and why.
-func (s *endpoints) acquire(name string, now time.Time) (*endpoint, time.Duration, string) {
+func (s *endpoints) acquire(name string, now time.Time) (*held, time.Duration, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.m[name]
@@ -67,6 +74,7 @@ func (s *endpoints) acquire(name string, now time.Time) (*endpoint, time.Duratio
 		e = &endpoint{name: name}
 		s.m[name] = e
 	}
+	trial := false
 	switch {
 	case now.Before(e.openUntil):
 		return nil, e.openUntil.Sub(now), deferBreaker
@@ -75,7 +83,7 @@ func (s *endpoints) acquire(name string, now time.Time) (*endpoint, time.Duratio
 		if e.probing {
 			return nil, s.open / 4, deferBreaker
 		}
-		e.probing = true
+		e.probing, trial = true, true
 	case e.inflight >= s.limit:
 		if e.booked.Before(now) {
 			e.booked = now
@@ -91,16 +99,22 @@ func (s *endpoints) acquire(name string, now time.Time) (*endpoint, time.Duratio
 		e.busySince = now
 	}
 	e.inflight++
-	return e, 0, ""
+	return &held{e: e, trial: trial}, 0, ""
 }
 
 // release ends a delivery that took took: an answer closes the breaker,
-// no answer counts towards opening it (and reopens a half-open one).
-func (s *endpoints) release(e *endpoint, ok bool, now time.Time, took time.Duration) {
+// no answer counts towards opening it (and reopens a half-open one). Only
+// the trial's end lets another trial start: a delivery begun before the
+// breaker opened that ends during the trial must not (a second trial
+// would run beside the first when an attempt outlasts the open time).
+func (s *endpoints) release(h *held, ok bool, now time.Time, took time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	e := h.e
 	e.inflight--
-	e.probing = false
+	if h.trial {
+		e.probing = false
+	}
 	if e.attempt == 0 {
 		e.attempt = took
 	} else {

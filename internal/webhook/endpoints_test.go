@@ -52,3 +52,32 @@ func TestBusyEndpointSpreadsItsBacklog(t *testing.T) {
 		}
 	}
 }
+
+// TestOneTrialAtATime: a half-open breaker lets one trial through. A
+// delivery begun before the breaker opened that fails during the trial
+// reopens it, but must not let a second trial start beside the first once
+// the open time passes (an attempt may outlast it); the trial's own end
+// does.
+func TestOneTrialAtATime(t *testing.T) {
+	const ep = "https://flaky.example"
+	s := newEndpoints(4, 1, time.Second)
+	t0 := time.Unix(1_700_000_000, 0)
+	a, _, _ := s.acquire(ep, t0)
+	straggler, _, _ := s.acquire(ep, t0)
+	s.release(a, false, t0, time.Second) // open until t0+1s
+	trial, _, why := s.acquire(ep, t0.Add(2*time.Second))
+	if trial == nil {
+		t.Fatalf("no trial after the open time: %q", why)
+	}
+	if h, _, _ := s.acquire(ep, t0.Add(2*time.Second)); h != nil {
+		t.Fatal("a second delivery beside the trial")
+	}
+	s.release(straggler, false, t0.Add(2*time.Second), 2*time.Second) // open again until t0+3s
+	if h, _, why := s.acquire(ep, t0.Add(4*time.Second)); h != nil || why != deferBreaker {
+		t.Fatalf("a second trial while the first runs: %v, %q", h != nil, why)
+	}
+	s.release(trial, true, t0.Add(4*time.Second), 2*time.Second) // the endpoint answered: closed
+	if h, _, why := s.acquire(ep, t0.Add(4*time.Second)); h == nil {
+		t.Fatalf("closed breaker refused: %q", why)
+	}
+}
