@@ -186,6 +186,10 @@ func (s *server) postReceipt(w http.ResponseWriter, r *http.Request) {
 	rc, err := s.receipts.ParseReceipt(r, raw)
 	var re *provider.ReceiptError
 	switch {
+	case errors.Is(err, provider.ErrStaleReceipt):
+		s.writeError(w, r, errorf(kindBadSignature, "the receipt's signed time is more than "+provider.ReceiptMaxAge.String()+
+			" old, or ahead of the gateway's clock: refused as a possible replay; nothing was changed"))
+		return
 	case errors.Is(err, provider.ErrBadSignature):
 		s.writeError(w, r, errorf(kindBadSignature, "the receipt's signature is missing or wrong; nothing was changed"))
 		return

@@ -6,14 +6,17 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"smsgw/internal/config"
+	"smsgw/internal/provider"
 	"smsgw/internal/provider/httpprov"
 	"smsgw/internal/provider/twilio"
+	"smsgw/internal/provider/vonage"
 	"smsgw/internal/sms"
 )
 
@@ -232,4 +235,34 @@ func TestUnknownReceiptsLogSampled(t *testing.T) {
 	big := `{"status":"delivered","reference":"` + strings.Repeat("x", maxReceiptBytes) + `"}`
 	wantStatus(t, h.do(req{method: http.MethodPost, path: "/v1/receipts/http", body: big,
 		header: map[string]string{"Content-Type": "application/json"}}), http.StatusRequestEntityTooLarge)
+}
+
+// TestStaleVonageReceipt: a Vonage receipt whose signature checks but
+// whose signed timestamp is older than provider.ReceiptMaxAge (a captured
+// receipt replayed) is 401 with a detail that says why, and a fresh one
+// signed the same way is taken: an operator can tell a replayed or
+// late-retried receipt from a wrong secret.
+func TestStaleVonageReceipt(t *testing.T) {
+	const secret = "vonage-signature-secret"
+	h := start(t, embeddedMode, func(c *config.Config) {
+		c.Provider.Kind = "vonage"
+		c.Provider.Vonage = vonage.Settings{APIKey: "key", APISecret: "api-secret", From: "ACME", SignatureSecret: secret}
+	})
+	post := func(at time.Time) reply {
+		ps := map[string]string{"messageId": "0B00000012345678", "status": "delivered", "err-code": "0",
+			"client-ref": sms.NewID(time.Now()), "nonce": "n1", "timestamp": strconv.FormatInt(at.Unix(), 10)}
+		form := url.Values{}
+		for k, v := range ps {
+			form.Set(k, v)
+		}
+		form.Set("sig", vonage.Signature(vonage.MethodMD5Hash, secret, ps))
+		return h.do(req{method: http.MethodPost, path: "/v1/receipts/vonage", body: form.Encode(),
+			header: map[string]string{"Content-Type": "application/x-www-form-urlencoded"}})
+	}
+	stale := post(time.Now().Add(-provider.ReceiptMaxAge - time.Minute))
+	wantStatus(t, stale, http.StatusUnauthorized)
+	if !strings.Contains(string(stale.body), "signed time") {
+		t.Errorf("stale receipt: %s; want a detail naming the signed time", stale.body)
+	}
+	wantStatus(t, post(time.Now()), http.StatusNoContent) // no such message: taken and counted as unknown
 }

@@ -30,6 +30,21 @@ type Segments struct {
 // gsmBasic is the GSM 7-bit default alphabet in code order (0x00–0x7F).
 // 0x1B is the escape to the extension table, not a character: the NUL put
 // there is never treated as encodable.
+//
+// 0x09 is "Ç", CAPITAL C with cedilla, as 3GPP TS 23.038 (GSM 03.38) has
+// it; the small "ç" is not in the alphabet and makes a body UCS-2. Unicode's
+// GSM0338.TXT "corrects" 0x09 to the small letter, and some codecs follow
+// it, but smsgw never encodes a body itself: it sends the text and the
+// provider encodes it, so what counts is what the providers do. Twilio
+// falls back to UCS-2 for any character outside GSM-7, and its own segment
+// calculator (TwilioDevEd/message-segment-calculator, UnicodeToGSM.ts)
+// maps only U+00C7 to 0x09 and counts "ç" as UCS-2; Vonage's
+// "Concatenation and Encoding" guide lists "Ç" (not "ç") in the GSM
+// standard table, and the Vonage adapter sends type=unicode whenever this
+// count says UCS-2, so a "ç" arrives as "ç", not folded into "Ç". Counting
+// "ç" as GSM-7 would under-count what Twilio bills and paces (a 160-character
+// body with one "ç" is 3 UCS-2 segments, not 1); counting it as UCS-2 can
+// only over-count for a provider that folds it into 0x09.
 const gsmBasic = "@£$¥èéùìòÇ\nØø\rÅå" +
 	"Δ_ΦΓΛΩΠΨΣΘΞ\x00ÆæßÉ" +
 	" !\"#¤%&'()*+,-./" +

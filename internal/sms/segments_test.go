@@ -78,6 +78,39 @@ func TestGSMTables(t *testing.T) {
 	}
 }
 
+// TestCedilla makes the choice for 0x09 explicit (see gsmBasic): "Ç"
+// (U+00C7) is GSM-7, one septet, as in 3GPP TS 23.038 and Twilio's and
+// Vonage's tables; "ç" (U+00E7) is not, and one of it turns the whole body
+// into UCS-2, however many "Ç" it holds.
+func TestCedilla(t *testing.T) {
+	t.Parallel()
+	rep := strings.Repeat
+	for _, tc := range []struct {
+		name  string
+		body  string
+		enc   Encoding
+		units int
+		count int
+	}{
+		{"capital alone", "Ç", GSM7, 1, 1},
+		{"160 capitals fit one", rep("Ç", 160), GSM7, 160, 1},
+		{"161 capitals", rep("Ç", 161), GSM7, 161, 2},
+		{"French, capital only", "ÇA VA? Votre code est 123456", GSM7, 28, 1},
+		{"small alone", "ç", UCS2, 1, 1},
+		{"French, small", "Ça va? Reçu, votre code est 123456", UCS2, 34, 1},
+		{"one small in 160", rep("Ç", 159) + "ç", UCS2, 160, 3},
+		{"71 small", rep("ç", 71), UCS2, 71, 2},
+	} {
+		got := CountSegments(tc.body)
+		if got.Encoding != tc.enc || got.Units != tc.units || got.Count != tc.count {
+			t.Errorf("%s: %+v, want %s, %d units, %d segments", tc.name, got, tc.enc, tc.units, tc.count)
+		}
+	}
+	if gsmSeptets('Ç') != 1 || gsmSeptets('ç') != 0 || []rune(gsmBasic)[0x09] != 'Ç' {
+		t.Errorf("0x09: Ç %d septets, ç %d, code 0x09 is %q", gsmSeptets('Ç'), gsmSeptets('ç'), []rune(gsmBasic)[0x09])
+	}
+}
+
 // seq returns the first n characters of "1234567890" repeated, the filler
 // Twilio's message-segment-calculator tests use.
 func seq(n int) string { return strings.Repeat("1234567890", n/10+1)[:n] }

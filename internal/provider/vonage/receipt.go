@@ -13,7 +13,9 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"smsgw/internal/provider"
 	"smsgw/internal/sms"
@@ -113,12 +115,26 @@ func params(r *http.Request, raw []byte) (map[string]string, bool) {
 
 // ParseReceipt implements provider.ReceiptParser for Vonage's SMS API
 // delivery receipt (messageId, status, err-code, client-ref, ...), checked
-// as a signed webhook (sig, timestamp, nonce) with signature_secret.
+// as a signed webhook (sig, timestamp, nonce) with signature_secret. The
+// SMS API signs its webhooks with sig only; the JWT in an Authorization
+// header is the Messages, Dispatch and Voice APIs' scheme, which this
+// adapter does not send through, so it is not accepted.
+//
+// Refused like a wrong signature (provider.ErrBadSignature): a parameter
+// name holding '&' or '=' (the signed string joins "&name=value" with only
+// the values cleaned, so such a name could re-cut a captured receipt's
+// parameters into others under the same sig; Vonage's names never hold
+// them), and a receipt whose signed timestamp is missing or outside
+// provider.ReceiptMaxAge/ReceiptMaxAhead (provider.ErrStaleReceipt), so a
+// captured receipt cannot be replayed later.
 func (p *Provider) ParseReceipt(r *http.Request, raw []byte) (provider.Receipt, error) {
 	ps, ok := params(r, raw)
-	if !ok || p.cfg.SignatureSecret == "" || ps["sig"] == "" ||
+	if !ok || p.cfg.SignatureSecret == "" || ps["sig"] == "" || !plainNames(ps) ||
 		!hmac.Equal([]byte(strings.ToLower(ps["sig"])), []byte(Signature(p.cfg.SignatureMethod, p.cfg.SignatureSecret, ps))) {
 		return provider.Receipt{}, provider.ErrBadSignature
+	}
+	if err := provider.CheckReceiptTime(signedAt(ps["timestamp"]), p.now()); err != nil {
+		return provider.Receipt{}, err
 	}
 	id := ps["messageId"]
 	if id == "" {
@@ -135,4 +151,25 @@ func (p *Provider) ParseReceipt(r *http.Request, raw []byte) (provider.Receipt, 
 	}
 	return provider.Receipt{ProviderID: id, Reference: ps["client-ref"], Status: dlrStatuses[word],
 		VendorStatus: vendor, ErrorCode: code}, nil
+}
+
+// plainNames reports whether no parameter name holds '&' or '=', the
+// separators of the signed string.
+func plainNames(ps map[string]string) bool {
+	for k := range ps {
+		if strings.ContainsAny(k, "&=") {
+			return false
+		}
+	}
+	return true
+}
+
+// signedAt reads a signed webhook's timestamp (whole seconds since the
+// epoch, UTC); the zero time when it is missing or not a positive integer.
+func signedAt(s string) time.Time {
+	sec, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || sec <= 0 {
+		return time.Time{}
+	}
+	return time.Unix(sec, 0)
 }

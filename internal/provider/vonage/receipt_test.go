@@ -8,8 +8,10 @@ import (
 	"errors"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"smsgw/internal/provider"
 	"smsgw/internal/provider/vonage"
@@ -32,11 +34,14 @@ func TestSignatureString(t *testing.T) {
 	}
 }
 
+// signedAt is the timestamp the test receipts are signed with.
+var signedAt = time.Unix(1700000000, 0)
+
 func TestParseReceipt(t *testing.T) {
 	for _, method := range vonage.Methods {
 		t.Run(method, func(t *testing.T) {
 			p, err := vonage.New(vonage.Config{Settings: vonage.Settings{APIKey: "k", APISecret: "s", From: "ACME",
-				SignatureSecret: "sig-secret", SignatureMethod: method}})
+				SignatureSecret: "sig-secret", SignatureMethod: method}, Now: func() time.Time { return signedAt.Add(3 * time.Second) }})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -75,5 +80,102 @@ func TestParseReceipt(t *testing.T) {
 				t.Errorf("tampered: %v", err)
 			}
 		})
+	}
+}
+
+// receiptFor signs ps (with sig-secret, md5hash) and returns a parser whose
+// clock reads now, and a parse of ps as a form POST, re-signed unless sig
+// is given.
+func receiptFor(t *testing.T, now time.Time) func(ps map[string]string) (provider.Receipt, error) {
+	t.Helper()
+	p, err := vonage.New(vonage.Config{Settings: vonage.Settings{APIKey: "k", APISecret: "s", From: "ACME",
+		SignatureSecret: "sig-secret"}, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(ps map[string]string) (provider.Receipt, error) {
+		v := url.Values{}
+		for k, s := range ps {
+			v.Set(k, s)
+		}
+		if _, ok := ps["sig"]; !ok {
+			v.Set("sig", vonage.Signature(vonage.MethodMD5Hash, "sig-secret", ps))
+		}
+		body := v.Encode()
+		r := httptest.NewRequestWithContext(t.Context(), "POST", "/v1/receipts/vonage", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		return p.ParseReceipt(r, []byte(body))
+	}
+}
+
+// A correctly signed receipt is believed only within the window around its
+// signed timestamp: an old one (a captured receipt replayed), one from too
+// far ahead, and one with no usable timestamp are refused like a wrong
+// signature.
+func TestReceiptReplayWindow(t *testing.T) {
+	now := time.Unix(1800000000, 0)
+	parse := receiptFor(t, now)
+	at := func(d time.Duration) string { return strconv.FormatInt(now.Add(d).Unix(), 10) }
+	for _, tc := range []struct {
+		name, ts string
+		ok       bool
+	}{
+		{"now", at(0), true},
+		{"oldest accepted", at(-provider.ReceiptMaxAge), true},
+		{"a second too old", at(-provider.ReceiptMaxAge - time.Second), false},
+		{"a day old", at(-24 * time.Hour), false},
+		{"furthest ahead accepted", at(provider.ReceiptMaxAhead), true},
+		{"a second too far ahead", at(provider.ReceiptMaxAhead + time.Second), false},
+		{"far future", "9223372036854775807", false},
+		{"zero", "0", false},
+		{"negative", "-60", false},
+		{"not a number", "soon", false},
+		{"milliseconds", strconv.FormatInt(now.UnixMilli(), 10), false},
+		{"missing", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ps := map[string]string{"messageId": "0B00000012345678", "status": "delivered", "err-code": "0",
+				"client-ref": "msg_01JD5ZQ8X2N4M7P9R3T6V8W0YA", "nonce": "n1"}
+			if tc.ts != "" {
+				ps["timestamp"] = tc.ts
+			}
+			rc, err := parse(ps)
+			if tc.ok {
+				if err != nil || rc.Status != sms.StatusDelivered {
+					t.Fatalf("got %+v, %v; want it delivered", rc, err)
+				}
+				return
+			}
+			if !errors.Is(err, provider.ErrStaleReceipt) || !errors.Is(err, provider.ErrBadSignature) {
+				t.Fatalf("got %+v, %v; want ErrStaleReceipt, which is an ErrBadSignature", rc, err)
+			}
+			if strings.Contains(err.Error(), tc.ts) && tc.ts != "" {
+				t.Errorf("error %q echoes the timestamp", err)
+			}
+		})
+	}
+}
+
+// The signed string joins "&name=value" cleaning only the values, so a
+// name holding '=' and '&' can re-cut a captured receipt into other
+// parameters under the same sig (here swallowing its err-code and
+// client-ref). Such names are refused.
+func TestReceiptNamesCannotRecut(t *testing.T) {
+	now := time.Unix(1800000000, 0)
+	parse := receiptFor(t, now)
+	ts := strconv.FormatInt(now.Unix(), 10)
+	captured := map[string]string{"client-ref": "msg_01JD5ZQ8X2N4M7P9R3T6V8W0YA", "err-code": "27",
+		"messageId": "0B00000012345678", "status": "expired", "timestamp": ts}
+	sig := vonage.Signature(vonage.MethodMD5Hash, "sig-secret", captured)
+	recut := map[string]string{"client-ref=msg_01JD5ZQ8X2N4M7P9R3T6V8W0YA&err-code": "27",
+		"messageId": "0B00000012345678", "status": "expired", "timestamp": ts, "sig": sig}
+	if got := vonage.Signature(vonage.MethodMD5Hash, "sig-secret", recut); got != sig {
+		t.Fatalf("the re-cut parameters sign differently (%s, %s): the test shows nothing", got, sig)
+	}
+	if rc, err := parse(recut); !errors.Is(err, provider.ErrBadSignature) {
+		t.Fatalf("re-cut receipt: %+v, %v; want ErrBadSignature", rc, err)
+	}
+	if rc, err := parse(captured); err != nil || rc.ErrorCode != "27" || rc.Reference == "" {
+		t.Fatalf("captured receipt: %+v, %v", rc, err)
 	}
 }

@@ -110,6 +110,9 @@ type Config struct {
 	Timeout  time.Duration
 	Client   *http.Client
 	Logger   *slog.Logger
+	// Now is the clock a receipt's signed timestamp is checked against;
+	// nil: time.Now. Tests set it.
+	Now func() time.Time
 }
 
 // Provider sends through Vonage.
@@ -134,6 +137,9 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultTimeout
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	c, err := httpprov.Setup("vonage", cfg.Timeout, cfg.Client, cfg.Logger)
 	if err != nil {
 		return nil, err
@@ -145,6 +151,9 @@ func New(cfg Config) (*Provider, error) {
 
 // Name implements provider.Provider.
 func (p *Provider) Name() string { return "vonage" }
+
+// now is the receipts' clock.
+func (p *Provider) now() time.Time { return p.cfg.Now() }
 
 // CloseIdleConnections releases idle keep-alive connections.
 func (p *Provider) CloseIdleConnections() { p.client.CloseIdleConnections() }
