@@ -254,6 +254,10 @@ type Producer struct {
 type WebhookConfig struct {
 	URL    string `yaml:"url"`    // default destination of every event; empty: only per-message callback_url
 	Secret string `yaml:"secret"` // "whsec_" + base64 of the key bytes
+	// PreviousSecret, while a rotation is under way, is the secret Secret
+	// replaces: every event is then signed with both, Secret's signature
+	// first, so a producer can verify with either. Empty: one signature.
+	PreviousSecret string `yaml:"previous_secret"`
 	// Allow lists the URL prefixes a message's callback_url may start with;
 	// empty: no per-message callback_url.
 	Allow []string `yaml:"allow"`

@@ -124,7 +124,7 @@ func applyEnv(cfg *Config, environ []string) error {
 // read elsewhere (tests, the CLI) share the prefix.
 func isReservedEnv(name string) bool {
 	return name == "SMSGW_CONFIG" || strings.HasPrefix(name, "SMSGW_SKIP_") || strings.HasPrefix(name, "SMSGW_TEST_") ||
-		strings.HasPrefix(name, EnvPrefix+"WEBHOOK_SECRET_") // applyWebhookSecrets
+		isWebhookSecretEnv(name) // applyWebhookSecrets
 }
 
 // setPath decodes val as YAML into the key at path, by rebuilding a small

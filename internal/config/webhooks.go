@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -126,13 +127,29 @@ func validateWebhook(p *problems, key string, w WebhookConfig) {
 			p.add(fmt.Sprintf("%s.allow[%d]", key, i), "must not carry a query")
 		}
 	}
+	var cur []byte
 	switch {
 	case w.Enabled() && w.Secret == "":
 		p.add(key+".secret", "is required with url or allow (%s<base64>)", WebhookSecretPrefix)
 	case w.Secret != "":
-		if _, err := ParseWebhookSecret(w.Secret); err != nil {
+		var err error
+		if cur, err = ParseWebhookSecret(w.Secret); err != nil {
 			p.add(key+".secret", "%v", err)
 		}
+	}
+	if w.PreviousSecret == "" {
+		return
+	}
+	prev, err := ParseWebhookSecret(w.PreviousSecret)
+	switch {
+	case err != nil:
+		p.add(key+".previous_secret", "%v", err)
+	case w.Secret == "":
+		p.add(key+".previous_secret", "is only used beside secret (the secret that replaces it)")
+	case cur != nil && bytes.Equal(cur, prev):
+		// Two equal signatures rotate nothing; most likely the new secret
+		// was not set where the old one was copied.
+		p.add(key+".previous_secret", "must differ from secret (set secret to the new one)")
 	}
 }
 
@@ -169,12 +186,20 @@ func (c *Config) validateWebhooks(p *problems) {
 	}
 }
 
-// webhookSecretEnv is the variable that sets one producer's webhook secret
-// (SMSGW_WEBHOOK_SECRET_NOTIFY_WORKER for producer "notify-worker"), so a
-// secret need not be written into the file.
-func webhookSecretEnv(producer string) string {
+// Prefixes of the variables that set one producer's webhook secrets
+// (SMSGW_WEBHOOK_SECRET_NOTIFY_WORKER, SMSGW_WEBHOOK_PREVIOUS_SECRET_NOTIFY_WORKER
+// for producer "notify-worker"), so a secret need not be written into the
+// file.
+const (
+	webhookSecretEnvPrefix         = EnvPrefix + "WEBHOOK_SECRET_"
+	webhookPreviousSecretEnvPrefix = EnvPrefix + "WEBHOOK_PREVIOUS_SECRET_"
+)
+
+// webhookSecretEnv is the variable with prefix that names producer: its
+// name upper-cased, every character but A-Z and 0-9 as "_".
+func webhookSecretEnv(prefix, producer string) string {
 	var b strings.Builder
-	b.WriteString(EnvPrefix + "WEBHOOK_SECRET_")
+	b.WriteString(prefix)
 	for _, r := range strings.ToUpper(producer) {
 		if r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
 			b.WriteRune(r)
@@ -185,22 +210,35 @@ func webhookSecretEnv(producer string) string {
 	return b.String()
 }
 
+// isWebhookSecretEnv reports whether name is one of applyWebhookSecrets'
+// variables.
+func isWebhookSecretEnv(name string) bool {
+	return strings.HasPrefix(name, webhookSecretEnvPrefix) || strings.HasPrefix(name, webhookPreviousSecretEnvPrefix)
+}
+
 // applyWebhookSecrets sets producers' webhook secrets from
-// SMSGW_WEBHOOK_SECRET_<PRODUCER>; a variable that matches no producer is an
-// error naming it (never its value).
+// SMSGW_WEBHOOK_SECRET_<PRODUCER> and their previous secrets from
+// SMSGW_WEBHOOK_PREVIOUS_SECRET_<PRODUCER>; a variable that matches no
+// producer is an error naming it (never its value).
 func applyWebhookSecrets(cfg *Config, environ []string) error {
 	var errs []error
 	for _, e := range environ {
 		name, val, ok := strings.Cut(e, "=")
-		if !ok || !strings.HasPrefix(name, EnvPrefix+"WEBHOOK_SECRET_") {
+		if !ok || !isWebhookSecretEnv(name) {
 			continue
 		}
 		found := false
 		for i := range cfg.Producers {
-			if webhookSecretEnv(cfg.Producers[i].Name) == name {
-				cfg.Producers[i].Webhook.Secret = val
-				found = true
+			w := &cfg.Producers[i].Webhook
+			switch name {
+			case webhookSecretEnv(webhookSecretEnvPrefix, cfg.Producers[i].Name):
+				w.Secret = val
+			case webhookSecretEnv(webhookPreviousSecretEnvPrefix, cfg.Producers[i].Name):
+				w.PreviousSecret = val
+			default:
+				continue
 			}
+			found = true
 		}
 		if !found {
 			errs = append(errs, fmt.Errorf("%s: environment variable names no producer", name))

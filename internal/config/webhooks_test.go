@@ -52,3 +52,80 @@ func TestParseWebhookSecret(t *testing.T) {
 		}
 	}
 }
+
+// webhook.previous_secret, the secret a rotation replaces: the same format
+// as secret, from the file or SMSGW_WEBHOOK_PREVIOUS_SECRET_<PRODUCER>;
+// refused when it equals secret (as bytes: two spellings of one key are
+// one key) or stands without secret, each error naming the key and never
+// repeating a secret.
+func TestWebhookPreviousSecret(t *testing.T) {
+	const (
+		newSecret = "whsec_" + "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=" // 32 bytes
+		// The same 25 key bytes spelt twice: standard base64 leaves the
+		// last character's low bits free.
+		key25a = "whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3OA=="
+		key25b = "whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3OB=="
+		short  = "whsec_c2hvcnQtc2VjcmV0"
+	)
+	doc := func(webhook string) []byte {
+		return []byte(`
+provider: {url: "http://127.0.0.1:9100/send"}
+producers:
+  - {name: login, key: "login-key-0123456789", classes: [otp], rate: 1, burst: 1}
+  - {name: notify-worker, key: "app-key-0123456789ab", classes: [otp], rate: 1, burst: 1, webhook: ` + webhook + `}
+`)
+	}
+	const key = "producers[1] (notify-worker).webhook.previous_secret"
+
+	cfg, err := Load(doc(`{url: "https://hooks.example/sms", secret: "`+newSecret+`", previous_secret: "`+testWebhookSecret+`"}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := cfg.Producers[1].Webhook; w.Secret != newSecret || w.PreviousSecret != testWebhookSecret {
+		t.Errorf("previous_secret not read from the file")
+	}
+
+	base := doc(`{url: "https://hooks.example/sms"}`)
+	cfg, err = Load(base, []string{
+		"SMSGW_WEBHOOK_SECRET_NOTIFY_WORKER=" + newSecret,
+		"SMSGW_WEBHOOK_PREVIOUS_SECRET_NOTIFY_WORKER=" + testWebhookSecret,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := cfg.Producers[1].Webhook; w.Secret != newSecret || w.PreviousSecret != testWebhookSecret {
+		t.Errorf("secret and previous_secret not both taken from the environment")
+	}
+	if cfg.Producers[0].Webhook.PreviousSecret != "" {
+		t.Errorf("another producer's previous_secret set")
+	}
+	_, err = Load(base, []string{"SMSGW_WEBHOOK_PREVIOUS_SECRET_OTHER=" + testWebhookSecret})
+	if err == nil || !strings.Contains(err.Error(), "SMSGW_WEBHOOK_PREVIOUS_SECRET_OTHER") {
+		t.Errorf("unknown producer: %v, want an error naming the variable", err)
+	}
+
+	for _, c := range []struct {
+		name, webhook string
+		env           []string
+		want          string
+	}{
+		{"too short", `{url: "https://h.example/", secret: "` + newSecret + `", previous_secret: "` + short + `"}`, nil, key + ": key is"},
+		{"too short, from the environment", `{url: "https://h.example/", secret: "` + newSecret + `"}`,
+			[]string{"SMSGW_WEBHOOK_PREVIOUS_SECRET_NOTIFY_WORKER=" + short}, key + ": key is"},
+		{"not whsec_", `{url: "https://h.example/", secret: "` + newSecret + `", previous_secret: "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}`, nil, key + ": must start with whsec_"},
+		{"equal to secret", `{url: "https://h.example/", secret: "` + newSecret + `", previous_secret: "` + newSecret + `"}`, nil, key + ": must differ from secret"},
+		{"the same key spelt otherwise", `{url: "https://h.example/", secret: "` + key25a + `", previous_secret: "` + key25b + `"}`, nil, key + ": must differ from secret"},
+		{"without secret", `{previous_secret: "` + testWebhookSecret + `"}`, nil, key + ": is only used beside secret"},
+	} {
+		_, err := Load(doc(c.webhook), c.env)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error with %q", c.name, err, c.want)
+			continue
+		}
+		for _, s := range []string{newSecret, testWebhookSecret, short, key25a, key25b, "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "ZmVkY2Jh", "c2hvcnQ", "MDEyMzQ1"} {
+			if strings.Contains(err.Error(), s) {
+				t.Errorf("%s: the error repeats a secret: %v", c.name, err)
+			}
+		}
+	}
+}

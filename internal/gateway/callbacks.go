@@ -48,7 +48,13 @@ func newCallbacks(cfg config.Config, d deps, b *backend, owner string) (*callbac
 		if err != nil {
 			return nil, fmt.Errorf("gateway: producers[%d].webhook.secret: %w", i, err)
 		}
-		dests[p.Name] = webhook.Destination{URL: p.Webhook.URL, Key: key}
+		var prev []byte // webhook.previous_secret: a second signature while rotating
+		if p.Webhook.PreviousSecret != "" {
+			if prev, err = config.ParseWebhookSecret(p.Webhook.PreviousSecret); err != nil {
+				return nil, fmt.Errorf("gateway: producers[%d].webhook.previous_secret: %w", i, err)
+			}
+		}
+		dests[p.Name] = webhook.Destination{URL: p.Webhook.URL, Key: key, PreviousKey: prev}
 		allowed[p.Name] = parseCallbackPrefixes(p.Webhook.Allow)
 	}
 	m, err := webhook.NewMetrics(d.reg)

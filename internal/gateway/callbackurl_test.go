@@ -215,3 +215,22 @@ func TestCallbacksToPrivateAddressesRefused(t *testing.T) {
 	wantStatus(t, h.post("/v1/admin/callbacks/dead/evt_nope_1/retry", keyAdmin, nil), http.StatusNotFound)
 	wantStatus(t, h.get("/v1/admin/callbacks/dead?limit=0", keyAdmin), http.StatusBadRequest)
 }
+
+// TestCallbackSecretRotation: while a producer's webhook.previous_secret
+// is set, its endpoint still verifying with that (old) secret accepts
+// every delivery, signed with the new secret too.
+func TestCallbackSecretRotation(t *testing.T) {
+	const newSecret = "whsec_ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA="
+	hook := newHookReceiver(t) // verifies with testWebhookSecret, the old one
+	h := start(t, embeddedMode, func(cfg *config.Config) {
+		cfg.Producers[0].Webhook = config.WebhookConfig{URL: hook.srv.URL + "/hook", Secret: newSecret, PreviousSecret: testWebhookSecret}
+		cfg.Webhooks.AllowNetworks = []string{"127.0.0.0/8"}
+	})
+	wantStatus(t, h.post("/v1/messages", keyNotify, msg("transactional")), http.StatusAccepted)
+	eventually(t, "the event", func() bool { return len(hook.events()) == 1 })
+	hook.mu.Lock()
+	defer hook.mu.Unlock()
+	if hook.bad != 0 {
+		t.Errorf("%d deliveries the endpoint holding the previous secret could not verify", hook.bad)
+	}
+}

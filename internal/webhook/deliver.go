@@ -19,10 +19,15 @@ import (
 	"smsgw/internal/queue"
 )
 
-// Destination is where one event goes and the key that signs it.
+// Destination is where one event goes and the keys that sign it.
 type Destination struct {
 	URL string
 	Key []byte
+	// PreviousKey, while the producer's secret is rotated
+	// (webhook.previous_secret), is the key Key replaces: every delivery
+	// then carries a signature with each, Key's first (Signatures). Nil:
+	// one signature.
+	PreviousKey []byte
 }
 
 // Config configures a Deliverer.
@@ -43,6 +48,9 @@ type Config struct {
 	PerEndpoint int           // deliveries in flight per endpoint (scheme://host)
 	Timeout     time.Duration // one attempt (the client's timeout too)
 	MaxAge      time.Duration // retried until then after the event, then dead
+	// BackoffBase and BackoffMax bound the wait after a failed attempt
+	// (Backoff); BackoffMax also caps what an endpoint's Retry-After can
+	// ask for (nextWait).
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
 	// BreakerFailures consecutive attempts of an endpoint that got no
@@ -207,8 +215,7 @@ func (d *Deliverer) dispatch(ctx context.Context, le *queue.LeasedEvent) {
 		// configuration change another replica may have the destination
 		// (the outbox is shared), and an attempt is spent so the waits
 		// grow.
-		after := Backoff(le.Event.Attempts+1, d.cfg.BackoffBase, d.cfg.BackoffMax)
-		d.retry(ctx, le, "", after, true, "no destination configured or allowed", false)
+		d.retry(ctx, le, "", d.nextWait(le.Event.Attempts+1, 0), true, "no destination configured or allowed", false)
 		return
 	}
 	ep := endpointOf(dest.URL)
@@ -248,8 +255,8 @@ func (d *Deliverer) deliver(ctx context.Context, le *queue.LeasedEvent, dest Des
 		return false
 	}
 	start := time.Now()
-	outcome, detail := d.attempt(ctx, ev.ID, dest, body)
-	if outcome != OutcomeDelivered && ctx.Err() != nil {
+	a := d.attempt(ctx, ev.ID, dest, body)
+	if a.outcome != OutcomeDelivered && ctx.Err() != nil {
 		// Stop cut the attempt short: not the endpoint's failure, so no
 		// attempt is spent, no error stored and no backoff taken; the
 		// event is due again at once (it may have arrived: it goes again
@@ -258,63 +265,135 @@ func (d *Deliverer) deliver(ctx context.Context, le *queue.LeasedEvent, dest Des
 		d.retry(ctx, le, ep, 0, false, "", false)
 		return true // nothing to hold against the endpoint's breaker
 	}
-	d.cfg.Metrics.attempts.WithLabelValues(outcome).Inc()
+	d.cfg.Metrics.attempts.WithLabelValues(a.outcome).Inc()
 	d.cfg.Metrics.duration.Observe(time.Since(start).Seconds())
-	if outcome == OutcomeDelivered {
+	switch a.outcome {
+	case OutcomeDelivered:
 		if err := d.cfg.Outbox.AckEvent(context.WithoutCancel(ctx), le); err != nil {
 			// Lost the claim (it outlived its lease): the event may go out
 			// again, with the same id and body.
 			d.log.Warn("acking a delivered callback failed", "event", ev.ID, "endpoint", ep, "err", err)
 		}
 		return true
+	case OutcomeGone:
+		// The endpoint does not want this event: dead now, listed like any
+		// other dead event (an operator may still retry it). An answer, so
+		// nothing against the breaker.
+		d.retry(ctx, le, ep, 0, true, a.detail, true)
+		return true
 	}
-	after := Backoff(ev.Attempts+1, d.cfg.BackoffBase, d.cfg.BackoffMax)
+	after := d.nextWait(ev.Attempts+1, a.retryAfter)
+	detail := a.detail
+	if a.retryAfter > 0 {
+		detail += " (Retry-After: next attempt in " + after.Round(time.Second).String() + ")"
+	}
 	d.retry(ctx, le, ep, after, true, detail, false)
-	return outcome == OutcomeRejected
+	return a.outcome == OutcomeRejected
+}
+
+// nextWait is the wait before attempt n+1 after n failed attempts, the one
+// place that decides it: the backoff, or longer when the endpoint asked
+// for longer with Retry-After (asked; 0 when it did not), up to
+// BackoffMax: an endpoint can slow its own events down to our slowest
+// retry pace, never further, and never speed them up.
+func (d *Deliverer) nextWait(n int, asked time.Duration) time.Duration {
+	return max(Backoff(n, d.cfg.BackoffBase, d.cfg.BackoffMax), min(asked, d.cfg.BackoffMax))
 }
 
 // Outcomes of an attempt (the outcome label of smsgw_callbacks_attempts_total).
 const (
 	OutcomeDelivered = "delivered" // 2xx
 	OutcomeRejected  = "rejected"  // any other status
+	OutcomeGone      = "gone"      // 410 Gone: the endpoint does not want the event; given up at once
 	OutcomeTimeout   = "timeout"
 	OutcomeError     = "error"   // connection failed, reset, bad URL
 	OutcomeRefused   = "refused" // the destination's address is not allowed
 )
 
 // Outcomes lists every attempt outcome.
-var Outcomes = []string{OutcomeDelivered, OutcomeRejected, OutcomeTimeout, OutcomeError, OutcomeRefused}
+var Outcomes = []string{OutcomeDelivered, OutcomeRejected, OutcomeGone, OutcomeTimeout, OutcomeError, OutcomeRefused}
 
-// attempt posts body once; the detail is safe to store and log (no URL,
-// which may carry a token, and no response body).
-func (d *Deliverer) attempt(ctx context.Context, id string, dest Destination, body []byte) (outcome, detail string) {
+// answer is what one attempt got.
+type answer struct {
+	outcome string // Outcome*
+	// detail is safe to store and log: no URL (it may carry a token), no
+	// response body, nothing the endpoint wrote but its status code.
+	detail string
+	// retryAfter is the wait a 429 or 503 asked for with Retry-After (0:
+	// none, or not one of those statuses); nextWait bounds it.
+	retryAfter time.Duration
+}
+
+// attempt posts body once.
+func (d *Deliverer) attempt(ctx context.Context, id string, dest Destination, body []byte) answer {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, dest.URL, bytes.NewReader(body))
 	if err != nil {
-		return OutcomeError, "invalid callback url"
+		return answer{outcome: OutcomeError, detail: "invalid callback url"}
 	}
 	ts := d.cfg.Now()
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "smsgw-webhooks/1")
 	req.Header.Set(HeaderID, id)
 	req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts.Unix(), 10))
-	req.Header.Set(HeaderSignature, Sign(dest.Key, id, ts, body))
+	req.Header.Set(HeaderSignature, Signatures(dest, id, ts, body))
 	resp, err := d.cfg.Client.Do(req)
 	switch {
 	case err != nil && refusedErr(err):
-		return OutcomeRefused, "destination address not allowed (webhooks.allow_networks)"
+		return answer{outcome: OutcomeRefused, detail: "destination address not allowed (webhooks.allow_networks)"}
 	case err != nil && timeoutErr(err):
-		return OutcomeTimeout, "timeout"
+		return answer{outcome: OutcomeTimeout, detail: "timeout"}
 	case err != nil:
-		return OutcomeError, "connection failed"
+		return answer{outcome: OutcomeError, detail: "connection failed"}
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	_ = resp.Body.Close()
-	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		return OutcomeDelivered, ""
+	return answerOf(resp, d.cfg.Now())
+}
+
+// answerOf reads an endpoint's answer: its status code and, for 429 and
+// 503, Retry-After. Nothing else the endpoint sent is used.
+func answerOf(resp *http.Response, now time.Time) answer {
+	code := resp.StatusCode
+	switch {
+	case code >= 200 && code < 300:
+		return answer{outcome: OutcomeDelivered}
+	case code == http.StatusGone:
+		return answer{outcome: OutcomeGone, detail: "endpoint answered 410 Gone"}
 	}
-	return OutcomeRejected, "HTTP " + strconv.Itoa(resp.StatusCode)
+	a := answer{outcome: OutcomeRejected, detail: "HTTP " + strconv.Itoa(code)}
+	if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable {
+		a.retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), now)
+	}
+	return a
+}
+
+// parseRetryAfter reads a Retry-After value, delay-seconds or an HTTP-date
+// (RFC 9110 10.2.3), as a wait from now; 0 for anything else, and for a
+// date past. A number of seconds too large for a Duration saturates (the
+// caller caps it far lower). The provider adapters read Retry-After with
+// provider.RetryAfterGiven; this package may not import provider (the
+// layering test), and an endpoint's answer needs neither its floor nor
+// its fractions.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if strings.Trim(v, "0123456789") == "" {
+		const most = int64(1<<63-1) / int64(time.Second)
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n > most { // only a range error is possible: digits alone
+			n = most
+		}
+		return time.Duration(n) * time.Second
+	}
+	t, err := http.ParseTime(v)
+	if err != nil {
+		return 0
+	}
+	return max(t.Sub(now), 0)
 }
 
 // retry ends the claim without delivery: due again after after, or dead

@@ -25,7 +25,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "smsgw_callbacks_attempts_total",
-			Help: "Status callback delivery attempts by outcome: delivered (2xx), rejected (other status), timeout, error, refused (address not allowed).",
+			Help: "Status callback delivery attempts by outcome: delivered (2xx), rejected (other status), gone (410: given up at once), timeout, error, refused (address not allowed).",
 		}, []string{"outcome"}),
 		deferred: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "smsgw_callbacks_deferred_total",
@@ -33,7 +33,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"reason"}),
 		dead: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "smsgw_callbacks_dead_total",
-			Help: "Status callbacks given up after webhooks.max_age (or without a destination) by this replica.",
+			Help: "Status callbacks given up by this replica: after webhooks.max_age, or at once when the endpoint answered 410 Gone.",
 		}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "smsgw_callbacks_attempt_duration_seconds",

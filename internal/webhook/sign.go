@@ -28,6 +28,18 @@ func Sign(key []byte, id string, ts time.Time, body []byte) string {
 	return "v1," + base64.StdEncoding.EncodeToString(mac(key, id, strconv.FormatInt(ts.Unix(), 10), body))
 }
 
+// Signatures is the webhook-signature value of one delivery to dest: the
+// signature with dest.Key, then, during a rotation, the one with
+// dest.PreviousKey, space-separated (the spec's list), so that a receiver
+// that knows either secret accepts it.
+func Signatures(dest Destination, id string, ts time.Time, body []byte) string {
+	sig := Sign(dest.Key, id, ts, body)
+	if len(dest.PreviousKey) > 0 && !hmac.Equal(dest.PreviousKey, dest.Key) {
+		sig += " " + Sign(dest.PreviousKey, id, ts, body)
+	}
+	return sig
+}
+
 func mac(key []byte, id, ts string, body []byte) []byte {
 	h := hmac.New(sha256.New, key)
 	h.Write([]byte(id))
