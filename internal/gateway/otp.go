@@ -89,30 +89,45 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	steps.Mark(dispatch.StepDecode)
-	s.idempotent(w, r, p, "otp", v.msg.RequestHash, func(ctx context.Context, key string) (*response, error) {
+	// The deadline counts from the arrival and bounds every step before
+	// the send too (the idempotency lock, the per-number count, the
+	// ingress quota): a slow store makes the answer a 503 on time, not a
+	// late one. The steps after the send (giving the number's count back,
+	// keeping an unknown outcome's id, the record) use the request's own
+	// context: the deadline must not cut them short.
+	due := arrived.Add(deadline)
+	rctx := r.Context()
+	pctx, cancel := context.WithDeadline(rctx, due)
+	defer cancel()
+	s.idempotent(w, r.WithContext(pctx), p, "otp", v.msg.RequestHash, func(ctx context.Context, key string) (*response, error) {
 		steps.Mark(dispatch.StepIdempotency)
 		held, err := s.protectOne(ctx, sms.ClassOTP, v.msg.To)
 		if err != nil {
-			return nil, err
+			return nil, deadlineSpent(ctx, err)
 		}
 		mayHaveSent := false
 		defer func() {
 			if !mayHaveSent { // refused or not sent: it does not count against the number
-				held.giveBack(ctx, s.log)
+				held.giveBack(rctx, s.log)
 			}
 		}()
 		steps.Mark(dispatch.StepProtect)
 		if _, err := s.admitIngress(ctx, w, p, 1); err != nil {
-			return nil, err
+			return nil, deadlineSpent(ctx, err)
 		}
 		steps.Mark(dispatch.StepIngress)
 		// Stamped with the arrival time: the provider's view of latency
 		// (the id's time) starts when the request arrived.
 		m := s.stamp(v, p, "", arrived)
-		m.ExpiresAt = arrived.Add(deadline).UTC()
+		m.ExpiresAt = due.UTC()
 		unknown, err := s.otpUnknownID(ctx, p, key, v.msg.RequestHash)
 		if err != nil {
-			return nil, err
+			return nil, deadlineSpent(ctx, err)
+		}
+		left := time.Until(due)
+		if left <= 0 {
+			unknown.finish(rctx, s, m.ID, nil)
+			return nil, deadlineSpent(ctx, context.DeadlineExceeded)
 		}
 		if unknown.id != "" {
 			m.ID = unknown.id // a retry after an unknown outcome: the provider may drop it
@@ -120,11 +135,11 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 		m.Attempts = unknown.tries + 1 // this attempt, the record's count if it is sent
 		steps.Mark(dispatch.StepIdempotency)
 		start := time.Now()
-		res, err := s.otp.SendNow(dispatch.WithSteps(ctx, steps), m, deadline)
+		res, err := s.otp.SendNow(dispatch.WithSteps(rctx, steps), m, left)
 		s.metrics.otp(err, time.Since(start))
 		s.metrics.otpSteps(steps)
 		w.Header().Set("Server-Timing", steps.ServerTiming())
-		unknown.finish(ctx, s, m.ID, err)
+		unknown.finish(rctx, s, m.ID, err)
 		mayHaveSent = err == nil || errors.Is(err, dispatch.ErrOutcomeUnknown)
 		if err != nil {
 			if errors.Is(err, dispatch.ErrOutcomeUnknown) {
@@ -135,11 +150,24 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 			}
 			return nil, fmt.Errorf("otp %s to %s: %w", m.ID, sms.MaskPhone(m.To), err)
 		}
-		s.recordOTP(ctx, m, res.ProviderID)
+		s.recordOTP(rctx, m, res.ProviderID)
 		return &response{status: http.StatusOK, body: otpSent{
 			ID: m.ID, Status: sms.StatusSent, ProviderMessageID: res.ProviderID, WaitedMS: res.Waited.Milliseconds(),
 		}}, nil
 	})
+}
+
+// deadlineSpent answers a step before the send that failed once the
+// OTP's deadline had passed (ctx is bounded by it): the store was too slow
+// for the deadline, and nothing was sent. A step's own refusal (a quota,
+// a suppressed number) is answered as it is.
+func deadlineSpent(ctx context.Context, err error) error {
+	var ae *apiError
+	if err == nil || ctx.Err() == nil || !errors.Is(context.Cause(ctx), context.DeadlineExceeded) || errors.As(err, &ae) {
+		return err
+	}
+	return &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err,
+		Detail: "the deadline passed before a send slot was reserved (the gateway's store answered slowly); nothing was sent or queued"}
 }
 
 // otpRecords tracks the status records of fast-path OTPs written in the
