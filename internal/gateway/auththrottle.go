@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"math"
+	"net/netip"
 	"sync"
 	"time"
 )
@@ -12,7 +13,15 @@ import (
 // per authFailInterval; past that it is answered 429 with Retry-After
 // instead of 401, and nothing is logged. A valid key is never throttled.
 // The table is this process's, bounded by authFailMaxAddrs.
+//
+// An IPv6 client is one address per /64 (authFailV6Bits): a single host
+// is handed a whole /64 and can pick a new source address for every
+// request, which would give it a fresh budget each time and, past
+// authFailMaxAddrs, flush every other address's entry out of the table.
 const (
+	// authFailV6Bits is the IPv6 prefix that counts as one client: the
+	// /64 a host or a home network gets (RFC 6177, RFC 7421).
+	authFailV6Bits = 64
 	authFailBurst    = 10
 	authFailInterval = time.Second
 	authFailMaxAddrs = 10_000
@@ -39,6 +48,7 @@ func newAuthThrottle(now func() time.Time) *authThrottle {
 // fail charges one failed authentication to addr and returns 0 when it may
 // be answered (401), else how long until addr may fail again.
 func (a *authThrottle) fail(addr string) time.Duration {
+	addr = authFailClient(addr)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := a.now()
@@ -87,4 +97,23 @@ func (a *authThrottle) sampleLog() (bool, int) {
 	n := a.suppressed
 	a.lastLog, a.suppressed = now, 0
 	return true, n
+}
+
+// authFailClient is the table's key for a client address: an IPv6
+// address's /64 (an IPv4-mapped one is its IPv4 address), any other text
+// as it is.
+func authFailClient(addr string) string {
+	ip, err := netip.ParseAddr(addr)
+	if err != nil {
+		return addr
+	}
+	ip = ip.Unmap()
+	if !ip.Is6() {
+		return ip.String()
+	}
+	p, err := ip.WithZone("").Prefix(authFailV6Bits)
+	if err != nil {
+		return addr
+	}
+	return p.String()
 }

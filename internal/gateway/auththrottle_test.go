@@ -1,9 +1,12 @@
 package gateway
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+
+	"smsgw/internal/provider/sim"
 )
 
 // TestAuthFailuresThrottled (issue 8, finding 10): failed authentications
@@ -37,4 +40,58 @@ func TestAuthFailuresThrottled(t *testing.T) {
 	}
 	wantStatus(t, h.post("/v1/messages", keyNotify, msg("transactional")), http.StatusAccepted)
 	wantStatus(t, h.get("/v1/admin/stats", keyAdmin), http.StatusOK)
+}
+
+// TestAuthFailuresThrottledPerIPv6Prefix: an IPv6 client that picks a new
+// source address within its /64 for every attempt shares one budget (it
+// used to get a fresh one per address, and could flush the table); another
+// /64, and IPv4 addresses, keep their own. Through real HTTP, the client
+// address taken from a trusted proxy's X-Forwarded-For.
+func TestAuthFailuresThrottledPerIPv6Prefix(t *testing.T) {
+	s := newSim(t, sim.Config{})
+	cfg := testConfig(t, embeddedMode, s.URL())
+	cfg.HTTP.TrustedProxies = []string{"127.0.0.1/32", "::1/128"}
+	h := startWith(t, cfg, s)
+	try := func(client string) int {
+		return h.post("/v1/messages", "wrong-key-0123456789", msg("transactional"), "X-Forwarded-For", client).status
+	}
+	counts := map[int]int{}
+	for i := range 3 * authFailBurst {
+		counts[try(fmt.Sprintf("2001:db8:1:2:%x::%x", i, i+1))]++
+	}
+	if counts[http.StatusUnauthorized] > authFailBurst || counts[http.StatusTooManyRequests] == 0 {
+		t.Errorf("%d failures from distinct addresses of one /64: %v; want at most %d 401s, then 429s",
+			3*authFailBurst, counts, authFailBurst)
+	}
+	for _, other := range []string{"2001:db8:1:3::1", "::ffff:198.51.100.7", "198.51.100.8"} {
+		if got := try(other); got != http.StatusUnauthorized {
+			t.Errorf("first failure from %s (another client): %d, want 401", other, got)
+		}
+	}
+	// IPv4 clients are one address each, and a mapped address is its IPv4.
+	for range authFailBurst {
+		try("198.51.100.7")
+	}
+	if got := try("::ffff:198.51.100.7"); got != http.StatusTooManyRequests {
+		t.Errorf("198.51.100.7 after its budget, written IPv4-mapped: %d, want 429", got)
+	}
+	if got := try("198.51.100.9"); got != http.StatusUnauthorized {
+		t.Errorf("first failure from 198.51.100.9: %d, want 401", got)
+	}
+}
+
+func TestAuthFailClient(t *testing.T) {
+	for in, want := range map[string]string{
+		"2001:db8:1:2:3:4:5:6": "2001:db8:1:2::/64",
+		"2001:db8:1:2::7":      "2001:db8:1:2::/64",
+		"fe80::1%eth0":         "fe80::/64",
+		"::ffff:198.51.100.7":  "198.51.100.7",
+		"198.51.100.7":         "198.51.100.7",
+		"":                     "",
+		"not an address":       "not an address",
+	} {
+		if got := authFailClient(in); got != want {
+			t.Errorf("authFailClient(%q) = %q, want %q", in, got, want)
+		}
+	}
 }
