@@ -158,18 +158,22 @@ func (b *backend) redisLimiters(cfg config.Config, d deps, client redis.Universa
 	if err != nil {
 		return fmt.Errorf("gateway: limiter: %w", err)
 	}
-	if b.limiter, err = limiter.NewShared(limiter.SharedConfig{Redis: rl, Config: lcfg, MaxSenders: cfg.Limits.MaxSenders,
-		Logger: d.log, Registerer: d.reg, RedisTimeout: cfg.Redis.Timeout}); err != nil {
+	send, err := limiter.NewShared(limiter.SharedConfig{Redis: rl, Config: lcfg, MaxSenders: cfg.Limits.MaxSenders,
+		Logger: d.log, Registerer: d.reg, RedisTimeout: cfg.Redis.Timeout})
+	if err != nil {
 		return fmt.Errorf("gateway: limiter: %w", err)
 	}
 	keys, err := limiter.NewRedisKeys(client, cfg.Account)
 	if err != nil {
 		return fmt.Errorf("gateway: ingress limiter: %w", err)
 	}
-	if b.ingress, err = limiter.NewSharedKeys(limiter.SharedKeysConfig{Redis: keys, Logger: d.log, Registerer: d.reg,
-		RedisTimeout: cfg.Redis.Timeout, OnLocal: d.metrics.ingressFallback.Inc}); err != nil {
+	ingress, err := limiter.NewSharedKeys(limiter.SharedKeysConfig{Redis: keys, Logger: d.log, Registerer: d.reg,
+		RedisTimeout: cfg.Redis.Timeout, OnLocal: d.metrics.ingressFallback.Inc})
+	if err != nil {
 		return fmt.Errorf("gateway: ingress limiter: %w", err)
 	}
+	b.limiter, b.ingress = send, ingress
+	b.loops = append(b.loops, newLimiterProbe(send, ingress))
 	return nil
 }
 

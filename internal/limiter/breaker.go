@@ -109,6 +109,20 @@ func (b *breaker) Mode() Mode {
 	return b.mode.Load().(Mode)
 }
 
+// probe runs call through the breaker only while the mode is fallback,
+// so that a limiter nobody asks (a replica with nothing to send, no
+// producer posting) still learns that Redis is back, and its mode gauge
+// with it: without it the mode stayed fallback, and SmsgwLimiterFallback
+// firing, until the next decision. It costs nothing while Redis decides;
+// in fallback it is one call, and the breaker lets at most one through a
+// second.
+func (b *breaker) probe(ctx context.Context, call func(context.Context) error) {
+	if b.Mode() != ModeFallback {
+		return
+	}
+	_ = b.do(ctx, call)
+}
+
 // do runs one Redis call through the breaker with its own timeout. While
 // the breaker is open it returns at once with gobreaker.ErrOpenState (or
 // ErrTooManyRequests while another caller probes).

@@ -174,6 +174,12 @@ func KeyArgs(key string, r Rate, cost int) (interval, burst int64, err error) {
 // the account's hash tag: what gcra_allow is given for it.
 func (l *RedisKeys) KeyName(key string) string { return l.keys.ingress(key) }
 
+// reachable reads one key in the account's slot (on a Cluster, the node
+// that decides the quotas answers, not any node).
+func (l *RedisKeys) reachable(ctx context.Context) error {
+	return l.client.Exists(ctx, l.keys.pause()).Err()
+}
+
 // Allow decides cost units for key at rate r in one round trip.
 func (l *RedisKeys) Allow(ctx context.Context, key string, r Rate, cost int) (KeyDecision, error) {
 	p, err := checkKeyRequest(key, r, cost)

@@ -204,6 +204,15 @@ func (s *Shared) Resume(ctx context.Context) error {
 	return s.onRedis(ctx, s.redis.Resume)
 }
 
+// Probe asks Redis once (a read of the schedule) while this limiter is in
+// fallback, and does nothing otherwise; see breaker.probe.
+func (s *Shared) Probe(ctx context.Context) {
+	s.br.probe(ctx, func(ctx context.Context) error {
+		_, err := s.redis.State(ctx)
+		return err
+	})
+}
+
 // State reports the shared schedule when Redis answers, else the local
 // fallback's.
 func (s *Shared) State(ctx context.Context) (State, error) {

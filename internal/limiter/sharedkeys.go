@@ -74,6 +74,10 @@ func NewSharedKeys(cfg SharedKeysConfig) (*SharedKeys, error) {
 // process decides alone.
 func (s *SharedKeys) Mode() Mode { return s.br.Mode() }
 
+// Probe asks Redis once while ingress quotas are decided locally, and
+// does nothing otherwise; see breaker.probe.
+func (s *SharedKeys) Probe(ctx context.Context) { s.br.probe(ctx, s.redis.reachable) }
+
 // Allow decides cost units for key at rate r on Redis, or locally when
 // Redis cannot answer (at once, without a Redis call, while the breaker is
 // open).
