@@ -21,24 +21,20 @@ func TestProbeLeavesFallback(t *testing.T) {
 		mode   func() Mode
 		calls  func() int64 // Redis commands sent
 	}
-	rtt := func() (*redistest.RoundTrips, func() int64) {
-		r := &redistest.RoundTrips{}
-		return r, r.N
-	}
 	for name, build := range map[string]func(t *testing.T) subject{
 		"send": func(t *testing.T) subject {
 			srv := redistest.StartServer(t, redistest.ServerOptions{})
 			f := newShared(t, srv, redistest.Prefix(t), Config{Global: Rate{PerSecond: 100, Burst: 5}}, 2)
-			r, n := rtt()
-			f.client.AddHook(r)
-			return subject{srv: srv, probe: f.shared.Probe, mode: f.shared.Mode, calls: n,
+			rt := &redistest.RoundTrips{}
+			f.client.AddHook(rt)
+			return subject{srv: srv, probe: f.shared.Probe, mode: f.shared.Mode, calls: rt.N,
 				decide: func() error { _, err := f.shared.Reserve(bg, Request{Cost: 1}); return err }}
 		},
 		"ingress": func(t *testing.T) subject {
 			f := newSharedKeysFixture(t)
-			r, n := rtt()
-			f.s.redis.client.AddHook(r)
-			return subject{srv: f.srv, probe: f.s.Probe, mode: f.s.Mode, calls: n,
+			rt := &redistest.RoundTrips{}
+			f.s.redis.client.AddHook(rt)
+			return subject{srv: f.srv, probe: f.s.Probe, mode: f.s.Mode, calls: rt.N,
 				decide: func() error { _, err := f.s.Allow(bg, "p", Rate{PerSecond: 100, Burst: 5}, 1); return err }}
 		},
 	} {
