@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"smsgw/internal/config"
-	"smsgw/internal/queue/embedded"
+	"smsgw/internal/gateway"
 )
 
 func init() {
@@ -42,7 +42,7 @@ func runCompactStore(_ context.Context, args []string, stdout, stderr io.Writer)
 		}
 		*dir = cfg.Store.Path
 	}
-	res, err := embedded.CompactFile(*dir, *wait)
+	res, err := gateway.CompactStore(*dir, *wait)
 	if err != nil {
 		complain(stderr, "smsgw compact-store: %v\n", err)
 		return 1

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"smsgw/internal/queue/embedded"
 	"smsgw/internal/queue/redisq"
 )
 
@@ -70,3 +71,9 @@ func (c *compactor) Start(ctx context.Context) { c.t.start(ctx, compactEvery, c.
 
 // Stop ends the compaction and waits for it.
 func (c *compactor) Stop() { c.t.halt() }
+
+// CompactStore rewrites the embedded store in dir without its free pages
+// (smsgw compact-store); the gateway must not be running on it.
+func CompactStore(dir string, lockTimeout time.Duration) (embedded.CompactResult, error) {
+	return embedded.CompactFile(dir, lockTimeout)
+}
