@@ -84,7 +84,7 @@ func CompactFile(dir string, lockTimeout time.Duration) (CompactResult, error) {
 // copyStore copies src into a new file at tmp, makes it durable and checks
 // it against src; it returns the keys copied.
 func copyStore(src *bolt.DB, tmp string, lockTimeout time.Duration) (int, error) {
-	dst, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: lockTimeout, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
+	dst, err := bolt.Open(tmp, 0o600, storeOptions(lockTimeout))
 	if err != nil {
 		return 0, fmt.Errorf("queue: embedded: compact: create %s: %w", tmp, err)
 	}

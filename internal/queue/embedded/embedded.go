@@ -126,13 +126,7 @@ func Open(cfg Config) (*Queue, error) {
 		return nil, fmt.Errorf("queue: embedded: create %s: %w", cfg.Path, err)
 	}
 	file := filepath.Join(cfg.Path, FileName)
-	db, err := bolt.Open(file, 0o600, &bolt.Options{
-		Timeout: cfg.LockTimeout,
-		// The freelist is rebuilt on open instead of written on every
-		// commit: fewer pages per fsync on the hot path.
-		NoFreelistSync: true,
-		FreelistType:   bolt.FreelistMapType,
-	})
+	db, err := bolt.Open(file, 0o600, storeOptions(cfg.LockTimeout))
 	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("queue: embedded: %s is locked by another process (one store per replica; use redis for several): %w", file, err)
 	}
@@ -157,6 +151,13 @@ func Open(cfg Config) (*Queue, error) {
 	go q.commitLoop()
 	q.log.Info("store opened", "path", file)
 	return q, nil
+}
+
+// storeOptions are the bbolt options of a store file, for Open and for
+// the copy CompactFile writes. The freelist is rebuilt on open instead of
+// written on every commit: fewer pages per fsync on the hot path.
+func storeOptions(lockTimeout time.Duration) *bolt.Options {
+	return &bolt.Options{Timeout: lockTimeout, NoFreelistSync: true, FreelistType: bolt.FreelistMapType}
 }
 
 // Close commits what was already handed over, stops the committer and closes
