@@ -71,7 +71,7 @@ func (c *Config) validatePreviousKeys(p *problems, keys keyOwners, current []*[3
 			continue
 		}
 		field := previousKeyField(prefix, pr.PreviousKey)
-		if pr.Name == adminPrincipal {
+		if pr.Name == AdminPrincipal {
 			rotatingProducerAdmin = field
 		}
 		switch other, dup := keys[h]; {
@@ -102,13 +102,14 @@ func (c *Config) validatePreviousKeys(p *problems, keys keyOwners, current []*[3
 		p.add(field, "same key as %s", other)
 	case rotatingProducerAdmin != "":
 		// Both would count as principal "admin" in smsgw_auth_previous_key_total.
-		p.add(rotatingProducerAdmin, "a producer named %s cannot rotate its key while admin.previous_key is set too: rotate one, then the other", adminPrincipal)
+		p.add(rotatingProducerAdmin, "a producer named %s cannot rotate its key while admin.previous_key is set too: rotate one, then the other", AdminPrincipal)
 	}
 }
 
-// adminPrincipal names the admin in smsgw_auth_previous_key_total and in
-// logs, beside the producers' names.
-const adminPrincipal = "admin"
+// AdminPrincipal names the admin in the gateway's
+// smsgw_auth_previous_key_total and in its logs, beside the producers'
+// names.
+const AdminPrincipal = "admin"
 
 // validatePreviousReceiptSecret: provider.previous_receipt_secret, the
 // receipt secret a rotation replaces, goes beside receipt_secret, differs
