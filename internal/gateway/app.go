@@ -327,7 +327,7 @@ func newProvider(pc config.ProviderConfig, log *slog.Logger) (provider.Provider,
 	switch pc.Kind {
 	case "http":
 		p, err = httpprov.New(httpprov.Config{URL: pc.HTTP.URL, Token: pc.HTTP.Token, Timeout: pc.Timeout, Logger: log,
-			ReceiptSecret: pc.ReceiptSecret})
+			ReceiptSecret: pc.ReceiptSecret, PreviousReceiptSecret: pc.PreviousReceiptSecret})
 	case "twilio":
 		p, err = twilio.New(twilio.Config{Settings: pc.Twilio, BaseURL: pc.HTTP.URL, Timeout: pc.Timeout, Logger: log,
 			StatusCallback: pc.ReceiptURL})
