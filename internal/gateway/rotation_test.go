@@ -85,6 +85,10 @@ func TestPreviousKeyAuthenticates(t *testing.T) {
 			cfg := testConfig(t, m, s.URL())
 			rotating(&cfg)
 			h := startOpts(t, cfg, s, Options{Now: now})
+			zero := metricValues(h.metrics(), "smsgw_auth_previous_key_total")
+			if len(zero) != 2 || zero[`smsgw_auth_previous_key_total{principal="notify"}`] != 0 || zero[`smsgw_auth_previous_key_total{principal="admin"}`] != 0 {
+				t.Errorf("before any request: %v, want the rotating principals' series at 0", zero)
+			}
 
 			cur := accepted(t, h.post("/v1/messages", keyNotify, msg("transactional")))
 			var old []acceptedMessage
