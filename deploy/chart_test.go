@@ -131,6 +131,9 @@ func TestChartRefusesSecretsInConfig(t *testing.T) {
 		{"config.provider.vonage.signature_secret=p", "config.provider.vonage.api_key / api_secret / signature_secret must not be set"},
 		{"config.admin.key=admin-key-0123456789abcdef", "config.admin.key / key_sha256 must not be set"},
 		{"config.admin.key_sha256=ab", "config.admin.key / key_sha256 must not be set"},
+		{"config.admin.previous_key=admin-key-0123456789abcdef", "config.admin.previous_key / previous_key_sha256 must not be set: use secrets.adminPreviousKey"},
+		{"config.admin.previous_key_sha256=ab", "config.admin.previous_key / previous_key_sha256 must not be set"},
+		{"config.provider.previous_receipt_secret=p", "config.provider.previous_receipt_secret must not be set: use secrets.previousReceiptSecret"},
 		{"config.producers[0].name=a", "config.producers must not be set"},
 	} {
 		out, err := renderChart(t, bin, "--set", tc.set)

@@ -66,7 +66,9 @@ func maps(m map[string]string, k, v string) map[string]string {
 
 // gatewayMetrics starts a real gateway in the given mode (Redis: the
 // shared Redis and a random account, where the limiter's metrics exist),
-// sends one message through it, and returns its /metrics text.
+// whose producer's and admin's keys are being rotated (so the previous
+// keys' series exist), sends one message through it, and returns its
+// /metrics text.
 func gatewayMetrics(t *testing.T, redisMode bool) string {
 	t.Helper()
 	s, err := sim.New(sim.Config{})
@@ -90,8 +92,8 @@ account: %s
 provider: {kind: http, url: %q, timeout: 2s}
 dispatch: {shutdown_timeout: 5s}
 producers:
-  - {name: notify, key: notify-key-0123456789, classes: [transactional, marketing, otp], rate: 100, burst: 100}
-admin: {key: admin-key-0123456789abcdef}
+  - {name: notify, key: notify-key-0123456789, previous_key: notify-old-key-0123456789, classes: [transactional, marketing, otp], rate: 100, burst: 100}
+admin: {key: admin-key-0123456789abcdef, previous_key: admin-old-key-0123456789}
 `, t.TempDir(), redistest.Prefix(t), redisLine, simURL+"/send"), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -119,6 +119,10 @@ valid "existingSecret (redis, 2 replicas)" -mode redis -replicas 2 \
 	-existing-secret 'SMSGW_PRODUCERS=[{name: login, key: login-key-0123456789abcdef, classes: [otp], rate: 50, burst: 100}]' \
 	-existing-secret 'SMSGW_ADMIN_KEY=admin-key-0123456789abcdef' -- \
 	-f "$CI/redis-values.yaml" --set replicaCount=2 --set existingSecret=smsgw-keys
+valid "credential rotation under way (embedded: previous producer, admin and receipt keys)" -mode embedded -replicas 1 \
+	-says "rotation: under way" -says "producers[0] (login).previous_key" -says "producers[1] (notify-worker).previous_key_sha256" \
+	-says "admin.previous_key" -says "provider.previous_receipt_secret" -- \
+	-f "$CI/embedded-values.yaml" -f "$CI/rotation-values.yaml"
 valid "extraEnv override (embedded, shutdown_timeout 45s)" -mode embedded -replicas 1 -- \
 	-f "$CI/embedded-values.yaml" --set config.dispatch.shutdown_timeout=45s \
 	--set 'extraEnv[0].name=SMSGW_LOG_LEVEL' --set 'extraEnv[0].value=debug'
@@ -135,6 +139,10 @@ refused "redis + HPA max 23 + surge 1 > max_senders 23" "autoscaling.maxReplicas
 	-f "$CI/redis-cluster-values.yaml" --set autoscaling.maxReplicas=23
 refused "secret in the ConfigMap (config.admin.key)" "config.admin.key / key_sha256 must not be set" \
 	-f "$CI/embedded-values.yaml" --set config.admin.key=admin-key-0123456789abcdef
+refused "previous admin key in the ConfigMap" "config.admin.previous_key / previous_key_sha256 must not be set" \
+	-f "$CI/embedded-values.yaml" --set config.admin.previous_key=admin-key-0123456789abcdef
+refused "unquoted all-digit previous_key_sha256" "secrets.producers[0].previous_key_sha256 must be a string: quote it" \
+	-f "$CI/embedded-values.yaml" --set 'secrets.producers[0].previous_key_sha256=1234'
 refused "unknown updateStrategy" "updateStrategy must be RollingUpdate or Recreate" \
 	-f "$CI/redis-values.yaml" --set updateStrategy=BlueGreen
 refused "no producers" "secrets.producers must list at least one producer" \
@@ -146,6 +154,9 @@ refused "terminationGracePeriodSeconds too short" "terminationGracePeriodSeconds
 
 caught "config the binary refuses (burst 20) is caught by check-config" "limits.burst: target_rps 90 + burst 20 exceeds" \
 	-mode embedded -replicas 1 -- -f "$CI/embedded-values.yaml" --set config.limits.burst=20
+caught "a previous key equal to the current one is caught by check-config" "admin.previous_key: must differ from the current key" \
+	-mode embedded -replicas 1 -- -f "$CI/embedded-values.yaml" -f "$CI/rotation-values.yaml" \
+	--set secrets.adminPreviousKey=admin-key-new-0123456789abcdef
 caught "unknown key in config is caught by check-config" "field bogus not found" \
 	-mode embedded -replicas 1 -- -f "$CI/embedded-values.yaml" --set config.bogus=1
 

@@ -37,9 +37,9 @@ func runCheckConfig(_ context.Context, args []string, stdout, stderr io.Writer) 
 	if open := cfg.OpenSenders(); len(open) > 0 {
 		senders = "any sender id for " + strings.Join(open, ", ") + " (no producers[].senders: set them)"
 	}
-	if _, err := fmt.Fprintf(stdout, "%s: ok\n  provider: %s, contract %g/s, target %g/s, burst %d\n  mode: %s\n  segments: %s\n  producers: %d\n  senders: %s\n  protection: %s\n",
+	if _, err := fmt.Fprintf(stdout, "%s: ok\n  provider: %s, contract %g/s, target %g/s, burst %d\n  mode: %s\n  segments: %s\n  producers: %d\n  senders: %s\n  protection: %s\n  rotation: %s\n",
 		*path, cfg.Provider.Kind, cfg.Provider.ContractRPS, cfg.Limits.TargetRPS, cfg.Limits.Burst, mode, cfg.SegmentsSummary(), len(cfg.Producers),
-		senders, cfg.Protection.Summary()); err != nil {
+		senders, cfg.Protection.Summary(), cfg.RotationSummary()); err != nil {
 		complain(stderr, "smsgw check-config: write: %v\n", err)
 		return 1
 	}

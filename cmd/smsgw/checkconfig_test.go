@@ -82,3 +82,49 @@ func TestServeBuildsWhatCheckConfigAccepts(t *testing.T) {
 		}
 	}
 }
+
+// check-config says when a rotation is under way, naming the keys that
+// hold an old credential and never a key, a secret or a hash of one;
+// from the file and from an SMSGW_* variable alike.
+func TestCheckConfigReportsRotation(t *testing.T) {
+	check := func(path string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if code := run([]string{"check-config", "--config", path}, &out, &errb); code != 0 {
+			t.Fatalf("check-config %s: exit %d: %s", path, code, errb.String())
+		}
+		return out.String()
+	}
+	secrets := []string{"login-key-new-0123456789", "login-key-old-0123456789", "admin-key-new-0123456789", "admin-key-old-0123456789",
+		"receipt-secret-new-0123", "receipt-secret-old-0123", "admin-key-0123456789", "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+		"60303ae22b998861bce3b28f33eec1be758a213c86c93c076dbe9f558c11c752", "60303ae22b99", "9f86d081884c"}
+	clean := func(out string) {
+		t.Helper()
+		for _, s := range secrets {
+			if strings.Contains(out, s) {
+				t.Errorf("check-config prints a key, a secret or a hash of one (%.12s...):\n%s", s, out)
+			}
+		}
+	}
+
+	out := check("../../internal/config/testdata/good/full.yaml")
+	if !strings.Contains(out, "\n  rotation: none under way\n") {
+		t.Errorf("no rotation configured, stdout:\n%s", out)
+	}
+
+	out = check("../../internal/config/testdata/good/rotation.yaml")
+	for _, want := range []string{"rotation: under way", "producers[0] (login).previous_key", "producers[1] (notify-worker).previous_key_sha256",
+		"admin.previous_key", "provider.previous_receipt_secret", "smsgw_auth_previous_key_total"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out)
+		}
+	}
+	clean(out)
+
+	t.Setenv("SMSGW_ADMIN_PREVIOUS_KEY", "admin-key-old-0123456789")
+	out = check("../../internal/config/testdata/good/full.yaml")
+	if !strings.Contains(out, "rotation: under way, the old credential still accepted by admin.previous_key;") {
+		t.Errorf("SMSGW_ADMIN_PREVIOUS_KEY set, stdout:\n%s", out)
+	}
+	clean(out)
+}

@@ -118,6 +118,10 @@ type ProviderConfig struct {
 	// receipts (X-Smsgw-Receipt-Signature); empty: receipts are refused.
 	// Never logged.
 	ReceiptSecret string `yaml:"receipt_secret"`
+	// PreviousReceiptSecret, while the receipt secret is rotated, is the
+	// secret ReceiptSecret replaces: a receipt signed with either is taken
+	// (kind http only). Empty: only ReceiptSecret. Never logged.
+	PreviousReceiptSecret string `yaml:"previous_receipt_secret"`
 	// ReceiptURL is the public URL of this gateway's receipts endpoint for
 	// the provider, as the provider reaches it (behind a proxy it differs
 	// from what the gateway sees), e.g.
@@ -231,13 +235,18 @@ func (c Config) SegmentsSummary() string {
 
 // Producer is one system allowed to post messages.
 type Producer struct {
-	Name           string   `yaml:"name"`
-	Key            string   `yaml:"key"`        // the bearer key in clear, or
-	KeySHA256      string   `yaml:"key_sha256"` // its SHA-256 in hex
-	Classes        []string `yaml:"classes"`
-	Rate           float64  `yaml:"rate"`            // ingress messages/s
-	Burst          int      `yaml:"burst"`           // ingress burst
-	MaxOutstanding int64    `yaml:"max_outstanding"` // queued + in flight; 0 = no limit
+	Name      string `yaml:"name"`
+	Key       string `yaml:"key"`        // the bearer key in clear, or
+	KeySHA256 string `yaml:"key_sha256"` // its SHA-256 in hex
+	// PreviousKey (or PreviousKeySHA256), while the producer's key is
+	// rotated, is the key Key replaces: a request bearing either is the
+	// producer's. Empty: only Key.
+	PreviousKey       string   `yaml:"previous_key"`
+	PreviousKeySHA256 string   `yaml:"previous_key_sha256"`
+	Classes           []string `yaml:"classes"`
+	Rate              float64  `yaml:"rate"`            // ingress messages/s
+	Burst             int      `yaml:"burst"`           // ingress burst
+	MaxOutstanding    int64    `yaml:"max_outstanding"` // queued + in flight; 0 = no limit
 	// Senders are the sender ids (from) the producer may use; the first is
 	// its default. Empty: any valid sender, and none by default.
 	Senders []string `yaml:"senders"`
@@ -286,10 +295,20 @@ type WebhooksConfig struct {
 // KeyHash returns the SHA-256 of the producer's key.
 func (p Producer) KeyHash() [32]byte { return keyHash(p.Key, p.KeySHA256) }
 
+// Rotating reports whether the producer has a previous key.
+func (p Producer) Rotating() bool { return p.PreviousKey != "" || p.PreviousKeySHA256 != "" }
+
+// PreviousKeyHash returns the SHA-256 of the producer's previous key.
+func (p Producer) PreviousKeyHash() [32]byte { return keyHash(p.PreviousKey, p.PreviousKeySHA256) }
+
 // AdminConfig holds the key of the admin endpoints.
 type AdminConfig struct {
 	Key       string `yaml:"key"`
 	KeySHA256 string `yaml:"key_sha256"`
+	// PreviousKey (or PreviousKeySHA256), while the admin key is rotated,
+	// is the key Key replaces: either one is the admin's. Empty: only Key.
+	PreviousKey       string `yaml:"previous_key"`
+	PreviousKeySHA256 string `yaml:"previous_key_sha256"`
 	// Listen, when set, is a second listener for the operator endpoints
 	// (/metrics, /v1/admin/*, the dashboard), which the main listener then
 	// does not serve: a network policy can keep them off the producers' path.
@@ -301,6 +320,12 @@ func (a AdminConfig) Enabled() bool { return a.Key != "" || a.KeySHA256 != "" }
 
 // KeyHash returns the SHA-256 of the admin key.
 func (a AdminConfig) KeyHash() [32]byte { return keyHash(a.Key, a.KeySHA256) }
+
+// Rotating reports whether the admin has a previous key.
+func (a AdminConfig) Rotating() bool { return a.PreviousKey != "" || a.PreviousKeySHA256 != "" }
+
+// PreviousKeyHash returns the SHA-256 of the admin's previous key.
+func (a AdminConfig) PreviousKeyHash() [32]byte { return keyHash(a.PreviousKey, a.PreviousKeySHA256) }
 
 func keyHash(clear, hexHash string) [32]byte {
 	if clear != "" {

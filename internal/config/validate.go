@@ -147,6 +147,7 @@ func (c *Config) validateProvider(p *problems) {
 	if pc.ReceiptURL != "" {
 		p.addErr(httpprov.CheckURL("provider.receipt_url", pc.ReceiptURL))
 	}
+	validatePreviousReceiptSecret(p, pc)
 	if pc.Timeout < 0 {
 		p.add("provider.timeout", "must be >= 0 (0: the adapter's default)")
 	}
@@ -272,12 +273,12 @@ func (c *Config) validateProducers(p *problems) {
 		p.add("producers", "must list at least one producer (nobody could send otherwise)")
 	}
 	names := map[string]bool{}
-	keys := map[[32]byte]string{}
+	// keys maps every key the gateway takes, current and previous, to
+	// whose it is: one key must name one principal.
+	keys := keyOwners{}
+	current := make([]*[32]byte, len(c.Producers)) // each producer's usable key
 	for i, pr := range c.Producers {
-		key := fmt.Sprintf("producers[%d]", i)
-		if pr.Name != "" {
-			key = fmt.Sprintf("producers[%d] (%s)", i, pr.Name)
-		}
+		key := producerKey(i, pr)
 		if pr.Name == "" {
 			p.add(key+".name", "must not be empty")
 		} else if names[pr.Name] {
@@ -286,9 +287,10 @@ func (c *Config) validateProducers(p *problems) {
 		names[pr.Name] = true
 		if h, ok := validateProducerKey(p, key, pr); ok {
 			if other, dup := keys[h]; dup {
-				p.add(key+".key", "same key as producer %s", other)
+				p.add(key+".key", "same key as %s", other)
 			}
-			keys[h] = pr.Name
+			keys[h] = "producer " + pr.Name
+			current[i] = &h
 		}
 		if len(pr.Classes) == 0 {
 			p.add(key+".classes", "must list at least one class")
@@ -331,7 +333,20 @@ func (c *Config) validateProducers(p *problems) {
 		if _, dup := keys[c.Admin.KeyHash()]; dup {
 			p.add("admin.key", "must differ from every producer key")
 		}
+		if c.adminKeyUsable() {
+			keys[c.Admin.KeyHash()] = "admin.key"
+		}
 	}
+	c.validatePreviousKeys(p, keys, current)
+}
+
+// producerKey is the key path of producers[i], with its name when it has
+// one: "producers[1] (login)".
+func producerKey(i int, pr Producer) string {
+	if pr.Name != "" {
+		return fmt.Sprintf("producers[%d] (%s)", i, pr.Name)
+	}
+	return fmt.Sprintf("producers[%d]", i)
 }
 
 // validateProducerKey checks a producer's key and returns its hash when it
@@ -370,6 +385,20 @@ func (c *Config) validateAdmin(p *problems) {
 	}
 	if c.Admin.Key != "" && len(c.Admin.Key) < 16 {
 		p.add("admin.key", "must be at least 16 characters")
+	}
+}
+
+// adminKeyUsable reports whether the admin key is set and passes
+// validateAdmin's rules.
+func (c *Config) adminKeyUsable() bool {
+	a := c.Admin
+	switch {
+	case a.Key != "" && a.KeySHA256 != "":
+		return false
+	case a.Key != "":
+		return len(a.Key) >= 16
+	default:
+		return isSHA256Hex(a.KeySHA256)
 	}
 }
 

@@ -157,6 +157,9 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	}
 	d.log.Info("gateway ready to start", "mode", b.mode, "account", cfg.Account, "provider", a.prov.Name(),
 		"producers", len(cfg.Producers), "target_rps", cfg.Limits.TargetRPS, "segments", cfg.SegmentsSummary(), "owner", owner)
+	if r := cfg.Rotations(); len(r) > 0 {
+		d.log.Info("credential rotation under way: the old credential is still accepted; remove each key once nothing uses it", "keys", r)
+	}
 	if open := cfg.OpenSenders(); len(open) > 0 {
 		d.log.Warn("producers without senders may send as any sender id; list their senders (producers[].senders)", "producers", open)
 	}
@@ -212,7 +215,7 @@ func newServer(cfg config.Config, d deps, gath prometheus.Gatherer, b *backend, 
 	dashboard http.Handler) (*server, error) {
 	s := &server{
 		cfg: cfg, log: d.log, now: d.now, metrics: d.metrics, gatherer: gath,
-		auth: newAuthenticator(cfg), authThrottle: newAuthThrottle(time.Now), dashboard: dashboard, quiet: cfg.QuietPolicy(),
+		auth: newAuthenticator(cfg, d.metrics.previousKeys), authThrottle: newAuthThrottle(time.Now), dashboard: dashboard, quiet: cfg.QuietPolicy(),
 		queue: b.queue, enq: b.enq, oneTrip: b.oneTrip, limiter: b.limiter, ingress: &ingress{keys: b.ingress}, idem: b.idem,
 		pause: b.pause, checks: b.checks, otp: disp, notifier: disp, live: live,
 	}
@@ -324,7 +327,7 @@ func newProvider(pc config.ProviderConfig, log *slog.Logger) (provider.Provider,
 	switch pc.Kind {
 	case "http":
 		p, err = httpprov.New(httpprov.Config{URL: pc.HTTP.URL, Token: pc.HTTP.Token, Timeout: pc.Timeout, Logger: log,
-			ReceiptSecret: pc.ReceiptSecret})
+			ReceiptSecret: pc.ReceiptSecret, PreviousReceiptSecret: pc.PreviousReceiptSecret})
 	case "twilio":
 		p, err = twilio.New(twilio.Config{Settings: pc.Twilio, BaseURL: pc.HTTP.URL, Timeout: pc.Timeout, Logger: log,
 			StatusCallback: pc.ReceiptURL})

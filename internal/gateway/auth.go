@@ -10,9 +10,13 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"smsgw/internal/config"
 	"smsgw/internal/limiter"
+	"smsgw/internal/logsample"
 	"smsgw/internal/sms"
 )
 
@@ -30,6 +34,31 @@ type producer struct {
 	// may be under (callbackAllowed).
 	webhook       bool
 	callbackAllow []callbackPrefix
+	// previous is the producer's previous key while its key is rotated
+	// (producers[].previous_key); nil: none.
+	previous *previousKey
+}
+
+// previousKeyLogEvery is the most often the use of one principal's
+// previous key is logged: the line says how many uses it stands for.
+const previousKeyLogEvery = time.Minute
+
+// previousKey is a principal's previous key while its key is rotated
+// (producers[].previous_key, admin.previous_key): a request bearing it is
+// the principal's, like one bearing the current key, and is counted in
+// smsgw_auth_previous_key_total and logged at most once a minute, so the
+// operator sees when nobody uses it any more and it can be removed.
+type previousKey struct {
+	hash      [32]byte
+	principal string             // the producer's name, or "admin"
+	uses      prometheus.Counter // smsgw_auth_previous_key_total{principal}
+	log       logsample.Sampler
+}
+
+// newPreviousKey is principal's previous key h, counted in uses under its
+// name; the series exists (at 0) from start-up on.
+func newPreviousKey(principal string, h [32]byte, uses *prometheus.CounterVec) *previousKey {
+	return &previousKey{hash: h, principal: principal, uses: uses.WithLabelValues(principal)}
 }
 
 // callbackPrefix is one webhook.allow entry, parsed: a callback_url is
@@ -185,16 +214,23 @@ func callbackUnder(prefixes []callbackPrefix, raw string) bool {
 
 func (p *producer) allowed(c sms.Class) bool { return c.Valid() && p.classes[c] }
 
-// authenticator knows every producer key and the admin key, as SHA-256
-// digests only.
+// authenticator knows every producer key and the admin key, and the
+// previous keys of those being rotated, as SHA-256 digests only.
 type authenticator struct {
-	producers []*producer
-	admin     [32]byte
-	adminOn   bool
+	producers     []*producer
+	admin         [32]byte
+	adminOn       bool
+	adminPrevious *previousKey // nil: none
 }
 
-func newAuthenticator(cfg config.Config) *authenticator {
+// newAuthenticator holds the keys of cfg; the uses of previous keys are
+// counted in previousUses (smsgw_auth_previous_key_total), whose series
+// are those of the principals with a previous key: configured names only.
+func newAuthenticator(cfg config.Config, previousUses *prometheus.CounterVec) *authenticator {
 	a := &authenticator{admin: cfg.Admin.KeyHash(), adminOn: cfg.Admin.Enabled()}
+	if a.adminOn && cfg.Admin.Rotating() {
+		a.adminPrevious = newPreviousKey(config.AdminPrincipal, cfg.Admin.PreviousKeyHash(), previousUses)
+	}
 	for _, p := range cfg.Producers {
 		pr := &producer{
 			Name:           p.Name,
@@ -210,6 +246,9 @@ func newAuthenticator(cfg config.Config) *authenticator {
 			if cl, err := sms.ParseClass(c); err == nil {
 				pr.classes[cl] = true
 			}
+		}
+		if p.Rotating() {
+			pr.previous = newPreviousKey(p.Name, p.PreviousKeyHash(), previousUses)
 		}
 		a.producers = append(a.producers, pr)
 	}
@@ -230,20 +269,50 @@ func bearer(r *http.Request) ([32]byte, bool) {
 	return sha256.Sum256([]byte(key)), true
 }
 
-// producerFor compares the digest with every producer in constant time and
-// without stopping early, so timing reveals neither the key nor its index.
-func (a *authenticator) producerFor(h [32]byte) *producer {
-	var found *producer
+// producerFor compares the digest with every producer's key and previous
+// key in constant time and without stopping early, so timing reveals
+// neither the key nor its index; it returns the producer, and the
+// previous key when the digest is that (else nil). The configuration
+// makes every key name one producer.
+func (a *authenticator) producerFor(h [32]byte) (*producer, *previousKey) {
+	var (
+		found *producer
+		prev  *previousKey
+	)
 	for _, p := range a.producers {
 		if subtle.ConstantTimeCompare(h[:], p.hash[:]) == 1 {
 			found = p
 		}
+		if p.previous != nil && subtle.ConstantTimeCompare(h[:], p.previous.hash[:]) == 1 {
+			found, prev = p, p.previous
+		}
 	}
-	return found
+	return found, prev
 }
 
-func (a *authenticator) isAdmin(h [32]byte) bool {
-	return a.adminOn && subtle.ConstantTimeCompare(h[:], a.admin[:]) == 1
+// isAdmin reports whether the digest is the admin key's or its previous
+// key's, comparing with both in constant time; the previous key when it
+// is that (else nil).
+func (a *authenticator) isAdmin(h [32]byte) (bool, *previousKey) {
+	if !a.adminOn {
+		return false, nil
+	}
+	cur := subtle.ConstantTimeCompare(h[:], a.admin[:]) == 1
+	if a.adminPrevious != nil && subtle.ConstantTimeCompare(h[:], a.adminPrevious.hash[:]) == 1 {
+		return true, a.adminPrevious
+	}
+	return cur, nil
+}
+
+// previousKeyUsed counts one request authenticated with k, a previous key,
+// and logs at most once a minute per principal that it is still in use
+// (the principal's name and the uses the line stands for; never the key).
+func (s *server) previousKeyUsed(ctx context.Context, k *previousKey) {
+	k.uses.Inc()
+	if n, ok := k.log.Add(s.now(), previousKeyLogEvery); ok {
+		s.log.InfoContext(ctx, "previous key still in use: switch the client to the new key, then remove previous_key",
+			"principal", k.principal, "uses", n)
+	}
 }
 
 type producerKey struct{}
@@ -260,10 +329,13 @@ func (s *server) authProducer(next http.Handler) http.Handler {
 			s.writeError(w, r, errorf(kindUnauthorized, "send Authorization: Bearer <key>"))
 			return
 		}
-		p := s.auth.producerFor(h)
+		p, prev := s.auth.producerFor(h)
 		if p == nil {
 			s.authFailed(w, r, "unknown producer key")
 			return
+		}
+		if prev != nil {
+			s.previousKeyUsed(r.Context(), prev)
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), producerKey{}, p)))
 	})
@@ -276,13 +348,17 @@ func (s *server) authAdmin(next http.Handler) http.Handler {
 			s.writeError(w, r, errorf(kindUnauthorized, "send Authorization: Bearer <admin key>"))
 			return
 		}
-		if !s.auth.isAdmin(h) {
-			if s.auth.producerFor(h) != nil {
+		ok, prev := s.auth.isAdmin(h)
+		if !ok {
+			if p, _ := s.auth.producerFor(h); p != nil {
 				s.writeError(w, r, errorf(kindForbidden, "this endpoint needs the admin key"))
 				return
 			}
 			s.authFailed(w, r, "unknown admin key")
 			return
+		}
+		if prev != nil {
+			s.previousKeyUsed(r.Context(), prev)
 		}
 		next.ServeHTTP(w, r)
 	})

@@ -64,7 +64,7 @@ func TestIdempotencyInFlight(t *testing.T) {
 		t.Run(string(m), func(t *testing.T) {
 			t.Parallel()
 			h := start(t, m, nil)
-			p := h.app.srv.auth.producerFor(config.Producer{Key: keyNotify}.KeyHash())
+			p, _ := h.app.srv.auth.producerFor(config.Producer{Key: keyNotify}.KeyHash())
 			path, scope := "/v1/messages", "message"
 			var body any = msg("transactional")
 			if m == redisMode {

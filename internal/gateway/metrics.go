@@ -28,6 +28,10 @@ type apiMetrics struct {
 	otpStep          *prometheus.HistogramVec
 	ingressFallback  prometheus.Counter
 	receipts         *receiptMetrics
+	// previousKeys counts requests authenticated with a previous key, by
+	// principal: a configured producer name or "admin" (newAuthenticator
+	// creates the series of the principals that have one).
+	previousKeys *prometheus.CounterVec
 }
 
 // OTP outcomes, the label of smsgw_api_otp_duration_seconds.
@@ -74,8 +78,12 @@ func newAPIMetrics(reg prometheus.Registerer) (*apiMetrics, error) {
 		ingressFallback: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "smsgw_api_ingress_fallback_total", Help: "Ingress decisions taken locally because Redis failed.",
 		}),
+		previousKeys: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "smsgw_auth_previous_key_total",
+			Help: "Requests authenticated with a previous key (producers[].previous_key, admin.previous_key) while it is rotated, by principal (a producer's name, or admin); once it stays flat the previous key can be removed.",
+		}, []string{"principal"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.rejected, m.accepted, m.replays, m.answersNotKept, m.otpDuration, m.otpRecordFailed, m.otpRecordRetried, m.otpStep, m.ingressFallback} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.rejected, m.accepted, m.replays, m.answersNotKept, m.otpDuration, m.otpRecordFailed, m.otpRecordRetried, m.otpStep, m.ingressFallback, m.previousKeys} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

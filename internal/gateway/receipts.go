@@ -28,6 +28,16 @@ var (
 	outcomeStatuses = []sms.Status{sms.StatusDelivered, sms.StatusUndelivered, sms.StatusFailed}
 )
 
+// The secret label of smsgw_receipt_signatures_total: the adapter's
+// current secret, or the previous one while it is rotated (only the
+// generic adapter has one: rotatingAdapters).
+const (
+	secretCurrent  = "current"
+	secretPrevious = "previous"
+)
+
+var rotatingAdapters = []string{"http"}
+
 // ratioWindow is how far back smsgw_delivery_ratio looks, in one-minute
 // buckets: long enough to be steady, short enough that an alert sees a
 // collapse within minutes whatever the uptime.
@@ -40,6 +50,8 @@ type receiptMetrics struct {
 	early    *prometheus.CounterVec   // smsgw_receipts_early_total{adapter}
 	outcomes *prometheus.CounterVec   // smsgw_receipt_outcomes_total{class,status}
 	latency  *prometheus.HistogramVec // smsgw_receipt_latency_seconds{class}
+	// smsgw_receipt_signatures_total{adapter,secret}
+	signatures *prometheus.CounterVec
 
 	mu      sync.Mutex
 	now     func() time.Time
@@ -70,17 +82,25 @@ func newReceiptMetrics(reg prometheus.Registerer, now func() time.Time) (*receip
 			Name: "smsgw_receipt_latency_seconds", Help: "Time from sent to the delivered receipt, by class.",
 			Buckets: []float64{.5, 1, 2, 5, 10, 30, 60, 120, 300, 900, 3600, 4 * 3600},
 		}, []string{"class"}),
+		signatures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "smsgw_receipt_signatures_total",
+			Help: "Receipts whose signature checked, by adapter and the secret that checked it: current, or previous while provider.previous_receipt_secret is set; once previous stays flat it can be removed.",
+		}, []string{"adapter", "secret"}),
 		now:     now,
 		buckets: map[sms.Class]*[ratioWindow]ratioBucket{},
 	}
-	for _, c := range []prometheus.Collector{m.receipts, m.unknown, m.early, m.outcomes, m.latency} {
+	for _, c := range []prometheus.Collector{m.receipts, m.unknown, m.early, m.outcomes, m.latency, m.signatures} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
+	for _, a := range rotatingAdapters {
+		m.signatures.WithLabelValues(a, secretPrevious)
+	}
 	for _, a := range receiptAdapters {
 		m.unknown.WithLabelValues(a)
 		m.early.WithLabelValues(a)
+		m.signatures.WithLabelValues(a, secretCurrent)
 		for _, s := range receiptStatuses {
 			m.receipts.WithLabelValues(a, s)
 		}
@@ -100,6 +120,16 @@ func newReceiptMetrics(reg prometheus.Registerer, now func() time.Time) (*receip
 		}
 	}
 	return m, nil
+}
+
+// signed counts one receipt of adapter whose signature checked, with the
+// previous secret or the current one.
+func (m *receiptMetrics) signed(adapter string, previous bool) {
+	secret := secretCurrent
+	if previous {
+		secret = secretPrevious
+	}
+	m.signatures.WithLabelValues(adapter, secret).Inc()
 }
 
 // outcome counts one message a receipt moved to status.
@@ -185,6 +215,9 @@ func (s *server) postReceipt(w http.ResponseWriter, r *http.Request) {
 	}
 	rc, err := s.receipts.ParseReceipt(r, raw)
 	var re *provider.ReceiptError
+	if err == nil || errors.As(err, &re) {
+		s.metrics.receipts.signed(adapter, rc.PreviousSecret)
+	}
 	switch {
 	case errors.Is(err, provider.ErrStaleReceipt):
 		s.writeError(w, r, errorf(kindBadSignature, "the receipt's signed time is more than "+provider.ReceiptMaxAge.String()+

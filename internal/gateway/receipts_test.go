@@ -266,3 +266,59 @@ func TestStaleVonageReceipt(t *testing.T) {
 	}
 	wantStatus(t, post(time.Now()), http.StatusNoContent) // no such message: taken and counted as unknown
 }
+
+// TestReceiptPreviousSecret: while provider.receipt_secret is rotated a
+// receipt signed with previous_receipt_secret is taken and applied, one
+// signed with the current secret too, and one signed with an unrelated
+// secret is 401 and changes nothing; smsgw_receipt_signatures_total says
+// which secret checked each. Without previous_receipt_secret a receipt
+// signed with it is 401.
+func TestReceiptPreviousSecret(t *testing.T) {
+	const previousSecret = "receipt-secret-old-0123"
+	for _, m := range modes {
+		t.Run(string(m), func(t *testing.T) {
+			t.Parallel()
+			h := start(t, m, func(c *config.Config) {
+				c.Provider.ReceiptSecret = receiptSecret
+				c.Provider.PreviousReceiptSecret = previousSecret
+			})
+			a, b := h.sendAndWait(t), h.sendAndWait(t)
+
+			forged := h.receipt(t, "an-unrelated-secret", httpprov.ReceiptBody{Reference: a.ID, Status: "undelivered"})
+			wantStatus(t, forged, http.StatusUnauthorized)
+			if typ := forged.problem(t)["type"]; typ != "urn:smsgw:problem:bad-signature" {
+				t.Fatalf("forged receipt: type %v", typ)
+			}
+			if got := h.status(t, a.ID).Status; got != sms.StatusSent {
+				t.Fatalf("after a forged receipt: %s, want sent", got)
+			}
+			wantStatus(t, h.receipt(t, previousSecret, httpprov.ReceiptBody{Reference: a.ID, Status: "delivered"}), http.StatusNoContent)
+			if got := h.status(t, a.ID).Status; got != sms.StatusDelivered {
+				t.Fatalf("after a receipt signed with the previous secret: %s, want delivered", got)
+			}
+			wantStatus(t, h.receipt(t, receiptSecret, httpprov.ReceiptBody{ProviderMessageID: b.ProviderMessageID, Status: "undelivered"}),
+				http.StatusNoContent)
+			if got := h.status(t, b.ID).Status; got != sms.StatusUndelivered {
+				t.Fatalf("after a receipt signed with the current secret: %s, want undelivered", got)
+			}
+			wantStatus(t, h.receipt(t, previousSecret, httpprov.ReceiptBody{Reference: a.ID, Status: "read"}), http.StatusBadRequest)
+
+			got := metricValues(h.metrics(), "smsgw_receipt_signatures_total")
+			for series, want := range map[string]float64{
+				`smsgw_receipt_signatures_total{adapter="http",secret="previous"}`: 2, // delivered, and the malformed one
+				`smsgw_receipt_signatures_total{adapter="http",secret="current"}`:  1,
+			} {
+				if got[series] != want {
+					t.Errorf("%s = %v, want %v", series, got[series], want)
+				}
+			}
+			if strings.Contains(h.logs.String(), previousSecret) || strings.Contains(h.logs.String(), receiptSecret) {
+				t.Error("a receipt secret in the log")
+			}
+
+			after := start(t, m, func(c *config.Config) { c.Provider.ReceiptSecret = receiptSecret })
+			wantStatus(t, after.receipt(t, previousSecret, httpprov.ReceiptBody{ProviderMessageID: "pm-1", Status: "delivered"}), http.StatusUnauthorized)
+			wantStatus(t, after.receipt(t, receiptSecret, httpprov.ReceiptBody{ProviderMessageID: "pm-1", Status: "delivered"}), http.StatusNoContent)
+		})
+	}
+}

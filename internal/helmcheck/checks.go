@@ -25,6 +25,7 @@ type expectation struct {
 	grafana        bool   // the Grafana dashboard ConfigMap is rendered
 	extraEnv       []string
 	existingSecret []string // KEY=VALUE of a Secret the release refers to but does not render
+	says           []string // what check-config's answer must contain (e.g. "rotation: under way")
 }
 
 // result is a render's configuration, the container's environment and

@@ -215,4 +215,15 @@ func TestRunCallsCheckConfig(t *testing.T) {
 	if err := run(rendered, bin, dir, want, &out); err != nil {
 		t.Errorf("run: %v\n%s", err, out.String())
 	}
+	// -says: what the answer must contain.
+	want.says = []string{"level: info"}
+	out.Reset()
+	if err := run(rendered, bin, dir, want, &out); err != nil {
+		t.Errorf("run, answer saying %q: %v\n%s", want.says, err, out.String())
+	}
+	want.says = []string{"level: info", "rotation: under way"}
+	out.Reset()
+	if err := run(rendered, bin, dir, want, &out); err == nil || !strings.Contains(err.Error(), `does not say "rotation: under way"`) {
+		t.Errorf("run, answer without %q: %v", want.says[1], err)
+	}
 }

@@ -37,6 +37,7 @@ func main() {
 	flag.BoolVar(&want.grafana, "grafana", false, "expect the Grafana dashboard ConfigMap")
 	flag.Var((*multi)(&want.extraEnv), "env", "KEY=VALUE the container gets besides the rendered Secret (repeatable)")
 	flag.Var((*multi)(&want.existingSecret), "existing-secret", "KEY=VALUE of the existingSecret the release refers to (repeatable)")
+	flag.Var((*multi)(&want.says), "says", "text smsgw check-config's answer must contain (repeatable)")
 	flag.Parse()
 	if err := run(*rendered, *bin, *out, want, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -91,6 +92,11 @@ func run(rendered, bin, out string, want expectation, stdout io.Writer) error {
 	}
 	if err != nil {
 		return fmt.Errorf("smsgw check-config refused the rendered configuration: %w", err)
+	}
+	for _, s := range want.says {
+		if !strings.Contains(string(o), s) {
+			return fmt.Errorf("smsgw check-config's answer does not say %q", s)
+		}
 	}
 	return nil
 }

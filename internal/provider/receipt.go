@@ -17,6 +17,10 @@ type Receipt struct {
 	VendorStatus string     // the vendor's own word, for metrics: a closed set per adapter
 	ErrorCode    string     // the vendor's error code, if any
 	At           time.Time  // when the vendor says it happened; zero if it does not say
+	// PreviousSecret: the signature checked with the adapter's previous
+	// secret, not its current one (a rotation under way; the generic
+	// adapter's provider.previous_receipt_secret).
+	PreviousSecret bool
 }
 
 // ErrBadSignature means a receipt request's signature is missing or
@@ -96,6 +100,7 @@ type ReceiptParser interface {
 	// already read, size-limited, into raw, and reads the receipt.
 	// ErrBadSignature for a missing or wrong signature (checked first,
 	// before anything in the body is believed), a *ReceiptError for a
-	// signed but malformed receipt.
+	// signed but malformed receipt; with it, the Receipt still says
+	// which secret signed (PreviousSecret).
 	ParseReceipt(r *http.Request, raw []byte) (Receipt, error)
 }

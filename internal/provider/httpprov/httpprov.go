@@ -71,17 +71,22 @@ type Config struct {
 	// ReceiptSecret keys the HMAC of delivery receipts
 	// (provider.receipt_secret); empty: every receipt is refused.
 	ReceiptSecret string
+	// PreviousReceiptSecret, while ReceiptSecret is rotated
+	// (provider.previous_receipt_secret), is the secret it replaces: a
+	// receipt signed with either is taken. Only beside ReceiptSecret.
+	PreviousReceiptSecret string
 }
 
 // Provider sends through the generic protocol.
 type Provider struct {
-	receiptSecret string
-	name          string
-	url           string
-	token         string
-	tmo           time.Duration
-	client        *http.Client
-	log           *slog.Logger
+	receiptSecret  string
+	previousSecret string // the receipt secret being replaced; "" when none
+	name           string
+	url            string
+	token          string
+	tmo            time.Duration
+	client         *http.Client
+	log            *slog.Logger
 }
 
 var _ provider.Provider = (*Provider)(nil)
@@ -96,7 +101,7 @@ func New(cfg Config) (*Provider, error) {
 		return nil, err
 	}
 	p := &Provider{name: cfg.Name, url: cfg.URL, token: cfg.Token, tmo: c.Timeout, client: c.Client, log: c.Logger,
-		receiptSecret: cfg.ReceiptSecret}
+		receiptSecret: cfg.ReceiptSecret, previousSecret: cfg.PreviousReceiptSecret}
 	if p.name == "" {
 		p.name = "http"
 	}

@@ -15,7 +15,8 @@ import (
 
 // HeaderReceiptSignature carries a generic receipt's signature:
 // "sha256=" and the hex HMAC-SHA256 of the raw body keyed with
-// provider.receipt_secret.
+// provider.receipt_secret (or, while it is rotated,
+// provider.previous_receipt_secret).
 const HeaderReceiptSignature = "X-Smsgw-Receipt-Signature"
 
 // ReceiptBody is a delivery receipt of the generic protocol, POSTed as JSON
@@ -41,26 +42,41 @@ var receiptStatuses = map[string]sms.Status{
 
 // ParseReceipt implements provider.ReceiptParser for the generic protocol.
 func (p *Provider) ParseReceipt(r *http.Request, raw []byte) (provider.Receipt, error) {
-	return parseReceipt(p.receiptSecret, r, raw)
+	return parseReceipt(p.receiptSecret, p.previousSecret, r, raw)
 }
 
-func parseReceipt(secret string, r *http.Request, raw []byte) (provider.Receipt, error) {
-	got := r.Header.Get(HeaderReceiptSignature)
-	if secret == "" || !strings.HasPrefix(got, "sha256=") ||
-		!hmac.Equal([]byte(strings.ToLower(got)), []byte(SignReceipt(secret, raw))) {
+// checkReceiptSignature reports whether got signs raw with secret or,
+// when set, previous (and which: previousSecret), comparing with both in
+// constant time. No secret: nothing checks.
+func checkReceiptSignature(secret, previous, got string, raw []byte) (ok, previousSecret bool) {
+	if secret == "" || !strings.HasPrefix(got, "sha256=") {
+		return false, false
+	}
+	sig := []byte(strings.ToLower(got))
+	cur := hmac.Equal(sig, []byte(SignReceipt(secret, raw)))
+	if previous != "" && hmac.Equal(sig, []byte(SignReceipt(previous, raw))) {
+		return true, true
+	}
+	return cur, false
+}
+
+func parseReceipt(secret, previous string, r *http.Request, raw []byte) (provider.Receipt, error) {
+	ok, prev := checkReceiptSignature(secret, previous, r.Header.Get(HeaderReceiptSignature), raw)
+	if !ok {
 		return provider.Receipt{}, provider.ErrBadSignature
 	}
+	signed := provider.Receipt{PreviousSecret: prev}
 	var b ReceiptBody
 	if err := json.Unmarshal(raw, &b); err != nil {
-		return provider.Receipt{}, &provider.ReceiptError{Field: "body", Reason: "not a JSON receipt"}
+		return signed, &provider.ReceiptError{Field: "body", Reason: "not a JSON receipt"}
 	}
 	st, ok := receiptStatuses[b.Status]
 	if !ok {
-		return provider.Receipt{}, &provider.ReceiptError{Field: "status", Reason: "must be delivered, undelivered or failed"}
+		return signed, &provider.ReceiptError{Field: "status", Reason: "must be delivered, undelivered or failed"}
 	}
 	if b.ProviderMessageID == "" && b.Reference == "" {
-		return provider.Receipt{}, &provider.ReceiptError{Field: "provider_message_id", Reason: "give provider_message_id or reference"}
+		return signed, &provider.ReceiptError{Field: "provider_message_id", Reason: "give provider_message_id or reference"}
 	}
 	return provider.Receipt{ProviderID: b.ProviderMessageID, Reference: b.Reference, Status: st,
-		VendorStatus: b.Status, ErrorCode: b.ErrorCode, At: b.At}, nil
+		VendorStatus: b.Status, ErrorCode: b.ErrorCode, At: b.At, PreviousSecret: prev}, nil
 }

@@ -162,6 +162,9 @@ ConfigMap. Included by the Deployment; fails the render with the reason.
   {{- if or .key .key_sha256 -}}
     {{- fail "config.admin.key / key_sha256 must not be set: use secrets.adminKey or secrets.adminKeySha256 (or existingSecret)." -}}
   {{- end -}}
+  {{- if or .previous_key .previous_key_sha256 -}}
+    {{- fail "config.admin.previous_key / previous_key_sha256 must not be set: use secrets.adminPreviousKey or secrets.adminPreviousKeySha256 (or existingSecret)." -}}
+  {{- end -}}
 {{- end -}}
 {{- with $cfg.redis -}}
   {{- if .password -}}{{- fail "config.redis.password must not be set: use secrets.redisPassword (or existingSecret)." -}}{{- end -}}
@@ -170,17 +173,18 @@ ConfigMap. Included by the Deployment; fails the render with the reason.
 {{- with $cfg.provider -}}
   {{- if .token -}}{{- fail "config.provider.token must not be set: use secrets.providerToken (or existingSecret)." -}}{{- end -}}
   {{- if .receipt_secret -}}{{- fail "config.provider.receipt_secret must not be set: use secrets.receiptSecret (or existingSecret)." -}}{{- end -}}
+  {{- if .previous_receipt_secret -}}{{- fail "config.provider.previous_receipt_secret must not be set: use secrets.previousReceiptSecret (or existingSecret)." -}}{{- end -}}
   {{- with .twilio -}}{{- if or .auth_token .webhook_auth_token -}}{{- fail "config.provider.twilio.auth_token / webhook_auth_token must not be set: use secrets.twilioAuthToken / twilioWebhookAuthToken (or existingSecret)." -}}{{- end -}}{{- end -}}
   {{- with .vonage -}}{{- if or .api_key .api_secret .signature_secret -}}{{- fail "config.provider.vonage.api_key / api_secret / signature_secret must not be set: use secrets.vonageApiKey / vonageApiSecret / vonageSignatureSecret (or existingSecret)." -}}{{- end -}}{{- end -}}
 {{- end -}}
 {{- range $i, $p := .Values.secrets.producers -}}
-  {{- range $k := list "name" "key" "key_sha256" -}}
+  {{- range $k := list "name" "key" "key_sha256" "previous_key" "previous_key_sha256" -}}
     {{- if and (hasKey $p $k) (not (kindIs "string" (get $p $k))) -}}
       {{- fail (printf "secrets.producers[%d].%s must be a string: quote it (YAML reads an all-digit value as a number)" $i $k) -}}
     {{- end -}}
   {{- end -}}
 {{- end -}}
-{{- range $k := list "adminKey" "adminKeySha256" "redisPassword" "redisSentinelPassword" "providerToken" "twilioAuthToken" "vonageApiKey" "vonageApiSecret" "receiptSecret" "twilioWebhookAuthToken" "vonageSignatureSecret" -}}
+{{- range $k := list "adminKey" "adminKeySha256" "adminPreviousKey" "adminPreviousKeySha256" "redisPassword" "redisSentinelPassword" "providerToken" "twilioAuthToken" "vonageApiKey" "vonageApiSecret" "receiptSecret" "previousReceiptSecret" "twilioWebhookAuthToken" "vonageSignatureSecret" -}}
   {{- $v := get $.Values.secrets $k -}}
   {{- if and $v (not (kindIs "string" $v)) -}}
     {{- fail (printf "secrets.%s must be a string: quote it (YAML reads an all-digit value as a number)" $k) -}}

@@ -1,0 +1,171 @@
+package gateway
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"smsgw/internal/config"
+	"smsgw/internal/provider/sim"
+)
+
+// Keys a rotation replaces, and one nobody holds.
+const (
+	keyNotifyOld = "notify-old-key-0123456789"
+	keyAdminOld  = "admin-old-key-0123456789ab"
+	keyStranger  = "stranger-key-0123456789"
+)
+
+func hexSHA256(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
+}
+
+// rotating gives producer notify a previous key in clear and the admin
+// one as its SHA-256.
+func rotating(c *config.Config) {
+	c.Producers[0].PreviousKey = keyNotifyOld
+	c.Admin.PreviousKeySHA256 = hexSHA256(keyAdminOld)
+}
+
+// previousKeyLines are the logged lines that say a previous key is still
+// in use, by principal: each one's uses.
+func previousKeyLines(t testing.TB, logs string) map[string][]float64 {
+	t.Helper()
+	out := map[string][]float64{}
+	for _, l := range strings.Split(logs, "\n") {
+		if !strings.Contains(l, "previous key still in use") {
+			continue
+		}
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Fatalf("log line %q: %v", l, err)
+		}
+		if rec["level"] != "INFO" {
+			t.Errorf("previous key logged at %v, want INFO", rec["level"])
+		}
+		p, _ := rec["principal"].(string)
+		n, _ := rec["uses"].(float64)
+		out[p] = append(out[p], n)
+	}
+	return out
+}
+
+// noKeysIn fails t when text shows a key of the rotation tests, in clear
+// or as its SHA-256.
+func noKeysIn(t testing.TB, what, text string) {
+	t.Helper()
+	for _, k := range []string{keyNotify, keyNotifyOld, keyAdmin, keyAdminOld, keyStranger} {
+		if strings.Contains(text, k) || strings.Contains(text, hexSHA256(k)) || strings.Contains(text, hexSHA256(k)[:16]) {
+			t.Errorf("%s shows a key or its hash (%.8s...)", what, k)
+		}
+	}
+}
+
+// TestPreviousKeyAuthenticates: while producer notify's and the admin's
+// keys are rotated, a request bearing the current or the previous key is
+// that principal (202 on POST /v1/messages, the message its own; 200 on
+// the admin API), any third key is 401 and a producer's previous key is
+// no admin key (403). smsgw_auth_previous_key_total counts the previous
+// keys' uses alone, in series of the rotating principals only, and each
+// principal's use is logged at INFO at most once a minute of the
+// gateway's clock, without the key.
+func TestPreviousKeyAuthenticates(t *testing.T) {
+	for _, m := range modes {
+		t.Run(string(m), func(t *testing.T) {
+			t.Parallel()
+			var ahead atomic.Int64 // how far the gateway's clock runs ahead of the wall clock
+			now := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
+			s := newSim(t, sim.Config{})
+			cfg := testConfig(t, m, s.URL())
+			rotating(&cfg)
+			h := startOpts(t, cfg, s, Options{Now: now})
+			zero := metricValues(h.metrics(), "smsgw_auth_previous_key_total")
+			if len(zero) != 2 || zero[`smsgw_auth_previous_key_total{principal="notify"}`] != 0 || zero[`smsgw_auth_previous_key_total{principal="admin"}`] != 0 {
+				t.Errorf("before any request: %v, want the rotating principals' series at 0", zero)
+			}
+
+			cur := accepted(t, h.post("/v1/messages", keyNotify, msg("transactional")))
+			var old []acceptedMessage
+			for range 3 {
+				old = append(old, accepted(t, h.post("/v1/messages", keyNotifyOld, msg("transactional"))))
+			}
+			// The previous key's messages are notify's: its current key reads
+			// them, and the other way round.
+			wantStatus(t, h.get("/v1/messages/"+old[0].ID, keyNotify), http.StatusOK)
+			wantStatus(t, h.get("/v1/messages/"+cur.ID, keyNotifyOld), http.StatusOK)
+			wantStatus(t, h.get("/v1/messages/"+old[0].ID, keySlow), http.StatusNotFound)
+			wantStatus(t, h.post("/v1/messages", keyStranger, msg("transactional")), http.StatusUnauthorized)
+			wantStatus(t, h.post("/v1/messages", keyAdminOld, msg("transactional")), http.StatusUnauthorized)
+			accepted(t, h.post("/v1/messages", keySlow, msg("transactional"))) // a producer that is not rotating
+
+			wantStatus(t, h.get("/v1/admin/stats", keyAdmin), http.StatusOK)
+			wantStatus(t, h.get("/v1/admin/stats", keyAdminOld), http.StatusOK)
+			wantStatus(t, h.get("/v1/admin/stats", keyAdminOld), http.StatusOK)
+			wantStatus(t, h.get("/v1/admin/stats", keyStranger), http.StatusUnauthorized)
+			wantStatus(t, h.get("/v1/admin/stats", keyNotifyOld), http.StatusForbidden)
+
+			// notify: 3 POSTs and 1 GET with its previous key; admin: 2 GETs.
+			want := map[string]float64{
+				`smsgw_auth_previous_key_total{principal="notify"}`: 4,
+				`smsgw_auth_previous_key_total{principal="admin"}`:  2,
+			}
+			got := metricValues(h.metrics(), "smsgw_auth_previous_key_total")
+			if len(got) != len(want) {
+				t.Errorf("series %v, want only those of the rotating principals %v", got, want)
+			}
+			for series, v := range want {
+				if got[series] != v {
+					t.Errorf("%s = %v, want %v", series, got[series], v)
+				}
+			}
+			lines := previousKeyLines(t, h.logs.String())
+			if len(lines["notify"]) != 1 || len(lines["admin"]) != 1 || len(lines) != 2 {
+				t.Errorf("previous-key lines %v, want one for notify and one for admin within the minute", lines)
+			}
+
+			// A minute later on the gateway's clock, the next use is logged
+			// again, with the uses left out since the last line.
+			ahead.Store(int64(time.Minute + time.Second))
+			wantStatus(t, h.get("/v1/messages/"+old[1].ID, keyNotifyOld), http.StatusOK)
+			wantStatus(t, h.get("/v1/admin/stats", keyAdmin), http.StatusOK) // the current key: no line
+			lines = previousKeyLines(t, h.logs.String())
+			if n := lines["notify"]; len(n) != 2 || n[0] != 1 || n[1] != 4 {
+				t.Errorf("notify's lines say %v uses, want [1 4] (the first use, then the three since)", n)
+			}
+			if n := lines["admin"]; len(n) != 1 {
+				t.Errorf("admin's lines say %v uses, want one line: no use of its previous key since", n)
+			}
+			noKeysIn(t, "the log", h.logs.String())
+			noKeysIn(t, "/metrics", h.metrics())
+		})
+	}
+}
+
+// TestPreviousKeyRemoved: once the pods run a configuration without
+// previous_key (the rotation's last step), the old keys are 401 and the
+// new ones still work; the counter's series is gone with them.
+func TestPreviousKeyRemoved(t *testing.T) {
+	for _, m := range modes {
+		t.Run(string(m), func(t *testing.T) {
+			t.Parallel()
+			before := start(t, m, rotating)
+			accepted(t, before.post("/v1/messages", keyNotifyOld, msg("transactional")))
+			wantStatus(t, before.get("/v1/admin/stats", keyAdminOld), http.StatusOK)
+
+			after := start(t, m, nil)
+			wantStatus(t, after.post("/v1/messages", keyNotifyOld, msg("transactional")), http.StatusUnauthorized)
+			wantStatus(t, after.get("/v1/admin/stats", keyAdminOld), http.StatusUnauthorized)
+			accepted(t, after.post("/v1/messages", keyNotify, msg("transactional")))
+			wantStatus(t, after.get("/v1/admin/stats", keyAdmin), http.StatusOK)
+			if got := metricValues(after.metrics(), "smsgw_auth_previous_key_total"); len(got) != 0 {
+				t.Errorf("series without a rotation: %v", got)
+			}
+		})
+	}
+}
