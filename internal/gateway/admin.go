@@ -1,14 +1,20 @@
 package gateway
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
 
+	"smsgw/internal/limiter"
+	"smsgw/internal/queue"
 	"smsgw/internal/sms"
 )
 
@@ -34,24 +40,31 @@ type countersInfo struct {
 }
 
 type providerStats struct {
-	Name              string  `json:"name"`
-	SentPerSecond     float64 `json:"sent_per_second"`
-	RateScope         string  `json:"rate_scope"` // shared | process
-	TargetRPS         float64 `json:"target_rps"`
-	ContractRPS       float64 `json:"contract_rps"`
-	ThrottledTotal    int64   `json:"throttled_total"`
-	ThrottledInWindow int64   `json:"throttled_in_window"`
-	GuardActivateAt   int64   `json:"guard_activate_at"`
-	SuspendAfter      int     `json:"suspend_after"`
-	WindowSeconds     float64 `json:"window_seconds"`
-	GuardActive       bool    `json:"guard_active"`
+	Name string `json:"name"`
+	// SentPerSecond and ThrottledTotal come from the counters: nil (absent)
+	// when they could not be read. The rest is this replica's own.
+	SentPerSecond     *float64 `json:"sent_per_second,omitempty"`
+	RateScope         string   `json:"rate_scope"` // shared | process
+	TargetRPS         float64  `json:"target_rps"`
+	ContractRPS       float64  `json:"contract_rps"`
+	ThrottledTotal    *int64   `json:"throttled_total,omitempty"`
+	ThrottledInWindow int64    `json:"throttled_in_window"`
+	GuardActivateAt   int64    `json:"guard_activate_at"`
+	SuspendAfter      int      `json:"suspend_after"`
+	WindowSeconds     float64  `json:"window_seconds"`
+	GuardActive       bool     `json:"guard_active"`
 }
 
 type otpStats struct {
-	LatencyP50MS     *float64 `json:"latency_p50_ms,omitempty"`
-	LatencyP99MS     *float64 `json:"latency_p99_ms,omitempty"`
-	LatencySamples   int      `json:"latency_samples"`
-	UnavailableTotal int64    `json:"unavailable_total"`
+	LatencyP50MS   *float64 `json:"latency_p50_ms,omitempty"`
+	LatencyP99MS   *float64 `json:"latency_p99_ms,omitempty"`
+	LatencySamples int      `json:"latency_samples"`
+	// UnavailableTotal is the counters' (scope as counters): nil (absent)
+	// when they could not be read.
+	UnavailableTotal *int64 `json:"unavailable_total,omitempty"`
+	// ReplicaUnavailableTotal is this process's own count since it
+	// started, known without the shared store.
+	ReplicaUnavailableTotal int64 `json:"replica_unavailable_total"`
 }
 
 type replicaStats struct {
@@ -75,18 +88,25 @@ type limiterStats struct {
 	Keys             []limiterKey `json:"keys"`
 }
 
+// statsResponse is the answer of GET /v1/admin/stats. The sections read
+// from the store (see the section names below) are nil, and absent, when
+// the store could not answer; Unavailable names them. Everything else is
+// this replica's own view and always present.
 type statsResponse struct {
-	Classes  map[string]classStats `json:"classes"`
-	Limiter  limiterStats          `json:"limiter"`
-	Pause    pauseState            `json:"pause"`
-	Counters countersInfo          `json:"counters"`
-	Provider providerStats         `json:"provider"`
-	OTP      otpStats              `json:"otp"`
-	Replica  replicaStats          `json:"replica"`
+	// Unavailable names the sections left out (never null; empty when the
+	// answer is whole).
+	Unavailable []string              `json:"unavailable"`
+	Classes     map[string]classStats `json:"classes,omitempty"`
+	Limiter     limiterStats          `json:"limiter"`
+	Pause       pauseState            `json:"pause"`
+	Counters    *countersInfo         `json:"counters,omitempty"`
+	Provider    providerStats         `json:"provider"`
+	OTP         otpStats              `json:"otp"`
+	Replica     replicaStats          `json:"replica"`
 	// Callbacks is the outbox of status callbacks (shared with Redis).
-	Callbacks callbackStats `json:"callbacks"`
+	Callbacks *callbackStats `json:"callbacks,omitempty"`
 	// Protection's refusals (scope: Counters) and the suppression list.
-	Protection protectionStats `json:"protection"`
+	Protection *protectionStats `json:"protection,omitempty"`
 }
 
 type protectionStats struct {
@@ -100,52 +120,158 @@ type callbackStats struct {
 	OldestAgeSeconds float64 `json:"oldest_age_seconds"`
 }
 
+// The sections of the stats answer that come from the store (Redis, or
+// the embedded store) and are left out, and named in unavailable, when it
+// cannot be read. What each needs:
+//
+//   - classes: the counters (the *_total figures) and the queue (depths,
+//     dead letters, oldest age); the queue is read only after the counters;
+//   - counters: the counters (their scope and since);
+//   - callbacks: the callback outbox;
+//   - protection: the counters (refusals) and the suppression list's size.
+//
+// The counters also carry provider.sent_per_second, provider.throttled_total
+// and otp.unavailable_total, absent with them. The limiter, the pause, OTP
+// latency, the guard's window, the provider's settings and the replica are
+// this process's and always answered.
+const (
+	sectionClasses    = "classes"
+	sectionCounters   = "counters"
+	sectionCallbacks  = "callbacks"
+	sectionProtection = "protection"
+)
+
+// sharedReads is what one stats answer read from the store; an err is the
+// reason its figures are missing.
+type sharedReads struct {
+	tot            totals
+	since          time.Time
+	totErr         error
+	queue          map[sms.Class]queue.ClassStats
+	queueErr       error // nil and queue unread when totErr is set
+	outbox         queue.OutboxStats
+	outboxErr      error
+	suppressions   int
+	suppressionErr error
+}
+
+// readShared reads the store's figures concurrently. With Redis they share
+// one deadline of redis.timeout: a Redis that does not answer costs the
+// answer one timeout, not one (with go-redis's retries, several) per read.
+// The embedded store is this process's file; its reads are not bounded.
+func (s *server) readShared(ctx context.Context) sharedReads {
+	if s.cfg.Redis.Enabled() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.Redis.Timeout)
+		defer cancel()
+	}
+	var out sharedReads
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		// Counters before the queue: the dispatcher counts an outcome only
+		// after the store recorded it, so every outcome counted here is
+		// already in the queue figures read next. Read the other way round,
+		// a dead letter ended between the two reads was counted but still
+		// shown leased. Without the counters there are no classes to show,
+		// so the queue is not read.
+		if out.tot, _, out.since, out.totErr = s.live.totals.read(ctx); out.totErr != nil {
+			return
+		}
+		if out.queue, out.queueErr = s.queue.Stats(ctx); out.queueErr != nil {
+			out.queueErr = fmt.Errorf("queue stats: %w", out.queueErr)
+		}
+	})
+	wg.Go(func() {
+		if out.outbox, out.outboxErr = s.callbacks.outbox.OutboxStats(ctx); out.outboxErr != nil {
+			out.outboxErr = fmt.Errorf("outbox stats: %w", out.outboxErr)
+		}
+	})
+	wg.Go(func() {
+		if out.suppressions, out.suppressionErr = s.protect.sup.Count(ctx); out.suppressionErr != nil {
+			out.suppressionErr = fmt.Errorf("suppressions: %w", out.suppressionErr)
+		}
+	})
+	wg.Wait()
+	return out
+}
+
+// adminStats answers what this replica could read: 200 with the sections
+// the store answered for and the names of the others in unavailable, so
+// that during an outage the operator still sees the limiter, the pause, OTP
+// latency and the provider from this replica.
 func (s *server) adminStats(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	// Counters before the queue: the dispatcher counts an outcome only after
-	// the store recorded it, so every outcome counted here is already in the
-	// queue figures read next. Read the other way round, a dead letter ended
-	// between the two reads was counted but still shown leased.
-	tot, scope, since, err := s.live.totals.read(ctx)
-	if err != nil {
-		s.writeError(w, r, err)
+	// The limiter answers from its local fallback when Redis does not
+	// (within its own redis.timeout), so it runs beside the store's reads,
+	// not after them; it fails only when the request itself ended.
+	var (
+		ls    limiter.State
+		lsErr error
+		wg    sync.WaitGroup
+	)
+	wg.Go(func() { ls, lsErr = s.limiter.State(ctx) })
+	sh := s.readShared(ctx)
+	wg.Wait()
+	if lsErr != nil {
+		s.writeError(w, r, fmt.Errorf("limiter state: %w", lsErr))
 		return
 	}
-	qs, err := s.queue.Stats(ctx)
-	if err != nil {
-		s.writeError(w, r, fmt.Errorf("queue stats: %w", err))
-		return
+
+	out := statsResponse{Unavailable: []string{}, Pause: s.pause.state()}
+	var failed []error
+	miss := func(section string, errs ...error) {
+		out.Unavailable = append(out.Unavailable, section)
+		for _, err := range errs {
+			if err != nil {
+				failed = append(failed, fmt.Errorf("%s: %w", section, err))
+			}
+		}
 	}
-	ls, err := s.limiter.State(ctx)
-	if err != nil {
-		s.writeError(w, r, fmt.Errorf("limiter state: %w", err))
-		return
+	tot, counted := sh.tot, sh.totErr == nil
+	switch {
+	case counted && sh.queueErr == nil:
+		out.Classes = map[string]classStats{}
+		for _, c := range sms.Classes {
+			st, t := sh.queue[c], tot.classes[c]
+			out.Classes[c.String()] = classStats{Ready: st.Ready, Scheduled: st.Scheduled, Leased: st.Leased,
+				Dead: st.Dead, OldestAgeSeconds: st.OldestAge.Seconds(),
+				SentTotal: t.Sent, FailedTotal: t.Failed, ExpiredTotal: t.Expired, DeadTotal: t.Dead,
+				DeliveryRatio: s.metrics.receipts.recentRatio(c)}
+		}
+	case counted:
+		miss(sectionClasses, sh.queueErr)
+	default:
+		miss(sectionClasses) // its reason is the counters', logged once below
 	}
-	cs, err := s.callbacks.outbox.OutboxStats(ctx)
-	if err != nil {
-		s.writeError(w, r, fmt.Errorf("outbox stats: %w", err))
-		return
+	if counted {
+		out.Counters = &countersInfo{Scope: s.live.totals.scope, Since: sh.since.UTC()}
+	} else {
+		miss(sectionCounters, sh.totErr)
 	}
-	out := statsResponse{Classes: map[string]classStats{}, Pause: s.pause.state(),
-		Counters:  countersInfo{Scope: scope, Since: since.UTC()},
-		Callbacks: callbackStats{Backlog: cs.Backlog, Dead: cs.Dead, OldestAgeSeconds: cs.OldestAge.Seconds()}}
-	for _, c := range sms.Classes {
-		st, t := qs[c], tot.classes[c]
-		out.Classes[c.String()] = classStats{Ready: st.Ready, Scheduled: st.Scheduled, Leased: st.Leased,
-			Dead: st.Dead, OldestAgeSeconds: st.OldestAge.Seconds(),
-			SentTotal: t.Sent, FailedTotal: t.Failed, ExpiredTotal: t.Expired, DeadTotal: t.Dead,
-			DeliveryRatio: s.metrics.receipts.recentRatio(c)}
+	if sh.outboxErr == nil {
+		out.Callbacks = &callbackStats{Backlog: sh.outbox.Backlog, Dead: sh.outbox.Dead, OldestAgeSeconds: sh.outbox.OldestAge.Seconds()}
+	} else {
+		miss(sectionCallbacks, sh.outboxErr)
 	}
+	if counted && sh.suppressionErr == nil {
+		out.Protection = protectionOf(tot, sh.suppressions)
+	} else {
+		miss(sectionProtection, sh.suppressionErr)
+	}
+
 	snap := s.live.snap()
 	g := s.cfg.Dispatch.SuspensionGuard
-	out.Provider = providerStats{Name: s.live.providerName, SentPerSecond: s.live.totals.rate(), RateScope: scope,
+	out.Provider = providerStats{Name: s.live.providerName, RateScope: s.live.totals.scope,
 		TargetRPS: s.cfg.Limits.TargetRPS, ContractRPS: s.cfg.Provider.ContractRPS,
-		ThrottledTotal: tot.throttled, ThrottledInWindow: snap.GuardCount, GuardActivateAt: snap.GuardActivateAt,
+		ThrottledInWindow: snap.GuardCount, GuardActivateAt: snap.GuardActivateAt,
 		SuspendAfter: g.Threshold, WindowSeconds: g.Window.Seconds(), GuardActive: snap.GuardActive}
-	out.OTP = otpStats{UnavailableTotal: tot.otpRefused}
-	if out.Protection, err = s.protectionStats(ctx, tot); err != nil {
-		s.writeError(w, r, err)
-		return
+	out.OTP = otpStats{ReplicaUnavailableTotal: snap.SendNow.Refused()}
+	if counted {
+		// The rate is sampled from the stored totals: while they cannot be
+		// read it is the rate from before, not a current figure.
+		rate := s.live.totals.rate()
+		out.Provider.SentPerSecond, out.Provider.ThrottledTotal = &rate, &tot.throttled
+		out.OTP.UnavailableTotal = &tot.otpRefused
 	}
 	if q, n := s.live.otp.quantiles(0.5, 0.99); n > 0 {
 		p50, p99 := ms(q[0]), ms(q[1])
@@ -158,6 +284,12 @@ func (s *server) adminStats(w http.ResponseWriter, r *http.Request) {
 	for _, k := range ls.Keys {
 		out.Limiter.Keys = append(out.Limiter.Keys, limiterKey{Name: k.Name, AheadMS: k.Ahead.Milliseconds(),
 			RatePerSecond: k.Rate.PerSecond, Burst: k.Rate.Burst})
+	}
+	if len(out.Unavailable) > 0 && ctx.Err() == nil {
+		// One line per answer; the errors are the store's (addresses,
+		// timeouts), never a number, a body or a key.
+		s.log.WarnContext(ctx, "stats: answered without what the store could not give", "unavailable", out.Unavailable,
+			"request_id", middleware.GetReqID(ctx), "err", errors.Join(failed...))
 	}
 	writeJSON(w, s.log, "application/json", http.StatusOK, out)
 }

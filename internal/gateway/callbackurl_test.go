@@ -181,13 +181,13 @@ func TestCallbacksDelivered(t *testing.T) {
 				}
 			}
 			var st struct {
-				Callbacks struct{ Backlog, Dead int64 } `json:"callbacks"`
+				Callbacks *struct{ Backlog, Dead int64 } `json:"callbacks"` // absent: not read
 			}
 			eventually(t, "an empty outbox in the stats", func() bool {
 				s := h.get("/v1/admin/stats", keyAdmin)
 				wantStatus(t, s, http.StatusOK)
 				s.json(t, &st)
-				return st.Callbacks.Backlog == 0
+				return st.Callbacks != nil && st.Callbacks.Backlog == 0
 			})
 		})
 	}

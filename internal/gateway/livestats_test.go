@@ -16,12 +16,16 @@ import (
 	"smsgw/internal/state"
 )
 
+// stats is a whole stats answer: every section read (unavailable empty).
 func (h *harness) stats() statsResponse {
 	h.t.Helper()
 	r := h.get("/v1/admin/stats", keyAdmin)
 	wantStatus(h.t, r, http.StatusOK)
 	var st statsResponse
 	r.json(h.t, &st)
+	if len(st.Unavailable) != 0 {
+		h.t.Fatalf("a partial stats answer (unavailable %v): %s", st.Unavailable, r.body)
+	}
 	return st
 }
 
@@ -44,10 +48,11 @@ func TestStatsFiguresFollowTraffic(t *testing.T) {
 			pv := st.Provider
 			if st.Counters.Scope != wantScope || pv.RateScope != wantScope || pv.TargetRPS != 90 || pv.ContractRPS != 100 ||
 				pv.SuspendAfter != 300 || pv.WindowSeconds != 600 || pv.GuardActivateAt != 150 || pv.GuardActive ||
-				pv.ThrottledTotal != 0 || pv.ThrottledInWindow != 0 || pv.Name == "" {
+				*pv.ThrottledTotal != 0 || pv.ThrottledInWindow != 0 || pv.Name == "" {
 				t.Errorf("fresh counters %+v provider %+v", st.Counters, pv)
 			}
-			if st.OTP.LatencyP99MS != nil || st.OTP.LatencySamples != 0 || st.OTP.UnavailableTotal != 0 {
+			if st.OTP.LatencyP99MS != nil || st.OTP.LatencySamples != 0 || *st.OTP.UnavailableTotal != 0 ||
+				st.OTP.ReplicaUnavailableTotal != 0 {
 				t.Errorf("fresh otp %+v", st.OTP)
 			}
 			rep := st.Replica
@@ -91,7 +96,7 @@ func TestStatsFiguresFollowTraffic(t *testing.T) {
 				*st.OTP.LatencyP99MS < *st.OTP.LatencyP50MS || *st.OTP.LatencyP99MS <= 0 || *st.OTP.LatencyP99MS > 1000 {
 				t.Errorf("otp latency %+v", st.OTP)
 			}
-			eventually(t, "a send rate", func() bool { return h.stats().Provider.SentPerSecond > 0 })
+			eventually(t, "a send rate", func() bool { return *h.stats().Provider.SentPerSecond > 0 })
 
 			// The provider throttles: the OTP answers 503, the 429 is
 			// counted, and the guard's window holds it.
@@ -101,7 +106,8 @@ func TestStatsFiguresFollowTraffic(t *testing.T) {
 			}
 			wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusServiceUnavailable)
 			st = h.stats()
-			if st.Provider.ThrottledTotal != 1 || st.Provider.ThrottledInWindow != 1 || st.OTP.UnavailableTotal != 1 {
+			if *st.Provider.ThrottledTotal != 1 || st.Provider.ThrottledInWindow != 1 || *st.OTP.UnavailableTotal != 1 ||
+				st.OTP.ReplicaUnavailableTotal != 1 {
 				t.Errorf("after one 429: provider %+v otp %+v", st.Provider, st.OTP)
 			}
 		})

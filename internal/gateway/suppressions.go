@@ -197,16 +197,12 @@ func (s *server) suppressionID(ctx context.Context, e164 string) (string, error)
 	return numberID(key, e164), nil
 }
 
-// protectionStats is the stats answer's protection part.
-func (s *server) protectionStats(ctx context.Context, tot totals) (protectionStats, error) {
-	out := protectionStats{Refused: map[string]int64{}}
+// protectionOf is the stats answer's protection part: the refusals
+// counted in tot and the suppression list's size.
+func protectionOf(tot totals, suppressions int) *protectionStats {
+	out := &protectionStats{Refused: map[string]int64{}, Suppressions: suppressions}
 	for r := range nRefusals {
 		out.Refused[r.String()] = tot.refused[r]
 	}
-	n, err := s.protect.sup.Count(ctx)
-	if err != nil {
-		return out, suppressionsUnavailable(err)
-	}
-	out.Suppressions = n
-	return out, nil
+	return out
 }

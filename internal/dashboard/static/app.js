@@ -2,7 +2,10 @@
 // errors) and renders what it gets. No framework and no third-party code.
 // The DOM is built from elements and text nodes only: the page's CSP
 // requires Trusted Types, so any HTML string sink would throw. Figures the
-// API does not report are shown as "—", never guessed.
+// API does not report are shown as "—", never guessed. When the gateway
+// could not read part of its state (Redis down: stats.unavailable), the
+// page says so in a banner and shows the rest, this replica's own view;
+// what is missing is shown as unavailable, never as 0.
 
 const KEY_STORAGE = 'smsgw.adminKey';
 const POLL_MS = 2000;
@@ -22,6 +25,9 @@ const DRAIN_SLOW_S = 6 * 3600; // a backlog that takes longer to drain is a prob
 const SVG_NS = 'http://www.w3.org/2000/svg';
 // Relative to /dashboard/, so the page also works behind a path prefix.
 const API = '../v1/admin/';
+// The sections of the stats answer the gateway may leave out (it names
+// them in unavailable), as the outage banner names them.
+const SECTION_NAMES = { classes: 'queue depths', counters: 'totals', callbacks: 'callbacks', protection: 'protection' };
 
 const $ = (id) => document.getElementById(id);
 
@@ -39,6 +45,7 @@ const state = {
   session: 0, // bumped on every sign-in and sign-out; late answers of an old session are dropped
   stats: null,
   dead: null,
+  deadErr: '', // why the last dead-letter list could not be read; '' when it was
   deadSig: '',
   lastOK: 0,
   lastErr: '',
@@ -50,7 +57,7 @@ const state = {
   again: false,
   prevSent: null, // {t, total} for a rate from sent_total counters
   rate: null,
-  otp503: null, // {total, grewAt}: when the fast path's 503 count last grew
+  otp503: null, // {total, scope, grewAt}: when the fast path's 503 count last grew
   history: null, // the last GET history answer
   historyAt: 0, // when it arrived
   historyErr: '',
@@ -157,7 +164,23 @@ function classNames(classes) {
   return CLASS_ORDER.filter((c) => c in classes).concat(extra);
 }
 
-const queued = (c) => (num(c.ready) ?? 0) + (num(c.scheduled) ?? 0) + (num(c.leased) ?? 0);
+// queued is ready + scheduled + in flight; null when none is reported.
+function queued(c) {
+  const parts = [c?.ready, c?.scheduled, c?.leased].map(num);
+  return parts.every((v) => v === null) ? null : parts.reduce((a, v) => a + (v ?? 0), 0);
+}
+
+// missing lists the sections the gateway could not read for this answer.
+const missing = (s) => (Array.isArray(s.unavailable) ? s.unavailable : []);
+
+// otp503Of is the fast path's 503 count: every replica's (the counters)
+// when the gateway could read them, else the answering replica's own.
+function otp503Of(s) {
+  const shared = num(s.otp?.unavailable_total);
+  if (shared !== null) return { total: shared, scope: 'shared' };
+  const own = num(s.otp?.replica_unavailable_total);
+  return own === null ? null : { total: own, scope: 'replica' };
+}
 
 // sendRate is the provider's achieved rate: reported directly, or derived
 // from per-class sent_total counters between two polls; null when neither.
@@ -177,24 +200,27 @@ function sendRate(s, now) {
   return state.rate;
 }
 
-// otp503Growing tells whether the fast path's 503 count grew within
-// OTP_503_RECENT_MS. The first sample only sets the baseline: 503s from
-// before the page opened are history, not news.
-function otp503Growing(total, now) {
-  if (total === null) {
+// otp503Growing tells whether the fast path's 503 count (otp503Of) grew
+// within OTP_503_RECENT_MS. The first sample only sets the baseline: 503s
+// from before the page opened are history, not news; so does a change of
+// scope (the shared count lost in an outage or back after it).
+function otp503Growing(cur, now) {
+  if (cur === null) {
     state.otp503 = null;
     return false;
   }
+  const { total, scope } = cur;
   const prev = state.otp503;
-  if (!prev || total < prev.total) state.otp503 = { total, grewAt: 0 };
-  else if (total > prev.total) state.otp503 = { total, grewAt: now };
+  if (!prev || prev.scope !== scope || total < prev.total) state.otp503 = { total, scope, grewAt: 0 };
+  else if (total > prev.total) state.otp503 = { total, scope, grewAt: now };
   return state.otp503.grewAt > 0 && now - state.otp503.grewAt < OTP_503_RECENT_MS;
 }
 
 function renderTiles(s, now, rate) {
+  const depths = !!s.classes; // false: the gateway could not read the queue
   const classes = s.classes || {};
   const all = Object.values(classes);
-  const backlog = all.reduce((a, c) => a + queued(c), 0);
+  const backlog = all.reduce((a, c) => a + (queued(c) ?? 0), 0);
   const ready = all.reduce((a, c) => a + (num(c.ready) ?? 0), 0);
   const oldest = Math.max(0, ...all.map((c) => num(c.oldest_age_seconds) ?? 0));
   const paused = s.pause?.paused === true;
@@ -202,8 +228,9 @@ function renderTiles(s, now, rate) {
   const mode = s.limiter?.mode;
   const rateText = `rate ${fmtRate(rate)}`;
 
-  if (paused) tile('sending', 'bad', 'NO', `paused by an operator · ${fmtInt(backlog)} queued`);
+  if (paused) tile('sending', 'bad', 'NO', `paused by an operator · ${depths ? `${fmtInt(backlog)} queued` : 'queue depth unavailable'}`);
   else if (holdMs > 0) tile('sending', 'warn', 'HELD', `provider answered 429: every replica waits ${fmtMs(holdMs)}`);
+  else if (!depths) tile('sending', 'unknown', '—', `queue depth unavailable · ${rateText}`);
   else if (rate === 0 && ready > 0) tile('sending', 'bad', 'STALLED', `${fmtInt(backlog)} queued, nothing sent`);
   else if (ready > 0 && oldest > BACKLOG_SLOW_S) tile('sending', 'warn', 'SLOW', `${fmtInt(backlog)} queued, oldest waits ${fmtSecs(oldest)} · ${rateText}`);
   else if (backlog > 0 || rate > 0) tile('sending', 'ok', 'YES', `${fmtInt(backlog)} queued · ${rateText}`);
@@ -222,18 +249,23 @@ function renderTiles(s, now, rate) {
   else if (mode === 'local') tile('redis', 'none', 'NOT USED', 'embedded store: one replica, local limiter');
   else tile('redis', 'unknown', '—', 'limiter mode not reported');
 
+  // Without the queue's figures the tile judges what this replica knows:
+  // its OTP latency, its 503s, the pause and the 429 hold.
   const otp = classes.otp || {};
-  const otpQueued = queued(otp);
+  const otpQueued = depths ? (queued(otp) ?? 0) : null;
   const otpAge = num(otp.oldest_age_seconds) ?? 0;
   const p99 = num(s.otp?.latency_p99_ms);
   const p99Text = p99 === null ? 'no OTP sent yet' : `p99 ${fmtMs(p99)}`;
-  const refusedRecently = otp503Growing(num(s.otp?.unavailable_total), now);
+  const o503 = otp503Of(s);
+  const refusedRecently = otp503Growing(o503, now);
+  const waiting = otpQueued === null ? 'queue unavailable' : otpQueued ? fmtInt(otpQueued) + ' queued' : 'none waiting';
   if (paused) tile('otp', 'bad', 'BLOCKED', 'paused: POST /v1/otp answers 503');
-  else if (refusedRecently) tile('otp', 'bad', 'BLOCKED', `POST /v1/otp answers 503 (${fmtInt(s.otp.unavailable_total)} so far) · ${p99Text}`);
-  else if (holdMs > 0) tile('otp', 'warn', 'HELD', `provider 429 hold, ${fmtMs(holdMs)} left`);
+  else if (refusedRecently) {
+    tile('otp', 'bad', 'BLOCKED', `POST /v1/otp answers 503 (${fmtInt(o503.total)} so far${o503.scope === 'replica' ? ' on this replica' : ''}) · ${p99Text}`);
+  } else if (holdMs > 0) tile('otp', 'warn', 'HELD', `provider 429 hold, ${fmtMs(holdMs)} left`);
   else if (otpQueued > 0 && otpAge > OTP_LATE_S) tile('otp', otpAge > OTP_VERY_LATE_S ? 'bad' : 'warn', 'LATE', `oldest queued OTP waits ${fmtSecs(otpAge)} · ${p99Text}`);
-  else if (p99 !== null && p99 >= OTP_P99_SLOW_MS) tile('otp', 'warn', 'SLOW', `${p99Text}, want under ${OTP_P99_SLOW_MS} ms`);
-  else tile('otp', 'ok', 'OK', `${otpQueued ? fmtInt(otpQueued) + ' queued' : 'none waiting'} · ${p99Text}`);
+  else if (p99 !== null && p99 >= OTP_P99_SLOW_MS) tile('otp', 'warn', 'SLOW', `${p99Text}, want under ${OTP_P99_SLOW_MS} ms · ${waiting}`);
+  else tile('otp', 'ok', 'OK', `${waiting} · ${p99Text}`);
 
   // The tab title carries the alarms, for a page left open in the background.
   const names = { sending: 'Sending', pause: '', redis: 'Redis', otp: 'OTP' };
@@ -250,12 +282,15 @@ function fmtRatio(r) {
 }
 
 function renderQueues(s) {
-  const classes = s.classes || {};
+  // Without the queue's figures each class still has its row, every figure
+  // "—" (unavailable), so that no one reads an empty queue.
+  const depths = !!s.classes;
+  const classes = s.classes || Object.fromEntries(CLASS_ORDER.map((c) => [c, {}]));
   const rows = classNames(classes).map((name) => {
     const c = classes[name] || {};
     // data-label names the column where a phone shows each row as a list.
     const td = (field, label, text) => el('td', { class: 'num', data: { field, label } }, text);
-    return el('tr', { data: { class: name } },
+    return el('tr', { data: { class: name, unavailable: String(!depths) } },
       el('th', { scope: 'row', data: { label: 'Class' } }, name),
       td('queued', 'Queued', fmtInt(queued(c))),
       td('ready', 'Ready', fmtInt(c.ready)),
@@ -271,7 +306,7 @@ function renderQueues(s) {
   if (rows.length === 0) rows.push(el('tr', { class: 'empty' }, el('td', { colspan: '11' }, 'No classes reported.')));
   document.querySelector('#queues tbody').replaceChildren(...rows);
   const ct = s.counters;
-  $('counters-scope').textContent = !ct ? 'Sent, failed, expired: not reported.'
+  $('counters-scope').textContent = !ct ? `Sent, failed, expired: ${missing(s).includes('counters') ? 'unavailable' : 'not reported'}.`
     : `Sent, failed, expired: since ${fmtDateTime(ct.since)}, ${ct.scope === 'shared' ? 'all replicas' : 'this process only'}.`;
 }
 
@@ -313,7 +348,8 @@ function renderProvider(s, rate) {
   const target = num(p.target_rps);
   // Green up to the target, red above it (the gateway should never be there).
   setMeter('pv-rate-meter', rate, contract, target, target, 0);
-  $('pv-rate-scope').textContent = num(p.sent_per_second) === null ? ''
+  $('pv-rate-scope').textContent = num(p.sent_per_second) === null
+    ? (missing(s).includes('counters') ? 'Send rate and 429 total unavailable (they come from the totals).' : '')
     : `Messages per second over the last 10 s, ${p.rate_scope === 'shared' ? 'all replicas' : 'this replica only'}.`;
 
   const win = num(p.throttled_in_window);
@@ -329,7 +365,8 @@ function renderProvider(s, rate) {
   $('pv-429').textContent = fmtInt(p.throttled_total);
   $('pv-otp-p50').textContent = fmtMs(num(o.latency_p50_ms));
   $('pv-otp-p99').textContent = fmtMs(num(o.latency_p99_ms));
-  $('pv-otp-503').textContent = fmtInt(o.unavailable_total);
+  const o503 = otp503Of(s);
+  $('pv-otp-503').textContent = o503 === null ? '—' : fmtInt(o503.total) + (o503.scope === 'replica' ? ' (this replica)' : '');
   renderCallbacks(s.callbacks);
 }
 
@@ -343,7 +380,7 @@ function renderCallbacks(c) {
   b.dataset.value = backlog === null ? '' : String(backlog);
   const dead = num(c?.dead);
   $('cb-dead').textContent = dead === null ? '—' : fmtInt(dead);
-  $('cb-dead').dataset.state = dead > 0 ? 'bad' : 'ok';
+  $('cb-dead').dataset.state = dead === null ? '' : dead > 0 ? 'bad' : 'ok';
 }
 
 const REFUSAL_REASONS = ['country', 'number_type', 'suppressed', 'otp_per_number'];
@@ -364,12 +401,24 @@ function renderReplica(s) {
   e.textContent = `Answered by replica ${r.owner} · up ${fmtSecs(r.uptime_seconds)} · ${store}`;
 }
 
-function renderDead(s, d) {
-  const total = Object.values(s.classes || {}).reduce((a, c) => a + (num(c.dead) ?? 0), 0);
+// renderDead shows the dead letters; err (the list could not be read) shows
+// the panel as unavailable rather than empty.
+function renderDead(s, d, err) {
+  const summary = $('dead-summary');
+  summary.dataset.state = err ? 'unavailable' : '';
+  if (err) {
+    summary.textContent = `Dead letters unavailable: ${err}`;
+    if (state.deadSig !== 'unavailable') {
+      state.deadSig = 'unavailable';
+      document.querySelector('#dead tbody').replaceChildren(el('tr', { class: 'empty' }, el('td', { colspan: '8' }, 'Unavailable.')));
+    }
+    return;
+  }
+  const total = s.classes ? Object.values(s.classes).reduce((a, c) => a + (num(c.dead) ?? 0), 0) : null;
   const msgs = d?.messages || [];
-  $('dead-summary').textContent = msgs.length === 0
+  summary.textContent = msgs.length === 0
     ? 'No dead letters.'
-    : `${fmtInt(total)} dead in total; showing the oldest ${fmtInt(msgs.length)}.`;
+    : `${total === null ? 'Total unavailable' : `${fmtInt(total)} dead in total`}; showing the oldest ${fmtInt(msgs.length)}.`;
   // Rebuild only when the list changed, so a focused Retry button keeps focus.
   const sig = JSON.stringify(msgs.map((m) => [m.id, m.attempts, m.last_error]));
   if (sig === state.deadSig) return;
@@ -536,18 +585,36 @@ function renderHistory() {
   $('now-throttled').textContent = `${fmtInt(total429)} in 15 minutes, ${fmtInt(h.throttled.at(-1))} in the last step.`;
 }
 
+// renderPartial shows the outage banner when the gateway answered without
+// some of its state (stats.unavailable), naming what is missing and why.
+// The next whole answer hides it.
+function renderPartial(s) {
+  const names = missing(s).map((n) => SECTION_NAMES[n] || n);
+  const b = $('partial');
+  b.hidden = names.length === 0;
+  document.body.dataset.partial = String(names.length > 0);
+  if (names.length === 0) {
+    b.textContent = '';
+    return;
+  }
+  const list = names.length === 1 ? names[0] : `${names.slice(0, -1).join(', ')} and ${names.at(-1)}`;
+  const why = s.replica?.mode === 'redis' ? 'Redis unreachable' : 'The gateway could not read its store';
+  b.textContent = `${why}: ${list} ${names.length === 1 ? 'is' : 'are'} not shown; this replica's own view below.`;
+}
+
 function render() {
   const s = state.stats;
   if (!s) return;
   const now = Date.now();
   const rate = sendRate(s, now);
+  renderPartial(s);
   renderTiles(s, now, rate);
   renderQueues(s);
   renderLimiter(s);
   renderProvider(s, rate);
   renderProtection(s);
   renderReplica(s);
-  renderDead(s, state.dead);
+  renderDead(s, state.dead, state.deadErr);
   const paused = s.pause?.paused === true;
   $('resume').disabled = !paused;
   $('pause-start').textContent = paused ? 'Change the pause…' : 'Pause sending…';
@@ -602,22 +669,24 @@ async function poll() {
   state.inflight = session;
   let delay = POLL_MS;
   try {
-    // A history that fails does not fail the poll: the present matters more.
-    const history = Date.now() - state.historyAt < HISTORY_MS ? null
-      : api('GET', 'history').catch((e) => {
-        if (e instanceof AuthError) throw e;
-        return e;
-      });
-    const [stats, dead, hist] = await Promise.all([api('GET', 'stats'), api('GET', `dead-letters?limit=${DEAD_LIMIT}`), history]);
+    // Only the stats fail the poll: dead letters or a history that cannot
+    // be read are shown as such beside the rest (with Redis down the stats
+    // still answer with this replica's view; the dead letters do not).
+    const history = Date.now() - state.historyAt < HISTORY_MS ? null : api('GET', 'history');
+    const [stats, dead, hist] = await Promise.allSettled([api('GET', 'stats'), api('GET', `dead-letters?limit=${DEAD_LIMIT}`), history]);
+    const refused = [stats, dead, hist].find((r) => r.status === 'rejected' && r.reason instanceof AuthError);
+    if (refused) throw refused.reason;
+    if (stats.status === 'rejected') throw stats.reason;
     if (session !== state.session) return;
-    state.stats = stats;
-    state.dead = dead;
-    if (hist instanceof Error) {
-      state.historyErr = hist.message;
-    } else if (hist) {
-      Object.assign(state, { history: hist, historyAt: Date.now(), historyErr: '' });
+    state.stats = stats.value;
+    state.dead = dead.status === 'fulfilled' ? dead.value : null;
+    state.deadErr = dead.status === 'fulfilled' ? '' : dead.reason.message;
+    if (hist.status === 'rejected') {
+      state.historyErr = hist.reason.message;
+    } else if (hist.value) {
+      Object.assign(state, { history: hist.value, historyAt: Date.now(), historyErr: '' });
     }
-    if (hist) renderHistory();
+    if (history) renderHistory();
     state.lastOK = Date.now();
     state.lastErr = '';
     state.lastStatus = 0;
@@ -717,13 +786,15 @@ async function lookup(id) {
 function resetState() {
   clearTimeout(state.timer);
   Object.assign(state, {
-    stats: null, dead: null, deadSig: '', lastOK: 0, lastErr: '', lastStatus: 0, failures: 0, nextAt: 0, timer: 0,
+    stats: null, dead: null, deadErr: '', deadSig: '', lastOK: 0, lastErr: '', lastStatus: 0, failures: 0, nextAt: 0, timer: 0,
     again: false, prevSent: null, rate: null, otp503: null, inflight: -1, history: null, historyAt: 0, historyErr: '',
   });
   for (const id of ['chart-rate', 'chart-backlog', 'chart-throttled', 'drain-classes']) $(id).replaceChildren();
   for (const id of ['now-rate', 'now-backlog', 'now-throttled', 'history-msg', 'history-scope']) $(id).textContent = '';
   $('drain').textContent = '—';
   $('replica').hidden = true;
+  $('partial').hidden = true;
+  document.body.dataset.partial = 'false';
   $('lookup-result').hidden = true;
   $('lookup-result').replaceChildren();
   $('lookup-msg').textContent = '';
