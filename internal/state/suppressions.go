@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -26,7 +27,51 @@ type Suppression struct {
 	Masked    string    `json:"masked"` // the number masked, for people
 	Reason    string    `json:"reason"`
 	CreatedAt time.Time `json:"created_at"`
+	// Source is who put the number on the list. Entries stored before
+	// sources existed have none and read as SourceOperator (List); Add
+	// stores "" as it is, the same bytes as such an entry.
+	Source SuppressionSource `json:"source,omitempty"`
 }
+
+// SuppressionSource says who put a number on the suppression list, which
+// decides who may take it off: an operator's entry only an operator (the
+// admin API); the recipient's own opt-out, or the provider's report of
+// one, also the recipient's opt-in keyword (Suppressions.Lift).
+type SuppressionSource string
+
+// The sources of an entry.
+const (
+	SourceOperator  SuppressionSource = "operator"  // the admin API
+	SourceRecipient SuppressionSource = "recipient" // the recipient texted an opt-out keyword (POST /v1/inbound)
+	SourceProvider  SuppressionSource = "provider"  // the provider refused a send: the recipient opted out there
+)
+
+// SuppressionSources lists every source, for validation and metric labels.
+var SuppressionSources = []SuppressionSource{SourceOperator, SourceRecipient, SourceProvider}
+
+// Valid reports whether s is a source ("" too: an operator's, as stored
+// before sources existed).
+func (s SuppressionSource) Valid() bool {
+	return s == "" || slices.Contains(SuppressionSources, s)
+}
+
+// OrOperator is s, or SourceOperator for an entry stored without one.
+func (s SuppressionSource) OrOperator() SuppressionSource {
+	if s == "" {
+		return SourceOperator
+	}
+	return s
+}
+
+// LiftResult is what Lift did.
+type LiftResult int
+
+// The results of Lift.
+const (
+	LiftAbsent  LiftResult = iota // the number was not on the list
+	LiftRemoved                   // its entry had one of the sources asked for and is gone
+	LiftKept                      // its entry has another source (an operator's): nothing changed
+)
 
 // Suppressions is the suppression list of an account: numbers that must
 // not be sent to, shared by every replica and kept across restarts. It also
@@ -39,10 +84,16 @@ type Suppressions interface {
 	Add(ctx context.Context, s Suppression) (added bool, err error)
 	// Remove takes id off the list; false when it was not there.
 	Remove(ctx context.Context, id string) (bool, error)
+	// Lift takes id off the list only when its entry's source (an entry
+	// without one reads as SourceOperator) is one of sources, in one
+	// atomic step: a recipient's opt-in never lifts an operator's entry,
+	// even one an operator adds while the opt-in is under way.
+	Lift(ctx context.Context, id string, sources ...SuppressionSource) (LiftResult, error)
 	// Contains reports, for each id, whether it is on the list.
 	Contains(ctx context.Context, ids []string) ([]bool, error)
 	// List returns up to limit entries (1..MaxSuppressionPage) whose ID
-	// sorts after after ("" from the start), in ID order.
+	// sorts after after ("" from the start), in ID order, each with its
+	// Source (SourceOperator for one stored without).
 	List(ctx context.Context, after string, limit int) ([]Suppression, error)
 	// Count is how many entries the list holds.
 	Count(ctx context.Context) (int, error)
@@ -69,8 +120,34 @@ func checkSuppression(s Suppression) error {
 		return ErrInvalidKey
 	case len(s.Reason) > MaxSuppressionReason || len(s.Masked) > 32:
 		return fmt.Errorf("state: suppression reason over %d bytes or masked number over 32", MaxSuppressionReason)
+	case !s.Source.Valid():
+		return fmt.Errorf("state: suppression source %q is not one of %v", s.Source, SuppressionSources)
 	}
 	return nil
+}
+
+// checkLift checks Lift's arguments.
+func checkLift(id string, sources []SuppressionSource) error {
+	if !ValidKey(id) {
+		return ErrInvalidKey
+	}
+	for _, s := range sources {
+		if s == "" || !s.Valid() {
+			return fmt.Errorf("state: lift: source %q is not one of %v", s, SuppressionSources)
+		}
+	}
+	return nil
+}
+
+// readEntry decodes a stored entry; an entry stored without a source is an
+// operator's.
+func readEntry(b []byte) (Suppression, bool) {
+	var s Suppression
+	if json.Unmarshal(b, &s) != nil {
+		return s, false
+	}
+	s.Source = s.Source.OrOperator()
+	return s, true
 }
 
 func checkPage(after string, limit int) error {
@@ -145,6 +222,25 @@ redis.call('ZREM', KEYS[2], ARGV[1])
 return redis.call('HDEL', KEYS[1], ARGV[1])
 `)
 
+// suppressLiftScript removes one entry if its source is one of ARGV[2..]:
+// KEYS as for add, ARGV[1] the id. An entry without a source is an
+// operator's. Returns 1 when removed, 0 when absent, 2 when kept.
+var suppressLiftScript = redis.NewScript(`
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if not raw then return 0 end
+local ok, e = pcall(cjson.decode, raw)
+local source = 'operator'
+if ok and type(e) == 'table' and type(e.source) == 'string' and e.source ~= '' then source = e.source end
+for i = 2, #ARGV do
+  if ARGV[i] == source then
+    redis.call('ZREM', KEYS[2], ARGV[1])
+    redis.call('HDEL', KEYS[1], ARGV[1])
+    return 1
+  end
+end
+return 2
+`)
+
 // numberKeyScript returns the number key, setting it to ARGV[1] first if
 // there is none. KEYS[1] is the STRING.
 var numberKeyScript = redis.NewScript(`
@@ -185,6 +281,29 @@ func (r *RedisSuppressions) Remove(ctx context.Context, id string) (bool, error)
 		return false, redisErr("remove", err)
 	}
 	return n == 1, nil
+}
+
+// Lift takes id off the list if its entry has one of sources.
+func (r *RedisSuppressions) Lift(ctx context.Context, id string, sources ...SuppressionSource) (LiftResult, error) {
+	if err := checkLift(id, sources); err != nil {
+		return LiftAbsent, err
+	}
+	args := make([]any, 0, 1+len(sources))
+	args = append(args, id)
+	for _, s := range sources {
+		args = append(args, string(s))
+	}
+	n, err := suppressLiftScript.Run(ctx, r.c, []string{r.k.suppressions(), r.k.suppressionIndex()}, args...).Int()
+	if err != nil {
+		return LiftAbsent, redisErr("lift", err)
+	}
+	switch n {
+	case 1:
+		return LiftRemoved, nil
+	case 2:
+		return LiftKept, nil
+	}
+	return LiftAbsent, nil
 }
 
 // IndexKey is the Redis HASH whose fields are the suppressed ids, for a
@@ -234,8 +353,7 @@ func (r *RedisSuppressions) List(ctx context.Context, after string, limit int) (
 	}
 	for _, v := range vals {
 		if str, ok := v.(string); ok {
-			var s Suppression
-			if json.Unmarshal([]byte(str), &s) == nil {
+			if s, ok := readEntry([]byte(str)); ok {
 				out = append(out, s)
 			}
 		}
@@ -417,6 +535,39 @@ func (l *LocalSuppressions) Remove(ctx context.Context, id string) (bool, error)
 	return removed, nil
 }
 
+// Lift takes id off the list if its entry has one of sources, in one
+// transaction.
+func (l *LocalSuppressions) Lift(ctx context.Context, id string, sources ...SuppressionSource) (LiftResult, error) {
+	if err := checkLift(id, sources); err != nil {
+		return LiftAbsent, err
+	}
+	if err := ctx.Err(); err != nil {
+		return LiftAbsent, localErr("lift", err)
+	}
+	res := LiftAbsent
+	err := l.db.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(bSuppressed)
+		v := bk.Get([]byte(id))
+		if v == nil {
+			return nil
+		}
+		e, _ := readEntry(v) // unreadable: kept, as the script keeps it
+		if !slices.Contains(sources, e.Source.OrOperator()) {
+			res = LiftKept
+			return nil
+		}
+		res = LiftRemoved
+		if err := writeCount(tx, readCount(tx)-1); err != nil {
+			return err
+		}
+		return bk.Delete([]byte(id))
+	})
+	if err != nil {
+		return LiftAbsent, localErr("lift", err)
+	}
+	return res, nil
+}
+
 // Contains reads all ids in one transaction.
 func (l *LocalSuppressions) Contains(ctx context.Context, ids []string) ([]bool, error) {
 	if err := checkIDs(ids); err != nil {
@@ -458,8 +609,7 @@ func (l *LocalSuppressions) List(ctx context.Context, after string, limit int) (
 			}
 		}
 		for ; k != nil && len(out) < limit; k, v = c.Next() {
-			var s Suppression
-			if json.Unmarshal(v, &s) == nil {
+			if s, ok := readEntry(v); ok {
 				out = append(out, s)
 			}
 		}
