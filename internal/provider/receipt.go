@@ -78,14 +78,14 @@ func CheckReceiptTime(signed, now time.Time) error {
 	return nil
 }
 
-// ReceiptError is a signed receipt whose content is malformed; Field names
-// the vendor's field.
+// ReceiptError is a signed webhook (a receipt, or an inbound message)
+// whose content is malformed; Field names the vendor's field.
 type ReceiptError struct {
 	Field  string
 	Reason string
 }
 
-func (e *ReceiptError) Error() string { return "provider: receipt " + e.Field + ": " + e.Reason }
+func (e *ReceiptError) Error() string { return "provider: webhook field " + e.Field + ": " + e.Reason }
 
 // ReceiptParser is what an adapter that takes delivery receipts adds to
 // Provider: the check of its vendor's signature and the reading of its

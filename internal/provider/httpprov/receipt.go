@@ -29,10 +29,22 @@ type ReceiptBody struct {
 }
 
 // SignReceipt is the value of HeaderReceiptSignature for body.
-func SignReceipt(secret string, body []byte) string {
+func SignReceipt(secret string, body []byte) string { return sign(secret, body) }
+
+// sign is the generic protocol's signature of a webhook body: "sha256="
+// and the hex HMAC-SHA256 of the raw body keyed with
+// provider.receipt_secret, for receipts and inbound messages alike.
+func sign(secret string, body []byte) string {
 	mac := hmac.New(sha256.New, []byte(secret))
 	mac.Write(body)
 	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
+}
+
+// signedBy reports whether got, a signature header's value, signs raw with
+// secret; never without a secret.
+func signedBy(secret, got string, raw []byte) bool {
+	return secret != "" && strings.HasPrefix(got, "sha256=") &&
+		hmac.Equal([]byte(strings.ToLower(got)), []byte(sign(secret, raw)))
 }
 
 var receiptStatuses = map[string]sms.Status{
@@ -45,9 +57,7 @@ func (p *Provider) ParseReceipt(r *http.Request, raw []byte) (provider.Receipt, 
 }
 
 func parseReceipt(secret string, r *http.Request, raw []byte) (provider.Receipt, error) {
-	got := r.Header.Get(HeaderReceiptSignature)
-	if secret == "" || !strings.HasPrefix(got, "sha256=") ||
-		!hmac.Equal([]byte(strings.ToLower(got)), []byte(SignReceipt(secret, raw))) {
+	if !signedBy(secret, r.Header.Get(HeaderReceiptSignature), raw) {
 		return provider.Receipt{}, provider.ErrBadSignature
 	}
 	var b ReceiptBody

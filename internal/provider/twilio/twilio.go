@@ -114,6 +114,11 @@ type Config struct {
 	BaseURL        string // default https://api.twilio.com; tests point it at a fake
 	APIKeySID      string // optional SK...: authenticate with an API key instead of the account
 	StatusCallback string // optional delivery-report URL (provider.receipt_url); smsgw_ref=<message id> is appended; receipts are refused without it
+	// InboundURL is the public URL of the gateway's inbound endpoint
+	// (provider.inbound_url, .../v1/inbound/twilio), as configured for the
+	// account's number or messaging service: the URL Twilio's signature of
+	// an incoming message covers; incoming messages are refused without it.
+	InboundURL string
 	Timeout        time.Duration
 	Client         *http.Client
 	Logger         *slog.Logger
@@ -138,6 +143,9 @@ func New(cfg Config) (*Provider, error) {
 		httpprov.CheckURL("twilio.base_url", cfg.BaseURL)}
 	if cfg.StatusCallback != "" {
 		errs = append(errs, httpprov.CheckURL("twilio.status_callback", cfg.StatusCallback))
+	}
+	if cfg.InboundURL != "" {
+		errs = append(errs, httpprov.CheckURL("twilio.inbound_url", cfg.InboundURL))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
