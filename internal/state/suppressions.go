@@ -78,9 +78,11 @@ const (
 // keeps the account's number key, the secret the IDs are hashed with: the
 // list is meaningless without it, so the two live and die together.
 type Suppressions interface {
-	// Add puts s on the list; added is false (and nothing changes) when
-	// its ID is already there. ErrSuppressionsFull when the list holds
-	// its bound.
+	// Add puts s on the list; added is false when its ID is already
+	// there, and then nothing changes, but that an operator's Add
+	// (Source SourceOperator) takes over an entry of another source: it
+	// replaces it with s, so that only an operator may take it off from
+	// then on. ErrSuppressionsFull when the list holds its bound.
 	Add(ctx context.Context, s Suppression) (added bool, err error)
 	// Remove takes id off the list; false when it was not there.
 	Remove(ctx context.Context, id string) (bool, error)
@@ -205,10 +207,21 @@ func NewRedisSuppressions(c redis.UniversalClient, sp keyspace.Space, maxEntries
 //	ARGV[1]  id
 //	ARGV[2]  JSON entry
 //	ARGV[3]  bound
+//	ARGV[4]  "1" when the entry is an operator's: it replaces an entry of
+//	         another source (one without a source is an operator's)
 //
 // Returns 1 when added, 0 when already there, -1 when full.
 var suppressAddScript = redis.NewScript(`
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if raw then
+  if ARGV[4] == '1' then
+    local ok, e = pcall(cjson.decode, raw)
+    if ok and type(e) == 'table' and type(e.source) == 'string' and e.source ~= '' and e.source ~= 'operator' then
+      redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+    end
+  end
+  return 0
+end
 if redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[3]) then return -1 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('ZADD', KEYS[2], 0, ARGV[1])
@@ -261,7 +274,11 @@ func (r *RedisSuppressions) Add(ctx context.Context, s Suppression) (bool, error
 	if err != nil {
 		return false, err
 	}
-	n, err := suppressAddScript.Run(ctx, r.c, []string{r.k.suppressions(), r.k.suppressionIndex()}, s.ID, b, r.max).Int()
+	operator := 0
+	if s.Source.OrOperator() == SourceOperator {
+		operator = 1
+	}
+	n, err := suppressAddScript.Run(ctx, r.c, []string{r.k.suppressions(), r.k.suppressionIndex()}, s.ID, b, r.max, operator).Int()
 	switch {
 	case err != nil:
 		return false, redisErr("add", err)
@@ -487,7 +504,10 @@ func (l *LocalSuppressions) Add(ctx context.Context, s Suppression) (bool, error
 	added := false
 	err = l.db.Update(func(tx *bolt.Tx) error {
 		bk := tx.Bucket(bSuppressed)
-		if bk.Get([]byte(s.ID)) != nil {
+		if v := bk.Get([]byte(s.ID)); v != nil {
+			if old, ok := readEntry(v); ok && old.Source != SourceOperator && s.Source.OrOperator() == SourceOperator {
+				return bk.Put([]byte(s.ID), b) // the operator takes it over
+			}
 			return nil
 		}
 		n := readCount(tx)

@@ -43,6 +43,7 @@ var cases = []testCase{
 	{"SuppressionsInvalid", testSuppressInvalid},
 	{"SuppressionsSource", testSuppressSource},
 	{"SuppressionsLift", testSuppressLift},
+	{"SuppressionsOperatorTakesOver", testSuppressOperatorTakesOver},
 	{"ContextCancelled", testContextCancelled},
 }
 

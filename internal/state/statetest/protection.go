@@ -350,3 +350,48 @@ func testSuppressLift(t *testing.T, h Harness) {
 		t.Fatal("a refused Lift removed the entry")
 	}
 }
+
+// testSuppressOperatorTakesOver: an operator's Add of a number the
+// recipient (or the provider) put on the list answers false but makes the
+// entry the operator's, so the recipient's opt-in no longer lifts it; a
+// recipient's or provider's Add never changes an existing entry.
+func testSuppressOperatorTakesOver(t *testing.T, h Harness) {
+	s := h.Suppressions(t, 0, 2)
+	ctx := t.Context()
+	add := func(handle int, id string, src state.SuppressionSource, reason string) bool {
+		t.Helper()
+		e := entry(id)
+		e.Source, e.Reason = src, reason
+		added, err := s[handle].Add(ctx, e)
+		if err != nil {
+			t.Fatalf("Add %s as %s: %v", id, src, err)
+		}
+		return added
+	}
+	if !add(0, "r1", state.SourceRecipient, "stop") || !add(0, "p1", state.SourceProvider, "21610") {
+		t.Fatal("first Adds not added")
+	}
+	if add(1, "r1", state.SourceProvider, "later") || add(1, "p1", state.SourceRecipient, "later") {
+		t.Fatal("a second Add answered added")
+	}
+	if add(1, "r1", state.SourceOperator, "regulator") || add(0, "p1", "", "by phone") {
+		t.Fatal("an operator's Add of a listed number answered added")
+	}
+	list, err := s[0].List(ctx, "", 10)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("List = %+v, %v", list, err)
+	}
+	for _, e := range list {
+		if e.Source != state.SourceOperator || (e.ID == "r1" && e.Reason != "regulator") {
+			t.Errorf("entry %+v: want the operator's", e)
+		}
+	}
+	for _, id := range []string{"r1", "p1"} {
+		if got, err := s[1].Lift(ctx, id, state.SourceRecipient, state.SourceProvider); err != nil || got != state.LiftKept {
+			t.Errorf("Lift %s after the operator took it over = %v, %v; want kept", id, got, err)
+		}
+	}
+	if n, err := s[1].Count(ctx); err != nil || n != 2 {
+		t.Errorf("Count = %d, %v; want 2", n, err)
+	}
+}

@@ -64,7 +64,9 @@
 //     Lift removes an entry only when its source is one of those asked
 //     for (LiftRemoved), keeps any other (LiftKept), and answers
 //     LiftAbsent for an ID not listed; an unknown source is an error that
-//     changes nothing.
+//     changes nothing. An operator's Add of a listed ID answers false and
+//     makes the entry the operator's; any other second Add changes
+//     nothing.
 //   - Key is 32 bytes, the same on every handle and on every call.
 //   - An ID ValidKey refuses is ErrInvalidKey and changes nothing.
 //
