@@ -139,6 +139,9 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	if a.srv.protect, err = newProtector(cfg.Protection, b.numbers, b.suppress, d.reg, d.log, d.now); err != nil {
 		return nil, err
 	}
+	if a.srv.optOuts, err = newOptOuts(cfg.Protection.OptOut, a.srv.protect, d.reg, d.log, d.now); err != nil {
+		return nil, fmt.Errorf("gateway: opt-out metrics: %w", err)
+	}
 	live.totals.refused = a.srv.protect.refused
 	if a.srv.history, err = newHistoryView(b, a.disp.Snapshot, d.metrics.accepted, d.quiet, d.log); err != nil {
 		return nil, err
@@ -148,6 +151,9 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	}
 	if rp, ok := a.prov.(provider.ReceiptParser); ok {
 		a.srv.receipts = rp
+	}
+	if ip, ok := a.prov.(provider.InboundParser); ok {
+		a.srv.inbound = ip
 	}
 	if cfg.Admin.Listen == "" {
 		a.http = newHTTPServer(cfg, a.srv.routes(), d.log)
@@ -327,7 +333,7 @@ func newProvider(pc config.ProviderConfig, log *slog.Logger) (provider.Provider,
 			ReceiptSecret: pc.ReceiptSecret})
 	case "twilio":
 		p, err = twilio.New(twilio.Config{Settings: pc.Twilio, BaseURL: pc.HTTP.URL, Timeout: pc.Timeout, Logger: log,
-			StatusCallback: pc.ReceiptURL})
+			StatusCallback: pc.ReceiptURL, InboundURL: pc.InboundURL})
 	case "vonage":
 		p, err = vonage.New(vonage.Config{Settings: pc.Vonage, BaseURL: pc.HTTP.URL, Timeout: pc.Timeout, Logger: log,
 			Callback: pc.ReceiptURL})

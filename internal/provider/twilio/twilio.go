@@ -119,9 +119,10 @@ type Config struct {
 	// account's number or messaging service: the URL Twilio's signature of
 	// an incoming message covers; incoming messages are refused without it.
 	InboundURL string
-	Timeout        time.Duration
-	Client         *http.Client
-	Logger         *slog.Logger
+
+	Timeout time.Duration
+	Client  *http.Client
+	Logger  *slog.Logger
 }
 
 // Provider sends through Twilio.
