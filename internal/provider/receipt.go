@@ -17,6 +17,13 @@ type Receipt struct {
 	VendorStatus string     // the vendor's own word, for metrics: a closed set per adapter
 	ErrorCode    string     // the vendor's error code, if any
 	At           time.Time  // when the vendor says it happened; zero if it does not say
+	// OptedOut: the vendor says the message was not delivered because its
+	// recipient opted out of the sender's messages (Vonage: err-code 9);
+	// Recipient is then the recipient's number, with '+', as the signed
+	// receipt gives it, for the suppression list. Never logged or stored
+	// in clear.
+	OptedOut  bool
+	Recipient string
 }
 
 // ErrBadSignature means a receipt request's signature is missing or

@@ -75,6 +75,17 @@ func Signature(method, secret string, params map[string]string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
+// errOptedOut is the DLR err-code of a message blocked because its
+// recipient opted out of the sender's messages: "9 Illegal Number: user
+// has requested not to receive messages from a specific service" (Vonage
+// API Support, "Vonage SMS Delivery Error Codes and Descriptions"), which
+// Vonage's Opt-Out Assist guide gives as the SMS API's answer to a send
+// to an opted-out number: status 0 at send, then a DLR with status failed
+// or rejected and err-code 9 ("Messaging Opted-out Numbers",
+// developer.vonage.com/en/opt-out-assist/guides/messaging-opted-out-numbers).
+// The DLR's msisdn is the recipient.
+const errOptedOut = "9"
+
 // dlrStatuses maps the DLR statuses that end a message; accepted,
 // buffered and unknown change nothing. expired (the handset stayed off
 // past the validity) and failed (the carrier could not deliver) are
@@ -162,8 +173,12 @@ func (p *Provider) ParseReceipt(r *http.Request, raw []byte) (provider.Receipt, 
 	if code == "0" {
 		code = ""
 	}
-	return provider.Receipt{ProviderID: id, Reference: ps["client-ref"], Status: dlrStatuses[word],
-		VendorStatus: vendor, ErrorCode: code}, nil
+	rc := provider.Receipt{ProviderID: id, Reference: ps["client-ref"], Status: dlrStatuses[word],
+		VendorStatus: vendor, ErrorCode: code}
+	if code == errOptedOut && rc.Status != "" && ps["msisdn"] != "" {
+		rc.OptedOut, rc.Recipient = true, "+"+strings.TrimPrefix(ps["msisdn"], "+")
+	}
+	return rc, nil
 }
 
 // plainNames reports whether no parameter name holds '&' or '=', the
