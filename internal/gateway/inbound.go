@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"smsgw/internal/config"
+	"smsgw/internal/dispatch"
 	"smsgw/internal/provider"
 	"smsgw/internal/sms"
 	"smsgw/internal/state"
@@ -124,6 +125,38 @@ func (o *optOuts) lift(ctx context.Context, e164 string) (string, state.LiftResu
 	id := numberID(key, e164)
 	res, err := o.protect.sup.Lift(ctx, id, state.SourceRecipient, state.SourceProvider)
 	return id, res, err
+}
+
+var _ dispatch.OptOuts = (*optOuts)(nil)
+
+// ProviderOptOut implements dispatch.OptOuts: the provider refused a send
+// because its recipient opted out there (Twilio 21610), so to goes on the
+// list as the provider's entry and later transactional and marketing
+// messages to it are refused at accept instead of spending a slot of the
+// contract on a refusal. With protection.opt_out.enabled false nothing
+// changes.
+func (o *optOuts) ProviderOptOut(ctx context.Context, to, why string) error {
+	return o.providerOptOut(ctx, to, "the provider refused a send: the recipient opted out ("+why+")")
+}
+
+// providerOptOut puts to on the list as the provider's entry, with reason.
+func (o *optOuts) providerOptOut(ctx context.Context, to, reason string) error {
+	if !o.cfg.Enabled {
+		return nil
+	}
+	e164, err := sms.ParseE164(to)
+	if err != nil {
+		return err
+	}
+	id, added, err := o.suppress(ctx, e164, state.SourceProvider, reason)
+	if err != nil {
+		return err
+	}
+	if added {
+		o.log.InfoContext(ctx, "number suppressed: the provider says its recipient opted out", "suppression_id", id,
+			"to", sms.MaskPhone(e164))
+	}
+	return nil
 }
 
 // postInbound is POST /v1/inbound/{adapter}: a message a recipient sent to
