@@ -129,6 +129,14 @@ type ProviderConfig struct {
 	// message's StatusCallback and the URL its signature covers; receipts
 	// are refused without it.
 	ReceiptURL string `yaml:"receipt_url"`
+	// InboundURL is the public URL of this gateway's inbound-message
+	// endpoint as the provider reaches it, e.g.
+	// https://sms.example.com/v1/inbound/twilio. Twilio: the URL its
+	// signature of an incoming message covers (configure the same one on
+	// the number or messaging service); inbound messages are refused
+	// without it. The generic and Vonage adapters sign without the URL and
+	// do not need it.
+	InboundURL string `yaml:"inbound_url"`
 }
 
 // LimitsConfig paces sends to the provider.

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"smsgw/internal/sms"
 )
@@ -30,7 +32,45 @@ type ProtectionConfig struct {
 	MaxSuppressions int `yaml:"max_suppressions"`
 	// PrefixAlarm watches the share of OTPs that go to one number range.
 	PrefixAlarm PrefixAlarmConfig `yaml:"prefix_alarm"`
+	// OptOut is what a recipient's own opt-out does to the suppression
+	// list.
+	OptOut OptOutConfig `yaml:"opt_out"`
 }
+
+// OptOutConfig is the recipients' side of the suppression list
+// (docs/design.md, "Protection"). With Enabled, a message a recipient sends
+// to the account's number (POST /v1/inbound/{adapter}) whose whole text,
+// trimmed, is one of StopWords (in any case) puts the sender's number on
+// the list as the recipient's entry, and one of StartWords takes off an
+// entry the recipient's opt-out or the provider's report of one made (never
+// an operator's); a send the provider refuses because the recipient opted
+// out there puts the number on the list as the provider's entry. Without
+// it inbound messages are only acknowledged and counted, and a send the
+// provider refuses as opted out still ends suppressed, but the list does
+// not change.
+type OptOutConfig struct {
+	Enabled    bool     `yaml:"enabled"`
+	StopWords  []string `yaml:"stop_words"`
+	StartWords []string `yaml:"start_words"`
+}
+
+// The keywords' defaults. Stop: the words Twilio handles as opt-outs on
+// long codes by default ("Customize users' opt-in and opt-out experience
+// with Advanced Opt-Out", twilio.com/docs/messaging/tutorials/advanced-opt-out),
+// the CTIA set with OPTOUT and REVOKE. Start: START and UNSTOP, which
+// Twilio, the US toll-free network and AWS all take to opt back in. YES,
+// which Twilio's long codes also take, is left out on purpose: it is the
+// usual answer to an ordinary question ("reply YES to confirm"), so
+// reading it as consent could resubscribe someone who meant something
+// else, and staying suppressed is the safe side of a wrong guess (an
+// operator who wants it adds it to start_words).
+var (
+	DefaultStopWords  = []string{"STOP", "STOPALL", "UNSUBSCRIBE", "CANCEL", "END", "QUIT", "OPTOUT", "REVOKE"}
+	DefaultStartWords = []string{"START", "UNSTOP"}
+)
+
+// MaxKeywordLen bounds one opt-out or opt-in keyword, in bytes.
+const MaxKeywordLen = 32
 
 // OTPPerNumberConfig is at most Limit OTPs to one number per Window.
 type OTPPerNumberConfig struct {
@@ -62,6 +102,8 @@ func defaultProtection() ProtectionConfig {
 		OTPPerNumber:     OTPPerNumberConfig{Window: time.Hour},
 		MaxSuppressions:  100_000,
 		PrefixAlarm:      PrefixAlarmConfig{Window: time.Minute, Share: 0.5, MinOTP: 50, Digits: 5},
+		OptOut: OptOutConfig{Enabled: true, StopWords: slices.Clone(DefaultStopWords),
+			StartWords: slices.Clone(DefaultStartWords)},
 	}
 }
 
@@ -104,6 +146,34 @@ func (c *Config) validateProtection(p *problems) {
 	if a.Digits < 1 || a.Digits > MaxPrefixDigits {
 		p.add("protection.prefix_alarm.digits", "must be between 1 and %d (a prefix, never a whole number)", MaxPrefixDigits)
 	}
+	pc.OptOut.validate(p)
+}
+
+// validate checks the keywords: each one word as a recipient would type
+// it, in no more than one list.
+func (o OptOutConfig) validate(p *problems) {
+	if o.Enabled && len(o.StopWords) == 0 {
+		p.add("protection.opt_out.stop_words", "must list at least one keyword while protection.opt_out.enabled is true")
+	}
+	stop := map[string]bool{}
+	check := func(key string, words []string, other map[string]bool) {
+		for i, w := range words {
+			at := fmt.Sprintf("protection.opt_out.%s[%d]", key, i)
+			switch {
+			case w == "" || len(w) > MaxKeywordLen:
+				p.add(at, "must have 1 to %d bytes", MaxKeywordLen)
+			case !utf8.ValidString(w) || strings.IndexFunc(w, func(r rune) bool { return unicode.IsControl(r) || unicode.IsSpace(r) }) >= 0:
+				p.add(at, "%q must be one word: no spaces or control characters (a message is matched whole, trimmed)", w)
+			case other[strings.ToUpper(w)]:
+				p.add(at, "%q is a stop word too; a keyword cannot both opt out and opt in", w)
+			}
+		}
+	}
+	check("stop_words", o.StopWords, nil)
+	for _, w := range o.StopWords {
+		stop[strings.ToUpper(w)] = true
+	}
+	check("start_words", o.StartWords, stop)
 }
 
 // Summary is the protection in one line, for `smsgw check-config`.
@@ -124,5 +194,12 @@ func (pc ProtectionConfig) Summary() string {
 	if pc.SuppressOTP {
 		suppressed = "suppression list for every class"
 	}
-	return strings.Join([]string{countries, blocked, perNumber, suppressed}, "; ")
+	optOut := "recipients' opt-outs not applied"
+	if pc.OptOut.Enabled {
+		optOut = "opt-out keywords " + strings.Join(pc.OptOut.StopWords, ", ")
+		if len(pc.OptOut.StartWords) > 0 {
+			optOut += " (opt-in " + strings.Join(pc.OptOut.StartWords, ", ") + ")"
+		}
+	}
+	return strings.Join([]string{countries, blocked, perNumber, suppressed, optOut}, "; ")
 }

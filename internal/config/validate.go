@@ -148,6 +148,9 @@ func (c *Config) validateProvider(p *problems) {
 		p.addErr(httpprov.CheckURL("provider.receipt_url", pc.ReceiptURL))
 	}
 	validatePreviousReceiptSecret(p, pc)
+	if pc.InboundURL != "" {
+		p.addErr(httpprov.CheckURL("provider.inbound_url", pc.InboundURL))
+	}
 	if pc.Timeout < 0 {
 		p.add("provider.timeout", "must be >= 0 (0: the adapter's default)")
 	}

@@ -62,6 +62,11 @@ type Config struct {
 	Guard Guard
 	// Owner identifies this replica in leases (hostname, pod name).
 	Owner string
+	// OptOuts hears of every recipient the provider says opted out (a
+	// send refused with provider.ReasonOptedOut), on both paths: the
+	// gateway puts the number on the suppression list. nil: the message
+	// still ends suppressed, and nothing else happens.
+	OptOuts OptOuts
 
 	// Set by the caller from the gateway's configuration (dispatch.*,
 	// provider.count_segments); no defaults here.

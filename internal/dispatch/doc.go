@@ -46,6 +46,7 @@
 //
 //	queued ──Take──▶ sending ──sent──────────────▶ sent
 //	                    │    ──permanent error────▶ failed
+//	                    │    ──recipient opted out at the provider──▶ suppressed (the number reported to OptOuts)
 //	                    │    ──TTL passed─────────▶ expired (never sent)
 //	                    │    ──recipient's quiet hours (Hold)──▶ queued at their end (no attempt, no rate;
 //	                    │                                        expired if the TTL ends first)
@@ -60,7 +61,8 @@
 // take the message) or an unknown outcome (timeout, unreadable 2xx: the
 // provider may have it, so the retry carries the same id). The OTP fast
 // path (SendNow) has the same effects on every replica for each answer (a
-// 429 or refused credentials pause everyone) and answers its caller with
+// 429 or refused credentials pause everyone; an opt-out is reported to
+// OptOuts, which puts the number on the suppression list) and answers its caller with
 // NoSlotError, ErrUnavailable, ErrOutcomeUnknown or the provider's
 // rejection; nothing is queued.
 //

@@ -274,6 +274,11 @@ func unavailableErr() error {
 	return &provider.Error{Reason: provider.ReasonUnavailable, Temporary: true, Status: 503, Message: "injected"}
 }
 
+// optedOutErr is Twilio's 21610 as the adapter classifies it.
+func optedOutErr() error {
+	return &provider.Error{Reason: provider.ReasonOptedOut, Status: 400, Message: "twilio 21610: Attempt to send to unsubscribed recipient"}
+}
+
 func rejectedErr() error {
 	return &provider.Error{Reason: provider.ReasonRejected, Status: 400, Message: "invalid number"}
 }

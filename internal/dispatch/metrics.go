@@ -16,9 +16,12 @@ const (
 	outcomeExpired  = "expired"
 	outcomeRequeued = "requeued"
 	outcomeDead     = "dead"
+	// outcomeSuppressed: the provider refused the send because the
+	// recipient opted out there (status suppressed).
+	outcomeSuppressed = "suppressed"
 )
 
-var outcomes = []string{outcomeSent, outcomeFailed, outcomeExpired, outcomeRequeued, outcomeDead}
+var outcomes = []string{outcomeSent, outcomeFailed, outcomeExpired, outcomeRequeued, outcomeDead, outcomeSuppressed}
 
 // Why a leased message went back to the queue (the requeue reason label).
 const (
@@ -205,7 +208,7 @@ func (m *metrics) createAtZero() {
 	for _, r := range nowResults {
 		m.sendNow.WithLabelValues(r)
 	}
-	for _, s := range []string{"take", "ack", "extend", "recover", "guard", "reserve", "pause"} {
+	for _, s := range []string{"take", "ack", "extend", "recover", "guard", "reserve", "pause", "opt_out"} {
 		m.loopErrors.WithLabelValues(s)
 	}
 }

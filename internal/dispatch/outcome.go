@@ -26,6 +26,7 @@ const (
 	kindTransient                    // 5xx, network: the provider did not take it
 	kindUnknown                      // timeout, unreadable 2xx, unclassified: the provider may have it
 	kindRejected                     // permanent rejection of this message
+	kindOptedOut                     // permanent: the recipient opted out at the provider; suppressed, and the number reported (OptOuts)
 	kindPartial                      // some parts taken, not all: failed, never sent again; the refused part's pause applies
 	kindCanceled                     // this process stopped mid-send: the provider may have it
 )
@@ -49,6 +50,8 @@ func classify(err error, stopping bool) outcomeKind {
 		return kindAuth
 	case pe.Reason == provider.ReasonPartial:
 		return kindPartial
+	case pe.Reason == provider.ReasonOptedOut:
+		return kindOptedOut
 	case !pe.Temporary:
 		return kindRejected
 	case pe.Reason == provider.ReasonUnavailable, pe.Reason == provider.ReasonNetwork:
@@ -106,17 +109,26 @@ const AuthPause = time.Minute
 // a 429 is recorded by the suspension guard. It returns the pause (0: none).
 // The pause must land even when the caller's deadline is spent or a stop
 // is cutting sends short, so it gets a context of its own.
+//
+// An opt-out (the recipient told the provider to stop) is reported to
+// OptOuts, so the number is refused at accept from then on, on every
+// replica, instead of spending a slot of the contract on each later
+// message the provider would refuse the same way.
 func (d *Dispatcher) answered(ctx context.Context, kind outcomeKind, err error, m *sms.Message) time.Duration {
 	pe := provider.AsError(err)
 	if kind == kindPartial {
 		// The refused part decides what it means for everyone.
 		kind = classify(&provider.Error{Reason: pe.PartReason, Temporary: true}, false)
 	}
-	if kind != kindThrottled && kind != kindAuth {
+	if kind != kindThrottled && kind != kindAuth && kind != kindOptedOut {
 		return 0
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
 	defer cancel()
+	if kind == kindOptedOut {
+		d.optedOut(ctx, pe, m)
+		return 0
+	}
 	if kind == kindAuth {
 		return d.authFailed(ctx, pe, m)
 	}
@@ -155,6 +167,32 @@ func (d *Dispatcher) authFailed(ctx context.Context, pe *provider.Error, m *sms.
 	}
 	d.log.Error(what, "id", m.ID, "class", m.Class.String(), "pause", AuthPause, "err", pe.Error())
 	return AuthPause
+}
+
+// OptOuts is where the send loop reports a recipient whom the provider
+// says opted out. The suppression list lives in internal/state, which this
+// package may not import (internal/layering): the gateway implements it.
+type OptOuts interface {
+	// ProviderOptOut puts to (E.164) on the suppression list as the
+	// provider's entry; why is short, safe text (the provider's scrubbed
+	// answer). It never logs or returns to in clear.
+	ProviderOptOut(ctx context.Context, to, why string) error
+}
+
+// optedOut reports m's recipient to OptOuts. A failure is logged and
+// counted, not retried: the message's fate does not depend on it, and the
+// next send to the number gets the same answer and reports it again.
+func (d *Dispatcher) optedOut(ctx context.Context, pe *provider.Error, m *sms.Message) {
+	d.log.Info("provider refused the send: the recipient opted out", "id", m.ID, "class", m.Class.String(),
+		"to", sms.MaskPhone(m.To))
+	if d.cfg.OptOuts == nil {
+		return
+	}
+	if err := d.cfg.OptOuts.ProviderOptOut(ctx, m.To, pe.Message); err != nil {
+		d.m.loopErrors.WithLabelValues("opt_out").Inc()
+		d.log.Warn("the provider's opt-out was not put on the suppression list; the next send to the number reports it again",
+			"id", m.ID, "to", sms.MaskPhone(m.To), "err", err)
+	}
 }
 
 // pauseEveryone pauses this process at once, then every replica through the

@@ -2,6 +2,9 @@ package dispatch
 
 import (
 	"context"
+	"errors"
+	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -106,6 +109,18 @@ func TestOutcomes(t *testing.T) {
 			}
 		},
 	}, {
+		// The recipient opted out at the provider: suppressed at once,
+		// never retried, not a dead letter.
+		name:   "opted out ends suppressed",
+		script: []error{optedOutErr()},
+		want:   sms.StatusSuppressed,
+		check: func(t *testing.T, m *sms.Message, calls []string) {
+			if m.Dead || m.Attempts != 1 || len(calls) != 1 || !strings.HasPrefix(m.LastError, "the recipient opted out at the provider: ") ||
+				!strings.Contains(m.LastError, "21610") {
+				t.Errorf("dead=%v attempts=%d calls=%d last_error=%q, want a suppressed message after one call", m.Dead, m.Attempts, len(calls), m.LastError)
+			}
+		},
+	}, {
 		name: "expired is never sent",
 		msg:  func(m *sms.Message) { m.ExpiresAt = time.Now().Add(-time.Second) },
 		want: sms.StatusExpired,
@@ -195,7 +210,8 @@ func TestOutcomes(t *testing.T) {
 				}
 			}
 			// Metrics count the outcome under the message's class.
-			label := map[sms.Status]string{sms.StatusSent: outcomeSent, sms.StatusExpired: outcomeExpired, sms.StatusFailed: outcomeFailed}[tc.want]
+			label := map[sms.Status]string{sms.StatusSent: outcomeSent, sms.StatusExpired: outcomeExpired, sms.StatusFailed: outcomeFailed,
+				sms.StatusSuppressed: outcomeSuppressed}[tc.want]
 			if got.Dead {
 				label = outcomeDead
 			}
@@ -255,3 +271,98 @@ func TestThrottlePauseCapped(t *testing.T) {
 		}
 	}
 }
+
+// optOutRecorder is an OptOuts that records what it is told, and fails
+// while fail is set.
+type optOutRecorder struct {
+	mu   sync.Mutex
+	got  []string // to, why
+	fail bool
+}
+
+func (o *optOutRecorder) ProviderOptOut(_ context.Context, to, why string) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.got = append(o.got, to, why)
+	if o.fail {
+		return errors.New("suppression list down")
+	}
+	return nil
+}
+
+func (o *optOutRecorder) reports() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.got)
+}
+
+// TestOptedOutReported: a send the provider refuses because the recipient
+// opted out ends suppressed after one call, on the queued path, and the
+// recipient's number (with the provider's text) goes to OptOuts before
+// the outcome is recorded; the OTP fast path reports it too and answers
+// the refusal. When OptOuts fails the message still ends suppressed and
+// the failure is counted, the number never logged in clear.
+func TestOptedOutReported(t *testing.T) {
+	t.Parallel()
+	for _, fail := range []bool{false, true} {
+		t.Run(map[bool]string{false: "recorded", true: "list down"}[fail], func(t *testing.T) {
+			t.Parallel()
+			acct := newAccount(t)
+			q := acct.queue(t, nil)
+			rec := &optOutRecorder{fail: fail}
+			var calls sync.Map
+			p := funcProvider(func(_ context.Context, req *provider.Request) (provider.Result, error) {
+				n, _ := calls.LoadOrStore(req.ID, new(int))
+				*n.(*int)++
+				return provider.Result{}, optedOutErr()
+			})
+			var logs strings.Builder
+			var logMu sync.Mutex
+			log := slog.New(slog.NewTextHandler(writerFunc(func(b []byte) (int, error) {
+				logMu.Lock()
+				defer logMu.Unlock()
+				return logs.Write(b)
+			}), &slog.HandlerOptions{Level: slog.LevelDebug}))
+			d, _ := newDispatcher(t, Config{Queue: q, Limiter: acct.limiter(t, nil, defaultLimits), Provider: p, OptOuts: rec,
+				Logger: log, MaxAttempts: 3, BackoffBase: 10 * time.Millisecond, BackoffMax: 40 * time.Millisecond, Workers: 1, OTPWorkers: 1})
+			m := newMsg(sms.ClassMarketing)
+			enqueue(t, q, m)
+			got := waitTerminal(t, q, m.ID)[m.ID]
+			if got.Status != sms.StatusSuppressed || got.Attempts != 1 || got.Dead {
+				t.Fatalf("stored %+v, want suppressed after one attempt", got)
+			}
+			if n, _ := calls.Load(m.ID); *n.(*int) != 1 {
+				t.Errorf("provider called %d times, want 1", *n.(*int))
+			}
+			if r := rec.reports(); len(r) != 2 || r[0] != m.To || !strings.Contains(r[1], "21610") {
+				t.Fatalf("reported %q, want the recipient and the provider's text", r)
+			}
+			otp := newMsg(sms.ClassOTP)
+			_, err := d.SendNow(t.Context(), otp, time.Second)
+			if pe := provider.AsError(err); pe == nil || pe.Reason != provider.ReasonOptedOut {
+				t.Fatalf("SendNow = %v, want the opt-out refusal", err)
+			}
+			if r := rec.reports(); len(r) != 4 || r[2] != otp.To {
+				t.Fatalf("reported %q after the fast path", r)
+			}
+			counter := d.m.outcomes.WithLabelValues("marketing", outcomeSuppressed)
+			waitUntil(t, "the suppressed outcome counted", func() bool { return value(counter) == 1 })
+			if got, want := value(d.m.loopErrors.WithLabelValues("opt_out")), map[bool]float64{false: 0, true: 2}[fail]; got != want {
+				t.Errorf("opt_out loop errors %v, want %v", got, want)
+			}
+			if s := d.Snapshot().Classes[sms.ClassMarketing]; s.Failed != 1 {
+				t.Errorf("snapshot failed %d, want the suppressed message counted as a permanent failure", s.Failed)
+			}
+			logMu.Lock()
+			defer logMu.Unlock()
+			if strings.Contains(logs.String(), m.To[3:]) || !strings.Contains(logs.String(), "recipient opted out") {
+				t.Errorf("logs show the number, or not the opt-out:\n%s", logs.String())
+			}
+		})
+	}
+}
+
+// writerFunc is an io.Writer.
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }

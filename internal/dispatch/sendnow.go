@@ -177,7 +177,7 @@ func (d *Dispatcher) nowFailure(m *sms.Message, kind outcomeKind, pause time.Dur
 		typed = d.noSlot(noSlotThrottled, max(pause, d.pauseLeft()))
 	case kindAuth:
 		typed = d.noSlot(noSlotAuth, max(pause, d.pauseLeft()))
-	case kindRejected, kindPartial:
+	case kindRejected, kindPartial, kindOptedOut:
 		// A partly accepted OTP is not retried either: the caller gets the
 		// provider's refusal (part of it may still arrive).
 		d.m.sendNow.WithLabelValues(nowFailed).Inc()

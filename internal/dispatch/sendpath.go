@@ -576,6 +576,11 @@ func (d *Dispatcher) outcome(f *flight, res provider.Result, err error, kind out
 	case kindRejected:
 		d.log.Info("permanent failure", "id", m.ID, "class", m.Class.String(), "to", sms.MaskPhone(m.To), "reason", sendResult(err, false), "err", err)
 		d.complete(f, queue.Outcome{Status: sms.StatusFailed, Reason: lastError(err), Attempts: attempts}, outcomeFailed)
+	case kindOptedOut:
+		// The recipient told the provider to stop: final, never retried,
+		// not a dead letter; answered has reported the number.
+		d.complete(f, queue.Outcome{Status: sms.StatusSuppressed, Reason: optedOutReason + lastError(err), Attempts: attempts},
+			outcomeSuppressed)
 	case kindPartial:
 		// Part of the text reached the provider and will be delivered (and
 		// billed); sending it again would repeat those parts. Failed, with
@@ -616,6 +621,10 @@ func (d *Dispatcher) backoff(attempt int) time.Duration {
 	}
 	return time.Duration(rand.Int64N(int64(ceil) + 1))
 }
+
+// optedOutReason starts a suppressed message's last error, so that it
+// reads as what happened whatever the vendor's own text says.
+const optedOutReason = "the recipient opted out at the provider: "
 
 func lastError(err error) string {
 	if pe := provider.AsError(err); pe != nil {

@@ -10,7 +10,7 @@ import (
 // ClassCounts are the messages of one class this process ended, by outcome.
 type ClassCounts struct {
 	Sent    int64 // accepted by the provider (queued sends and, for otp, the fast path)
-	Failed  int64 // permanent failure (queued sends and, for otp, the fast path)
+	Failed  int64 // permanent failure, an opt-out the provider reported (suppressed) included (queued sends and, for otp, the fast path)
 	Expired int64 // TTL passed before the send
 	Dead    int64 // moved to the dead letters after MaxAttempts
 }
@@ -50,8 +50,11 @@ func (d *Dispatcher) Snapshot() Snapshot {
 	for _, c := range sms.Classes {
 		cl := c.String()
 		s.Classes[c] = ClassCounts{
-			Sent:    counterValue(d.m.outcomes.WithLabelValues(cl, outcomeSent)),
-			Failed:  counterValue(d.m.outcomes.WithLabelValues(cl, outcomeFailed)),
+			Sent: counterValue(d.m.outcomes.WithLabelValues(cl, outcomeSent)),
+			// A refusal because the recipient opted out is a permanent
+			// refusal too (status suppressed).
+			Failed: counterValue(d.m.outcomes.WithLabelValues(cl, outcomeFailed)) +
+				counterValue(d.m.outcomes.WithLabelValues(cl, outcomeSuppressed)),
 			Expired: counterValue(d.m.outcomes.WithLabelValues(cl, outcomeExpired)),
 			Dead:    counterValue(d.m.outcomes.WithLabelValues(cl, outcomeDead)),
 		}

@@ -121,9 +121,21 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 			return nil, err
 		}
 	}
+	// Protection before the send loop: the loop reports the opt-outs the
+	// provider answers to the suppression list (optOuts).
+	protect, err := newProtector(cfg.Protection, b.numbers, b.suppress, d.reg, d.log, d.now)
+	if err != nil {
+		return nil, err
+	}
+	optOuts, err := newOptOuts(cfg.Protection.OptOut, protect, d.reg, d.log, d.now)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: opt-out metrics: %w", err)
+	}
 	owner, otpLatency := ownerName(opts.Owner), newLatencyWindow(otpLatencySamples)
 	prov := observedProvider{Provider: a.prov, now: d.now, otp: otpLatency}
-	if a.disp, err = dispatch.New(dispatcherConfig(cfg, d, b, prov, owner)); err != nil {
+	dcfg := dispatcherConfig(cfg, d, b, prov, owner)
+	dcfg.OptOuts = optOuts
+	if a.disp, err = dispatch.New(dcfg); err != nil {
 		return nil, fmt.Errorf("gateway: dispatcher: %w", err)
 	}
 	disp := a.disp
@@ -136,9 +148,7 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	if a.srv, err = newServer(cfg, d, gath, b, a.disp, live, opts.Dashboard); err != nil {
 		return nil, err
 	}
-	if a.srv.protect, err = newProtector(cfg.Protection, b.numbers, b.suppress, d.reg, d.log, d.now); err != nil {
-		return nil, err
-	}
+	a.srv.protect, a.srv.optOuts = protect, optOuts
 	live.totals.refused = a.srv.protect.refused
 	if a.srv.history, err = newHistoryView(b, a.disp.Snapshot, d.metrics.accepted, d.quiet, d.log); err != nil {
 		return nil, err
@@ -148,6 +158,9 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	}
 	if rp, ok := a.prov.(provider.ReceiptParser); ok {
 		a.srv.receipts = rp
+	}
+	if ip, ok := a.prov.(provider.InboundParser); ok {
+		a.srv.inbound = ip
 	}
 	if cfg.Admin.Listen == "" {
 		a.http = newHTTPServer(cfg, a.srv.routes(), d.log)
@@ -330,7 +343,7 @@ func newProvider(pc config.ProviderConfig, log *slog.Logger) (provider.Provider,
 			ReceiptSecret: pc.ReceiptSecret, PreviousReceiptSecret: pc.PreviousReceiptSecret})
 	case "twilio":
 		p, err = twilio.New(twilio.Config{Settings: pc.Twilio, BaseURL: pc.HTTP.URL, Timeout: pc.Timeout, Logger: log,
-			StatusCallback: pc.ReceiptURL})
+			StatusCallback: pc.ReceiptURL, InboundURL: pc.InboundURL})
 	case "vonage":
 		p, err = vonage.New(vonage.Config{Settings: pc.Vonage, BaseURL: pc.HTTP.URL, Timeout: pc.Timeout, Logger: log,
 			Callback: pc.ReceiptURL})

@@ -29,10 +29,13 @@ import (
 func init() {
 	// /openapi.yaml is text (type: string), as a client reads it; the
 	// validator's own YAML decoder would hand it a map.
-	openapi3filter.RegisterBodyDecoder("application/yaml", func(body io.Reader, _ http.Header, _ *openapi3.SchemaRef, _ openapi3filter.EncodingFn) (any, error) {
+	// So is Twilio's TwiML answer to an inbound message (text/xml).
+	asText := func(body io.Reader, _ http.Header, _ *openapi3.SchemaRef, _ openapi3filter.EncodingFn) (any, error) {
 		b, err := io.ReadAll(body)
 		return string(b), err
-	})
+	}
+	openapi3filter.RegisterBodyDecoder("application/yaml", asText)
+	openapi3filter.RegisterBodyDecoder("text/xml", asText)
 }
 
 func TestMain(m *testing.M) {

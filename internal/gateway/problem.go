@@ -44,7 +44,7 @@ const (
 	kindUnavailable        problemKind = "unavailable"              // 503: OTP could not be sent in time, shutting down, store down
 	kindInternal           problemKind = "internal"                 // 500: anything we did not expect
 	kindAuthThrottled      problemKind = "too-many-auth-failures"   // 429: this client address failed to authenticate too often
-	kindBadSignature       problemKind = "bad-signature"            // 401: a provider receipt's signature is missing or wrong
+	kindBadSignature       problemKind = "bad-signature"            // 401: a provider webhook's (receipt, inbound message) signature is missing or wrong
 	kindNotCancelable      problemKind = "not-cancelable"           // 409: the message is sending or done
 	// kindDestinationNotAllowed and the next four are protection's
 	// (protection.go): refused before any quota, queue or provider.
@@ -82,7 +82,7 @@ var kindInfo = map[problemKind]struct {
 	kindUnavailable:        {http.StatusServiceUnavailable, "Service unavailable"},
 	kindInternal:           {http.StatusInternalServerError, "Internal server error"},
 	kindAuthThrottled:      {http.StatusTooManyRequests, "Too many failed authentications"},
-	kindBadSignature:       {http.StatusUnauthorized, "Receipt signature missing or wrong"},
+	kindBadSignature:       {http.StatusUnauthorized, "Provider webhook signature missing or wrong"},
 	kindNotCancelable:      {http.StatusConflict, "The message is sending or done and can no longer be canceled"},
 
 	kindDestinationNotAllowed: {http.StatusUnprocessableEntity, "Destination region not allowed"},

@@ -272,7 +272,33 @@ func (s *server) postReceipt(w http.ResponseWriter, r *http.Request) {
 			rm.outcome(out.Message.Class, rc.Status)
 		}
 	}
+	if rc.OptedOut {
+		if e := s.receiptOptedOut(r, adapter, rc); e != nil {
+			s.writeError(w, r, e)
+			return
+		}
+	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// receiptOptedOut puts the recipient of a receipt that says they opted out
+// (Vonage's err-code 9) on the suppression list as the provider's entry.
+// The store's failure is a 503, so that the vendor sends the receipt again
+// (applying it twice changes nothing); a recipient that is not a number is
+// logged, not refused: the receipt itself was taken.
+func (s *server) receiptOptedOut(r *http.Request, adapter string, rc provider.Receipt) error {
+	err := s.optOuts.providerOptOut(r.Context(), rc.Recipient,
+		"the provider reported that the recipient opted out ("+adapter+" receipt, error "+rc.ErrorCode+")")
+	var ve *sms.ValidationError
+	switch {
+	case errors.As(err, &ve):
+		s.log.WarnContext(r.Context(), "a receipt reports an opt-out for a recipient that is not an E.164 number; not suppressed",
+			"adapter", adapter, "provider_message_id", maskID(rc.ProviderID))
+	case err != nil:
+		return &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err,
+			Detail: "the suppression list did not take the receipt's opt-out; send it again"}
+	}
+	return nil
 }
 
 // deleteMessage is DELETE /v1/messages/{id}: the producer cancels its own

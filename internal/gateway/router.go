@@ -55,6 +55,8 @@ type server struct {
 	dashboard    http.Handler
 	checks       []readyCheck
 	receipts     provider.ReceiptParser // the provider's receipt check; nil: receipts refused
+	inbound      provider.InboundParser // the provider's inbound-message check; nil: inbound messages refused
+	optOuts      *optOuts               // recipients' opt-outs and opt-ins (inbound.go)
 	unknownLog   logsample.Sampler      // unmatched receipts
 	otpRecords   otpRecords
 	trusted      []netip.Prefix
@@ -103,6 +105,7 @@ func (s *server) router(public, admin bool) chi.Router {
 			})
 			// No bearer key: each adapter checks its vendor's signature.
 			r.Post("/receipts/{adapter}", s.postReceipt)
+			r.Post("/inbound/{adapter}", s.postInbound)
 		}
 		if !admin {
 			return

@@ -29,6 +29,7 @@ type suppressionView struct {
 	ID        string    `json:"id"`
 	To        string    `json:"to"` // masked
 	Reason    string    `json:"reason"`
+	Source    string    `json:"source"` // operator, recipient or provider
 	CreatedAt time.Time `json:"created_at"`
 }
 
@@ -44,7 +45,7 @@ const (
 )
 
 func viewOfSuppression(e state.Suppression) suppressionView {
-	return suppressionView{ID: e.ID, To: e.Masked, Reason: e.Reason, CreatedAt: e.CreatedAt.UTC()}
+	return suppressionView{ID: e.ID, To: e.Masked, Reason: e.Reason, Source: string(e.Source.OrOperator()), CreatedAt: e.CreatedAt.UTC()}
 }
 
 // checkReason refuses an operator's reason (a suppression's, a pause's)
@@ -93,7 +94,8 @@ func (s *server) adminAddSuppression(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	e := state.Suppression{ID: id, Masked: sms.MaskPhone(to), Reason: req.Reason, CreatedAt: s.now().UTC().Truncate(time.Second)}
+	e := state.Suppression{ID: id, Masked: sms.MaskPhone(to), Reason: req.Reason, CreatedAt: s.now().UTC().Truncate(time.Second),
+		Source: state.SourceOperator}
 	added, err := s.protect.sup.Add(r.Context(), e)
 	switch {
 	case errors.Is(err, state.ErrSuppressionsFull):

@@ -59,6 +59,7 @@ const (
 	ReasonSuspended   Reason = "suspended"    // account suspended (403 from the sim): pause, requeue
 	ReasonQueueFull   Reason = "queue_full"   // the vendor's queue for our sender is full: pause everyone for RetryAfter, requeue
 	ReasonRejected    Reason = "rejected"     // permanent 4xx: bad number, bad body; fail the message
+	ReasonOptedOut    Reason = "opted_out"    // the recipient opted out at the provider (replied STOP): the message ends suppressed, never retried; the number goes on the suppression list
 	ReasonAuth        Reason = "auth"         // 401/403 credentials: not the message's fault; pause everyone, alert
 	ReasonSetup       Reason = "setup"        // the account's settings refused (its sender, its id): like auth
 	ReasonPartial     Reason = "partial"      // some parts of a long message were accepted, not all: never resend
@@ -69,7 +70,7 @@ const (
 )
 
 // Reasons lists every Reason, for creating metric label sets at zero.
-var Reasons = []Reason{ReasonThrottled, ReasonSuspended, ReasonQueueFull, ReasonRejected, ReasonAuth, ReasonSetup,
+var Reasons = []Reason{ReasonThrottled, ReasonSuspended, ReasonQueueFull, ReasonRejected, ReasonOptedOut, ReasonAuth, ReasonSetup,
 	ReasonPartial, ReasonUnavailable, ReasonTimeout, ReasonNetwork, ReasonBadResponse}
 
 // Error is a classified provider failure. It never carries secrets.

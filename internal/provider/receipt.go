@@ -21,6 +21,13 @@ type Receipt struct {
 	// secret, not its current one (a rotation under way; the generic
 	// adapter's provider.previous_receipt_secret).
 	PreviousSecret bool
+	// OptedOut: the vendor says the message was not delivered because its
+	// recipient opted out of the sender's messages (Vonage: err-code 9);
+	// Recipient is then the recipient's number, with '+', as the signed
+	// receipt gives it, for the suppression list. Never logged or stored
+	// in clear.
+	OptedOut  bool
+	Recipient string
 }
 
 // ErrBadSignature means a receipt request's signature is missing or
@@ -82,14 +89,14 @@ func CheckReceiptTime(signed, now time.Time) error {
 	return nil
 }
 
-// ReceiptError is a signed receipt whose content is malformed; Field names
-// the vendor's field.
+// ReceiptError is a signed webhook (a receipt, or an inbound message)
+// whose content is malformed; Field names the vendor's field.
 type ReceiptError struct {
 	Field  string
 	Reason string
 }
 
-func (e *ReceiptError) Error() string { return "provider: receipt " + e.Field + ": " + e.Reason }
+func (e *ReceiptError) Error() string { return "provider: webhook field " + e.Field + ": " + e.Reason }
 
 // ReceiptParser is what an adapter that takes delivery receipts adds to
 // Provider: the check of its vendor's signature and the reading of its

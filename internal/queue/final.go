@@ -11,7 +11,7 @@ import (
 )
 
 // The final record: what a backend keeps of a message once nothing more will
-// be sent (sent, failed, expired, canceled). The body, the full number and the
+// be sent (sent, failed, expired, canceled, suppressed). The body, the full number and the
 // Idempotency-Key are dropped: they are personal data or were needed
 // only to send, and they were most of a message's bytes. What stays answers
 // GET /v1/messages/{id}, a replay of the first answer and a later receipt:

@@ -22,6 +22,7 @@ const (
 	EventErrorExhausted   = "attempts_exhausted" // every attempt failed temporarily (a dead letter)
 	EventErrorExpired     = "expired"            // its TTL passed before it could be sent
 	EventErrorUndelivered = "undelivered"        // the provider's receipt says the handset did not get it
+	EventErrorOptedOut    = "opted_out"          // the provider refused it: the recipient opted out (status suppressed)
 )
 
 // MaxEventError bounds Event.LastError.
@@ -102,6 +103,8 @@ func EventErrorCode(status sms.Status, dead bool) string {
 		return EventErrorRejected
 	case status == sms.StatusUndelivered:
 		return EventErrorUndelivered
+	case status == sms.StatusSuppressed:
+		return EventErrorOptedOut
 	}
 	return ""
 }

@@ -108,9 +108,11 @@ type ReceiptOutcome struct {
 // unknown, and a parked one is dropped.
 const EarlyReceiptWindow = 2 * time.Minute
 
-// CompleteStatus reports whether s may end a lease (Outcome.Status).
+// CompleteStatus reports whether s may end a lease (Outcome.Status): sent,
+// failed, expired, or suppressed (the provider refused the send because
+// the recipient opted out). Every backend's Complete refuses any other.
 func CompleteStatus(s sms.Status) bool {
-	return s == sms.StatusSent || s == sms.StatusFailed || s == sms.StatusExpired
+	return s == sms.StatusSent || s == sms.StatusFailed || s == sms.StatusExpired || s == sms.StatusSuppressed
 }
 
 // EnqueueResult is the outcome of one enqueue.
@@ -144,7 +146,7 @@ type Leased struct {
 
 // Outcome ends a lease with a terminal status.
 type Outcome struct {
-	Status     sms.Status // StatusSent, StatusFailed or StatusExpired (CompleteStatus); a receipt parked on the message turns sent into its status
+	Status     sms.Status // StatusSent, StatusFailed, StatusExpired or StatusSuppressed (CompleteStatus); a receipt parked on the message turns sent into its status, any other end drops it
 	ProviderID string     // for sent
 	Reason     string     // for failed / expired: short, safe text stored as LastError (empty: the stored one is kept)
 	Attempts   int        // attempts made including this one (stored as is)

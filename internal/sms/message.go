@@ -70,7 +70,7 @@ func (c *Class) UnmarshalText(b []byte) error {
 
 // Status is where a message is in its life. Transitions only go forward:
 //
-//	queued → sending → (queued again on requeue) → sent | failed | expired
+//	queued → sending → (queued again on requeue) → sent | failed | expired | suppressed
 //	sent → delivered | undelivered | failed   (the provider's receipt)
 //	queued → canceled                          (DELETE /v1/messages/{id})
 //
@@ -101,8 +101,10 @@ const (
 	// StatusCanceled means the producer canceled it while it was queued or
 	// scheduled; it was never sent.
 	StatusCanceled Status = "canceled"
-	// StatusSuppressed means refused for a number on the suppression list. Part
-	// of the public contract; nothing stores it yet.
+	// StatusSuppressed means the provider refused the send because the
+	// recipient opted out there (replied STOP): never retried, and the
+	// number is put on the suppression list. A number already on the list
+	// is refused at accept instead and gets no status at all.
 	StatusSuppressed Status = "suppressed"
 )
 
@@ -142,7 +144,8 @@ func (s Status) CanMoveTo(next Status) bool {
 	case StatusQueued:
 		return next == StatusSending || next == StatusCanceled
 	case StatusSending:
-		return next == StatusQueued || next == StatusSent || next == StatusFailed || next == StatusExpired
+		return next == StatusQueued || next == StatusSent || next == StatusFailed || next == StatusExpired ||
+			next == StatusSuppressed
 	case StatusSent:
 		return next.Receipt()
 	}

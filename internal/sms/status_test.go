@@ -34,15 +34,16 @@ func TestStatusOnlyForward(t *testing.T) {
 	all := []Status{StatusQueued, StatusSending, StatusSent, StatusDelivered, StatusUndelivered,
 		StatusFailed, StatusExpired, StatusCanceled, StatusSuppressed}
 	allowed := map[[2]Status]bool{
-		{StatusQueued, StatusSending}:   true,
-		{StatusQueued, StatusCanceled}:  true,
-		{StatusSending, StatusQueued}:   true,
-		{StatusSending, StatusSent}:     true,
-		{StatusSending, StatusFailed}:   true,
-		{StatusSending, StatusExpired}:  true,
-		{StatusSent, StatusDelivered}:   true,
-		{StatusSent, StatusUndelivered}: true,
-		{StatusSent, StatusFailed}:      true,
+		{StatusQueued, StatusSending}:     true,
+		{StatusQueued, StatusCanceled}:    true,
+		{StatusSending, StatusQueued}:     true,
+		{StatusSending, StatusSent}:       true,
+		{StatusSending, StatusFailed}:     true,
+		{StatusSending, StatusExpired}:    true,
+		{StatusSending, StatusSuppressed}: true,
+		{StatusSent, StatusDelivered}:     true,
+		{StatusSent, StatusUndelivered}:   true,
+		{StatusSent, StatusFailed}:        true,
 	}
 	for _, from := range all {
 		for _, to := range all {

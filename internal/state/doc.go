@@ -15,8 +15,10 @@
 //     rolling window (protection.otp_per_number), keyed by a hash of the
 //     number, never the number;
 //   - Suppressions (suppressions.go): the suppression list and the account's
-//     number key its ids are hashed with. Its Local implementation is a
-//     bbolt file of its own, so that the list survives a restart.
+//     number key its ids are hashed with; each entry says who made it
+//     (operator, recipient, provider), and Lift takes one off only for the
+//     sources it names. Its Local implementation is a bbolt file of its
+//     own, so that the list survives a restart.
 //
 // The Local implementations keep the state in this process, for embedded
 // mode (exactly one replica). The Redis implementations keep it under the

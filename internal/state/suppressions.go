@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -26,23 +27,75 @@ type Suppression struct {
 	Masked    string    `json:"masked"` // the number masked, for people
 	Reason    string    `json:"reason"`
 	CreatedAt time.Time `json:"created_at"`
+	// Source is who put the number on the list. Entries stored before
+	// sources existed have none and read as SourceOperator (List); Add
+	// stores "" as it is, the same bytes as such an entry.
+	Source SuppressionSource `json:"source,omitempty"`
 }
+
+// SuppressionSource says who put a number on the suppression list, which
+// decides who may take it off: an operator's entry only an operator (the
+// admin API); the recipient's own opt-out, or the provider's report of
+// one, also the recipient's opt-in keyword (Suppressions.Lift).
+type SuppressionSource string
+
+// The sources of an entry.
+const (
+	SourceOperator  SuppressionSource = "operator"  // the admin API
+	SourceRecipient SuppressionSource = "recipient" // the recipient texted an opt-out keyword (POST /v1/inbound)
+	SourceProvider  SuppressionSource = "provider"  // the provider refused a send: the recipient opted out there
+)
+
+// SuppressionSources lists every source, for validation and metric labels.
+var SuppressionSources = []SuppressionSource{SourceOperator, SourceRecipient, SourceProvider}
+
+// Valid reports whether s is a source ("" too: an operator's, as stored
+// before sources existed).
+func (s SuppressionSource) Valid() bool {
+	return s == "" || slices.Contains(SuppressionSources, s)
+}
+
+// OrOperator is s, or SourceOperator for an entry stored without one.
+func (s SuppressionSource) OrOperator() SuppressionSource {
+	if s == "" {
+		return SourceOperator
+	}
+	return s
+}
+
+// LiftResult is what Lift did.
+type LiftResult int
+
+// The results of Lift.
+const (
+	LiftAbsent  LiftResult = iota // the number was not on the list
+	LiftRemoved                   // its entry had one of the sources asked for and is gone
+	LiftKept                      // its entry has another source (an operator's): nothing changed
+)
 
 // Suppressions is the suppression list of an account: numbers that must
 // not be sent to, shared by every replica and kept across restarts. It also
 // keeps the account's number key, the secret the IDs are hashed with: the
 // list is meaningless without it, so the two live and die together.
 type Suppressions interface {
-	// Add puts s on the list; added is false (and nothing changes) when
-	// its ID is already there. ErrSuppressionsFull when the list holds
-	// its bound.
+	// Add puts s on the list; added is false when its ID is already
+	// there, and then nothing changes, but that an operator's Add
+	// (Source SourceOperator) takes over an entry of another source: it
+	// replaces it with s, so that only an operator may take it off from
+	// then on. ErrSuppressionsFull when the list holds its bound.
 	Add(ctx context.Context, s Suppression) (added bool, err error)
 	// Remove takes id off the list; false when it was not there.
 	Remove(ctx context.Context, id string) (bool, error)
+	// Lift takes id off the list only when its entry's source (an entry
+	// without one reads as SourceOperator) is one of sources, in one
+	// atomic step: a recipient's opt-in never lifts an operator's entry,
+	// even one an operator adds while the opt-in is under way.
+	Lift(ctx context.Context, id string, sources ...SuppressionSource) (LiftResult, error)
 	// Contains reports, for each id, whether it is on the list.
 	Contains(ctx context.Context, ids []string) ([]bool, error)
 	// List returns up to limit entries (1..MaxSuppressionPage) whose ID
-	// sorts after after ("" from the start), in ID order.
+	// sorts after after ("" from the start), in ID order, each with its
+	// Source (SourceOperator for one stored without).
 	List(ctx context.Context, after string, limit int) ([]Suppression, error)
 	// Count is how many entries the list holds.
 	Count(ctx context.Context) (int, error)
@@ -69,8 +122,34 @@ func checkSuppression(s Suppression) error {
 		return ErrInvalidKey
 	case len(s.Reason) > MaxSuppressionReason || len(s.Masked) > 32:
 		return fmt.Errorf("state: suppression reason over %d bytes or masked number over 32", MaxSuppressionReason)
+	case !s.Source.Valid():
+		return fmt.Errorf("state: suppression source %q is not one of %v", s.Source, SuppressionSources)
 	}
 	return nil
+}
+
+// checkLift checks Lift's arguments.
+func checkLift(id string, sources []SuppressionSource) error {
+	if !ValidKey(id) {
+		return ErrInvalidKey
+	}
+	for _, s := range sources {
+		if s == "" || !s.Valid() {
+			return fmt.Errorf("state: lift: source %q is not one of %v", s, SuppressionSources)
+		}
+	}
+	return nil
+}
+
+// readEntry decodes a stored entry; an entry stored without a source is an
+// operator's.
+func readEntry(b []byte) (Suppression, bool) {
+	var s Suppression
+	if json.Unmarshal(b, &s) != nil {
+		return s, false
+	}
+	s.Source = s.Source.OrOperator()
+	return s, true
 }
 
 func checkPage(after string, limit int) error {
@@ -128,10 +207,21 @@ func NewRedisSuppressions(c redis.UniversalClient, sp keyspace.Space, maxEntries
 //	ARGV[1]  id
 //	ARGV[2]  JSON entry
 //	ARGV[3]  bound
+//	ARGV[4]  "1" when the entry is an operator's: it replaces an entry of
+//	         another source (one without a source is an operator's)
 //
 // Returns 1 when added, 0 when already there, -1 when full.
 var suppressAddScript = redis.NewScript(`
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if raw then
+  if ARGV[4] == '1' then
+    local ok, e = pcall(cjson.decode, raw)
+    if ok and type(e) == 'table' and type(e.source) == 'string' and e.source ~= '' and e.source ~= 'operator' then
+      redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+    end
+  end
+  return 0
+end
 if redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[3]) then return -1 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('ZADD', KEYS[2], 0, ARGV[1])
@@ -143,6 +233,25 @@ return 1
 var suppressRemoveScript = redis.NewScript(`
 redis.call('ZREM', KEYS[2], ARGV[1])
 return redis.call('HDEL', KEYS[1], ARGV[1])
+`)
+
+// suppressLiftScript removes one entry if its source is one of ARGV[2..]:
+// KEYS as for add, ARGV[1] the id. An entry without a source is an
+// operator's. Returns 1 when removed, 0 when absent, 2 when kept.
+var suppressLiftScript = redis.NewScript(`
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if not raw then return 0 end
+local ok, e = pcall(cjson.decode, raw)
+local source = 'operator'
+if ok and type(e) == 'table' and type(e.source) == 'string' and e.source ~= '' then source = e.source end
+for i = 2, #ARGV do
+  if ARGV[i] == source then
+    redis.call('ZREM', KEYS[2], ARGV[1])
+    redis.call('HDEL', KEYS[1], ARGV[1])
+    return 1
+  end
+end
+return 2
 `)
 
 // numberKeyScript returns the number key, setting it to ARGV[1] first if
@@ -165,7 +274,11 @@ func (r *RedisSuppressions) Add(ctx context.Context, s Suppression) (bool, error
 	if err != nil {
 		return false, err
 	}
-	n, err := suppressAddScript.Run(ctx, r.c, []string{r.k.suppressions(), r.k.suppressionIndex()}, s.ID, b, r.max).Int()
+	operator := 0
+	if s.Source.OrOperator() == SourceOperator {
+		operator = 1
+	}
+	n, err := suppressAddScript.Run(ctx, r.c, []string{r.k.suppressions(), r.k.suppressionIndex()}, s.ID, b, r.max, operator).Int()
 	switch {
 	case err != nil:
 		return false, redisErr("add", err)
@@ -185,6 +298,29 @@ func (r *RedisSuppressions) Remove(ctx context.Context, id string) (bool, error)
 		return false, redisErr("remove", err)
 	}
 	return n == 1, nil
+}
+
+// Lift takes id off the list if its entry has one of sources.
+func (r *RedisSuppressions) Lift(ctx context.Context, id string, sources ...SuppressionSource) (LiftResult, error) {
+	if err := checkLift(id, sources); err != nil {
+		return LiftAbsent, err
+	}
+	args := make([]any, 0, 1+len(sources))
+	args = append(args, id)
+	for _, s := range sources {
+		args = append(args, string(s))
+	}
+	n, err := suppressLiftScript.Run(ctx, r.c, []string{r.k.suppressions(), r.k.suppressionIndex()}, args...).Int()
+	if err != nil {
+		return LiftAbsent, redisErr("lift", err)
+	}
+	switch n {
+	case 1:
+		return LiftRemoved, nil
+	case 2:
+		return LiftKept, nil
+	}
+	return LiftAbsent, nil
 }
 
 // IndexKey is the Redis HASH whose fields are the suppressed ids, for a
@@ -234,8 +370,7 @@ func (r *RedisSuppressions) List(ctx context.Context, after string, limit int) (
 	}
 	for _, v := range vals {
 		if str, ok := v.(string); ok {
-			var s Suppression
-			if json.Unmarshal([]byte(str), &s) == nil {
+			if s, ok := readEntry([]byte(str)); ok {
 				out = append(out, s)
 			}
 		}
@@ -369,7 +504,10 @@ func (l *LocalSuppressions) Add(ctx context.Context, s Suppression) (bool, error
 	added := false
 	err = l.db.Update(func(tx *bolt.Tx) error {
 		bk := tx.Bucket(bSuppressed)
-		if bk.Get([]byte(s.ID)) != nil {
+		if v := bk.Get([]byte(s.ID)); v != nil {
+			if old, ok := readEntry(v); ok && old.Source != SourceOperator && s.Source.OrOperator() == SourceOperator {
+				return bk.Put([]byte(s.ID), b) // the operator takes it over
+			}
 			return nil
 		}
 		n := readCount(tx)
@@ -417,6 +555,39 @@ func (l *LocalSuppressions) Remove(ctx context.Context, id string) (bool, error)
 	return removed, nil
 }
 
+// Lift takes id off the list if its entry has one of sources, in one
+// transaction.
+func (l *LocalSuppressions) Lift(ctx context.Context, id string, sources ...SuppressionSource) (LiftResult, error) {
+	if err := checkLift(id, sources); err != nil {
+		return LiftAbsent, err
+	}
+	if err := ctx.Err(); err != nil {
+		return LiftAbsent, localErr("lift", err)
+	}
+	res := LiftAbsent
+	err := l.db.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(bSuppressed)
+		v := bk.Get([]byte(id))
+		if v == nil {
+			return nil
+		}
+		e, _ := readEntry(v) // unreadable: kept, as the script keeps it
+		if !slices.Contains(sources, e.Source.OrOperator()) {
+			res = LiftKept
+			return nil
+		}
+		res = LiftRemoved
+		if err := writeCount(tx, readCount(tx)-1); err != nil {
+			return err
+		}
+		return bk.Delete([]byte(id))
+	})
+	if err != nil {
+		return LiftAbsent, localErr("lift", err)
+	}
+	return res, nil
+}
+
 // Contains reads all ids in one transaction.
 func (l *LocalSuppressions) Contains(ctx context.Context, ids []string) ([]bool, error) {
 	if err := checkIDs(ids); err != nil {
@@ -458,8 +629,7 @@ func (l *LocalSuppressions) List(ctx context.Context, after string, limit int) (
 			}
 		}
 		for ; k != nil && len(out) < limit; k, v = c.Next() {
-			var s Suppression
-			if json.Unmarshal(v, &s) == nil {
+			if s, ok := readEntry(v); ok {
 				out = append(out, s)
 			}
 		}

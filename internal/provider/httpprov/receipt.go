@@ -30,10 +30,31 @@ type ReceiptBody struct {
 }
 
 // SignReceipt is the value of HeaderReceiptSignature for body.
-func SignReceipt(secret string, body []byte) string {
+func SignReceipt(secret string, body []byte) string { return sign(secret, body) }
+
+// sign is the generic protocol's signature of a webhook body: "sha256="
+// and the hex HMAC-SHA256 of the raw body keyed with
+// provider.receipt_secret, for receipts and inbound messages alike.
+func sign(secret string, body []byte) string {
 	mac := hmac.New(sha256.New, []byte(secret))
 	mac.Write(body)
 	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
+}
+
+// signedBy reports whether got, a signature header's value, signs raw with
+// secret or, when set, previous (and which: previousUsed), comparing with
+// both in constant time, for receipts and inbound messages alike. No
+// secret: nothing checks.
+func signedBy(secret, previous, got string, raw []byte) (ok, previousUsed bool) {
+	if secret == "" || !strings.HasPrefix(got, "sha256=") {
+		return false, false
+	}
+	sig := []byte(strings.ToLower(got))
+	cur := hmac.Equal(sig, []byte(sign(secret, raw)))
+	if previous != "" && hmac.Equal(sig, []byte(sign(previous, raw))) {
+		return true, true
+	}
+	return cur, false
 }
 
 var receiptStatuses = map[string]sms.Status{
@@ -45,23 +66,8 @@ func (p *Provider) ParseReceipt(r *http.Request, raw []byte) (provider.Receipt, 
 	return parseReceipt(p.receiptSecret, p.previousSecret, r, raw)
 }
 
-// checkReceiptSignature reports whether got signs raw with secret or,
-// when set, previous (and which: previousSecret), comparing with both in
-// constant time. No secret: nothing checks.
-func checkReceiptSignature(secret, previous, got string, raw []byte) (ok, previousSecret bool) {
-	if secret == "" || !strings.HasPrefix(got, "sha256=") {
-		return false, false
-	}
-	sig := []byte(strings.ToLower(got))
-	cur := hmac.Equal(sig, []byte(SignReceipt(secret, raw)))
-	if previous != "" && hmac.Equal(sig, []byte(SignReceipt(previous, raw))) {
-		return true, true
-	}
-	return cur, false
-}
-
 func parseReceipt(secret, previous string, r *http.Request, raw []byte) (provider.Receipt, error) {
-	ok, prev := checkReceiptSignature(secret, previous, r.Header.Get(HeaderReceiptSignature), raw)
+	ok, prev := signedBy(secret, previous, r.Header.Get(HeaderReceiptSignature), raw)
 	if !ok {
 		return provider.Receipt{}, provider.ErrBadSignature
 	}

@@ -46,16 +46,17 @@ func Signature(authToken, fullURL string, params url.Values) string {
 	return base64.StdEncoding.EncodeToString(mac.Sum(nil))
 }
 
-// callbackURLs are the URLs Twilio may have signed for a request r: the
-// configured StatusCallback's scheme, host and path (what Twilio was told,
-// which a proxy in front of us may have rewritten) with the query string
-// as it arrived. Twilio signs without the username and password of a URL
-// (they only authenticate its request), and over https it has signed both
-// with and without the port: its own validators accept the URL with the
-// default port and without any, and so do we. Every form still needs the
-// HMAC of the auth token; none comes from the request's own Host.
-func (p *Provider) callbackURLs(r *http.Request) []string {
-	u, err := url.Parse(p.cfg.StatusCallback)
+// callbackURLs are the URLs Twilio may have signed for a request r to the
+// webhook configured as base (the StatusCallback, or the number's
+// inbound-message webhook): base's scheme, host and path (what Twilio was
+// told, which a proxy in front of us may have rewritten) with the query
+// string as it arrived. Twilio signs without the username and password of
+// a URL (they only authenticate its request), and over https it has signed
+// both with and without the port: its own validators accept the URL with
+// the default port and without any, and so do we. Every form still needs
+// the HMAC of the auth token; none comes from the request's own Host.
+func callbackURLs(r *http.Request, base string) []string {
+	u, err := url.Parse(base)
 	if err != nil {
 		return nil // validated in New
 	}
@@ -74,12 +75,12 @@ func (p *Provider) callbackURLs(r *http.Request) []string {
 	}
 	// The configured text as it is first (the form this adapter always
 	// accepted), then the normalised forms.
-	base, _, _ := strings.Cut(p.cfg.StatusCallback, "?")
+	text, _, _ := strings.Cut(base, "?")
 	if r.URL.RawQuery != "" {
-		base += "?" + r.URL.RawQuery
+		text += "?" + r.URL.RawQuery
 	}
 	out := make([]string, 0, 1+len(hosts))
-	out = append(out, base)
+	out = append(out, text)
 	for _, h := range hosts {
 		v := *u
 		v.Host = h
@@ -89,15 +90,36 @@ func (p *Provider) callbackURLs(r *http.Request) []string {
 }
 
 // signedBy reports whether got is the signature of form over one of the
-// URLs Twilio may have signed; every candidate is compared in constant time.
-func (p *Provider) signedBy(r *http.Request, token, got string, form url.Values) bool {
+// URLs Twilio may have signed for base; every candidate is compared in
+// constant time.
+func signedBy(r *http.Request, base, token, got string, form url.Values) bool {
 	ok := false
-	for _, u := range p.callbackURLs(r) {
+	for _, u := range callbackURLs(r, base) {
 		if hmac.Equal([]byte(got), []byte(Signature(token, u, form))) {
 			ok = true
 		}
 	}
 	return ok
+}
+
+// verified checks X-Twilio-Signature of r, a form POST (its body raw) to
+// the webhook configured as base, and returns the form. Refused
+// (provider.ErrBadSignature): no base configured, no signature, a body
+// that is not a form, a wrong signature. The key is the account's auth
+// token (WebhookAuthToken when auth_token is an API key's secret): Twilio
+// signs every webhook of the account with it, status callbacks and
+// incoming messages alike ("Webhooks security", twilio.com/docs/usage/webhooks/webhooks-security).
+func (p *Provider) verified(r *http.Request, raw []byte, base string) (url.Values, error) {
+	form, err := url.ParseQuery(string(raw))
+	token := p.cfg.WebhookAuthToken
+	if token == "" {
+		token = p.cfg.AuthToken
+	}
+	got := r.Header.Get(HeaderSignature)
+	if err != nil || base == "" || got == "" || !signedBy(r, base, token, got, form) {
+		return nil, provider.ErrBadSignature
+	}
+	return form, nil
 }
 
 // statuses maps Twilio's MessageStatus values that end a message; the others
@@ -111,14 +133,9 @@ var statuses = map[string]sms.Status{
 // (a form POST: MessageSid, MessageStatus, ErrorCode, ...), signed with
 // X-Twilio-Signature.
 func (p *Provider) ParseReceipt(r *http.Request, raw []byte) (provider.Receipt, error) {
-	form, err := url.ParseQuery(string(raw))
-	token := p.cfg.WebhookAuthToken
-	if token == "" {
-		token = p.cfg.AuthToken
-	}
-	got := r.Header.Get(HeaderSignature)
-	if err != nil || p.cfg.StatusCallback == "" || got == "" || !p.signedBy(r, token, got, form) {
-		return provider.Receipt{}, provider.ErrBadSignature
+	form, err := p.verified(r, raw, p.cfg.StatusCallback)
+	if err != nil {
+		return provider.Receipt{}, err
 	}
 	sid := form.Get("MessageSid")
 	if sid == "" {

@@ -7,9 +7,11 @@
 //
 // 201 answers the Message resource ({"sid":"SM...",...}); errors answer
 // {"code","message","more_info","status"}. 429 / code 20429 is a throttle;
-// 10001 and 20005 ("account not active") are a suspension; 21611 (the
-// sender's queue at Twilio holds its limit, 10 hours of its rate) is a long
-// pause, not a failure; 20404 (no such account) and, for the account's own
+// 10001 and 20005 ("account not active") are a suspension; 21610 (the
+// recipient replied STOP to this sender: "Attempt to send to unsubscribed
+// recipient") is an opt-out, never retried; 21611 (the sender's queue at
+// Twilio holds its limit, 10 hours of its rate) is a long pause, not a
+// failure; 20404 (no such account) and, for the account's own
 // sender, 21606 and 21212 (From not usable) mean every message would fail
 // alike: the account's setup, handled like refused credentials. The
 // remaining TTL goes as ValidityPeriod, so Twilio drops what it could only
@@ -54,6 +56,13 @@ const (
 	codeQueueFull       = 21611 // this From has exceeded the maximum number of queued messages
 	codeFromNotCapable  = 21606 // From is not a message-capable number of this account
 	codeInvalidFrom     = 21212 // From is not a valid number, short code or sender id
+	// codeUnsubscribed: "Attempt to send to unsubscribed recipient": the
+	// recipient replied STOP (or another opt-out keyword) to this sender or
+	// messaging service, and Twilio sends them nothing more until they
+	// reply START (twilio.com/docs/api/errors/21610; Twilio support,
+	// "Twilio support for opt-out keywords (SMS STOP filtering)"). Not
+	// charged; never worth retrying.
+	codeUnsubscribed = 21610
 )
 
 // DefaultTimeout bounds one send when provider.timeout is 0. Twilio does
@@ -114,9 +123,15 @@ type Config struct {
 	BaseURL        string // default https://api.twilio.com; tests point it at a fake
 	APIKeySID      string // optional SK...: authenticate with an API key instead of the account
 	StatusCallback string // optional delivery-report URL (provider.receipt_url); smsgw_ref=<message id> is appended; receipts are refused without it
-	Timeout        time.Duration
-	Client         *http.Client
-	Logger         *slog.Logger
+	// InboundURL is the public URL of the gateway's inbound endpoint
+	// (provider.inbound_url, .../v1/inbound/twilio), as configured for the
+	// account's number or messaging service: the URL Twilio's signature of
+	// an incoming message covers; incoming messages are refused without it.
+	InboundURL string
+
+	Timeout time.Duration
+	Client  *http.Client
+	Logger  *slog.Logger
 }
 
 // Provider sends through Twilio.
@@ -138,6 +153,9 @@ func New(cfg Config) (*Provider, error) {
 		httpprov.CheckURL("twilio.base_url", cfg.BaseURL)}
 	if cfg.StatusCallback != "" {
 		errs = append(errs, httpprov.CheckURL("twilio.status_callback", cfg.StatusCallback))
+	}
+	if cfg.InboundURL != "" {
+		errs = append(errs, httpprov.CheckURL("twilio.inbound_url", cfg.InboundURL))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -261,6 +279,8 @@ func classify(resp *http.Response, body []byte, ownSender bool, now time.Time) *
 			Status: resp.StatusCode, Message: httpprov.Safe(msg)}
 	case codeNotFound:
 		return &provider.Error{Reason: provider.ReasonSetup, Status: resp.StatusCode, Message: httpprov.Safe(msg)}
+	case codeUnsubscribed:
+		return &provider.Error{Reason: provider.ReasonOptedOut, Status: resp.StatusCode, Message: httpprov.Safe(msg)}
 	case codeFromNotCapable, codeInvalidFrom:
 		if !ownSender {
 			// The account's From or messaging service: every message

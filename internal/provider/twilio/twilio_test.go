@@ -134,7 +134,9 @@ func TestCodesAndSender(t *testing.T) {
 		{http.StatusServiceUnavailable, 20429, "", provider.ReasonThrottled, provider.MinRetryAfter},
 		{http.StatusForbidden, 10001, "", provider.ReasonSuspended, httpprov.SuspendedPause},
 		{http.StatusForbidden, 20003, "", provider.ReasonAuth, 0},
-		{http.StatusBadRequest, 21610, "", provider.ReasonRejected, 0},
+		// 21610: the recipient replied STOP: an opt-out, whoever's sender.
+		{http.StatusBadRequest, 21610, "", provider.ReasonOptedOut, 0},
+		{http.StatusBadRequest, 21610, "+15005550006", provider.ReasonOptedOut, 0},
 		// 21611: the sender's queue at Twilio is full: a long pause, the
 		// message kept (it used to fail every message for good).
 		{http.StatusBadRequest, 21611, "", provider.ReasonQueueFull, twilio.QueueFullPause},
@@ -159,7 +161,8 @@ func TestCodesAndSender(t *testing.T) {
 		}
 		_, err = p.Send(context.Background(), &provider.Request{ID: sms.NewID(time.Now()), To: "+819012345678", From: tc.from, Body: "hi"})
 		pe := provider.AsError(err)
-		if pe == nil || pe.Reason != tc.reason || pe.Status != tc.status || pe.RetryAfter != tc.retryAfter {
+		if pe == nil || pe.Reason != tc.reason || pe.Status != tc.status || pe.RetryAfter != tc.retryAfter ||
+			(tc.reason == provider.ReasonOptedOut && pe.Temporary) {
 			t.Errorf("%d/%d from %q: got %+v, want %s pausing %v", tc.status, tc.code, tc.from, pe, tc.reason, tc.retryAfter)
 		}
 		if tc.from == "" && (form.Get("MessagingServiceSid") != "MG123" || form.Has("From")) {

@@ -75,6 +75,17 @@ func Signature(method, secret string, params map[string]string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
+// errOptedOut is the DLR err-code of a message blocked because its
+// recipient opted out of the sender's messages: "9 Illegal Number: user
+// has requested not to receive messages from a specific service" (Vonage
+// API Support, "Vonage SMS Delivery Error Codes and Descriptions"), which
+// Vonage's Opt-Out Assist guide gives as the SMS API's answer to a send
+// to an opted-out number: status 0 at send, then a DLR with status failed
+// or rejected and err-code 9 ("Messaging Opted-out Numbers",
+// developer.vonage.com/en/opt-out-assist/guides/messaging-opted-out-numbers).
+// The DLR's msisdn is the recipient.
+const errOptedOut = "9"
+
 // dlrStatuses maps the DLR statuses that end a message; accepted,
 // buffered and unknown change nothing. expired (the handset stayed off
 // past the validity) and failed (the carrier could not deliver) are
@@ -113,27 +124,40 @@ func params(r *http.Request, raw []byte) (map[string]string, bool) {
 	return out, true
 }
 
-// ParseReceipt implements provider.ReceiptParser for Vonage's SMS API
-// delivery receipt (messageId, status, err-code, client-ref, ...), checked
-// as a signed webhook (sig, timestamp, nonce) with signature_secret. The
-// SMS API signs its webhooks with sig only; the JWT in an Authorization
-// header is the Messages, Dispatch and Voice APIs' scheme, which this
-// adapter does not send through, so it is not accepted.
+// verified reads a signed webhook's parameters (a form or a JSON POST; a
+// delivery receipt or an inbound message alike) and checks them as Vonage
+// signs them: sig over every other parameter with signature_secret
+// (Signature), and the signed timestamp within
+// provider.ReceiptMaxAge/ReceiptMaxAhead of our clock. The SMS API signs
+// its webhooks with sig only; the JWT in an Authorization header is the
+// Messages, Dispatch and Voice APIs' scheme, which this adapter does not
+// send through, so it is not accepted.
 //
 // Refused like a wrong signature (provider.ErrBadSignature): a parameter
 // name holding '&' or '=' (the signed string joins "&name=value" with only
-// the values cleaned, so such a name could re-cut a captured receipt's
+// the values cleaned, so such a name could re-cut a captured webhook's
 // parameters into others under the same sig; Vonage's names never hold
-// them), and a receipt whose signed timestamp is missing or outside
-// provider.ReceiptMaxAge/ReceiptMaxAhead (provider.ErrStaleReceipt), so a
-// captured receipt cannot be replayed later.
-func (p *Provider) ParseReceipt(r *http.Request, raw []byte) (provider.Receipt, error) {
+// them), and a webhook whose signed timestamp is missing or outside the
+// window (provider.ErrStaleReceipt), so a captured one cannot be replayed
+// later.
+func (p *Provider) verified(r *http.Request, raw []byte) (map[string]string, error) {
 	ps, ok := params(r, raw)
 	if !ok || p.cfg.SignatureSecret == "" || ps["sig"] == "" || !plainNames(ps) ||
 		!hmac.Equal([]byte(strings.ToLower(ps["sig"])), []byte(Signature(p.cfg.SignatureMethod, p.cfg.SignatureSecret, ps))) {
-		return provider.Receipt{}, provider.ErrBadSignature
+		return nil, provider.ErrBadSignature
 	}
 	if err := provider.CheckReceiptTime(signedAt(ps["timestamp"]), p.now()); err != nil {
+		return nil, err
+	}
+	return ps, nil
+}
+
+// ParseReceipt implements provider.ReceiptParser for Vonage's SMS API
+// delivery receipt (messageId, status, err-code, client-ref, ...), a
+// signed webhook (verified).
+func (p *Provider) ParseReceipt(r *http.Request, raw []byte) (provider.Receipt, error) {
+	ps, err := p.verified(r, raw)
+	if err != nil {
 		return provider.Receipt{}, err
 	}
 	id := ps["messageId"]
@@ -149,8 +173,12 @@ func (p *Provider) ParseReceipt(r *http.Request, raw []byte) (provider.Receipt, 
 	if code == "0" {
 		code = ""
 	}
-	return provider.Receipt{ProviderID: id, Reference: ps["client-ref"], Status: dlrStatuses[word],
-		VendorStatus: vendor, ErrorCode: code}, nil
+	rc := provider.Receipt{ProviderID: id, Reference: ps["client-ref"], Status: dlrStatuses[word],
+		VendorStatus: vendor, ErrorCode: code}
+	if code == errOptedOut && rc.Status != "" && ps["msisdn"] != "" {
+		rc.OptedOut, rc.Recipient = true, "+"+strings.TrimPrefix(ps["msisdn"], "+")
+	}
+	return rc, nil
 }
 
 // plainNames reports whether no parameter name holds '&' or '=', the

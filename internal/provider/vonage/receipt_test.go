@@ -179,3 +179,31 @@ func TestReceiptNamesCannotRecut(t *testing.T) {
 		t.Fatalf("captured receipt: %+v, %v", rc, err)
 	}
 }
+
+// A DLR with err-code 9 (the recipient opted out of the sender's
+// messages, as Vonage's Opt-Out Assist guide answers a send to them) says
+// so, with the recipient's number from msisdn; any other code does not.
+func TestReceiptOptedOut(t *testing.T) {
+	now := time.Unix(1800000000, 0)
+	parse := receiptFor(t, now)
+	ps := func(status, code string) map[string]string {
+		return map[string]string{"messageId": "aaaaaaaa-bbbb-cccc-dddd-0123456789ab", "status": status, "err-code": code,
+			"msisdn": "447700900000", "to": "AcmeInc", "client-ref": "msg_01JD5ZQ8X2N4M7P9R3T6V8W0YA",
+			"timestamp": strconv.FormatInt(now.Unix(), 10), "nonce": "n1"}
+	}
+	for _, status := range []string{"failed", "rejected"} {
+		rc, err := parse(ps(status, "9"))
+		if err != nil || !rc.OptedOut || rc.Recipient != "+447700900000" || rc.ErrorCode != "9" || rc.Status == "" {
+			t.Errorf("%s, err-code 9: %+v, %v; want opted out, recipient +447700900000", status, rc, err)
+		}
+	}
+	for _, code := range []string{"0", "6", "99"} {
+		if rc, err := parse(ps("failed", code)); err != nil || rc.OptedOut || rc.Recipient != "" {
+			t.Errorf("err-code %s: %+v, %v; want no opt-out", code, rc, err)
+		}
+	}
+	// A status on the way changes nothing, err-code or not.
+	if rc, err := parse(ps("buffered", "9")); err != nil || rc.OptedOut {
+		t.Errorf("buffered: %+v, %v", rc, err)
+	}
+}

@@ -329,10 +329,11 @@ func (q *Queue) Extend(ctx context.Context, l *queue.Leased, lease time.Duration
 	})
 }
 
-// Complete ends the lease with o.Status (sent, failed or expired).
+// Complete ends the lease with o.Status (sent, failed, expired or
+// suppressed).
 func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) error {
-	if !o.Status.Done() {
-		return fmt.Errorf("queue: complete: status %q is not terminal", o.Status)
+	if !queue.CompleteStatus(o.Status) {
+		return fmt.Errorf("queue: complete: status %q cannot end a lease", o.Status)
 	}
 	return q.ack(ctx, "complete", l, func(tx *bolt.Tx, r *entry, now time.Time) error {
 		if err := endLease(tx, r); err != nil {

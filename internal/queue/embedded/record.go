@@ -87,6 +87,7 @@ var statusCodes = map[sms.Status]string{
 	sms.StatusDelivered:   "v",
 	sms.StatusUndelivered: "u",
 	sms.StatusCanceled:    "c",
+	sms.StatusSuppressed:  "p",
 }
 
 // unixMs is t in Unix ms, truncated; 0 for the zero time.

@@ -198,7 +198,7 @@ func (q *Queue) Extend(ctx context.Context, l *queue.Leased, lease time.Duration
 // message's event is written here, KEYS[14] the compaction ZSET
 // (keys.finDue: the final LIST's second is due for compaction once quiet),
 // KEYS[15] the provider id's index HASH (sent with a provider id only).
-// ARGV[1] id, ARGV[2] token, ARGV[3] status code (s, f or x), ARGV[4] the
+// ARGV[1] id, ARGV[2] token, ARGV[3] status code (s, f, x or p), ARGV[4] the
 // final record before its times, ARGV[5] the id's creation time ms,
 // ARGV[6] retention µs, ARGV[7] how many old messages to prune at most,
 // ARGV[8] provider id, ARGV[9] reason (both for the event), ARGV[10] the
@@ -252,13 +252,14 @@ return 1
 // any completion rate.
 const prunePerComplete = 8
 
-// Complete ends the lease with o.Status (sent, failed or expired).
+// Complete ends the lease with o.Status (sent, failed, expired or
+// suppressed).
 func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) (err error) {
 	if err := q.beginLease(ctx, "complete", l); err != nil {
 		return err
 	}
-	if !o.Status.Done() {
-		return fmt.Errorf("redisq: complete %s: status %q is not terminal", l.Message.ID, o.Status)
+	if !queue.CompleteStatus(o.Status) {
+		return fmt.Errorf("redisq: complete %s: status %q cannot end a lease", l.Message.ID, o.Status)
 	}
 	status, err := statusCode(o.Status)
 	if err != nil {

@@ -51,8 +51,9 @@ type eventRecord struct {
 // event_words and event_codes map a record's status code to the event's
 // status word and error code.
 const luaOutbox = `
-local event_words = {s = 'sent', f = 'failed', x = 'expired', v = 'delivered', u = 'undelivered', c = 'canceled'}
-local event_codes = {s = '', f = 'rejected', x = 'expired', v = '', u = 'undelivered', c = ''}
+local event_words = {s = 'sent', f = 'failed', x = 'expired', v = 'delivered', u = 'undelivered', c = 'canceled',
+  p = 'suppressed'}
+local event_codes = {s = '', f = 'rejected', x = 'expired', v = '', u = 'undelivered', c = '', p = 'opted_out'}
 local function outbox_add(ok, id, m, status, code, now)
   if not m.w then return end
   local eid = 'evt_' .. string.sub(id, 5) .. '_' .. redis.call('INCR', ok[4])

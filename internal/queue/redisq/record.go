@@ -74,6 +74,9 @@ var statusCodes = map[sms.Status]string{
 	sms.StatusDelivered:   "v",
 	sms.StatusUndelivered: "u",
 	sms.StatusCanceled:    "c",
+	// The provider refused the send: the recipient opted out. The final
+	// record's code too (queue/final.go).
+	sms.StatusSuppressed: "p",
 }
 
 // codeStatuses maps a record's status code back to its status.

@@ -41,6 +41,9 @@ var cases = []testCase{
 	{"SuppressionsBound", testSuppressBound},
 	{"SuppressionsKey", testSuppressKey},
 	{"SuppressionsInvalid", testSuppressInvalid},
+	{"SuppressionsSource", testSuppressSource},
+	{"SuppressionsLift", testSuppressLift},
+	{"SuppressionsOperatorTakesOver", testSuppressOperatorTakesOver},
 	{"ContextCancelled", testContextCancelled},
 }
 
@@ -437,6 +440,7 @@ func testContextCancelled(t *testing.T, h Harness) {
 		"Return":     func() error { return numbers.Return(ctx, "k", "1") },
 		"Suppress":   func() error { _, err := sup.Add(ctx, state.Suppression{ID: "k"}); return err },
 		"Unsuppress": func() error { _, err := sup.Remove(ctx, "k"); return err },
+		"Lift":       func() error { _, err := sup.Lift(ctx, "k", state.SourceRecipient); return err },
 		"Contains":   func() error { _, err := sup.Contains(ctx, []string{"k"}); return err },
 		"List":       func() error { _, err := sup.List(ctx, "", 10); return err },
 		"Len":        func() error { _, err := sup.Count(ctx); return err },

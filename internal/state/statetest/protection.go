@@ -130,7 +130,8 @@ func testNumberInvalid(t *testing.T, h Harness) {
 }
 
 func entry(id string) state.Suppression {
-	return state.Suppression{ID: id, Masked: "+8190****5678", Reason: "asked to stop " + id, CreatedAt: time.Unix(1700000000, 0).UTC()}
+	return state.Suppression{ID: id, Masked: "+8190****5678", Reason: "asked to stop " + id, CreatedAt: time.Unix(1700000000, 0).UTC(),
+		Source: state.SourceOperator}
 }
 
 func contains(t *testing.T, s state.Suppressions, ids ...string) []bool {
@@ -258,5 +259,139 @@ func testSuppressInvalid(t *testing.T, h Harness) {
 	}
 	if n, err := s.Count(ctx); err != nil || n != 0 {
 		t.Errorf("Count after refused calls = %d, %v", n, err)
+	}
+}
+
+// testSuppressSource: every entry keeps its source on every handle; one
+// added without a source, the bytes an entry had before sources existed,
+// lists as an operator's.
+func testSuppressSource(t *testing.T, h Harness) {
+	s := h.Suppressions(t, 0, 2)
+	ctx := t.Context()
+	want := map[string]state.SuppressionSource{}
+	for i, src := range []state.SuppressionSource{"", state.SourceOperator, state.SourceRecipient, state.SourceProvider} {
+		e := entry(fmt.Sprintf("s%d", i))
+		e.Source = src
+		if added, err := s[i%2].Add(ctx, e); err != nil || !added {
+			t.Fatalf("Add %+v = %v, %v", e, added, err)
+		}
+		want[e.ID] = src.OrOperator()
+	}
+	list, err := s[1].List(ctx, "", 10)
+	if err != nil || len(list) != len(want) {
+		t.Fatalf("List = %+v, %v", list, err)
+	}
+	for _, e := range list {
+		if e.Source != want[e.ID] {
+			t.Errorf("entry %s lists source %q, want %q", e.ID, e.Source, want[e.ID])
+		}
+	}
+	if e := entry("bad"); true {
+		e.Source = "someone"
+		if _, err := s[0].Add(ctx, e); err == nil {
+			t.Error("Add with an unknown source: no error")
+		}
+		if got := contains(t, s[0], "bad"); got[0] {
+			t.Error("an entry with an unknown source was stored")
+		}
+	}
+}
+
+// testSuppressLift: Lift removes only an entry of a source it names, on
+// any handle, atomically; an operator's entry (one stored without a
+// source too) is kept; an absent id is LiftAbsent.
+func testSuppressLift(t *testing.T, h Harness) {
+	s := h.Suppressions(t, 0, 2)
+	ctx := t.Context()
+	mine := []state.SuppressionSource{state.SourceRecipient, state.SourceProvider}
+	add := func(id string, src state.SuppressionSource) {
+		t.Helper()
+		e := entry(id)
+		e.Source = src
+		if added, err := s[0].Add(ctx, e); err != nil || !added {
+			t.Fatalf("Add %s = %v, %v", id, added, err)
+		}
+	}
+	add("op", state.SourceOperator)
+	add("old", "")
+	add("rcpt", state.SourceRecipient)
+	add("prov", state.SourceProvider)
+	for _, c := range []struct {
+		id   string
+		want state.LiftResult
+	}{{"op", state.LiftKept}, {"old", state.LiftKept}, {"rcpt", state.LiftRemoved}, {"prov", state.LiftRemoved}, {"none", state.LiftAbsent}} {
+		got, err := s[1].Lift(ctx, c.id, mine...)
+		if err != nil || got != c.want {
+			t.Errorf("Lift %s = %v, %v; want %v", c.id, got, err, c.want)
+		}
+	}
+	if got := contains(t, s[0], "op", "old", "rcpt", "prov"); !got[0] || !got[1] || got[2] || got[3] {
+		t.Fatalf("after Lift, Contains op, old, rcpt, prov = %v; want true true false false", got)
+	}
+	if n, err := s[0].Count(ctx); err != nil || n != 2 {
+		t.Fatalf("Count after Lift = %d, %v; want 2", n, err)
+	}
+	if got, err := s[0].Lift(ctx, "rcpt", mine...); err != nil || got != state.LiftAbsent {
+		t.Errorf("second Lift = %v, %v; want absent", got, err)
+	}
+	// An operator may lift their own entries this way too.
+	if got, err := s[0].Lift(ctx, "old", state.SourceOperator); err != nil || got != state.LiftRemoved {
+		t.Errorf("Lift of a sourceless entry as the operator's = %v, %v; want removed", got, err)
+	}
+	for _, bad := range [][]state.SuppressionSource{{"someone"}, {""}} {
+		if _, err := s[0].Lift(ctx, "op", bad...); err == nil {
+			t.Errorf("Lift with source %q: no error", bad)
+		}
+	}
+	if _, err := s[0].Lift(ctx, "a:b", mine...); !errors.Is(err, state.ErrInvalidKey) {
+		t.Errorf("Lift of a bad id: %v", err)
+	}
+	if got := contains(t, s[1], "op"); !got[0] {
+		t.Fatal("a refused Lift removed the entry")
+	}
+}
+
+// testSuppressOperatorTakesOver: an operator's Add of a number the
+// recipient (or the provider) put on the list answers false but makes the
+// entry the operator's, so the recipient's opt-in no longer lifts it; a
+// recipient's or provider's Add never changes an existing entry.
+func testSuppressOperatorTakesOver(t *testing.T, h Harness) {
+	s := h.Suppressions(t, 0, 2)
+	ctx := t.Context()
+	add := func(handle int, id string, src state.SuppressionSource, reason string) bool {
+		t.Helper()
+		e := entry(id)
+		e.Source, e.Reason = src, reason
+		added, err := s[handle].Add(ctx, e)
+		if err != nil {
+			t.Fatalf("Add %s as %s: %v", id, src, err)
+		}
+		return added
+	}
+	if !add(0, "r1", state.SourceRecipient, "stop") || !add(0, "p1", state.SourceProvider, "21610") {
+		t.Fatal("first Adds not added")
+	}
+	if add(1, "r1", state.SourceProvider, "later") || add(1, "p1", state.SourceRecipient, "later") {
+		t.Fatal("a second Add answered added")
+	}
+	if add(1, "r1", state.SourceOperator, "regulator") || add(0, "p1", "", "by phone") {
+		t.Fatal("an operator's Add of a listed number answered added")
+	}
+	list, err := s[0].List(ctx, "", 10)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("List = %+v, %v", list, err)
+	}
+	for _, e := range list {
+		if e.Source != state.SourceOperator || (e.ID == "r1" && e.Reason != "regulator") {
+			t.Errorf("entry %+v: want the operator's", e)
+		}
+	}
+	for _, id := range []string{"r1", "p1"} {
+		if got, err := s[1].Lift(ctx, id, state.SourceRecipient, state.SourceProvider); err != nil || got != state.LiftKept {
+			t.Errorf("Lift %s after the operator took it over = %v, %v; want kept", id, got, err)
+		}
+	}
+	if n, err := s[1].Count(ctx); err != nil || n != 2 {
+		t.Errorf("Count = %d, %v; want 2", n, err)
 	}
 }

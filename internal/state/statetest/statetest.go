@@ -59,6 +59,14 @@
 //     first entry; Remove takes it off (true), a second Remove answers
 //     false. List pages in ID order from after, never repeating an entry.
 //     Past the store's bound Add is ErrSuppressionsFull.
+//   - An entry keeps its Source; one added without a source (the bytes
+//     of an entry stored before sources existed) lists as an operator's.
+//     Lift removes an entry only when its source is one of those asked
+//     for (LiftRemoved), keeps any other (LiftKept), and answers
+//     LiftAbsent for an ID not listed; an unknown source is an error that
+//     changes nothing. An operator's Add of a listed ID answers false and
+//     makes the entry the operator's; any other second Add changes
+//     nothing.
 //   - Key is 32 bytes, the same on every handle and on every call.
 //   - An ID ValidKey refuses is ErrInvalidKey and changes nothing.
 //

@@ -1,0 +1,48 @@
+package provider
+
+import "net/http"
+
+// Inbound is one message a recipient sent to the account's number (a
+// mobile-originated message, MO), as a vendor posted it, its signature
+// checked. The gateway reads only whether Text is an opt-out or opt-in
+// keyword; it never stores or forwards From or Text, and shows From masked
+// at most.
+type Inbound struct {
+	// From is the sender's number as the vendor gives it, with a leading
+	// '+' (the vendor's own form otherwise: a WhatsApp address, a short
+	// code), for the gateway to parse as E.164 when it needs the number.
+	From string
+	// FromField is the vendor's name of From's field ("From", "msisdn",
+	// "from"), for a problem that names it.
+	FromField string
+	// Text is the whole message body as the recipient typed it; "" when
+	// the message has no text the gateway can judge (binary, or one part
+	// of a longer message: a keyword is a whole message).
+	Text string
+	// ProviderID is the vendor's id of the inbound message, if it has one.
+	ProviderID string
+}
+
+// InboundParser is what an adapter that takes inbound messages adds to
+// Provider: the check of its vendor's signature on the inbound-message
+// webhook and the reading of its format, beside its ReceiptParser, with
+// the same signature rule. The gateway only routes POST
+// /v1/inbound/{adapter} to it.
+type InboundParser interface {
+	// ParseInbound checks the signature of r, whose body the caller has
+	// already read, size-limited, into raw, and reads the message.
+	// ErrBadSignature for a missing or wrong signature (checked first,
+	// before anything in the body is believed; ErrStaleReceipt for a
+	// signed time outside the window where the vendor signs one), a
+	// *ReceiptError naming the vendor's field for a signed but malformed
+	// message.
+	ParseInbound(r *http.Request, raw []byte) (Inbound, error)
+}
+
+// InboundAcker is implemented by an adapter whose vendor reads the answer
+// to an inbound message as an instruction: the gateway answers 200 with
+// this content type and body instead of 204 (Twilio: an empty TwiML
+// document, so that Twilio sends no reply).
+type InboundAcker interface {
+	InboundAck() (contentType string, body []byte)
+}

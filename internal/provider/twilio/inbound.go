@@ -1,0 +1,51 @@
+package twilio
+
+import (
+	"net/http"
+
+	"smsgw/internal/provider"
+)
+
+// Incoming messages (POST /v1/inbound/twilio). Twilio posts each message
+// to a number (or messaging service) to the webhook configured for it, as
+// a form: MessageSid (SmsSid, the same, deprecated), AccountSid, From, To,
+// Body, NumMedia, ... ("Twilio's request to your incoming message Webhook
+// URL", twilio.com/docs/messaging/guides/webhook-request), signed with
+// X-Twilio-Signature exactly as a StatusCallback is (verified). Twilio
+// "expects to receive TwiML in response" and sends what a text/plain answer
+// holds back to the sender as a reply ("TwiML Message: Your Response",
+// twilio.com/docs/api/twiml/sms/your_response): the answer is an empty
+// <Response/> as text/xml, which asks for nothing.
+
+// emptyTwiML is the answer to every incoming message: no reply.
+const emptyTwiML = `<?xml version="1.0" encoding="UTF-8"?><Response/>`
+
+var (
+	_ provider.InboundParser = (*Provider)(nil)
+	_ provider.InboundAcker  = (*Provider)(nil)
+)
+
+// ParseInbound implements provider.InboundParser for Twilio's
+// incoming-message webhook, signed over Config.InboundURL.
+func (p *Provider) ParseInbound(r *http.Request, raw []byte) (provider.Inbound, error) {
+	form, err := p.verified(r, raw, p.cfg.InboundURL)
+	if err != nil {
+		return provider.Inbound{}, err
+	}
+	from := form.Get("From")
+	if from == "" {
+		return provider.Inbound{}, &provider.ReceiptError{Field: "From", Reason: "missing"}
+	}
+	sid := form.Get("MessageSid")
+	if sid == "" {
+		sid = form.Get("SmsSid")
+	}
+	return provider.Inbound{From: from, FromField: "From", Text: form.Get("Body"), ProviderID: sid}, nil
+}
+
+// InboundAck implements provider.InboundAcker: an empty TwiML document,
+// so that Twilio sends no reply of ours (its own answer to STOP and START,
+// where its opt-out handling is on, is its business).
+func (p *Provider) InboundAck() (string, []byte) {
+	return "text/xml", []byte(emptyTwiML)
+}

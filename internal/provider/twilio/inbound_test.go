@@ -1,0 +1,87 @@
+package twilio_test
+
+import (
+	"errors"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+
+	"smsgw/internal/provider"
+	"smsgw/internal/provider/twilio"
+)
+
+// TestParseInbound: an incoming message signed over provider.inbound_url
+// (behind a proxy: the public URL, not the one the gateway sees) is read;
+// a missing, tampered, wrongly keyed or receipt-URL signature is refused;
+// without an inbound URL every message is refused; a message without From
+// is a problem naming From. The answer is an empty TwiML document.
+func TestParseInbound(t *testing.T) {
+	const token = "tok-123"
+	public := "https://sms.example.com/v1/inbound/twilio"
+	receipts := "https://sms.example.com/v1/receipts/twilio"
+	p, err := twilio.New(twilio.Config{Settings: twilio.Settings{AccountSID: "AC1", AuthToken: token, From: "ACME"},
+		StatusCallback: receipts, InboundURL: public})
+	if err != nil {
+		t.Fatal(err)
+	}
+	form := url.Values{"MessageSid": {"SM1"}, "SmsSid": {"SM1"}, "AccountSid": {"AC1"}, "From": {"+14155550100"},
+		"To": {"+15005550006"}, "Body": {"Stop"}, "NumMedia": {"0"}}
+	parse := func(p *twilio.Provider, sig string, form url.Values) (provider.Inbound, error) {
+		body := form.Encode()
+		r := httptest.NewRequestWithContext(t.Context(), "POST", "http://10.0.0.7:8080/v1/inbound/twilio", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		if sig != "" {
+			r.Header.Set(twilio.HeaderSignature, sig)
+		}
+		return p.ParseInbound(r, []byte(body))
+	}
+	in, err := parse(p, twilio.Signature(token, public, form), form)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (provider.Inbound{From: "+14155550100", FromField: "From", Text: "Stop", ProviderID: "SM1"}); in != want {
+		t.Fatalf("inbound %+v, want %+v", in, want)
+	}
+	tampered := url.Values{}
+	for k, v := range form {
+		tampered[k] = v
+	}
+	tampered.Set("From", "+14155550199")
+	for name, c := range map[string]struct {
+		sig  string
+		form url.Values
+	}{
+		"missing":      {"", form},
+		"tampered":     {twilio.Signature(token, public, form), tampered},
+		"other token":  {twilio.Signature("other", public, form), form},
+		"receipt url":  {twilio.Signature(token, receipts, form), form},
+		"internal url": {twilio.Signature(token, "http://10.0.0.7:8080/v1/inbound/twilio", form), form},
+	} {
+		if _, err := parse(p, c.sig, c.form); !errors.Is(err, provider.ErrBadSignature) {
+			t.Errorf("%s: %v, want ErrBadSignature", name, err)
+		}
+	}
+	noFrom := url.Values{"MessageSid": {"SM2"}, "Body": {"STOP"}}
+	var re *provider.ReceiptError
+	if _, err := parse(p, twilio.Signature(token, public, noFrom), noFrom); !errors.As(err, &re) || re.Field != "From" {
+		t.Errorf("no From: %v, want a problem naming From", err)
+	}
+	// Without provider.inbound_url nothing is believed, not even a message
+	// signed over the receipts' URL.
+	q, err := twilio.New(twilio.Config{Settings: twilio.Settings{AccountSID: "AC1", AuthToken: token, From: "ACME"}, StatusCallback: receipts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parse(q, twilio.Signature(token, receipts, form), form); !errors.Is(err, provider.ErrBadSignature) {
+		t.Errorf("no inbound URL: %v, want ErrBadSignature", err)
+	}
+	ct, body := p.InboundAck()
+	if ct != "text/xml" || string(body) != `<?xml version="1.0" encoding="UTF-8"?><Response/>` {
+		t.Errorf("ack %s %s, want an empty TwiML Response", ct, body)
+	}
+	if _, err := twilio.New(twilio.Config{Settings: twilio.Settings{AccountSID: "AC1", AuthToken: token, From: "ACME"},
+		InboundURL: "not a url"}); err == nil || !strings.Contains(err.Error(), "inbound_url") {
+		t.Errorf("a bad inbound URL: %v, want an error naming inbound_url", err)
+	}
+}
