@@ -46,6 +46,7 @@ func testEnqueueGet(t *testing.T, h Harness) {
 	q := h.New(t)
 	m := newMsg("p", sms.ClassTransactional)
 	m.From = "ACME"
+	m.NumberID = "0123456789abcdef0123456789abcdef"
 	m.IdempotencyKey = "k1"
 	m.RequestHash = "h1"
 	m.ExpiresAt = m.CreatedAt.Add(time.Hour)
@@ -64,7 +65,7 @@ func testEnqueueGet(t *testing.T, h Harness) {
 	// UpdatedAt is the backend's to keep; compare everything else.
 	got.UpdatedAt = time.Time{}
 	if got.ID != want.ID || got.Producer != want.Producer || got.Class != want.Class || got.To != want.To ||
-		got.From != want.From || got.Body != want.Body || got.Reference != want.Reference ||
+		got.NumberID != want.NumberID || got.From != want.From || got.Body != want.Body || got.Reference != want.Reference ||
 		got.CallbackURL != want.CallbackURL || got.Callbacks != want.Callbacks ||
 		got.Segments != want.Segments || got.IdempotencyKey != want.IdempotencyKey ||
 		got.RequestHash != want.RequestHash || !got.CreatedAt.Equal(want.CreatedAt) ||
