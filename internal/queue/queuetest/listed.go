@@ -272,7 +272,10 @@ func testTakeSuppressedScheduled(t *testing.T, h Harness) {
 	at := time.Now().Add(300 * time.Millisecond)
 	a, b := withNumber(sms.ClassMarketing, listed), withNumber(sms.ClassMarketing, numberID(2))
 	a.NotBefore, a.SendAt, b.NotBefore, b.SendAt = at, at, at, at
-	mustEnqueue(t, q, a, b)
+	// One call: both fall due at the same time, a first in line.
+	if _, err := q.EnqueueMany(t.Context(), []*sms.Message{a, b}); err != nil {
+		t.Fatal(err)
+	}
 	if w := mustEmpty(t, q, l.opts(false)); w <= 0 {
 		t.Fatalf("wait %v before the scheduled messages are due", w)
 	}
