@@ -33,9 +33,12 @@ import (
 const ackTimeout = 2 * time.Second
 
 // Step 1: take the next ready message of the lane's classes under a lease.
+// With a suppression list (Config.Suppression) the queue ends, on the way,
+// the messages whose numbers are on it (listedEnded counts them).
 func (d *Dispatcher) take(ctx context.Context, ln *lane, classes []sms.Class) (*flight, time.Duration, error) {
 	asked := d.sinceEpoch()
-	l, wait, err := d.cfg.Queue.Take(ctx, queue.TakeOptions{Owner: d.cfg.Owner + "/" + ln.name, Lease: d.cfg.Lease, Classes: classes})
+	l, wait, err := d.cfg.Queue.Take(ctx, queue.TakeOptions{Owner: d.cfg.Owner + "/" + ln.name, Lease: d.cfg.Lease, Classes: classes,
+		Suppression: d.suppression})
 	switch {
 	case errors.Is(err, queue.ErrEmpty):
 		d.m.takes.WithLabelValues(ln.name, takeEmpty).Inc()
@@ -71,7 +74,7 @@ func (d *Dispatcher) takeError(ln *lane, err error) {
 func (d *Dispatcher) takeMore(ctx context.Context, ln *lane, class sms.Class, most, units int) ([]*flight, error) {
 	asked := d.sinceEpoch()
 	ls, err := d.cfg.Queue.TakeMore(ctx, queue.TakeOptions{Owner: d.cfg.Owner + "/" + ln.name, Lease: d.cfg.Lease,
-		Classes: []sms.Class{class}}, most, units)
+		Classes: []sms.Class{class}, Suppression: d.suppression}, most, units)
 	if err != nil {
 		d.m.takes.WithLabelValues(ln.name, takeError).Inc()
 		if ctx.Err() == nil {
@@ -84,6 +87,14 @@ func (d *Dispatcher) takeMore(ctx context.Context, ln *lane, class sms.Class, mo
 		fs = append(fs, d.taken(ln, l, asked))
 	}
 	return fs, nil
+}
+
+// listedEnded counts a message a take ended (queue.Suppression) because
+// its number was on the suppression list when its turn came: outcome
+// suppressed, with no reservation, provider call or attempt.
+func (d *Dispatcher) listedEnded(m *sms.Message) {
+	d.m.outcomes.WithLabelValues(m.Class.String(), outcomeSuppressed).Inc()
+	d.log.Info("not sent: the number is on the suppression list", "id", m.ID, "class", m.Class.String())
 }
 
 // taken starts tracking a message just leased by a take asked at asked
