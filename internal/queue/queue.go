@@ -223,6 +223,12 @@ type RequeueOptions struct {
 	// wake one of them for the message: set when this process stops and
 	// hands back a message it can no longer send.
 	Announce bool
+	// KeepPlace puts the message back where it was taken from (its ready
+	// time and its place in line, as Recover does) instead of at the back
+	// of its class; After is then ignored. The send loop hands back so a
+	// batch it held through an operator pause, to take it again at once:
+	// the take reads the suppression list again.
+	KeepPlace bool
 }
 
 // MaxHorizons bounds the horizons of one ScheduledWithin call.

@@ -486,6 +486,14 @@ func (q *Queue) Requeue(ctx context.Context, l *queue.Leased, o queue.RequeueOpt
 			r.Msg.LastError = o.LastError
 		}
 		r.Msg.UpdatedAt = now
+		if o.KeepPlace {
+			// Due and Seq are the place it was taken from (kept while
+			// leased), as Recover puts it back.
+			if err := putReady(tx, r); err != nil {
+				return err
+			}
+			return putEntry(tx, r)
+		}
 		r.Due = ms(now) + durMs(o.After)
 		if o.After > 0 {
 			r.Msg.NotBefore = time.UnixMilli(r.Due).UTC()

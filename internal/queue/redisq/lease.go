@@ -445,13 +445,15 @@ func (q *Queue) completion(l *queue.Leased, o queue.Outcome, code string) (compl
 }
 
 // requeueScript ends a held lease by queueing the message again at the back
-// of its class (ready at now + ARGV[3]).
+// of its class (ready at now + ARGV[3]), or with ARGV[7] at the place it
+// was taken from (the lease's ready score and member, as recoverScript
+// puts it back).
 //
 // KEYS[1] lease ZSET of the class, KEYS[2] leases HASH, KEYS[3] msgs HASH,
 // KEYS[4] ready ZSET of the class, KEYS[5] seq counter.
 // ARGV[1] id, ARGV[2] token, ARGV[3] delay µs, ARGV[4] 1 to spend an
 // attempt, ARGV[5] last error (empty: keep the stored one), ARGV[6] 1 when
-// the send crashed its sender (Crashes + 1).
+// the send crashed its sender (Crashes + 1), ARGV[7] 1 to keep its place.
 // Returns 1, 0 when the lease is not held, -1 when it is not in KEYS[1].
 var requeueScript = redis.NewScript(luaPrelude + luaRecord + luaCheckLease + `
 local now = now_us()
@@ -464,6 +466,11 @@ set_time(m, 'tu', now)
 if ARGV[4] == '1' then set(m, 'a', (get(m, 'a') or 0) + 1) end
 if ARGV[5] ~= '' then set(m, 'e', ARGV[5]) end
 if ARGV[6] == '1' then set(m, 'x', (get(m, 'x') or 0) + 1) end
+if ARGV[7] == '1' then
+  redis.call('HSET', KEYS[3], ARGV[1], cjson.encode(m))
+  redis.call('ZADD', KEYS[4], lease.s, lease.m)
+  return 1
+end
 if delay > 0 then set_time(m, 'tb', now + delay, true) end
 local member = new_member(redis.call('INCR', KEYS[5]), ARGV[1])
 m.qm = member
@@ -479,17 +486,20 @@ func (q *Queue) Requeue(ctx context.Context, l *queue.Leased, o queue.RequeueOpt
 	}
 	start := time.Now()
 	defer func() { q.m.observe("requeue", start, err) }()
-	spend, crashed := 0, 0
+	spend, crashed, keep := 0, 0, 0
 	if o.SpendAttempt {
 		spend = 1
 	}
 	if o.Crashed {
 		crashed = 1
 	}
+	if o.KeepPlace {
+		keep = 1
+	}
 	keys := []string{q.k.lease(l.Message.Class), q.k.leases(), q.k.msgs(), q.k.ready(l.Message.Class), q.k.seq()}
 	err = q.leaseResult("requeue", l, requeueScript.Run(ctx, q.c, keys, l.Message.ID, l.Token,
-		us(o.After), spend, o.LastError, crashed))
-	if err == nil && o.Announce && o.After <= 0 {
+		us(o.After), spend, o.LastError, crashed, keep))
+	if err == nil && o.Announce && (o.After <= 0 || o.KeepPlace) {
 		q.announce(ctx, []sms.Class{l.Message.Class})
 	}
 	return err
