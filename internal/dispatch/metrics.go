@@ -39,10 +39,13 @@ const (
 	// The queue has not confirmed the lease for two thirds of it (this
 	// replica cut off from Redis): another replica may have the message.
 	requeueUnconfirmed = "lease_unconfirmed"
+	// Held through an operator pause: back in its place in line, to be
+	// taken again at once (the take reads the suppression list).
+	requeueAfterPause = "after_pause"
 )
 
 var requeueReasons = []string{requeueThrottled, requeueRetry, requeueRateWait, requeuePaused, requeueBreaker, requeueReleased,
-	requeueAuth, requeueQuiet, requeueCrashed, requeueLate, requeueUnconfirmed}
+	requeueAuth, requeueQuiet, requeueCrashed, requeueLate, requeueUnconfirmed, requeueAfterPause}
 
 // Reservation results.
 const (

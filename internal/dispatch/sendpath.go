@@ -205,9 +205,16 @@ const (
 // message). A denial whose RetryAfter the lane can hold for is slept here,
 // exactly; a longer one requeues the messages without spending an attempt
 // and keeps the lane off their class until the slot could be granted.
+//
+// A batch held through an operator pause (denied Paused, then granted) is
+// not sent on that grant when takes read the suppression list: the pause
+// may have lasted hours, and the numbers may have been suppressed
+// meanwhile. It goes back to its place in line and is taken again at once
+// (the take reads the list); the slot is forfeited, once per pause.
 func (d *Dispatcher) reserve(ctx context.Context, batch []*flight) (slot, reserveResult) {
 	m := batch[0].l.Message
 	cls := m.Class.String()
+	heldPaused := false
 	for {
 		cost := 0
 		for _, f := range batch {
@@ -236,6 +243,11 @@ func (d *Dispatcher) reserve(ctx context.Context, batch []*flight) (slot, reserv
 			}
 			d.requeueAll(batch, 0, requeueReleased)
 			return slot{}, reserveGone
+		case dec.Allowed && heldPaused && d.suppression.Covers(m.Class):
+			for _, f := range batch {
+				d.putBack(f, requeueAfterPause)
+			}
+			return slot{}, reserveGone
 		case dec.Allowed:
 			return d.slotOf(asked, dec.Delay), reserveOK
 		}
@@ -243,6 +255,7 @@ func (d *Dispatcher) reserve(ctx context.Context, batch []*flight) (slot, reserv
 		now := time.Now()
 		reason := requeueRateWait
 		if dec.Paused {
+			heldPaused = true
 			reason = requeuePaused
 			for _, c := range ln.classes {
 				ln.block(c, now.Add(dec.RetryAfter))
@@ -659,6 +672,16 @@ func (d *Dispatcher) requeue(f *flight, after time.Duration, spend bool, reason,
 	announce := after == 0 && reason == requeueReleased && d.takeCtx.Err() != nil
 	d.ack(f, "requeue", outcomeRequeued, func(ctx context.Context) error {
 		return d.cfg.Queue.Requeue(ctx, f.l, queue.RequeueOptions{After: after, SpendAttempt: spend, LastError: lastErr, Announce: announce})
+	})
+}
+
+// putBack hands f back to the place in line it was taken from
+// (queue.RequeueOptions.KeepPlace), spending nothing: the lane takes it
+// again at once.
+func (d *Dispatcher) putBack(f *flight, reason string) {
+	d.m.requeues.WithLabelValues(f.l.Message.Class.String(), reason).Inc()
+	d.ack(f, "requeue", outcomeRequeued, func(ctx context.Context) error {
+		return d.cfg.Queue.Requeue(ctx, f.l, queue.RequeueOptions{KeepPlace: true})
 	})
 }
 
