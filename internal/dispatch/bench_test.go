@@ -17,7 +17,9 @@ import (
 // complete with an unlimited provider and limiter, on a real Redis queue
 // and the real Redis limiter, and the Redis round trips per delivered
 // message (counted by a hook on the dispatcher's client; enqueueing and
-// waiting use another client).
+// waiting use another client). As in production, every message carries
+// its number's id and every take reads the suppression list (none of
+// the numbers is on it).
 func BenchmarkSendLoop(b *testing.B) {
 	unlimited := limiter.Config{Global: limiter.Rate{PerSecond: 1e6, Burst: 1000}}
 	for _, bc := range []struct {
@@ -38,10 +40,13 @@ func BenchmarkSendLoop(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/replicas=%d", bc.name, replicas), func(b *testing.B) {
 				acct := newAccount(b)
 				producer := acct.queue(b, nil)
+				list := acct.suppression(b)
 				n := b.N
 				ms := make([]*sms.Message, 0, 1000)
 				for i := range n {
-					ms = append(ms, newMsg(sms.ClassTransactional))
+					m := newMsg(sms.ClassTransactional)
+					m.NumberID = fmt.Sprintf("%032x", i)
+					ms = append(ms, m)
 					if len(ms) == cap(ms) || i == n-1 {
 						enqueue(b, producer, ms...)
 						ms = ms[:0]
@@ -53,7 +58,7 @@ func BenchmarkSendLoop(b *testing.B) {
 				start := time.Now()
 				for i := range replicas {
 					newDispatcher(b, Config{Queue: acct.queue(b, c), Limiter: acct.limiter(b, c, unlimited), Provider: p,
-						Owner: fmt.Sprint("bench", i), Workers: 16})
+						Owner: fmt.Sprint("bench", i), Workers: 16, Suppression: list})
 				}
 				waitDrained(b, producer)
 				elapsed := time.Since(start)

@@ -67,6 +67,15 @@ type Config struct {
 	// gateway puts the number on the suppression list. nil: the message
 	// still ends suppressed, and nothing else happens.
 	OptOuts OptOuts
+	// Suppression is the suppression list every take reads
+	// (queue.Suppression; the gateway sets Key in Redis mode, Listed in
+	// embedded mode, and OTP from protection.suppress_otp): a message
+	// whose number is on the list when its turn comes is ended
+	// suppressed by the queue, with no reservation, provider call or
+	// attempt, and counted with outcome suppressed. Its Ended is the
+	// dispatcher's own. Zero (no Key, no Listed): takes do not read the
+	// list.
+	Suppression queue.Suppression
 
 	// Set by the caller from the gateway's configuration (dispatch.*,
 	// provider.count_segments); no defaults here.
@@ -323,6 +332,10 @@ type Dispatcher struct {
 	// (0: not learned, or forgotten; BulkBatch applies).
 	batchCap learnedCaps
 
+	// suppression is what every take is given (Config.Suppression, with
+	// Ended counting); nil without a list.
+	suppression *queue.Suppression
+
 	mu      sync.Mutex
 	flights map[*queue.Leased]*flight
 	started bool
@@ -383,6 +396,10 @@ func New(cfg Config) (*Dispatcher, error) {
 		epoch:     time.Now(),
 	}
 	d.slowdown.Store(1)
+	if s := cfg.Suppression; s.Key != "" || s.Listed != nil {
+		s.Ended = d.listedEnded
+		d.suppression = &s
+	}
 	d.breaker = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:        "provider-" + cfg.Provider.Name(),
 		MaxRequests: 1,

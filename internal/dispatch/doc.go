@@ -44,6 +44,8 @@
 //
 // # What the send loop does to a message
 //
+//	queued ──Take, its number on the suppression list──▶ suppressed (ended by the queue within the take:
+//	                                                      never sent, no rate, no attempt; Config.Suppression)
 //	queued ──Take──▶ sending ──sent──────────────▶ sent
 //	                    │    ──permanent error────▶ failed
 //	                    │    ──recipient opted out at the provider──▶ suppressed (the number reported to OptOuts)
@@ -56,6 +58,15 @@
 //	                    │    ──credentials refused▶ queued at now+AuthPause (no attempt; every replica paused)
 //	                    │    ──limiter wait > HoldMax, breaker open, Stop──▶ queued (no attempt)
 //	                    └────replica dies: lease expires, another replica's recoverer──▶ queued
+//
+// The suppression list is read at accept (the gateway's protection) and
+// again when a message's turn comes: every take is given the list
+// (queue.Suppression), and the queue ends a message whose number was put
+// on it after the message was accepted (a recipient's STOP, an operator,
+// the provider's report) instead of handing it out, in its take script or
+// transaction; the lane never sees it, and listedEnded counts it. A
+// message stored without its number's id is sent as before. The OTP fast
+// path queues nothing: for it the check at accept is the only one.
 //
 // A temporary error is a 5xx or a network failure (the provider did not
 // take the message) or an unknown outcome (timeout, unreadable 2xx: the

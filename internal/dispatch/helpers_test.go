@@ -13,6 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
+	"smsgw/internal/keyspace"
 	"smsgw/internal/limiter"
 	"smsgw/internal/provider"
 	"smsgw/internal/provider/httpprov"
@@ -22,6 +23,7 @@ import (
 	"smsgw/internal/redistest"
 	"smsgw/internal/sms"
 	"smsgw/internal/sms/smstest"
+	"smsgw/internal/state"
 )
 
 // patience bounds every wait in these tests: generous, because the package
@@ -60,6 +62,22 @@ func (a account) queue(t testing.TB, c redis.UniversalClient) queue.Queue {
 	}
 	t.Cleanup(func() { _ = q.Close() })
 	return q
+}
+
+// suppression is the account's suppression list as the gateway hands it
+// to the send loop in Redis mode (the list's HASH, read by the take
+// script).
+func (a account) suppression(t testing.TB) queue.Suppression {
+	t.Helper()
+	sp, err := keyspace.New(a.name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := state.NewRedisSuppressions(a.client, sp, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return queue.Suppression{Key: l.IndexKey()}
 }
 
 // defaultLimits are the default limits of docs/design.md section 2: 90/s

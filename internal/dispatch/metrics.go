@@ -17,7 +17,8 @@ const (
 	outcomeRequeued = "requeued"
 	outcomeDead     = "dead"
 	// outcomeSuppressed: the provider refused the send because the
-	// recipient opted out there (status suppressed).
+	// recipient opted out there, or the take found the number on the
+	// suppression list and ended the message unsent (status suppressed).
 	outcomeSuppressed = "suppressed"
 )
 
@@ -38,10 +39,13 @@ const (
 	// The queue has not confirmed the lease for two thirds of it (this
 	// replica cut off from Redis): another replica may have the message.
 	requeueUnconfirmed = "lease_unconfirmed"
+	// Held through an operator pause: back in its place in line, to be
+	// taken again at once (the take reads the suppression list).
+	requeueAfterPause = "after_pause"
 )
 
 var requeueReasons = []string{requeueThrottled, requeueRetry, requeueRateWait, requeuePaused, requeueBreaker, requeueReleased,
-	requeueAuth, requeueQuiet, requeueCrashed, requeueLate, requeueUnconfirmed}
+	requeueAuth, requeueQuiet, requeueCrashed, requeueLate, requeueUnconfirmed, requeueAfterPause}
 
 // Reservation results.
 const (
@@ -116,7 +120,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "smsgw_dispatch_takes_total", Help: "Queue takes by lane and result (message, empty, error).",
 		}, []string{"lane", "result"}),
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "smsgw_dispatch_messages_total", Help: "Leases ended by the send loop, by class and outcome.",
+			Name: "smsgw_dispatch_messages_total", Help: "Messages the send loop ended (leases, and messages a take ended suppressed), by class and outcome.",
 		}, []string{"class", "outcome"}),
 		requeues: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "smsgw_dispatch_requeues_total", Help: "Messages put back in the queue, by class and reason.",

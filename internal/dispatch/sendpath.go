@@ -33,9 +33,12 @@ import (
 const ackTimeout = 2 * time.Second
 
 // Step 1: take the next ready message of the lane's classes under a lease.
+// With a suppression list (Config.Suppression) the queue ends, on the way,
+// the messages whose numbers are on it (listedEnded counts them).
 func (d *Dispatcher) take(ctx context.Context, ln *lane, classes []sms.Class) (*flight, time.Duration, error) {
 	asked := d.sinceEpoch()
-	l, wait, err := d.cfg.Queue.Take(ctx, queue.TakeOptions{Owner: d.cfg.Owner + "/" + ln.name, Lease: d.cfg.Lease, Classes: classes})
+	l, wait, err := d.cfg.Queue.Take(ctx, queue.TakeOptions{Owner: d.cfg.Owner + "/" + ln.name, Lease: d.cfg.Lease, Classes: classes,
+		Suppression: d.suppression})
 	switch {
 	case errors.Is(err, queue.ErrEmpty):
 		d.m.takes.WithLabelValues(ln.name, takeEmpty).Inc()
@@ -71,7 +74,7 @@ func (d *Dispatcher) takeError(ln *lane, err error) {
 func (d *Dispatcher) takeMore(ctx context.Context, ln *lane, class sms.Class, most, units int) ([]*flight, error) {
 	asked := d.sinceEpoch()
 	ls, err := d.cfg.Queue.TakeMore(ctx, queue.TakeOptions{Owner: d.cfg.Owner + "/" + ln.name, Lease: d.cfg.Lease,
-		Classes: []sms.Class{class}}, most, units)
+		Classes: []sms.Class{class}, Suppression: d.suppression}, most, units)
 	if err != nil {
 		d.m.takes.WithLabelValues(ln.name, takeError).Inc()
 		if ctx.Err() == nil {
@@ -84,6 +87,14 @@ func (d *Dispatcher) takeMore(ctx context.Context, ln *lane, class sms.Class, mo
 		fs = append(fs, d.taken(ln, l, asked))
 	}
 	return fs, nil
+}
+
+// listedEnded counts a message a take ended (queue.Suppression) because
+// its number was on the suppression list when its turn came: outcome
+// suppressed, with no reservation, provider call or attempt.
+func (d *Dispatcher) listedEnded(m *sms.Message) {
+	d.m.outcomes.WithLabelValues(m.Class.String(), outcomeSuppressed).Inc()
+	d.log.Info("not sent: the number is on the suppression list", "id", m.ID, "class", m.Class.String())
 }
 
 // taken starts tracking a message just leased by a take asked at asked
@@ -194,9 +205,16 @@ const (
 // message). A denial whose RetryAfter the lane can hold for is slept here,
 // exactly; a longer one requeues the messages without spending an attempt
 // and keeps the lane off their class until the slot could be granted.
+//
+// A batch held through an operator pause (denied Paused, then granted) is
+// not sent on that grant when takes read the suppression list: the pause
+// may have lasted hours, and the numbers may have been suppressed
+// meanwhile. It goes back to its place in line and is taken again at once
+// (the take reads the list); the slot is forfeited, once per pause.
 func (d *Dispatcher) reserve(ctx context.Context, batch []*flight) (slot, reserveResult) {
 	m := batch[0].l.Message
 	cls := m.Class.String()
+	heldPaused := false
 	for {
 		cost := 0
 		for _, f := range batch {
@@ -225,6 +243,11 @@ func (d *Dispatcher) reserve(ctx context.Context, batch []*flight) (slot, reserv
 			}
 			d.requeueAll(batch, 0, requeueReleased)
 			return slot{}, reserveGone
+		case dec.Allowed && heldPaused && d.suppression.Covers(m.Class):
+			for _, f := range batch {
+				d.putBack(f, requeueAfterPause)
+			}
+			return slot{}, reserveGone
 		case dec.Allowed:
 			return d.slotOf(asked, dec.Delay), reserveOK
 		}
@@ -232,6 +255,7 @@ func (d *Dispatcher) reserve(ctx context.Context, batch []*flight) (slot, reserv
 		now := time.Now()
 		reason := requeueRateWait
 		if dec.Paused {
+			heldPaused = true
 			reason = requeuePaused
 			for _, c := range ln.classes {
 				ln.block(c, now.Add(dec.RetryAfter))
@@ -648,6 +672,16 @@ func (d *Dispatcher) requeue(f *flight, after time.Duration, spend bool, reason,
 	announce := after == 0 && reason == requeueReleased && d.takeCtx.Err() != nil
 	d.ack(f, "requeue", outcomeRequeued, func(ctx context.Context) error {
 		return d.cfg.Queue.Requeue(ctx, f.l, queue.RequeueOptions{After: after, SpendAttempt: spend, LastError: lastErr, Announce: announce})
+	})
+}
+
+// putBack hands f back to the place in line it was taken from
+// (queue.RequeueOptions.KeepPlace), spending nothing: the lane takes it
+// again at once.
+func (d *Dispatcher) putBack(f *flight, reason string) {
+	d.m.requeues.WithLabelValues(f.l.Message.Class.String(), reason).Inc()
+	d.ack(f, "requeue", outcomeRequeued, func(ctx context.Context) error {
+		return d.cfg.Queue.Requeue(ctx, f.l, queue.RequeueOptions{KeepPlace: true})
 	})
 }
 

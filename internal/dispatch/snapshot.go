@@ -10,7 +10,7 @@ import (
 // ClassCounts are the messages of one class this process ended, by outcome.
 type ClassCounts struct {
 	Sent    int64 // accepted by the provider (queued sends and, for otp, the fast path)
-	Failed  int64 // permanent failure, an opt-out the provider reported (suppressed) included (queued sends and, for otp, the fast path)
+	Failed  int64 // permanent failure, suppressed included (an opt-out the provider reported, a number found on the suppression list at take) (queued sends and, for otp, the fast path)
 	Expired int64 // TTL passed before the send
 	Dead    int64 // moved to the dead letters after MaxAttempts
 }
@@ -51,8 +51,9 @@ func (d *Dispatcher) Snapshot() Snapshot {
 		cl := c.String()
 		s.Classes[c] = ClassCounts{
 			Sent: counterValue(d.m.outcomes.WithLabelValues(cl, outcomeSent)),
-			// A refusal because the recipient opted out is a permanent
-			// refusal too (status suppressed).
+			// A refusal because the recipient opted out, or a message
+			// ended unsent because its number is on the suppression
+			// list, is a permanent refusal too (status suppressed).
 			Failed: counterValue(d.m.outcomes.WithLabelValues(cl, outcomeFailed)) +
 				counterValue(d.m.outcomes.WithLabelValues(cl, outcomeSuppressed)),
 			Expired: counterValue(d.m.outcomes.WithLabelValues(cl, outcomeExpired)),

@@ -180,8 +180,11 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 }
 
 // dispatcherConfig is the send loop of cfg over the backend: its limiter
-// obeys the operator pause.
+// obeys the operator pause, and its takes read the suppression list
+// (OTP too with protection.suppress_otp, as at accept).
 func dispatcherConfig(cfg config.Config, d deps, b *backend, prov provider.Provider, owner string) dispatch.Config {
+	listed := b.listed
+	listed.OTP = cfg.Protection.SuppressOTP
 	return dispatch.Config{
 		Queue: b.queue, Limiter: pausedLimiter{Limiter: b.limiter, p: b.pause}, Guard: b.guard,
 		Provider: prov, Owner: owner,
@@ -189,8 +192,9 @@ func dispatcherConfig(cfg config.Config, d deps, b *backend, prov provider.Provi
 		Lease: cfg.Dispatch.Lease, MaxAttempts: cfg.Dispatch.MaxAttempts, PoisonAfter: cfg.Dispatch.PoisonAfter,
 		BackoffBase: cfg.Dispatch.BackoffBase, BackoffMax: cfg.Dispatch.BackoffMax,
 		CountSegments: cfg.Provider.CountSegments, Pacing: limiterConfig(cfg), Logger: d.log, Registerer: d.reg, Now: d.now,
-		Hold:     cfg.QuietPolicy().Hold,
-		LateSlot: dispatch.LateSlotFor(cfg.Provider.ContractRPS, cfg.Limits.TargetRPS, cfg.Limits.Burst),
+		Hold:        cfg.QuietPolicy().Hold,
+		LateSlot:    dispatch.LateSlotFor(cfg.Provider.ContractRPS, cfg.Limits.TargetRPS, cfg.Limits.Burst),
+		Suppression: listed,
 	}
 }
 

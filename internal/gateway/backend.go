@@ -39,10 +39,14 @@ type backend struct {
 	history  history.Store // the last 15 minutes of send figures
 	numbers  state.NumberLimits
 	suppress state.Suppressions
-	checks   []readyCheck
-	loops    []loop            // started by Start in order
-	persist  *persistenceCheck // Redis only: asked once by Start
-	stops    stopStack
+	// listed is the suppression list as the send loop's takes read it
+	// (queue.Suppression): the list's HASH in the take script with
+	// Redis, the list's own file asked in the take transaction embedded.
+	listed  queue.Suppression
+	checks  []readyCheck
+	loops   []loop            // started by Start in order
+	persist *persistenceCheck // Redis only: asked once by Start
+	stops   stopStack
 }
 
 // deps are what New hands both backends.
@@ -89,6 +93,10 @@ func newEmbeddedBackend(cfg config.Config, d deps) (_ *backend, err error) {
 	}
 	b.stops.push("suppression list", ls.Close)
 	b.suppress = ls
+	// The list stays in its own file (it holds the number key too, and
+	// the queue may not import state): the queue's take transaction asks
+	// it, read-only, about each message it reaches.
+	b.listed = queue.Suppression{Listed: ls.Contains}
 	window, err := state.NewLocalThrottles(cfg.Dispatch.SuspensionGuard.Window)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: suspension guard: %w", err)
@@ -147,6 +155,7 @@ func newRedisBackend(cfg config.Config, d deps) (_ *backend, err error) {
 		return nil, fmt.Errorf("gateway: redis mode without the redis idempotency store and suppression list")
 	}
 	b.oneTrip = &oneTrip{enq: co, idem: idem, sup: sup, keys: keys}
+	b.listed = queue.Suppression{Key: sup.IndexKey()} // read inside the take script, under the account's hash tag
 	return b, b.finish(cfg, window)
 }
 

@@ -165,7 +165,7 @@ func (s *server) accept(ctx context.Context, w http.ResponseWriter, p *producer,
 	if ferr := checkSendAt(v.msg.SendAt, now, ""); ferr != nil {
 		return nil, invalid([]fieldProblem{*ferr})
 	}
-	held, err := s.protectOne(ctx, v.msg.Class, v.msg.To)
+	numberID, held, err := s.protectOne(ctx, v.msg.Class, v.msg.To)
 	if err != nil {
 		return nil, err
 	}
@@ -179,6 +179,7 @@ func (s *server) accept(ctx context.Context, w http.ResponseWriter, p *producer,
 		return nil, err
 	}
 	m := s.stamp(v, p, key, now)
+	m.NumberID = numberID // a take checks the suppression list again with it
 	eta := s.eta.plan(ctx, now, []*sms.Message{m}, nil)[0]
 	if err := admitTTL(m, eta, v.ttl); err != nil {
 		return nil, err

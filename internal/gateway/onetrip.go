@@ -129,6 +129,7 @@ func (s *server) prepareOneTrip(ctx context.Context, p *producer, v validated, i
 		return nil, err
 	}
 	req := &oneTripRequest{m: s.stamp(v, p, idem, now)}
+	req.m.NumberID = sid // a take checks the suppression list again with it
 	req.eta = s.eta.plan(ctx, now, []*sms.Message{req.m}, nil)[0]
 	if err := admitTTL(req.m, req.eta, v.ttl); err != nil {
 		return nil, err

@@ -101,7 +101,9 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	s.idempotent(w, r.WithContext(pctx), p, "otp", v.msg.RequestHash, func(ctx context.Context, key string) (*response, error) {
 		steps.Mark(dispatch.StepIdempotency)
-		held, err := s.protectOne(ctx, sms.ClassOTP, v.msg.To)
+		// The fast path queues nothing: the check here is the only one
+		// (a queued message's take checks the suppression list again).
+		_, held, err := s.protectOne(ctx, sms.ClassOTP, v.msg.To)
 		if err != nil {
 			return nil, deadlineSpent(ctx, err)
 		}

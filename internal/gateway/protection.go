@@ -126,14 +126,21 @@ func newProtector(cfg config.ProtectionConfig, numbers state.NumberLimits, sup s
 type target struct {
 	to    string // E.164, validated
 	field string // "to", "messages[3].to"
+	// id is set by check: the number's id on the suppression list
+	// (numberID under the account's key), which the message carries so
+	// that a take checks the list again (sms.Message.NumberID). Empty
+	// when the check refused the number first, or hashed it with this
+	// process's own key (the shared store down, an OTP).
+	id string
 }
 
 // check decides for every target of class cls. It returns one entry per
 // target: nil when the message may go on, else the *Error to answer; and
 // the OTPs it counted against their numbers (protection.otp_per_number),
 // which the caller gives back (holds.giveBack) for each message refused
-// later, so that only OTPs the gateway let through count. The error is a
-// store failure (503): then nothing was decided and nothing is held.
+// later, so that only OTPs the gateway let through count. It sets the id
+// of each target it hashed with the account's key. The error is a store
+// failure (503): then nothing was decided and nothing is held.
 func (p *protector) check(ctx context.Context, cls sms.Class, ts []target) ([]*apiError, holds, error) {
 	out := make([]*apiError, len(ts))
 	var held holds
@@ -152,6 +159,7 @@ func (p *protector) check(ctx context.Context, cls sms.Class, ts []target) ([]*a
 	down := cls == sms.ClassOTP && p.sharedDown()
 	key, err := p.numberKey(ctx, down)
 	shared := err == nil && !down
+	own := false // the ids are this process's, not the list's
 	switch {
 	case err != nil && cls != sms.ClassOTP:
 		return nil, nil, unavailable("protection store", err)
@@ -161,12 +169,15 @@ func (p *protector) check(ctx context.Context, cls sms.Class, ts []target) ([]*a
 		// process alone, hashed with the account's key when it was read
 		// before, else with this process's.
 		if key == nil {
-			key = p.localKey
+			key, own = p.localKey, true
 		}
 		p.fellBack(ctx, cmp.Or(err, errSharedDown))
 	}
 	for k, i := range rest {
 		ids[k] = numberID(key, ts[i].to)
+		if !own {
+			ts[i].id = ids[k]
+		}
 	}
 	if cls != sms.ClassOTP || p.cfg.SuppressOTP && shared {
 		if err := p.checkSuppressed(ctx, cls, ts, rest, ids, out); err != nil {
@@ -552,23 +563,26 @@ func maskPrefix(prefix string, length int) string {
 	return prefix + strings.Repeat("*", max(length-len(prefix), 1))
 }
 
-// protectOne is check for one message whose number is in the field "to".
-// The caller gives the holds back (holds.giveBack) when it refuses the
-// message later or nothing is sent.
-func (s *server) protectOne(ctx context.Context, cls sms.Class, to string) (holds, error) {
-	errs, held, err := s.protect.check(ctx, cls, []target{{to: to, field: "to"}})
+// protectOne is check for one message whose number is in the field "to";
+// id is the number's id on the suppression list for the message to carry
+// (target.id). The caller gives the holds back (holds.giveBack) when it
+// refuses the message later or nothing is sent.
+func (s *server) protectOne(ctx context.Context, cls sms.Class, to string) (id string, held holds, err error) {
+	ts := []target{{to: to, field: "to"}}
+	errs, held, err := s.protect.check(ctx, cls, ts)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	if errs[0] != nil {
-		return nil, errs[0]
+		return "", nil, errs[0]
 	}
-	return held, nil
+	return ts[0].id, held, nil
 }
 
 // protectItems is check for the valid items of a batch, by class: the
 // items it refuses get their problem and leave valid, which it returns
-// with the OTPs it counted (each hold's target is its item's index).
+// with the OTPs it counted (each hold's target is its item's index). The
+// messages of the others carry their numbers' ids (target.id).
 func (s *server) protectItems(ctx context.Context, r *http.Request, vs []validated, valid []int, items []batchItem) ([]int, holds, error) {
 	var held holds
 	byClass := map[sms.Class][]int{}
@@ -598,7 +612,9 @@ func (s *server) protectItems(ctx context.Context, r *http.Request, vs []validat
 			if e != nil {
 				s.itemError(r, &items[idx[k]], e)
 				refused[idx[k]] = true
+				continue
 			}
+			vs[idx[k]].msg.NumberID = ts[k].id
 		}
 	}
 	out := valid[:0:0]

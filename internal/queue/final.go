@@ -11,9 +11,11 @@ import (
 )
 
 // The final record: what a backend keeps of a message once nothing more will
-// be sent (sent, failed, expired, canceled, suppressed). The body, the full number and the
-// Idempotency-Key are dropped: they are personal data or were needed
-// only to send, and they were most of a message's bytes. What stays answers
+// be sent (sent, failed, expired, canceled, suppressed). The body, the full number, the
+// number's suppression-list id (sms.Message.NumberID) and the Idempotency-Key are
+// dropped: they are personal data or were needed only to send (the id only to
+// check the list when the message is taken), and they were most of a message's
+// bytes. What stays answers
 // GET /v1/messages/{id}, a replay of the first answer and a later receipt:
 // status, class, attempts, segments and encoding, producer, reference, the
 // provider's id, the masked number, the sender id, the last error, a prefix of the request

@@ -12,7 +12,7 @@ func TestFinalRecordRoundTrip(t *testing.T) {
 	created := time.Date(2026, 11, 30, 9, 0, 0, 123_000_000, time.UTC)
 	m := &sms.Message{
 		ID: sms.NewID(created), Producer: "shop\x1fbackend", Class: sms.ClassMarketing, To: "+819012345678",
-		From: "ACME", Body: "日本語", Reference: "order|1\x1f", Segments: 2, IdempotencyKey: "k",
+		NumberID: "0123456789abcdef0123456789abcdef", From: "ACME", Body: "日本語", Reference: "order|1\x1f", Segments: 2, IdempotencyKey: "k",
 		RequestHash: strings.Repeat("ab", 32), CreatedAt: created.Add(-1500 * time.Microsecond),
 		SendAt: created.Add(time.Hour), ExpiresAt: created.Add(25 * time.Hour), Status: sms.StatusSent,
 		Attempts: 40, LastError: "503", ProviderID: "SM0123", UpdatedAt: created.Add(time.Hour + time.Second),
@@ -25,7 +25,7 @@ func TestFinalRecordRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !IsFinal(s) || strings.Contains(s, "日本語") || strings.Contains(s, "9012345678") {
+		if !IsFinal(s) || strings.Contains(s, "日本語") || strings.Contains(s, "9012345678") || strings.Contains(s, m.NumberID) {
 			t.Fatalf("final record %q", s)
 		}
 		got, err := DecodeFinal(m.ID, s)
@@ -40,7 +40,7 @@ func TestFinalRecordRoundTrip(t *testing.T) {
 		if got.CreatedAt != want.CreatedAt || got.SendAt != want.SendAt || got.UpdatedAt != want.UpdatedAt ||
 			got.SentAt != want.SentAt || got.Status != st || got.Producer != want.Producer || got.Reference != want.Reference ||
 			got.To != want.To || got.RequestHash != want.RequestHash || got.Encoding != sms.UCS2 || got.Segments != 2 ||
-			got.Attempts != 40 || got.From != "ACME" || got.LastError != "503" || got.ProviderID != "SM0123" || got.Class != sms.ClassMarketing ||
+			got.Attempts != 40 || got.From != "ACME" || got.NumberID != "" || got.LastError != "503" || got.ProviderID != "SM0123" || got.Class != sms.ClassMarketing ||
 			!got.Callbacks || got.CallbackURL != "https://hooks.example/cb?x=1" {
 			t.Fatalf("round trip of %q\n got %+v\nwant %+v", s, got, want)
 		}

@@ -23,6 +23,9 @@ const (
 	EventErrorExpired     = "expired"            // its TTL passed before it could be sent
 	EventErrorUndelivered = "undelivered"        // the provider's receipt says the handset did not get it
 	EventErrorOptedOut    = "opted_out"          // the provider refused it: the recipient opted out (status suppressed)
+	// EventErrorSuppressed: its number was on the suppression list when
+	// the send loop took it, so it was never sent (status suppressed).
+	EventErrorSuppressed = "suppressed"
 )
 
 // MaxEventError bounds Event.LastError.
@@ -92,7 +95,9 @@ type Outbox interface {
 }
 
 // EventErrorCode is the error code of an event for a message ending in
-// status (dead: a dead letter).
+// status (dead: a dead letter). Suppressed is the provider's refusal
+// (opted_out); a take that ends a message because its number is on the
+// suppression list writes EventErrorSuppressed instead.
 func EventErrorCode(status sms.Status, dead bool) string {
 	switch {
 	case status == sms.StatusExpired:

@@ -110,7 +110,9 @@ const EarlyReceiptWindow = 2 * time.Minute
 
 // CompleteStatus reports whether s may end a lease (Outcome.Status): sent,
 // failed, expired, or suppressed (the provider refused the send because
-// the recipient opted out). Every backend's Complete refuses any other.
+// the recipient opted out). Every backend's Complete refuses any other. (A
+// take ends a message suppressed by itself when its number is on the
+// suppression list: TakeOptions.Suppression.)
 func CompleteStatus(s sms.Status) bool {
 	return s == sms.StatusSent || s == sms.StatusFailed || s == sms.StatusExpired || s == sms.StatusSuppressed
 }
@@ -130,7 +132,66 @@ type TakeOptions struct {
 	Owner   string        // the taker's identity (replica id + worker), recorded with the lease
 	Lease   time.Duration // how long the message is held before Recover may hand it on
 	Classes []sms.Class   // classes to consider, in this priority order; nil means all, otp first
+	// Suppression is the suppression list the take reads: a message whose
+	// number is on it is ended suppressed instead of handed out (see
+	// Suppression). nil: the list is not read.
+	Suppression *Suppression
 }
+
+// Suppression is the suppression list as Take and TakeMore read it. The
+// list is the gateway's (internal/state, which no queue imports); a
+// backend reads it through the field of its kind, which the gateway fills.
+//
+// A take checks each message it reaches that carries its number's id
+// (sms.Message.NumberID) and is of a class the list covers (Covers). One
+// whose id is on the list at that moment is never handed out: the take
+// ends it suppressed, as Complete with StatusSuppressed ends a lease (its
+// final record, LastError ListedReason, its event with
+// EventErrorSuppressed, out of Outstanding), spending no attempt, and goes
+// on to the next message, so that it still returns up to the messages and
+// units asked for, or fewer. A backend ends at most MaxSuppressedPerTake
+// in one step, and a take that ended that many and took nothing takes
+// again. Handed out as before: a message without an id (stored before
+// messages carried one), and one with a receipt parked on it (an earlier
+// attempt reached the provider: the send loop records it sent without
+// sending it again).
+type Suppression struct {
+	// Key is the Redis HASH whose fields are the ids on the list
+	// (state.RedisSuppressions.IndexKey). redisq decides in its take
+	// script, in the step that leases, and ends the messages it found
+	// with its completion script in one more round trip, taken only by a
+	// take that found any. It must carry the queue's account hash tag.
+	Key string
+	// Listed reports, for each id, whether it is on the list
+	// (state.Suppressions.Contains). The embedded queue asks it inside its
+	// take transaction, and ends a listed message in that transaction. An
+	// error leaves the message it asked about queued where it was and ends
+	// the take there; a take that took nothing then fails with it (the
+	// send loop backs off as after any failed take): a list that cannot
+	// be read never lets a message through unchecked.
+	Listed func(ctx context.Context, ids []string) ([]bool, error)
+	// OTP checks OTP messages too (protection.suppress_otp); otherwise
+	// transactional and marketing only, as at accept.
+	OTP bool
+	// Ended, when set, is called with each message the take ended
+	// suppressed (its status suppressed), once that is stored and before
+	// the take returns: the send loop counts them. It must not block.
+	Ended func(m *sms.Message)
+}
+
+// Covers reports whether the list applies to a message of class c.
+func (s *Suppression) Covers(c sms.Class) bool {
+	return s != nil && (c != sms.ClassOTP || s.OTP)
+}
+
+// ListedReason is the last error of a message a take ended suppressed
+// because its number was on the suppression list (Suppression).
+const ListedReason = "the number is on the suppression list: not sent"
+
+// MaxSuppressedPerTake bounds how many messages one step of a take ends
+// suppressed (one script or transaction stays short whatever a backlog
+// to suppressed numbers holds).
+const MaxSuppressedPerTake = 100
 
 // Leased is a message taken under a lease.
 type Leased struct {
@@ -162,6 +223,12 @@ type RequeueOptions struct {
 	// wake one of them for the message: set when this process stops and
 	// hands back a message it can no longer send.
 	Announce bool
+	// KeepPlace puts the message back where it was taken from (its ready
+	// time and its place in line, as Recover does) instead of at the back
+	// of its class; After is then ignored. The send loop hands back so a
+	// batch it held through an operator pause, to take it again at once:
+	// the take reads the suppression list again.
+	KeepPlace bool
 }
 
 // MaxHorizons bounds the horizons of one ScheduledWithin call.
@@ -206,7 +273,9 @@ type Queue interface {
 	// Take leases the next ready message: strict class order, FIFO within a
 	// class, never before NotBefore. ErrEmpty when nothing is ready; the
 	// duration is then how long until the next scheduled message of the
-	// given classes becomes ready (0 if none is scheduled).
+	// given classes becomes ready (0 if none is scheduled). With
+	// opt.Suppression, messages it reaches whose numbers are suppressed are
+	// ended on the way, never handed out.
 	Take(ctx context.Context, opt TakeOptions) (*Leased, time.Duration, error)
 	// TakeMore leases, in one call, more ready messages of one class, in
 	// the order Take would hand them out: those of the first class (in

@@ -73,6 +73,7 @@ func (c *Class) UnmarshalText(b []byte) error {
 //	queued → sending → (queued again on requeue) → sent | failed | expired | suppressed
 //	sent → delivered | undelivered | failed   (the provider's receipt)
 //	queued → canceled                          (DELETE /v1/messages/{id})
+//	queued → suppressed                        (taken while its number is on the suppression list)
 //
 // "Done" and "final" are two different ends. A done status ends the
 // gateway's work: nothing more is sent (sent and every final status). A
@@ -101,10 +102,12 @@ const (
 	// StatusCanceled means the producer canceled it while it was queued or
 	// scheduled; it was never sent.
 	StatusCanceled Status = "canceled"
-	// StatusSuppressed means the provider refused the send because the
-	// recipient opted out there (replied STOP): never retried, and the
-	// number is put on the suppression list. A number already on the list
-	// is refused at accept instead and gets no status at all.
+	// StatusSuppressed means the message was never delivered because its
+	// recipient must not get it: the provider refused the send because the
+	// recipient opted out there (replied STOP; the number is then put on
+	// the suppression list), or the number was on the suppression list
+	// when the send loop took the message (never sent). A number already
+	// on the list is refused at accept instead and gets no status at all.
 	StatusSuppressed Status = "suppressed"
 )
 
@@ -142,7 +145,8 @@ func (s Status) Receipt() bool {
 func (s Status) CanMoveTo(next Status) bool {
 	switch s {
 	case StatusQueued:
-		return next == StatusSending || next == StatusCanceled
+		// suppressed: the take found the number on the suppression list
+		return next == StatusSending || next == StatusCanceled || next == StatusSuppressed
 	case StatusSending:
 		return next == StatusQueued || next == StatusSent || next == StatusFailed || next == StatusExpired ||
 			next == StatusSuppressed
@@ -154,10 +158,19 @@ func (s Status) CanMoveTo(next Status) bool {
 
 // Message is one SMS accepted by the gateway.
 type Message struct {
-	ID        string `json:"id"`
-	Producer  string `json:"producer"`
-	Class     Class  `json:"class"`
-	To        string `json:"to"`
+	ID       string `json:"id"`
+	Producer string `json:"producer"`
+	Class    Class  `json:"class"`
+	To       string `json:"to"`
+	// NumberID is the keyed hash of To that stands for the number on the
+	// suppression list (the list's id of it), computed at accept: a take
+	// checks the list with it, so that a message whose number was
+	// suppressed after it was queued is never sent. Empty for a message
+	// stored before ids were kept (it is sent as then), or accepted while
+	// the shared store was down (an OTP, hashed with a key of the
+	// process's own). Kept while the message is queued; a final record
+	// drops it with the number and the body. Never logged or answered.
+	NumberID  string `json:"number_id,omitempty"`
 	From      string `json:"from,omitempty"`
 	Body      string `json:"body"`
 	Reference string `json:"reference,omitempty"` // the producer's own id, opaque to us

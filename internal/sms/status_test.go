@@ -29,13 +29,15 @@ func TestStatusDoneAndFinal(t *testing.T) {
 
 // TestStatusOnlyForward: a receipt moves sent only; a late sent, a
 // duplicate receipt or a second, different receipt changes nothing; only
-// queued can be canceled.
+// queued can be canceled; a take ends a queued message suppressed when its
+// number is on the suppression list.
 func TestStatusOnlyForward(t *testing.T) {
 	all := []Status{StatusQueued, StatusSending, StatusSent, StatusDelivered, StatusUndelivered,
 		StatusFailed, StatusExpired, StatusCanceled, StatusSuppressed}
 	allowed := map[[2]Status]bool{
 		{StatusQueued, StatusSending}:     true,
 		{StatusQueued, StatusCanceled}:    true,
+		{StatusQueued, StatusSuppressed}:  true, // taken while the number is on the suppression list
 		{StatusSending, StatusQueued}:     true,
 		{StatusSending, StatusSent}:       true,
 		{StatusSending, StatusFailed}:     true,

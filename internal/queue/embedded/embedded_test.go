@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"smsgw/internal/queue/queuetest"
 	"smsgw/internal/sms"
 	"smsgw/internal/sms/smstest"
+	"smsgw/internal/state"
 )
 
 func TestMain(m *testing.M) {
@@ -53,7 +55,26 @@ func TestConformance(t *testing.T) {
 			}
 			return open(t, Config{Path: strings.TrimSuffix(path, "/"+FileName)})
 		},
+		Suppressions: localSuppressions,
 	})
+}
+
+// localSuppressions is the gateway's suppression list of embedded mode
+// (state.LocalSuppressions, its own bbolt file beside the queue's), read
+// by the take through Listed as the gateway wires it.
+func localSuppressions(t *testing.T, q queue.Queue) (queue.Suppression, func(id string)) {
+	t.Helper()
+	l, err := state.OpenLocalSuppressions(filepath.Dir(q.(*Queue).db.Path()), 0)
+	if err != nil {
+		t.Fatalf("OpenLocalSuppressions: %v", err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	add := func(id string) {
+		if _, err := l.Add(t.Context(), state.Suppression{ID: id, Masked: "+8190****5678", Source: state.SourceRecipient}); err != nil {
+			t.Fatalf("suppress %s: %v", id, err)
+		}
+	}
+	return queue.Suppression{Listed: l.Contains}, add
 }
 
 // TestExclusiveLock: a second opener of the same store fails fast and says

@@ -190,20 +190,29 @@ func (q *Queue) Take(ctx context.Context, opt queue.TakeOptions) (*queue.Leased,
 	if err != nil {
 		return nil, 0, fmt.Errorf("queue: take: %w", err)
 	}
-	var leased *queue.Leased
-	err = q.update(ctx, func(tx *bolt.Tx) error {
-		leased, wait = nil, 0
-		var err error
-		leased, wait, err = takeTx(tx, classes, opt, q.now())
-		return err
-	})
-	if err != nil {
-		return nil, 0, fmt.Errorf("queue: take: %w", err)
+	sup := &suppressing{ctx: ctx, s: opt.Suppression}
+	for {
+		var leased *queue.Leased
+		err = q.update(ctx, func(tx *bolt.Tx) error {
+			leased, wait = nil, 0
+			sup.reset()
+			var err error
+			leased, wait, err = takeTx(tx, classes, opt, q.now(), sup)
+			return err
+		})
+		if err != nil {
+			return nil, 0, fmt.Errorf("queue: take: %w", err)
+		}
+		sup.report()
+		switch {
+		case leased != nil:
+			return leased, 0, nil
+		case sup.err != nil:
+			return nil, 0, fmt.Errorf("queue: take: suppression list: %w", sup.err)
+		case !sup.more:
+			return nil, wait, queue.ErrEmpty
+		}
 	}
-	if leased == nil {
-		return nil, wait, queue.ErrEmpty
-	}
-	return leased, 0, nil
 }
 
 // TakeMore leases up to most more messages in one commit; see queue.Queue.
@@ -213,33 +222,97 @@ func (q *Queue) TakeMore(ctx context.Context, opt queue.TakeOptions, most, units
 		return nil, err
 	}
 	var out []*queue.Leased
-	err = q.update(ctx, func(tx *bolt.Tx) error {
-		out = out[:0]
-		now := q.now()
-		from := classes
-		for used := 0; len(out) < most && used < units; {
-			l, _, err := takeTx(tx, from, opt, now)
-			if err != nil || l == nil {
-				return err
+	sup := &suppressing{ctx: ctx, s: opt.Suppression}
+	for {
+		err = q.update(ctx, func(tx *bolt.Tx) error {
+			out = out[:0]
+			sup.reset()
+			now := q.now()
+			from := classes
+			for used := 0; len(out) < most && used < units; {
+				l, _, err := takeTx(tx, from, opt, now, sup)
+				if err != nil || l == nil {
+					return err
+				}
+				out = append(out, l)
+				used += max(l.Message.Segments, 1)
+				from = []sms.Class{l.Message.Class} // the rest from the same class
 			}
-			out = append(out, l)
-			used += max(l.Message.Segments, 1)
-			from = []sms.Class{l.Message.Class} // the rest from the same class
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("queue: take more: %w", err)
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("queue: take more: %w", err)
+		sup.report()
+		switch {
+		case len(out) > 0:
+			return out, nil
+		case sup.err != nil:
+			return nil, fmt.Errorf("queue: take more: suppression list: %w", sup.err)
+		case !sup.more:
+			return out, nil
+		}
 	}
-	return out, nil
+}
+
+// suppressing is what one take does with its Suppression across the
+// takeTx calls of a transaction: the messages it ended suppressed, whether
+// it stopped at queue.MaxSuppressedPerTake, and an error of the list
+// (which stops it too). reset starts a transaction (a group commit may run
+// one again); report tells Ended once the transaction is durable.
+type suppressing struct {
+	ctx   context.Context
+	s     *queue.Suppression
+	ended []*sms.Message
+	more  bool  // stopped at MaxSuppressedPerTake: more may be ready
+	err   error // the list could not be read: stopped before the message asked about
+}
+
+func (s *suppressing) reset() { s.ended, s.more, s.err = s.ended[:0], false, nil }
+
+func (s *suppressing) report() {
+	if s.s == nil || s.s.Ended == nil {
+		return
+	}
+	for _, m := range s.ended {
+		s.s.Ended(m)
+	}
+}
+
+// stopped reports whether the take must not look at another message.
+func (s *suppressing) stopped() bool { return s.more || s.err != nil }
+
+// listed asks the list whether r's number is on it, when the list covers
+// r (queue.Suppression). An error is kept in s.err: the caller leaves r
+// where it is and stops.
+func (s *suppressing) listed(r *entry) bool {
+	m := &r.Msg
+	if s.s == nil || s.s.Listed == nil || m.NumberID == "" || r.Parked != "" || !s.s.Covers(m.Class) {
+		return false
+	}
+	found, err := s.s.Listed(s.ctx, []string{m.NumberID})
+	switch {
+	case err != nil:
+		s.err = err
+		return false
+	case len(found) != 1:
+		s.err = fmt.Errorf("%d answers for 1 id", len(found))
+		return false
+	}
+	return found[0]
 }
 
 // takeTx leases the head of classes at now; nil (and how long until the
-// next is due) when none is ready.
-func takeTx(tx *bolt.Tx, classes []sms.Class, opt queue.TakeOptions, now time.Time) (*queue.Leased, time.Duration, error) {
+// next is due) when none is ready, or when sup stopped the take. A head
+// whose number sup finds on the suppression list is ended suppressed on
+// the way (suppressTx).
+func takeTx(tx *bolt.Tx, classes []sms.Class, opt queue.TakeOptions, now time.Time, sup *suppressing) (*queue.Leased, time.Duration, error) {
 	nowMs := ms(now)
 	var r *entry
 	for r == nil {
+		if sup.stopped() {
+			return nil, 0, nil
+		}
 		k, wait := head(tx, classes, nowMs)
 		if k == nil {
 			return nil, wait, nil // another taker was first
@@ -249,13 +322,25 @@ func takeTx(tx *bolt.Tx, classes []sms.Class, opt queue.TakeOptions, now time.Ti
 		if err != nil {
 			return nil, 0, err
 		}
+		live := e != nil && e.Msg.Status == sms.StatusQueued
+		suppressed := live && sup.listed(e)
+		if sup.err != nil {
+			return nil, 0, nil // e stays queued where it is
+		}
 		if err := tx.Bucket(bReady).Delete(k); err != nil {
 			return nil, 0, err
 		}
-		// An index entry without its queued message (never written so) is
-		// dropped, not handed out and not left to block its class: as the
-		// Redis take script does.
-		if e != nil && e.Msg.Status == sms.StatusQueued {
+		switch {
+		case suppressed:
+			if err := suppressTx(tx, e, now); err != nil {
+				return nil, 0, err
+			}
+			sup.ended = append(sup.ended, &e.Msg)
+			sup.more = len(sup.ended) >= queue.MaxSuppressedPerTake
+		case live:
+			// An index entry without its queued message (never written
+			// so) is dropped, not handed out and not left to block its
+			// class: as the Redis take script does.
 			r = e
 		}
 	}
@@ -279,6 +364,22 @@ func takeTx(tx *bolt.Tx, classes []sms.Class, opt queue.TakeOptions, now time.Ti
 	}
 	m := r.Msg
 	return &queue.Leased{Message: &m, Token: r.Token, Receipt: r.Parked}, 0, nil
+}
+
+// suppressTx ends queued message r, just out of the ready index, as
+// suppressed at now: the take found its number on the suppression list.
+// It is Complete's end (finalize: its event, its final record, out of
+// Outstanding) with the list's reason and event code, and no attempt
+// spent.
+func suppressTx(tx *bolt.Tx, r *entry, now time.Time) error {
+	if err := addClass(tx, r.Msg.Class, kindQueued, -1); err != nil {
+		return err
+	}
+	r.Msg.Status = sms.StatusSuppressed
+	r.Msg.LastError = queue.ListedReason
+	r.Msg.UpdatedAt = now
+	_, err := finalize(tx, r, queue.EventErrorSuppressed, ms(now))
+	return err
 }
 
 // ack runs fn on the entry l leases, inside a group commit. fn sees the
@@ -385,6 +486,14 @@ func (q *Queue) Requeue(ctx context.Context, l *queue.Leased, o queue.RequeueOpt
 			r.Msg.LastError = o.LastError
 		}
 		r.Msg.UpdatedAt = now
+		if o.KeepPlace {
+			// Due and Seq are the place it was taken from (kept while
+			// leased), as Recover puts it back.
+			if err := putReady(tx, r); err != nil {
+				return err
+			}
+			return putEntry(tx, r)
+		}
 		r.Due = ms(now) + durMs(o.After)
 		if o.After > 0 {
 			r.Msg.NotBefore = time.UnixMilli(r.Due).UTC()

@@ -31,12 +31,14 @@ type entry struct {
 // Names are short (every page is fsynced); times are integer Unix
 // milliseconds, 0 (left out) for none, the resolution of the store's indexes.
 // The id is the key, not repeated in the record. The body and the full number
-// are fields of their own, so that a finished record can drop them. A record
-// always has "s"; a value without it is a legacy record (see legacyRecord).
+// (and its suppression-list id) are fields of their own, so that a finished
+// record can drop them. A record always has "s"; a value without it is a
+// legacy record (see legacyRecord).
 type record struct {
 	Producer  string `json:"p"`            // producer name; the out bucket counts by it
 	Class     uint8  `json:"c"`            // class code: 0 otp, 1 transactional, 2 marketing (classCodes)
 	To        string `json:"to,omitempty"` // recipient, E.164
+	NumberID  string `json:"ni,omitempty"` // the number's suppression-list id (sms.Message.NumberID); a take checks the list with it
 	From      string `json:"fr,omitempty"` // sender id
 	Body      string `json:"b,omitempty"`  // message text
 	Reference string `json:"r,omitempty"`  // the producer's own id
@@ -132,7 +134,7 @@ func toRecord(e *entry) (record, error) {
 		return record{}, fmt.Errorf("message %s: status %q has no record code", m.ID, m.Status)
 	}
 	return record{
-		Producer: m.Producer, Class: uint8(class), To: m.To, From: m.From, Body: m.Body,
+		Producer: m.Producer, Class: uint8(class), To: m.To, NumberID: m.NumberID, From: m.From, Body: m.Body,
 		Reference: m.Reference, Segments: m.Segments, CallbackURL: m.CallbackURL, Callbacks: m.Callbacks,
 		IdempotencyKey: m.IdempotencyKey, RequestHash: m.RequestHash,
 		Created: unixMs(m.CreatedAt), SendAt: unixMs(m.SendAt), NotBefore: unixMsUp(m.NotBefore), Expires: unixMs(m.ExpiresAt),
@@ -162,7 +164,7 @@ func (r *record) entry(id string) (*entry, error) {
 	}
 	return &entry{
 		Msg: sms.Message{
-			ID: id, Producer: r.Producer, Class: classCodes[r.Class], To: r.To, From: r.From, Body: r.Body,
+			ID: id, Producer: r.Producer, Class: classCodes[r.Class], To: r.To, NumberID: r.NumberID, From: r.From, Body: r.Body,
 			Reference: r.Reference, Segments: r.Segments, CallbackURL: r.CallbackURL, Callbacks: r.Callbacks,
 			IdempotencyKey: r.IdempotencyKey, RequestHash: r.RequestHash,
 			CreatedAt: fromMs(r.Created), SendAt: fromMs(r.SendAt), NotBefore: fromMs(r.NotBefore), ExpiresAt: fromMs(r.Expires),

@@ -31,14 +31,15 @@ const tenMinutes = 600 * fullPace
 var sizeStart = time.Now()
 
 // sizeMsg is a typical transactional message: a 110-character body, an
-// E.164 number, a producer's reference, the default TTL (24 h), no
+// E.164 number and its suppression-list id (32 hex digits, as protection
+// computes it), a producer's reference, the default TTL (24 h), no
 // idempotency key; message i is created i/fullPace seconds after message 0.
 func sizeMsg(i int) *sms.Message {
 	now := sizeStart.Add(time.Duration(i) * time.Second / fullPace)
 	body := fmt.Sprintf("Your order %08d has shipped and will arrive tomorrow between 9:00 and 12:00. Track it in the app or reply STOP.", i)
 	return &sms.Message{
 		ID: sms.NewID(now), Producer: "shop-backend", Class: sms.ClassTransactional,
-		To: "+819012345678", Body: body[:110], Reference: fmt.Sprintf("order-%08d", i),
+		To: "+819012345678", NumberID: "5f1c0e39d2a84b7c91e6f3a0d4b82c57", Body: body[:110], Reference: fmt.Sprintf("order-%08d", i),
 		Segments: 1, CreatedAt: now.UTC(), ExpiresAt: now.UTC().Add(24 * time.Hour),
 	}
 }

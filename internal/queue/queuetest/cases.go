@@ -27,6 +27,7 @@ var cases = []testCase{
 	{"ExtendKeepsLease", testExtend},
 	{"RecoverHandsOn", testRecover},
 	{"Requeue", testRequeue},
+	{"RequeueKeepPlace", testRequeueKeepPlace},
 	{"RequeueAfter", testRequeueAfter},
 	{"CrashesCounted", testCrashes},
 	{"Complete", testComplete},
@@ -46,6 +47,7 @@ func testEnqueueGet(t *testing.T, h Harness) {
 	q := h.New(t)
 	m := newMsg("p", sms.ClassTransactional)
 	m.From = "ACME"
+	m.NumberID = "0123456789abcdef0123456789abcdef"
 	m.IdempotencyKey = "k1"
 	m.RequestHash = "h1"
 	m.ExpiresAt = m.CreatedAt.Add(time.Hour)
@@ -64,7 +66,7 @@ func testEnqueueGet(t *testing.T, h Harness) {
 	// UpdatedAt is the backend's to keep; compare everything else.
 	got.UpdatedAt = time.Time{}
 	if got.ID != want.ID || got.Producer != want.Producer || got.Class != want.Class || got.To != want.To ||
-		got.From != want.From || got.Body != want.Body || got.Reference != want.Reference ||
+		got.NumberID != want.NumberID || got.From != want.From || got.Body != want.Body || got.Reference != want.Reference ||
 		got.CallbackURL != want.CallbackURL || got.Callbacks != want.Callbacks ||
 		got.Segments != want.Segments || got.IdempotencyKey != want.IdempotencyKey ||
 		got.RequestHash != want.RequestHash || !got.CreatedAt.Equal(want.CreatedAt) ||
@@ -357,6 +359,37 @@ func testRecover(t *testing.T, h Harness) {
 	m := wantStatus(t, q, a.ID, sms.StatusSent)
 	if m.ProviderID != "pm-1" || m.Attempts != 1 {
 		t.Fatalf("stale acks changed the message: %+v", m)
+	}
+}
+
+// testRequeueKeepPlace: Requeue with KeepPlace puts the message back
+// where it was taken from, ahead of what was queued after it (as Recover
+// does), ignoring After; what it spends and stores is as for any Requeue.
+func testRequeueKeepPlace(t *testing.T, h Harness) {
+	q := h.New(t)
+	ctx := t.Context()
+	a, b := newMsg("p", sms.ClassMarketing), newMsg("p", sms.ClassMarketing)
+	mustEnqueue(t, q, a, b)
+	l := mustTake(t, q, opts())
+	c := newMsg("p", sms.ClassMarketing)
+	mustEnqueue(t, q, c)
+	if err := q.Requeue(ctx, l, queue.RequeueOptions{KeepPlace: true, After: time.Hour, SpendAttempt: true, LastError: "held"}); err != nil {
+		t.Fatalf("Requeue: %v", err)
+	}
+	m := wantStatus(t, q, a.ID, sms.StatusQueued)
+	if m.Attempts != 1 || m.LastError != "held" {
+		t.Fatalf("after Requeue(keep place, spend): attempts %d, last error %q", m.Attempts, m.LastError)
+	}
+	allLost(t, q, l)
+	var got []string
+	for range 3 {
+		got = append(got, mustTake(t, q, opts()).Message.ID)
+	}
+	if want := []string{a.ID, b.ID, c.ID}; !slices.Equal(got, want) {
+		t.Fatalf("take order %v, want %v: back in its place", got, want)
+	}
+	if n := outstanding(t, q, "p"); n != 3 {
+		t.Fatalf("Outstanding = %d, want 3", n)
 	}
 }
 

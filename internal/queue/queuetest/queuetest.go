@@ -34,6 +34,9 @@
 //     context.Canceled.
 //   - After Close every call returns an error wrapping ErrClosed; a second
 //     Close returns nil or ErrClosed.
+//   - Take-time suppression (listed.go): with TakeOptions.Suppression, a
+//     message whose number id is on the list when a take reaches it is
+//     ended suppressed, never handed out.
 //   - Outbox (outbox.go): Complete and Dead of a message stored with
 //     Callbacks write exactly one event in the same step; a message without
 //     writes none. A claimed event is claimable again, with the same ID, once
@@ -62,6 +65,11 @@ type Harness struct {
 	// separate connections), closed by the harness's cleanup. Optional: nil
 	// means the concurrency cases share q.
 	MultiClient func(t *testing.T, q queue.Queue, n int) []queue.Queue
+	// Suppressions returns a suppression list beside q's storage for the
+	// take-time cases (listed.go): the Suppression a take is given, with
+	// the field the backend reads (Key or Listed) set, and add, which puts
+	// a number id on the list. Optional: nil skips those cases.
+	Suppressions func(t *testing.T, q queue.Queue) (s queue.Suppression, add func(id string))
 }
 
 // Run runs every conformance case against the backend h reaches.

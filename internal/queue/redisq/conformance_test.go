@@ -7,10 +7,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"smsgw/internal/keyspace"
 	"smsgw/internal/queue"
 	"smsgw/internal/queue/queuetest"
 	"smsgw/internal/redistest"
 	"smsgw/internal/sms"
+	"smsgw/internal/state"
 )
 
 // TestConformance runs the queue suite against the shared Redis; every
@@ -32,7 +34,36 @@ func TestConformance(t *testing.T) {
 			}
 			return out
 		},
+		Suppressions: func(t *testing.T, q queue.Queue) (queue.Suppression, func(string)) {
+			return redisSuppressions(t, q.(*Queue))
+		},
 	})
+}
+
+// redisSuppressions is the gateway's suppression list of Redis mode
+// (state.RedisSuppressions) beside q, read by the take script through its
+// key as the gateway wires it.
+func redisSuppressions(t *testing.T, q *Queue) (queue.Suppression, func(string)) {
+	t.Helper()
+	sp, err := keyspace.New(q.account)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := state.NewRedisSuppressions(q.c, sp, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = q.c.Del(ctx, l.IndexKey(), l.IndexKey()+":index").Err()
+	})
+	add := func(id string) {
+		if _, err := l.Add(t.Context(), state.Suppression{ID: id, Masked: "+8190****5678", Source: state.SourceRecipient}); err != nil {
+			t.Fatalf("suppress %s: %v", id, err)
+		}
+	}
+	return queue.Suppression{Key: l.IndexKey()}, add
 }
 
 // TestConformanceCluster runs the same suite against a real 3-master Redis
@@ -61,6 +92,9 @@ func TestConformanceCluster(t *testing.T) {
 				out[i] = open(t, clusterClient(t), q.(*Queue).account)
 			}
 			return out
+		},
+		Suppressions: func(t *testing.T, q queue.Queue) (queue.Suppression, func(string)) {
+			return redisSuppressions(t, q.(*Queue))
 		},
 	})
 }
@@ -163,6 +197,9 @@ func TestConformanceCompacted(t *testing.T) {
 				out[i] = openCompacting(t, newClient(t, addr), q.(compacting).account)
 			}
 			return out
+		},
+		Suppressions: func(t *testing.T, q queue.Queue) (queue.Suppression, func(string)) {
+			return redisSuppressions(t, q.(compacting).Queue)
 		},
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -17,25 +18,48 @@ import (
 
 // takeScript leases the first ready messages of the first classes that
 // have them: at most ARGV[4], while the units taken (max(segments, 1) each)
-// are fewer than ARGV[5].
+// are fewer than ARGV[5]. With a suppression list (queue.Suppression) it
+// also leases, on the way and without counting them, the messages whose
+// numbers are on the list, and says so: the caller ends them with the
+// completion script (endListed) and never hands them out.
 //
 // KEYS[1..n] ready ZSETs in priority order, KEYS[n+1..2n] the lease ZSETs of
-// the same classes, KEYS[2n+1] msgs HASH, KEYS[2n+2] leases HASH.
+// the same classes, KEYS[2n+1] msgs HASH, KEYS[2n+2] leases HASH, and with
+// ARGV[6] not "0", KEYS[2n+3] the suppression list's HASH (ids as fields).
 // ARGV[1] lease µs, ARGV[2] token, ARGV[3] owner, ARGV[4] the most messages,
-// ARGV[5] the units. Each message's token is ARGV[2] followed by its place
-// in the reply (1, 2, ...).
-// Returns {1, stored value (status sending), id, ...} for each taken, or {0,
-// µs until the earliest scheduled message of these classes is due, -1 if
-// none} when none was.
+// ARGV[5] the units, ARGV[6] the messages checked against the list: "0"
+// none, "1" all but otp, "2" all; ARGV[7] the most listed messages to lease
+// (queue.MaxSuppressedPerTake). Each message's token is ARGV[2] followed by
+// its place in the reply (1, 2, ...).
+// Returns {taken, wait, more, then for each message leased: its stored
+// value (status sending), id, and 1 when its number is listed (else 0)}:
+// taken counts those not listed; wait, when none was taken, is the µs until
+// the earliest scheduled message of these classes is due (-1 if none); more
+// is 1 when the script stopped at ARGV[7] listed messages (more may be
+// ready).
 var takeScript = redis.NewScript(luaPrelude + luaRecord + `
-local n = (#KEYS - 2) / 2
+local n = math.floor((#KEYS - 2) / 2)
 local msgs, leases = KEYS[2 * n + 1], KEYS[2 * n + 2]
 local most, units = tonumber(ARGV[4]), tonumber(ARGV[5])
+local check, list, most_listed = ARGV[6], KEYS[2 * n + 3], tonumber(ARGV[7])
 local now = now_us()
 local wait = -1
-local out, used = {1}, 0
+local out, taken, used, listed = {0, -1, 0}, 0, 0, 0
+-- A message is ended rather than handed out when the list covers its
+-- class, it carries its number's id (records only: a legacy message has
+-- none), no receipt is parked on it (the provider has it already), and
+-- the id is on the list.
+local function suppressed(m)
+  if check == '0' or not m.s or type(m.ni) ~= 'string' or m.rs then return false end
+  if check == '1' and m.c == 0 then return false end
+  return redis.call('HEXISTS', list, m.ni) == 1
+end
 for i = 1, n do
-  while (#out - 1) / 2 < most and used < units do
+  while taken < most and used < units do
+    if check ~= '0' and listed >= most_listed then
+      out[3] = 1
+      break
+    end
     local r = redis.call('ZRANGEBYSCORE', KEYS[i], '-inf', now, 'WITHSCORES', 'LIMIT', 0, 1)
     if #r == 0 then break end
     local member, score = r[1], r[2]
@@ -47,26 +71,35 @@ for i = 1, n do
     -- a member left behind by Cancel of a record without its member is
     -- dropped too: only queued messages are handed out
     if m and status_of(m) == 'q' then
+      local ends = suppressed(m)
       set(m, 's', 'l')
       set_time(m, 'tu', now)
       local js = cjson.encode(m)
       redis.call('HSET', msgs, id, js)
       redis.call('ZADD', KEYS[n + i], now + tonumber(ARGV[1]), id)
-      local token = ARGV[2] .. ((#out - 1) / 2 + 1)
+      local token = ARGV[2] .. ((#out - 3) / 3 + 1)
       redis.call('HSET', leases, id, cjson.encode({t = token, o = ARGV[3], m = member, s = score}))
       out[#out + 1] = js
       out[#out + 1] = id
-      used = used + math.max(tonumber(get(m, 'g')) or 1, 1)
+      if ends then
+        out[#out + 1] = 1
+        listed = listed + 1
+      else
+        out[#out + 1] = 0
+        taken = taken + 1
+        used = used + math.max(tonumber(get(m, 'g')) or 1, 1)
+      end
     end
   end
-  if #out > 1 then return out end
+  if taken > 0 or out[3] == 1 then break end
   local head = redis.call('ZRANGE', KEYS[i], 0, 0, 'WITHSCORES')
   if #head > 0 then
     local w = tonumber(head[2]) - now
     if wait < 0 or w < wait then wait = w end
   end
 end
-return {0, wait}
+out[1], out[2] = taken, wait
+return out
 `)
 
 // Take leases the next ready message; see queue.Queue.
@@ -90,7 +123,12 @@ func (q *Queue) TakeMore(ctx context.Context, opt queue.TakeOptions, most, units
 	return ls, err
 }
 
-func (q *Queue) take(ctx context.Context, op string, opt queue.TakeOptions, most, units int) (_ []*queue.Leased, _ time.Duration, err error) {
+// take runs the take script until it leased a message to hand out, found
+// none, or failed. The messages it leased because their numbers are on
+// opt.Suppression's list are ended (endListed) before it returns; a run
+// that stopped at queue.MaxSuppressedPerTake of them and took nothing is
+// followed by another.
+func (q *Queue) take(ctx context.Context, op string, opt queue.TakeOptions, most, units int) ([]*queue.Leased, time.Duration, error) {
 	if err := q.begin(ctx, op); err != nil {
 		return nil, 0, err
 	}
@@ -101,10 +139,7 @@ func (q *Queue) take(ctx context.Context, op string, opt queue.TakeOptions, most
 	if err != nil {
 		return nil, 0, fmt.Errorf("redisq: %s: %w", op, err)
 	}
-	start := time.Now()
-	defer func() { q.m.observe("take", start, err) }()
-
-	keys := make([]string, 0, 2*len(classes)+2)
+	keys := make([]string, 0, 2*len(classes)+3)
 	for _, c := range classes {
 		keys = append(keys, q.k.ready(c))
 	}
@@ -112,36 +147,135 @@ func (q *Queue) take(ctx context.Context, op string, opt queue.TakeOptions, most
 		keys = append(keys, q.k.lease(c))
 	}
 	keys = append(keys, q.k.msgs(), q.k.leases())
-	token := newToken()
-	reply, err := takeScript.Run(ctx, q.c, keys, us(opt.Lease), token, opt.Owner, most, units).Slice()
-	if err != nil {
-		return nil, 0, fmt.Errorf("redisq: %s: %w", op, err)
+	check := "0"
+	if s := opt.Suppression; s != nil && s.Key != "" {
+		if !strings.HasPrefix(s.Key, q.acctTag) {
+			return nil, 0, fmt.Errorf("redisq: %s: the suppression list's key is outside the account's hash tag", op)
+		}
+		check = "1"
+		if s.OTP {
+			check = "2"
+		}
+		keys = append(keys, s.Key)
 	}
-	if len(reply) < 2 {
-		return nil, 0, fmt.Errorf("redisq: %s: unexpected reply %v", op, reply)
-	}
-	if ok, _ := reply[0].(int64); ok == 0 {
-		wait, _ := reply[1].(int64)
-		if wait < 0 {
+	for {
+		run, err := q.takeOnce(ctx, op, keys, opt, most, units, check)
+		if err != nil {
+			return nil, 0, err
+		}
+		if len(run.listed) > 0 {
+			q.endListed(ctx, opt.Suppression, run.listed)
+		}
+		switch {
+		case len(run.taken) > 0:
+			return run.taken, 0, nil
+		case run.more:
+			continue
+		case run.wait < 0:
 			return nil, 0, queue.ErrEmpty
 		}
 		// Due by now on the Redis clock: report the smallest wait, not 0,
 		// which means "nothing scheduled".
-		return nil, max(time.Duration(wait)*time.Microsecond, time.Microsecond), queue.ErrEmpty
+		return nil, max(time.Duration(run.wait)*time.Microsecond, time.Microsecond), queue.ErrEmpty
 	}
-	if len(reply)%2 != 1 {
-		return nil, 0, fmt.Errorf("redisq: %s: unexpected reply %v", op, reply)
+}
+
+// takeRun is what one run of the take script leased.
+type takeRun struct {
+	taken  []*queue.Leased // to hand out
+	listed []*queue.Leased // their numbers are on the suppression list: to end
+	wait   int64           // µs until the next scheduled message (-1: none), when none was taken
+	more   bool            // stopped at queue.MaxSuppressedPerTake listed messages
+}
+
+// takeOnce runs the take script once (one round trip).
+func (q *Queue) takeOnce(ctx context.Context, op string, keys []string, opt queue.TakeOptions, most, units int,
+	check string) (_ takeRun, err error) {
+	start := time.Now()
+	defer func() { q.m.observe("take", start, err) }()
+	token := newToken()
+	reply, err := takeScript.Run(ctx, q.c, keys, us(opt.Lease), token, opt.Owner, most, units, check,
+		queue.MaxSuppressedPerTake).Slice()
+	if err != nil {
+		return takeRun{}, fmt.Errorf("redisq: %s: %w", op, err)
 	}
-	out := make([]*queue.Leased, 0, len(reply)/2)
-	for i := 1; i < len(reply); i += 2 {
+	if len(reply) < 3 || (len(reply)-3)%3 != 0 {
+		return takeRun{}, fmt.Errorf("redisq: %s: unexpected reply %v", op, reply)
+	}
+	run := takeRun{}
+	run.wait, _ = reply[1].(int64)
+	more, _ := reply[2].(int64)
+	run.more = more == 1
+	for i, k := 3, 1; i < len(reply); i, k = i+3, k+1 {
 		id, _ := reply[i+1].(string)
 		m, parked, err := decodeParked(id, reply[i])
 		if err != nil {
-			return nil, 0, fmt.Errorf("redisq: %s: %w", op, err)
+			return takeRun{}, fmt.Errorf("redisq: %s: %w", op, err)
 		}
-		out = append(out, &queue.Leased{Message: m, Token: token + strconv.Itoa(len(out)+1), Receipt: parked})
+		l := &queue.Leased{Message: m, Token: token + strconv.Itoa(k), Receipt: parked}
+		if listed, _ := reply[i+2].(int64); listed == 1 {
+			run.listed = append(run.listed, l)
+		} else {
+			run.taken = append(run.taken, l)
+		}
 	}
-	return out, 0, nil
+	return run, nil
+}
+
+// endListed ends the messages a take leased because their numbers are on
+// the suppression list: each with the completion script, as Complete with
+// suppressed ends a lease (its final record, its event, out of
+// Outstanding), with the list's reason and event code and no attempt
+// spent, all in one pipeline (one round trip, taken only by a take that
+// found any). Ended hears of each that ended. One whose end fails keeps
+// its lease until it expires; Recover then puts it back in its place, and
+// a later take ends it (or sends it, if its number has left the list).
+func (q *Queue) endListed(ctx context.Context, s *queue.Suppression, ls []*queue.Leased) {
+	start := time.Now()
+	var err error
+	defer func() { q.m.observe("complete", start, err) }()
+	calls := make([]completion, len(ls))
+	for i, l := range ls {
+		o := queue.Outcome{Status: sms.StatusSuppressed, Reason: queue.ListedReason, Attempts: l.Message.Attempts}
+		if calls[i], err = q.completion(l, o, queue.EventErrorSuppressed); err != nil {
+			break
+		}
+	}
+	var cmds []*redis.Cmd
+	if err == nil {
+		cmds = make([]*redis.Cmd, len(ls))
+		_, _ = q.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, c := range calls {
+				cmds[i] = completeScript.EvalSha(ctx, p, c.keys, c.args...)
+			}
+			return nil
+		})
+	}
+	failed := 0
+	for i, cmd := range cmds {
+		if e := cmd.Err(); e != nil && redis.HasErrorPrefix(e, "NOSCRIPT") {
+			// Redis does not hold the script yet (a fresh or flushed
+			// server): this run loads it.
+			cmd = completeScript.Run(ctx, q.c, calls[i].keys, calls[i].args...)
+		}
+		if e := q.leaseResult("complete", ls[i], cmd); e != nil {
+			failed++
+			err = e
+			continue
+		}
+		if s != nil && s.Ended != nil {
+			m := *ls[i].Message
+			m.Status, m.LastError = sms.StatusSuppressed, queue.ListedReason
+			s.Ended(&m)
+		}
+	}
+	if cmds == nil {
+		failed = len(ls)
+	}
+	if failed > 0 {
+		q.log.Warn("messages taken while their numbers are on the suppression list were not ended; "+
+			"their leases expire and a later take ends them", "count", failed, "err", err)
+	}
 }
 
 // luaCheckLease is the start of every script that acts on a lease: it ends
@@ -202,8 +336,9 @@ func (q *Queue) Extend(ctx context.Context, l *queue.Leased, lease time.Duration
 // final record before its times, ARGV[5] the id's creation time ms,
 // ARGV[6] retention µs, ARGV[7] how many old messages to prune at most,
 // ARGV[8] provider id, ARGV[9] reason (both for the event), ARGV[10] the
-// final record after its times, with KEYS[15]: ARGV[11] the index field,
-// ARGV[12] its value, ARGV[13] the index HASH's time to live ms.
+// final record after its times, ARGV[11] the event's error code (empty:
+// the status's own, event_codes), with KEYS[15]: ARGV[12] the index field,
+// ARGV[13] its value, ARGV[14] the index HASH's time to live ms.
 // Returns 1, 0 when the lease is not held, -1 when it is not in KEYS[1].
 var completeScript = redis.NewScript(luaPrelude + luaRecord + luaOutbox + luaCheckLease + `
 local now = now_us()
@@ -215,8 +350,8 @@ local rec = fin_times(ARGV[4], ARGV[10], ARGV[5], now, ARGV[3] == 's')
 if ARGV[3] == 's' then
   if m.rs then rec = fin_receipt(rec, m.rs, m.re) end
   if KEYS[15] then
-    redis.call('HSET', KEYS[15], ARGV[11], ARGV[12])
-    redis.call('PEXPIRE', KEYS[15], ARGV[13])
+    redis.call('HSET', KEYS[15], ARGV[12], ARGV[13])
+    redis.call('PEXPIRE', KEYS[15], ARGV[14])
   end
 end
 fin_append(KEYS[6], KEYS[14], ARGV[1], rec, ARGV[5], ARGV[6], now)
@@ -230,7 +365,9 @@ if final == 's' and m.rs then
   final = m.rs
   if m.re then set(m, 'e', m.re) end
 end
-outbox_add({KEYS[10], KEYS[11], KEYS[12], KEYS[13]}, ARGV[1], m, event_words[final], event_codes[final], now)
+local code = event_codes[final]
+if ARGV[11] ~= '' then code = ARGV[11] end
+outbox_add({KEYS[10], KEYS[11], KEYS[12], KEYS[13]}, ARGV[1], m, event_words[final], code, now)
 local producer = get(m, 'p')
 if redis.call('HINCRBY', KEYS[5], producer, -1) <= 0 then
   redis.call('HDEL', KEYS[5], producer)
@@ -258,12 +395,30 @@ func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) 
 	if err := q.beginLease(ctx, "complete", l); err != nil {
 		return err
 	}
+	c, err := q.completion(l, o, "")
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	defer func() { q.m.observe("complete", start, err) }()
+	return q.leaseResult("complete", l, completeScript.Run(ctx, q.c, c.keys, c.args...))
+}
+
+// completion is one run of completeScript: its keys and arguments.
+type completion struct {
+	keys []string
+	args []any
+}
+
+// completion is the run of completeScript that ends l's lease with o, its
+// event with error code code ("" the status's own).
+func (q *Queue) completion(l *queue.Leased, o queue.Outcome, code string) (completion, error) {
 	if !queue.CompleteStatus(o.Status) {
-		return fmt.Errorf("redisq: complete %s: status %q cannot end a lease", l.Message.ID, o.Status)
+		return completion{}, fmt.Errorf("redisq: complete %s: status %q cannot end a lease", l.Message.ID, o.Status)
 	}
 	status, err := statusCode(o.Status)
 	if err != nil {
-		return fmt.Errorf("redisq: complete %s: %w", l.Message.ID, err)
+		return completion{}, fmt.Errorf("redisq: complete %s: %w", l.Message.ID, err)
 	}
 	final := *l.Message
 	final.Status, final.Attempts, final.ProviderID = o.Status, o.Attempts, o.ProviderID
@@ -272,33 +427,33 @@ func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) 
 	}
 	head, tail, err := queue.FinalPrefix(&final)
 	if err != nil {
-		return fmt.Errorf("redisq: complete: %w", err)
+		return completion{}, fmt.Errorf("redisq: complete: %w", err)
 	}
 	created, _ := sms.IDTime(final.ID)
-	start := time.Now()
-	defer func() { q.m.observe("complete", start, err) }()
 	keys := append([]string{q.k.lease(l.Message.Class), q.k.leases(), q.k.msgs(), q.k.done(), q.k.outstanding(),
 		q.k.fin(final.ID)}, q.k.perClass(q.k.dead)...)
 	keys = append(keys, q.k.outbox()...)
 	keys = append(keys, q.k.finDue())
 	args := []any{l.Message.ID, l.Token, status, head, created.UnixMilli(), us(q.retention), prunePerComplete,
-		o.ProviderID, o.Reason, tail}
+		o.ProviderID, o.Reason, tail, code}
 	if o.Status == sms.StatusSent && o.ProviderID != "" && len(o.ProviderID) <= queue.MaxReceiptField {
 		key, field, value := q.k.pidIndexEntry(o.ProviderID, created, time.Now())
 		keys = append(keys, key)
 		args = append(args, field, value, (q.retention + pidGeneration).Milliseconds())
 	}
-	return q.leaseResult("complete", l, completeScript.Run(ctx, q.c, keys, args...))
+	return completion{keys: keys, args: args}, nil
 }
 
 // requeueScript ends a held lease by queueing the message again at the back
-// of its class (ready at now + ARGV[3]).
+// of its class (ready at now + ARGV[3]), or with ARGV[7] at the place it
+// was taken from (the lease's ready score and member, as recoverScript
+// puts it back).
 //
 // KEYS[1] lease ZSET of the class, KEYS[2] leases HASH, KEYS[3] msgs HASH,
 // KEYS[4] ready ZSET of the class, KEYS[5] seq counter.
 // ARGV[1] id, ARGV[2] token, ARGV[3] delay µs, ARGV[4] 1 to spend an
 // attempt, ARGV[5] last error (empty: keep the stored one), ARGV[6] 1 when
-// the send crashed its sender (Crashes + 1).
+// the send crashed its sender (Crashes + 1), ARGV[7] 1 to keep its place.
 // Returns 1, 0 when the lease is not held, -1 when it is not in KEYS[1].
 var requeueScript = redis.NewScript(luaPrelude + luaRecord + luaCheckLease + `
 local now = now_us()
@@ -311,6 +466,11 @@ set_time(m, 'tu', now)
 if ARGV[4] == '1' then set(m, 'a', (get(m, 'a') or 0) + 1) end
 if ARGV[5] ~= '' then set(m, 'e', ARGV[5]) end
 if ARGV[6] == '1' then set(m, 'x', (get(m, 'x') or 0) + 1) end
+if ARGV[7] == '1' then
+  redis.call('HSET', KEYS[3], ARGV[1], cjson.encode(m))
+  redis.call('ZADD', KEYS[4], lease.s, lease.m)
+  return 1
+end
 if delay > 0 then set_time(m, 'tb', now + delay, true) end
 local member = new_member(redis.call('INCR', KEYS[5]), ARGV[1])
 m.qm = member
@@ -326,17 +486,20 @@ func (q *Queue) Requeue(ctx context.Context, l *queue.Leased, o queue.RequeueOpt
 	}
 	start := time.Now()
 	defer func() { q.m.observe("requeue", start, err) }()
-	spend, crashed := 0, 0
+	spend, crashed, keep := 0, 0, 0
 	if o.SpendAttempt {
 		spend = 1
 	}
 	if o.Crashed {
 		crashed = 1
 	}
+	if o.KeepPlace {
+		keep = 1
+	}
 	keys := []string{q.k.lease(l.Message.Class), q.k.leases(), q.k.msgs(), q.k.ready(l.Message.Class), q.k.seq()}
 	err = q.leaseResult("requeue", l, requeueScript.Run(ctx, q.c, keys, l.Message.ID, l.Token,
-		us(o.After), spend, o.LastError, crashed))
-	if err == nil && o.Announce && o.After <= 0 {
+		us(o.After), spend, o.LastError, crashed, keep))
+	if err == nil && o.Announce && (o.After <= 0 || o.KeepPlace) {
 		q.announce(ctx, []sms.Class{l.Message.Class})
 	}
 	return err

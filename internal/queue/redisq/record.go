@@ -20,13 +20,14 @@ import (
 // 14 significant digits, so a µs time (16 digits) would be rounded by the
 // first script that rewrites the record, while ms stay exact until the year
 // 5138. The id is the HASH field, not repeated in the record. The body and
-// the full number are fields of their own, so that a finished record can drop
-// them. A record always has "s"; a stored value without it is a legacy
-// message (see queue.LegacyMessage).
+// the full number (and its suppression-list id) are fields of their own, so
+// that a finished record can drop them. A record always has "s"; a stored
+// value without it is a legacy message (see queue.LegacyMessage).
 type record struct {
 	Producer  string `json:"p"`            // producer name; the outstanding HASH counts by it
 	Class     uint8  `json:"c"`            // class code: 0 otp, 1 transactional, 2 marketing (classCodes)
 	To        string `json:"to,omitempty"` // recipient, E.164
+	NumberID  string `json:"ni,omitempty"` // the number's suppression-list id (sms.Message.NumberID); a take checks the list with it
 	From      string `json:"fr,omitempty"` // sender id
 	Body      string `json:"b,omitempty"`  // message text
 	Reference string `json:"r,omitempty"`  // the producer's own id
@@ -140,7 +141,7 @@ func toRecord(m *sms.Message) (record, error) {
 		return record{}, err
 	}
 	return record{
-		Producer: m.Producer, Class: class, To: m.To, From: m.From, Body: m.Body,
+		Producer: m.Producer, Class: class, To: m.To, NumberID: m.NumberID, From: m.From, Body: m.Body,
 		Reference: m.Reference, Segments: m.Segments, CallbackURL: m.CallbackURL, Callbacks: m.Callbacks,
 		IdempotencyKey: m.IdempotencyKey, RequestHash: m.RequestHash,
 		Created: unixMs(m.CreatedAt), SendAt: unixMs(m.SendAt), NotBefore: unixMsUp(m.NotBefore), Expires: unixMs(m.ExpiresAt),
@@ -159,7 +160,7 @@ func (r record) message(id string) (*sms.Message, error) {
 		return nil, fmt.Errorf("record %s: unknown status code %q", id, r.Status)
 	}
 	return &sms.Message{
-		ID: id, Producer: r.Producer, Class: classCodes[r.Class], To: r.To, From: r.From, Body: r.Body,
+		ID: id, Producer: r.Producer, Class: classCodes[r.Class], To: r.To, NumberID: r.NumberID, From: r.From, Body: r.Body,
 		Reference: r.Reference, Segments: r.Segments, CallbackURL: r.CallbackURL, Callbacks: r.Callbacks,
 		IdempotencyKey: r.IdempotencyKey, RequestHash: r.RequestHash,
 		CreatedAt: fromMs(r.Created), SendAt: fromMs(r.SendAt), NotBefore: fromMs(r.NotBefore), ExpiresAt: fromMs(r.Expires),

@@ -3,7 +3,9 @@
 //
 // Every state change is one Lua script (the contract of each sits above its
 // Go wrapper), so a change is atomic and one round trip: Take and Complete
-// cost one round trip each. All keys carry the hash tag {smsgw:<account>},
+// cost one round trip each. (A take given the suppression list reads it in
+// its script; one that finds messages whose numbers are on it ends them
+// with the completion script in one more round trip, a pipeline.) All keys carry the hash tag {smsgw:<account>},
 // so the scripts run unchanged on Redis Cluster. Redis TIME is the only
 // clock; durations from callers are relative.
 //
