@@ -219,3 +219,63 @@ func lockedLogger(b *strings.Builder, mu *sync.Mutex) *slog.Logger {
 		return b.Write(p)
 	}), &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
+
+// shrunkAfterPause is pauseSwitch whose burst, once the pause lifts, no
+// longer takes more than one unit (the limiter fell back to a smaller
+// burst while the pause lasted): a batch held through the pause is then
+// too big for it and is reserved message by message.
+type shrunkAfterPause struct{ pauseSwitch }
+
+func (p *shrunkAfterPause) Reserve(ctx context.Context, req limiter.Request) (limiter.Decision, error) {
+	if !p.on.Load() && req.Cost > 1 {
+		return limiter.Decision{}, limiter.ErrCostExceedsBurst
+	}
+	return p.pauseSwitch.Reserve(ctx, req)
+}
+
+// TestHeldThroughPauseSplitRechecked: a batch held through an operator
+// pause goes back to its place and is taken again on its grant
+// (TestHeldThroughPauseRechecked) on every path out of the hold, also
+// when the first reservation after the pause finds the batch too big for
+// the burst and the pacer would reserve its messages one by one: a number
+// suppressed during the pause is not sent to.
+func TestHeldThroughPauseSplitRechecked(t *testing.T) {
+	t.Parallel()
+	for _, backend := range []string{"redis", "embedded"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			q, lim, list, s := listedBackend(t, backend)
+			paused := &shrunkAfterPause{pauseSwitch{Limiter: lim}}
+			paused.on.Store(true)
+			rec := newRecorder(funcProvider(func(_ context.Context, req *provider.Request) (provider.Result, error) {
+				return provider.Result{ProviderID: "p-" + req.ID}, nil
+			}))
+			d, _ := newDispatcher(t, Config{Queue: q, Limiter: paused, Provider: rec, Suppression: s, Workers: 4})
+			listed := "0123456789abcdef0123456789abcdef"
+			a, b := newMsg(sms.ClassMarketing), newMsg(sms.ClassMarketing)
+			a.NumberID, b.NumberID = listed, "fedcba9876543210fedcba9876543210"
+			enqueue(t, q, a, b)
+			waitUntil(t, "the batch held by the pause", func() bool {
+				st, err := q.Stats(t.Context())
+				return err == nil && st[sms.ClassMarketing].Leased == 2 && paused.denied.Load() >= 3
+			})
+			if _, err := list.Add(t.Context(), state.Suppression{ID: listed, Masked: "+8190****5678", Source: state.SourceOperator}); err != nil {
+				t.Fatal(err)
+			}
+			paused.on.Store(false)
+			got := waitTerminal(t, q, a.ID, b.ID)
+			if g := got[a.ID]; g.Status != sms.StatusSuppressed || g.LastError != queue.ListedReason || g.Attempts != 0 {
+				t.Errorf("the listed message: %s after %d attempts (%q); want suppressed, never sent", g.Status, g.Attempts, g.LastError)
+			}
+			if g := got[b.ID]; g.Status != sms.StatusSent || g.Attempts != 1 {
+				t.Errorf("the other message: %s after %d attempts, want sent", g.Status, g.Attempts)
+			}
+			if calls := rec.calls(); !slices.Equal(calls, []string{b.ID}) {
+				t.Errorf("provider calls %v, want only %s", calls, b.ID)
+			}
+			if v := value(d.m.requeues.WithLabelValues("marketing", requeueAfterPause)); v != 2 {
+				t.Errorf("after_pause requeues %v, want the 2 held", v)
+			}
+		})
+	}
+}

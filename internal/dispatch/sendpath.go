@@ -210,7 +210,9 @@ const (
 // not sent on that grant when takes read the suppression list: the pause
 // may have lasted hours, and the numbers may have been suppressed
 // meanwhile. It goes back to its place in line and is taken again at once
-// (the take reads the list); the slot is forfeited, once per pause.
+// (the take reads the list); the slot is forfeited, once per pause. So is
+// one that comes out of the pause too big for the burst, instead of being
+// split and reserved message by message.
 func (d *Dispatcher) reserve(ctx context.Context, batch []*flight) (slot, reserveResult) {
 	m := batch[0].l.Message
 	cls := m.Class.String()
@@ -225,6 +227,12 @@ func (d *Dispatcher) reserve(ctx context.Context, batch []*flight) (slot, reserv
 		switch {
 		case errors.Is(err, limiter.ErrCostExceedsBurst) && len(batch) > 1:
 			d.lowerBatchCap(m.Class, cost-1)
+			if heldPaused && d.suppression.Covers(m.Class) {
+				// Split, its messages would be reserved and sent one by
+				// one without the list read again: taken again instead.
+				d.putBackAll(batch)
+				return slot{}, reserveGone
+			}
 			return slot{}, reserveSplit
 		case errors.Is(err, limiter.ErrCostExceedsBurst) && d.grantable(m.Class, cost):
 			d.log.Debug("cost exceeds the fallback burst; message put back until Redis is back", "id", m.ID, "class", cls, "cost", cost)
@@ -244,9 +252,7 @@ func (d *Dispatcher) reserve(ctx context.Context, batch []*flight) (slot, reserv
 			d.requeueAll(batch, 0, requeueReleased)
 			return slot{}, reserveGone
 		case dec.Allowed && heldPaused && d.suppression.Covers(m.Class):
-			for _, f := range batch {
-				d.putBack(f, requeueAfterPause)
-			}
+			d.putBackAll(batch)
 			return slot{}, reserveGone
 		case dec.Allowed:
 			return d.slotOf(asked, dec.Delay), reserveOK
@@ -673,6 +679,14 @@ func (d *Dispatcher) requeue(f *flight, after time.Duration, spend bool, reason,
 	d.ack(f, "requeue", outcomeRequeued, func(ctx context.Context) error {
 		return d.cfg.Queue.Requeue(ctx, f.l, queue.RequeueOptions{After: after, SpendAttempt: spend, LastError: lastErr, Announce: announce})
 	})
+}
+
+// putBackAll hands a batch held through a pause back to its place in line
+// (putBack), to be taken again.
+func (d *Dispatcher) putBackAll(batch []*flight) {
+	for _, f := range batch {
+		d.putBack(f, requeueAfterPause)
+	}
 }
 
 // putBack hands f back to the place in line it was taken from

@@ -163,13 +163,16 @@ func (q *Queue) take(ctx context.Context, op string, opt queue.TakeOptions, most
 		if err != nil {
 			return nil, 0, err
 		}
+		back := 0
 		if len(run.listed) > 0 {
-			q.endListed(ctx, opt.Suppression, run.listed)
+			back = q.endListed(ctx, opt.Suppression, run.listed)
 		}
 		switch {
 		case len(run.taken) > 0:
 			return run.taken, 0, nil
-		case run.more:
+		case run.more, back > 0:
+			// more may be ready, or one went back to its place with the
+			// receipt that stopped its end: the next run hands it out.
 			continue
 		case run.wait < 0:
 			return nil, 0, queue.ErrEmpty
@@ -230,7 +233,15 @@ func (q *Queue) takeOnce(ctx context.Context, op string, keys []string, opt queu
 // found any). Ended hears of each that ended. One whose end fails keeps
 // its lease until it expires; Recover then puts it back in its place, and
 // a later take ends it (or sends it, if its number has left the list).
-func (q *Queue) endListed(ctx context.Context, s *queue.Suppression, ls []*queue.Leased) {
+//
+// A receipt may be parked on a message between the take script and its
+// completion (an earlier attempt's outcome was unknown, and the provider
+// had it): the completion then changes nothing, and the message goes back
+// to its place (Requeue with KeepPlace), to be handed out with its
+// receipt as the take would have done had the receipt come a moment
+// earlier, never ended suppressed with the receipt dropped. It returns
+// how many went back so.
+func (q *Queue) endListed(ctx context.Context, s *queue.Suppression, ls []*queue.Leased) (back int) {
 	start := time.Now()
 	var err error
 	defer func() { q.m.observe("complete", start, err) }()
@@ -258,6 +269,15 @@ func (q *Queue) endListed(ctx context.Context, s *queue.Suppression, ls []*queue
 			// server): this run loads it.
 			cmd = completeScript.Run(ctx, q.c, calls[i].keys, calls[i].args...)
 		}
+		if n, e := cmd.Int64(); e == nil && n == 2 {
+			if e := q.Requeue(ctx, ls[i], queue.RequeueOptions{KeepPlace: true}); e != nil {
+				failed++
+				err = e
+				continue
+			}
+			back++
+			continue
+		}
 		if e := q.leaseResult("complete", ls[i], cmd); e != nil {
 			failed++
 			err = e
@@ -276,6 +296,7 @@ func (q *Queue) endListed(ctx context.Context, s *queue.Suppression, ls []*queue
 		q.log.Warn("messages taken while their numbers are on the suppression list were not ended; "+
 			"their leases expire and a later take ends them", "count", failed, "err", err)
 	}
+	return back
 }
 
 // luaCheckLease is the start of every script that acts on a lease: it ends
@@ -337,14 +358,19 @@ func (q *Queue) Extend(ctx context.Context, l *queue.Leased, lease time.Duration
 // ARGV[6] retention µs, ARGV[7] how many old messages to prune at most,
 // ARGV[8] provider id, ARGV[9] reason (both for the event), ARGV[10] the
 // final record after its times, ARGV[11] the event's error code (empty:
-// the status's own, event_codes), with KEYS[15]: ARGV[12] the index field,
+// the status's own, event_codes; "suppressed", queue.EventErrorSuppressed,
+// only from endListed), with KEYS[15]: ARGV[12] the index field,
 // ARGV[13] its value, ARGV[14] the index HASH's time to live ms.
-// Returns 1, 0 when the lease is not held, -1 when it is not in KEYS[1].
+// Returns 1, 0 when the lease is not held, -1 when it is not in KEYS[1],
+// and 2, changing nothing, when endListed's end (ARGV[11] "suppressed")
+// finds a receipt parked on the message: it came after the take script
+// leased the message, and the provider has it (endListed puts it back).
 var completeScript = redis.NewScript(luaPrelude + luaRecord + luaOutbox + luaCheckLease + `
 local now = now_us()
+local m = cjson.decode(redis.call('HGET', KEYS[3], ARGV[1]))
+if ARGV[11] == 'suppressed' and m.rs then return 2 end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
-local m = cjson.decode(redis.call('HGET', KEYS[3], ARGV[1]))
 redis.call('HDEL', KEYS[3], ARGV[1])
 local rec = fin_times(ARGV[4], ARGV[10], ARGV[5], now, ARGV[3] == 's')
 if ARGV[3] == 's' then

@@ -1,6 +1,7 @@
 package redisq
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -126,5 +127,74 @@ func TestTakeListedKeyOutsideAccount(t *testing.T) {
 	}
 	if st, err := q.Stats(t.Context()); err != nil || st[sms.ClassMarketing].Ready != 1 {
 		t.Fatalf("Stats = %+v, %v; want the message still queued", st, err)
+	}
+}
+
+// beforePipeline is a go-redis hook that runs fn once, before the first
+// pipeline of scripts the client sends: for a take that found listed
+// messages, the moment between the take script and the completions that
+// end them.
+type beforePipeline struct {
+	fn   func()
+	done bool
+}
+
+func (h *beforePipeline) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *beforePipeline) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h *beforePipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if !h.done && len(cmds) > 0 && strings.HasPrefix(strings.ToLower(cmds[0].Name()), "eval") {
+			h.done = true
+			h.fn()
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestTakeListedReceiptInWindow: a message whose earlier attempt reached
+// the provider (its outcome was unknown) is never ended suppressed once
+// its receipt is parked on it: the provider has it, and the receipt
+// decides (queue.Suppression). The take script leases it as listed (no
+// receipt yet); the receipt arrives before the completion that would end
+// it runs (one round trip later) and is parked on the leased message. The
+// take must not drop that receipt by ending the message suppressed: it
+// hands the message out with its receipt, as it would have had the
+// receipt come a moment earlier, and Ended hears of nothing.
+func TestTakeListedReceiptInWindow(t *testing.T) {
+	t.Parallel()
+	producer := newShared(t)
+	s, add := redisSuppressions(t, producer)
+	var ended []string
+	s.Ended = func(m *sms.Message) { ended = append(ended, m.ID) }
+	ctx := t.Context()
+	listed := "list0123456789abcdef0123456789ab"
+	m := listedMsg(listed)
+	enqueue(t, producer, m)
+	first := take(t, producer, time.Hour)
+	if err := producer.Requeue(ctx, first, queue.RequeueOptions{SpendAttempt: true, LastError: "timeout"}); err != nil {
+		t.Fatal(err)
+	}
+	add(listed)
+
+	c := redis.NewClient(&redis.Options{Addr: redistest.Addr(t)})
+	t.Cleanup(func() { _ = c.Close() })
+	c.AddHook(&beforePipeline{fn: func() {
+		out, err := producer.ApplyReceipt(ctx, queue.Receipt{Reference: m.ID, Status: sms.StatusDelivered})
+		if err != nil || out.Result != queue.ReceiptParked {
+			t.Errorf("receipt in the window: %+v, %v; want parked", out, err)
+		}
+	}})
+	q := open(t, c, producer.account)
+	l, _, err := q.Take(ctx, queue.TakeOptions{Owner: "t", Lease: time.Hour, Suppression: &s})
+	if got, gerr := q.Get(ctx, m.ID); gerr != nil || got.Status == sms.StatusSuppressed {
+		t.Fatalf("after the take: %+v, %v; a message with a parked receipt was ended suppressed, its receipt dropped", got, gerr)
+	}
+	if err != nil || l.Message.ID != m.ID || l.Receipt != sms.StatusDelivered {
+		t.Fatalf("Take = %+v, %v; want %s with its parked receipt", l, err, m.ID)
+	}
+	if len(ended) != 0 {
+		t.Fatalf("Ended heard of %v", ended)
 	}
 }
