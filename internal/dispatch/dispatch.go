@@ -297,9 +297,12 @@ type Dispatcher struct {
 	// takeFailed and guardFailed sample the warnings of a queue or guard
 	// that fails on every try during an outage (logsample).
 	takeFailed, guardFailed logsample.Sampler
-	m                       *metrics
-	breaker                 *gobreaker.TwoStepCircuitBreaker[struct{}]
-	lanes                   []*lane
+	// listedLog samples the INFO line of messages a take ended because
+	// their number was on the suppression list (listedEnded).
+	listedLog logsample.Sampler
+	m         *metrics
+	breaker   *gobreaker.TwoStepCircuitBreaker[struct{}]
+	lanes     []*lane
 	// laneEmpty is signalled when a lane finds its queue empty
 	// (readyToTake); emptyTakes counts those takes, and missedAt is its
 	// value when the listener last got news no lane here could act on.

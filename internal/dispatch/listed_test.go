@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"smsgw/internal/keyspace"
 	"smsgw/internal/limiter"
 	"smsgw/internal/provider"
@@ -277,5 +279,34 @@ func TestHeldThroughPauseSplitRechecked(t *testing.T) {
 				t.Errorf("after_pause requeues %v, want the 2 held", v)
 			}
 		})
+	}
+}
+
+// TestListedEndedLogSampled: a backlog to one suppressed number ends one
+// message after another; the INFO line comes once per listedLogEvery with
+// how many it stands for, every message at DEBUG, and the counter counts
+// each.
+func TestListedEndedLogSampled(t *testing.T) {
+	var logs strings.Builder
+	var logMu sync.Mutex
+	m, err := newMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &Dispatcher{log: lockedLogger(&logs, &logMu), m: m}
+	for range 5 {
+		d.listedEnded(newMsg(sms.ClassMarketing))
+	}
+	if v := value(m.outcomes.WithLabelValues("marketing", outcomeSuppressed)); v != 5 {
+		t.Errorf("suppressed counted %v, want 5", v)
+	}
+	logMu.Lock()
+	out := logs.String()
+	logMu.Unlock()
+	if n := strings.Count(out, "level=INFO"); n != 1 || !strings.Contains(out, "messages=1") {
+		t.Errorf("%d INFO lines, want the first one only (messages=1):\n%s", n, out)
+	}
+	if n := strings.Count(out, "level=DEBUG"); n != 4 {
+		t.Errorf("%d DEBUG lines, want the other 4:\n%s", n, out)
 	}
 }

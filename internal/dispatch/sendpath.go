@@ -92,10 +92,21 @@ func (d *Dispatcher) takeMore(ctx context.Context, ln *lane, class sms.Class, mo
 // listedEnded counts a message a take ended (queue.Suppression) because
 // its number was on the suppression list when its turn came: outcome
 // suppressed, with no reservation, provider call or attempt.
+// A backlog to one suppressed number ends one message after another, so
+// the INFO line is sampled (the first, then at most one per
+// listedLogEvery, with how many it stands for); every one is logged at
+// DEBUG.
 func (d *Dispatcher) listedEnded(m *sms.Message) {
 	d.m.outcomes.WithLabelValues(m.Class.String(), outcomeSuppressed).Inc()
-	d.log.Info("not sent: the number is on the suppression list", "id", m.ID, "class", m.Class.String())
+	if n, ok := d.listedLog.Add(time.Now(), listedLogEvery); ok {
+		d.log.Info("not sent: the number is on the suppression list", "id", m.ID, "class", m.Class.String(), "messages", n)
+		return
+	}
+	d.log.Debug("not sent: the number is on the suppression list", "id", m.ID, "class", m.Class.String())
 }
+
+// listedLogEvery is the most often listedEnded logs at INFO.
+const listedLogEvery = 10 * time.Second
 
 // taken starts tracking a message just leased by a take asked at asked
 // (since the epoch).
