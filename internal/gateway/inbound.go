@@ -13,7 +13,6 @@ package gateway
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -173,7 +172,7 @@ func (s *server) postInbound(w http.ResponseWriter, r *http.Request) {
 	}
 	o := s.optOuts
 	count := func(kind string) { o.inbound.WithLabelValues(adapter, kind).Inc() }
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxInboundBytes))
+	raw, err := s.readWebhook(w, r, maxInboundBytes)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
