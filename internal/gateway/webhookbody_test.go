@@ -48,7 +48,8 @@ func TestWebhookBodyLogsSampled(t *testing.T) {
 // closes the connection, as a client that went away does.
 func cutShort(t *testing.T, h *harness, path string) {
 	t.Helper()
-	c, err := net.Dial("tcp", strings.TrimPrefix(h.base, "http://"))
+	var d net.Dialer
+	c, err := d.DialContext(t.Context(), "tcp", strings.TrimPrefix(h.base, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
