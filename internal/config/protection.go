@@ -28,7 +28,9 @@ type ProtectionConfig struct {
 	// SuppressOTP applies the suppression list to OTP too (transactional
 	// and marketing always obey it).
 	SuppressOTP bool `yaml:"suppress_otp"`
-	// MaxSuppressions bounds the suppression list.
+	// MaxSuppressions bounds the suppression list for operators' adds; a
+	// recipient's or the provider's opt-out goes past it (up to
+	// MaxSuppressionsCap), since one refused would be lost.
 	MaxSuppressions int `yaml:"max_suppressions"`
 	// PrefixAlarm watches the share of OTPs that go to one number range.
 	PrefixAlarm PrefixAlarmConfig `yaml:"prefix_alarm"`

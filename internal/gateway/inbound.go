@@ -13,7 +13,6 @@ package gateway
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -173,7 +172,7 @@ func (s *server) postInbound(w http.ResponseWriter, r *http.Request) {
 	}
 	o := s.optOuts
 	count := func(kind string) { o.inbound.WithLabelValues(adapter, kind).Inc() }
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxInboundBytes))
+	raw, err := s.readWebhook(w, r, maxInboundBytes)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -238,8 +237,10 @@ func (s *server) applyKeyword(r *http.Request, adapter, kind string, in provider
 		id, added, err := o.suppress(ctx, from, state.SourceRecipient, "opted out by text message ("+adapter+")")
 		switch {
 		case errors.Is(err, state.ErrSuppressionsFull):
-			s.log.ErrorContext(ctx, "a recipient's opt-out was not recorded: the suppression list is full; remove entries or raise protection.max_suppressions",
-				"adapter", adapter, "to", masked, "max_suppressions", s.cfg.Protection.MaxSuppressions)
+			// Opt-outs go past protection.max_suppressions (state.Suppressions.Add):
+			// this is the store's own bound.
+			s.log.ErrorContext(ctx, "a recipient's opt-out was not recorded: the suppression list holds the most entries it can; remove entries",
+				"adapter", adapter, "to", masked, "bound", state.MaxSuppressions)
 			return &keywordFailure{inboundUnavailable, &apiError{Kind: kindUnavailable, RetryAfter: time.Minute, Err: err,
 				Detail: "the suppression list is full: the opt-out was not recorded; send it again"}}
 		case err != nil:

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -189,6 +190,29 @@ func (m *receiptMetrics) recentRatio(c sms.Class) *float64 {
 // there were, never a line per receipt.
 const unknownLogEvery = 10 * time.Second
 
+// readWebhook reads the body of a provider's webhook (a receipt, an
+// inbound message), at most limit bytes. These endpoints take no bearer
+// key, so anyone may post to them: a body over the bound (413) or cut
+// short by its client (400) is answered without a log line of its own, and
+// one line per unknownLogEvery says how many there were, as failed bearer
+// keys are sampled (authFailed).
+func (s *server) readWebhook(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err == nil {
+		return raw, nil
+	}
+	if n, ok := s.webhookBodyLog.Add(s.now(), unknownLogEvery); ok {
+		s.log.WarnContext(r.Context(), "provider webhook bodies refused: over the bound or cut short by the client",
+			"path", logPath(r), "count", n, "client_ip", clientIP(r.Context()), "err", err)
+	}
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return nil, errorf(kindTooLarge, "the request body is larger than "+strconv.FormatInt(mbe.Limit, 10)+" bytes")
+	}
+	return nil, &apiError{Kind: kindInvalid, Detail: "could not read the request body",
+		Fields: []fieldProblem{{"request", "unreadable body"}}}
+}
+
 // maskID shows the first and last two characters of a vendor's id, enough
 // to find it in the vendor's console, not to use it.
 func maskID(id string) string {
@@ -208,7 +232,7 @@ func (s *server) postReceipt(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errorf(kindNotFound, "this gateway takes no receipts for adapter "+maskID(adapter)))
 		return
 	}
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxReceiptBytes))
+	raw, err := s.readWebhook(w, r, maxReceiptBytes)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -61,6 +61,10 @@ type server struct {
 	otpRecords   otpRecords
 	trusted      []netip.Prefix
 	stopping     atomic.Bool
+
+	// webhookBodyLog samples the receipts and inbound messages whose body
+	// was over the bound or cut short (readWebhook).
+	webhookBodyLog logsample.Sampler
 }
 
 // routes builds the chi router of every route. Every route here must be a

@@ -82,7 +82,9 @@ type Suppressions interface {
 	// there, and then nothing changes, but that an operator's Add
 	// (Source SourceOperator) takes over an entry of another source: it
 	// replaces it with s, so that only an operator may take it off from
-	// then on. ErrSuppressionsFull when the list holds its bound.
+	// then on. ErrSuppressionsFull when the list holds the bound for s's
+	// source (boundFor): an operator's entry its configured bound, an
+	// opt-out (SourceRecipient, SourceProvider) MaxSuppressions only.
 	Add(ctx context.Context, s Suppression) (added bool, err error)
 	// Remove takes id off the list; false when it was not there.
 	Remove(ctx context.Context, id string) (bool, error)
@@ -113,8 +115,22 @@ const (
 )
 
 // ErrSuppressionsFull is returned by Add when the list holds MaxSuppressions
-// (or its store's lower bound).
+// (or, for an operator's entry, its store's lower bound).
 var ErrSuppressionsFull = errors.New("state: the suppression list is full")
+
+// boundFor is how many entries the list may hold before an Add of an entry
+// of src is refused: the store's configured bound (max) for an operator's
+// entry, MaxSuppressions for a recipient's opt-out or the provider's report
+// of one. The configured bound keeps what operators add in check; an
+// opt-out refused for lack of room would be lost (a vendor retries a 503
+// for minutes at most, Twilio not at all) and the recipient would go on
+// getting messages after asking to stop, so opt-outs go past it.
+func boundFor(maxEntries int, src SuppressionSource) int {
+	if src.OrOperator() == SourceOperator {
+		return maxEntries
+	}
+	return MaxSuppressions
+}
 
 func checkSuppression(s Suppression) error {
 	switch {
@@ -189,7 +205,7 @@ type RedisSuppressions struct {
 var _ Suppressions = (*RedisSuppressions)(nil)
 
 // NewRedisSuppressions returns the list of sp's account on c, bounded by
-// maxEntries (0: MaxSuppressions).
+// maxEntries (0: MaxSuppressions) for operators' entries (boundFor).
 func NewRedisSuppressions(c redis.UniversalClient, sp keyspace.Space, maxEntries int) (*RedisSuppressions, error) {
 	if err := checkRedis(c, sp); err != nil {
 		return nil, err
@@ -206,7 +222,7 @@ func NewRedisSuppressions(c redis.UniversalClient, sp keyspace.Space, maxEntries
 //	KEYS[2]  ZSET of ids, score 0
 //	ARGV[1]  id
 //	ARGV[2]  JSON entry
-//	ARGV[3]  bound
+//	ARGV[3]  bound (boundFor the entry's source)
 //	ARGV[4]  "1" when the entry is an operator's: it replaces an entry of
 //	         another source (one without a source is an operator's)
 //
@@ -278,7 +294,8 @@ func (r *RedisSuppressions) Add(ctx context.Context, s Suppression) (bool, error
 	if s.Source.OrOperator() == SourceOperator {
 		operator = 1
 	}
-	n, err := suppressAddScript.Run(ctx, r.c, []string{r.k.suppressions(), r.k.suppressionIndex()}, s.ID, b, r.max, operator).Int()
+	n, err := suppressAddScript.Run(ctx, r.c, []string{r.k.suppressions(), r.k.suppressionIndex()}, s.ID, b,
+		boundFor(r.max, s.Source), operator).Int()
 	switch {
 	case err != nil:
 		return false, redisErr("add", err)
@@ -444,7 +461,8 @@ type LocalSuppressions struct {
 var _ Suppressions = (*LocalSuppressions)(nil)
 
 // OpenLocalSuppressions opens (or creates) SuppressionsFile in dir, bounded
-// by maxEntries (0: MaxSuppressions). Close it when done.
+// by maxEntries (0: MaxSuppressions) for operators' entries (boundFor).
+// Close it when done.
 func OpenLocalSuppressions(dir string, maxEntries int) (*LocalSuppressions, error) {
 	if maxEntries <= 0 || maxEntries > MaxSuppressions {
 		maxEntries = MaxSuppressions
@@ -511,7 +529,7 @@ func (l *LocalSuppressions) Add(ctx context.Context, s Suppression) (bool, error
 			return nil
 		}
 		n := readCount(tx)
-		if n >= l.max {
+		if n >= boundFor(l.max, s.Source) {
 			return ErrSuppressionsFull
 		}
 		added = true

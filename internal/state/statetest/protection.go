@@ -210,6 +210,9 @@ func testSuppressPaging(t *testing.T, h Harness) {
 	}
 }
 
+// testSuppressBound: the bound refuses an operator's Add of a new id, not
+// one of an id already listed; a recipient's or the provider's opt-out is
+// added past it.
 func testSuppressBound(t *testing.T, h Harness) {
 	s := h.Suppressions(t, 3, 1)[0]
 	for i := range 3 {
@@ -228,6 +231,20 @@ func testSuppressBound(t *testing.T, h Harness) {
 	}
 	if added, err := s.Add(t.Context(), entry("b3")); err != nil || !added {
 		t.Fatalf("Add after a Remove = %v, %v", added, err)
+	}
+	// Opt-outs go past the bound: one refused would be lost.
+	for i, src := range []state.SuppressionSource{state.SourceRecipient, state.SourceProvider} {
+		e := entry(fmt.Sprintf("o%d", i))
+		e.Source = src
+		if added, err := s.Add(t.Context(), e); err != nil || !added {
+			t.Fatalf("Add of a %s entry on a full list = %v, %v; want it added", src, added, err)
+		}
+	}
+	if n, err := s.Count(t.Context()); err != nil || n != 5 {
+		t.Fatalf("Count = %d, %v; want 5", n, err)
+	}
+	if _, err := s.Add(t.Context(), entry("b4")); !errors.Is(err, state.ErrSuppressionsFull) {
+		t.Fatalf("an operator's Add past the bound after opt-outs = %v, want ErrSuppressionsFull", err)
 	}
 }
 
