@@ -178,23 +178,15 @@ func (s *server) postInbound(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	in, err := s.inbound.ParseInbound(r, raw)
-	var re *provider.ReceiptError
-	switch {
-	case errors.Is(err, provider.ErrStaleReceipt):
-		count(inboundBadSignature)
-		s.writeError(w, r, errorf(kindBadSignature, "the message's signed time is more than "+provider.ReceiptMaxAge.String()+
-			" old, or ahead of the gateway's clock: refused as a possible replay; nothing was changed"))
-		return
-	case errors.Is(err, provider.ErrBadSignature):
-		count(inboundBadSignature)
-		s.writeError(w, r, errorf(kindBadSignature, "the message's signature is missing or wrong; nothing was changed"))
-		return
-	case errors.As(err, &re):
-		count(inboundMalformed)
-		s.writeError(w, r, fieldError(re.Field, re.Reason))
-		return
-	case err != nil:
-		s.writeError(w, r, err)
+	if err != nil {
+		var re *provider.ReceiptError
+		switch {
+		case errors.Is(err, provider.ErrBadSignature): // stale ones too
+			count(inboundBadSignature)
+		case errors.As(err, &re):
+			count(inboundMalformed)
+		}
+		s.writeError(w, r, webhookError("message", err))
 		return
 	}
 	kind := o.kindOf(in.Text)

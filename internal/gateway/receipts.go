@@ -222,6 +222,24 @@ func maskID(id string) string {
 	return id[:2] + "***" + id[len(id)-2:]
 }
 
+// webhookError is the answer to a vendor's webhook (what: "receipt",
+// "message") its adapter refused: 401 for a signature missing, wrong or
+// signed too long ago, 400 naming the field of a signed but malformed one,
+// else err itself.
+func webhookError(what string, err error) error {
+	var re *provider.ReceiptError
+	switch {
+	case errors.Is(err, provider.ErrStaleReceipt):
+		return errorf(kindBadSignature, "the "+what+"'s signed time is more than "+provider.ReceiptMaxAge.String()+
+			" old, or ahead of the gateway's clock: refused as a possible replay; nothing was changed")
+	case errors.Is(err, provider.ErrBadSignature):
+		return errorf(kindBadSignature, "the "+what+"'s signature is missing or wrong; nothing was changed")
+	case errors.As(err, &re):
+		return fieldError(re.Field, re.Reason)
+	}
+	return err
+}
+
 // postReceipt is POST /v1/receipts/{adapter}: a provider's delivery
 // receipt. No bearer key: the adapter checks its vendor's signature; a bad
 // or missing one is 401 and changes nothing. Every signed receipt is
@@ -242,19 +260,8 @@ func (s *server) postReceipt(w http.ResponseWriter, r *http.Request) {
 	if err == nil || errors.As(err, &re) {
 		s.metrics.receipts.signed(adapter, rc.PreviousSecret)
 	}
-	switch {
-	case errors.Is(err, provider.ErrStaleReceipt):
-		s.writeError(w, r, errorf(kindBadSignature, "the receipt's signed time is more than "+provider.ReceiptMaxAge.String()+
-			" old, or ahead of the gateway's clock: refused as a possible replay; nothing was changed"))
-		return
-	case errors.Is(err, provider.ErrBadSignature):
-		s.writeError(w, r, errorf(kindBadSignature, "the receipt's signature is missing or wrong; nothing was changed"))
-		return
-	case errors.As(err, &re):
-		s.writeError(w, r, fieldError(re.Field, re.Reason))
-		return
-	case err != nil:
-		s.writeError(w, r, err)
+	if err != nil {
+		s.writeError(w, r, webhookError("receipt", err))
 		return
 	}
 	rm := s.metrics.receipts

@@ -244,13 +244,6 @@ redis.call('ZADD', KEYS[2], 0, ARGV[1])
 return 1
 `)
 
-// suppressRemoveScript removes one entry: KEYS as for add, ARGV[1] the id.
-// Returns 1 when removed, 0 when absent.
-var suppressRemoveScript = redis.NewScript(`
-redis.call('ZREM', KEYS[2], ARGV[1])
-return redis.call('HDEL', KEYS[1], ARGV[1])
-`)
-
 // suppressLiftScript removes one entry if its source is one of ARGV[2..]:
 // KEYS as for add, ARGV[1] the id. An entry without a source is an
 // operator's. Returns 1 when removed, 0 when absent, 2 when kept.
@@ -305,20 +298,20 @@ func (r *RedisSuppressions) Add(ctx context.Context, s Suppression) (bool, error
 	return n == 1, nil
 }
 
-// Remove takes id off the list.
+// Remove takes id off the list, whatever its source: Lift with every
+// source.
 func (r *RedisSuppressions) Remove(ctx context.Context, id string) (bool, error) {
-	if !ValidKey(id) {
-		return false, ErrInvalidKey
-	}
-	n, err := suppressRemoveScript.Run(ctx, r.c, []string{r.k.suppressions(), r.k.suppressionIndex()}, id).Int()
-	if err != nil {
-		return false, redisErr("remove", err)
-	}
-	return n == 1, nil
+	res, err := r.lift(ctx, "remove", id, SuppressionSources)
+	return res == LiftRemoved, err
 }
 
 // Lift takes id off the list if its entry has one of sources.
 func (r *RedisSuppressions) Lift(ctx context.Context, id string, sources ...SuppressionSource) (LiftResult, error) {
+	return r.lift(ctx, "lift", id, sources)
+}
+
+// lift is Lift; what names the operation in its errors.
+func (r *RedisSuppressions) lift(ctx context.Context, what, id string, sources []SuppressionSource) (LiftResult, error) {
 	if err := checkLift(id, sources); err != nil {
 		return LiftAbsent, err
 	}
@@ -329,7 +322,7 @@ func (r *RedisSuppressions) Lift(ctx context.Context, id string, sources ...Supp
 	}
 	n, err := suppressLiftScript.Run(ctx, r.c, []string{r.k.suppressions(), r.k.suppressionIndex()}, args...).Int()
 	if err != nil {
-		return LiftAbsent, redisErr("lift", err)
+		return LiftAbsent, redisErr(what, err)
 	}
 	switch n {
 	case 1:
@@ -547,40 +540,26 @@ func (l *LocalSuppressions) Add(ctx context.Context, s Suppression) (bool, error
 	return added, nil
 }
 
-// Remove takes id off the list.
+// Remove takes id off the list, whatever its source: Lift with every
+// source.
 func (l *LocalSuppressions) Remove(ctx context.Context, id string) (bool, error) {
-	if !ValidKey(id) {
-		return false, ErrInvalidKey
-	}
-	if err := ctx.Err(); err != nil {
-		return false, localErr("remove", err)
-	}
-	removed := false
-	err := l.db.Update(func(tx *bolt.Tx) error {
-		bk := tx.Bucket(bSuppressed)
-		if bk.Get([]byte(id)) == nil {
-			return nil
-		}
-		removed = true
-		if err := writeCount(tx, readCount(tx)-1); err != nil {
-			return err
-		}
-		return bk.Delete([]byte(id))
-	})
-	if err != nil {
-		return false, localErr("remove", err)
-	}
-	return removed, nil
+	res, err := l.lift(ctx, "remove", id, SuppressionSources)
+	return res == LiftRemoved, err
 }
 
 // Lift takes id off the list if its entry has one of sources, in one
 // transaction.
 func (l *LocalSuppressions) Lift(ctx context.Context, id string, sources ...SuppressionSource) (LiftResult, error) {
+	return l.lift(ctx, "lift", id, sources)
+}
+
+// lift is Lift; what names the operation in its errors.
+func (l *LocalSuppressions) lift(ctx context.Context, what, id string, sources []SuppressionSource) (LiftResult, error) {
 	if err := checkLift(id, sources); err != nil {
 		return LiftAbsent, err
 	}
 	if err := ctx.Err(); err != nil {
-		return LiftAbsent, localErr("lift", err)
+		return LiftAbsent, localErr(what, err)
 	}
 	res := LiftAbsent
 	err := l.db.Update(func(tx *bolt.Tx) error {
@@ -589,7 +568,7 @@ func (l *LocalSuppressions) Lift(ctx context.Context, id string, sources ...Supp
 		if v == nil {
 			return nil
 		}
-		e, _ := readEntry(v) // unreadable: kept, as the script keeps it
+		e, _ := readEntry(v) // unreadable: an operator's, as the script reads it
 		if !slices.Contains(sources, e.Source.OrOperator()) {
 			res = LiftKept
 			return nil
@@ -601,7 +580,7 @@ func (l *LocalSuppressions) Lift(ctx context.Context, id string, sources ...Supp
 		return bk.Delete([]byte(id))
 	})
 	if err != nil {
-		return LiftAbsent, localErr("lift", err)
+		return LiftAbsent, localErr(what, err)
 	}
 	return res, nil
 }
