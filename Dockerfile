@@ -5,7 +5,15 @@
 # /etc/smsgw/smsgw.yaml and, in embedded mode, the store volume at
 # /var/lib/smsgw (config store.path).
 
-FROM golang:1.26 AS build
+# go.mod's toolchain (go1.27.3: the standard library's security fixes).
+# Pin the build image by digest where a registry is reachable, so a rebuild
+# gets the same compiler: take the digest of the multi-arch index with
+#   docker buildx imagetools inspect golang:1.27.3 --format '{{json .Manifest.Digest}}'
+# and write it here as golang:1.27.3@sha256:<digest>. The build never
+# fetches another toolchain (GOTOOLCHAIN=local): a base image older than
+# go.mod stops it with go.mod's requirement named.
+FROM golang:1.27.3 AS build
+ENV GOTOOLCHAIN=local
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download

@@ -1,6 +1,6 @@
 module smsgw
 
-go 1.26.0
+go 1.27.3
 
 require (
 	github.com/chromedp/cdproto v0.159.0

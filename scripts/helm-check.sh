@@ -11,6 +11,8 @@
 # ${TMPDIR:-/tmp}/smsgw-helm-<version>/helm; HELM=/path/to/helm overrides.
 # Usage: scripts/helm-check.sh   (or: make helm-check)
 set -euo pipefail
+# go.mod's toolchain, fetched from the module proxy when the installed go is older.
+export GOTOOLCHAIN=go1.27.3
 
 HELM_VERSION=${HELM_VERSION:-v3.22.0}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
