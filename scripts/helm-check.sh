@@ -106,7 +106,8 @@ caught() {
 }
 
 CI=$CHART/ci
-valid "embedded (one replica, PVC, http provider)" -mode embedded -replicas 1 -- -f "$CI/embedded-values.yaml"
+valid "embedded (one replica, PVC, http provider)" -mode embedded -replicas 1 -says "regions JP, GB" \
+	-says "at most 5 OTPs per number" -- -f "$CI/embedded-values.yaml"
 valid "redis, 3 replicas, ServiceMonitor" -mode redis -replicas 3 -- -f "$CI/redis-values.yaml"
 valid "redis, 3 replicas, Grafana dashboard ConfigMap" -mode redis -replicas 3 -grafana -- -f "$CI/redis-values.yaml" \
 	--set metrics.grafanaDashboard.enabled=true
@@ -116,7 +117,7 @@ valid "redis, 3 replicas, operator endpoints on admin.listen :9091" -mode redis 
 valid "redis, 3 replicas, Recreate for a format upgrade" -mode redis -replicas 3 -strategy Recreate -- -f "$CI/redis-values.yaml" \
 	--set updateStrategy=Recreate
 valid "redis sentinel, 2 replicas" -mode redis -replicas 2 -- -f "$CI/sentinel-values.yaml"
-valid "twilio (embedded)" -mode embedded -replicas 1 -- -f "$CI/twilio-values.yaml"
+valid "twilio (embedded), protection.countries all" -mode embedded -replicas 1 -says "all regions" -- -f "$CI/twilio-values.yaml"
 valid "existingSecret (redis, 2 replicas)" -mode redis -replicas 2 \
 	-existing-secret 'SMSGW_PRODUCERS=[{name: login, key: login-key-0123456789abcdef, classes: [otp], rate: 50, burst: 100}]' \
 	-existing-secret 'SMSGW_ADMIN_KEY=admin-key-0123456789abcdef' -- \
@@ -129,6 +130,10 @@ valid "extraEnv override (embedded, shutdown_timeout 45s)" -mode embedded -repli
 	-f "$CI/embedded-values.yaml" --set config.dispatch.shutdown_timeout=45s \
 	--set 'extraEnv[0].name=SMSGW_LOG_LEVEL' --set 'extraEnv[0].value=debug'
 
+refused "no protection.countries" "config.protection.countries must be set" \
+	-f "$CI/embedded-values.yaml" --set 'config.protection.countries=null'
+refused "protection.countries a word other than all" 'config.protection.countries is "any"' \
+	-f "$CI/embedded-values.yaml" --set config.protection.countries=any
 refused "embedded + replicaCount 3" "Embedded mode runs EXACTLY ONE replica" \
 	-f "$CI/embedded-values.yaml" --set replicaCount=3
 refused "embedded + HPA" "Embedded mode runs EXACTLY ONE replica" \

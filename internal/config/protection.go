@@ -23,7 +23,9 @@ type ProtectionConfig struct {
 	Countries []string `yaml:"countries"`
 	// BlockNumberTypes are the number types refused (sms.NumberTypes).
 	BlockNumberTypes []string `yaml:"block_number_types"`
-	// OTPPerNumber caps OTPs per number in a rolling window; limit 0: off.
+	// OTPPerNumber caps the OTPs one producer sends to one number in a
+	// rolling window (each producer has its own count: one cannot lock a
+	// number out for the others); limit 0: off. On by default.
 	OTPPerNumber OTPPerNumberConfig `yaml:"otp_per_number"`
 	// SuppressOTP applies the suppression list to OTP too (transactional
 	// and marketing always obey it).
@@ -82,13 +84,25 @@ type OTPPerNumberConfig struct {
 
 // PrefixAlarmConfig raises the velocity alarm when, within one Window, at
 // least MinOTP OTPs were sent and the numbers starting with one prefix of
-// Digits digits (country code included) took at least Share of them.
+// Digits digits (country code included) took at least Share of them. With
+// Hold above 0, OTPs to a range that raised it are refused for Hold (per
+// process); 0, the default: the alarm only alarms.
 type PrefixAlarmConfig struct {
 	Window time.Duration `yaml:"window"`
 	Share  float64       `yaml:"share"`
 	MinOTP int           `yaml:"min_otp"`
 	Digits int           `yaml:"digits"`
+	Hold   time.Duration `yaml:"hold"`
 }
+
+// MaxPrefixHold bounds protection.prefix_alarm.hold.
+const MaxPrefixHold = 24 * time.Hour
+
+// DefaultOTPPerNumber is protection.otp_per_number.limit by default: OTPs
+// to one number per hour from one producer. A person logging in asks for a
+// code, maybe a second and a third; five leaves room for that and bounds
+// what pumping one number can cost.
+const DefaultOTPPerNumber = 5
 
 // Bounds of the protection keys.
 const (
@@ -101,9 +115,12 @@ const (
 func defaultProtection() ProtectionConfig {
 	return ProtectionConfig{
 		BlockNumberTypes: []string{string(sms.NumberPremiumRate), string(sms.NumberSharedCost)},
-		OTPPerNumber:     OTPPerNumberConfig{Window: time.Hour},
-		MaxSuppressions:  100_000,
-		PrefixAlarm:      PrefixAlarmConfig{Window: time.Minute, Share: 0.5, MinOTP: 50, Digits: 5},
+		// On by default: an OTP flood to one number (toll fraud, or a
+		// login form hammered for one victim) costs at most this much
+		// (docs/design.md, "Protection"). Counted per producer.
+		OTPPerNumber:    OTPPerNumberConfig{Limit: DefaultOTPPerNumber, Window: time.Hour},
+		MaxSuppressions: 100_000,
+		PrefixAlarm:     PrefixAlarmConfig{Window: time.Minute, Share: 0.5, MinOTP: 50, Digits: 5},
 		OptOut: OptOutConfig{Enabled: true, StopWords: slices.Clone(DefaultStopWords),
 			StartWords: slices.Clone(DefaultStartWords)},
 	}
@@ -144,6 +161,9 @@ func (c *Config) validateProtection(p *problems) {
 	}
 	if a.MinOTP < 1 {
 		p.add("protection.prefix_alarm.min_otp", "must be at least 1")
+	}
+	if a.Hold < 0 || a.Hold > MaxPrefixHold {
+		p.add("protection.prefix_alarm.hold", "must be between 0 (off) and %s", MaxPrefixHold)
 	}
 	if a.Digits < 1 || a.Digits > MaxPrefixDigits {
 		p.add("protection.prefix_alarm.digits", "must be between 1 and %d (a prefix, never a whole number)", MaxPrefixDigits)
@@ -190,7 +210,7 @@ func (pc ProtectionConfig) Summary() string {
 	}
 	perNumber := "OTPs per number unlimited"
 	if pc.OTPPerNumber.Limit > 0 {
-		perNumber = fmt.Sprintf("at most %d OTPs per number per %s", pc.OTPPerNumber.Limit, pc.OTPPerNumber.Window)
+		perNumber = fmt.Sprintf("at most %d OTPs per number and producer per %s", pc.OTPPerNumber.Limit, pc.OTPPerNumber.Window)
 	}
 	suppressed := "suppression list for transactional and marketing"
 	if pc.SuppressOTP {
@@ -203,5 +223,9 @@ func (pc ProtectionConfig) Summary() string {
 			optOut += " (opt-in " + strings.Join(pc.OptOut.StartWords, ", ") + ")"
 		}
 	}
-	return strings.Join([]string{countries, blocked, perNumber, suppressed, optOut}, "; ")
+	held := "alarmed ranges not held"
+	if pc.PrefixAlarm.Hold > 0 {
+		held = fmt.Sprintf("a range that raises the OTP velocity alarm held for %s", pc.PrefixAlarm.Hold)
+	}
+	return strings.Join([]string{countries, blocked, perNumber, suppressed, optOut, held}, "; ")
 }

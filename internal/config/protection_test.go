@@ -3,23 +3,25 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestProtectionSummary: check-config's line says what is refused.
 func TestProtectionSummary(t *testing.T) {
 	t.Parallel()
 	if got, want := Default().Protection.Summary(),
-		"all regions; blocked premium_rate, shared_cost; OTPs per number unlimited; suppression list for transactional and marketing; "+
-			"opt-out keywords STOP, STOPALL, UNSUBSCRIBE, CANCEL, END, QUIT, OPTOUT, REVOKE (opt-in START, UNSTOP)"; got != want {
+		"all regions; blocked premium_rate, shared_cost; at most 5 OTPs per number and producer per 1h0m0s; suppression list for transactional and marketing; "+
+			"opt-out keywords STOP, STOPALL, UNSUBSCRIBE, CANCEL, END, QUIT, OPTOUT, REVOKE (opt-in START, UNSTOP); alarmed ranges not held"; got != want {
 		t.Errorf("default: %q, want %q", got, want)
 	}
 	p := Default().Protection
 	p.Countries, p.BlockNumberTypes, p.SuppressOTP = []string{"JP", "US"}, nil, true
-	p.OTPPerNumber.Limit = 5
+	p.OTPPerNumber.Limit = 0
 	p.OptOut.Enabled = false
+	p.PrefixAlarm.Hold = time.Hour
 	if got, want := p.Summary(),
-		"regions JP, US; no number type blocked; at most 5 OTPs per number per 1h0m0s; suppression list for every class; "+
-			"recipients' opt-outs not applied"; got != want {
+		"regions JP, US; no number type blocked; OTPs per number unlimited; suppression list for every class; "+
+			"recipients' opt-outs not applied; a range that raises the OTP velocity alarm held for 1h0m0s"; got != want {
 		t.Errorf("set: %q, want %q", got, want)
 	}
 }

@@ -82,6 +82,10 @@ func testConfig(t testing.TB, m mode, simURL string) config.Config {
 	}
 	cfg.Admin.Key = keyAdmin
 	cfg.Dispatch.ShutdownTimeout = 5 * time.Second
+	// Most tests send many OTPs to one number; the per-number cap (on by
+	// default) is tested where a test sets it (TestOTPCapIsPerProducer,
+	// TestOTPCapOnByDefault).
+	cfg.Protection.OTPPerNumber.Limit = 0
 	return cfg
 }
 

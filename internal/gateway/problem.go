@@ -52,6 +52,7 @@ const (
 	kindNumberTypeBlocked     problemKind = "number-type-blocked"     // 422: type in protection.block_number_types
 	kindSuppressed            problemKind = "suppressed"              // 422: the number is on the suppression list
 	kindOTPNumberLimited      problemKind = "otp-number-limited"      // 429: protection.otp_per_number
+	kindRangeHeld             problemKind = "range-held"              // 429: protection.prefix_alarm.hold
 	kindSuppressionsFull      problemKind = "suppression-list-full"   // 409: protection.max_suppressions reached
 )
 
@@ -59,7 +60,7 @@ const (
 var allKinds = []problemKind{kindInvalid, kindUnauthorized, kindForbidden, kindNotFound, kindMethodNotAllowed,
 	kindInFlight, kindTooLarge, kindUnsupportedMedia, kindKeyReused, kindRateLimited, kindTooManyQueued,
 	kindExpiresBeforeSend, kindRejected, kindCallbackNotAllowed, kindUnavailable, kindInternal, kindBadSignature, kindNotCancelable,
-	kindDestinationNotAllowed, kindNumberTypeBlocked, kindSuppressed, kindOTPNumberLimited, kindSuppressionsFull, kindAuthThrottled}
+	kindDestinationNotAllowed, kindNumberTypeBlocked, kindSuppressed, kindOTPNumberLimited, kindRangeHeld, kindSuppressionsFull, kindAuthThrottled}
 
 var kindInfo = map[problemKind]struct {
 	status int
@@ -89,6 +90,7 @@ var kindInfo = map[problemKind]struct {
 	kindNumberTypeBlocked:     {http.StatusUnprocessableEntity, "Number type blocked"},
 	kindSuppressed:            {http.StatusUnprocessableEntity, "Number is suppressed"},
 	kindOTPNumberLimited:      {http.StatusTooManyRequests, "Too many OTPs to this number"},
+	kindRangeHeld:             {http.StatusTooManyRequests, "Number range held"},
 	kindSuppressionsFull:      {http.StatusConflict, "The suppression list is full"},
 }
 

@@ -12,8 +12,8 @@ package gateway
 //  2. its type must not be in protection.block_number_types;
 //  3. it must not be on the suppression list (OTP only with
 //     protection.suppress_otp);
-//  4. an OTP must be within protection.otp_per_number for its number
-//     (this step records the OTP: it is the only step that writes).
+//  4. an OTP must be within protection.otp_per_number for its number and
+//     producer (this step records the OTP: it is the only step that writes).
 //
 // Numbers are never stored or logged: the stores see an HMAC-SHA256 of the
 // number under the account's number key (kept with the suppression list),
@@ -54,10 +54,11 @@ const (
 	refusedNumberType
 	refusedSuppressed
 	refusedOTPPerNumber
+	refusedRangeHeld
 	nRefusals
 )
 
-var refusalNames = [nRefusals]string{"country", "number_type", "suppressed", "otp_per_number"}
+var refusalNames = [nRefusals]string{"country", "number_type", "suppressed", "otp_per_number", "range_held"}
 
 func (r refusal) String() string { return refusalNames[r] }
 
@@ -292,26 +293,31 @@ func (p *protector) checkOTPPerNumber(ctx context.Context, cls sms.Class, ts []t
 		if out[i] != nil {
 			continue
 		}
+		if wait := p.alarm.heldFor(ts[i].to); wait > 0 {
+			out[i] = p.rangeHeld(cls, ts[i], wait)
+			continue
+		}
 		if lim := p.cfg.OTPPerNumber; lim.Limit > 0 {
 			store := state.NumberLimits(p.local)
 			if shared {
 				store = p.numbers
 			}
-			ticket, after, err := store.Take(ctx, ids[k], lim.Limit, lim.Window)
+			key := otpCapKey(ctx, ids[k])
+			ticket, after, err := store.Take(ctx, key, lim.Limit, lim.Window)
 			if err != nil && shared {
 				p.fellBack(ctx, err)
 				shared = false // the rest of a batch does not wait on the store again
 				store = p.local
-				ticket, after, err = store.Take(ctx, ids[k], lim.Limit, lim.Window)
+				ticket, after, err = store.Take(ctx, key, lim.Limit, lim.Window)
 			}
 			if err != nil {
 				return held, unavailable("OTP per-number limit", err)
 			}
 			if ticket != "" {
-				held = append(held, hold{store: store, key: ids[k], ticket: ticket, target: i})
+				held = append(held, hold{store: store, key: key, ticket: ticket, target: i})
 			} else {
 				out[i] = p.refuse(refusedOTPPerNumber, cls, &apiError{Kind: kindOTPNumberLimited, RetryAfter: after,
-					Detail: fmt.Sprintf("%s: at most %d OTPs per number every %s; nothing was sent", ts[i].field, lim.Limit, lim.Window),
+					Detail: fmt.Sprintf("%s: at most %d OTPs per number every %s from one producer; nothing was sent", ts[i].field, lim.Limit, lim.Window),
 					Extra:  map[string]any{"limit": lim.Limit, "window_seconds": int64(lim.Window.Seconds())}})
 				continue
 			}
@@ -470,6 +476,7 @@ type prefixAlarm struct {
 
 	fired    *prometheus.CounterVec
 	topShare prometheus.Gauge
+	watch    *rangeWatch
 
 	mu     sync.Mutex
 	start  time.Time
@@ -499,6 +506,10 @@ func newPrefixAlarm(cfg config.PrefixAlarmConfig, countries []string, reg promet
 			return nil, fmt.Errorf("gateway: protection metrics: %w", err)
 		}
 	}
+	var err error
+	if a.watch, err = newRangeWatch(reg, countries); err != nil {
+		return nil, err
+	}
 	// Exposed from the start (at 0) for the allowed regions, where every
 	// OTP that passes protection goes, and "unknown".
 	for _, r := range append([]string{"unknown"}, countries...) {
@@ -525,10 +536,11 @@ func (a *prefixAlarm) observe(e164 string) {
 		a.counts[prefix] = n
 	}
 	a.top = max(a.top, n)
-	total := a.total
+	total, distinct := a.total, len(a.counts)
 	share := float64(n) / float64(total)
 	if total < a.cfg.MinOTP {
 		a.mu.Unlock()
+		a.watch.seen(e164, distinct)
 		return
 	}
 	a.topShare.Set(float64(a.top) / float64(total))
@@ -537,14 +549,26 @@ func (a *prefixAlarm) observe(e164 string) {
 		a.raised[prefix] = true
 	}
 	a.mu.Unlock()
+	a.watch.seen(e164, distinct)
 	if !raise {
 		return
+	}
+	if a.cfg.Hold > 0 {
+		a.watch.hold(prefix, now.Add(a.cfg.Hold))
 	}
 	region := alarmRegion(e164)
 	a.fired.WithLabelValues(region).Inc()
 	a.log.Warn("OTP velocity alarm: one number range takes a large share of OTP traffic (possible SMS pumping)",
 		"prefix", maskPrefix(prefix, len(e164)), "region", region, "share", share, "otp_in_range", n,
-		"otp_in_window", total, "window", a.cfg.Window)
+		"otp_in_window", total, "window", a.cfg.Window, "hold", a.cfg.Hold)
+}
+
+// heldFor is how long OTPs to e164's range stay held (0: not held).
+func (a *prefixAlarm) heldFor(e164 string) time.Duration {
+	if a.cfg.Hold <= 0 {
+		return 0
+	}
+	return a.watch.heldFor(sms.NumberPrefix(e164, a.cfg.Digits), a.now())
 }
 
 // alarmRegion is the region label: an ISO region, "001" for non-geographic

@@ -133,6 +133,14 @@ ConfigMap. Included by the Deployment; fails the render with the reason.
 {{- define "smsgw.validate" -}}
 {{- $cfg := .Values.config -}}
 {{- $redis := include "smsgw.redisEnabled" . -}}
+{{- $countries := dig "protection" "countries" nil $cfg -}}
+{{- if kindIs "string" $countries -}}
+  {{- if ne $countries "all" -}}
+    {{- fail (printf "config.protection.countries is %q: give a list of destination regions (ISO 3166-1 alpha-2, e.g. [JP, US]) or the string \"all\"" $countries) -}}
+  {{- end -}}
+{{- else if empty $countries -}}
+  {{- fail "\n\nconfig.protection.countries must be set: the destination regions your producers send to, as a list (e.g. [JP, US]), or the string \"all\" to allow every region.\nWith every region allowed, SMS pumping can send OTPs at your cost to expensive ranges anywhere; the chart makes that an explicit choice (docs/operations.md, \"SMS pumping\").\n" -}}
+{{- end -}}
 {{- if not $redis -}}
   {{- if gt (int .Values.replicaCount) 1 -}}
     {{- fail (printf "\n\nreplicaCount is %d but config.redis.addr is empty (embedded mode).\nEmbedded mode runs EXACTLY ONE replica: its limiter is in the process and paces at the full limits.target_rps, so %d embedded replicas would send %d x target_rps to the provider.\nEither set replicaCount: 1, or set config.redis.addr (Redis, Redis Cluster or Sentinel) to run several replicas that share one limit and one queue.\n" (int .Values.replicaCount) (int .Values.replicaCount) (int .Values.replicaCount)) -}}
@@ -213,4 +221,16 @@ port.
 {{- end -}}
 {{- $port -}}
 {{- end -}}
+{{- end -}}
+
+{{/*
+The configuration file: .Values.config with protection.countries "all"
+written as the empty list, which is how smsgw spells every region.
+*/}}
+{{- define "smsgw.configFile" -}}
+{{- $cfg := deepCopy .Values.config -}}
+{{- if eq (toString (dig "protection" "countries" "" $cfg)) "all" -}}
+{{- $_ := set $cfg.protection "countries" list -}}
+{{- end -}}
+{{- toYaml $cfg -}}
 {{- end -}}
