@@ -127,7 +127,7 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	if err != nil {
 		return nil, err
 	}
-	optOuts, err := newOptOuts(cfg.Protection.OptOut, protect, d.reg, d.log, d.now)
+	optOuts, err := newOptOuts(cfg.Protection.OptOut, protect, d.reg, d.log, d.now, receiptAdapters)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: opt-out metrics: %w", err)
 	}
@@ -150,7 +150,7 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	}
 	a.srv.protect, a.srv.optOuts = protect, optOuts
 	live.totals.refused = a.srv.protect.refused
-	if a.srv.history, err = newHistoryView(b, a.disp.Snapshot, d.metrics.accepted, d.quiet, d.log); err != nil {
+	if a.srv.history, err = newHistoryView(b.history, b.scope, b.queue, a.disp.Snapshot, d.metrics.accepted, d.quiet.idle, d.log); err != nil {
 		return nil, err
 	}
 	if a.srv.callbacks, err = newCallbacks(cfg, d, b, owner); err != nil {

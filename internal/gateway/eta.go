@@ -328,7 +328,7 @@ func admitTTL(m *sms.Message, eta time.Time, ttl time.Duration) error {
 		return nil
 	}
 	eta = eta.UTC()
-	return &apiError{Kind: kindExpiresBeforeSend, RetryAfter: eta.Sub(m.ExpiresAt) + time.Millisecond,
+	return &rejection{Kind: rejectExpires, RetryAfter: eta.Sub(m.ExpiresAt) + time.Millisecond,
 		Detail: fmt.Sprintf("the message's turn would come at %s, past its TTL of %s; send it later or with a longer ttl_seconds",
 			eta.Format(time.RFC3339), ttl),
 		Extra: map[string]any{"estimated_send_at": eta.Format(time.RFC3339Nano), "ttl_seconds": int64(ttl / time.Second)}}

@@ -160,10 +160,34 @@ func (p problem) MarshalJSON() ([]byte, error) {
 	return append(b, extra[1:]...), nil
 }
 
+// rejectionKinds is the problem kind of each of admission's refusals.
+var rejectionKinds = map[rejectKind]problemKind{
+	rejectDestination:  kindDestinationNotAllowed,
+	rejectNumberType:   kindNumberTypeBlocked,
+	rejectSuppressed:   kindSuppressed,
+	rejectOTPPerNumber: kindOTPNumberLimited,
+	rejectExpires:      kindExpiresBeforeSend,
+	rejectUnavailable:  kindUnavailable,
+}
+
+// fromRejection is the one place an admission refusal becomes an answer.
+func fromRejection(r *rejection) *apiError {
+	kind, ok := rejectionKinds[r.Kind]
+	if !ok {
+		kind = kindInternal
+	}
+	e := &apiError{Kind: kind, Detail: r.Detail, RetryAfter: r.RetryAfter, Extra: r.Extra, Err: r.Err}
+	for _, f := range r.Fields {
+		e.Fields = append(e.Fields, fieldProblem{f.Field, f.Reason})
+	}
+	return e
+}
+
 // toError classifies any error into an *Error. Unknown errors become
 // kindInternal with the cause kept for the log.
 func toError(err error) *apiError {
 	var e *apiError
+	var rj *rejection
 	var ve *sms.ValidationError
 	var mbe *http.MaxBytesError
 	var noSlot dispatch.NoSlotError
@@ -171,6 +195,8 @@ func toError(err error) *apiError {
 	switch {
 	case errors.As(err, &e):
 		return e
+	case errors.As(err, &rj):
+		return fromRejection(rj)
 	case errors.As(err, &ve):
 		return &apiError{Kind: kindInvalid, Detail: ve.Error(), Fields: []fieldProblem{{ve.Field, ve.Reason}}}
 	case errors.As(err, &mbe):

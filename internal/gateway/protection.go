@@ -31,8 +31,6 @@ import (
 	"fmt"
 	"hash"
 	"log/slog"
-	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -141,8 +139,8 @@ type target struct {
 // later, so that only OTPs the gateway let through count. It sets the id
 // of each target it hashed with the account's key. The error is a store
 // failure (503): then nothing was decided and nothing is held.
-func (p *protector) check(ctx context.Context, cls sms.Class, ts []target) ([]*apiError, holds, error) {
-	out := make([]*apiError, len(ts))
+func (p *protector) check(ctx context.Context, cls sms.Class, ts []target) ([]*rejection, holds, error) {
+	out := make([]*rejection, len(ts))
 	var held holds
 	var rest []int // indexes still allowed after the static checks
 	for i, t := range ts {
@@ -241,7 +239,7 @@ const giveBackTimeout = 2 * time.Second
 // checkSuppressed refuses, in out, the targets rest whose number ids are
 // on the suppression list. An OTP skips a failing list (the fast path
 // keeps sending); other classes get the store's failure.
-func (p *protector) checkSuppressed(ctx context.Context, cls sms.Class, ts []target, rest []int, ids []string, out []*apiError) error {
+func (p *protector) checkSuppressed(ctx context.Context, cls sms.Class, ts []target, rest []int, ids []string, out []*rejection) error {
 	listed, err := p.sup.Contains(ctx, ids)
 	switch {
 	case err != nil && cls != sms.ClassOTP:
@@ -260,10 +258,10 @@ func (p *protector) checkSuppressed(ctx context.Context, cls sms.Class, ts []tar
 
 // suppressed refuses a message whose number (id) is on the suppression
 // list, wherever the list was read (here, or in the queue's script).
-func (p *protector) suppressed(cls sms.Class, field, id string) *apiError {
-	return p.refuse(refusedSuppressed, cls, &apiError{Kind: kindSuppressed,
+func (p *protector) suppressed(cls sms.Class, field, id string) *rejection {
+	return p.refuse(refusedSuppressed, cls, &rejection{Kind: rejectSuppressed,
 		Detail: field + ": the number is on the suppression list; nothing was sent",
-		Fields: []fieldProblem{{field, "is on the suppression list"}},
+		Fields: []rejectField{{field, "is on the suppression list"}},
 		Extra:  map[string]any{"suppression_id": id}})
 }
 
@@ -286,7 +284,7 @@ func (p *protector) checkDeferred(ctx context.Context, cls sms.Class, t target) 
 // over it, and feeds the velocity alarm. A failing shared store falls
 // back to this process's count for the rest of the request.
 func (p *protector) checkOTPPerNumber(ctx context.Context, cls sms.Class, ts []target, rest []int, ids []string, shared bool,
-	out []*apiError) (holds, error) {
+	out []*rejection) (holds, error) {
 	var held holds
 	for k, i := range rest {
 		if out[i] != nil {
@@ -310,7 +308,7 @@ func (p *protector) checkOTPPerNumber(ctx context.Context, cls sms.Class, ts []t
 			if ticket != "" {
 				held = append(held, hold{store: store, key: ids[k], ticket: ticket, target: i})
 			} else {
-				out[i] = p.refuse(refusedOTPPerNumber, cls, &apiError{Kind: kindOTPNumberLimited, RetryAfter: after,
+				out[i] = p.refuse(refusedOTPPerNumber, cls, &rejection{Kind: rejectOTPPerNumber, RetryAfter: after,
 					Detail: fmt.Sprintf("%s: at most %d OTPs per number every %s; nothing was sent", ts[i].field, lim.Limit, lim.Window),
 					Extra:  map[string]any{"limit": lim.Limit, "window_seconds": int64(lim.Window.Seconds())}})
 				continue
@@ -322,7 +320,7 @@ func (p *protector) checkOTPPerNumber(ctx context.Context, cls sms.Class, ts []t
 }
 
 // checkDestination is the static part: the number's region and type.
-func (p *protector) checkDestination(cls sms.Class, t target) *apiError {
+func (p *protector) checkDestination(cls sms.Class, t target) *rejection {
 	if len(p.countries) == 0 && len(p.blocked) == 0 {
 		return nil
 	}
@@ -332,15 +330,15 @@ func (p *protector) checkDestination(cls sms.Class, t target) *apiError {
 		if region == "" || region == sms.RegionNonGeo {
 			region = "none"
 		}
-		return p.refuse(refusedCountry, cls, &apiError{Kind: kindDestinationNotAllowed,
+		return p.refuse(refusedCountry, cls, &rejection{Kind: rejectDestination,
 			Detail: fmt.Sprintf("%s: region %s is not an allowed destination (allowed: %s)", t.field, region, strings.Join(p.cfg.Countries, ", ")),
-			Fields: []fieldProblem{{t.field, "region " + region + " is not an allowed destination"}},
+			Fields: []rejectField{{t.field, "region " + region + " is not an allowed destination"}},
 			Extra:  map[string]any{"region": region}})
 	}
 	if p.blocked[d.Type] {
-		return p.refuse(refusedNumberType, cls, &apiError{Kind: kindNumberTypeBlocked,
+		return p.refuse(refusedNumberType, cls, &rejection{Kind: rejectNumberType,
 			Detail: fmt.Sprintf("%s: numbers of type %s are blocked", t.field, d.Type),
-			Fields: []fieldProblem{{t.field, "is a " + string(d.Type) + " number, which is blocked"}},
+			Fields: []rejectField{{t.field, "is a " + string(d.Type) + " number, which is blocked"}},
 			Extra:  map[string]any{"number_type": string(d.Type)}})
 	}
 	return nil
@@ -375,7 +373,7 @@ func (p *protector) fellBack(ctx context.Context, err error) {
 
 const fallbackWarnEvery = 10 * time.Second
 
-func (p *protector) refuse(r refusal, cls sms.Class, e *apiError) *apiError {
+func (p *protector) refuse(r refusal, cls sms.Class, e *rejection) *rejection {
 	p.refusals.WithLabelValues(r.String(), cls.String()).Inc()
 	p.counts[r].Add(1)
 	return e
@@ -392,16 +390,16 @@ func (p *protector) refused() [nRefusals]int64 {
 
 // unavailable refuses a message because a protection store it needs is
 // down or slow (checked before anything is stored or sent).
-func unavailable(what string, err error) *apiError {
-	return &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err,
+func unavailable(what string, err error) *rejection {
+	return &rejection{Kind: rejectUnavailable, RetryAfter: time.Second, Err: err,
 		Detail: "the " + what + " is unavailable; nothing was sent or queued"}
 }
 
 // suppressionsUnavailable answers an admin call on the suppression list
 // while its store is down or slow: a change may still have been applied,
 // and is safe to repeat.
-func suppressionsUnavailable(err error) *apiError {
-	return &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err,
+func suppressionsUnavailable(err error) *rejection {
+	return &rejection{Kind: rejectUnavailable, RetryAfter: time.Second, Err: err,
 		Detail: "the suppression list is unavailable; retry later (a change that may have been applied is safe to repeat)"}
 }
 
@@ -561,67 +559,4 @@ func alarmRegion(e164 string) string {
 // "+81901" of a 13-character number is "+81901*******".
 func maskPrefix(prefix string, length int) string {
 	return prefix + strings.Repeat("*", max(length-len(prefix), 1))
-}
-
-// protectOne is check for one message whose number is in the field "to";
-// id is the number's id on the suppression list for the message to carry
-// (target.id). The caller gives the holds back (holds.giveBack) when it
-// refuses the message later or nothing is sent.
-func (s *server) protectOne(ctx context.Context, cls sms.Class, to string) (id string, held holds, err error) {
-	ts := []target{{to: to, field: "to"}}
-	errs, held, err := s.protect.check(ctx, cls, ts)
-	if err != nil {
-		return "", nil, err
-	}
-	if errs[0] != nil {
-		return "", nil, errs[0]
-	}
-	return ts[0].id, held, nil
-}
-
-// protectItems is check for the valid items of a batch, by class: the
-// items it refuses get their problem and leave valid, which it returns
-// with the OTPs it counted (each hold's target is its item's index). The
-// messages of the others carry their numbers' ids (target.id).
-func (s *server) protectItems(ctx context.Context, r *http.Request, vs []validated, valid []int, items []batchItem) ([]int, holds, error) {
-	var held holds
-	byClass := map[sms.Class][]int{}
-	for _, i := range valid {
-		byClass[vs[i].msg.Class] = append(byClass[vs[i].msg.Class], i)
-	}
-	refused := map[int]bool{}
-	for _, cls := range sms.Classes {
-		idx := byClass[cls]
-		if len(idx) == 0 {
-			continue
-		}
-		ts := make([]target, len(idx))
-		for k, i := range idx {
-			ts[k] = target{to: vs[i].msg.To, field: "messages[" + strconv.Itoa(i) + "].to"}
-		}
-		errs, hs, err := s.protect.check(ctx, cls, ts)
-		if err != nil {
-			held.giveBack(ctx, s.log)
-			return nil, nil, err
-		}
-		for _, h := range hs {
-			h.target = idx[h.target]
-			held = append(held, h)
-		}
-		for k, e := range errs {
-			if e != nil {
-				s.itemError(r, &items[idx[k]], e)
-				refused[idx[k]] = true
-				continue
-			}
-			vs[idx[k]].msg.NumberID = ts[k].id
-		}
-	}
-	out := valid[:0:0]
-	for _, i := range valid {
-		if !refused[i] {
-			out = append(out, i)
-		}
-	}
-	return out, held, nil
 }

@@ -331,26 +331,3 @@ func (s *server) receiptOptedOut(r *http.Request, adapter string, rc provider.Re
 	}
 	return nil
 }
-
-// deleteMessage is DELETE /v1/messages/{id}: the producer cancels its own
-// queued or scheduled message. Another producer's id reads as missing; a
-// message sending or done is 409 not-cancelable. Whether a cancel racing
-// the send loop's take wins is decided in one atomic step of the queue.
-func (s *server) deleteMessage(w http.ResponseWriter, r *http.Request) {
-	p := producerFrom(r.Context())
-	id := chi.URLParam(r, "id")
-	if !sms.ValidID(id) {
-		s.writeError(w, r, errorf(kindNotFound, "no such message"))
-		return
-	}
-	m, err := s.queue.Cancel(r.Context(), id, p.Name)
-	switch {
-	case errors.Is(err, queue.ErrNotCancelable) && m != nil:
-		s.writeError(w, r, errorf(kindNotCancelable, "the message is "+string(m.StatusAt(s.now()))+" and can no longer be canceled"))
-		return
-	case err != nil:
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, s.log, "application/json", http.StatusOK, viewOf(m, s.now()))
-}
