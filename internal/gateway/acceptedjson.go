@@ -13,7 +13,7 @@ import (
 // Anything the short path does not write exactly as encoding/json would
 // (a string that needs escaping, an invalid class, a year outside 0 to
 // 9999) goes to json.Marshal itself (TestMarshalAcceptedAgrees).
-func marshalAccepted(a *acceptedMessage) ([]byte, error) {
+func marshalAccepted(a *AcceptedMessage) ([]byte, error) {
 	if !a.Class.Valid() || !state.PlainJSON(a.ID) || !state.PlainJSON(string(a.Status)) || !state.PlainJSON(a.Encoding) ||
 		!jsonYear(a.EstimatedSendAt) || a.SendAt != nil && !jsonYear(*a.SendAt) || a.ExpiresAt != nil && !jsonYear(*a.ExpiresAt) {
 		return json.Marshal(a)
@@ -58,7 +58,7 @@ func appendJSONTime(b []byte, t time.Time) []byte {
 // marshalBody is json.Marshal(v), on marshalAccepted's short path for an
 // accepted message.
 func marshalBody(v any) ([]byte, error) {
-	if a, ok := v.(acceptedMessage); ok {
+	if a, ok := v.(AcceptedMessage); ok {
 		return marshalAccepted(&a)
 	}
 	return json.Marshal(v)

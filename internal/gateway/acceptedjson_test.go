@@ -21,7 +21,7 @@ func TestMarshalAcceptedAgrees(t *testing.T) {
 		time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC), now.In(time.FixedZone("odd", -(3*3600 + 30*60 + 15)))}
 	strs := []string{"", "01JN5V6Q8Z3X4Y5W6V7U8T9S0R", "queued", "scheduled", "GSM-7", "UCS-2", "a<b", "a&b", `q"uote`, `back\slash`, "tab\t", "é", "\u2028", "\xff", "~ !"}
 	for range 5000 {
-		a := acceptedMessage{
+		a := AcceptedMessage{
 			ID: strs[rng.IntN(len(strs))], Status: sms.Status(strs[rng.IntN(len(strs))]), Class: sms.Class(rng.IntN(4)),
 			Segments: rng.IntN(20) - 2, Encoding: strs[rng.IntN(len(strs))], EstimatedSendAt: times[rng.IntN(len(times))],
 		}

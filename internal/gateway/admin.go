@@ -88,17 +88,17 @@ type limiterStats struct {
 	Keys             []limiterKey `json:"keys"`
 }
 
-// statsResponse is the answer of GET /v1/admin/stats. The sections read
+// StatsResponse is the answer of GET /v1/admin/stats. The sections read
 // from the store (see the section names below) are nil, and absent, when
 // the store could not answer; Unavailable names them. Everything else is
 // this replica's own view and always present.
-type statsResponse struct {
+type StatsResponse struct {
 	// Unavailable names the sections left out (never null; empty when the
 	// answer is whole).
 	Unavailable []string              `json:"unavailable"`
 	Classes     map[string]classStats `json:"classes,omitempty"`
 	Limiter     limiterStats          `json:"limiter"`
-	Pause       pauseState            `json:"pause"`
+	Pause       PauseState            `json:"pause"`
 	Counters    *countersInfo         `json:"counters,omitempty"`
 	Provider    providerStats         `json:"provider"`
 	OTP         otpStats              `json:"otp"`
@@ -135,16 +135,16 @@ type callbackStats struct {
 // latency, the guard's window, the provider's settings and the replica are
 // this process's and always answered.
 const (
-	sectionClasses    = "classes"
-	sectionCounters   = "counters"
-	sectionCallbacks  = "callbacks"
-	sectionProtection = "protection"
+	SectionClasses    = "classes"
+	SectionCounters   = "counters"
+	SectionCallbacks  = "callbacks"
+	SectionProtection = "protection"
 )
 
 // sharedReads is what one stats answer read from the store; an err is the
 // reason its figures are missing.
 type sharedReads struct {
-	tot            totals
+	tot            Totals
 	since          time.Time
 	totErr         error
 	queue          map[sms.Class]queue.ClassStats
@@ -159,10 +159,10 @@ type sharedReads struct {
 // one deadline of redis.timeout: a Redis that does not answer costs the
 // answer one timeout, not one (with go-redis's retries, several) per read.
 // The embedded store is this process's file; its reads are not bounded.
-func (s *server) readShared(ctx context.Context) sharedReads {
-	if s.cfg.Redis.Enabled() {
+func (s *Server) readShared(ctx context.Context) sharedReads {
+	if s.Cfg.Redis.Enabled() {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.cfg.Redis.Timeout)
+		ctx, cancel = context.WithTimeout(ctx, s.Cfg.Redis.Timeout)
 		defer cancel()
 	}
 	var out sharedReads
@@ -174,20 +174,20 @@ func (s *server) readShared(ctx context.Context) sharedReads {
 		// a dead letter ended between the two reads was counted but still
 		// shown leased. Without the counters there are no classes to show,
 		// so the queue is not read.
-		if out.tot, _, out.since, out.totErr = s.live.totals.read(ctx); out.totErr != nil {
+		if out.tot, _, out.since, out.totErr = s.Live.Totals.Read(ctx); out.totErr != nil {
 			return
 		}
-		if out.queue, out.queueErr = s.queue.Stats(ctx); out.queueErr != nil {
+		if out.queue, out.queueErr = s.Queue.Stats(ctx); out.queueErr != nil {
 			out.queueErr = fmt.Errorf("queue stats: %w", out.queueErr)
 		}
 	})
 	wg.Go(func() {
-		if out.outbox, out.outboxErr = s.callbacks.outbox.OutboxStats(ctx); out.outboxErr != nil {
+		if out.outbox, out.outboxErr = s.Callbacks.Outbox.OutboxStats(ctx); out.outboxErr != nil {
 			out.outboxErr = fmt.Errorf("outbox stats: %w", out.outboxErr)
 		}
 	})
 	wg.Go(func() {
-		if out.suppressions, out.suppressionErr = s.protect.sup.Count(ctx); out.suppressionErr != nil {
+		if out.suppressions, out.suppressionErr = s.Protect.Sup.Count(ctx); out.suppressionErr != nil {
 			out.suppressionErr = fmt.Errorf("suppressions: %w", out.suppressionErr)
 		}
 	})
@@ -199,7 +199,7 @@ func (s *server) readShared(ctx context.Context) sharedReads {
 // the store answered for and the names of the others in unavailable, so
 // that during an outage the operator still sees the limiter, the pause, OTP
 // latency and the provider from this replica.
-func (s *server) adminStats(w http.ResponseWriter, r *http.Request) {
+func (s *Server) adminStats(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	// The limiter answers from its local fallback when Redis does not
 	// (within its own redis.timeout), so it runs beside the store's reads,
@@ -209,15 +209,15 @@ func (s *server) adminStats(w http.ResponseWriter, r *http.Request) {
 		lsErr error
 		wg    sync.WaitGroup
 	)
-	wg.Go(func() { ls, lsErr = s.limiter.State(ctx) })
+	wg.Go(func() { ls, lsErr = s.Limiter.State(ctx) })
 	sh := s.readShared(ctx)
 	wg.Wait()
 	if lsErr != nil {
-		s.writeError(w, r, fmt.Errorf("limiter state: %w", lsErr))
+		s.WriteError(w, r, fmt.Errorf("limiter state: %w", lsErr))
 		return
 	}
 
-	out := statsResponse{Unavailable: []string{}, Pause: s.pause.state()}
+	out := StatsResponse{Unavailable: []string{}, Pause: s.Pause.State()}
 	var failed []error
 	miss := func(section string, errs ...error) {
 		out.Unavailable = append(out.Unavailable, section)
@@ -232,54 +232,54 @@ func (s *server) adminStats(w http.ResponseWriter, r *http.Request) {
 	case counted && sh.queueErr == nil:
 		out.Classes = map[string]classStats{}
 		for _, c := range sms.Classes {
-			st, t := sh.queue[c], tot.classes[c]
+			st, t := sh.queue[c], tot.Classes[c]
 			out.Classes[c.String()] = classStats{Ready: st.Ready, Scheduled: st.Scheduled, Leased: st.Leased,
 				Dead: st.Dead, OldestAgeSeconds: st.OldestAge.Seconds(),
 				SentTotal: t.Sent, FailedTotal: t.Failed, ExpiredTotal: t.Expired, DeadTotal: t.Dead,
-				DeliveryRatio: s.metrics.receipts.recentRatio(c)}
+				DeliveryRatio: s.Metrics.receipts.recentRatio(c)}
 		}
 	case counted:
-		miss(sectionClasses, sh.queueErr)
+		miss(SectionClasses, sh.queueErr)
 	default:
-		miss(sectionClasses) // its reason is the counters', logged once below
+		miss(SectionClasses) // its reason is the counters', logged once below
 	}
 	if counted {
-		out.Counters = &countersInfo{Scope: s.live.totals.scope, Since: sh.since.UTC()}
+		out.Counters = &countersInfo{Scope: s.Live.Totals.Scope, Since: sh.since.UTC()}
 	} else {
-		miss(sectionCounters, sh.totErr)
+		miss(SectionCounters, sh.totErr)
 	}
 	if sh.outboxErr == nil {
 		out.Callbacks = &callbackStats{Backlog: sh.outbox.Backlog, Dead: sh.outbox.Dead, OldestAgeSeconds: sh.outbox.OldestAge.Seconds()}
 	} else {
-		miss(sectionCallbacks, sh.outboxErr)
+		miss(SectionCallbacks, sh.outboxErr)
 	}
 	if counted && sh.suppressionErr == nil {
 		out.Protection = protectionOf(tot, sh.suppressions)
 	} else {
-		miss(sectionProtection, sh.suppressionErr)
+		miss(SectionProtection, sh.suppressionErr)
 	}
 
-	snap := s.live.snap()
-	g := s.cfg.Dispatch.SuspensionGuard
-	out.Provider = providerStats{Name: s.live.providerName, RateScope: s.live.totals.scope,
-		TargetRPS: s.cfg.Limits.TargetRPS, ContractRPS: s.cfg.Provider.ContractRPS,
+	snap := s.Live.Snap()
+	g := s.Cfg.Dispatch.SuspensionGuard
+	out.Provider = providerStats{Name: s.Live.ProviderName, RateScope: s.Live.Totals.Scope,
+		TargetRPS: s.Cfg.Limits.TargetRPS, ContractRPS: s.Cfg.Provider.ContractRPS,
 		ThrottledInWindow: snap.GuardCount, GuardActivateAt: snap.GuardActivateAt,
 		SuspendAfter: g.Threshold, WindowSeconds: g.Window.Seconds(), GuardActive: snap.GuardActive}
 	out.OTP = otpStats{ReplicaUnavailableTotal: snap.SendNow.Refused()}
 	if counted {
 		// The rate is sampled from the stored totals: while they cannot be
 		// read it is the rate from before, not a current figure.
-		rate := s.live.totals.rate()
-		out.Provider.SentPerSecond, out.Provider.ThrottledTotal = &rate, &tot.throttled
-		out.OTP.UnavailableTotal = &tot.otpRefused
+		rate := s.Live.Totals.Rate()
+		out.Provider.SentPerSecond, out.Provider.ThrottledTotal = &rate, &tot.Throttled
+		out.OTP.UnavailableTotal = &tot.OTPRefused
 	}
-	if q, n := s.live.otp.quantiles(0.5, 0.99); n > 0 {
+	if q, n := s.Live.OTP.Quantiles(0.5, 0.99); n > 0 {
 		p50, p99 := ms(q[0]), ms(q[1])
 		out.OTP.LatencyP50MS, out.OTP.LatencyP99MS, out.OTP.LatencySamples = &p50, &p99, n
 	}
-	rep := s.live.replica
-	out.Replica = replicaStats{Owner: rep.owner, StartedAt: rep.started.UTC(), UptimeSeconds: s.now().Sub(rep.started).Seconds(),
-		Mode: rep.mode, LimiterMode: string(ls.Mode)}
+	rep := s.Live.Replica
+	out.Replica = replicaStats{Owner: rep.Owner, StartedAt: rep.Started.UTC(), UptimeSeconds: s.Now().Sub(rep.Started).Seconds(),
+		Mode: rep.Mode, LimiterMode: string(ls.Mode)}
 	out.Limiter = limiterStats{Mode: string(ls.Mode), PauseRemainingMS: ls.PauseRemaining.Milliseconds(), Keys: []limiterKey{}}
 	for _, k := range ls.Keys {
 		out.Limiter.Keys = append(out.Limiter.Keys, limiterKey{Name: k.Name, AheadMS: k.Ahead.Milliseconds(),
@@ -288,10 +288,10 @@ func (s *server) adminStats(w http.ResponseWriter, r *http.Request) {
 	if len(out.Unavailable) > 0 && ctx.Err() == nil {
 		// One line per answer; the errors are the store's (addresses,
 		// timeouts), never a number, a body or a key.
-		s.log.WarnContext(ctx, "stats: answered without what the store could not give", "unavailable", out.Unavailable,
+		s.Log.WarnContext(ctx, "stats: answered without what the store could not give", "unavailable", out.Unavailable,
 			"request_id", middleware.GetReqID(ctx), "err", errors.Join(failed...))
 	}
-	writeJSON(w, s.log, "application/json", http.StatusOK, out)
+	writeJSON(w, s.Log, "application/json", http.StatusOK, out)
 }
 
 // ms is d in milliseconds, to the microsecond.
@@ -299,9 +299,9 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // adminGetMessage is any message's status, number masked: the operator
 // looks a message up by id without learning the recipient.
-func (s *server) adminGetMessage(w http.ResponseWriter, r *http.Request) {
+func (s *Server) adminGetMessage(w http.ResponseWriter, r *http.Request) {
 	if m, ok := s.lookup(w, r); ok {
-		writeJSON(w, s.log, "application/json", http.StatusOK, adminView(m, s.now()))
+		writeJSON(w, s.Log, "application/json", http.StatusOK, adminView(m, s.Now()))
 	}
 }
 
@@ -312,16 +312,16 @@ const maxPause = 24 * time.Hour
 // stats and on the dashboard).
 const maxPauseReason = 200
 
-func (s *server) adminPause(w http.ResponseWriter, r *http.Request) {
+func (s *Server) adminPause(w http.ResponseWriter, r *http.Request) {
 	raw, err := readBody(r, true)
 	if err != nil {
-		s.writeError(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	var req pauseRequest
 	if raw != nil {
 		if err := decodeStrict(raw, &req, ""); err != nil {
-			s.writeError(w, r, err)
+			s.WriteError(w, r, err)
 			return
 		}
 	}
@@ -329,44 +329,44 @@ func (s *server) adminPause(w http.ResponseWriter, r *http.Request) {
 	if req.DurationSeconds != nil {
 		v := *req.DurationSeconds
 		if !(v >= 1 && v <= maxPause.Seconds()) {
-			s.writeError(w, r, fieldError("duration_seconds", fmt.Sprintf("must be between 1 and %d", int(maxPause.Seconds()))))
+			s.WriteError(w, r, fieldError("duration_seconds", fmt.Sprintf("must be between 1 and %d", int(maxPause.Seconds()))))
 			return
 		}
 		d = time.Duration(v * float64(time.Second))
 	}
 	if e := checkReason(req.Reason, maxPauseReason); e != nil {
-		s.writeError(w, r, e)
+		s.WriteError(w, r, e)
 		return
 	}
-	if err := s.pause.Pause(r.Context(), d, req.Reason); err != nil {
-		s.writeError(w, r, err)
+	if err := s.Pause.Pause(r.Context(), d, req.Reason); err != nil {
+		s.WriteError(w, r, err)
 		return
 	}
-	s.log.WarnContext(r.Context(), "sending paused by operator", "duration", d, "reason", req.Reason, "client_ip", clientIP(r.Context()))
-	writeJSON(w, s.log, "application/json", http.StatusOK, s.pause.state())
+	s.Log.WarnContext(r.Context(), "sending paused by operator", "duration", d, "reason", req.Reason, "client_ip", clientIP(r.Context()))
+	writeJSON(w, s.Log, "application/json", http.StatusOK, s.Pause.State())
 }
 
-func (s *server) adminResume(w http.ResponseWriter, r *http.Request) {
-	if err := s.pause.Resume(r.Context()); err != nil {
-		s.writeError(w, r, err)
+func (s *Server) adminResume(w http.ResponseWriter, r *http.Request) {
+	if err := s.Pause.Resume(r.Context()); err != nil {
+		s.WriteError(w, r, err)
 		return
 	}
-	s.log.WarnContext(r.Context(), "sending resumed by operator", "client_ip", clientIP(r.Context()))
-	writeJSON(w, s.log, "application/json", http.StatusOK, s.pause.state())
+	s.Log.WarnContext(r.Context(), "sending resumed by operator", "client_ip", clientIP(r.Context()))
+	writeJSON(w, s.Log, "application/json", http.StatusOK, s.Pause.State())
 }
 
-// adminMessage is a message as an operator sees it: the recipient masked,
+// AdminMessage is a message as an operator sees it: the recipient masked,
 // the callback_url cut to its scheme and host, the producer named.
-type adminMessage struct {
-	messageView
+type AdminMessage struct {
+	MessageView
 	Producer string `json:"producer"`
 }
 
-func adminView(m *sms.Message, now time.Time) adminMessage {
+func adminView(m *sms.Message, now time.Time) AdminMessage {
 	v := viewOf(m, now)
 	v.To = sms.MaskPhone(v.To)
 	v.CallbackURL = callbackOrigin(v.CallbackURL)
-	return adminMessage{messageView: v, Producer: m.Producer}
+	return AdminMessage{MessageView: v, Producer: m.Producer}
 }
 
 // callbackOrigin is what an operator sees of a callback_url: its scheme
@@ -383,8 +383,8 @@ func callbackOrigin(raw string) string {
 	return u.Scheme + "://" + u.Host
 }
 
-type deadLettersResponse struct {
-	Messages []adminMessage `json:"messages"`
+type DeadLettersResponse struct {
+	Messages []AdminMessage `json:"messages"`
 }
 
 const (
@@ -408,22 +408,22 @@ func listLimit(r *http.Request) (int, *apiError) {
 
 // adminDeadLetters lists dead letters, oldest first, numbers masked: the
 // operator needs the error and the producer, not the recipient.
-func (s *server) adminDeadLetters(w http.ResponseWriter, r *http.Request) {
+func (s *Server) adminDeadLetters(w http.ResponseWriter, r *http.Request) {
 	limit, perr := listLimit(r)
 	if perr != nil {
-		s.writeError(w, r, perr)
+		s.WriteError(w, r, perr)
 		return
 	}
-	ms, err := s.queue.DeadLetters(r.Context(), limit)
+	ms, err := s.Queue.DeadLetters(r.Context(), limit)
 	if err != nil {
-		s.writeError(w, r, fmt.Errorf("dead letters: %w", err))
+		s.WriteError(w, r, fmt.Errorf("dead letters: %w", err))
 		return
 	}
-	out := deadLettersResponse{Messages: make([]adminMessage, 0, len(ms))}
+	out := DeadLettersResponse{Messages: make([]AdminMessage, 0, len(ms))}
 	for _, m := range ms {
-		out.Messages = append(out.Messages, adminView(m, s.now()))
+		out.Messages = append(out.Messages, adminView(m, s.Now()))
 	}
-	writeJSON(w, s.log, "application/json", http.StatusOK, out)
+	writeJSON(w, s.Log, "application/json", http.StatusOK, out)
 }
 
 type retriedResponse struct {
@@ -431,20 +431,20 @@ type retriedResponse struct {
 	Status sms.Status `json:"status"`
 }
 
-func (s *server) adminRetryDead(w http.ResponseWriter, r *http.Request) {
+func (s *Server) adminRetryDead(w http.ResponseWriter, r *http.Request) {
 	id := chi.URLParam(r, "id")
 	if !sms.ValidID(id) {
-		s.writeError(w, r, errorf(kindNotFound, "no such dead letter"))
+		s.WriteError(w, r, errorf(KindNotFound, "no such dead letter"))
 		return
 	}
-	if err := s.queue.RetryDead(r.Context(), id); err != nil {
-		s.writeError(w, r, fmt.Errorf("retry dead letter %s: %w", id, err))
+	if err := s.Queue.RetryDead(r.Context(), id); err != nil {
+		s.WriteError(w, r, fmt.Errorf("retry dead letter %s: %w", id, err))
 		return
 	}
-	m, err := s.queue.Get(r.Context(), id)
+	m, err := s.Queue.Get(r.Context(), id)
 	if err == nil {
 		s.notify(m.Class)
 	}
 	w.Header().Set("Location", location(id))
-	writeJSON(w, s.log, "application/json", http.StatusAccepted, retriedResponse{ID: id, Status: sms.StatusQueued})
+	writeJSON(w, s.Log, "application/json", http.StatusAccepted, retriedResponse{ID: id, Status: sms.StatusQueued})
 }

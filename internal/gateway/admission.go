@@ -23,12 +23,12 @@ import (
 // concurrent requests a producer may overshoot it by the requests in
 // flight. It bounds a backlog, not a rate, so that slack is harmless.
 
-// ingress is the per-producer GCRA: limiter.LocalKeys embedded, and with
+// Ingress is the per-producer GCRA: limiter.LocalKeys embedded, and with
 // Redis limiter.SharedKeys, which decides on Redis and, while Redis fails,
 // in this process under the send limiter's breaker policy. It is a courtesy
 // limit; the provider rate is guarded by the dispatcher.
-type ingress struct {
-	keys limiter.KeyLimiter
+type Ingress struct {
+	Keys limiter.KeyLimiter
 }
 
 // setRateLimitHeaders writes the RateLimit-Limit/-Remaining/-Reset fields
@@ -48,8 +48,8 @@ func setRateLimitHeaders(w http.ResponseWriter, r limiter.Rate, d limiter.KeyDec
 
 // admitIngress charges n messages to the producer's ingress quota and
 // returns how many were granted (n, or fewer for a batch; at least 1).
-func (s *server) admitIngress(ctx context.Context, w http.ResponseWriter, p *producer, n int) (int, error) {
-	granted, d, err := s.ingress.allowN(ctx, p, n)
+func (s *Server) admitIngress(ctx context.Context, w http.ResponseWriter, p *producer, n int) (int, error) {
+	granted, d, err := s.Ingress.allowN(ctx, p, n)
 	if err != nil {
 		return 0, fmt.Errorf("ingress limiter: %w", err)
 	}
@@ -62,16 +62,16 @@ func (s *server) admitIngress(ctx context.Context, w http.ResponseWriter, p *pro
 
 // rateLimited is the 429 of a producer over its ingress rate.
 func rateLimited(p *producer, retryAfter time.Duration) *apiError {
-	return &apiError{Kind: kindRateLimited, RetryAfter: retryAfter,
+	return &apiError{Kind: KindRateLimited, RetryAfter: retryAfter,
 		Detail: fmt.Sprintf("producer %s may send %g messages/s with a burst of %d; retry after the Retry-After seconds",
 			p.Name, p.Ingress.PerSecond, p.Ingress.Burst)}
 }
 
 // allowN wraps allow for a producer.
-func (g *ingress) allowN(ctx context.Context, p *producer, n int) (int, limiter.KeyDecision, error) {
+func (g *Ingress) allowN(ctx context.Context, p *producer, n int) (int, limiter.KeyDecision, error) {
 	want := n
 	cost := min(want, p.Ingress.Burst)
-	d, err := g.keys.Allow(ctx, p.Name, p.Ingress, cost)
+	d, err := g.Keys.Allow(ctx, p.Name, p.Ingress, cost)
 	if err != nil {
 		return 0, d, err
 	}
@@ -81,7 +81,7 @@ func (g *ingress) allowN(ctx context.Context, p *producer, n int) (int, limiter.
 	if cost > 1 && d.Remaining > 0 {
 		// A batch takes what fits now rather than nothing.
 		part := min(d.Remaining, cost)
-		d2, err := g.keys.Allow(ctx, p.Name, p.Ingress, part)
+		d2, err := g.Keys.Allow(ctx, p.Name, p.Ingress, part)
 		if err != nil {
 			return 0, d, err
 		}
@@ -94,11 +94,11 @@ func (g *ingress) allowN(ctx context.Context, p *producer, n int) (int, limiter.
 
 // admitOutstanding returns how many of n new messages fit under the
 // producer's max_outstanding (n when unlimited).
-func (s *server) admitOutstanding(ctx context.Context, p *producer, n int) (int, error) {
+func (s *Server) admitOutstanding(ctx context.Context, p *producer, n int) (int, error) {
 	if p.MaxOutstanding <= 0 {
 		return n, nil
 	}
-	out, err := s.queue.Outstanding(ctx, p.Name)
+	out, err := s.Queue.Outstanding(ctx, p.Name)
 	if err != nil {
 		return 0, fmt.Errorf("queue outstanding %s: %w", p.Name, err)
 	}
@@ -111,10 +111,10 @@ func (s *server) admitOutstanding(ctx context.Context, p *producer, n int) (int,
 
 // tooManyQueued is the 429 of a producer with out messages outstanding,
 // at or over its max_outstanding.
-func (s *server) tooManyQueued(p *producer, out int64) *apiError {
+func (s *Server) tooManyQueued(p *producer, out int64) *apiError {
 	excess := float64(out - p.MaxOutstanding + 1)
 	return &apiError{Kind: kindTooManyQueued,
-		RetryAfter: time.Duration(excess / s.cfg.Limits.TargetRPS * float64(time.Second)),
+		RetryAfter: time.Duration(excess / s.Cfg.Limits.TargetRPS * float64(time.Second)),
 		Detail: fmt.Sprintf("producer %s has %d messages queued or in flight; at most %d are allowed",
 			p.Name, out, p.MaxOutstanding),
 		Extra: map[string]any{"outstanding": out, "max_outstanding": p.MaxOutstanding}}

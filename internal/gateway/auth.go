@@ -24,7 +24,7 @@ import (
 type producer struct {
 	Name           string
 	hash           [32]byte
-	classes        [numClasses]bool
+	classes        [NumClasses]bool
 	Ingress        limiter.Rate
 	MaxOutstanding int64
 	senders        []string // empty: any sender
@@ -33,7 +33,7 @@ type producer struct {
 	// callbackAllow are the webhook.allow prefixes a message's callback_url
 	// may be under (callbackAllowed).
 	webhook       bool
-	callbackAllow []callbackPrefix
+	callbackAllow []CallbackPrefix
 	// previous is the producer's previous key while its key is rotated
 	// (producers[].previous_key); nil: none.
 	previous *previousKey
@@ -61,11 +61,11 @@ func newPreviousKey(principal string, h [32]byte, uses *prometheus.CounterVec) *
 	return &previousKey{hash: h, principal: principal, uses: uses.WithLabelValues(principal)}
 }
 
-// callbackPrefix is one webhook.allow entry, parsed: a callback_url is
+// CallbackPrefix is one webhook.allow entry, parsed: a callback_url is
 // under it when its scheme and host are the same (in any ASCII case)
 // and its path segments start with segs, with at least one more segment
 // when the prefix's path ends with "/".
-type callbackPrefix struct {
+type CallbackPrefix struct {
 	scheme, host string
 	segs         []string // the prefix's path split at "/", without the empty last one of a trailing "/"
 	dir          bool     // the path ends with "/": "/cb/" allows "/cb/" and "/cb/x", not "/cb"
@@ -73,20 +73,20 @@ type callbackPrefix struct {
 
 // parseCallbackPrefix parses a webhook.allow entry; false for one the
 // configuration would refuse (it then allows nothing).
-func parseCallbackPrefix(a string) (callbackPrefix, bool) {
+func parseCallbackPrefix(a string) (CallbackPrefix, bool) {
 	u, err := url.Parse(a)
 	if err != nil || config.CheckCallbackURL(a) != nil || u.RawQuery != "" || u.ForceQuery {
-		return callbackPrefix{}, false
+		return CallbackPrefix{}, false
 	}
 	p := pathOf(u)
 	dir := strings.HasSuffix(p, "/")
-	return callbackPrefix{scheme: u.Scheme, host: u.Host, segs: strings.Split(strings.TrimSuffix(p, "/"), "/"), dir: dir}, true
+	return CallbackPrefix{scheme: u.Scheme, host: u.Host, segs: strings.Split(strings.TrimSuffix(p, "/"), "/"), dir: dir}, true
 }
 
-// parseCallbackPrefixes parses a producer's webhook.allow, leaving out
+// ParseCallbackPrefixes parses a producer's webhook.allow, leaving out
 // entries the configuration would refuse.
-func parseCallbackPrefixes(allow []string) []callbackPrefix {
-	var out []callbackPrefix
+func ParseCallbackPrefixes(allow []string) []CallbackPrefix {
+	var out []CallbackPrefix
 	for _, a := range allow {
 		if c, ok := parseCallbackPrefix(a); ok {
 			out = append(out, c)
@@ -128,7 +128,7 @@ func pathOf(u *url.URL) string {
 // under reports whether u (a callback_url that passed
 // config.CheckCallbackURL: no dot segment, encoded slash or backslash, so
 // its decoded path splits into the segments a server sees) is under c.
-func (c callbackPrefix) under(u *url.URL) bool {
+func (c CallbackPrefix) under(u *url.URL) bool {
 	if !asciiEqualFold(u.Scheme, c.scheme) || !asciiEqualFold(u.Host, c.host) {
 		return false
 	}
@@ -191,12 +191,12 @@ func normalizedSenders(ss []string) []string {
 // host and path segments (not by string: "/cb/../admin" is not under
 // "/cb/", nor "/cbx"); its query is free.
 func (p *producer) callbackAllowed(raw string) bool {
-	return callbackUnder(p.callbackAllow, raw)
+	return CallbackUnder(p.callbackAllow, raw)
 }
 
-// callbackUnder reports whether raw is a callback_url the API accepts
+// CallbackUnder reports whether raw is a callback_url the API accepts
 // under one of prefixes; the deliverer asks again before each attempt.
-func callbackUnder(prefixes []callbackPrefix, raw string) bool {
+func CallbackUnder(prefixes []CallbackPrefix, raw string) bool {
 	if config.CheckCallbackURL(raw) != nil {
 		return false // the request's validation answered 400 already; never allowed
 	}
@@ -223,10 +223,10 @@ type authenticator struct {
 	adminPrevious *previousKey // nil: none
 }
 
-// newAuthenticator holds the keys of cfg; the uses of previous keys are
+// NewAuthenticator holds the keys of cfg; the uses of previous keys are
 // counted in previousUses (smsgw_auth_previous_key_total), whose series
 // are those of the principals with a previous key: configured names only.
-func newAuthenticator(cfg config.Config, previousUses *prometheus.CounterVec) *authenticator {
+func NewAuthenticator(cfg config.Config, previousUses *prometheus.CounterVec) *authenticator {
 	a := &authenticator{admin: cfg.Admin.KeyHash(), adminOn: cfg.Admin.Enabled()}
 	if a.adminOn && cfg.Admin.Rotating() {
 		a.adminPrevious = newPreviousKey(config.AdminPrincipal, cfg.Admin.PreviousKeyHash(), previousUses)
@@ -240,7 +240,7 @@ func newAuthenticator(cfg config.Config, previousUses *prometheus.CounterVec) *a
 			senders:        normalizedSenders(p.Senders),
 			unicodeCtl:     p.AllowUnicodeControls,
 			webhook:        p.Webhook.URL != "",
-			callbackAllow:  parseCallbackPrefixes(p.Webhook.Allow),
+			callbackAllow:  ParseCallbackPrefixes(p.Webhook.Allow),
 		}
 		for _, c := range p.Classes {
 			if cl, err := sms.ParseClass(c); err == nil {
@@ -269,12 +269,12 @@ func bearer(r *http.Request) ([32]byte, bool) {
 	return sha256.Sum256([]byte(key)), true
 }
 
-// producerFor compares the digest with every producer's key and previous
+// ProducerFor compares the digest with every producer's key and previous
 // key in constant time and without stopping early, so timing reveals
 // neither the key nor its index; it returns the producer, and the
 // previous key when the digest is that (else nil). The configuration
 // makes every key name one producer.
-func (a *authenticator) producerFor(h [32]byte) (*producer, *previousKey) {
+func (a *authenticator) ProducerFor(h [32]byte) (*producer, *previousKey) {
 	var (
 		found *producer
 		prev  *previousKey
@@ -307,10 +307,10 @@ func (a *authenticator) isAdmin(h [32]byte) (bool, *previousKey) {
 // previousKeyUsed counts one request authenticated with k, a previous key,
 // and logs at most once a minute per principal that it is still in use
 // (the principal's name and the uses the line stands for; never the key).
-func (s *server) previousKeyUsed(ctx context.Context, k *previousKey) {
+func (s *Server) previousKeyUsed(ctx context.Context, k *previousKey) {
 	k.uses.Inc()
-	if n, ok := k.log.Add(s.now(), previousKeyLogEvery); ok {
-		s.log.InfoContext(ctx, "previous key still in use: switch the client to the new key, then remove previous_key",
+	if n, ok := k.log.Add(s.Now(), previousKeyLogEvery); ok {
+		s.Log.InfoContext(ctx, "previous key still in use: switch the client to the new key, then remove previous_key",
 			"principal", k.principal, "uses", n)
 	}
 }
@@ -322,14 +322,14 @@ func producerFrom(ctx context.Context) *producer {
 	return p
 }
 
-func (s *server) authProducer(next http.Handler) http.Handler {
+func (s *Server) authProducer(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h, ok := bearer(r)
 		if !ok {
-			s.writeError(w, r, errorf(kindUnauthorized, "send Authorization: Bearer <key>"))
+			s.WriteError(w, r, errorf(kindUnauthorized, "send Authorization: Bearer <key>"))
 			return
 		}
-		p, prev := s.auth.producerFor(h)
+		p, prev := s.Auth.ProducerFor(h)
 		if p == nil {
 			s.authFailed(w, r, "unknown producer key")
 			return
@@ -341,17 +341,17 @@ func (s *server) authProducer(next http.Handler) http.Handler {
 	})
 }
 
-func (s *server) authAdmin(next http.Handler) http.Handler {
+func (s *Server) authAdmin(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h, ok := bearer(r)
 		if !ok {
-			s.writeError(w, r, errorf(kindUnauthorized, "send Authorization: Bearer <admin key>"))
+			s.WriteError(w, r, errorf(kindUnauthorized, "send Authorization: Bearer <admin key>"))
 			return
 		}
-		ok, prev := s.auth.isAdmin(h)
+		ok, prev := s.Auth.isAdmin(h)
 		if !ok {
-			if p, _ := s.auth.producerFor(h); p != nil {
-				s.writeError(w, r, errorf(kindForbidden, "this endpoint needs the admin key"))
+			if p, _ := s.Auth.ProducerFor(h); p != nil {
+				s.WriteError(w, r, errorf(kindForbidden, "this endpoint needs the admin key"))
 				return
 			}
 			s.authFailed(w, r, "unknown admin key")
@@ -367,18 +367,18 @@ func (s *server) authAdmin(next http.Handler) http.Handler {
 // authFailed answers a request whose bearer key is unknown: 401, or 429
 // once its client address has failed too often (authThrottle); the WARN
 // line is sampled.
-func (s *server) authFailed(w http.ResponseWriter, r *http.Request, what string) {
+func (s *Server) authFailed(w http.ResponseWriter, r *http.Request, what string) {
 	ip := clientIP(r.Context())
-	if wait := s.authThrottle.fail(ip); wait > 0 {
-		s.writeError(w, r, &apiError{Kind: kindAuthThrottled, RetryAfter: wait,
+	if wait := s.AuthThrottle.fail(ip); wait > 0 {
+		s.WriteError(w, r, &apiError{Kind: kindAuthThrottled, RetryAfter: wait,
 			Detail: "too many failed authentications from this address; retry after the Retry-After seconds with a valid key"})
 		return
 	}
-	if ok, left := s.authThrottle.sampleLog(); ok {
-		s.log.WarnContext(r.Context(), what, "path", logPath(r), "client_ip", ip, "not_logged_since_last", left)
+	if ok, left := s.AuthThrottle.sampleLog(); ok {
+		s.Log.WarnContext(r.Context(), what, "path", logPath(r), "client_ip", ip, "not_logged_since_last", left)
 	}
-	s.writeError(w, r, errorf(kindUnauthorized, "unknown API key"))
+	s.WriteError(w, r, errorf(kindUnauthorized, "unknown API key"))
 }
 
-// numClasses sizes per-class arrays: the classes are otp..marketing.
-const numClasses = int(sms.ClassMarketing) + 1
+// NumClasses sizes per-class arrays: the classes are otp..marketing.
+const NumClasses = int(sms.ClassMarketing) + 1

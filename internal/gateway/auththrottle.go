@@ -22,7 +22,7 @@ const (
 	// authFailV6Bits is the IPv6 prefix that counts as one client: the
 	// /64 a host or a home network gets (RFC 6177, RFC 7421).
 	authFailV6Bits   = 64
-	authFailBurst    = 10
+	AuthFailBurst    = 10
 	authFailInterval = time.Second
 	authFailMaxAddrs = 10_000
 	// authLogEvery is the most often a failed authentication is logged
@@ -41,14 +41,14 @@ type authThrottle struct {
 	suppressed int
 }
 
-func newAuthThrottle(now func() time.Time) *authThrottle {
+func NewAuthThrottle(now func() time.Time) *authThrottle {
 	return &authThrottle{now: now, tats: map[string]time.Time{}}
 }
 
 // fail charges one failed authentication to addr and returns 0 when it may
 // be answered (401), else how long until addr may fail again.
 func (a *authThrottle) fail(addr string) time.Duration {
-	addr = authFailClient(addr)
+	addr = AuthFailClient(addr)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := a.now()
@@ -57,7 +57,7 @@ func (a *authThrottle) fail(addr string) time.Duration {
 		tat = now
 	}
 	next := tat.Add(authFailInterval)
-	if allowAt := next.Add(-authFailBurst * authFailInterval); allowAt.After(now) {
+	if allowAt := next.Add(-AuthFailBurst * authFailInterval); allowAt.After(now) {
 		return allowAt.Sub(now) // refused: nothing stored
 	}
 	if _, ok := a.tats[addr]; !ok && len(a.tats) >= authFailMaxAddrs {
@@ -99,10 +99,10 @@ func (a *authThrottle) sampleLog() (bool, int) {
 	return true, n
 }
 
-// authFailClient is the table's key for a client address: an IPv6
+// AuthFailClient is the table's key for a client address: an IPv6
 // address's /64 (an IPv4-mapped one is its IPv4 address), any other text
 // as it is.
-func authFailClient(addr string) string {
+func AuthFailClient(addr string) string {
 	ip, err := netip.ParseAddr(addr)
 	if err != nil {
 		return addr

@@ -12,7 +12,7 @@ import (
 // newCallbacks builds the deliverer over b's outbox. Every replica runs one,
 // whether or not a producer has a webhook now: events already written must
 // still go (or die) after a configuration change.
-func newCallbacks(cfg config.Config, d deps, b *backend, owner string) (*callbacks, error) {
+func newCallbacks(cfg config.Config, d deps, b *backend, owner string) (*Callbacks, error) {
 	ob, ok := b.queue.(queue.Outbox)
 	if !ok {
 		return nil, fmt.Errorf("gateway: the %s queue has no outbox", b.mode)
@@ -23,7 +23,7 @@ func newCallbacks(cfg config.Config, d deps, b *backend, owner string) (*callbac
 		return nil, fmt.Errorf("gateway: webhooks.allow_networks: %w", err)
 	}
 	dests := map[string]webhook.Destination{}
-	allowed := map[string][]callbackPrefix{} // each producer's webhook.allow, as the API checks it
+	allowed := map[string][]CallbackPrefix{} // each producer's webhook.allow, as the API checks it
 	for i, p := range cfg.Producers {
 		if p.Webhook.Secret == "" {
 			continue
@@ -39,7 +39,7 @@ func newCallbacks(cfg config.Config, d deps, b *backend, owner string) (*callbac
 			}
 		}
 		dests[p.Name] = webhook.Destination{URL: p.Webhook.URL, Key: key, PreviousKey: prev}
-		allowed[p.Name] = parseCallbackPrefixes(p.Webhook.Allow)
+		allowed[p.Name] = ParseCallbackPrefixes(p.Webhook.Allow)
 	}
 	m, err := webhook.NewMetrics(d.reg)
 	if err != nil {
@@ -60,7 +60,7 @@ func newCallbacks(cfg config.Config, d deps, b *backend, owner string) (*callbac
 				// may have narrowed webhook.allow since the message was
 				// accepted, or an earlier release accepted a path that
 				// climbs out of its prefix
-				if !callbackUnder(allowed[e.Producer], e.CallbackURL) {
+				if !CallbackUnder(allowed[e.Producer], e.CallbackURL) {
 					return webhook.Destination{}, false
 				}
 				dst.URL = e.CallbackURL
@@ -75,7 +75,7 @@ func newCallbacks(cfg config.Config, d deps, b *backend, owner string) (*callbac
 	if err != nil {
 		return nil, fmt.Errorf("gateway: callbacks: %w", err)
 	}
-	return &callbacks{outbox: ob, d: dl}, nil
+	return &Callbacks{Outbox: ob, D: dl}, nil
 }
 
 // idleMax is how long the deliverer of an idle replica waits between looks

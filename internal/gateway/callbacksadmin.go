@@ -14,16 +14,16 @@ import (
 	"smsgw/internal/webhook"
 )
 
-// callbacks is the delivery of status callbacks: the outbox of the
+// Callbacks is the delivery of status callbacks: the outbox of the
 // backend's queue and this replica's deliverer (a loop of the App).
-type callbacks struct {
-	outbox queue.Outbox
-	d      *webhook.Deliverer
+type Callbacks struct {
+	Outbox queue.Outbox
+	D      *webhook.Deliverer
 }
 
-func (c *callbacks) Start(ctx context.Context) { c.d.Start(ctx) }
+func (c *Callbacks) Start(ctx context.Context) { c.D.Start(ctx) }
 
-func (c *callbacks) Stop() { c.d.Stop() }
+func (c *Callbacks) Stop() { c.D.Stop() }
 
 // adminEvent is a dead callback as the admin API shows it: the event and
 // whether it went to the message's own callback_url (never that URL: it
@@ -49,15 +49,15 @@ type deadCallbacksResponse struct {
 }
 
 // adminDeadCallbacks lists dead callbacks, oldest death first.
-func (s *server) adminDeadCallbacks(w http.ResponseWriter, r *http.Request) {
+func (s *Server) adminDeadCallbacks(w http.ResponseWriter, r *http.Request) {
 	limit, perr := listLimit(r)
 	if perr != nil {
-		s.writeError(w, r, perr)
+		s.WriteError(w, r, perr)
 		return
 	}
-	evs, err := s.callbacks.outbox.DeadEvents(r.Context(), limit)
+	evs, err := s.Callbacks.Outbox.DeadEvents(r.Context(), limit)
 	if err != nil {
-		s.writeError(w, r, fmt.Errorf("dead callbacks: %w", err))
+		s.WriteError(w, r, fmt.Errorf("dead callbacks: %w", err))
 		return
 	}
 	out := deadCallbacksResponse{Events: make([]adminEvent, 0, len(evs))}
@@ -67,7 +67,7 @@ func (s *server) adminDeadCallbacks(w http.ResponseWriter, r *http.Request) {
 			Attempts: e.Attempts, LastError: e.LastError, DeadAt: e.DeadAt.UTC(), PerMessageURL: e.CallbackURL != "",
 			ProviderMessageID: e.ProviderID})
 	}
-	writeJSON(w, s.log, "application/json", http.StatusOK, out)
+	writeJSON(w, s.Log, "application/json", http.StatusOK, out)
 }
 
 type retriedCallback struct {
@@ -75,20 +75,20 @@ type retriedCallback struct {
 }
 
 // adminRetryCallback makes a dead callback due again now.
-func (s *server) adminRetryCallback(w http.ResponseWriter, r *http.Request) {
+func (s *Server) adminRetryCallback(w http.ResponseWriter, r *http.Request) {
 	id := chi.URLParam(r, "id")
 	if len(id) > 64 {
-		s.writeError(w, r, errorf(kindNotFound, "no such dead callback"))
+		s.WriteError(w, r, errorf(KindNotFound, "no such dead callback"))
 		return
 	}
-	if err := s.callbacks.outbox.RetryDeadEvent(r.Context(), id); err != nil {
+	if err := s.Callbacks.Outbox.RetryDeadEvent(r.Context(), id); err != nil {
 		if errors.Is(err, queue.ErrNotFound) {
-			s.writeError(w, r, errorf(kindNotFound, "no such dead callback"))
+			s.WriteError(w, r, errorf(KindNotFound, "no such dead callback"))
 			return
 		}
-		s.writeError(w, r, fmt.Errorf("retry dead callback: %w", err))
+		s.WriteError(w, r, fmt.Errorf("retry dead callback: %w", err))
 		return
 	}
-	s.callbacks.d.Wake()
-	writeJSON(w, s.log, "application/json", http.StatusAccepted, retriedCallback{ID: id})
+	s.Callbacks.D.Wake()
+	writeJSON(w, s.Log, "application/json", http.StatusAccepted, retriedCallback{ID: id})
 }

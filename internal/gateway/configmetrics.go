@@ -7,12 +7,12 @@ import (
 	"smsgw/internal/sms"
 )
 
-// registerConfigMetrics exports the configured limits that alert rules and
+// RegisterConfigMetrics exports the configured limits that alert rules and
 // the Grafana dashboard compare live figures with, so one rule follows each
 // deployment's own contract, target, caps, suspension threshold, OTP
 // deadline and TTL; and whether the operator pause holds, so that "nothing
 // is sent" alerts stay quiet while an operator stopped sending on purpose.
-func registerConfigMetrics(reg prometheus.Registerer, cfg config.Config, pause *operatorPause) error {
+func RegisterConfigMetrics(reg prometheus.Registerer, cfg config.Config, pause *OperatorPause) error {
 	gauge := func(name, help string, v float64) prometheus.Collector {
 		g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
 		g.Set(v)
@@ -33,7 +33,7 @@ func registerConfigMetrics(reg prometheus.Registerer, cfg config.Config, pause *
 		Name: "smsgw_admin_paused",
 		Help: "1 while an operator pause (POST /v1/admin/pause) holds, as this replica last read it.",
 	}, func() float64 {
-		if pause.state().Paused {
+		if pause.State().Paused {
 			return 1
 		}
 		return 0

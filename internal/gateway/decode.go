@@ -22,8 +22,8 @@ import (
 	"smsgw/internal/sms"
 )
 
-// maxReferenceLen bounds the producer's own reference.
-const maxReferenceLen = 128
+// MaxReferenceLen bounds the producer's own reference.
+const MaxReferenceLen = 128
 
 // messageRequest is the body of POST /v1/messages and one item of a batch.
 type messageRequest struct {
@@ -66,7 +66,7 @@ func readBody(r *http.Request, allowEmpty bool) ([]byte, error) {
 		if errors.As(err, &mbe) {
 			return nil, err
 		}
-		return nil, &apiError{Kind: kindInvalid, Detail: "could not read the request body", Fields: []fieldProblem{{"request", "unreadable body"}}, Err: err}
+		return nil, &apiError{Kind: KindInvalid, Detail: "could not read the request body", Fields: []fieldProblem{{"request", "unreadable body"}}, Err: err}
 	}
 	if len(raw) == 0 && allowEmpty {
 		return nil, nil
@@ -285,7 +285,7 @@ type validated struct {
 // validateMessage checks a request field by field and reports every
 // problem at once. The class is checked for shape here; whether the
 // producer may use it is the caller's (403, not 400).
-func (s *server) validateMessage(req *messageRequest, class sms.Class, prefix string) (validated, []fieldProblem) {
+func (s *Server) validateMessage(req *messageRequest, class sms.Class, prefix string) (validated, []fieldProblem) {
 	var errs []fieldProblem
 	add := func(err error) {
 		var ve *sms.ValidationError
@@ -301,13 +301,13 @@ func (s *server) validateMessage(req *messageRequest, class sms.Class, prefix st
 	}
 	add(err)
 	add(sms.ValidateSender(req.From))
-	seg, err := sms.ValidateBody(req.Body, s.cfg.Messages.MaxSegments)
+	seg, err := sms.ValidateBody(req.Body, s.Cfg.Messages.MaxSegments)
 	if err == nil {
 		err = s.checkSegmentCost(class, seg)
 	}
 	add(err)
-	if len(req.Reference) > maxReferenceLen {
-		errs = append(errs, fieldProblem{prefix + "reference", fmt.Sprintf("has at most %d bytes", maxReferenceLen)})
+	if len(req.Reference) > MaxReferenceLen {
+		errs = append(errs, fieldProblem{prefix + "reference", fmt.Sprintf("has at most %d bytes", MaxReferenceLen)})
 	} else if strings.ContainsFunc(req.Reference, unicode.IsControl) {
 		errs = append(errs, fieldProblem{prefix + "reference", "must not contain control characters"})
 	}
@@ -327,9 +327,9 @@ func (s *server) validateMessage(req *messageRequest, class sms.Class, prefix st
 			errs = append(errs, *sendAtPast(prefix))
 		}
 	}
-	ttl := s.cfg.Messages.DefaultTTL
+	ttl := s.Cfg.Messages.DefaultTTL
 	if req.TTLSeconds != nil {
-		maxTTL := int64(s.cfg.Messages.MaxTTL / time.Second)
+		maxTTL := int64(s.Cfg.Messages.MaxTTL / time.Second)
 		switch v := *req.TTLSeconds; {
 		case v < 1:
 			errs = append(errs, fieldProblem{prefix + "ttl_seconds", "must be at least 1"})
@@ -343,7 +343,7 @@ func (s *server) validateMessage(req *messageRequest, class sms.Class, prefix st
 		return validated{}, errs
 	}
 	cost := 1
-	if s.cfg.Provider.CountSegments {
+	if s.Cfg.Provider.CountSegments {
 		cost = max(1, seg.Count)
 	}
 	m := &sms.Message{
@@ -368,8 +368,8 @@ func (s *server) validateMessage(req *messageRequest, class sms.Class, prefix st
 // limiter.Config.MaxCost of limiterConfig). Accepting more would queue a
 // message that can only fail. messages.max_segments itself is
 // sms.ValidateBody's.
-func (s *server) checkSegmentCost(class sms.Class, seg sms.Segments) error {
-	most, key := s.cfg.SegmentsPerMessage(class.String())
+func (s *Server) checkSegmentCost(class sms.Class, seg sms.Segments) error {
+	most, key := s.Cfg.SegmentsPerMessage(class.String())
 	if seg.Count <= most {
 		return nil
 	}
@@ -399,7 +399,7 @@ func requestHash(m *sms.Message, ttl time.Duration) string {
 		string(strconv.AppendInt(ttlBuf[:0], int64(ttl/time.Second), 10)), "", "", "", ""}
 	n := 7
 	if !m.SendAt.IsZero() {
-		// Only when set, so that the digest of every request without it
+		// only when set, so that the digest of every request without it
 		// stays what earlier releases stored.
 		fields[n], fields[n+1] = "send_at", m.SendAt.Format(time.RFC3339Nano)
 		n += 2

@@ -9,18 +9,18 @@ import (
 	"smsgw/internal/sms"
 )
 
-// enqueuer stores one message (the queue, or a coalescer in front of it).
-type enqueuer interface {
+// Enqueuer stores one message (the queue, or a coalescer in front of it).
+type Enqueuer interface {
 	Enqueue(ctx context.Context, m *sms.Message) (queue.EnqueueResult, error)
 }
 
-// coalescer turns concurrent single enqueues into EnqueueMany calls: one
+// Coalescer turns concurrent single enqueues into EnqueueMany calls: one
 // goroutine takes whatever requests are waiting (up to coalesceMax) and
 // stores them with one call, so with Redis many POSTs share one script
 // round trip. Nothing waits for a timer: under light load a batch is one
 // message; under heavy load batches grow while the previous call runs. The
 // goroutine runs from Start to Stop (it is one of the App's loops).
-type coalescer struct {
+type Coalescer struct {
 	q       queue.CheckedEnqueuer
 	in      chan *enqueueCall
 	timeout time.Duration
@@ -44,19 +44,19 @@ const (
 	coalesceTimeout = 5 * time.Second
 )
 
-func newCoalescer(q queue.CheckedEnqueuer) *coalescer {
-	return &coalescer{q: q, in: make(chan *enqueueCall, coalesceMax), timeout: coalesceTimeout}
+func NewCoalescer(q queue.CheckedEnqueuer) *Coalescer {
+	return &Coalescer{q: q, in: make(chan *enqueueCall, coalesceMax), timeout: coalesceTimeout}
 }
 
 // Start starts the batch loop. Requests reach Enqueue only once the App
 // serves HTTP, after Start.
-func (c *coalescer) Start(ctx context.Context) {
+func (c *Coalescer) Start(ctx context.Context) {
 	c.base, c.done = context.WithoutCancel(ctx), make(chan struct{})
 	go c.run()
 }
 
 // Enqueue stores m with no checks; see EnqueueChecked.
-func (c *coalescer) Enqueue(ctx context.Context, m *sms.Message) (queue.EnqueueResult, error) {
+func (c *Coalescer) Enqueue(ctx context.Context, m *sms.Message) (queue.EnqueueResult, error) {
 	res, err := c.EnqueueChecked(ctx, queue.Checked{Message: m})
 	return res.EnqueueResult, err
 }
@@ -64,7 +64,7 @@ func (c *coalescer) Enqueue(ctx context.Context, m *sms.Message) (queue.EnqueueR
 // EnqueueChecked hands ch to the batch loop and waits for its result. A
 // caller that gives up (ctx done) may still have its message stored, as
 // with any enqueue cut short; an idempotency key makes the retry safe.
-func (c *coalescer) EnqueueChecked(ctx context.Context, ch queue.Checked) (queue.CheckedResult, error) {
+func (c *Coalescer) EnqueueChecked(ctx context.Context, ch queue.Checked) (queue.CheckedResult, error) {
 	call := &enqueueCall{c: ch, out: make(chan enqueueReply, 1)}
 	select {
 	case c.in <- call:
@@ -79,7 +79,7 @@ func (c *coalescer) EnqueueChecked(ctx context.Context, ch queue.Checked) (queue
 	}
 }
 
-func (c *coalescer) run() {
+func (c *Coalescer) run() {
 	defer close(c.done)
 	batch := make([]*enqueueCall, 0, coalesceMax)
 	for first := range c.in {
@@ -102,7 +102,7 @@ func (c *coalescer) run() {
 
 // flush stores one batch. Its context is its own: one caller giving up
 // must not fail the others.
-func (c *coalescer) flush(batch []*enqueueCall) {
+func (c *Coalescer) flush(batch []*enqueueCall) {
 	cs := make([]queue.Checked, len(batch))
 	for i, call := range batch {
 		cs[i] = call.c
@@ -127,7 +127,7 @@ func (c *coalescer) flush(batch []*enqueueCall) {
 
 // Stop ends the loop once every accepted call is answered. Callers must
 // have stopped calling Enqueue (the HTTP server has drained).
-func (c *coalescer) Stop() {
+func (c *Coalescer) Stop() {
 	if c.done == nil {
 		return
 	}

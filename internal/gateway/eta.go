@@ -40,40 +40,40 @@ import (
 	"smsgw/internal/sms"
 )
 
-const etaRefresh = 250 * time.Millisecond
+const ETARefresh = 250 * time.Millisecond
 
 // costWeight is how much each accepted message moves a class's mean cost.
 const costWeight = 0.02
 
-// etaEstimator turns the backlog into a send time.
-type etaEstimator struct {
-	q        queue.Queue
-	lim      limiter.Limiter
-	pause    *operatorPause
-	cfg      config.Config
-	now      func() time.Time
-	log      *slog.Logger
-	refresh  time.Duration
-	quiet    sms.QuietPolicy
-	slowdown func() int // the dispatcher's current guard slowdown; nil: none
+// ETAEstimator turns the backlog into a send time.
+type ETAEstimator struct {
+	Q        queue.Queue
+	Lim      limiter.Limiter
+	Pause    *OperatorPause
+	Cfg      config.Config
+	Now      func() time.Time
+	Log      *slog.Logger
+	Refresh  time.Duration
+	Quiet    sms.QuietPolicy
+	Slowdown func() int // the dispatcher's current guard slowdown; nil: none
 
 	mu         sync.Mutex
 	at         time.Time
-	ahead      [numClasses]int64 // ready + leased per class, as last read
+	ahead      [NumClasses]int64 // ready + leased per class, as last read
 	limitPause time.Duration
 	busy       bool
-	pending    [numClasses]float64 // units due now accepted here since the read in progress began
-	counted    [numClasses]float64 // pending when that read began: the read holds them
-	cost       [numClasses]float64 // mean units per accepted message; 0: none seen (1)
+	pending    [NumClasses]float64 // units due now accepted here since the read in progress began
+	counted    [NumClasses]float64 // pending when that read began: the read holds them
+	cost       [NumClasses]float64 // mean units per accepted message; 0: none seen (1)
 }
 
 // etaState is what an estimate starts from.
 type etaState struct {
-	ahead  [numClasses]float64 // units ready or in flight now
-	cost   [numClasses]float64 // units per stored message
+	ahead  [NumClasses]float64 // units ready or in flight now
+	cost   [NumClasses]float64 // units per stored message
 	pause  time.Duration       // nothing is sent before now+pause
 	target float64             // units/s the provider takes in all
-	pace   [numClasses]float64 // units/s of each class alone
+	pace   [NumClasses]float64 // units/s of each class alone
 }
 
 // arrival is work falling due later: at, after now.
@@ -85,10 +85,10 @@ type arrival struct {
 
 // state returns the backlog, refreshing the stored part when stale. On a
 // store error the last known numbers are used.
-func (e *etaEstimator) state(ctx context.Context) etaState {
+func (e *ETAEstimator) state(ctx context.Context) etaState {
 	e.mu.Lock()
-	now := e.now()
-	if now.Sub(e.at) >= e.refresh && !e.busy {
+	now := e.Now()
+	if now.Sub(e.at) >= e.Refresh && !e.busy {
 		e.busy = true
 		e.counted = e.pending
 		e.mu.Unlock()
@@ -96,13 +96,13 @@ func (e *etaEstimator) state(ctx context.Context) etaState {
 		e.mu.Lock()
 	}
 	defer e.mu.Unlock()
-	st := etaState{pause: e.limitPause + e.pause.remaining(now)}
+	st := etaState{pause: e.limitPause + e.Pause.remaining(now)}
 	slow := 1.0
-	if e.slowdown != nil {
-		slow = float64(max(e.slowdown(), 1))
+	if e.Slowdown != nil {
+		slow = float64(max(e.Slowdown(), 1))
 	}
-	st.target = e.cfg.Limits.TargetRPS / slow
-	for c := range numClasses {
+	st.target = e.Cfg.Limits.TargetRPS / slow
+	for c := range NumClasses {
 		st.cost[c] = max(e.cost[c], 1)
 		st.ahead[c] = float64(e.ahead[c])*st.cost[c] + e.pending[c]
 		st.pace[c] = e.pace(sms.Class(c)) / slow
@@ -111,9 +111,9 @@ func (e *etaEstimator) state(ctx context.Context) etaState {
 }
 
 // read refreshes the stored backlog; e.busy is set.
-func (e *etaEstimator) read(ctx context.Context, now time.Time) {
-	var ahead [numClasses]int64
-	stats, err := e.q.Stats(ctx)
+func (e *ETAEstimator) read(ctx context.Context, now time.Time) {
+	var ahead [NumClasses]int64
+	stats, err := e.Q.Stats(ctx)
 	if err == nil {
 		for c, st := range stats {
 			if c.Valid() {
@@ -122,17 +122,17 @@ func (e *etaEstimator) read(ctx context.Context, now time.Time) {
 		}
 	}
 	var pause time.Duration
-	if st, serr := e.lim.State(ctx); serr == nil {
+	if st, serr := e.Lim.State(ctx); serr == nil {
 		pause = st.PauseRemaining
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.busy = false
 	if err != nil {
-		e.log.WarnContext(ctx, "eta: queue stats failed; using the last known backlog", "err", err)
+		e.Log.WarnContext(ctx, "eta: queue stats failed; using the last known backlog", "err", err)
 		return
 	}
-	for c := range numClasses {
+	for c := range NumClasses {
 		// What was pending when the read began is in the stored numbers
 		// now; what arrived during it may be too: counting it twice only
 		// makes the estimate later, never earlier.
@@ -141,8 +141,8 @@ func (e *etaEstimator) read(ctx context.Context, now time.Time) {
 	e.ahead, e.limitPause, e.at = ahead, pause, now
 }
 
-// accepted records messages this replica has just stored.
-func (e *etaEstimator) accepted(now time.Time, ms ...*sms.Message) {
+// Accepted records messages this replica has just stored.
+func (e *ETAEstimator) Accepted(now time.Time, ms ...*sms.Message) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, m := range ms {
@@ -159,26 +159,26 @@ func (e *etaEstimator) accepted(now time.Time, ms ...*sms.Message) {
 
 // pace is how many units of class c go per second when it has the
 // provider to itself: the target rate, or the class cap below it.
-func (e *etaEstimator) pace(c sms.Class) float64 {
-	pace := e.cfg.Limits.TargetRPS
-	if cl, ok := e.cfg.Limits.Classes[c.String()]; ok && cl.MaxRPS > 0 && cl.MaxRPS < pace {
+func (e *ETAEstimator) pace(c sms.Class) float64 {
+	pace := e.Cfg.Limits.TargetRPS
+	if cl, ok := e.Cfg.Limits.Classes[c.String()]; ok && cl.MaxRPS > 0 && cl.MaxRPS < pace {
 		pace = cl.MaxRPS
 	}
 	return pace
 }
 
-// plan estimates when each of ms (stamped, in enqueue order) will be sent.
+// Plan estimates when each of ms (stamped, in enqueue order) will be sent.
 // Each counts the ones before it of the same or a higher class as ahead
 // of it, unless keep says it will not be stored (keep may be nil). The
 // estimate never falls inside the recipient's quiet hours.
-func (e *etaEstimator) plan(ctx context.Context, now time.Time, ms []*sms.Message, keep func(i int, eta time.Time) bool) []time.Time {
+func (e *ETAEstimator) Plan(ctx context.Context, now time.Time, ms []*sms.Message, keep func(i int, eta time.Time) bool) []time.Time {
 	st := e.state(ctx)
 	arrivals := e.scheduled(ctx, now, ms, st)
 	out := make([]time.Time, len(ms))
 	for i, m := range ms {
 		d := max(m.NotBefore.Sub(now), 0)
 		eta := now.Add(st.when(m.Class, d, arrivals))
-		if hold := e.quiet.Hold(m, eta); !hold.IsZero() {
+		if hold := e.Quiet.Hold(m, eta); !hold.IsZero() {
 			eta = hold
 		}
 		out[i] = eta
@@ -208,14 +208,14 @@ func insertArrival(as []arrival, a arrival) []arrival {
 // arrivals in time order. Each due time is read exactly, with a coarser
 // profile before it (at 1/16, 1/8, 1/4, 1/2 and 3/4 of it); work is placed
 // at the end of its interval, so the estimate errs late.
-func (e *etaEstimator) scheduled(ctx context.Context, now time.Time, ms []*sms.Message, st etaState) []arrival {
+func (e *ETAEstimator) scheduled(ctx context.Context, now time.Time, ms []*sms.Message, st etaState) []arrival {
 	horizons := scheduleHorizons(now, ms)
 	if len(horizons) == 0 {
 		return nil
 	}
-	counts, err := e.q.ScheduledWithin(ctx, horizons)
+	counts, err := e.Q.ScheduledWithin(ctx, horizons)
 	if err != nil {
-		e.log.WarnContext(ctx, "eta: scheduled counts failed; estimating without them", "err", err)
+		e.Log.WarnContext(ctx, "eta: scheduled counts failed; estimating without them", "err", err)
 		return nil
 	}
 	var out []arrival
@@ -319,16 +319,16 @@ func (st *etaState) when(c sms.Class, d time.Duration, arrivals []arrival) time.
 	return d + wait
 }
 
-// admitTTL refuses a message that would expire before its turn. The retry
+// AdmitTTL refuses a message that would expire before its turn. The retry
 // hint is when the same request would be admitted if nothing else changed:
 // the backlog ahead has drained enough (or the quiet hours are near their
 // end) for the estimate to fall inside the TTL.
-func admitTTL(m *sms.Message, eta time.Time, ttl time.Duration) error {
+func AdmitTTL(m *sms.Message, eta time.Time, ttl time.Duration) error {
 	if m.ExpiresAt.IsZero() || eta.Before(m.ExpiresAt) {
 		return nil
 	}
 	eta = eta.UTC()
-	return &rejection{Kind: rejectExpires, RetryAfter: eta.Sub(m.ExpiresAt) + time.Millisecond,
+	return &Rejection{Kind: RejectExpires, RetryAfter: eta.Sub(m.ExpiresAt) + time.Millisecond,
 		Detail: fmt.Sprintf("the message's turn would come at %s, past its TTL of %s; send it later or with a longer ttl_seconds",
 			eta.Format(time.RFC3339), ttl),
 		Extra: map[string]any{"estimated_send_at": eta.Format(time.RFC3339Nano), "ttl_seconds": int64(ttl / time.Second)}}

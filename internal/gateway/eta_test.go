@@ -18,29 +18,29 @@ func TestWhen(t *testing.T) {
 	sec := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 	for _, tc := range []struct {
 		name     string
-		ahead    [numClasses]float64
+		ahead    [NumClasses]float64
 		pause    time.Duration
 		class    sms.Class
 		d        time.Duration
 		arrivals []arrival
 		want     float64 // seconds
 	}{
-		{"nothing ahead", [numClasses]float64{}, 0, mk, 0, nil, 0},
-		{"own class at its cap", [numClasses]float64{mk: 140}, 0, mk, 0, nil, 2},
-		{"classes above at the target first", [numClasses]float64{otp: 45, tx: 45, mk: 70}, 0, mk, 0, nil, 2},
-		{"classes below do not count", [numClasses]float64{mk: 700}, 0, tx, 0, nil, 0},
-		{"a pause first", [numClasses]float64{mk: 70}, sec(10), mk, 0, nil, 11},
-		{"due later: the backlog drained meanwhile", [numClasses]float64{mk: 140}, 0, mk, sec(10), nil, 10},
-		{"due later, behind a campaign due with it", [numClasses]float64{}, 0, mk, sec(10), []arrival{{sec(10), mk, 700}}, 20},
-		{"a campaign due earlier drains partly", [numClasses]float64{}, 0, mk, sec(10), []arrival{{sec(5), mk, 700}}, 15},
-		{"work due after it is not ahead", [numClasses]float64{}, 0, mk, sec(10), []arrival{{sec(11), mk, 700}}, 10},
-		{"an OTP burst due with it goes first", [numClasses]float64{}, 0, mk, sec(10), []arrival{{sec(10), otp, 90}}, 11},
-		{"scheduled work of a lower class is not ahead", [numClasses]float64{}, 0, tx, sec(10), []arrival{{sec(5), mk, 700}}, 10},
-		{"a pause past the due time", [numClasses]float64{mk: 70}, sec(20), mk, sec(10), nil, 21},
-		{"the classes above take the capacity before it", [numClasses]float64{tx: 900}, 0, mk, sec(5), []arrival{{sec(5), mk, 70}}, 5 + 5 + 1},
+		{"nothing ahead", [NumClasses]float64{}, 0, mk, 0, nil, 0},
+		{"own class at its cap", [NumClasses]float64{mk: 140}, 0, mk, 0, nil, 2},
+		{"classes above at the target first", [NumClasses]float64{otp: 45, tx: 45, mk: 70}, 0, mk, 0, nil, 2},
+		{"classes below do not count", [NumClasses]float64{mk: 700}, 0, tx, 0, nil, 0},
+		{"a pause first", [NumClasses]float64{mk: 70}, sec(10), mk, 0, nil, 11},
+		{"due later: the backlog drained meanwhile", [NumClasses]float64{mk: 140}, 0, mk, sec(10), nil, 10},
+		{"due later, behind a campaign due with it", [NumClasses]float64{}, 0, mk, sec(10), []arrival{{sec(10), mk, 700}}, 20},
+		{"a campaign due earlier drains partly", [NumClasses]float64{}, 0, mk, sec(10), []arrival{{sec(5), mk, 700}}, 15},
+		{"work due after it is not ahead", [NumClasses]float64{}, 0, mk, sec(10), []arrival{{sec(11), mk, 700}}, 10},
+		{"an OTP burst due with it goes first", [NumClasses]float64{}, 0, mk, sec(10), []arrival{{sec(10), otp, 90}}, 11},
+		{"scheduled work of a lower class is not ahead", [NumClasses]float64{}, 0, tx, sec(10), []arrival{{sec(5), mk, 700}}, 10},
+		{"a pause past the due time", [NumClasses]float64{mk: 70}, sec(20), mk, sec(10), nil, 21},
+		{"the classes above take the capacity before it", [NumClasses]float64{tx: 900}, 0, mk, sec(5), []arrival{{sec(5), mk, 70}}, 5 + 5 + 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st := etaState{ahead: tc.ahead, pause: tc.pause, target: 90, pace: [numClasses]float64{otp: 90, tx: 90, mk: 70}}
+			st := etaState{ahead: tc.ahead, pause: tc.pause, target: 90, pace: [NumClasses]float64{otp: 90, tx: 90, mk: 70}}
 			got := st.when(tc.class, tc.d, tc.arrivals).Seconds()
 			if math.Abs(got-tc.want) > 0.001 {
 				t.Errorf("when = %.3fs, want %.3fs", got, tc.want)

@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// readyCheck is one dependency /readyz asks about.
-type readyCheck struct {
+// ReadyCheck is one dependency /readyz asks about.
+type ReadyCheck struct {
 	name  string
 	check func(ctx context.Context) error
 }
@@ -25,7 +25,7 @@ type healthResponse struct {
 // readyTimeout bounds each readiness check.
 const readyTimeout = time.Second
 
-func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	writeRaw(w, "application/json", http.StatusOK, []byte(`{"status":"ok"}`+"\n"))
 }
 
@@ -34,19 +34,19 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
 // limiter. Unready is a 503 problem like every error, with the state and
 // the checks as members; it is not counted as a refused request. Errors
 // go to the log, not to the (unauthenticated) answer.
-func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
-	if s.stopping.Load() {
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if s.Stopping.Load() {
 		s.notReady(w, r, "stopping", nil)
 		return
 	}
 	checks := map[string]string{}
 	ready := true
-	for _, c := range s.checks {
+	for _, c := range s.Checks {
 		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 		err := c.check(ctx)
 		cancel()
 		if err != nil {
-			s.log.WarnContext(r.Context(), "readiness check failed", "check", c.name, "err", err)
+			s.Log.WarnContext(r.Context(), "readiness check failed", "check", c.name, "err", err)
 			checks[c.name] = "fail"
 			ready = false
 			continue
@@ -57,10 +57,10 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 		s.notReady(w, r, "unready", checks)
 		return
 	}
-	writeJSON(w, s.log, "application/json", http.StatusOK, healthResponse{Status: "ready", Checks: checks})
+	writeJSON(w, s.Log, "application/json", http.StatusOK, healthResponse{Status: "ready", Checks: checks})
 }
 
-func (s *server) notReady(w http.ResponseWriter, r *http.Request, state string, checks map[string]string) {
+func (s *Server) notReady(w http.ResponseWriter, r *http.Request, state string, checks map[string]string) {
 	detail := "the gateway is stopping"
 	if state != "stopping" {
 		detail = "a dependency is unreachable (see checks)"
@@ -73,7 +73,7 @@ func (s *server) notReady(w http.ResponseWriter, r *http.Request, state string, 
 	s.writeProblem(w, problemFor(r, e), e)
 }
 
-// persistenceCheck asks Redis whether it persists the queue (append-only
+// PersistenceCheck asks Redis whether it persists the queue (append-only
 // file) until it has an answer. Start asks once; while Redis cannot be
 // asked (unreachable at start-up, or CONFIG and INFO both refused) the
 // "persistence" readiness check fails with the reason, so /readyz stays 503,
@@ -83,7 +83,7 @@ func (s *server) notReady(w http.ResponseWriter, r *http.Request, state string, 
 // crash-looping through an outage. Redis without AOF is reported (loud log,
 // state "none") but does not make the replica unready: it is a
 // configuration to fix, not a dependency that is down.
-type persistenceCheck struct {
+type PersistenceCheck struct {
 	check func(ctx context.Context) (appendOnly bool, err error)
 	log   *slog.Logger
 	gauge *prometheus.GaugeVec
@@ -99,7 +99,7 @@ const (
 	persistNone      = "none"
 )
 
-func newPersistenceCheck(check func(context.Context) (bool, error), reg prometheus.Registerer, log *slog.Logger) (*persistenceCheck, error) {
+func NewPersistenceCheck(check func(context.Context) (bool, error), reg prometheus.Registerer, log *slog.Logger) (*PersistenceCheck, error) {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "smsgw_queue_redis_persistence",
 		Help: "1 for what is known of Redis persisting the queue: appendonly, none (no AOF: a Redis restart loses queued messages) or unchecked (Redis not asked yet).",
@@ -107,12 +107,12 @@ func newPersistenceCheck(check func(context.Context) (bool, error), reg promethe
 	if err := reg.Register(g); err != nil {
 		return nil, fmt.Errorf("gateway: metrics: %w", err)
 	}
-	p := &persistenceCheck{check: check, log: log, gauge: g}
+	p := &PersistenceCheck{check: check, log: log, gauge: g}
 	p.set(persistUnchecked)
 	return p, nil
 }
 
-func (p *persistenceCheck) set(cur string) {
+func (p *PersistenceCheck) set(cur string) {
 	for _, st := range []string{persistUnchecked, persistAOF, persistNone} {
 		v := 0.0
 		if st == cur {
@@ -122,9 +122,9 @@ func (p *persistenceCheck) set(cur string) {
 	}
 }
 
-// run asks Redis unless it has answered before; its error is the readiness
+// Run asks Redis unless it has answered before; its error is the readiness
 // check's.
-func (p *persistenceCheck) run(ctx context.Context) error {
+func (p *PersistenceCheck) Run(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.checked {
@@ -143,12 +143,12 @@ func (p *persistenceCheck) run(ctx context.Context) error {
 	return nil
 }
 
-// startUp is Start's check: bounded, and logged at ERROR when Redis cannot
+// StartUp is Start's check: bounded, and logged at ERROR when Redis cannot
 // be asked.
-func (p *persistenceCheck) startUp(ctx context.Context) {
+func (p *PersistenceCheck) StartUp(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, persistCheckBound)
 	defer cancel()
-	if err := p.run(ctx); err != nil {
+	if err := p.Run(ctx); err != nil {
 		p.log.Error("could not check whether Redis persists the queue; /readyz reports unready until Redis answers", "err", err)
 	}
 }

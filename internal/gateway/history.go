@@ -33,7 +33,7 @@ type drainStats struct {
 	ByClass     map[string]paceStats `json:"by_class"`
 }
 
-type historyResponse struct {
+type HistoryResponse struct {
 	Scope       string              `json:"scope"`
 	StepSeconds float64             `json:"step_seconds"`
 	Start       time.Time           `json:"start"`
@@ -55,25 +55,25 @@ func paceOf(p history.Pace) paceStats {
 	return out
 }
 
-func (s *server) adminHistory(w http.ResponseWriter, r *http.Request) {
+func (s *Server) adminHistory(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	now, err := s.history.store.Now(ctx)
+	now, err := s.History.Store.Now(ctx)
 	var series history.Series
 	if err == nil {
-		series, err = s.history.store.Read(ctx, now)
+		series, err = s.History.Store.Read(ctx, now)
 	}
 	if err != nil {
-		s.writeError(w, r, &apiError{Kind: kindUnavailable, Detail: "the history store did not answer",
+		s.WriteError(w, r, &apiError{Kind: kindUnavailable, Detail: "the history store did not answer",
 			RetryAfter: time.Second, Err: err})
 		return
 	}
 	n := len(series.Samples)
-	out := historyResponse{Scope: s.history.scope, StepSeconds: series.Step.Seconds(),
+	out := HistoryResponse{Scope: s.History.Scope, StepSeconds: series.Step.Seconds(),
 		Start: series.Start.UTC(), End: series.End().UTC(), Throttled: make([]int64, n),
 		Sent: map[string][]int64{}, Accepted: map[string][]int64{}, Queued: map[string][]*int64{},
-		Limits: historyLimits{ContractRPS: s.cfg.Provider.ContractRPS, TargetRPS: s.cfg.Limits.TargetRPS,
+		Limits: historyLimits{ContractRPS: s.Cfg.Provider.ContractRPS, TargetRPS: s.Cfg.Limits.TargetRPS,
 			ClassMaxRPS: map[string]float64{}}}
-	for name, cl := range s.cfg.Limits.Classes {
+	for name, cl := range s.Cfg.Limits.Classes {
 		out.Limits.ClassMaxRPS[name] = cl.MaxRPS
 	}
 	for _, cl := range sms.Classes {
@@ -96,7 +96,7 @@ func (s *server) adminHistory(w http.ResponseWriter, r *http.Request) {
 			out.Drain.ByClass[cl.String()] = paceOf(byClass[cl])
 		}
 	}
-	writeJSON(w, s.log, "application/json", http.StatusOK, out)
+	writeJSON(w, s.Log, "application/json", http.StatusOK, out)
 }
 
 // drainOver is how far back the current pace is measured.

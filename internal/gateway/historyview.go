@@ -14,20 +14,20 @@ import (
 	"smsgw/internal/sms"
 )
 
-// historyView is the recorder of this replica and the store it reads.
-type historyView struct {
-	store history.Store
-	rec   *history.Recorder
-	scope string // shared | process
+// HistoryView is the recorder of this replica and the store it reads.
+type HistoryView struct {
+	Store history.Store
+	Rec   *history.Recorder
+	Scope string // shared | process
 }
 
-// newHistoryView records this process's dispatcher counters, the messages
+// NewHistoryView records this process's dispatcher counters, the messages
 // the API queued (the smsgw_api_accepted_total counters, read back) and
 // the backlog due now (ready + leased: scheduled messages wait for their
 // time, not for us), every history.DefaultStep, into store.
-func newHistoryView(store history.Store, scope string, q queue.Queue, snap func() dispatch.Snapshot,
-	accepted *prometheus.CounterVec, quiet func() bool, log *slog.Logger) (*historyView, error) {
-	v := &historyView{store: store, scope: scope}
+func NewHistoryView(store history.Store, scope string, q queue.Queue, snap func() dispatch.Snapshot,
+	accepted *prometheus.CounterVec, quiet func() bool, log *slog.Logger) (*HistoryView, error) {
+	v := &HistoryView{Store: store, Scope: scope}
 	var err error
 	counters := func() history.Counters {
 		s := snap()
@@ -52,7 +52,7 @@ func newHistoryView(store history.Store, scope string, q queue.Queue, snap func(
 		}
 		return out, nil
 	}
-	v.rec, err = history.NewRecorder(history.RecorderConfig{Store: v.store, Counters: counters, Depth: depth, Logger: log,
+	v.Rec, err = history.NewRecorder(history.RecorderConfig{Store: v.Store, Counters: counters, Depth: depth, Logger: log,
 		Quiet: quiet})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: history: %w", err)

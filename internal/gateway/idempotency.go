@@ -47,9 +47,9 @@ const (
 // idemStore keeps first answers and in-flight locks.
 type idemStore = state.Idempotency
 
-// idemKey names one (producer, scope, Idempotency-Key) without letting any
+// IdemKey names one (producer, scope, Idempotency-Key) without letting any
 // header text into a store key: 40 hex digits (state.ValidKey).
-func idemKey(producer, scope, key string) string {
+func IdemKey(producer, scope, key string) string {
 	buf := make([]byte, 0, 64+len(producer)+len(scope)+len(key))
 	for _, s := range []string{producer, scope, key} {
 		buf = strconv.AppendInt(buf, int64(len(s)), 10)
@@ -118,12 +118,12 @@ const answerBytesPerAccepted = 1024
 // idempotent runs run at most once per Idempotency-Key (when the request
 // has one) and writes its answer, replaying the first answer to repeats.
 // hash is the digest of the whole request; scope separates endpoints.
-func (s *server) idempotent(w http.ResponseWriter, r *http.Request, p *producer, scope, hash string,
+func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, p *producer, scope, hash string,
 	run func(ctx context.Context, idemKey string) (*response, error)) {
 	ctx := r.Context()
 	key, present, err := idempotencyKeyOf(r)
 	if err != nil {
-		s.writeError(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	if !present {
@@ -131,10 +131,10 @@ func (s *server) idempotent(w http.ResponseWriter, r *http.Request, p *producer,
 		s.writeResponse(w, r, res, err)
 		return
 	}
-	k := idemKey(p.Name, scope, key)
-	first, token, err := s.idem.Acquire(ctx, k, idemLockTTL)
+	k := IdemKey(p.Name, scope, key)
+	first, token, err := s.Idem.Acquire(ctx, k, idemLockTTL)
 	if err != nil {
-		s.writeError(w, r, fmt.Errorf("idempotency: acquire: %w", err))
+		s.WriteError(w, r, fmt.Errorf("idempotency: acquire: %w", err))
 		return
 	}
 	if first != nil {
@@ -142,7 +142,7 @@ func (s *server) idempotent(w http.ResponseWriter, r *http.Request, p *producer,
 		return
 	}
 	if token == "" {
-		s.writeError(w, r, &apiError{Kind: kindInFlight, Detail: "retry after the first request has been answered", RetryAfter: time.Second})
+		s.WriteError(w, r, &apiError{Kind: kindInFlight, Detail: "retry after the first request has been answered", RetryAfter: time.Second})
 		return
 	}
 	var stored *state.Answer
@@ -150,25 +150,25 @@ func (s *server) idempotent(w http.ResponseWriter, r *http.Request, p *producer,
 		// The lock is released even when the client has gone away.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
-		if err := s.idem.Finish(ctx, k, token, stored); err != nil {
-			s.log.WarnContext(ctx, "idempotency: store answer", "err", err)
+		if err := s.Idem.Finish(ctx, k, token, stored); err != nil {
+			s.Log.WarnContext(ctx, "idempotency: store answer", "err", err)
 		}
 	}()
 	res, err := run(ctx, key)
 	if err != nil {
-		s.writeError(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	body, err := marshalBody(res.body)
 	if err != nil {
-		s.writeError(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	if res.status >= 200 && res.status < 300 && !res.noStore {
 		stored = compactAnswer(&state.Answer{Hash: hash, Status: res.status, Body: body, Location: res.location})
 		if res.storeBudget > 0 && stored.Size() > res.storeBudget {
 			stored = nil
-			s.metrics.answersNotKept.Inc()
+			s.Metrics.answersNotKept.Inc()
 		}
 	}
 	if res.replayed {
@@ -180,17 +180,17 @@ func (s *server) idempotent(w http.ResponseWriter, r *http.Request, p *producer,
 	writeRaw(w, "application/json", res.status, append(body, '\n'))
 }
 
-func (s *server) replay(w http.ResponseWriter, r *http.Request, a *state.Answer, hash string) {
+func (s *Server) replay(w http.ResponseWriter, r *http.Request, a *state.Answer, hash string) {
 	if a.Hash != hash {
-		s.writeError(w, r, errorf(kindKeyReused, "this Idempotency-Key was first used with a different request; use a new key for a new request"))
+		s.WriteError(w, r, errorf(kindKeyReused, "this Idempotency-Key was first used with a different request; use a new key for a new request"))
 		return
 	}
 	body, err := answerBody(a)
 	if err != nil {
-		s.writeError(w, r, fmt.Errorf("idempotency: stored answer: %w", err))
+		s.WriteError(w, r, fmt.Errorf("idempotency: stored answer: %w", err))
 		return
 	}
-	s.metrics.replays.Inc()
+	s.Metrics.replays.Inc()
 	w.Header().Set("Idempotent-Replayed", "true")
 	if a.Location != "" {
 		w.Header().Set("Location", a.Location)
@@ -231,9 +231,9 @@ func answerBody(a *state.Answer) ([]byte, error) {
 	return io.ReadAll(io.LimitReader(flate.NewReader(bytes.NewReader(a.Body)), 64<<20))
 }
 
-func (s *server) writeResponse(w http.ResponseWriter, r *http.Request, res *response, err error) {
+func (s *Server) writeResponse(w http.ResponseWriter, r *http.Request, res *response, err error) {
 	if err != nil {
-		s.writeError(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	if res.replayed {
@@ -242,5 +242,5 @@ func (s *server) writeResponse(w http.ResponseWriter, r *http.Request, res *resp
 	if res.location != "" {
 		w.Header().Set("Location", res.location)
 	}
-	writeJSON(w, s.log, "application/json", res.status, res.body)
+	writeJSON(w, s.Log, "application/json", res.status, res.body)
 }

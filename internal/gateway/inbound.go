@@ -22,10 +22,10 @@ import (
 	"smsgw/internal/state"
 )
 
-// maxInboundBytes bounds an inbound message request's body, as receipts
+// MaxInboundBytes bounds an inbound message request's body, as receipts
 // are bounded: a vendor's inbound webhook is a few hundred bytes to a few
 // KiB (one part of a long message at most).
-const maxInboundBytes = maxReceiptBytes
+const MaxInboundBytes = MaxReceiptBytes
 
 // postInbound is POST /v1/inbound/{adapter}: a message a recipient sent to
 // the account's number, posted by the provider. No bearer key: the adapter
@@ -33,45 +33,45 @@ const maxInboundBytes = maxReceiptBytes
 // 401 and changes nothing. A keyword changes the suppression list; every
 // signed message is acknowledged (204, or the adapter's own answer: an
 // empty TwiML document for Twilio) so that no vendor retries it.
-func (s *server) postInbound(w http.ResponseWriter, r *http.Request) {
+func (s *Server) postInbound(w http.ResponseWriter, r *http.Request) {
 	adapter := chi.URLParam(r, "adapter")
-	if adapter != s.cfg.Provider.Kind || s.inbound == nil || s.optOuts == nil {
-		s.writeError(w, r, errorf(kindNotFound, "this gateway takes no inbound messages for adapter "+maskID(adapter)))
+	if adapter != s.Cfg.Provider.Kind || s.Inbound == nil || s.OptOuts == nil {
+		s.WriteError(w, r, errorf(KindNotFound, "this gateway takes no inbound messages for adapter "+maskID(adapter)))
 		return
 	}
-	o := s.optOuts
-	count := func(kind string) { o.inbound.WithLabelValues(adapter, kind).Inc() }
-	raw, err := s.readWebhook(w, r, maxInboundBytes)
+	o := s.OptOuts
+	count := func(kind string) { o.Inbound.WithLabelValues(adapter, kind).Inc() }
+	raw, err := s.readWebhook(w, r, MaxInboundBytes)
 	if err != nil {
-		s.writeError(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
-	in, err := s.inbound.ParseInbound(r, raw)
+	in, err := s.Inbound.ParseInbound(r, raw)
 	if err != nil {
 		var re *provider.ReceiptError
 		switch {
 		case errors.Is(err, provider.ErrBadSignature): // stale ones too
-			count(inboundBadSignature)
+			count(InboundBadSignature)
 		case errors.As(err, &re):
-			count(inboundMalformed)
+			count(InboundMalformed)
 		}
-		s.writeError(w, r, webhookError("message", err))
+		s.WriteError(w, r, webhookError("message", err))
 		return
 	}
-	kind := o.kindOf(in.Text)
+	kind := o.KindOf(in.Text)
 	switch {
-	case kind == inboundOther:
-	case !o.cfg.Enabled:
-		kind = inboundIgnored
+	case kind == InboundOther:
+	case !o.Cfg.Enabled:
+		kind = InboundIgnored
 	default:
 		if e := s.applyKeyword(r, adapter, kind, in); e != nil {
 			count(e.kind)
-			s.writeError(w, r, e.err)
+			s.WriteError(w, r, e.err)
 			return
 		}
 	}
 	count(kind)
-	if a, ok := s.inbound.(provider.InboundAcker); ok {
+	if a, ok := s.Inbound.(provider.InboundAcker); ok {
 		ct, body := a.InboundAck()
 		writeRaw(w, ct, http.StatusOK, body)
 		return
@@ -87,41 +87,41 @@ type keywordFailure struct {
 }
 
 // applyKeyword applies an opt-out or opt-in keyword from in's sender.
-func (s *server) applyKeyword(r *http.Request, adapter, kind string, in provider.Inbound) *keywordFailure {
-	o, ctx := s.optOuts, r.Context()
+func (s *Server) applyKeyword(r *http.Request, adapter, kind string, in provider.Inbound) *keywordFailure {
+	o, ctx := s.OptOuts, r.Context()
 	from, err := sms.ParseE164(in.From)
 	if err != nil {
-		return &keywordFailure{inboundMalformed, fieldError(in.FromField, "must be the sender's number in E.164")}
+		return &keywordFailure{InboundMalformed, fieldError(in.FromField, "must be the sender's number in E.164")}
 	}
 	masked := sms.MaskPhone(from)
-	if kind == inboundOptOut {
-		id, added, err := o.suppress(ctx, from, state.SourceRecipient, "opted out by text message ("+adapter+")")
+	if kind == InboundOptOut {
+		id, added, err := o.Suppress(ctx, from, state.SourceRecipient, "opted out by text message ("+adapter+")")
 		switch {
 		case errors.Is(err, state.ErrSuppressionsFull):
 			// Opt-outs go past protection.max_suppressions (state.Suppressions.Add):
 			// this is the store's own bound.
-			s.log.ErrorContext(ctx, "a recipient's opt-out was not recorded: the suppression list holds the most entries it can; remove entries",
+			s.Log.ErrorContext(ctx, "a recipient's opt-out was not recorded: the suppression list holds the most entries it can; remove entries",
 				"adapter", adapter, "to", masked, "bound", state.MaxSuppressions)
-			return &keywordFailure{inboundUnavailable, &apiError{Kind: kindUnavailable, RetryAfter: time.Minute, Err: err,
+			return &keywordFailure{InboundUnavailable, &apiError{Kind: kindUnavailable, RetryAfter: time.Minute, Err: err,
 				Detail: "the suppression list is full: the opt-out was not recorded; send it again"}}
 		case err != nil:
-			return &keywordFailure{inboundUnavailable, &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err,
+			return &keywordFailure{InboundUnavailable, &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err,
 				Detail: "the suppression list is unavailable: the opt-out was not recorded; send it again"}}
 		}
 		if added {
-			s.log.InfoContext(ctx, "number suppressed by its recipient (opt-out keyword)", "suppression_id", id, "to", masked, "adapter", adapter)
+			s.Log.InfoContext(ctx, "number suppressed by its recipient (opt-out keyword)", "suppression_id", id, "to", masked, "adapter", adapter)
 		}
 		return nil
 	}
-	id, res, err := o.lift(ctx, from)
+	id, res, err := o.Lift(ctx, from)
 	switch {
 	case err != nil:
-		return &keywordFailure{inboundUnavailable, &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err,
+		return &keywordFailure{InboundUnavailable, &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err,
 			Detail: "the suppression list is unavailable: the opt-in was not recorded; send it again"}}
 	case res == state.LiftRemoved:
-		s.log.InfoContext(ctx, "number unsuppressed by its recipient (opt-in keyword)", "suppression_id", id, "to", masked, "adapter", adapter)
+		s.Log.InfoContext(ctx, "number unsuppressed by its recipient (opt-in keyword)", "suppression_id", id, "to", masked, "adapter", adapter)
 	case res == state.LiftKept:
-		s.log.InfoContext(ctx, "opt-in keyword left the number suppressed: an operator put it on the list", "suppression_id", id,
+		s.Log.InfoContext(ctx, "opt-in keyword left the number suppressed: an operator put it on the list", "suppression_id", id,
 			"to", masked, "adapter", adapter)
 	}
 	return nil

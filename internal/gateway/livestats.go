@@ -15,7 +15,7 @@ package gateway
 // Rate. The loop samples the stored sent total once a second;
 // sent_per_second is the increase over the last rateWindow.
 //
-// OTP latency. observedProvider wraps the provider the dispatcher calls and
+// otp latency. observedProvider wraps the provider the dispatcher calls and
 // records, for every OTP the provider accepts (queued or fast path), the
 // time from the gateway accepting the request to the provider call. The
 // last otpLatencySamples of this process are kept.
@@ -38,60 +38,60 @@ import (
 
 const (
 	totalsEvery       = time.Second
-	totalsIdleEvery   = 10 * time.Second // while the replica sends nothing (ticker.quiet)
+	TotalsIdleEvery   = 10 * time.Second // while the replica sends nothing (ticker.quiet)
 	rateWindow        = 10 * time.Second
-	otpLatencySamples = 1000
+	OTPLatencySamples = 1000
 	totalsFlushBound  = 2 * time.Second // the final flush of a stopping replica
 )
 
 // Scopes of the counters.
 const (
-	scopeShared  = "shared"  // every replica of the account, from the Redis hash
-	scopeProcess = "process" // this process since it started
+	ScopeShared  = "shared"  // every replica of the account, from the Redis hash
+	ScopeProcess = "process" // this process since it started
 )
 
-// totals are the cumulative counters of the stats answer.
-type totals struct {
-	classes    [sms.ClassMarketing + 1]dispatch.ClassCounts
-	throttled  int64            // provider 429s
-	otpRefused int64            // fast-path 503s
-	refused    [nRefusals]int64 // protection refusals by reason
+// Totals are the cumulative counters of the stats answer.
+type Totals struct {
+	Classes    [sms.ClassMarketing + 1]dispatch.ClassCounts
+	Throttled  int64            // provider 429s
+	OTPRefused int64            // fast-path 503s
+	Refused    [NRefusals]int64 // protection refusals by reason
 }
 
-func totalsOf(s dispatch.Snapshot) totals {
-	var t totals
+func totalsOf(s dispatch.Snapshot) Totals {
+	var t Totals
 	for c, cc := range s.Classes {
 		if c.Valid() {
-			t.classes[c] = cc
+			t.Classes[c] = cc
 		}
 	}
-	t.throttled = s.Throttled
-	t.otpRefused = s.SendNow.Refused()
+	t.Throttled = s.Throttled
+	t.OTPRefused = s.SendNow.Refused()
 	return t
 }
 
 // fields names every counter as a field of the counters store.
-func (t *totals) fields() map[string]*int64 {
-	out := map[string]*int64{"throttled": &t.throttled, "otp_unavailable": &t.otpRefused}
-	for r := range nRefusals {
-		out["refused:"+r.String()] = &t.refused[r]
+func (t *Totals) fields() map[string]*int64 {
+	out := map[string]*int64{"throttled": &t.Throttled, "otp_unavailable": &t.OTPRefused}
+	for r := range NRefusals {
+		out["refused:"+r.String()] = &t.Refused[r]
 	}
 	for _, c := range sms.Classes {
-		cc := &t.classes[c]
+		cc := &t.Classes[c]
 		n := c.String()
 		out["sent:"+n], out["failed:"+n], out["expired:"+n], out["dead:"+n] = &cc.Sent, &cc.Failed, &cc.Expired, &cc.Dead
 	}
 	return out
 }
 
-// totalsFields is the field set of the counters store.
-func totalsFields() []string {
-	var t totals
+// TotalsFields is the field set of the counters store.
+func TotalsFields() []string {
+	var t Totals
 	return slices.Sorted(maps.Keys(t.fields()))
 }
 
-// values is t as store fields, without the zero ones.
-func (t totals) values() map[string]int64 {
+// Values is t as store fields, without the zero ones.
+func (t Totals) Values() map[string]int64 {
 	out := map[string]int64{}
 	for f, p := range t.fields() {
 		if *p != 0 {
@@ -101,8 +101,8 @@ func (t totals) values() map[string]int64 {
 	return out
 }
 
-func totalsFrom(values map[string]int64) totals {
-	var t totals
+func TotalsFrom(values map[string]int64) Totals {
+	var t Totals
 	for f, p := range t.fields() {
 		*p = values[f]
 	}
@@ -110,7 +110,7 @@ func totalsFrom(values map[string]int64) totals {
 }
 
 // plus returns t + sign·o, field by field.
-func (t totals) plus(o totals, sign int64) totals {
+func (t Totals) plus(o Totals, sign int64) Totals {
 	a, b := t.fields(), o.fields()
 	for k, p := range a {
 		*p += sign * *b[k]
@@ -118,9 +118,9 @@ func (t totals) plus(o totals, sign int64) totals {
 	return t
 }
 
-func (t totals) sent() int64 {
+func (t Totals) sent() int64 {
 	var n int64
-	for _, c := range t.classes {
+	for _, c := range t.Classes {
 		n += c.Sent
 	}
 	return n
@@ -135,23 +135,23 @@ type rateSample struct {
 // counters store every period, and the store read back.
 type totalsLoop struct {
 	snap    func() dispatch.Snapshot
-	refused func() [nRefusals]int64 // protection's; nil: none
+	Refused func() [NRefusals]int64 // protection's; nil: none
 	store   state.Counters
-	scope   string // scopeShared or scopeProcess
+	Scope   string // scopeShared or scopeProcess
 	log     *slog.Logger
 	started time.Time
 	every   time.Duration
-	t       ticker
+	T       Ticker
 
 	mu      sync.Mutex
-	flushed totals // this process's counts already added to the store
+	flushed Totals // this process's counts already added to the store
 	since   time.Time
 	samples []rateSample // oldest first, spanning at most rateWindow
 	failing bool
 }
 
-func newTotalsLoop(snap func() dispatch.Snapshot, store state.Counters, scope string, log *slog.Logger, now time.Time) *totalsLoop {
-	return &totalsLoop{snap: snap, store: store, scope: scope, log: log, started: now, since: now, every: totalsEvery}
+func NewTotalsLoop(snap func() dispatch.Snapshot, store state.Counters, scope string, log *slog.Logger, now time.Time) *totalsLoop {
+	return &totalsLoop{snap: snap, store: store, Scope: scope, log: log, started: now, since: now, every: totalsEvery}
 }
 
 // runOnce flushes this process's increments and samples the stored sent
@@ -160,16 +160,16 @@ func (l *totalsLoop) runOnce(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	cur := l.current()
-	stored, since, err := l.store.Add(ctx, cur.plus(l.flushed, -1).values())
+	stored, since, err := l.store.Add(ctx, cur.plus(l.flushed, -1).Values())
 	if err != nil {
 		if !l.failing {
-			l.log.Warn("stats: counters not updated; retrying every second", "scope", l.scope, "err", err)
+			l.log.Warn("stats: counters not updated; retrying every second", "scope", l.Scope, "err", err)
 		}
 		l.failing = true
 		return fmt.Errorf("stats: flush counters: %w", err)
 	}
 	if l.failing {
-		l.log.Info("stats: counters updated again", "scope", l.scope)
+		l.log.Info("stats: counters updated again", "scope", l.Scope)
 	}
 	l.failing = false
 	l.flushed = cur
@@ -177,7 +177,7 @@ func (l *totalsLoop) runOnce(ctx context.Context) error {
 		l.since = since
 	}
 	now := time.Now()
-	l.samples = append(l.samples, rateSample{at: now, sent: totalsFrom(stored).sent()})
+	l.samples = append(l.samples, rateSample{at: now, sent: TotalsFrom(stored).sent()})
 	i := 0
 	for i < len(l.samples)-1 && now.Sub(l.samples[i+1].at) >= rateWindow {
 		i++ // keep one sample at least rateWindow old
@@ -186,32 +186,32 @@ func (l *totalsLoop) runOnce(ctx context.Context) error {
 	return nil
 }
 
-// read returns the counters now, their scope and since when they count.
-func (l *totalsLoop) read(ctx context.Context) (totals, string, time.Time, error) {
+// Read returns the counters now, their scope and since when they count.
+func (l *totalsLoop) Read(ctx context.Context) (Totals, string, time.Time, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	values, since, err := l.store.Read(ctx)
 	if err != nil {
-		return totals{}, "", time.Time{}, fmt.Errorf("stats: read counters: %w", err)
+		return Totals{}, "", time.Time{}, fmt.Errorf("stats: read counters: %w", err)
 	}
 	if since.IsZero() {
 		since = l.since
 	}
 	// This process's increments not flushed yet count at once.
-	return totalsFrom(values).plus(l.current().plus(l.flushed, -1), 1), l.scope, since, nil
+	return TotalsFrom(values).plus(l.current().plus(l.flushed, -1), 1), l.Scope, since, nil
 }
 
 // current is this process's counts now: the dispatcher's and protection's.
-func (l *totalsLoop) current() totals {
+func (l *totalsLoop) current() Totals {
 	t := totalsOf(l.snap())
-	if l.refused != nil {
-		t.refused = l.refused()
+	if l.Refused != nil {
+		t.Refused = l.Refused()
 	}
 	return t
 }
 
-// rate is the sent rate over the samples (at most the last rateWindow).
-func (l *totalsLoop) rate() float64 {
+// Rate is the sent rate over the samples (at most the last rateWindow).
+func (l *totalsLoop) Rate() float64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.samples) < 2 {
@@ -226,12 +226,12 @@ func (l *totalsLoop) rate() float64 {
 }
 
 // Start runs the loop until Stop or until ctx ends.
-func (l *totalsLoop) Start(ctx context.Context) { l.t.start(ctx, l.every, l.runOnce) }
+func (l *totalsLoop) Start(ctx context.Context) { l.T.Start(ctx, l.every, l.runOnce) }
 
 // Stop ends the loop and flushes a last time, so that the sends of a
 // replica that stops are not missing from the shared totals.
 func (l *totalsLoop) Stop() {
-	if !l.t.halt() {
+	if !l.T.Halt() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), totalsFlushBound)
@@ -247,9 +247,9 @@ type latencyWindow struct {
 	n    int
 }
 
-func newLatencyWindow(n int) *latencyWindow { return &latencyWindow{buf: make([]time.Duration, n)} }
+func NewLatencyWindow(n int) *latencyWindow { return &latencyWindow{buf: make([]time.Duration, n)} }
 
-func (w *latencyWindow) add(d time.Duration) {
+func (w *latencyWindow) Add(d time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.buf[w.next] = max(d, 0)
@@ -257,9 +257,9 @@ func (w *latencyWindow) add(d time.Duration) {
 	w.n = min(w.n+1, len(w.buf))
 }
 
-// quantiles returns the nearest-rank quantiles qs of the window and how
+// Quantiles returns the nearest-rank quantiles qs of the window and how
 // many samples it holds (0: no quantiles).
-func (w *latencyWindow) quantiles(qs ...float64) ([]time.Duration, int) {
+func (w *latencyWindow) Quantiles(qs ...float64) ([]time.Duration, int) {
 	w.mu.Lock()
 	s := slices.Clone(w.buf[:w.n])
 	w.mu.Unlock()
@@ -275,35 +275,35 @@ func (w *latencyWindow) quantiles(qs ...float64) ([]time.Duration, int) {
 	return out, len(s)
 }
 
-// observedProvider records the accept-to-provider time of every OTP the
+// ObservedProvider records the accept-to-provider time of every OTP the
 // provider accepts.
-type observedProvider struct {
+type ObservedProvider struct {
 	provider.Provider
-	now func() time.Time
-	otp *latencyWindow
+	Now func() time.Time
+	OTP *latencyWindow
 }
 
-func (p observedProvider) Send(ctx context.Context, req *provider.Request) (provider.Result, error) {
-	at := p.now()
+func (p ObservedProvider) Send(ctx context.Context, req *provider.Request) (provider.Result, error) {
+	at := p.Now()
 	res, err := p.Provider.Send(ctx, req)
 	if err == nil && req.Class == sms.ClassOTP && !req.AcceptedAt.IsZero() {
-		p.otp.add(at.Sub(req.AcceptedAt))
+		p.OTP.Add(at.Sub(req.AcceptedAt))
 	}
 	return res, err
 }
 
-// replica describes this process in the stats answer.
-type replica struct {
-	owner   string
-	mode    string // embedded | redis
-	started time.Time
+// Replica describes this process in the stats answer.
+type Replica struct {
+	Owner   string
+	Mode    string // embedded | redis
+	Started time.Time
 }
 
-// liveStats is what the stats handler reads besides queue and limiter.
-type liveStats struct {
-	replica      replica
-	providerName string
-	snap         func() dispatch.Snapshot
-	totals       *totalsLoop
-	otp          *latencyWindow
+// LiveStats is what the stats handler reads besides queue and limiter.
+type LiveStats struct {
+	Replica      Replica
+	ProviderName string
+	Snap         func() dispatch.Snapshot
+	Totals       *totalsLoop
+	OTP          *latencyWindow
 }

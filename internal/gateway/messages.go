@@ -15,12 +15,12 @@ import (
 	"smsgw/internal/sms"
 )
 
-// maxBatch is the most messages one batch may hold.
-const maxBatch = 1000
+// MaxBatch is the most messages one batch may hold.
+const MaxBatch = 1000
 
-// acceptedMessage is the 202 body of POST /v1/messages and of each
+// AcceptedMessage is the 202 body of POST /v1/messages and of each
 // accepted batch item.
-type acceptedMessage struct {
+type AcceptedMessage struct {
 	ID              string     `json:"id"`
 	Status          sms.Status `json:"status"`
 	Class           sms.Class  `json:"class"`
@@ -31,8 +31,8 @@ type acceptedMessage struct {
 	ExpiresAt       *time.Time `json:"expires_at,omitempty"`
 }
 
-// messageView is GET /v1/messages/{id}.
-type messageView struct {
+// MessageView is GET /v1/messages/{id}.
+type MessageView struct {
 	ID                string     `json:"id"`
 	Status            sms.Status `json:"status"`
 	Class             sms.Class  `json:"class"`
@@ -61,12 +61,12 @@ func optTime(t time.Time) *time.Time {
 
 // viewOf is m as a reader sees it at now (a queued message before its
 // send_at reads scheduled).
-func viewOf(m *sms.Message, now time.Time) messageView {
+func viewOf(m *sms.Message, now time.Time) MessageView {
 	st := m.StatusAt(now)
 	if st == "" {
 		st = sms.StatusUnknown
 	}
-	return messageView{
+	return MessageView{
 		ID: m.ID, Status: st, Class: m.Class, To: m.To, From: m.From, Reference: m.Reference,
 		CallbackURL: m.CallbackURL, Segments: segmentsOf(m).Count, Attempts: m.Attempts, LastError: m.LastError,
 		ProviderMessageID: m.ProviderID, CreatedAt: m.CreatedAt.UTC(), SendAt: optTime(m.SendAt),
@@ -85,13 +85,13 @@ func segmentsOf(m *sms.Message) sms.Segments {
 
 // acceptedOf is the 202 body for m, just stored (queued, or scheduled
 // before its send_at).
-func acceptedOf(m *sms.Message, eta, now time.Time) acceptedMessage {
+func acceptedOf(m *sms.Message, eta, now time.Time) AcceptedMessage {
 	seg := segmentsOf(m)
 	if nb := m.NotBefore; nb.After(eta) {
 		eta = nb
 	}
 	stored := sms.Message{Status: sms.StatusQueued, SendAt: m.SendAt}
-	return acceptedMessage{
+	return AcceptedMessage{
 		ID: m.ID, Status: stored.StatusAt(now), Class: m.Class, Segments: seg.Count, Encoding: string(seg.Encoding),
 		EstimatedSendAt: eta.UTC().Truncate(time.Millisecond), SendAt: optTime(m.SendAt), ExpiresAt: optTime(m.ExpiresAt),
 	}
@@ -105,12 +105,12 @@ func invalid(errs []fieldProblem) *apiError {
 	for _, e := range errs {
 		parts = append(parts, e.Field+": "+e.Reason)
 	}
-	return &apiError{Kind: kindInvalid, Detail: strings.Join(parts, "; "), Fields: errs}
+	return &apiError{Kind: KindInvalid, Detail: strings.Join(parts, "; "), Fields: errs}
 }
 
 // checkMessage decodes and validates one message request; the error is a
 // 400 (every bad field) or a 403 (class not allowed for the producer).
-func (s *server) checkMessage(p *producer, raw []byte, prefix string) (validated, error) {
+func (s *Server) checkMessage(p *producer, raw []byte, prefix string) (validated, error) {
 	var req messageRequest
 	if err := decodeStrict(raw, &req, prefix); err != nil {
 		return validated{}, err
@@ -138,19 +138,19 @@ func (s *server) checkMessage(p *producer, raw []byte, prefix string) (validated
 	return v, nil
 }
 
-func (s *server) postMessage(w http.ResponseWriter, r *http.Request) {
+func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
 	p := producerFrom(r.Context())
 	raw, err := readBody(r, false)
 	if err != nil {
-		s.writeError(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	v, err := s.checkMessage(p, raw, "")
 	if err != nil {
-		s.writeError(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
-	if s.oneTrip != nil && v.msg.Class != sms.ClassOTP {
+	if s.OneTrip != nil && v.msg.Class != sms.ClassOTP {
 		s.acceptOneTrip(w, r, p, v)
 		return
 	}
@@ -160,8 +160,8 @@ func (s *server) postMessage(w http.ResponseWriter, r *http.Request) {
 }
 
 // accept runs admission for one message and queues it.
-func (s *server) accept(ctx context.Context, w http.ResponseWriter, p *producer, v validated, key string) (_ *response, err error) {
-	now := s.now()
+func (s *Server) accept(ctx context.Context, w http.ResponseWriter, p *producer, v validated, key string) (_ *response, err error) {
+	now := s.Now()
 	if ferr := checkSendAt(v.msg.SendAt, now, ""); ferr != nil {
 		return nil, invalid([]fieldProblem{*ferr})
 	}
@@ -172,7 +172,7 @@ func (s *server) accept(ctx context.Context, w http.ResponseWriter, p *producer,
 	queued := false
 	defer func() {
 		if !queued { // refused, or an earlier message answered: it does not count against its number
-			held.giveBack(ctx, s.log)
+			held.GiveBack(ctx, s.Log)
 		}
 	}()
 	if _, err := s.admitOutstanding(ctx, p, 1); err != nil {
@@ -180,14 +180,14 @@ func (s *server) accept(ctx context.Context, w http.ResponseWriter, p *producer,
 	}
 	m := s.stamp(v, p, key, now)
 	m.NumberID = numberID // a take checks the suppression list again with it
-	eta := s.eta.plan(ctx, now, []*sms.Message{m}, nil)[0]
-	if err := admitTTL(m, eta, v.ttl); err != nil {
+	eta := s.ETA.Plan(ctx, now, []*sms.Message{m}, nil)[0]
+	if err := AdmitTTL(m, eta, v.ttl); err != nil {
 		return nil, err
 	}
 	if _, err := s.admitIngress(ctx, w, p, 1); err != nil {
 		return nil, err
 	}
-	res, err := s.enq.Enqueue(ctx, m)
+	res, err := s.Enq.Enqueue(ctx, m)
 	if err != nil {
 		queued = maybeStored(err) // then the number's OTP count keeps it
 		return nil, enqueueError(err, m.ID)
@@ -196,9 +196,9 @@ func (s *server) accept(ctx context.Context, w http.ResponseWriter, p *producer,
 		return s.existing(res.Message, m, eta, now)
 	}
 	queued = true
-	s.eta.accepted(now, m)
+	s.ETA.Accepted(now, m)
 	s.notify(m.Class)
-	s.metrics.accepted.WithLabelValues(m.Class.String()).Inc()
+	s.Metrics.Accepted.WithLabelValues(m.Class.String()).Inc()
 	return &response{status: http.StatusAccepted, body: acceptedOf(m, eta, now), location: location(m.ID)}, nil
 }
 
@@ -220,18 +220,18 @@ func enqueueError(err error, id string) error {
 
 // existing answers a request whose Idempotency-Key the queue already knew
 // but whose first answer was not in the answer store.
-func (s *server) existing(first, m *sms.Message, eta, now time.Time) (*response, error) {
+func (s *Server) existing(first, m *sms.Message, eta, now time.Time) (*response, error) {
 	if !queue.SameRequest(first.RequestHash, m.RequestHash) {
 		return nil, errorf(kindKeyReused, "this Idempotency-Key was first used with a different request; use a new key for a new request")
 	}
-	s.metrics.replays.Inc()
+	s.Metrics.replays.Inc()
 	return &response{status: http.StatusAccepted, body: acceptedOf(first, eta, now), location: location(first.ID), replayed: true}, nil
 }
 
 // stamp makes the validated request a message of producer p, accepted at
 // now: due at its send_at (or now), not taken before the end of its
 // class's quiet hours for the recipient, expiring its TTL after it is due.
-func (s *server) stamp(v validated, p *producer, key string, now time.Time) *sms.Message {
+func (s *Server) stamp(v validated, p *producer, key string, now time.Time) *sms.Message {
 	m := *v.msg
 	m.ID = sms.NewID(now)
 	m.Producer = p.Name
@@ -243,7 +243,7 @@ func (s *server) stamp(v validated, p *producer, key string, now time.Time) *sms
 		due = m.SendAt
 		m.NotBefore = due
 	}
-	if hold := s.quiet.Hold(&m, due); !hold.IsZero() {
+	if hold := s.Quiet.Hold(&m, due); !hold.IsZero() {
 		m.NotBefore = hold.UTC()
 	}
 	if v.ttl > 0 {
@@ -260,33 +260,33 @@ func checkCallback(p *producer, m *sms.Message, prefix string) error {
 		return nil
 	}
 	reason := "is not under any of the producer's webhook.allow prefixes"
-	return &apiError{Kind: kindCallbackNotAllowed, Detail: prefix + "callback_url: " + reason,
+	return &apiError{Kind: KindCallbackNotAllowed, Detail: prefix + "callback_url: " + reason,
 		Fields: []fieldProblem{{prefix + "callback_url", reason}}}
 }
 
-func (s *server) notify(c sms.Class) {
-	if s.notifier != nil {
-		s.notifier.Notify(c)
+func (s *Server) notify(c sms.Class) {
+	if s.Notifier != nil {
+		s.Notifier.Notify(c)
 	}
 }
 
 // lookup reads the message named by the {id} route parameter, answering
 // 404 for a malformed or unknown id; ok is false when it has answered.
-func (s *server) lookup(w http.ResponseWriter, r *http.Request) (*sms.Message, bool) {
+func (s *Server) lookup(w http.ResponseWriter, r *http.Request) (*sms.Message, bool) {
 	id := chi.URLParam(r, "id")
 	if !sms.ValidID(id) {
-		s.writeError(w, r, errorf(kindNotFound, "no such message"))
+		s.WriteError(w, r, errorf(KindNotFound, "no such message"))
 		return nil, false
 	}
-	m, err := s.queue.Get(r.Context(), id)
+	m, err := s.Queue.Get(r.Context(), id)
 	if err != nil {
-		s.writeError(w, r, fmt.Errorf("get %s: %w", id, err))
+		s.WriteError(w, r, fmt.Errorf("get %s: %w", id, err))
 		return nil, false
 	}
 	return m, true
 }
 
-func (s *server) getMessage(w http.ResponseWriter, r *http.Request) {
+func (s *Server) getMessage(w http.ResponseWriter, r *http.Request) {
 	p := producerFrom(r.Context())
 	m, ok := s.lookup(w, r)
 	if !ok {
@@ -294,10 +294,10 @@ func (s *server) getMessage(w http.ResponseWriter, r *http.Request) {
 	}
 	if m.Producer != p.Name {
 		// The same answer as a missing id: ids of others are not revealed.
-		s.writeError(w, r, errorf(kindNotFound, "no such message"))
+		s.WriteError(w, r, errorf(KindNotFound, "no such message"))
 		return
 	}
-	writeJSON(w, s.log, "application/json", http.StatusOK, viewOf(m, s.now()))
+	writeJSON(w, s.Log, "application/json", http.StatusOK, viewOf(m, s.Now()))
 }
 
 // batchItem is the result of one batch item: Message when accepted,
@@ -306,30 +306,30 @@ func (s *server) getMessage(w http.ResponseWriter, r *http.Request) {
 type batchItem struct {
 	Index   int              `json:"index"`
 	Status  int              `json:"status"`
-	Message *acceptedMessage `json:"message,omitempty"`
+	Message *AcceptedMessage `json:"message,omitempty"`
 	Error   *problem         `json:"error,omitempty"`
 }
 
-type batchResponse struct {
+type BatchResponse struct {
 	Accepted int         `json:"accepted"`
 	Rejected int         `json:"rejected"`
 	Results  []batchItem `json:"results"`
 }
 
-func (s *server) postBatch(w http.ResponseWriter, r *http.Request) {
+func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) {
 	p := producerFrom(r.Context())
 	raw, err := readBody(r, false)
 	if err != nil {
-		s.writeError(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	var req batchRequest
 	if err := decodeStrict(raw, &req, ""); err != nil {
-		s.writeError(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
-	if n := len(req.Messages); n == 0 || n > maxBatch {
-		s.writeError(w, r, fieldError("messages", fmt.Sprintf("must hold 1 to %d messages (got %d)", maxBatch, n)))
+	if n := len(req.Messages); n == 0 || n > MaxBatch {
+		s.WriteError(w, r, fieldError("messages", fmt.Sprintf("must hold 1 to %d messages (got %d)", MaxBatch, n)))
 		return
 	}
 	items := make([]batchItem, len(req.Messages))
@@ -353,7 +353,7 @@ func (s *server) postBatch(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func (s *server) itemError(r *http.Request, it *batchItem, err error) {
+func (s *Server) itemError(r *http.Request, it *batchItem, err error) {
 	pr, _ := s.problemOf(r, err)
 	it.Status, it.Error, it.Message = pr.Status, &pr, nil
 }
@@ -362,9 +362,9 @@ func (s *server) itemError(r *http.Request, it *batchItem, err error) {
 // turn are refused one by one; then as many as max_outstanding and the
 // ingress quota allow, in order; the rest get 429. When none fits the
 // whole batch is a 429, so a client simply retries it later.
-func (s *server) acceptBatch(ctx context.Context, w http.ResponseWriter, r *http.Request, p *producer,
+func (s *Server) acceptBatch(ctx context.Context, w http.ResponseWriter, r *http.Request, p *producer,
 	vs []validated, valid []int, items []batchItem, key string) (_ *response, err error) {
-	now := s.now()
+	now := s.Now()
 	valid, held, err := s.protectItems(ctx, r, vs, valid, items)
 	if err != nil {
 		return nil, err
@@ -374,13 +374,13 @@ func (s *server) acceptBatch(ctx context.Context, w http.ResponseWriter, r *http
 		// an OTP item refused after protection, answered by an earlier
 		// message, or in a batch that failed does not count against its
 		// number
-		held.only(func(i int) bool {
+		held.Only(func(i int) bool {
 			m := adm.msgs[i]
 			return err != nil || m == nil || items[i].Message == nil || items[i].Message.ID != m.ID
-		}).giveBack(ctx, s.log)
+		}).GiveBack(ctx, s.Log)
 	}()
 	if len(valid) == 0 {
-		// Refused whole: the answer costs one unit of the producer's
+		// refused whole: the answer costs one unit of the producer's
 		// quota, so repeating it is throttled like any other request,
 		// and it is not stored (a replay refuses it again).
 		if _, err := s.admitIngress(ctx, w, p, 1); err != nil {
@@ -400,7 +400,7 @@ func (s *server) acceptBatch(ctx context.Context, w http.ResponseWriter, r *http
 			return nil, err
 		}
 		for _, i := range adm.eligible[min(granted, len(adm.eligible)):] {
-			s.itemError(r, &items[i], &apiError{Kind: kindRateLimited, RetryAfter: time.Second,
+			s.itemError(r, &items[i], &apiError{Kind: KindRateLimited, RetryAfter: time.Second,
 				Detail: fmt.Sprintf("the batch exceeded producer %s's ingress burst of %d", p.Name, p.Ingress.Burst)})
 		}
 		adm.eligible = adm.eligible[:min(granted, len(adm.eligible))]
@@ -410,7 +410,7 @@ func (s *server) acceptBatch(ctx context.Context, w http.ResponseWriter, r *http
 			return nil, err
 		}
 	}
-	out := batchResponse{Results: items}
+	out := BatchResponse{Results: items}
 	for _, it := range items {
 		if it.Message != nil {
 			out.Accepted++
@@ -433,7 +433,7 @@ type admitted struct {
 // problem, those whose send_at is out of range, those that would expire
 // before their turn (items of one class queue behind each other), and
 // those beyond room (max_outstanding).
-func (s *server) admitItems(ctx context.Context, r *http.Request, p *producer, now time.Time,
+func (s *Server) admitItems(ctx context.Context, r *http.Request, p *producer, now time.Time,
 	vs []validated, valid []int, items []batchItem, key string, room int) admitted {
 	adm := admitted{msgs: map[int]*sms.Message{}, etas: map[int]time.Time{}}
 	var idx []int
@@ -451,9 +451,9 @@ func (s *server) admitItems(ctx context.Context, r *http.Request, p *producer, n
 		}
 		idx, ms = append(idx, i), append(ms, s.stamp(vs[i], p, ik, now))
 	}
-	s.eta.plan(ctx, now, ms, func(k int, eta time.Time) bool {
+	s.ETA.Plan(ctx, now, ms, func(k int, eta time.Time) bool {
 		i := idx[k]
-		if err := admitTTL(ms[k], eta, vs[i].ttl); err != nil {
+		if err := AdmitTTL(ms[k], eta, vs[i].ttl); err != nil {
 			s.itemError(r, &items[i], err)
 			return false
 		}
@@ -471,12 +471,12 @@ func (s *server) admitItems(ctx context.Context, r *http.Request, p *producer, n
 
 // storeItems enqueues the admitted items in one call and fills in their
 // results.
-func (s *server) storeItems(ctx context.Context, r *http.Request, now time.Time, adm admitted, items []batchItem) error {
+func (s *Server) storeItems(ctx context.Context, r *http.Request, now time.Time, adm admitted, items []batchItem) error {
 	ms := make([]*sms.Message, len(adm.eligible))
 	for k, i := range adm.eligible {
 		ms[k] = adm.msgs[i]
 	}
-	results, err := s.queue.EnqueueMany(ctx, ms)
+	results, err := s.Queue.EnqueueMany(ctx, ms)
 	if err != nil {
 		return fmt.Errorf("enqueue batch: %w", err)
 	}
@@ -492,13 +492,13 @@ func (s *server) storeItems(ctx context.Context, r *http.Request, now time.Time,
 				s.itemError(r, &items[i], err)
 				continue
 			}
-			am := rr.body.(acceptedMessage)
+			am := rr.body.(AcceptedMessage)
 			items[i].Status, items[i].Message = http.StatusAccepted, &am
 		default:
 			am := acceptedOf(m, adm.etas[i], now)
 			items[i].Status, items[i].Message = http.StatusAccepted, &am
-			s.eta.accepted(now, m)
-			s.metrics.accepted.WithLabelValues(m.Class.String()).Inc()
+			s.ETA.Accepted(now, m)
+			s.Metrics.Accepted.WithLabelValues(m.Class.String()).Inc()
 			if !notified[m.Class] {
 				notified[m.Class] = true
 				s.notify(m.Class)
@@ -512,21 +512,21 @@ func (s *server) storeItems(ctx context.Context, r *http.Request, now time.Time,
 // queued or scheduled message. Another producer's id reads as missing; a
 // message sending or done is 409 not-cancelable. Whether a cancel racing
 // the send loop's take wins is decided in one atomic step of the queue.
-func (s *server) deleteMessage(w http.ResponseWriter, r *http.Request) {
+func (s *Server) deleteMessage(w http.ResponseWriter, r *http.Request) {
 	p := producerFrom(r.Context())
 	id := chi.URLParam(r, "id")
 	if !sms.ValidID(id) {
-		s.writeError(w, r, errorf(kindNotFound, "no such message"))
+		s.WriteError(w, r, errorf(KindNotFound, "no such message"))
 		return
 	}
-	m, err := s.queue.Cancel(r.Context(), id, p.Name)
+	m, err := s.Queue.Cancel(r.Context(), id, p.Name)
 	switch {
 	case errors.Is(err, queue.ErrNotCancelable) && m != nil:
-		s.writeError(w, r, errorf(kindNotCancelable, "the message is "+string(m.StatusAt(s.now()))+" and can no longer be canceled"))
+		s.WriteError(w, r, errorf(kindNotCancelable, "the message is "+string(m.StatusAt(s.Now()))+" and can no longer be canceled"))
 		return
 	case err != nil:
-		s.writeError(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
-	writeJSON(w, s.log, "application/json", http.StatusOK, viewOf(m, s.now()))
+	writeJSON(w, s.Log, "application/json", http.StatusOK, viewOf(m, s.Now()))
 }

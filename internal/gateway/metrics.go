@@ -13,32 +13,32 @@ import (
 	"smsgw/internal/sms"
 )
 
-// apiMetrics are the HTTP edge's metrics. Labels come from closed sets:
+// APIMetrics are the HTTP edge's metrics. Labels come from closed sets:
 // route patterns, methods, status codes, Kinds, classes, OTP outcomes.
-type apiMetrics struct {
+type APIMetrics struct {
 	requests         *prometheus.CounterVec
 	duration         *prometheus.HistogramVec
 	rejected         *prometheus.CounterVec
-	accepted         *prometheus.CounterVec
+	Accepted         *prometheus.CounterVec
 	replays          prometheus.Counter
 	answersNotKept   prometheus.Counter
 	otpDuration      *prometheus.HistogramVec
 	otpRecordFailed  prometheus.Counter
 	otpRecordRetried prometheus.Counter
 	otpStep          *prometheus.HistogramVec
-	ingressFallback  prometheus.Counter
+	IngressFallback  prometheus.Counter
 	receipts         *receiptMetrics
-	// previousKeys counts requests authenticated with a previous key, by
+	// PreviousKeys counts requests authenticated with a previous key, by
 	// principal: a configured producer name or "admin" (newAuthenticator
 	// creates the series of the principals that have one).
-	previousKeys *prometheus.CounterVec
+	PreviousKeys *prometheus.CounterVec
 }
 
-// OTP outcomes, the label of smsgw_api_otp_duration_seconds.
+// otp outcomes, the label of smsgw_api_otp_duration_seconds.
 var otpOutcomes = []string{"sent", "no_slot", "unknown", "unavailable", "rejected", "error"}
 
-func newAPIMetrics(reg prometheus.Registerer) (*apiMetrics, error) {
-	m := &apiMetrics{
+func NewAPIMetrics(reg prometheus.Registerer) (*APIMetrics, error) {
+	m := &APIMetrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "smsgw_http_requests_total", Help: "HTTP requests by route pattern, method and status code.",
 		}, []string{"route", "method", "code"}),
@@ -49,7 +49,7 @@ func newAPIMetrics(reg prometheus.Registerer) (*apiMetrics, error) {
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "smsgw_api_rejections_total", Help: "Requests (and batch items) refused, by problem kind.",
 		}, []string{"kind"}),
-		accepted: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Accepted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "smsgw_api_accepted_total", Help: "Messages queued, by class.",
 		}, []string{"class"}),
 		replays: prometheus.NewCounter(prometheus.CounterOpts{
@@ -75,15 +75,15 @@ func newAPIMetrics(reg prometheus.Registerer) (*apiMetrics, error) {
 			Name: "smsgw_api_otp_step_seconds", Help: "POST /v1/otp time by step of the fast path (decode, idempotency, protect, ingress, reserve, wait, provider).",
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1},
 		}, []string{"step"}),
-		ingressFallback: prometheus.NewCounter(prometheus.CounterOpts{
+		IngressFallback: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "smsgw_api_ingress_fallback_total", Help: "Ingress decisions taken locally because Redis failed.",
 		}),
-		previousKeys: prometheus.NewCounterVec(prometheus.CounterOpts{
+		PreviousKeys: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "smsgw_auth_previous_key_total",
 			Help: "Requests authenticated with a previous key (producers[].previous_key, admin.previous_key) while it is rotated, by principal (a producer's name, or admin); once it stays flat the previous key can be removed.",
 		}, []string{"principal"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.rejected, m.accepted, m.replays, m.answersNotKept, m.otpDuration, m.otpRecordFailed, m.otpRecordRetried, m.otpStep, m.ingressFallback, m.previousKeys} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.rejected, m.Accepted, m.replays, m.answersNotKept, m.otpDuration, m.otpRecordFailed, m.otpRecordRetried, m.otpStep, m.IngressFallback, m.PreviousKeys} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -92,11 +92,11 @@ func newAPIMetrics(reg prometheus.Registerer) (*apiMetrics, error) {
 	if m.receipts, err = newReceiptMetrics(reg, time.Now); err != nil {
 		return nil, err
 	}
-	for _, k := range allKinds {
+	for _, k := range AllKinds {
 		m.rejected.WithLabelValues(string(k))
 	}
 	for _, c := range sms.Classes {
-		m.accepted.WithLabelValues(c.String())
+		m.Accepted.WithLabelValues(c.String())
 	}
 	for _, o := range otpOutcomes {
 		m.otpDuration.WithLabelValues(o)
@@ -107,12 +107,12 @@ func newAPIMetrics(reg prometheus.Registerer) (*apiMetrics, error) {
 	return m, nil
 }
 
-func (m *apiMetrics) observe(route, method string, status int, d time.Duration) {
+func (m *APIMetrics) observe(route, method string, status int, d time.Duration) {
 	m.requests.WithLabelValues(route, methodLabel(method), statusLabel(status)).Inc()
 	m.duration.WithLabelValues(route).Observe(d.Seconds())
 }
 
-func (m *apiMetrics) otp(err error, d time.Duration) {
+func (m *APIMetrics) otp(err error, d time.Duration) {
 	outcome := "sent"
 	var noSlot dispatch.NoSlotError
 	switch pe := provider.AsError(err); {
@@ -132,7 +132,7 @@ func (m *apiMetrics) otp(err error, d time.Duration) {
 }
 
 // otpSteps observes the steps of one OTP that reached the send path.
-func (m *apiMetrics) otpSteps(s *dispatch.Steps) {
+func (m *APIMetrics) otpSteps(s *dispatch.Steps) {
 	for st := range dispatch.NumSteps {
 		m.otpStep.WithLabelValues(st.String()).Observe(s.Duration(st).Seconds())
 	}

@@ -12,7 +12,7 @@ import (
 	"smsgw/internal/state"
 )
 
-// oneTrip admits and stores a single POST /v1/messages in one Redis round
+// OneTrip admits and stores a single POST /v1/messages in one Redis round
 // trip (Redis mode): the first-answer lookup of its Idempotency-Key, the
 // suppression list, max_outstanding, the ingress GCRA, the enqueue and the
 // answer all run in the queue's enqueue script, in the order the embedded
@@ -29,19 +29,19 @@ import (
 //
 // An OTP sent through /v1/messages keeps the two-step path: its
 // per-number limit is a write with a local fallback (protection.go).
-type oneTrip struct {
-	enq  *coalescer
-	idem *state.RedisIdempotency
-	sup  *state.RedisSuppressions
-	keys *limiter.RedisKeys
+type OneTrip struct {
+	Enq  *Coalescer
+	Idem *state.RedisIdempotency
+	Sup  *state.RedisSuppressions
+	Keys *limiter.RedisKeys
 }
 
 // acceptOneTrip answers a validated single message on the oneTrip path.
-func (s *server) acceptOneTrip(w http.ResponseWriter, r *http.Request, p *producer, v validated) {
+func (s *Server) acceptOneTrip(w http.ResponseWriter, r *http.Request, p *producer, v validated) {
 	ctx := r.Context()
 	idem, _, err := idempotencyKeyOf(r)
 	if err != nil {
-		s.writeError(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	req, err := s.prepareOneTrip(ctx, p, v, idem)
@@ -53,13 +53,13 @@ func (s *server) acceptOneTrip(w http.ResponseWriter, r *http.Request, p *produc
 		if idem != "" && s.replayStored(w, r, p, idem, v.msg.RequestHash) {
 			return
 		}
-		s.writeError(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	m, ch := req.m, req.ch
-	res, err := s.oneTrip.enq.EnqueueChecked(ctx, queue.Checked{Message: m, Checks: ch})
+	res, err := s.OneTrip.Enq.EnqueueChecked(ctx, queue.Checked{Message: m, Checks: ch})
 	if err != nil {
-		s.writeError(w, r, enqueueError(err, m.ID))
+		s.WriteError(w, r, enqueueError(err, m.ID))
 		return
 	}
 	if res.Ingress {
@@ -70,28 +70,28 @@ func (s *server) acceptOneTrip(w http.ResponseWriter, r *http.Request, p *produc
 	case res.Replay != nil:
 		a, err := state.DecodeAnswer(string(res.Replay))
 		if err != nil {
-			s.writeError(w, r, fmt.Errorf("idempotency: stored answer: %w", err))
+			s.WriteError(w, r, fmt.Errorf("idempotency: stored answer: %w", err))
 			return
 		}
 		s.replay(w, r, a, v.msg.RequestHash)
 		return
 	case res.Refused == queue.RefusedSuppressed:
-		s.writeError(w, r, s.protect.suppressed(m.Class, "to", ch.SuppressionID))
+		s.WriteError(w, r, s.Protect.Suppressed(m.Class, "to", ch.SuppressionID))
 		return
 	case res.Refused == queue.RefusedOutstanding:
-		s.writeError(w, r, s.tooManyQueued(p, res.Outstanding))
+		s.WriteError(w, r, s.tooManyQueued(p, res.Outstanding))
 		return
 	case res.Refused == queue.RefusedIngress:
-		s.writeError(w, r, rateLimited(p, res.RetryAfter))
+		s.WriteError(w, r, rateLimited(p, res.RetryAfter))
 		return
 	case res.Existed:
 		rr, err := s.existing(res.Message, m, req.eta, m.CreatedAt)
 		s.writeResponse(w, r, rr, err)
 		return
 	}
-	s.eta.accepted(m.CreatedAt, m)
+	s.ETA.Accepted(m.CreatedAt, m)
 	s.notify(m.Class)
-	s.metrics.accepted.WithLabelValues(m.Class.String()).Inc()
+	s.Metrics.Accepted.WithLabelValues(m.Class.String()).Inc()
 	w.Header().Set("Location", location(m.ID))
 	writeRaw(w, "application/json", http.StatusAccepted, append(req.body, '\n'))
 }
@@ -99,8 +99,8 @@ func (s *server) acceptOneTrip(w http.ResponseWriter, r *http.Request, p *produc
 // replayStored answers with the first answer stored for the request's
 // Idempotency-Key, if there is one (an extra round trip, taken only by a
 // keyed request refused before the script).
-func (s *server) replayStored(w http.ResponseWriter, r *http.Request, p *producer, idem, hash string) bool {
-	a, err := s.oneTrip.idem.Answer(r.Context(), idemKey(p.Name, "message", idem))
+func (s *Server) replayStored(w http.ResponseWriter, r *http.Request, p *producer, idem, hash string) bool {
+	a, err := s.OneTrip.Idem.Answer(r.Context(), IdemKey(p.Name, "message", idem))
 	if err != nil || a == nil {
 		return false
 	}
@@ -119,19 +119,19 @@ type oneTripRequest struct {
 
 // prepareOneTrip runs what needs no store (send_at, destination, TTL) and
 // builds the script's request.
-func (s *server) prepareOneTrip(ctx context.Context, p *producer, v validated, idem string) (*oneTripRequest, error) {
-	now := s.now()
+func (s *Server) prepareOneTrip(ctx context.Context, p *producer, v validated, idem string) (*oneTripRequest, error) {
+	now := s.Now()
 	if ferr := checkSendAt(v.msg.SendAt, now, ""); ferr != nil {
 		return nil, invalid([]fieldProblem{*ferr})
 	}
-	sid, err := s.protect.checkDeferred(ctx, v.msg.Class, target{to: v.msg.To, field: "to"})
+	sid, err := s.Protect.CheckDeferred(ctx, v.msg.Class, Target{To: v.msg.To, Field: "to"})
 	if err != nil {
 		return nil, err
 	}
 	req := &oneTripRequest{m: s.stamp(v, p, idem, now)}
 	req.m.NumberID = sid // a take checks the suppression list again with it
-	req.eta = s.eta.plan(ctx, now, []*sms.Message{req.m}, nil)[0]
-	if err := admitTTL(req.m, req.eta, v.ttl); err != nil {
+	req.eta = s.ETA.Plan(ctx, now, []*sms.Message{req.m}, nil)[0]
+	if err := AdmitTTL(req.m, req.eta, v.ttl); err != nil {
 		return nil, err
 	}
 	am := acceptedOf(req.m, req.eta, now)
@@ -139,23 +139,23 @@ func (s *server) prepareOneTrip(ctx context.Context, p *producer, v validated, i
 		return nil, err
 	}
 	ch := &req.ch
-	ch.SuppressionKey, ch.SuppressionID = s.oneTrip.sup.IndexKey(), sid
+	ch.SuppressionKey, ch.SuppressionID = s.OneTrip.Sup.IndexKey(), sid
 	ch.MaxOutstanding = max(p.MaxOutstanding, 0)
-	ch.TakenHere = s.notifier != nil && s.notifier.TakesHere(req.m.Class)
+	ch.TakenHere = s.Notifier != nil && s.Notifier.TakesHere(req.m.Class)
 	interval, burst, err := limiter.KeyArgs(p.Name, p.Ingress, 1)
 	if err != nil {
 		return nil, fmt.Errorf("ingress limiter: %w", err)
 	}
-	ch.IngressKey, ch.IngressInterval, ch.IngressBurst, ch.IngressCost = s.oneTrip.keys.KeyName(p.Name), interval, burst, 1
+	ch.IngressKey, ch.IngressInterval, ch.IngressBurst, ch.IngressCost = s.OneTrip.Keys.KeyName(p.Name), interval, burst, 1
 	if idem != "" {
-		if ch.AnswerKey, err = s.oneTrip.idem.AnswerKey(idemKey(p.Name, "message", idem)); err != nil {
+		if ch.AnswerKey, err = s.OneTrip.Idem.AnswerKey(IdemKey(p.Name, "message", idem)); err != nil {
 			return nil, err
 		}
 		a := compactAnswer(&state.Answer{Hash: v.msg.RequestHash, Status: http.StatusAccepted, Body: req.body, Location: location(req.m.ID)})
 		if ch.Answer, err = state.EncodeAnswer(a); err != nil {
 			return nil, err
 		}
-		ch.AnswerTTL = s.oneTrip.idem.Window()
+		ch.AnswerTTL = s.OneTrip.Idem.Window()
 	}
 	return req, nil
 }

@@ -30,7 +30,7 @@ type notifier interface {
 	TakesHere(c sms.Class) bool
 }
 
-type otpSent struct {
+type OTPSent struct {
 	ID                string     `json:"id"`
 	Status            sms.Status `json:"status"`
 	ProviderMessageID string     `json:"provider_message_id"`
@@ -45,25 +45,25 @@ type otpSent struct {
 // The ingress quota is charged before the send is attempted, so a 503 from
 // the provider side does cost one unit; every admission refusal (401, 403,
 // 400, 429) costs nothing.
-func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
-	arrived := s.now()
+func (s *Server) postOTP(w http.ResponseWriter, r *http.Request) {
+	arrived := s.Now()
 	steps := dispatch.NewSteps(time.Now())
 	p := producerFrom(r.Context())
 	raw, err := readBody(r, false)
 	if err != nil {
-		s.writeError(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	var req otpRequest
 	if err := decodeStrict(raw, &req, ""); err != nil {
-		s.writeError(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	mr := messageRequest{To: req.To, Body: req.Body, From: req.From, Reference: req.Reference, CallbackURL: req.CallbackURL}
 	mr.From, _ = p.sender(req.From, "") // the default sender when none is named
 	v, errs := s.validateMessage(&mr, sms.ClassOTP, "")
 	errs = append(errs, p.bodyControls(mr.Body, "")...)
-	deadline := s.cfg.Messages.OTPDeadline
+	deadline := s.Cfg.Messages.OTPDeadline
 	if req.DeadlineMS != nil {
 		switch d := *req.DeadlineMS; {
 		case d < 1 || d > config.MaxOTPDeadline.Milliseconds():
@@ -73,19 +73,19 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if len(errs) > 0 {
-		s.writeError(w, r, invalid(errs))
+		s.WriteError(w, r, invalid(errs))
 		return
 	}
 	if !p.allowed(sms.ClassOTP) {
-		s.writeError(w, r, errorf(kindForbidden, fmt.Sprintf("producer %s may not send class otp", p.Name)))
+		s.WriteError(w, r, errorf(kindForbidden, fmt.Sprintf("producer %s may not send class otp", p.Name)))
 		return
 	}
 	if err := checkCallback(p, v.msg, ""); err != nil {
-		s.writeError(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	if _, err := p.sender(req.From, "from"); err != nil {
-		s.writeError(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	steps.Mark(dispatch.StepDecode)
@@ -110,7 +110,7 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 		mayHaveSent := false
 		defer func() {
 			if !mayHaveSent { // refused or not sent: it does not count against the number
-				held.giveBack(rctx, s.log)
+				held.GiveBack(rctx, s.Log)
 			}
 		}()
 		steps.Mark(dispatch.StepProtect)
@@ -137,9 +137,9 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 		m.Attempts = unknown.tries + 1 // this attempt, the record's count if it is sent
 		steps.Mark(dispatch.StepIdempotency)
 		start := time.Now()
-		res, err := s.otp.SendNow(dispatch.WithSteps(rctx, steps), m, left)
-		s.metrics.otp(err, time.Since(start))
-		s.metrics.otpSteps(steps)
+		res, err := s.OTP.SendNow(dispatch.WithSteps(rctx, steps), m, left)
+		s.Metrics.otp(err, time.Since(start))
+		s.Metrics.otpSteps(steps)
 		w.Header().Set("Server-Timing", steps.ServerTiming())
 		unknown.finish(rctx, s, m.ID, err)
 		mayHaveSent = err == nil || errors.Is(err, dispatch.ErrOutcomeUnknown)
@@ -153,7 +153,7 @@ func (s *server) postOTP(w http.ResponseWriter, r *http.Request) {
 			return nil, fmt.Errorf("otp %s to %s: %w", m.ID, sms.MaskPhone(m.To), err)
 		}
 		s.recordOTP(rctx, m, res.ProviderID)
-		return &response{status: http.StatusOK, body: otpSent{
+		return &response{status: http.StatusOK, body: OTPSent{
 			ID: m.ID, Status: sms.StatusSent, ProviderMessageID: res.ProviderID, WaitedMS: res.Waited.Milliseconds(),
 		}}, nil
 	})
@@ -172,41 +172,41 @@ func deadlineSpent(ctx context.Context, err error) error {
 		Detail: "the deadline passed before a send slot was reserved (the gateway's store answered slowly); nothing was sent or queued"}
 }
 
-// otpRecords tracks the status records of fast-path OTPs written in the
+// OTPRecords tracks the status records of fast-path OTPs written in the
 // background (after their answer, or retried while the store is down), so
 // that a stopping App waits for them before it closes the store, and
 // bounds how many are in flight.
-type otpRecords struct {
-	mu      sync.Mutex
-	closing bool // set by close: no more goroutines start
+type OTPRecords struct {
+	Mu      sync.Mutex
+	Closing bool // set by close: no more goroutines start
 	wg      sync.WaitGroup
-	slots   chan struct{}     // one per record in flight
+	Slots   chan struct{}     // one per record in flight
 	failed  logsample.Sampler // samples the log of records given up
 	retried logsample.Sampler // samples the log of records put off
-	// ctx ends when close gives up waiting: writes in flight end with it.
-	ctx    context.Context
+	// Ctx ends when close gives up waiting: writes in flight end with it.
+	Ctx    context.Context
 	cancel context.CancelFunc
 	// stopping is closed by close: a record that fails then is given up
 	// instead of waiting for the next try.
 	stopping chan struct{}
 }
 
-func (r *otpRecords) init() {
-	r.slots = make(chan struct{}, maxOTPRecordsInFlight)
-	r.ctx, r.cancel = context.WithCancel(context.Background())
+func (r *OTPRecords) Init() {
+	r.Slots = make(chan struct{}, maxOTPRecordsInFlight)
+	r.Ctx, r.cancel = context.WithCancel(context.Background())
 	r.stopping = make(chan struct{})
 }
 
-// start reserves a slot for a background write; false when closing or
+// Start reserves a slot for a background write; false when closing or
 // when every slot is taken.
-func (r *otpRecords) start() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closing {
+func (r *OTPRecords) Start() bool {
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
+	if r.Closing {
 		return false
 	}
 	select {
-	case r.slots <- struct{}{}:
+	case r.Slots <- struct{}{}:
 		r.wg.Add(1)
 		return true
 	default:
@@ -214,22 +214,22 @@ func (r *otpRecords) start() bool {
 	}
 }
 
-func (r *otpRecords) done() {
-	<-r.slots
+func (r *OTPRecords) Done() {
+	<-r.Slots
 	r.wg.Done()
 }
 
-// close stops new background writes and gives up retrying, then waits for
+// Close stops new background writes and gives up retrying, then waits for
 // the writes in flight, or until ctx ends: then it cuts them short and
 // waits for them to return (they end with r.ctx), so nothing it started
 // outlives it.
-func (r *otpRecords) close(ctx context.Context) {
-	r.mu.Lock()
-	if !r.closing {
-		r.closing = true
+func (r *OTPRecords) Close(ctx context.Context) {
+	r.Mu.Lock()
+	if !r.Closing {
+		r.Closing = true
 		close(r.stopping)
 	}
-	r.mu.Unlock()
+	r.Mu.Unlock()
 	ended := make(chan struct{})
 	go func() {
 		r.wg.Wait()
@@ -266,26 +266,26 @@ const otpRecordRetryFor = 10 * time.Minute
 // the store. A write the store cannot take now (an outage) is retried in
 // the background until it can, for up to otpRecordRetryFor; a record
 // given up is logged and counted. The OTP itself went out.
-func (s *server) recordOTP(ctx context.Context, m *sms.Message, providerID string) {
+func (s *Server) recordOTP(ctx context.Context, m *sms.Message, providerID string) {
 	sent := *m
 	sent.ProviderID = providerID
-	r := &s.otpRecords
+	r := &s.OTPRecords
 	if sent.Callbacks {
 		err := s.writeOTPRecord(context.WithoutCancel(ctx), &sent)
 		if err == nil {
 			return
 		}
-		if !dependencyDown(err) && !maybeStored(err) {
+		if !DependencyDown(err) && !maybeStored(err) {
 			s.otpRecordGivenUp(&sent, err)
 			return
 		}
 	}
-	if !r.start() {
+	if !r.Start() {
 		s.otpRecordGivenUp(&sent, errOTPRecordsBusy)
 		return
 	}
 	go func() {
-		defer r.done()
+		defer r.Done()
 		s.retryOTPRecord(&sent, !sent.Callbacks)
 	}()
 }
@@ -293,20 +293,20 @@ func (s *server) recordOTP(ctx context.Context, m *sms.Message, providerID strin
 // retryOTPRecord writes sent until the store takes it (first at once when
 // now is set, else after the first wait), while the failures say the store
 // is down or slow, for up to otpRecordRetryFor.
-func (s *server) retryOTPRecord(sent *sms.Message, now bool) {
-	r := &s.otpRecords
+func (s *Server) retryOTPRecord(sent *sms.Message, now bool) {
+	r := &s.OTPRecords
 	giveUpAt := time.Now().Add(otpRecordRetryFor)
 	wait := 100 * time.Millisecond
 	for tries := 0; ; tries++ {
 		var err error
 		if tries > 0 || now {
-			if err = s.writeOTPRecord(r.ctx, sent); err == nil {
+			if err = s.writeOTPRecord(r.Ctx, sent); err == nil {
 				if tries > 0 {
-					s.log.Info("fast-path OTP stored as sent after the store came back", "id", sent.ID, "tries", tries+1)
+					s.Log.Info("fast-path OTP stored as sent after the store came back", "id", sent.ID, "tries", tries+1)
 				}
 				return
 			}
-			if !dependencyDown(err) && !maybeStored(err) {
+			if !DependencyDown(err) && !maybeStored(err) {
 				s.otpRecordGivenUp(sent, err)
 				return
 			}
@@ -316,9 +316,9 @@ func (s *server) retryOTPRecord(sent *sms.Message, now bool) {
 			return
 		}
 		if err != nil {
-			s.metrics.otpRecordRetried.Inc()
-			if n, ok := r.retried.Add(s.now(), unknownLogEvery); ok {
-				s.log.Warn("storing fast-path OTPs as sent failed; retrying until the store answers",
+			s.Metrics.otpRecordRetried.Inc()
+			if n, ok := r.retried.Add(s.Now(), unknownLogEvery); ok {
+				s.Log.Warn("storing fast-path OTPs as sent failed; retrying until the store answers",
 					"count", n, "id", sent.ID, "producer", sent.Producer, "err", err)
 			}
 		}
@@ -338,29 +338,29 @@ func (s *server) retryOTPRecord(sent *sms.Message, now bool) {
 }
 
 // writeOTPRecord writes sent once, within otpRecordTimeout.
-func (s *server) writeOTPRecord(ctx context.Context, sent *sms.Message) error {
+func (s *Server) writeOTPRecord(ctx context.Context, sent *sms.Message) error {
 	wctx, cancel := context.WithTimeout(ctx, otpRecordTimeout)
 	defer cancel()
-	st, err := s.queue.RecordSent(wctx, sent)
+	st, err := s.Queue.RecordSent(wctx, sent)
 	if err != nil {
 		return err
 	}
 	if st.Receipt() {
 		// a receipt that came before the provider's answer, applied
 		// now: its outcome counts now
-		s.metrics.receipts.outcome(sms.ClassOTP, st)
+		s.Metrics.receipts.outcome(sms.ClassOTP, st)
 	}
-	if sent.Callbacks && s.callbacks != nil {
-		s.callbacks.d.Wake()
+	if sent.Callbacks && s.Callbacks != nil {
+		s.Callbacks.D.Wake()
 	}
 	return nil
 }
 
 // otpRecordGivenUp counts and (sampled) logs a record not stored.
-func (s *server) otpRecordGivenUp(sent *sms.Message, err error) {
-	s.metrics.otpRecordFailed.Inc()
-	if n, ok := s.otpRecords.failed.Add(s.now(), unknownLogEvery); ok {
-		s.log.Warn("storing fast-path OTPs as sent failed: their status, receipts and callbacks are not kept",
+func (s *Server) otpRecordGivenUp(sent *sms.Message, err error) {
+	s.Metrics.otpRecordFailed.Inc()
+	if n, ok := s.OTPRecords.failed.Add(s.Now(), unknownLogEvery); ok {
+		s.Log.Warn("storing fast-path OTPs as sent failed: their status, receipts and callbacks are not kept",
 			"count", n, "id", sent.ID, "producer", sent.Producer, "err", err)
 	}
 }
@@ -407,12 +407,12 @@ const maxOTPUnknownTries = 1000
 // (key; empty: none) used when its outcome was unknown, and holds that
 // entry until finish. The request's own lock is already held, so the
 // entry's lock is always free.
-func (s *server) otpUnknownID(ctx context.Context, p *producer, key, hash string) (otpUnknown, error) {
+func (s *Server) otpUnknownID(ctx context.Context, p *producer, key, hash string) (otpUnknown, error) {
 	if key == "" {
 		return otpUnknown{}, nil
 	}
-	u := otpUnknown{key: idemKey(p.Name, "otp-unknown", key), hash: hash}
-	a, token, err := s.idem.Acquire(ctx, u.key, idemLockTTL)
+	u := otpUnknown{key: IdemKey(p.Name, "otp-unknown", key), hash: hash}
+	a, token, err := s.Idem.Acquire(ctx, u.key, idemLockTTL)
 	if err != nil {
 		return otpUnknown{}, fmt.Errorf("idempotency: otp id: %w", err)
 	}
@@ -426,7 +426,7 @@ func (s *server) otpUnknownID(ctx context.Context, p *producer, key, hash string
 // finish keeps id (and the count of unknown outcomes) for the window when
 // the outcome of its send (err) is unknown, and otherwise releases the
 // entry.
-func (u otpUnknown) finish(ctx context.Context, s *server, id string, err error) {
+func (u otpUnknown) finish(ctx context.Context, s *Server, id string, err error) {
 	unknown := errors.Is(err, dispatch.ErrOutcomeUnknown)
 	if u.key == "" || (u.token == "" && !unknown) {
 		return // nothing held, nothing to count
@@ -439,7 +439,7 @@ func (u otpUnknown) finish(ctx context.Context, s *server, id string, err error)
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	if ferr := s.idem.Finish(ctx, u.key, u.token, keep); ferr != nil {
-		s.log.WarnContext(ctx, "idempotency: keep the otp id", "err", ferr)
+	if ferr := s.Idem.Finish(ctx, u.key, u.token, keep); ferr != nil {
+		s.Log.WarnContext(ctx, "idempotency: keep the otp id", "err", ferr)
 	}
 }

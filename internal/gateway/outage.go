@@ -18,11 +18,11 @@ import (
 // second, so a client that waits this long finds it back as soon as we do.
 const outageRetryAfter = time.Second
 
-// dependencyDown reports whether err says a dependency (Redis, the disk of
+// DependencyDown reports whether err says a dependency (Redis, the disk of
 // the embedded store) is down, slow or refusing for now, rather than that
 // the request or our code is wrong. Such an error is answered 503 with
 // Retry-After, never 500 (docs/design.md section 6).
-func dependencyDown(err error) bool {
+func DependencyDown(err error) bool {
 	var ne net.Error
 	var errno syscall.Errno
 	switch {
@@ -60,5 +60,5 @@ var storageDown = map[syscall.Errno]bool{
 // (up to the server's header limit), so at most maxInstanceLen bytes are
 // shown; only the first 4 × maxInstanceLen are scrubbed at all.
 func logPath(r *http.Request) string {
-	return cutPath(provider.Scrub(cutPath(r.URL.Path, 4*maxInstanceLen), ""), maxInstanceLen)
+	return cutPath(provider.Scrub(cutPath(r.URL.Path, 4*MaxInstanceLen), ""), MaxInstanceLen)
 }

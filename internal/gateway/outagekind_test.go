@@ -39,7 +39,7 @@ func TestDependencyDownKinds(t *testing.T) {
 		{errors.New("unexpected reply"), false},
 		{nil, false},
 	} {
-		if got := dependencyDown(tc.err); got != tc.want {
+		if got := DependencyDown(tc.err); got != tc.want {
 			t.Errorf("dependencyDown(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}

@@ -12,7 +12,7 @@ import (
 	"smsgw/internal/state"
 )
 
-// operatorPause is the admin's stop switch as this replica sees it. Unlike
+// OperatorPause is the admin's stop switch as this replica sees it. Unlike
 // the limiter's pause (which a provider 429 sets, and which only ever
 // lengthens) it can be lifted. It acts through the limiter the dispatcher
 // uses: while paused every reservation is denied, so queued messages wait
@@ -23,7 +23,7 @@ import (
 // so it answers from this copy: what this replica last set, or (with Redis)
 // what a pausePoller last read; another replica's pause reaches this one
 // within the poll period.
-type operatorPause struct {
+type OperatorPause struct {
 	store state.Pause
 	now   func() time.Time
 
@@ -46,30 +46,30 @@ type operatorPause struct {
 // poll period, so that a sending replica's poller, even late on a busy
 // machine, keeps the copy fresh and no reservation waits for the read.
 const (
-	pausePollEvery  = 500 * time.Millisecond
-	pauseIdlePoll   = 10 * time.Second
-	pauseStaleAfter = 2 * pausePollEvery
+	PausePollEvery  = 500 * time.Millisecond
+	PauseIdlePoll   = 10 * time.Second
+	pauseStaleAfter = 2 * PausePollEvery
 )
 
-func newOperatorPause(store state.Pause, now func() time.Time) *operatorPause {
-	return &operatorPause{store: store, now: now}
+func NewOperatorPause(store state.Pause, now func() time.Time) *OperatorPause {
+	return &OperatorPause{store: store, now: now}
 }
 
-// pauseState is what the admin API reports.
-type pauseState struct {
+// PauseState is what the admin API reports.
+type PauseState struct {
 	Paused bool       `json:"paused"`
 	Until  *time.Time `json:"until,omitempty"`
 	Reason string     `json:"reason,omitempty"`
 }
 
-func (p *operatorPause) state() pauseState {
+func (p *OperatorPause) State() PauseState {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.now()
 	if !p.on || (!p.until.IsZero() && !now.Before(p.until)) {
-		return pauseState{}
+		return PauseState{}
 	}
-	st := pauseState{Paused: true, Reason: p.reason}
+	st := PauseState{Paused: true, Reason: p.reason}
 	if !p.until.IsZero() {
 		u := p.until.UTC()
 		st.Until = &u
@@ -79,7 +79,7 @@ func (p *operatorPause) state() pauseState {
 
 // remaining is the rest of a timed pause (0 when not paused or paused
 // until resumed, which no estimate can include).
-func (p *operatorPause) remaining(now time.Time) time.Duration {
+func (p *OperatorPause) remaining(now time.Time) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.on || p.until.IsZero() || !now.Before(p.until) {
@@ -88,14 +88,14 @@ func (p *operatorPause) remaining(now time.Time) time.Duration {
 	return p.until.Sub(now)
 }
 
-func (p *operatorPause) active(now time.Time) bool {
+func (p *OperatorPause) Active(now time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.on && (p.until.IsZero() || now.Before(p.until))
 }
 
 // set records a change made by this process.
-func (p *operatorPause) set(on bool, d time.Duration, reason string) {
+func (p *OperatorPause) set(on bool, d time.Duration, reason string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.changes++
@@ -103,7 +103,7 @@ func (p *operatorPause) set(on bool, d time.Duration, reason string) {
 }
 
 // changeCount is the number of changes this process made so far.
-func (p *operatorPause) changeCount() uint64 {
+func (p *OperatorPause) changeCount() uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.changes
@@ -111,7 +111,7 @@ func (p *operatorPause) changeCount() uint64 {
 
 // setPolled records the shared state read by a poll that began after
 // change number seen, unless this process changed the state since.
-func (p *operatorPause) setPolled(seen uint64, on bool, d time.Duration, reason string) {
+func (p *OperatorPause) setPolled(seen uint64, on bool, d time.Duration, reason string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.changes == seen {
@@ -119,7 +119,7 @@ func (p *operatorPause) setPolled(seen uint64, on bool, d time.Duration, reason 
 	}
 }
 
-func (p *operatorPause) setLocked(on bool, d time.Duration, reason string) {
+func (p *OperatorPause) setLocked(on bool, d time.Duration, reason string) {
 	p.readAt = time.Now()
 	p.on, p.reason, p.until = on, reason, time.Time{}
 	if on && d > 0 {
@@ -128,7 +128,7 @@ func (p *operatorPause) setLocked(on bool, d time.Duration, reason string) {
 }
 
 // Pause stops sending for d (0: until Resume) on every replica.
-func (p *operatorPause) Pause(ctx context.Context, d time.Duration, reason string) error {
+func (p *OperatorPause) Pause(ctx context.Context, d time.Duration, reason string) error {
 	if err := p.store.Set(ctx, d, reason); err != nil {
 		return fmt.Errorf("pause: %w", err)
 	}
@@ -137,7 +137,7 @@ func (p *operatorPause) Pause(ctx context.Context, d time.Duration, reason strin
 }
 
 // Resume lifts the pause on every replica.
-func (p *operatorPause) Resume(ctx context.Context) error {
+func (p *OperatorPause) Resume(ctx context.Context) error {
 	if err := p.store.Clear(ctx); err != nil {
 		return fmt.Errorf("resume: %w", err)
 	}
@@ -148,7 +148,7 @@ func (p *operatorPause) Resume(ctx context.Context) error {
 // freshen rereads the stored switch when this copy is older than
 // pauseStaleAfter (an idle replica's poller slowed down); a failed read
 // keeps the last known state, as the poller does.
-func (p *operatorPause) freshen(ctx context.Context) {
+func (p *OperatorPause) freshen(ctx context.Context) {
 	p.mu.Lock()
 	stale := time.Since(p.readAt) > pauseStaleAfter
 	if stale {
@@ -161,7 +161,7 @@ func (p *operatorPause) freshen(ctx context.Context) {
 }
 
 // refresh copies the stored switch.
-func (p *operatorPause) refresh(ctx context.Context) error {
+func (p *OperatorPause) refresh(ctx context.Context) error {
 	seen := p.changeCount()
 	st, err := p.store.Get(ctx)
 	if err != nil {
@@ -174,22 +174,22 @@ func (p *operatorPause) refresh(ctx context.Context) error {
 // pausePoller rereads the shared switch every period. A failed read keeps
 // the last known state; the failure is logged once, and the recovery once.
 type pausePoller struct {
-	p     *operatorPause
+	p     *OperatorPause
 	every time.Duration
 	log   *slog.Logger
-	t     ticker
+	T     Ticker
 
 	mu      sync.Mutex
 	failing bool
 }
 
-func newPausePoller(p *operatorPause, every time.Duration, log *slog.Logger) *pausePoller {
+func NewPausePoller(p *OperatorPause, every time.Duration, log *slog.Logger) *pausePoller {
 	return &pausePoller{p: p, every: every, log: log}
 }
 
-// runOnce reads the switch once. A read cut short by Stop (a cancelled
+// RunOnce reads the switch once. A read cut short by Stop (a cancelled
 // context) is not a failure; one that ran out of time is.
-func (l *pausePoller) runOnce(ctx context.Context) error {
+func (l *pausePoller) RunOnce(ctx context.Context) error {
 	err := l.p.refresh(ctx)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -205,26 +205,26 @@ func (l *pausePoller) runOnce(ctx context.Context) error {
 }
 
 // Start polls until Stop or until ctx ends.
-func (l *pausePoller) Start(ctx context.Context) { l.t.start(ctx, l.every, l.runOnce) }
+func (l *pausePoller) Start(ctx context.Context) { l.T.Start(ctx, l.every, l.RunOnce) }
 
 // Stop ends the polling and waits for it.
-func (l *pausePoller) Stop() { l.t.halt() }
+func (l *pausePoller) Stop() { l.T.Halt() }
 
-// pausedLimiter denies every reservation while the operator pause is on.
-type pausedLimiter struct {
+// PausedLimiter denies every reservation while the operator pause is on.
+type PausedLimiter struct {
 	limiter.Limiter
-	p *operatorPause
+	P *OperatorPause
 }
 
-// pausedRetry is how soon a denied sender asks again during a pause; it
+// PausedRetry is how soon a denied sender asks again during a pause; it
 // bounds how long sending lags behind a resume on this replica.
-const pausedRetry = 250 * time.Millisecond
+const PausedRetry = 250 * time.Millisecond
 
-func (l pausedLimiter) Reserve(ctx context.Context, r limiter.Request) (limiter.Decision, error) {
-	l.p.freshen(ctx)
-	if now := l.p.now(); l.p.active(now) {
-		retry := pausedRetry
-		if rem := l.p.remaining(now); rem > 0 && rem < retry {
+func (l PausedLimiter) Reserve(ctx context.Context, r limiter.Request) (limiter.Decision, error) {
+	l.P.freshen(ctx)
+	if now := l.P.now(); l.P.Active(now) {
+		retry := PausedRetry
+		if rem := l.P.remaining(now); rem > 0 && rem < retry {
 			retry = rem
 		}
 		return limiter.Decision{Allowed: false, RetryAfter: retry, Paused: true}, nil

@@ -22,13 +22,13 @@ func TestPausePollNeverUndoesALocalChange(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name       string
-		before     func(p *operatorPause, ctx context.Context) error // the state the poll reads
-		change     func(p *operatorPause, ctx context.Context) error // made while the poll's answer is in flight
+		before     func(p *OperatorPause, ctx context.Context) error // the state the poll reads
+		change     func(p *OperatorPause, ctx context.Context) error // made while the poll's answer is in flight
 		wantPaused bool
 	}{
-		{"pause", (*operatorPause).Resume, pauseFor(0), true},
-		{"resume", pauseFor(0), (*operatorPause).Resume, false},
-		{"timed pause", (*operatorPause).Resume, pauseFor(time.Hour), true},
+		{"pause", (*OperatorPause).Resume, pauseFor(0), true},
+		{"resume", pauseFor(0), (*OperatorPause).Resume, false},
+		{"timed pause", (*OperatorPause).Resume, pauseFor(time.Hour), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -44,7 +44,7 @@ func TestPausePollNeverUndoesALocalChange(t *testing.T) {
 			}
 			hook := &afterPipeline{key: sp.Key("api", "pause")}
 			c.AddHook(hook)
-			p := newOperatorPause(store, time.Now)
+			p := NewOperatorPause(store, time.Now)
 			if err := tc.before(p, ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -60,22 +60,22 @@ func TestPausePollNeverUndoesALocalChange(t *testing.T) {
 			if hook.f.Load() != nil {
 				t.Fatal("the poll sent no pipeline")
 			}
-			if got := p.active(time.Now()); got != tc.wantPaused {
+			if got := p.Active(time.Now()); got != tc.wantPaused {
 				t.Errorf("after the racing poll paused=%v, want %v", got, tc.wantPaused)
 			}
 			// The next poll reads the change and keeps it.
 			if err := p.refresh(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if got := p.active(time.Now()); got != tc.wantPaused {
+			if got := p.Active(time.Now()); got != tc.wantPaused {
 				t.Errorf("after the next poll paused=%v, want %v", got, tc.wantPaused)
 			}
 		})
 	}
 }
 
-func pauseFor(d time.Duration) func(*operatorPause, context.Context) error {
-	return func(p *operatorPause, ctx context.Context) error { return p.Pause(ctx, d, "maintenance") }
+func pauseFor(d time.Duration) func(*OperatorPause, context.Context) error {
+	return func(p *OperatorPause, ctx context.Context) error { return p.Pause(ctx, d, "maintenance") }
 }
 
 // afterPipeline runs f (once) when the answer to a pipeline reading key has
@@ -119,7 +119,7 @@ func TestIdleReplicaReadsThePauseBeforeSending(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, idle := newOperatorPause(store, time.Now), newOperatorPause(store, time.Now)
+	other, idle := NewOperatorPause(store, time.Now), NewOperatorPause(store, time.Now)
 	if err := idle.refresh(ctx); err != nil { // its last poll: not paused
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestIdleReplicaReadsThePauseBeforeSending(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := pausedLimiter{Limiter: lim, p: idle}.Reserve(ctx, limiter.Request{Class: "otp", Cost: 1, MaxWait: time.Second})
+	d, err := PausedLimiter{Limiter: lim, P: idle}.Reserve(ctx, limiter.Request{Class: "otp", Cost: 1, MaxWait: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

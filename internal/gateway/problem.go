@@ -21,79 +21,79 @@ import (
 	"smsgw/internal/sms"
 )
 
-// problemKind is the closed set of ways a request can fail. Each maps to one HTTP
+// ProblemKind is the closed set of ways a request can fail. Each maps to one HTTP
 // status and one problem type; it doubles as the rejection metric label.
-type problemKind string
+type ProblemKind string
 
 // The kinds, each with its HTTP status.
 const (
-	kindInvalid            problemKind = "invalid"                  // 400: a field or the JSON is wrong
-	kindUnauthorized       problemKind = "unauthorized"             // 401: no or unknown bearer key
-	kindForbidden          problemKind = "forbidden"                // 403: the key may not do this (class, admin)
-	kindNotFound           problemKind = "not-found"                // 404
-	kindMethodNotAllowed   problemKind = "method-not-allowed"       // 405
-	kindInFlight           problemKind = "idempotency-in-flight"    // 409: same Idempotency-Key still being processed
-	kindTooLarge           problemKind = "too-large"                // 413
-	kindUnsupportedMedia   problemKind = "unsupported-media-type"   // 415
-	kindKeyReused          problemKind = "idempotency-key-reused"   // 422: same Idempotency-Key, different request
-	kindRateLimited        problemKind = "rate-limited"             // 429: ingress GCRA
-	kindTooManyQueued      problemKind = "too-many-outstanding"     // 429: max_outstanding
-	kindExpiresBeforeSend  problemKind = "would-expire-before-send" // 429: TTL shorter than the backlog ahead
-	kindRejected           problemKind = "rejected-by-provider"     // 422: the provider refused the message for good
-	kindCallbackNotAllowed problemKind = "callback-url-not-allowed" // 422: callback_url under none of the producer's webhook.allow prefixes
-	kindUnavailable        problemKind = "unavailable"              // 503: OTP could not be sent in time, shutting down, store down
-	kindInternal           problemKind = "internal"                 // 500: anything we did not expect
-	kindAuthThrottled      problemKind = "too-many-auth-failures"   // 429: this client address failed to authenticate too often
-	kindBadSignature       problemKind = "bad-signature"            // 401: a provider webhook's (receipt, inbound message) signature is missing or wrong
-	kindNotCancelable      problemKind = "not-cancelable"           // 409: the message is sending or done
-	// kindDestinationNotAllowed and the next four are protection's
+	KindInvalid            ProblemKind = "invalid"                  // 400: a field or the JSON is wrong
+	kindUnauthorized       ProblemKind = "unauthorized"             // 401: no or unknown bearer key
+	kindForbidden          ProblemKind = "forbidden"                // 403: the key may not do this (class, admin)
+	KindNotFound           ProblemKind = "not-found"                // 404
+	kindMethodNotAllowed   ProblemKind = "method-not-allowed"       // 405
+	kindInFlight           ProblemKind = "idempotency-in-flight"    // 409: same Idempotency-Key still being processed
+	kindTooLarge           ProblemKind = "too-large"                // 413
+	kindUnsupportedMedia   ProblemKind = "unsupported-media-type"   // 415
+	kindKeyReused          ProblemKind = "idempotency-key-reused"   // 422: same Idempotency-Key, different request
+	KindRateLimited        ProblemKind = "rate-limited"             // 429: ingress GCRA
+	kindTooManyQueued      ProblemKind = "too-many-outstanding"     // 429: max_outstanding
+	kindExpiresBeforeSend  ProblemKind = "would-expire-before-send" // 429: TTL shorter than the backlog ahead
+	kindRejected           ProblemKind = "rejected-by-provider"     // 422: the provider refused the message for good
+	KindCallbackNotAllowed ProblemKind = "callback-url-not-allowed" // 422: callback_url under none of the producer's webhook.allow prefixes
+	kindUnavailable        ProblemKind = "unavailable"              // 503: OTP could not be sent in time, shutting down, store down
+	kindInternal           ProblemKind = "internal"                 // 500: anything we did not expect
+	kindAuthThrottled      ProblemKind = "too-many-auth-failures"   // 429: this client address failed to authenticate too often
+	KindBadSignature       ProblemKind = "bad-signature"            // 401: a provider webhook's (receipt, inbound message) signature is missing or wrong
+	kindNotCancelable      ProblemKind = "not-cancelable"           // 409: the message is sending or done
+	// KindDestinationNotAllowed and the next four are protection's
 	// (protection.go): refused before any quota, queue or provider.
-	kindDestinationNotAllowed problemKind = "destination-not-allowed" // 422: region not in protection.countries
-	kindNumberTypeBlocked     problemKind = "number-type-blocked"     // 422: type in protection.block_number_types
-	kindSuppressed            problemKind = "suppressed"              // 422: the number is on the suppression list
-	kindOTPNumberLimited      problemKind = "otp-number-limited"      // 429: protection.otp_per_number
-	kindSuppressionsFull      problemKind = "suppression-list-full"   // 409: protection.max_suppressions reached
+	KindDestinationNotAllowed ProblemKind = "destination-not-allowed" // 422: region not in protection.countries
+	KindNumberTypeBlocked     ProblemKind = "number-type-blocked"     // 422: type in protection.block_number_types
+	KindSuppressed            ProblemKind = "suppressed"              // 422: the number is on the suppression list
+	KindOTPNumberLimited      ProblemKind = "otp-number-limited"      // 429: protection.otp_per_number
+	KindSuppressionsFull      ProblemKind = "suppression-list-full"   // 409: protection.max_suppressions reached
 )
 
-// allKinds lists every Kind, for creating metric label sets at zero.
-var allKinds = []problemKind{kindInvalid, kindUnauthorized, kindForbidden, kindNotFound, kindMethodNotAllowed,
-	kindInFlight, kindTooLarge, kindUnsupportedMedia, kindKeyReused, kindRateLimited, kindTooManyQueued,
-	kindExpiresBeforeSend, kindRejected, kindCallbackNotAllowed, kindUnavailable, kindInternal, kindBadSignature, kindNotCancelable,
-	kindDestinationNotAllowed, kindNumberTypeBlocked, kindSuppressed, kindOTPNumberLimited, kindSuppressionsFull, kindAuthThrottled}
+// AllKinds lists every Kind, for creating metric label sets at zero.
+var AllKinds = []ProblemKind{KindInvalid, kindUnauthorized, kindForbidden, KindNotFound, kindMethodNotAllowed,
+	kindInFlight, kindTooLarge, kindUnsupportedMedia, kindKeyReused, KindRateLimited, kindTooManyQueued,
+	kindExpiresBeforeSend, kindRejected, KindCallbackNotAllowed, kindUnavailable, kindInternal, KindBadSignature, kindNotCancelable,
+	KindDestinationNotAllowed, KindNumberTypeBlocked, KindSuppressed, KindOTPNumberLimited, KindSuppressionsFull, kindAuthThrottled}
 
-var kindInfo = map[problemKind]struct {
+var kindInfo = map[ProblemKind]struct {
 	status int
 	title  string
 }{
-	kindInvalid:            {http.StatusBadRequest, "Invalid request"},
+	KindInvalid:            {http.StatusBadRequest, "Invalid request"},
 	kindUnauthorized:       {http.StatusUnauthorized, "Missing or unknown API key"},
 	kindForbidden:          {http.StatusForbidden, "Not allowed for this API key"},
-	kindNotFound:           {http.StatusNotFound, "Not found"},
+	KindNotFound:           {http.StatusNotFound, "Not found"},
 	kindMethodNotAllowed:   {http.StatusMethodNotAllowed, "Method not allowed"},
 	kindInFlight:           {http.StatusConflict, "A request with this Idempotency-Key is still being processed"},
 	kindTooLarge:           {http.StatusRequestEntityTooLarge, "Request body too large"},
 	kindUnsupportedMedia:   {http.StatusUnsupportedMediaType, "Unsupported content type"},
 	kindKeyReused:          {http.StatusUnprocessableEntity, "Idempotency-Key reused with a different request"},
-	kindRateLimited:        {http.StatusTooManyRequests, "Ingress rate limit exceeded"},
+	KindRateLimited:        {http.StatusTooManyRequests, "Ingress rate limit exceeded"},
 	kindTooManyQueued:      {http.StatusTooManyRequests, "Too many messages outstanding"},
 	kindExpiresBeforeSend:  {http.StatusTooManyRequests, "Message would expire before its turn"},
 	kindRejected:           {http.StatusUnprocessableEntity, "The provider rejected the message"},
-	kindCallbackNotAllowed: {http.StatusUnprocessableEntity, "callback_url is not allowed for this producer"},
+	KindCallbackNotAllowed: {http.StatusUnprocessableEntity, "callback_url is not allowed for this producer"},
 	kindUnavailable:        {http.StatusServiceUnavailable, "Service unavailable"},
 	kindInternal:           {http.StatusInternalServerError, "Internal server error"},
 	kindAuthThrottled:      {http.StatusTooManyRequests, "Too many failed authentications"},
-	kindBadSignature:       {http.StatusUnauthorized, "Provider webhook signature missing or wrong"},
+	KindBadSignature:       {http.StatusUnauthorized, "Provider webhook signature missing or wrong"},
 	kindNotCancelable:      {http.StatusConflict, "The message is sending or done and can no longer be canceled"},
 
-	kindDestinationNotAllowed: {http.StatusUnprocessableEntity, "Destination region not allowed"},
-	kindNumberTypeBlocked:     {http.StatusUnprocessableEntity, "Number type blocked"},
-	kindSuppressed:            {http.StatusUnprocessableEntity, "Number is suppressed"},
-	kindOTPNumberLimited:      {http.StatusTooManyRequests, "Too many OTPs to this number"},
-	kindSuppressionsFull:      {http.StatusConflict, "The suppression list is full"},
+	KindDestinationNotAllowed: {http.StatusUnprocessableEntity, "Destination region not allowed"},
+	KindNumberTypeBlocked:     {http.StatusUnprocessableEntity, "Number type blocked"},
+	KindSuppressed:            {http.StatusUnprocessableEntity, "Number is suppressed"},
+	KindOTPNumberLimited:      {http.StatusTooManyRequests, "Too many OTPs to this number"},
+	KindSuppressionsFull:      {http.StatusConflict, "The suppression list is full"},
 }
 
-// problemTypeBase prefixes every problem type URI.
-const problemTypeBase = "urn:smsgw:problem:"
+// ProblemTypeBase prefixes every problem type URI.
+const ProblemTypeBase = "urn:smsgw:problem:"
 
 // fieldProblem names one invalid field of a request.
 type fieldProblem struct {
@@ -105,7 +105,7 @@ type fieldProblem struct {
 // it (or *sms.ValidationError, or queue sentinels); writeError is the one
 // place any error becomes an HTTP answer.
 type apiError struct {
-	Kind       problemKind
+	Kind       ProblemKind
 	Detail     string         // safe to show the client
 	Fields     []fieldProblem // for kindInvalid
 	RetryAfter time.Duration  // for 409, 429, 503
@@ -126,10 +126,10 @@ func (e *apiError) Error() string {
 
 func (e *apiError) Unwrap() error { return e.Err }
 
-func errorf(kind problemKind, detail string) *apiError { return &apiError{Kind: kind, Detail: detail} }
+func errorf(kind ProblemKind, detail string) *apiError { return &apiError{Kind: kind, Detail: detail} }
 
 func fieldError(field, reason string) *apiError {
-	return &apiError{Kind: kindInvalid, Detail: field + ": " + reason, Fields: []fieldProblem{{field, reason}}}
+	return &apiError{Kind: KindInvalid, Detail: field + ": " + reason, Fields: []fieldProblem{{field, reason}}}
 }
 
 // problem is the RFC 9457 body, with our extensions.
@@ -161,17 +161,17 @@ func (p problem) MarshalJSON() ([]byte, error) {
 }
 
 // rejectionKinds is the problem kind of each of admission's refusals.
-var rejectionKinds = map[rejectKind]problemKind{
-	rejectDestination:  kindDestinationNotAllowed,
-	rejectNumberType:   kindNumberTypeBlocked,
-	rejectSuppressed:   kindSuppressed,
-	rejectOTPPerNumber: kindOTPNumberLimited,
-	rejectExpires:      kindExpiresBeforeSend,
-	rejectUnavailable:  kindUnavailable,
+var rejectionKinds = map[RejectKind]ProblemKind{
+	RejectDestination:  KindDestinationNotAllowed,
+	RejectNumberType:   KindNumberTypeBlocked,
+	RejectSuppressed:   KindSuppressed,
+	RejectOTPPerNumber: KindOTPNumberLimited,
+	RejectExpires:      kindExpiresBeforeSend,
+	RejectUnavailable:  kindUnavailable,
 }
 
 // fromRejection is the one place an admission refusal becomes an answer.
-func fromRejection(r *rejection) *apiError {
+func fromRejection(r *Rejection) *apiError {
 	kind, ok := rejectionKinds[r.Kind]
 	if !ok {
 		kind = kindInternal
@@ -187,7 +187,7 @@ func fromRejection(r *rejection) *apiError {
 // kindInternal with the cause kept for the log.
 func toError(err error) *apiError {
 	var e *apiError
-	var rj *rejection
+	var rj *Rejection
 	var ve *sms.ValidationError
 	var mbe *http.MaxBytesError
 	var noSlot dispatch.NoSlotError
@@ -198,7 +198,7 @@ func toError(err error) *apiError {
 	case errors.As(err, &rj):
 		return fromRejection(rj)
 	case errors.As(err, &ve):
-		return &apiError{Kind: kindInvalid, Detail: ve.Error(), Fields: []fieldProblem{{ve.Field, ve.Reason}}}
+		return &apiError{Kind: KindInvalid, Detail: ve.Error(), Fields: []fieldProblem{{ve.Field, ve.Reason}}}
 	case errors.As(err, &mbe):
 		return &apiError{Kind: kindTooLarge, Detail: "the request body is larger than " + strconv.FormatInt(mbe.Limit, 10) + " bytes", Err: err}
 	case errors.As(err, &noSlot):
@@ -211,7 +211,7 @@ func toError(err error) *apiError {
 		return &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err,
 			Detail: "the provider is unavailable; nothing was sent or queued"}
 	case errors.Is(err, limiter.ErrCostExceedsBurst):
-		return &apiError{Kind: kindInvalid, Err: err, Detail: "body: too many segments to send at once",
+		return &apiError{Kind: KindInvalid, Err: err, Detail: "body: too many segments to send at once",
 			Fields: []fieldProblem{{"body", "needs more segments than the provider rate allows at once"}}}
 	case pe != nil && pe.Reason == provider.ReasonPartial:
 		return &apiError{Kind: kindRejected, Err: err,
@@ -222,7 +222,7 @@ func toError(err error) *apiError {
 		return &apiError{Kind: kindUnavailable, RetryAfter: max(time.Second, pe.RetryAfter), Err: err,
 			Detail: "the provider failed (" + string(pe.Reason) + "); nothing was queued"}
 	case errors.Is(err, queue.ErrNotFound):
-		return &apiError{Kind: kindNotFound, Detail: "no such message", Err: err}
+		return &apiError{Kind: KindNotFound, Detail: "no such message", Err: err}
 	case maybeStored(err): // a batch: the items' ids are not known to the client
 		return &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err, Detail: maybeQueuedDetail}
 	case errors.Is(err, queue.ErrClosed):
@@ -232,7 +232,7 @@ func toError(err error) *apiError {
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
 		return &apiError{Kind: kindUnavailable, Detail: "the message store's disk is full; nothing was queued; retry later",
 			RetryAfter: outageRetryAfter, Err: err}
-	case dependencyDown(err):
+	case DependencyDown(err):
 		return &apiError{Kind: kindUnavailable, Detail: "a dependency of the gateway is down or slow; retry later",
 			RetryAfter: outageRetryAfter, Err: err}
 	}
@@ -246,16 +246,16 @@ func toError(err error) *apiError {
 const maybeQueuedDetail = "the message store did not confirm in time: the message may be queued and sent; " +
 	"retry with the same Idempotency-Key to find out (a retry without one may send it twice)"
 
-// writeError answers err as application/problem+json. Internal errors are
+// WriteError answers err as application/problem+json. Internal errors are
 // logged in full and shown to the client without detail.
-func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+func (s *Server) WriteError(w http.ResponseWriter, r *http.Request, err error) {
 	p, e := s.problemOf(r, err)
 	s.writeProblem(w, p, e)
 }
 
 // writeProblem writes a problem body built by problemOf or problemFor,
 // with the headers its kind promises.
-func (s *server) writeProblem(w http.ResponseWriter, p problem, e *apiError) {
+func (s *Server) writeProblem(w http.ResponseWriter, p problem, e *apiError) {
 	h := w.Header()
 	if e.RetryAfter > 0 {
 		h.Set("Retry-After", retryAfterSeconds(e.RetryAfter))
@@ -263,7 +263,7 @@ func (s *server) writeProblem(w http.ResponseWriter, p problem, e *apiError) {
 	if e.Kind == kindUnauthorized {
 		h.Set("WWW-Authenticate", `Bearer realm="smsgw"`)
 	}
-	writeJSON(w, s.log, "application/problem+json", p.Status, p)
+	writeJSON(w, s.Log, "application/problem+json", p.Status, p)
 }
 
 // problemFor builds the problem body of e (a Kind of kindInfo) for r,
@@ -276,7 +276,7 @@ func problemFor(r *http.Request, e *apiError) problem {
 		e.RetryAfter = max(e.RetryAfter, time.Second)
 	}
 	p := problem{
-		Type:      problemTypeBase + string(e.Kind),
+		Type:      ProblemTypeBase + string(e.Kind),
 		Title:     info.title,
 		Status:    info.status,
 		Detail:    e.Detail,
@@ -294,9 +294,9 @@ func problemFor(r *http.Request, e *apiError) problem {
 	return p
 }
 
-// maxInstanceLen bounds a problem's instance and a logged path: the
+// MaxInstanceLen bounds a problem's instance and a logged path: the
 // request path is the client's, up to the server's header limit.
-const maxInstanceLen = 256
+const MaxInstanceLen = 256
 
 // instancePath is a problem's instance: the request path as logs show it
 // (logPath: a path can carry a number, DELETE
@@ -319,7 +319,7 @@ func cutPath(p string, n int) string {
 
 // problemOf classifies err, logs what the client will not see, counts the
 // rejection and returns the problem body.
-func (s *server) problemOf(r *http.Request, err error) (problem, *apiError) {
+func (s *Server) problemOf(r *http.Request, err error) (problem, *apiError) {
 	e := toError(err)
 	if _, ok := kindInfo[e.Kind]; !ok {
 		e = &apiError{Kind: kindInternal, Err: err}
@@ -329,13 +329,13 @@ func (s *server) problemOf(r *http.Request, err error) (problem, *apiError) {
 		p.Detail = ""
 		p.Errors = nil
 		p.Extra = nil
-		s.log.ErrorContext(r.Context(), "request failed", "method", methodLabel(r.Method), "path", logPath(r),
+		s.Log.ErrorContext(r.Context(), "request failed", "method", methodLabel(r.Method), "path", logPath(r),
 			"request_id", p.RequestID, "err", err)
 	} else if e.Err != nil {
-		s.log.WarnContext(r.Context(), "request refused", "kind", e.Kind, "method", methodLabel(r.Method), "path", logPath(r),
+		s.Log.WarnContext(r.Context(), "request refused", "kind", e.Kind, "method", methodLabel(r.Method), "path", logPath(r),
 			"request_id", p.RequestID, "err", e.Err)
 	}
-	s.metrics.rejected.WithLabelValues(string(e.Kind)).Inc()
+	s.Metrics.rejected.WithLabelValues(string(e.Kind)).Inc()
 	return p, e
 }
 

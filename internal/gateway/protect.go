@@ -12,24 +12,24 @@ import (
 // id is the number's id on the suppression list for the message to carry
 // (target.id). The caller gives the holds back (holds.giveBack) when it
 // refuses the message later or nothing is sent.
-func (s *server) protectOne(ctx context.Context, cls sms.Class, to string) (id string, held holds, err error) {
-	ts := []target{{to: to, field: "to"}}
-	errs, held, err := s.protect.check(ctx, cls, ts)
+func (s *Server) protectOne(ctx context.Context, cls sms.Class, to string) (id string, held Holds, err error) {
+	ts := []Target{{To: to, Field: "to"}}
+	errs, held, err := s.Protect.Check(ctx, cls, ts)
 	if err != nil {
 		return "", nil, err
 	}
 	if errs[0] != nil {
 		return "", nil, errs[0]
 	}
-	return ts[0].id, held, nil
+	return ts[0].ID, held, nil
 }
 
 // protectItems is check for the valid items of a batch, by class: the
 // items it refuses get their problem and leave valid, which it returns
 // with the OTPs it counted (each hold's target is its item's index). The
 // messages of the others carry their numbers' ids (target.id).
-func (s *server) protectItems(ctx context.Context, r *http.Request, vs []validated, valid []int, items []batchItem) ([]int, holds, error) {
-	var held holds
+func (s *Server) protectItems(ctx context.Context, r *http.Request, vs []validated, valid []int, items []batchItem) ([]int, Holds, error) {
+	var held Holds
 	byClass := map[sms.Class][]int{}
 	for _, i := range valid {
 		byClass[vs[i].msg.Class] = append(byClass[vs[i].msg.Class], i)
@@ -40,17 +40,17 @@ func (s *server) protectItems(ctx context.Context, r *http.Request, vs []validat
 		if len(idx) == 0 {
 			continue
 		}
-		ts := make([]target, len(idx))
+		ts := make([]Target, len(idx))
 		for k, i := range idx {
-			ts[k] = target{to: vs[i].msg.To, field: "messages[" + strconv.Itoa(i) + "].to"}
+			ts[k] = Target{To: vs[i].msg.To, Field: "messages[" + strconv.Itoa(i) + "].to"}
 		}
-		errs, hs, err := s.protect.check(ctx, cls, ts)
+		errs, hs, err := s.Protect.Check(ctx, cls, ts)
 		if err != nil {
-			held.giveBack(ctx, s.log)
+			held.GiveBack(ctx, s.Log)
 			return nil, nil, err
 		}
 		for _, h := range hs {
-			h.target = idx[h.target]
+			h.Target = idx[h.Target]
 			held = append(held, h)
 		}
 		for k, e := range errs {
@@ -59,7 +59,7 @@ func (s *server) protectItems(ctx context.Context, r *http.Request, vs []validat
 				refused[idx[k]] = true
 				continue
 			}
-			vs[idx[k]].msg.NumberID = ts[k].id
+			vs[idx[k]].msg.NumberID = ts[k].ID
 		}
 	}
 	out := valid[:0:0]

@@ -50,27 +50,27 @@ type refusal int
 const (
 	refusedCountry refusal = iota
 	refusedNumberType
-	refusedSuppressed
+	RefusedSuppressed
 	refusedOTPPerNumber
-	nRefusals
+	NRefusals
 )
 
-var refusalNames = [nRefusals]string{"country", "number_type", "suppressed", "otp_per_number"}
+var refusalNames = [NRefusals]string{"country", "number_type", "suppressed", "otp_per_number"}
 
 func (r refusal) String() string { return refusalNames[r] }
 
-// protector is the one protection check and what it keeps.
-type protector struct {
+// Protector is the one protection check and what it keeps.
+type Protector struct {
 	cfg       config.ProtectionConfig
 	countries map[string]bool // empty: every region
 	blocked   map[sms.NumberType]bool
 	numbers   state.NumberLimits
-	sup       state.Suppressions
+	Sup       state.Suppressions
 	alarm     *prefixAlarm
 	log       *slog.Logger
 
 	refusals *prometheus.CounterVec
-	counts   [nRefusals]atomic.Int64 // this process's refusals, for the stats totals
+	counts   [NRefusals]atomic.Int64 // this process's refusals, for the stats totals
 
 	keyMu sync.Mutex
 	key   []byte // the account's number key, read once
@@ -84,10 +84,10 @@ type protector struct {
 	lastWarn  atomic.Int64 // unix ns of the last fallback WARN
 }
 
-func newProtector(cfg config.ProtectionConfig, numbers state.NumberLimits, sup state.Suppressions,
-	reg prometheus.Registerer, log *slog.Logger, now func() time.Time) (*protector, error) {
-	p := &protector{cfg: cfg, countries: map[string]bool{}, blocked: map[sms.NumberType]bool{},
-		numbers: numbers, sup: sup, log: log, localKey: make([]byte, 32), local: state.NewLocalNumberLimits(0)}
+func NewProtector(cfg config.ProtectionConfig, numbers state.NumberLimits, sup state.Suppressions,
+	reg prometheus.Registerer, log *slog.Logger, now func() time.Time) (*Protector, error) {
+	p := &Protector{cfg: cfg, countries: map[string]bool{}, blocked: map[sms.NumberType]bool{},
+		numbers: numbers, Sup: sup, log: log, localKey: make([]byte, 32), local: state.NewLocalNumberLimits(0)}
 	_, _ = rand.Read(p.localKey)
 	for _, c := range cfg.Countries {
 		p.countries[c] = true
@@ -120,28 +120,28 @@ func newProtector(cfg config.ProtectionConfig, numbers state.NumberLimits, sup s
 	return p, nil
 }
 
-// target is one number to check and the request field that holds it.
-type target struct {
-	to    string // E.164, validated
-	field string // "to", "messages[3].to"
-	// id is set by check: the number's id on the suppression list
+// Target is one number to check and the request field that holds it.
+type Target struct {
+	To    string // E.164, validated
+	Field string // "to", "messages[3].to"
+	// ID is set by check: the number's id on the suppression list
 	// (numberID under the account's key), which the message carries so
 	// that a take checks the list again (sms.Message.NumberID). Empty
 	// when the check refused the number first, or hashed it with this
 	// process's own key (the shared store down, an OTP).
-	id string
+	ID string
 }
 
-// check decides for every target of class cls. It returns one entry per
+// Check decides for every target of class cls. It returns one entry per
 // target: nil when the message may go on, else the *Error to answer; and
 // the OTPs it counted against their numbers (protection.otp_per_number),
 // which the caller gives back (holds.giveBack) for each message refused
 // later, so that only OTPs the gateway let through count. It sets the id
 // of each target it hashed with the account's key. The error is a store
 // failure (503): then nothing was decided and nothing is held.
-func (p *protector) check(ctx context.Context, cls sms.Class, ts []target) ([]*rejection, holds, error) {
-	out := make([]*rejection, len(ts))
-	var held holds
+func (p *Protector) Check(ctx context.Context, cls sms.Class, ts []Target) ([]*Rejection, Holds, error) {
+	out := make([]*Rejection, len(ts))
+	var held Holds
 	var rest []int // indexes still allowed after the static checks
 	for i, t := range ts {
 		if e := p.checkDestination(cls, t); e != nil {
@@ -155,7 +155,7 @@ func (p *protector) check(ctx context.Context, cls sms.Class, ts []target) ([]*r
 	}
 	ids := make([]string, len(rest))
 	down := cls == sms.ClassOTP && p.sharedDown()
-	key, err := p.numberKey(ctx, down)
+	key, err := p.NumberKey(ctx, down)
 	shared := err == nil && !down
 	own := false // the ids are this process's, not the list's
 	switch {
@@ -172,9 +172,9 @@ func (p *protector) check(ctx context.Context, cls sms.Class, ts []target) ([]*r
 		p.fellBack(ctx, cmp.Or(err, errSharedDown))
 	}
 	for k, i := range rest {
-		ids[k] = numberID(key, ts[i].to)
+		ids[k] = NumberID(key, ts[i].To)
 		if !own {
-			ts[i].id = ids[k]
+			ts[i].ID = ids[k]
 		}
 	}
 	if cls != sms.ClassOTP || p.cfg.SuppressOTP && shared {
@@ -187,7 +187,7 @@ func (p *protector) check(ctx context.Context, cls sms.Class, ts []target) ([]*r
 	}
 	held, err = p.checkOTPPerNumber(ctx, cls, ts, rest, ids, shared, out)
 	if err != nil {
-		held.giveBack(ctx, p.log)
+		held.GiveBack(ctx, p.log)
 		return nil, nil, err
 	}
 	return out, held, nil
@@ -200,16 +200,16 @@ type hold struct {
 	store  state.NumberLimits
 	key    string
 	ticket string
-	target int
+	Target int
 }
 
-// holds are the OTPs one check counted.
-type holds []hold
+// Holds are the OTPs one check counted.
+type Holds []hold
 
-// giveBack returns every hold to its store, on a context of its own (the
+// GiveBack returns every hold to its store, on a context of its own (the
 // request's may have ended: the client went away). A failure leaves the
-// OTP counted, the safe side: it is logged, not answered.
-func (hs holds) giveBack(ctx context.Context, log *slog.Logger) {
+// otp counted, the safe side: it is logged, not answered.
+func (hs Holds) GiveBack(ctx context.Context, log *slog.Logger) {
 	if len(hs) == 0 {
 		return
 	}
@@ -222,11 +222,11 @@ func (hs holds) giveBack(ctx context.Context, log *slog.Logger) {
 	}
 }
 
-// only returns the holds of the targets keep says to give back.
-func (hs holds) only(keep func(target int) bool) holds {
-	var out holds
+// Only returns the holds of the targets keep says to give back.
+func (hs Holds) Only(keep func(target int) bool) Holds {
+	var out Holds
 	for _, h := range hs {
-		if keep(h.target) {
+		if keep(h.Target) {
 			out = append(out, h)
 		}
 	}
@@ -239,8 +239,8 @@ const giveBackTimeout = 2 * time.Second
 // checkSuppressed refuses, in out, the targets rest whose number ids are
 // on the suppression list. An OTP skips a failing list (the fast path
 // keeps sending); other classes get the store's failure.
-func (p *protector) checkSuppressed(ctx context.Context, cls sms.Class, ts []target, rest []int, ids []string, out []*rejection) error {
-	listed, err := p.sup.Contains(ctx, ids)
+func (p *Protector) checkSuppressed(ctx context.Context, cls sms.Class, ts []Target, rest []int, ids []string, out []*Rejection) error {
+	listed, err := p.Sup.Contains(ctx, ids)
 	switch {
 	case err != nil && cls != sms.ClassOTP:
 		return unavailable("suppression list", err)
@@ -250,42 +250,42 @@ func (p *protector) checkSuppressed(ctx context.Context, cls sms.Class, ts []tar
 	}
 	for k, i := range rest {
 		if listed[k] {
-			out[i] = p.suppressed(cls, ts[i].field, ids[k])
+			out[i] = p.Suppressed(cls, ts[i].Field, ids[k])
 		}
 	}
 	return nil
 }
 
-// suppressed refuses a message whose number (id) is on the suppression
+// Suppressed refuses a message whose number (id) is on the suppression
 // list, wherever the list was read (here, or in the queue's script).
-func (p *protector) suppressed(cls sms.Class, field, id string) *rejection {
-	return p.refuse(refusedSuppressed, cls, &rejection{Kind: rejectSuppressed,
+func (p *Protector) Suppressed(cls sms.Class, field, id string) *Rejection {
+	return p.refuse(RefusedSuppressed, cls, &Rejection{Kind: RejectSuppressed,
 		Detail: field + ": the number is on the suppression list; nothing was sent",
 		Fields: []rejectField{{field, "is on the suppression list"}},
 		Extra:  map[string]any{"suppression_id": id}})
 }
 
-// checkDeferred is check for one message of a class other than OTP whose
+// CheckDeferred is check for one message of a class other than OTP whose
 // suppression lookup the caller runs in its store (the one-round-trip
 // accept): the static checks here, then the number id to look up.
-func (p *protector) checkDeferred(ctx context.Context, cls sms.Class, t target) (string, error) {
+func (p *Protector) CheckDeferred(ctx context.Context, cls sms.Class, t Target) (string, error) {
 	if e := p.checkDestination(cls, t); e != nil {
 		return "", e
 	}
-	key, err := p.numberKey(ctx, false)
+	key, err := p.NumberKey(ctx, false)
 	if err != nil {
 		return "", unavailable("protection store", err)
 	}
-	return numberID(key, t.to), nil
+	return NumberID(key, t.To), nil
 }
 
 // checkOTPPerNumber takes one OTP of each remaining target from its
 // number's allowance (protection.otp_per_number), refusing in out those
 // over it, and feeds the velocity alarm. A failing shared store falls
 // back to this process's count for the rest of the request.
-func (p *protector) checkOTPPerNumber(ctx context.Context, cls sms.Class, ts []target, rest []int, ids []string, shared bool,
-	out []*rejection) (holds, error) {
-	var held holds
+func (p *Protector) checkOTPPerNumber(ctx context.Context, cls sms.Class, ts []Target, rest []int, ids []string, shared bool,
+	out []*Rejection) (Holds, error) {
+	var held Holds
 	for k, i := range rest {
 		if out[i] != nil {
 			continue
@@ -306,39 +306,39 @@ func (p *protector) checkOTPPerNumber(ctx context.Context, cls sms.Class, ts []t
 				return held, unavailable("OTP per-number limit", err)
 			}
 			if ticket != "" {
-				held = append(held, hold{store: store, key: ids[k], ticket: ticket, target: i})
+				held = append(held, hold{store: store, key: ids[k], ticket: ticket, Target: i})
 			} else {
-				out[i] = p.refuse(refusedOTPPerNumber, cls, &rejection{Kind: rejectOTPPerNumber, RetryAfter: after,
-					Detail: fmt.Sprintf("%s: at most %d OTPs per number every %s; nothing was sent", ts[i].field, lim.Limit, lim.Window),
+				out[i] = p.refuse(refusedOTPPerNumber, cls, &Rejection{Kind: RejectOTPPerNumber, RetryAfter: after,
+					Detail: fmt.Sprintf("%s: at most %d OTPs per number every %s; nothing was sent", ts[i].Field, lim.Limit, lim.Window),
 					Extra:  map[string]any{"limit": lim.Limit, "window_seconds": int64(lim.Window.Seconds())}})
 				continue
 			}
 		}
-		p.alarm.observe(ts[i].to)
+		p.alarm.observe(ts[i].To)
 	}
 	return held, nil
 }
 
 // checkDestination is the static part: the number's region and type.
-func (p *protector) checkDestination(cls sms.Class, t target) *rejection {
+func (p *Protector) checkDestination(cls sms.Class, t Target) *Rejection {
 	if len(p.countries) == 0 && len(p.blocked) == 0 {
 		return nil
 	}
-	d := sms.DestinationOf(t.to)
+	d := sms.DestinationOf(t.To)
 	if len(p.countries) > 0 && !p.countries[d.Region] {
 		region := d.Region
 		if region == "" || region == sms.RegionNonGeo {
 			region = "none"
 		}
-		return p.refuse(refusedCountry, cls, &rejection{Kind: rejectDestination,
-			Detail: fmt.Sprintf("%s: region %s is not an allowed destination (allowed: %s)", t.field, region, strings.Join(p.cfg.Countries, ", ")),
-			Fields: []rejectField{{t.field, "region " + region + " is not an allowed destination"}},
+		return p.refuse(refusedCountry, cls, &Rejection{Kind: RejectDestination,
+			Detail: fmt.Sprintf("%s: region %s is not an allowed destination (allowed: %s)", t.Field, region, strings.Join(p.cfg.Countries, ", ")),
+			Fields: []rejectField{{t.Field, "region " + region + " is not an allowed destination"}},
 			Extra:  map[string]any{"region": region}})
 	}
 	if p.blocked[d.Type] {
-		return p.refuse(refusedNumberType, cls, &rejection{Kind: rejectNumberType,
-			Detail: fmt.Sprintf("%s: numbers of type %s are blocked", t.field, d.Type),
-			Fields: []rejectField{{t.field, "is a " + string(d.Type) + " number, which is blocked"}},
+		return p.refuse(refusedNumberType, cls, &Rejection{Kind: RejectNumberType,
+			Detail: fmt.Sprintf("%s: numbers of type %s are blocked", t.Field, d.Type),
+			Fields: []rejectField{{t.Field, "is a " + string(d.Type) + " number, which is blocked"}},
 			Extra:  map[string]any{"number_type": string(d.Type)}})
 	}
 	return nil
@@ -353,12 +353,12 @@ var errSharedDown = errors.New("the shared store failed less than a second ago")
 // timeout on every request.
 const sharedRetry = time.Second
 
-func (p *protector) sharedDown() bool { return time.Now().UnixNano() < p.down.Load() }
+func (p *Protector) sharedDown() bool { return time.Now().UnixNano() < p.down.Load() }
 
 // fellBack counts one OTP decision taken locally, marks the shared stores
 // down for sharedRetry after a real failure, and warns at most once every
 // fallbackWarnEvery.
-func (p *protector) fellBack(ctx context.Context, err error) {
+func (p *Protector) fellBack(ctx context.Context, err error) {
 	p.fallbacks.Inc()
 	now := time.Now().UnixNano()
 	if !errors.Is(err, errSharedDown) {
@@ -373,15 +373,15 @@ func (p *protector) fellBack(ctx context.Context, err error) {
 
 const fallbackWarnEvery = 10 * time.Second
 
-func (p *protector) refuse(r refusal, cls sms.Class, e *rejection) *rejection {
+func (p *Protector) refuse(r refusal, cls sms.Class, e *Rejection) *Rejection {
 	p.refusals.WithLabelValues(r.String(), cls.String()).Inc()
 	p.counts[r].Add(1)
 	return e
 }
 
-// refused is this process's refusals by reason since it started.
-func (p *protector) refused() [nRefusals]int64 {
-	var out [nRefusals]int64
+// Refused is this process's refusals by reason since it started.
+func (p *Protector) Refused() [NRefusals]int64 {
+	var out [NRefusals]int64
 	for i := range out {
 		out[i] = p.counts[i].Load()
 	}
@@ -390,22 +390,22 @@ func (p *protector) refused() [nRefusals]int64 {
 
 // unavailable refuses a message because a protection store it needs is
 // down or slow (checked before anything is stored or sent).
-func unavailable(what string, err error) *rejection {
-	return &rejection{Kind: rejectUnavailable, RetryAfter: time.Second, Err: err,
+func unavailable(what string, err error) *Rejection {
+	return &Rejection{Kind: RejectUnavailable, RetryAfter: time.Second, Err: err,
 		Detail: "the " + what + " is unavailable; nothing was sent or queued"}
 }
 
-// suppressionsUnavailable answers an admin call on the suppression list
+// SuppressionsUnavailable answers an admin call on the suppression list
 // while its store is down or slow: a change may still have been applied,
 // and is safe to repeat.
-func suppressionsUnavailable(err error) *rejection {
-	return &rejection{Kind: rejectUnavailable, RetryAfter: time.Second, Err: err,
+func SuppressionsUnavailable(err error) *Rejection {
+	return &Rejection{Kind: RejectUnavailable, RetryAfter: time.Second, Err: err,
 		Detail: "the suppression list is unavailable; retry later (a change that may have been applied is safe to repeat)"}
 }
 
-// numberKey is the account's number key, read from the store once; with
+// NumberKey is the account's number key, read from the store once; with
 // cachedOnly it does not ask the store (errSharedDown when never read).
-func (p *protector) numberKey(ctx context.Context, cachedOnly bool) ([]byte, error) {
+func (p *Protector) NumberKey(ctx context.Context, cachedOnly bool) ([]byte, error) {
 	p.keyMu.Lock()
 	defer p.keyMu.Unlock()
 	if p.key != nil {
@@ -414,7 +414,7 @@ func (p *protector) numberKey(ctx context.Context, cachedOnly bool) ([]byte, err
 	if cachedOnly {
 		return nil, errSharedDown
 	}
-	k, err := p.sup.Key(ctx)
+	k, err := p.Sup.Key(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -422,9 +422,9 @@ func (p *protector) numberKey(ctx context.Context, cachedOnly bool) ([]byte, err
 	return k, nil
 }
 
-// numberID is the stable, keyed hash that stands for a number in every
+// NumberID is the stable, keyed hash that stands for a number in every
 // store and answer: 32 hex digits of HMAC-SHA256(key, number).
-func numberID(key []byte, e164 string) string {
+func NumberID(key []byte, e164 string) string {
 	h := numberHasherFor(key)
 	m := h.pool.Get().(hash.Hash)
 	m.Reset()
@@ -498,7 +498,7 @@ func newPrefixAlarm(cfg config.PrefixAlarmConfig, countries []string, reg promet
 		}
 	}
 	// Exposed from the start (at 0) for the allowed regions, where every
-	// OTP that passes protection goes, and "unknown".
+	// otp that passes protection goes, and "unknown".
 	for _, r := range append([]string{"unknown"}, countries...) {
 		a.fired.WithLabelValues(r)
 	}

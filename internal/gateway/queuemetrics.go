@@ -25,7 +25,7 @@ type queueCollector struct {
 	up      *prometheus.Desc
 }
 
-func newQueueCollector(q queue.Queue, log *slog.Logger) *queueCollector {
+func NewQueueCollector(q queue.Queue, log *slog.Logger) *queueCollector {
 	return &queueCollector{
 		q: q, log: log, timeout: 2 * time.Second,
 		depth: prometheus.NewDesc("smsgw_queue_messages",

@@ -16,15 +16,15 @@ import (
 	"smsgw/internal/sms"
 )
 
-// maxReceiptBytes bounds a receipt request's body: vendors' receipts are
+// MaxReceiptBytes bounds a receipt request's body: vendors' receipts are
 // a few hundred bytes.
-const maxReceiptBytes = 16 << 10
+const MaxReceiptBytes = 16 << 10
 
 // receiptAdapters and receiptStatuses are the closed label sets of the
 // receipt metrics; "other" is a vendor status on the way (queued, sent,
 // buffered, ...) that changes nothing.
 var (
-	receiptAdapters = []string{"http", "twilio", "vonage"}
+	ReceiptAdapters = []string{"http", "twilio", "vonage"}
 	receiptStatuses = []string{"delivered", "undelivered", "failed", "other"}
 	outcomeStatuses = []sms.Status{sms.StatusDelivered, sms.StatusUndelivered, sms.StatusFailed}
 )
@@ -98,7 +98,7 @@ func newReceiptMetrics(reg prometheus.Registerer, now func() time.Time) (*receip
 	for _, a := range rotatingAdapters {
 		m.signatures.WithLabelValues(a, secretPrevious)
 	}
-	for _, a := range receiptAdapters {
+	for _, a := range ReceiptAdapters {
 		m.unknown.WithLabelValues(a)
 		m.early.WithLabelValues(a)
 		m.signatures.WithLabelValues(a, secretCurrent)
@@ -196,20 +196,20 @@ const unknownLogEvery = 10 * time.Second
 // short by its client (400) is answered without a log line of its own, and
 // one line per unknownLogEvery says how many there were, as failed bearer
 // keys are sampled (authFailed).
-func (s *server) readWebhook(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+func (s *Server) readWebhook(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err == nil {
 		return raw, nil
 	}
-	if n, ok := s.webhookBodyLog.Add(s.now(), unknownLogEvery); ok {
-		s.log.WarnContext(r.Context(), "provider webhook bodies refused: over the bound or cut short by the client",
+	if n, ok := s.webhookBodyLog.Add(s.Now(), unknownLogEvery); ok {
+		s.Log.WarnContext(r.Context(), "provider webhook bodies refused: over the bound or cut short by the client",
 			"path", logPath(r), "count", n, "client_ip", clientIP(r.Context()), "err", err)
 	}
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return nil, errorf(kindTooLarge, "the request body is larger than "+strconv.FormatInt(mbe.Limit, 10)+" bytes")
 	}
-	return nil, &apiError{Kind: kindInvalid, Detail: "could not read the request body",
+	return nil, &apiError{Kind: KindInvalid, Detail: "could not read the request body",
 		Fields: []fieldProblem{{"request", "unreadable body"}}}
 }
 
@@ -230,10 +230,10 @@ func webhookError(what string, err error) error {
 	var re *provider.ReceiptError
 	switch {
 	case errors.Is(err, provider.ErrStaleReceipt):
-		return errorf(kindBadSignature, "the "+what+"'s signed time is more than "+provider.ReceiptMaxAge.String()+
+		return errorf(KindBadSignature, "the "+what+"'s signed time is more than "+provider.ReceiptMaxAge.String()+
 			" old, or ahead of the gateway's clock: refused as a possible replay; nothing was changed")
 	case errors.Is(err, provider.ErrBadSignature):
-		return errorf(kindBadSignature, "the "+what+"'s signature is missing or wrong; nothing was changed")
+		return errorf(KindBadSignature, "the "+what+"'s signature is missing or wrong; nothing was changed")
 	case errors.As(err, &re):
 		return fieldError(re.Field, re.Reason)
 	}
@@ -244,27 +244,27 @@ func webhookError(what string, err error) error {
 // receipt. No bearer key: the adapter checks its vendor's signature; a bad
 // or missing one is 401 and changes nothing. Every signed receipt is
 // answered 204, matched or not, so a vendor never retries one in a storm.
-func (s *server) postReceipt(w http.ResponseWriter, r *http.Request) {
+func (s *Server) postReceipt(w http.ResponseWriter, r *http.Request) {
 	adapter := chi.URLParam(r, "adapter")
-	if adapter != s.cfg.Provider.Kind || s.receipts == nil {
-		s.writeError(w, r, errorf(kindNotFound, "this gateway takes no receipts for adapter "+maskID(adapter)))
+	if adapter != s.Cfg.Provider.Kind || s.Receipts == nil {
+		s.WriteError(w, r, errorf(KindNotFound, "this gateway takes no receipts for adapter "+maskID(adapter)))
 		return
 	}
-	raw, err := s.readWebhook(w, r, maxReceiptBytes)
+	raw, err := s.readWebhook(w, r, MaxReceiptBytes)
 	if err != nil {
-		s.writeError(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
-	rc, err := s.receipts.ParseReceipt(r, raw)
+	rc, err := s.Receipts.ParseReceipt(r, raw)
 	var re *provider.ReceiptError
 	if err == nil || errors.As(err, &re) {
-		s.metrics.receipts.signed(adapter, rc.PreviousSecret)
+		s.Metrics.receipts.signed(adapter, rc.PreviousSecret)
 	}
 	if err != nil {
-		s.writeError(w, r, webhookError("receipt", err))
+		s.WriteError(w, r, webhookError("receipt", err))
 		return
 	}
-	rm := s.metrics.receipts
+	rm := s.Metrics.receipts
 	if rc.Status == "" {
 		rm.receipts.WithLabelValues(adapter, "other").Inc()
 		w.WriteHeader(http.StatusNoContent)
@@ -275,12 +275,12 @@ func (s *server) postReceipt(w http.ResponseWriter, r *http.Request) {
 		q.Reference = "" // not one of ours: match by the provider id
 	}
 	if err := queue.CheckReceipt(q); err != nil {
-		s.writeError(w, r, fieldError("provider_message_id", err.Error()))
+		s.WriteError(w, r, fieldError("provider_message_id", err.Error()))
 		return
 	}
-	out, err := s.queue.ApplyReceipt(r.Context(), q)
+	out, err := s.Queue.ApplyReceipt(r.Context(), q)
 	if err != nil {
-		s.writeError(w, r, &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err,
+		s.WriteError(w, r, &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err,
 			Detail: "the store did not take the receipt; send it again"})
 		return
 	}
@@ -288,8 +288,8 @@ func (s *server) postReceipt(w http.ResponseWriter, r *http.Request) {
 	switch out.Result {
 	case queue.ReceiptUnknown:
 		rm.unknown.WithLabelValues(adapter).Inc()
-		if n, ok := s.unknownLog.Add(s.now(), unknownLogEvery); ok {
-			s.log.Warn("receipts matched no message", "adapter", adapter, "count", n,
+		if n, ok := s.unknownLog.Add(s.Now(), unknownLogEvery); ok {
+			s.Log.Warn("receipts matched no message", "adapter", adapter, "count", n,
 				"provider_message_id", maskID(rc.ProviderID), "status", string(rc.Status))
 		}
 	case queue.ReceiptApplied:
@@ -305,7 +305,7 @@ func (s *server) postReceipt(w http.ResponseWriter, r *http.Request) {
 	}
 	if rc.OptedOut {
 		if e := s.receiptOptedOut(r, adapter, rc); e != nil {
-			s.writeError(w, r, e)
+			s.WriteError(w, r, e)
 			return
 		}
 	}
@@ -317,13 +317,13 @@ func (s *server) postReceipt(w http.ResponseWriter, r *http.Request) {
 // The store's failure is a 503, so that the vendor sends the receipt again
 // (applying it twice changes nothing); a recipient that is not a number is
 // logged, not refused: the receipt itself was taken.
-func (s *server) receiptOptedOut(r *http.Request, adapter string, rc provider.Receipt) error {
-	err := s.optOuts.providerOptOut(r.Context(), rc.Recipient,
+func (s *Server) receiptOptedOut(r *http.Request, adapter string, rc provider.Receipt) error {
+	err := s.OptOuts.OptOutFor(r.Context(), rc.Recipient,
 		"the provider reported that the recipient opted out ("+adapter+" receipt, error "+rc.ErrorCode+")")
 	var ve *sms.ValidationError
 	switch {
 	case errors.As(err, &ve):
-		s.log.WarnContext(r.Context(), "a receipt reports an opt-out for a recipient that is not an E.164 number; not suppressed",
+		s.Log.WarnContext(r.Context(), "a receipt reports an opt-out for a recipient that is not an E.164 number; not suppressed",
 			"adapter", adapter, "provider_message_id", maskID(rc.ProviderID))
 	case err != nil:
 		return &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err,

@@ -2,12 +2,12 @@ package gateway
 
 import "time"
 
-// rejection is admission's answer when a message may not be accepted: why
+// Rejection is admission's answer when a message may not be accepted: why
 // (its kind), what to tell the producer, and when to try again. Admission
 // knows nothing of HTTP: the API maps each kind to its problem type and
 // status in one place (problem.go, rejectionKinds).
-type rejection struct {
-	Kind       rejectKind
+type Rejection struct {
+	Kind       RejectKind
 	Detail     string        // safe to show the producer
 	Fields     []rejectField // the request fields at fault, if any
 	RetryAfter time.Duration // when the same request may succeed; 0: never by itself
@@ -15,16 +15,16 @@ type rejection struct {
 	Err        error // cause, logged, never shown
 }
 
-// rejectKind is the closed set of admission's refusals.
-type rejectKind string
+// RejectKind is the closed set of admission's refusals.
+type RejectKind string
 
 const (
-	rejectDestination  rejectKind = "destination-not-allowed"  // region not in protection.countries
-	rejectNumberType   rejectKind = "number-type-blocked"      // type in protection.block_number_types
-	rejectSuppressed   rejectKind = "suppressed"               // the number is on the suppression list
-	rejectOTPPerNumber rejectKind = "otp-number-limited"       // protection.otp_per_number
-	rejectExpires      rejectKind = "would-expire-before-send" // TTL shorter than the backlog ahead
-	rejectUnavailable  rejectKind = "unavailable"              // a store admission needs is down or slow
+	RejectDestination  RejectKind = "destination-not-allowed"  // region not in protection.countries
+	RejectNumberType   RejectKind = "number-type-blocked"      // type in protection.block_number_types
+	RejectSuppressed   RejectKind = "suppressed"               // the number is on the suppression list
+	RejectOTPPerNumber RejectKind = "otp-number-limited"       // protection.otp_per_number
+	RejectExpires      RejectKind = "would-expire-before-send" // TTL shorter than the backlog ahead
+	RejectUnavailable  RejectKind = "unavailable"              // a store admission needs is down or slow
 )
 
 // rejectField names one request field a rejection is about.
@@ -33,7 +33,7 @@ type rejectField struct {
 	Reason string
 }
 
-func (r *rejection) Error() string {
+func (r *Rejection) Error() string {
 	s := string(r.Kind)
 	if r.Detail != "" {
 		s += ": " + r.Detail
@@ -44,4 +44,4 @@ func (r *rejection) Error() string {
 	return s
 }
 
-func (r *rejection) Unwrap() error { return r.Err }
+func (r *Rejection) Unwrap() error { return r.Err }

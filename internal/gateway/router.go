@@ -27,70 +27,70 @@ import (
 	"smsgw/internal/sms"
 )
 
-// server holds what the handlers need. It is built by New and never
+// Server holds what the handlers need. It is built by New and never
 // changes after, except the readiness flag.
-type server struct {
-	cfg          config.Config
-	log          *slog.Logger
-	now          func() time.Time
-	queue        queue.Queue
-	enq          enqueuer
-	oneTrip      *oneTrip // Redis mode: see onetrip.go
-	limiter      limiter.Limiter
-	ingress      *ingress
-	idem         idemStore
-	otp          otpSender
-	notifier     notifier
-	auth         *authenticator
-	authThrottle *authThrottle
-	eta          *etaEstimator
-	quiet        sms.QuietPolicy
-	pause        *operatorPause
-	live         *liveStats
-	history      *historyView
-	callbacks    *callbacks
-	protect      *protector
-	metrics      *apiMetrics
-	gatherer     prometheus.Gatherer
-	dashboard    http.Handler
-	checks       []readyCheck
-	receipts     provider.ReceiptParser // the provider's receipt check; nil: receipts refused
-	inbound      provider.InboundParser // the provider's inbound-message check; nil: inbound messages refused
-	optOuts      *optOuts               // recipients' opt-outs and opt-ins (inbound.go)
+type Server struct {
+	Cfg          config.Config
+	Log          *slog.Logger
+	Now          func() time.Time
+	Queue        queue.Queue
+	Enq          Enqueuer
+	OneTrip      *OneTrip // Redis mode: see onetrip.go
+	Limiter      limiter.Limiter
+	Ingress      *Ingress
+	Idem         idemStore
+	OTP          otpSender
+	Notifier     notifier
+	Auth         *authenticator
+	AuthThrottle *authThrottle
+	ETA          *ETAEstimator
+	Quiet        sms.QuietPolicy
+	Pause        *OperatorPause
+	Live         *LiveStats
+	History      *HistoryView
+	Callbacks    *Callbacks
+	Protect      *Protector
+	Metrics      *APIMetrics
+	Gatherer     prometheus.Gatherer
+	Dashboard    http.Handler
+	Checks       []ReadyCheck
+	Receipts     provider.ReceiptParser // the provider's receipt check; nil: receipts refused
+	Inbound      provider.InboundParser // the provider's inbound-message check; nil: inbound messages refused
+	OptOuts      *OptOuts               // recipients' opt-outs and opt-ins (inbound.go)
 	unknownLog   logsample.Sampler      // unmatched receipts
-	otpRecords   otpRecords
-	trusted      []netip.Prefix
-	stopping     atomic.Bool
+	OTPRecords   OTPRecords
+	Trusted      []netip.Prefix
+	Stopping     atomic.Bool
 
 	// webhookBodyLog samples the receipts and inbound messages whose body
 	// was over the bound or cut short (readWebhook).
 	webhookBodyLog logsample.Sampler
 }
 
-// routes builds the chi router of every route. Every route here must be a
+// Routes builds the chi router of every route. Every route here must be a
 // path of api/openapi.yaml (TestRoutesMatchSpec).
-func (s *server) routes() http.Handler { return s.router(true, true) }
+func (s *Server) Routes() http.Handler { return s.Router(true, true) }
 
-// router builds a chi router with the producer routes (public), the
+// Router builds a chi router with the producer routes (public), the
 // operator routes (/metrics, /v1/admin/*, the dashboard: admin), or both;
 // /healthz and /readyz are on every router. With admin.listen set the App
 // serves them on two listeners.
-func (s *server) router(public, admin bool) chi.Router {
+func (s *Server) Router(public, admin bool) chi.Router {
 	r := chi.NewRouter()
-	r.Use(s.requestID, s.clientIP, s.instrument, s.recoverer) // clientIP first: the access log names it
+	r.Use(s.RequestID, s.clientIP, s.instrument, s.Recoverer) // clientIP first: the access log names it
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		s.writeError(w, r, errorf(kindNotFound, "no such route"))
+		s.WriteError(w, r, errorf(KindNotFound, "no such route"))
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		allow := allowed(r, req.URL.Path)
 		w.Header().Set("Allow", strings.Join(allow, ", "))
-		s.writeError(w, req, errorf(kindMethodNotAllowed, methodNamed(req.Method)+" is not allowed here; use "+strings.Join(allow, " or ")))
+		s.WriteError(w, req, errorf(kindMethodNotAllowed, methodNamed(req.Method)+" is not allowed here; use "+strings.Join(allow, " or ")))
 	})
 
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
 	if admin {
-		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}))
+		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.Gatherer, promhttp.HandlerOpts{}))
 	}
 	r.Get("/openapi.yaml", func(w http.ResponseWriter, r *http.Request) {
 		writeRaw(w, "application/yaml", http.StatusOK, api.OpenAPI)
@@ -130,11 +130,11 @@ func (s *server) router(public, admin bool) chi.Router {
 			r.Delete("/suppressions/{number}", s.adminRemoveSuppression)
 		})
 	})
-	if admin && s.dashboard != nil {
+	if admin && s.Dashboard != nil {
 		r.Get("/dashboard", func(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, "/dashboard/", http.StatusMovedPermanently)
 		})
-		r.Handle("/dashboard/*", s.dashboard) // served with the full path
+		r.Handle("/dashboard/*", s.Dashboard) // served with the full path
 	}
 	return r
 }
@@ -155,10 +155,10 @@ func allowed(routes chi.Routes, path string) []string {
 	return out
 }
 
-// requestID takes the caller's X-Request-Id when it is short and plain (it
+// RequestID takes the caller's X-Request-Id when it is short and plain (it
 // ends up in logs), otherwise makes one, and echoes it on the answer.
 // chi's RequestID would accept any header value.
-func (s *server) requestID(next http.Handler) http.Handler {
+func (s *Server) RequestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get(middleware.RequestIDHeader)
 		if !plainToken(id, 64) {
@@ -185,16 +185,16 @@ func plainToken(s string, maxLen int) bool {
 	return true
 }
 
-// recoverer turns a handler panic into a logged 500 instead of a dropped
+// Recoverer turns a handler panic into a logged 500 instead of a dropped
 // connection. http.ErrAbortHandler keeps its meaning.
-func (s *server) recoverer(next http.Handler) http.Handler {
+func (s *Server) Recoverer(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer func() {
 			if v := recover(); v != nil {
 				if v == http.ErrAbortHandler {
 					panic(v)
 				}
-				s.writeError(w, r, fmt.Errorf("panic: %v", v))
+				s.WriteError(w, r, fmt.Errorf("panic: %v", v))
 			}
 		}()
 		next.ServeHTTP(w, r)
@@ -206,14 +206,14 @@ type clientIPKey struct{}
 // clientIP records the client address: the peer, or, when the peer is a
 // trusted proxy, the right-most X-Forwarded-For entry that is not itself a
 // trusted proxy. Everything left of that could be written by the client.
-func (s *server) clientIP(next http.Handler) http.Handler {
+func (s *Server) clientIP(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ip := s.resolveClientIP(r)
+		ip := s.ResolveClientIP(r)
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), clientIPKey{}, ip)))
 	})
 }
 
-func (s *server) resolveClientIP(r *http.Request) string {
+func (s *Server) ResolveClientIP(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		host = r.RemoteAddr
@@ -236,9 +236,9 @@ func (s *server) resolveClientIP(r *http.Request) string {
 	return peer.String()
 }
 
-func (s *server) isTrusted(a netip.Addr) bool {
+func (s *Server) isTrusted(a netip.Addr) bool {
 	a = a.Unmap()
-	for _, p := range s.trusted {
+	for _, p := range s.Trusted {
 		if p.Contains(a) {
 			return true
 		}
@@ -254,11 +254,11 @@ func clientIP(ctx context.Context) string {
 
 // limitBody refuses bodies over http.max_body_bytes: up front from
 // Content-Length, and while reading for chunked bodies.
-func (s *server) limitBody(next http.Handler) http.Handler {
+func (s *Server) limitBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		limit := s.cfg.HTTP.MaxBodyBytes
+		limit := s.Cfg.HTTP.MaxBodyBytes
 		if r.ContentLength > limit {
-			s.writeError(w, r, errorf(kindTooLarge, "the request body is larger than "+strconv.FormatInt(limit, 10)+" bytes"))
+			s.WriteError(w, r, errorf(kindTooLarge, "the request body is larger than "+strconv.FormatInt(limit, 10)+" bytes"))
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, limit)
@@ -290,7 +290,7 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // instrument counts and times every request by route pattern (a closed
 // set), never by raw path.
-func (s *server) instrument(next http.Handler) http.Handler {
+func (s *Server) instrument(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
@@ -302,9 +302,9 @@ func (s *server) instrument(next http.Handler) http.Handler {
 		if sw.status == 0 {
 			sw.status = http.StatusOK
 		}
-		s.metrics.observe(route, r.Method, sw.status, time.Since(start))
-		if s.log.Enabled(r.Context(), slog.LevelDebug) {
-			s.log.DebugContext(r.Context(), "http request", "method", methodLabel(r.Method), "route", route, "status", sw.status,
+		s.Metrics.observe(route, r.Method, sw.status, time.Since(start))
+		if s.Log.Enabled(r.Context(), slog.LevelDebug) {
+			s.Log.DebugContext(r.Context(), "http request", "method", methodLabel(r.Method), "route", route, "status", sw.status,
 				"duration", time.Since(start), "client_ip", clientIP(r.Context()),
 				"request_id", middleware.GetReqID(r.Context()))
 		}

@@ -23,7 +23,7 @@ func TestSendAtZeroTimeRefused(t *testing.T) {
 				}
 				b := h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": []any{msg("transactional", "send_at", at)}})
 				wantStatus(t, b, http.StatusOK)
-				var br batchResponse
+				var br BatchResponse
 				b.json(t, &br)
 				if it := br.Results[0]; it.Status != http.StatusBadRequest || it.Error == nil ||
 					len(it.Error.Errors) != 1 || it.Error.Errors[0].Field != "messages[0].send_at" {

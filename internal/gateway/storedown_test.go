@@ -31,7 +31,7 @@ func TestEnqueueWithStoreDownIs503(t *testing.T) {
 		if r.header.Get("Retry-After") == "" {
 			t.Errorf("%s: 503 without Retry-After", path)
 		}
-		if p := r.problem(t); p["type"] != problemTypeBase+"unavailable" {
+		if p := r.problem(t); p["type"] != ProblemTypeBase+"unavailable" {
 			t.Errorf("%s: problem %v", path, p)
 		}
 	}

@@ -25,7 +25,7 @@ type suppressionRequest struct {
 	Reason string `json:"reason"`
 }
 
-type suppressionView struct {
+type SuppressionView struct {
 	ID        string    `json:"id"`
 	To        string    `json:"to"` // masked
 	Reason    string    `json:"reason"`
@@ -33,8 +33,8 @@ type suppressionView struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
-type suppressionList struct {
-	Suppressions []suppressionView `json:"suppressions"`
+type SuppressionList struct {
+	Suppressions []SuppressionView `json:"suppressions"`
 	Total        int               `json:"total"`
 	Next         string            `json:"next,omitempty"` // the after of the next page
 }
@@ -44,8 +44,8 @@ const (
 	maxReasonDigits        = 5 // a longer run of digits could be a number
 )
 
-func viewOfSuppression(e state.Suppression) suppressionView {
-	return suppressionView{ID: e.ID, To: e.Masked, Reason: e.Reason, Source: string(e.Source.OrOperator()), CreatedAt: e.CreatedAt.UTC()}
+func viewOfSuppression(e state.Suppression) SuppressionView {
+	return SuppressionView{ID: e.ID, To: e.Masked, Reason: e.Reason, Source: string(e.Source.OrOperator()), CreatedAt: e.CreatedAt.UTC()}
 }
 
 // checkReason refuses an operator's reason (a suppression's, a pause's)
@@ -69,142 +69,142 @@ func checkReason(reason string, maxLen int) *apiError {
 	return nil
 }
 
-func (s *server) adminAddSuppression(w http.ResponseWriter, r *http.Request) {
+func (s *Server) adminAddSuppression(w http.ResponseWriter, r *http.Request) {
 	raw, err := readBody(r, false)
 	if err != nil {
-		s.writeError(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	var req suppressionRequest
 	if err := decodeStrict(raw, &req, ""); err != nil {
-		s.writeError(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	to, err := sms.ParseE164(req.To)
 	if err != nil {
-		s.writeError(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	if e := checkReason(req.Reason, state.MaxSuppressionReason); e != nil {
-		s.writeError(w, r, e)
+		s.WriteError(w, r, e)
 		return
 	}
 	id, err := s.suppressionID(r.Context(), to)
 	if err != nil {
-		s.writeError(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
-	e := state.Suppression{ID: id, Masked: sms.MaskPhone(to), Reason: req.Reason, CreatedAt: s.now().UTC().Truncate(time.Second),
+	e := state.Suppression{ID: id, Masked: sms.MaskPhone(to), Reason: req.Reason, CreatedAt: s.Now().UTC().Truncate(time.Second),
 		Source: state.SourceOperator}
-	added, err := s.protect.sup.Add(r.Context(), e)
+	added, err := s.Protect.Sup.Add(r.Context(), e)
 	switch {
 	case errors.Is(err, state.ErrSuppressionsFull):
-		s.writeError(w, r, &apiError{Kind: kindSuppressionsFull, Err: err,
-			Detail: fmt.Sprintf("the list holds protection.max_suppressions (%d) entries; remove some first", s.cfg.Protection.MaxSuppressions)})
+		s.WriteError(w, r, &apiError{Kind: KindSuppressionsFull, Err: err,
+			Detail: fmt.Sprintf("the list holds protection.max_suppressions (%d) entries; remove some first", s.Cfg.Protection.MaxSuppressions)})
 		return
 	case err != nil:
-		s.writeError(w, r, suppressionsUnavailable(err))
+		s.WriteError(w, r, SuppressionsUnavailable(err))
 		return
 	}
 	status := http.StatusOK
 	if added {
 		status = http.StatusCreated
-		s.log.InfoContext(r.Context(), "number suppressed by operator", "suppression_id", id, "to", e.Masked,
+		s.Log.InfoContext(r.Context(), "number suppressed by operator", "suppression_id", id, "to", e.Masked,
 			"client_ip", clientIP(r.Context()))
 	}
 	w.Header().Set("Location", "/v1/admin/suppressions/"+id)
-	writeJSON(w, s.log, "application/json", status, viewOfSuppression(e))
+	writeJSON(w, s.Log, "application/json", status, viewOfSuppression(e))
 }
 
 // adminRemoveSuppression takes the number (E.164, '+' as is or %2B) or the
 // entry's id from the path.
-func (s *server) adminRemoveSuppression(w http.ResponseWriter, r *http.Request) {
+func (s *Server) adminRemoveSuppression(w http.ResponseWriter, r *http.Request) {
 	// chi matches on the escaped path when it has one: "%2B8190..." comes
 	// here as written.
 	arg, err := url.PathUnescape(chi.URLParam(r, "number"))
 	if err != nil {
-		s.writeError(w, r, fieldError("number", "must be an E.164 number or a suppression id"))
+		s.WriteError(w, r, fieldError("number", "must be an E.164 number or a suppression id"))
 		return
 	}
 	id := arg
 	if arg != "" && (arg[0] == '+' || arg[0] == ' ') { // a '+' some clients send as a space
 		to, err := sms.ParseE164("+" + arg[1:])
 		if err != nil {
-			s.writeError(w, r, fieldError("number", "must be an E.164 number or a suppression id"))
+			s.WriteError(w, r, fieldError("number", "must be an E.164 number or a suppression id"))
 			return
 		}
 		if id, err = s.suppressionID(r.Context(), to); err != nil {
-			s.writeError(w, r, err)
+			s.WriteError(w, r, err)
 			return
 		}
 	} else if !state.ValidKey(arg) {
-		s.writeError(w, r, fieldError("number", "must be an E.164 number or a suppression id"))
+		s.WriteError(w, r, fieldError("number", "must be an E.164 number or a suppression id"))
 		return
 	}
-	removed, err := s.protect.sup.Remove(r.Context(), id)
+	removed, err := s.Protect.Sup.Remove(r.Context(), id)
 	if err != nil {
-		s.writeError(w, r, suppressionsUnavailable(err))
+		s.WriteError(w, r, SuppressionsUnavailable(err))
 		return
 	}
 	if !removed {
-		s.writeError(w, r, errorf(kindNotFound, "the number is not on the suppression list"))
+		s.WriteError(w, r, errorf(KindNotFound, "the number is not on the suppression list"))
 		return
 	}
-	s.log.InfoContext(r.Context(), "number unsuppressed by operator", "suppression_id", id, "client_ip", clientIP(r.Context()))
+	s.Log.InfoContext(r.Context(), "number unsuppressed by operator", "suppression_id", id, "client_ip", clientIP(r.Context()))
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *server) adminListSuppressions(w http.ResponseWriter, r *http.Request) {
+func (s *Server) adminListSuppressions(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	limit := defaultSuppressionPage
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > state.MaxSuppressionPage {
-			s.writeError(w, r, fieldError("limit", fmt.Sprintf("must be an integer between 1 and %d", state.MaxSuppressionPage)))
+			s.WriteError(w, r, fieldError("limit", fmt.Sprintf("must be an integer between 1 and %d", state.MaxSuppressionPage)))
 			return
 		}
 		limit = n
 	}
 	after := q.Get("after")
 	if after != "" && !state.ValidKey(after) {
-		s.writeError(w, r, fieldError("after", "must be the next of a previous page"))
+		s.WriteError(w, r, fieldError("after", "must be the next of a previous page"))
 		return
 	}
-	page, err := s.protect.sup.List(r.Context(), after, limit)
+	page, err := s.Protect.Sup.List(r.Context(), after, limit)
 	if err != nil {
-		s.writeError(w, r, suppressionsUnavailable(err))
+		s.WriteError(w, r, SuppressionsUnavailable(err))
 		return
 	}
-	total, err := s.protect.sup.Count(r.Context())
+	total, err := s.Protect.Sup.Count(r.Context())
 	if err != nil {
-		s.writeError(w, r, suppressionsUnavailable(err))
+		s.WriteError(w, r, SuppressionsUnavailable(err))
 		return
 	}
-	out := suppressionList{Suppressions: make([]suppressionView, 0, len(page)), Total: total}
+	out := SuppressionList{Suppressions: make([]SuppressionView, 0, len(page)), Total: total}
 	for _, e := range page {
 		out.Suppressions = append(out.Suppressions, viewOfSuppression(e))
 	}
 	if len(page) == limit {
 		out.Next = page[len(page)-1].ID
 	}
-	writeJSON(w, s.log, "application/json", http.StatusOK, out)
+	writeJSON(w, s.Log, "application/json", http.StatusOK, out)
 }
 
 // suppressionID is the id of number e164 under the account's key.
-func (s *server) suppressionID(ctx context.Context, e164 string) (string, error) {
-	key, err := s.protect.numberKey(ctx, false)
+func (s *Server) suppressionID(ctx context.Context, e164 string) (string, error) {
+	key, err := s.Protect.NumberKey(ctx, false)
 	if err != nil {
-		return "", suppressionsUnavailable(err)
+		return "", SuppressionsUnavailable(err)
 	}
-	return numberID(key, e164), nil
+	return NumberID(key, e164), nil
 }
 
 // protectionOf is the stats answer's protection part: the refusals
 // counted in tot and the suppression list's size.
-func protectionOf(tot totals, suppressions int) *protectionStats {
+func protectionOf(tot Totals, suppressions int) *protectionStats {
 	out := &protectionStats{Refused: map[string]int64{}, Suppressions: suppressions}
-	for r := range nRefusals {
-		out.Refused[r.String()] = tot.refused[r]
+	for r := range NRefusals {
+		out.Refused[r.String()] = tot.Refused[r]
 	}
 	return out
 }

@@ -6,27 +6,27 @@ import (
 	"time"
 )
 
-// ticker runs a loop's runOnce every period, each run bounded by the
+// Ticker runs a loop's runOnce every period, each run bounded by the
 // period, from start until halt or until ctx ends. With quiet set, a
 // period in which the replica is idle runs only once quietEvery has passed
 // since the last run: loops that read shared state a sender needs slow
 // down while nothing is sent, so that an idle fleet costs Redis little.
-type ticker struct {
+type Ticker struct {
 	stop       chan struct{}
 	done       chan struct{}
-	quiet      *quietGate
-	quietEvery time.Duration
+	Quiet      *QuietGate
+	QuietEvery time.Duration
 }
 
-// quietGate tells whether the replica is idle; set once the dispatcher
+// QuietGate tells whether the replica is idle; set once the dispatcher
 // exists (before Start).
-type quietGate struct {
+type QuietGate struct {
 	f atomic.Pointer[func() bool]
 }
 
-func (g *quietGate) set(f func() bool) { g.f.Store(&f) }
+func (g *QuietGate) Set(f func() bool) { g.f.Store(&f) }
 
-func (g *quietGate) idle() bool {
+func (g *QuietGate) Idle() bool {
 	if g == nil {
 		return false
 	}
@@ -34,7 +34,7 @@ func (g *quietGate) idle() bool {
 	return f != nil && (*f)()
 }
 
-func (t *ticker) start(ctx context.Context, every time.Duration, runOnce func(context.Context) error) {
+func (t *Ticker) Start(ctx context.Context, every time.Duration, runOnce func(context.Context) error) {
 	t.stop, t.done = make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(t.done)
@@ -42,7 +42,7 @@ func (t *ticker) start(ctx context.Context, every time.Duration, runOnce func(co
 		defer tick.Stop()
 		var last time.Time
 		for {
-			if last.IsZero() || time.Since(last) >= t.quietEvery || !t.quiet.idle() {
+			if last.IsZero() || time.Since(last) >= t.QuietEvery || !t.Quiet.Idle() {
 				last = time.Now()
 				rctx, cancel := context.WithTimeout(ctx, every)
 				_ = runOnce(rctx) // each runOnce logs its own failures
@@ -59,8 +59,8 @@ func (t *ticker) start(ctx context.Context, every time.Duration, runOnce func(co
 	}()
 }
 
-// halt stops the loop and waits for it; false when it was not running.
-func (t *ticker) halt() bool {
+// Halt stops the loop and waits for it; false when it was not running.
+func (t *Ticker) Halt() bool {
 	if t.stop == nil {
 		return false
 	}

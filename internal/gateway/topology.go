@@ -42,7 +42,7 @@ func (h *topologyReloader) ProcessPipelineHook(next redis.ProcessPipelineHook) r
 }
 
 func (h *topologyReloader) after(err error) {
-	if err == nil || !dependencyDown(err) {
+	if err == nil || !DependencyDown(err) {
 		return
 	}
 	now := time.Now().UnixNano()
