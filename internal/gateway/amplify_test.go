@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"testing"
 
+	"smsgw/internal/httpapi"
 	"smsgw/internal/state"
 )
 
@@ -27,7 +28,7 @@ func TestRefusedBatchNotAmplified(t *testing.T) {
 	for i := range 3 {
 		r := h.post("/v1/messages/batch", keyNotify, invalidBatch(1000), "Idempotency-Key", "refused-"+strconv.Itoa(i))
 		wantStatus(t, r, http.StatusOK)
-		var b BatchResponse
+		var b httpapi.BatchResponse
 		r.json(t, &b)
 		if b.Accepted != 0 || b.Rejected != 1000 {
 			t.Fatalf("accepted %d rejected %d", b.Accepted, b.Rejected)

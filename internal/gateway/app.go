@@ -22,14 +22,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
+	"smsgw/internal/admission"
 	"smsgw/internal/config"
 	"smsgw/internal/dispatch"
+	"smsgw/internal/httpapi"
 	"smsgw/internal/limiter"
+	"smsgw/internal/opsview"
 	"smsgw/internal/provider"
 	"smsgw/internal/provider/httpprov"
 	"smsgw/internal/provider/twilio"
 	"smsgw/internal/provider/vonage"
 	"smsgw/internal/sms"
+	"smsgw/internal/tick"
 )
 
 // Options are what a caller of New may supply besides the configuration.
@@ -61,7 +65,7 @@ type Options struct {
 type App struct {
 	cfg   config.Config
 	log   *slog.Logger
-	srv   *Server
+	srv   *httpapi.Server
 	http  *http.Server
 	admin *http.Server // admin.listen's, nil without it
 	disp  *dispatch.Dispatcher
@@ -110,10 +114,10 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 			_ = a.closeAll() // logged step by step
 		}
 	}()
-	if err := d.reg.Register(NewQueueCollector(b.queue, d.log)); err != nil {
+	if err := d.reg.Register(opsview.NewQueueCollector(b.queue, d.log)); err != nil {
 		return nil, fmt.Errorf("gateway: queue metrics: %w", err)
 	}
-	if err := RegisterConfigMetrics(d.reg, cfg, b.pause); err != nil {
+	if err := opsview.RegisterConfigMetrics(d.reg, cfg, b.pause); err != nil {
 		return nil, fmt.Errorf("gateway: config metrics: %w", err)
 	}
 	if a.prov = opts.Provider; a.prov == nil {
@@ -123,16 +127,16 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	}
 	// Protection before the send loop: the loop reports the opt-outs the
 	// provider answers to the suppression list (optOuts).
-	protect, err := NewProtector(cfg.Protection, b.numbers, b.suppress, d.reg, d.log, d.now)
+	protect, err := admission.NewProtector(cfg.Protection, b.numbers, b.suppress, d.reg, d.log, d.now)
 	if err != nil {
 		return nil, err
 	}
-	optOuts, err := NewOptOuts(cfg.Protection.OptOut, protect, d.reg, d.log, d.now, ReceiptAdapters)
+	optOuts, err := admission.NewOptOuts(cfg.Protection.OptOut, protect, d.reg, d.log, d.now, httpapi.ReceiptAdapters)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: opt-out metrics: %w", err)
 	}
-	owner, otpLatency := ownerName(opts.Owner), NewLatencyWindow(OTPLatencySamples)
-	prov := ObservedProvider{Provider: a.prov, Now: d.now, OTP: otpLatency}
+	owner, otpLatency := ownerName(opts.Owner), opsview.NewLatencyWindow(opsview.OTPLatencySamples)
+	prov := opsview.ObservedProvider{Provider: a.prov, Now: d.now, OTP: otpLatency}
 	dcfg := dispatcherConfig(cfg, d, b, prov, owner)
 	dcfg.OptOuts = optOuts
 	if a.disp, err = dispatch.New(dcfg); err != nil {
@@ -141,16 +145,16 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	disp := a.disp
 	d.quiet.Set(func() bool { return disp.Idle(idleQuiet) })
 	started := d.now()
-	totals := NewTotalsLoop(a.disp.Snapshot, b.counters, b.scope, d.log, started)
-	totals.T.Quiet, totals.T.QuietEvery = d.quiet, TotalsIdleEvery
-	live := &LiveStats{Replica: Replica{Owner: owner, Mode: b.mode, Started: started}, ProviderName: a.prov.Name(),
+	totals := opsview.NewTotalsLoop(a.disp.Snapshot, b.counters, b.scope, d.log, started)
+	totals.T.Quiet, totals.T.QuietEvery = d.quiet, opsview.TotalsIdleEvery
+	live := &opsview.LiveStats{Replica: opsview.Replica{Owner: owner, Mode: b.mode, Started: started}, ProviderName: a.prov.Name(),
 		Snap: a.disp.Snapshot, OTP: otpLatency, Totals: totals}
 	if a.srv, err = newServer(cfg, d, gath, b, a.disp, live, opts.Dashboard); err != nil {
 		return nil, err
 	}
 	a.srv.Protect, a.srv.OptOuts = protect, optOuts
 	live.Totals.Refused = a.srv.Protect.Refused
-	if a.srv.History, err = NewHistoryView(b.history, b.scope, b.queue, a.disp.Snapshot, d.metrics.Accepted, d.quiet.Idle, d.log); err != nil {
+	if a.srv.History, err = opsview.NewHistoryView(b.history, b.scope, b.queue, a.disp.Snapshot, d.metrics.Accepted, d.quiet.Idle, d.log); err != nil {
 		return nil, err
 	}
 	if a.srv.Callbacks, err = newCallbacks(cfg, d, b, owner); err != nil {
@@ -186,7 +190,7 @@ func dispatcherConfig(cfg config.Config, d deps, b *backend, prov provider.Provi
 	listed := b.listed
 	listed.OTP = cfg.Protection.SuppressOTP
 	return dispatch.Config{
-		Queue: b.queue, Limiter: PausedLimiter{Limiter: b.limiter, P: b.pause}, Guard: b.guard,
+		Queue: b.queue, Limiter: admission.PausedLimiter{Limiter: b.limiter, P: b.pause}, Guard: b.guard,
 		Provider: prov, Owner: owner,
 		Workers: cfg.Dispatch.Workers, OTPWorkers: cfg.Dispatch.OTPWorkers,
 		Lease: cfg.Dispatch.Lease, MaxAttempts: cfg.Dispatch.MaxAttempts, PoisonAfter: cfg.Dispatch.PoisonAfter,
@@ -200,7 +204,7 @@ func dispatcherConfig(cfg config.Config, d deps, b *backend, prov provider.Provi
 
 // newDeps resolves the Options' defaults and the API metrics.
 func newDeps(opts Options) (deps, prometheus.Gatherer, error) {
-	d := deps{log: opts.Logger, now: opts.Now, quiet: &QuietGate{}, hook: opts.RedisHook}
+	d := deps{log: opts.Logger, now: opts.Now, quiet: &tick.QuietGate{}, hook: opts.RedisHook}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}
@@ -212,7 +216,7 @@ func newDeps(opts Options) (deps, prometheus.Gatherer, error) {
 		return deps{}, nil, err
 	}
 	d.reg = reg
-	if d.metrics, err = NewAPIMetrics(reg); err != nil {
+	if d.metrics, err = httpapi.NewAPIMetrics(reg, httpapi.KindLabels()); err != nil {
 		return deps{}, nil, fmt.Errorf("gateway: metrics: %w", err)
 	}
 	return d, gath, nil
@@ -228,16 +232,16 @@ func ownerName(owner string) string {
 }
 
 // newServer is what the handlers need.
-func newServer(cfg config.Config, d deps, gath prometheus.Gatherer, b *backend, disp *dispatch.Dispatcher, live *LiveStats,
-	dashboard http.Handler) (*Server, error) {
-	s := &Server{
+func newServer(cfg config.Config, d deps, gath prometheus.Gatherer, b *backend, disp *dispatch.Dispatcher, live *opsview.LiveStats,
+	dashboard http.Handler) (*httpapi.Server, error) {
+	s := &httpapi.Server{
 		Cfg: cfg, Log: d.log, Now: d.now, Metrics: d.metrics, Gatherer: gath,
-		Auth: NewAuthenticator(cfg, d.metrics.PreviousKeys), AuthThrottle: NewAuthThrottle(time.Now), Dashboard: dashboard, Quiet: cfg.QuietPolicy(),
-		Queue: b.queue, Enq: b.enq, OneTrip: b.oneTrip, Limiter: b.limiter, Ingress: &Ingress{Keys: b.ingress}, Idem: b.idem,
+		Auth: httpapi.NewAuthenticator(cfg, d.metrics.PreviousKeys), AuthThrottle: httpapi.NewAuthThrottle(time.Now), Dashboard: dashboard, Quiet: cfg.QuietPolicy(),
+		Queue: b.queue, Enq: b.enq, OneTrip: b.oneTrip, Limiter: b.limiter, Ingress: &httpapi.Ingress{Keys: b.ingress}, Idem: b.idem,
 		Pause: b.pause, Checks: b.checks, OTP: disp, Notifier: disp, Live: live,
 	}
 	s.OTPRecords.Init()
-	s.ETA = &ETAEstimator{Q: b.queue, Lim: b.limiter, Pause: b.pause, Cfg: cfg, Now: d.now, Log: d.log, Refresh: ETARefresh,
+	s.ETA = &admission.ETAEstimator{Q: b.queue, Lim: b.limiter, Pause: b.pause, Cfg: cfg, Now: d.now, Log: d.log, Refresh: admission.ETARefresh,
 		Quiet: s.Quiet, Slowdown: disp.Slowdown}
 	for _, p := range cfg.HTTP.TrustedProxies {
 		pr, err := netip.ParsePrefix(p)

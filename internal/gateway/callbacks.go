@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"smsgw/internal/config"
+	"smsgw/internal/httpapi"
 	"smsgw/internal/queue"
 	"smsgw/internal/webhook"
 )
@@ -12,7 +13,7 @@ import (
 // newCallbacks builds the deliverer over b's outbox. Every replica runs one,
 // whether or not a producer has a webhook now: events already written must
 // still go (or die) after a configuration change.
-func newCallbacks(cfg config.Config, d deps, b *backend, owner string) (*Callbacks, error) {
+func newCallbacks(cfg config.Config, d deps, b *backend, owner string) (*httpapi.Callbacks, error) {
 	ob, ok := b.queue.(queue.Outbox)
 	if !ok {
 		return nil, fmt.Errorf("gateway: the %s queue has no outbox", b.mode)
@@ -23,7 +24,7 @@ func newCallbacks(cfg config.Config, d deps, b *backend, owner string) (*Callbac
 		return nil, fmt.Errorf("gateway: webhooks.allow_networks: %w", err)
 	}
 	dests := map[string]webhook.Destination{}
-	allowed := map[string][]CallbackPrefix{} // each producer's webhook.allow, as the API checks it
+	allowed := map[string][]httpapi.CallbackPrefix{} // each producer's webhook.allow, as the API checks it
 	for i, p := range cfg.Producers {
 		if p.Webhook.Secret == "" {
 			continue
@@ -39,7 +40,7 @@ func newCallbacks(cfg config.Config, d deps, b *backend, owner string) (*Callbac
 			}
 		}
 		dests[p.Name] = webhook.Destination{URL: p.Webhook.URL, Key: key, PreviousKey: prev}
-		allowed[p.Name] = ParseCallbackPrefixes(p.Webhook.Allow)
+		allowed[p.Name] = httpapi.ParseCallbackPrefixes(p.Webhook.Allow)
 	}
 	m, err := webhook.NewMetrics(d.reg)
 	if err != nil {
@@ -60,7 +61,7 @@ func newCallbacks(cfg config.Config, d deps, b *backend, owner string) (*Callbac
 				// may have narrowed webhook.allow since the message was
 				// accepted, or an earlier release accepted a path that
 				// climbs out of its prefix
-				if !CallbackUnder(allowed[e.Producer], e.CallbackURL) {
+				if !httpapi.CallbackUnder(allowed[e.Producer], e.CallbackURL) {
 					return webhook.Destination{}, false
 				}
 				dst.URL = e.CallbackURL
@@ -75,7 +76,7 @@ func newCallbacks(cfg config.Config, d deps, b *backend, owner string) (*Callbac
 	if err != nil {
 		return nil, fmt.Errorf("gateway: callbacks: %w", err)
 	}
-	return &Callbacks{Outbox: ob, D: dl}, nil
+	return &httpapi.Callbacks{Outbox: ob, D: dl}, nil
 }
 
 // idleMax is how long the deliverer of an idle replica waits between looks

@@ -9,6 +9,7 @@ import (
 
 	"smsgw/internal/queue/embedded"
 	"smsgw/internal/queue/redisq"
+	"smsgw/internal/tick"
 )
 
 // compactor compacts the final records of quiet seconds on Redis
@@ -19,7 +20,7 @@ import (
 type compactor struct {
 	q   *redisq.Queue
 	log *slog.Logger
-	t   Ticker
+	t   tick.Ticker
 
 	mu      sync.Mutex
 	failing bool
@@ -36,7 +37,7 @@ const (
 	compactPerPass   = 64
 )
 
-func newCompactor(q *redisq.Queue, log *slog.Logger, quiet *QuietGate) *compactor {
+func newCompactor(q *redisq.Queue, log *slog.Logger, quiet *tick.QuietGate) *compactor {
 	c := &compactor{q: q, log: log}
 	c.t.Quiet, c.t.QuietEvery = quiet, compactIdleEvery
 	return c

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
+	"smsgw/internal/admission"
 	"smsgw/internal/logtest"
 	"smsgw/internal/provider/sim"
 	"smsgw/internal/queue"
@@ -185,7 +186,7 @@ func TestPausePollerRunOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = b.stops.run(d.log) })
-	poller := NewPausePoller(b.pause, time.Hour, d.log)
+	poller := admission.NewPausePoller(b.pause, time.Hour, d.log)
 	ctx := context.Background()
 	// As the ticker bounds each run by the period.
 	poll := func() error {

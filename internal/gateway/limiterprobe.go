@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 	"time"
+
+	"smsgw/internal/tick"
 )
 
 // limiterProbe asks Redis, once a second, whether it is back for each
@@ -13,7 +15,7 @@ import (
 // limiter that Redis decides for costs nothing here.
 type limiterProbe struct {
 	probes []prober
-	t      Ticker
+	t      tick.Ticker
 }
 
 // prober is a limiter whose breaker can be asked to try Redis

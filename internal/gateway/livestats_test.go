@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"smsgw/internal/admission"
 	"smsgw/internal/config"
+	"smsgw/internal/httpapi"
+	"smsgw/internal/opsview"
 	"smsgw/internal/provider"
 	"smsgw/internal/provider/sim"
 	"smsgw/internal/queue"
@@ -17,11 +20,11 @@ import (
 )
 
 // stats is a whole stats answer: every section read (unavailable empty).
-func (h *harness) stats() StatsResponse {
+func (h *harness) stats() httpapi.StatsResponse {
 	h.t.Helper()
 	r := h.get("/v1/admin/stats", keyAdmin)
 	wantStatus(h.t, r, http.StatusOK)
-	var st StatsResponse
+	var st httpapi.StatsResponse
 	r.json(h.t, &st)
 	if len(st.Unavailable) != 0 {
 		h.t.Fatalf("a partial stats answer (unavailable %v): %s", st.Unavailable, r.body)
@@ -43,7 +46,7 @@ func TestStatsFiguresFollowTraffic(t *testing.T) {
 					t.Errorf("class %s starts at %+v", c, cs)
 				}
 			}
-			wantScope := map[mode]string{embeddedMode: ScopeProcess, redisMode: ScopeShared}[m]
+			wantScope := map[mode]string{embeddedMode: opsview.ScopeProcess, redisMode: opsview.ScopeShared}[m]
 			wantLimiter := map[mode]string{embeddedMode: "local", redisMode: "shared"}[m]
 			pv := st.Provider
 			if st.Counters.Scope != wantScope || pv.RateScope != wantScope || pv.TargetRPS != 90 || pv.ContractRPS != 100 ||
@@ -251,7 +254,7 @@ func TestSharedCountersAcrossReplicas(t *testing.T) {
 	})
 	eventually(t, "replica b to report a's sends", func() bool {
 		st := b.stats()
-		return st.Classes["otp"].SentTotal == 4 && st.Counters.Scope == ScopeShared
+		return st.Classes["otp"].SentTotal == 4 && st.Counters.Scope == opsview.ScopeShared
 	})
 	if st := b.stats(); st.OTP.LatencySamples != 0 {
 		t.Errorf("b reports %d OTP latencies; latency is per replica and b sent none", st.OTP.LatencySamples)
@@ -273,9 +276,9 @@ func TestAdminGetMessage(t *testing.T) {
 	h := start(t, embeddedMode, nil)
 	r := h.post("/v1/messages", keyNotify, msg("transactional", "reference", "order-9"))
 	wantStatus(t, r, http.StatusAccepted)
-	var a AcceptedMessage
+	var a httpapi.AcceptedMessage
 	r.json(t, &a)
-	var v AdminMessage
+	var v httpapi.AdminMessage
 	eventually(t, "the message sent", func() bool {
 		g := h.get("/v1/admin/messages/"+a.ID, keyAdmin)
 		wantStatus(t, g, http.StatusOK)
@@ -308,7 +311,7 @@ func TestLatencyWindowQuantiles(t *testing.T) {
 		{"negative clamps to 0", []int{-5}, 10, 0, 0, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := NewLatencyWindow(tc.size)
+			w := opsview.NewLatencyWindow(tc.size)
 			for _, v := range tc.add {
 				w.Add(time.Duration(v) * time.Millisecond)
 			}
@@ -336,16 +339,16 @@ func seq(from, to int) []int {
 // tag, is asserted in internal/state).
 func TestCounterFields(t *testing.T) {
 	t.Parallel()
-	fields := TotalsFields()
-	if n := len(fields); n != 4*len(sms.Classes)+2+int(NRefusals) {
+	fields := opsview.TotalsFields()
+	if n := len(fields); n != 4*len(sms.Classes)+2+int(admission.NRefusals) {
 		t.Errorf("%d counter fields: %v", n, fields)
 	}
 	if _, err := state.NewLocalCounters(fields); err != nil {
 		t.Fatal(err)
 	}
-	var tt Totals
-	tt.Classes[sms.ClassOTP].Sent, tt.Throttled, tt.Refused[RefusedSuppressed] = 3, 2, 4
-	if got := TotalsFrom(tt.Values()); got != tt || len(tt.Values()) != 3 {
+	var tt opsview.Totals
+	tt.Classes[sms.ClassOTP].Sent, tt.Throttled, tt.Refused[admission.RefusedSuppressed] = 3, 2, 4
+	if got := opsview.TotalsFrom(tt.Values()); got != tt || len(tt.Values()) != 3 {
 		t.Errorf("round trip of %+v through the store fields: %+v (%v)", tt, got, tt.Values())
 	}
 }

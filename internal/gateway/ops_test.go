@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"smsgw/internal/admission"
 	"smsgw/internal/config"
+	"smsgw/internal/httpapi"
 	"smsgw/internal/logtest"
 	"smsgw/internal/provider/sim"
 	"smsgw/internal/redistest"
@@ -64,7 +66,7 @@ func TestAdminPauseStatsDeadLetters(t *testing.T) {
 	})
 	p := h.post("/v1/admin/pause", keyAdmin, map[string]any{"duration_seconds": 60, "reason": "provider maintenance"})
 	wantStatus(t, p, http.StatusOK)
-	var ps PauseState
+	var ps admission.PauseState
 	p.json(t, &ps)
 	if !ps.Paused || ps.Until == nil || ps.Reason != "provider maintenance" {
 		t.Errorf("pause %+v", ps)
@@ -74,7 +76,7 @@ func TestAdminPauseStatsDeadLetters(t *testing.T) {
 		wantStatus(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusAccepted)
 	}
 	time.Sleep(300 * time.Millisecond)
-	var st StatsResponse
+	var st httpapi.StatsResponse
 	h.get("/v1/admin/stats", keyAdmin).json(t, &st)
 	if q := st.Classes["marketing"]; q.Ready+q.Leased != 3 || !st.Pause.Paused || st.Limiter.Mode != "local" {
 		t.Errorf("stats %+v", st)
@@ -89,7 +91,7 @@ func TestAdminPauseStatsDeadLetters(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantStatus(t, h.post("/v1/admin/resume", keyAdmin, nil), http.StatusOK)
-	var dl DeadLettersResponse
+	var dl httpapi.DeadLettersResponse
 	eventually(t, "three dead letters", func() bool {
 		r := h.get("/v1/admin/dead-letters?limit=10", keyAdmin)
 		wantStatus(t, r, http.StatusOK)
@@ -123,7 +125,7 @@ func TestAdminPauseIsShared(t *testing.T) {
 	b := startWith(t, cfg, s)
 	wantStatus(t, a.post("/v1/admin/pause", keyAdmin, nil), http.StatusOK)
 	eventually(t, "replica b to see the pause", func() bool {
-		var st StatsResponse
+		var st httpapi.StatsResponse
 		b.get("/v1/admin/stats", keyAdmin).json(t, &st)
 		return st.Pause.Paused
 	})
@@ -131,16 +133,16 @@ func TestAdminPauseIsShared(t *testing.T) {
 	wantStatus(t, r, http.StatusServiceUnavailable)
 	wantStatus(t, b.post("/v1/admin/resume", keyAdmin, nil), http.StatusOK)
 	eventually(t, "replica a to see the resume", func() bool {
-		var st StatsResponse
+		var st httpapi.StatsResponse
 		a.get("/v1/admin/stats", keyAdmin).json(t, &st)
 		return !st.Pause.Paused
 	})
-	time.Sleep(2 * PausedRetry)
+	time.Sleep(2 * admission.PausedRetry)
 	wantStatus(t, a.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
 }
 
 func TestClientIPFromTrustedProxiesOnly(t *testing.T) {
-	s := &Server{Trusted: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::1/128")}}
+	s := &httpapi.Server{Trusted: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::1/128")}}
 	for _, tc := range []struct {
 		remote, xff, want string
 	}{
@@ -168,11 +170,11 @@ func TestClientIPFromTrustedProxiesOnly(t *testing.T) {
 // client as a bare 500 and the log in full; a panic likewise.
 func TestUnknownErrorIs500WithoutDetail(t *testing.T) {
 	var logs logtest.Buffer
-	m, err := NewAPIMetrics(newRegistry())
+	m, err := httpapi.NewAPIMetrics(newRegistry(), httpapi.KindLabels())
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{Log: slog.New(slog.NewJSONHandler(&logs, nil)), Metrics: m}
+	s := &httpapi.Server{Log: slog.New(slog.NewJSONHandler(&logs, nil)), Metrics: m}
 	h := s.RequestID(s.Recoverer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/panic" {
 			panic("secret-panic-value")
@@ -208,7 +210,7 @@ func TestRedisCluster(t *testing.T) {
 	if again.header.Get("Idempotent-Replayed") != "true" {
 		t.Error("no replay on Cluster")
 	}
-	var a AcceptedMessage
+	var a httpapi.AcceptedMessage
 	r.json(t, &a)
 	eventually(t, "the send", func() bool { return sentRefs(s)[a.ID] == 1 })
 	wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"smsgw/internal/httpapi"
 	"smsgw/internal/provider/sim"
 	"smsgw/internal/sms"
 )
@@ -45,7 +46,7 @@ func TestOTPUnknownKeepsID(t *testing.T) {
 	}
 	third := h.post("/v1/otp", keyLogin, otpBody("deadline_ms", 2000), "Idempotency-Key", "login-42")
 	wantStatus(t, third, http.StatusOK)
-	var sent OTPSent
+	var sent httpapi.OTPSent
 	third.json(t, &sent)
 	if seen := refs(); len(seen) != 3 || seen[0] != seen[1] || seen[1] != seen[2] {
 		t.Fatalf("the provider saw %v; want the same reference and key three times", seen)
@@ -53,7 +54,7 @@ func TestOTPUnknownKeepsID(t *testing.T) {
 	if sent.ID != id {
 		t.Errorf("the retry sent %s, the first attempts %s", sent.ID, id)
 	}
-	var v MessageView
+	var v httpapi.MessageView
 	eventually(t, "the sent OTP stored", func() bool {
 		g := h.get("/v1/messages/"+sent.ID, keyLogin)
 		if g.status != http.StatusOK {
@@ -90,7 +91,7 @@ func TestOTPDroppedConnectionKeepsID(t *testing.T) {
 	}
 	second := h.post("/v1/otp", keyLogin, otpBody("deadline_ms", 2000), "Idempotency-Key", "login-77")
 	wantStatus(t, second, http.StatusOK)
-	var sent OTPSent
+	var sent httpapi.OTPSent
 	second.json(t, &sent)
 	if seen := refs(); len(seen) < 2 || seen[0] != seen[len(seen)-1] || sent.ID != id {
 		t.Fatalf("the provider saw %v and the retry sent %s; want every attempt under %s", seen, sent.ID, id)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"smsgw/internal/httpapi"
 	"smsgw/internal/provider/sim"
 	"smsgw/internal/redistest"
 	"smsgw/internal/sms"
@@ -205,7 +206,7 @@ func TestOTPSentDuringOutageRecordedAfter(t *testing.T) {
 		if r.status != http.StatusOK {
 			return false
 		}
-		var sent OTPSent
+		var sent httpapi.OTPSent
 		if err := json.Unmarshal(r.body, &sent); err != nil {
 			t.Fatal(err)
 		}

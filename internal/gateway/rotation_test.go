@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"smsgw/internal/config"
+	"smsgw/internal/httpapi"
 	"smsgw/internal/provider/sim"
 )
 
@@ -91,7 +92,7 @@ func TestPreviousKeyAuthenticates(t *testing.T) {
 			}
 
 			cur := accepted(t, h.post("/v1/messages", keyNotify, msg("transactional")))
-			var old []AcceptedMessage
+			var old []httpapi.AcceptedMessage
 			for range 3 {
 				old = append(old, accepted(t, h.post("/v1/messages", keyNotifyOld, msg("transactional"))))
 			}
