@@ -15,6 +15,7 @@ import (
 	"smsgw/api"
 	"smsgw/internal/config"
 	"smsgw/internal/httpapi"
+	"smsgw/internal/opsview"
 	"smsgw/internal/sms"
 )
 
@@ -130,7 +131,7 @@ func TestAuth(t *testing.T) {
 		})
 	}
 	stats := h.get("/v1/admin/stats", keyAdmin)
-	var st httpapi.StatsResponse
+	var st opsview.StatsResponse
 	stats.json(t, &st)
 	for _, c := range sms.Classes {
 		if n := st.Classes[c.String()].Ready + st.Classes[c.String()].Leased; n != 0 {

@@ -131,7 +131,7 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	if err != nil {
 		return nil, err
 	}
-	optOuts, err := admission.NewOptOuts(cfg.Protection.OptOut, protect, d.reg, d.log, d.now, httpapi.ReceiptAdapters)
+	optOuts, err := admission.NewOptOuts(cfg.Protection.OptOut, protect, d.reg, d.log, d.now, opsview.ReceiptAdapters)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: opt-out metrics: %w", err)
 	}
@@ -216,7 +216,7 @@ func newDeps(opts Options) (deps, prometheus.Gatherer, error) {
 		return deps{}, nil, err
 	}
 	d.reg = reg
-	if d.metrics, err = httpapi.NewAPIMetrics(reg, httpapi.KindLabels()); err != nil {
+	if d.metrics, err = opsview.NewAPIMetrics(reg, httpapi.KindLabels()); err != nil {
 		return deps{}, nil, fmt.Errorf("gateway: metrics: %w", err)
 	}
 	return d, gath, nil

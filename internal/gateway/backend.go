@@ -58,7 +58,7 @@ type deps struct {
 	log     *slog.Logger
 	reg     prometheus.Registerer
 	now     func() time.Time
-	metrics *httpapi.APIMetrics
+	metrics *opsview.APIMetrics
 	quiet   *tick.QuietGate // whether this replica is idle (the dispatcher's answer)
 	hook    redis.Hook      // Options.RedisHook
 }

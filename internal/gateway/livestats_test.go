@@ -20,11 +20,11 @@ import (
 )
 
 // stats is a whole stats answer: every section read (unavailable empty).
-func (h *harness) stats() httpapi.StatsResponse {
+func (h *harness) stats() opsview.StatsResponse {
 	h.t.Helper()
 	r := h.get("/v1/admin/stats", keyAdmin)
 	wantStatus(h.t, r, http.StatusOK)
-	var st httpapi.StatsResponse
+	var st opsview.StatsResponse
 	r.json(h.t, &st)
 	if len(st.Unavailable) != 0 {
 		h.t.Fatalf("a partial stats answer (unavailable %v): %s", st.Unavailable, r.body)

@@ -15,6 +15,7 @@ import (
 	"smsgw/internal/config"
 	"smsgw/internal/httpapi"
 	"smsgw/internal/logtest"
+	"smsgw/internal/opsview"
 	"smsgw/internal/provider/sim"
 	"smsgw/internal/redistest"
 )
@@ -76,7 +77,7 @@ func TestAdminPauseStatsDeadLetters(t *testing.T) {
 		wantStatus(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusAccepted)
 	}
 	time.Sleep(300 * time.Millisecond)
-	var st httpapi.StatsResponse
+	var st opsview.StatsResponse
 	h.get("/v1/admin/stats", keyAdmin).json(t, &st)
 	if q := st.Classes["marketing"]; q.Ready+q.Leased != 3 || !st.Pause.Paused || st.Limiter.Mode != "local" {
 		t.Errorf("stats %+v", st)
@@ -125,7 +126,7 @@ func TestAdminPauseIsShared(t *testing.T) {
 	b := startWith(t, cfg, s)
 	wantStatus(t, a.post("/v1/admin/pause", keyAdmin, nil), http.StatusOK)
 	eventually(t, "replica b to see the pause", func() bool {
-		var st httpapi.StatsResponse
+		var st opsview.StatsResponse
 		b.get("/v1/admin/stats", keyAdmin).json(t, &st)
 		return st.Pause.Paused
 	})
@@ -133,7 +134,7 @@ func TestAdminPauseIsShared(t *testing.T) {
 	wantStatus(t, r, http.StatusServiceUnavailable)
 	wantStatus(t, b.post("/v1/admin/resume", keyAdmin, nil), http.StatusOK)
 	eventually(t, "replica a to see the resume", func() bool {
-		var st httpapi.StatsResponse
+		var st opsview.StatsResponse
 		a.get("/v1/admin/stats", keyAdmin).json(t, &st)
 		return !st.Pause.Paused
 	})
@@ -170,7 +171,7 @@ func TestClientIPFromTrustedProxiesOnly(t *testing.T) {
 // client as a bare 500 and the log in full; a panic likewise.
 func TestUnknownErrorIs500WithoutDetail(t *testing.T) {
 	var logs logtest.Buffer
-	m, err := httpapi.NewAPIMetrics(newRegistry(), httpapi.KindLabels())
+	m, err := opsview.NewAPIMetrics(newRegistry(), httpapi.KindLabels())
 	if err != nil {
 		t.Fatal(err)
 	}

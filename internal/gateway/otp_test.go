@@ -17,6 +17,7 @@ import (
 	"smsgw/internal/config"
 	"smsgw/internal/dispatch"
 	"smsgw/internal/httpapi"
+	"smsgw/internal/opsview"
 	"smsgw/internal/provider/httpprov"
 	"smsgw/internal/provider/sim"
 	"smsgw/internal/redistest"
@@ -49,7 +50,7 @@ func TestOTPSendsNow(t *testing.T) {
 				t.Errorf("provider has %d sends of %s", got, sent.ID)
 			}
 			// Nothing is queued.
-			var st httpapi.StatsResponse
+			var st opsview.StatsResponse
 			h.get("/v1/admin/stats", keyAdmin).json(t, &st)
 			if q := st.Classes["otp"]; q.Ready+q.Leased+q.Scheduled != 0 {
 				t.Errorf("otp queue %+v", q)
@@ -112,7 +113,7 @@ func TestOTPNotWithinDeadline(t *testing.T) {
 	if took > 450*time.Millisecond {
 		t.Errorf("answered after %v, deadline 150ms", took)
 	}
-	var st httpapi.StatsResponse
+	var st opsview.StatsResponse
 	h.get("/v1/admin/stats", keyAdmin).json(t, &st)
 	if q := st.Classes["otp"]; q.Ready+q.Leased+q.Scheduled != 0 {
 		t.Errorf("otp queue %+v", q)
@@ -149,7 +150,7 @@ func TestOTPProviderRefusesCredentials(t *testing.T) {
 			if n := calls.Load(); n != 1 {
 				t.Errorf("provider called %d times, want 1: every sender is paused after refused credentials", n)
 			}
-			var st httpapi.StatsResponse
+			var st opsview.StatsResponse
 			h.get("/v1/admin/stats", keyAdmin).json(t, &st)
 			if q := st.Classes["otp"]; q.Ready+q.Leased+q.Scheduled+q.Dead != 0 {
 				t.Errorf("otp queue %+v, want nothing queued", q)

@@ -26,10 +26,10 @@ var storeSections = []string{httpapi.SectionClasses, httpapi.SectionCounters, ht
 
 // statsAnswer is one stats answer (checked against the spec by get), 200
 // or not: decoded, and as raw members to tell absent from zero.
-func (h *harness) statsAnswer() (reply, httpapi.StatsResponse, map[string]map[string]json.RawMessage) {
+func (h *harness) statsAnswer() (reply, opsview.StatsResponse, map[string]map[string]json.RawMessage) {
 	h.t.Helper()
 	r := h.get("/v1/admin/stats", keyAdmin)
-	var st httpapi.StatsResponse
+	var st opsview.StatsResponse
 	raw := map[string]map[string]json.RawMessage{}
 	if r.status != http.StatusOK {
 		return r, st, raw

@@ -13,114 +13,11 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 
-	"smsgw/internal/admission"
 	"smsgw/internal/limiter"
 	"smsgw/internal/opsview"
 	"smsgw/internal/queue"
 	"smsgw/internal/sms"
 )
-
-type classStats struct {
-	Ready            int64   `json:"ready"`
-	Scheduled        int64   `json:"scheduled"`
-	Leased           int64   `json:"leased"`
-	Dead             int64   `json:"dead"`
-	OldestAgeSeconds float64 `json:"oldest_age_seconds"`
-	// Cumulative outcomes; their scope is statsResponse.Counters.
-	SentTotal    int64 `json:"sent_total"`
-	FailedTotal  int64 `json:"failed_total"`
-	ExpiredTotal int64 `json:"expired_total"`
-	DeadTotal    int64 `json:"dead_total"`
-	// DeliveryRatio is delivered over every final receipt of the class
-	// this replica took in the last 15 minutes; absent without receipts.
-	DeliveryRatio *float64 `json:"delivery_ratio,omitempty"`
-}
-
-type countersInfo struct {
-	Scope string    `json:"scope"` // shared | process
-	Since time.Time `json:"since"`
-}
-
-type providerStats struct {
-	Name string `json:"name"`
-	// SentPerSecond and ThrottledTotal come from the counters: nil (absent)
-	// when they could not be read. The rest is this replica's own.
-	SentPerSecond     *float64 `json:"sent_per_second,omitempty"`
-	RateScope         string   `json:"rate_scope"` // shared | process
-	TargetRPS         float64  `json:"target_rps"`
-	ContractRPS       float64  `json:"contract_rps"`
-	ThrottledTotal    *int64   `json:"throttled_total,omitempty"`
-	ThrottledInWindow int64    `json:"throttled_in_window"`
-	GuardActivateAt   int64    `json:"guard_activate_at"`
-	SuspendAfter      int      `json:"suspend_after"`
-	WindowSeconds     float64  `json:"window_seconds"`
-	GuardActive       bool     `json:"guard_active"`
-}
-
-type otpStats struct {
-	LatencyP50MS   *float64 `json:"latency_p50_ms,omitempty"`
-	LatencyP99MS   *float64 `json:"latency_p99_ms,omitempty"`
-	LatencySamples int      `json:"latency_samples"`
-	// UnavailableTotal is the counters' (scope as counters): nil (absent)
-	// when they could not be read.
-	UnavailableTotal *int64 `json:"unavailable_total,omitempty"`
-	// ReplicaUnavailableTotal is this process's own count since it
-	// started, known without the shared store.
-	ReplicaUnavailableTotal int64 `json:"replica_unavailable_total"`
-}
-
-type replicaStats struct {
-	Owner         string    `json:"owner"`
-	StartedAt     time.Time `json:"started_at"`
-	UptimeSeconds float64   `json:"uptime_seconds"`
-	Mode          string    `json:"mode"`
-	LimiterMode   string    `json:"limiter_mode"`
-}
-
-type limiterKey struct {
-	Name          string  `json:"name"`
-	AheadMS       int64   `json:"ahead_ms"`
-	RatePerSecond float64 `json:"rate_per_second"`
-	Burst         int     `json:"burst"`
-}
-
-type limiterStats struct {
-	Mode             string       `json:"mode"`
-	PauseRemainingMS int64        `json:"pause_remaining_ms"`
-	Keys             []limiterKey `json:"keys"`
-}
-
-// StatsResponse is the answer of GET /v1/admin/stats. The sections read
-// from the store (see the section names below) are nil, and absent, when
-// the store could not answer; Unavailable names them. Everything else is
-// this replica's own view and always present.
-type StatsResponse struct {
-	// Unavailable names the sections left out (never null; empty when the
-	// answer is whole).
-	Unavailable []string              `json:"unavailable"`
-	Classes     map[string]classStats `json:"classes,omitempty"`
-	Limiter     limiterStats          `json:"limiter"`
-	Pause       admission.PauseState  `json:"pause"`
-	Counters    *countersInfo         `json:"counters,omitempty"`
-	Provider    providerStats         `json:"provider"`
-	OTP         otpStats              `json:"otp"`
-	Replica     replicaStats          `json:"replica"`
-	// Callbacks is the outbox of status callbacks (shared with Redis).
-	Callbacks *callbackStats `json:"callbacks,omitempty"`
-	// Protection's refusals (scope: Counters) and the suppression list.
-	Protection *protectionStats `json:"protection,omitempty"`
-}
-
-type protectionStats struct {
-	Refused      map[string]int64 `json:"refused"` // by reason, every reason present
-	Suppressions int              `json:"suppressions"`
-}
-
-type callbackStats struct {
-	Backlog          int64   `json:"backlog"`
-	Dead             int64   `json:"dead"`
-	OldestAgeSeconds float64 `json:"oldest_age_seconds"`
-}
 
 // The sections of the stats answer that come from the store (Redis, or
 // the embedded store) and are left out, and named in unavailable, when it
@@ -219,7 +116,7 @@ func (s *Server) adminStats(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	out := StatsResponse{Unavailable: []string{}, Pause: s.Pause.State()}
+	out := opsview.StatsResponse{Unavailable: []string{}, Pause: s.Pause.State()}
 	var failed []error
 	miss := func(section string, errs ...error) {
 		out.Unavailable = append(out.Unavailable, section)
@@ -232,10 +129,10 @@ func (s *Server) adminStats(w http.ResponseWriter, r *http.Request) {
 	tot, counted := sh.tot, sh.totErr == nil
 	switch {
 	case counted && sh.queueErr == nil:
-		out.Classes = map[string]classStats{}
+		out.Classes = map[string]opsview.ClassStats{}
 		for _, c := range sms.Classes {
 			st, t := sh.queue[c], tot.Classes[c]
-			out.Classes[c.String()] = classStats{Ready: st.Ready, Scheduled: st.Scheduled, Leased: st.Leased,
+			out.Classes[c.String()] = opsview.ClassStats{Ready: st.Ready, Scheduled: st.Scheduled, Leased: st.Leased,
 				Dead: st.Dead, OldestAgeSeconds: st.OldestAge.Seconds(),
 				SentTotal: t.Sent, FailedTotal: t.Failed, ExpiredTotal: t.Expired, DeadTotal: t.Dead,
 				DeliveryRatio: s.Metrics.Receipts.RecentRatio(c)}
@@ -246,12 +143,12 @@ func (s *Server) adminStats(w http.ResponseWriter, r *http.Request) {
 		miss(SectionClasses) // its reason is the counters', logged once below
 	}
 	if counted {
-		out.Counters = &countersInfo{Scope: s.Live.Totals.Scope, Since: sh.since.UTC()}
+		out.Counters = &opsview.CountersInfo{Scope: s.Live.Totals.Scope, Since: sh.since.UTC()}
 	} else {
 		miss(SectionCounters, sh.totErr)
 	}
 	if sh.outboxErr == nil {
-		out.Callbacks = &callbackStats{Backlog: sh.outbox.Backlog, Dead: sh.outbox.Dead, OldestAgeSeconds: sh.outbox.OldestAge.Seconds()}
+		out.Callbacks = &opsview.CallbackStats{Backlog: sh.outbox.Backlog, Dead: sh.outbox.Dead, OldestAgeSeconds: sh.outbox.OldestAge.Seconds()}
 	} else {
 		miss(SectionCallbacks, sh.outboxErr)
 	}
@@ -263,11 +160,11 @@ func (s *Server) adminStats(w http.ResponseWriter, r *http.Request) {
 
 	snap := s.Live.Snap()
 	g := s.Cfg.Dispatch.SuspensionGuard
-	out.Provider = providerStats{Name: s.Live.ProviderName, RateScope: s.Live.Totals.Scope,
+	out.Provider = opsview.ProviderStats{Name: s.Live.ProviderName, RateScope: s.Live.Totals.Scope,
 		TargetRPS: s.Cfg.Limits.TargetRPS, ContractRPS: s.Cfg.Provider.ContractRPS,
 		ThrottledInWindow: snap.GuardCount, GuardActivateAt: snap.GuardActivateAt,
 		SuspendAfter: g.Threshold, WindowSeconds: g.Window.Seconds(), GuardActive: snap.GuardActive}
-	out.OTP = otpStats{ReplicaUnavailableTotal: snap.SendNow.Refused()}
+	out.OTP = opsview.OTPStats{ReplicaUnavailableTotal: snap.SendNow.Refused()}
 	if counted {
 		// The rate is sampled from the stored totals: while they cannot be
 		// read it is the rate from before, not a current figure.
@@ -280,11 +177,11 @@ func (s *Server) adminStats(w http.ResponseWriter, r *http.Request) {
 		out.OTP.LatencyP50MS, out.OTP.LatencyP99MS, out.OTP.LatencySamples = &p50, &p99, n
 	}
 	rep := s.Live.Replica
-	out.Replica = replicaStats{Owner: rep.Owner, StartedAt: rep.Started.UTC(), UptimeSeconds: s.Now().Sub(rep.Started).Seconds(),
+	out.Replica = opsview.ReplicaStats{Owner: rep.Owner, StartedAt: rep.Started.UTC(), UptimeSeconds: s.Now().Sub(rep.Started).Seconds(),
 		Mode: rep.Mode, LimiterMode: string(ls.Mode)}
-	out.Limiter = limiterStats{Mode: string(ls.Mode), PauseRemainingMS: ls.PauseRemaining.Milliseconds(), Keys: []limiterKey{}}
+	out.Limiter = opsview.LimiterStats{Mode: string(ls.Mode), PauseRemainingMS: ls.PauseRemaining.Milliseconds(), Keys: []opsview.LimiterKey{}}
 	for _, k := range ls.Keys {
-		out.Limiter.Keys = append(out.Limiter.Keys, limiterKey{Name: k.Name, AheadMS: k.Ahead.Milliseconds(),
+		out.Limiter.Keys = append(out.Limiter.Keys, opsview.LimiterKey{Name: k.Name, AheadMS: k.Ahead.Milliseconds(),
 			RatePerSecond: k.Rate.PerSecond, Burst: k.Rate.Burst})
 	}
 	if len(out.Unavailable) > 0 && ctx.Err() == nil {

@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"smsgw/internal/config"
+	"smsgw/internal/httpapi/fastdecode"
 	"smsgw/internal/sms"
 )
 
@@ -102,7 +103,7 @@ func DecodeStrict(raw []byte, dst any, prefix string) error {
 	if err := CheckUTF8(raw, prefix); err != nil {
 		return err
 	}
-	if DecodeCommon(raw, dst) {
+	if fastdecode.DecodeCommon(raw, dst) {
 		return nil
 	}
 	return DecodeChecked(raw, dst, prefix)
@@ -155,7 +156,7 @@ func checkMemberNames(raw []byte, dst any, prefix string) error {
 		}
 		name, _ := tok.(string)
 		field := prefix + name
-		if !PlainToken(name, 64) {
+		if !fastdecode.PlainToken(name, 64) {
 			field = strings.TrimSuffix(prefix, ".") + orWhole(prefix)
 		}
 		switch {
@@ -227,7 +228,7 @@ func invalidUTF8Field(raw []byte) string {
 		return "request"
 	}
 	for k, v := range m {
-		if !sms.ValidUTF8JSON(v) && utf8.ValidString(k) && PlainToken(k, 32) {
+		if !sms.ValidUTF8JSON(v) && utf8.ValidString(k) && fastdecode.PlainToken(k, 32) {
 			return k
 		}
 	}
@@ -251,7 +252,7 @@ func jsonError(err error, prefix string) error {
 		return fieldError(whole, "is empty or truncated JSON")
 	}
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		if f, uerr := strconv.Unquote(name); uerr == nil && PlainToken(f, 64) {
+		if f, uerr := strconv.Unquote(name); uerr == nil && fastdecode.PlainToken(f, 64) {
 			return fieldError(prefix+f, "is not a known field")
 		}
 		return fieldError(whole, "holds an unknown field")

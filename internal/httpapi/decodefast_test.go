@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"smsgw/internal/httpapi/fastdecode"
 )
 
 // decodeCorpus are request bodies around decodeCommon's edges: valid
@@ -76,11 +78,11 @@ func TestDecodeCommonAgrees(t *testing.T) {
 	// decodeCommon does take the common request (else the agreement
 	// above would be trivial).
 	var req MessageRequest
-	if !DecodeCommon([]byte(decodeCorpus[3]), &req) || req.CallbackURL != "https://x/y" || *req.TTLSeconds != 60 {
+	if !fastdecode.DecodeCommon([]byte(decodeCorpus[3]), &req) || req.CallbackURL != "https://x/y" || *req.TTLSeconds != 60 {
 		t.Fatalf("decodeCommon left the common request: %+v", req)
 	}
 	for _, c := range []string{`{"to":"a","to":"b"}`, `{"TO":"a"}`, `{"zz":1}`, `{"to":1}`, `{"to":"a"} x`, `null`} {
-		if DecodeCommon([]byte(c), &MessageRequest{}) {
+		if fastdecode.DecodeCommon([]byte(c), &MessageRequest{}) {
 			t.Errorf("decodeCommon took %s", c)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"smsgw/internal/admission"
 	"smsgw/internal/dispatch"
 	"smsgw/internal/limiter"
+	"smsgw/internal/opsview"
 	"smsgw/internal/provider"
 	"smsgw/internal/queue"
 	"smsgw/internal/sms"
@@ -340,10 +341,10 @@ func (s *Server) problemOf(r *http.Request, err error) (problem, *apiError) {
 		p.Detail = ""
 		p.Errors = nil
 		p.Extra = nil
-		s.Log.ErrorContext(r.Context(), "request failed", "method", MethodLabel(r.Method), "path", logPath(r),
+		s.Log.ErrorContext(r.Context(), "request failed", "method", opsview.MethodLabel(r.Method), "path", logPath(r),
 			"request_id", p.RequestID, "err", err)
 	} else if e.Err != nil {
-		s.Log.WarnContext(r.Context(), "request refused", "kind", e.Kind, "method", MethodLabel(r.Method), "path", logPath(r),
+		s.Log.WarnContext(r.Context(), "request refused", "kind", e.Kind, "method", opsview.MethodLabel(r.Method), "path", logPath(r),
 			"request_id", p.RequestID, "err", e.Err)
 	}
 	s.Metrics.Rejected.WithLabelValues(string(e.Kind)).Inc()

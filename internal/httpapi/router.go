@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"smsgw/internal/httpapi/fastdecode"
+
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
@@ -52,7 +54,7 @@ type Server struct {
 	History      *opsview.HistoryView
 	Callbacks    *Callbacks
 	Protect      *admission.Protector
-	Metrics      *APIMetrics
+	Metrics      *opsview.APIMetrics
 	Gatherer     prometheus.Gatherer
 	Dashboard    http.Handler
 	Checks       []ReadyCheck
@@ -86,7 +88,7 @@ func (s *Server) Router(public, admin bool) chi.Router {
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		allow := allowed(r, req.URL.Path)
 		w.Header().Set("Allow", strings.Join(allow, ", "))
-		s.WriteError(w, req, errorf(kindMethodNotAllowed, MethodNamed(req.Method)+" is not allowed here; use "+strings.Join(allow, " or ")))
+		s.WriteError(w, req, errorf(kindMethodNotAllowed, opsview.MethodNamed(req.Method)+" is not allowed here; use "+strings.Join(allow, " or ")))
 	})
 
 	r.Get("/healthz", s.healthz)
@@ -163,28 +165,13 @@ func allowed(routes chi.Routes, path string) []string {
 func (s *Server) RequestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get(middleware.RequestIDHeader)
-		if !PlainToken(id, 64) {
+		if !fastdecode.PlainToken(id, 64) {
 			id = rand.Text()[:20]
 		}
 		w.Header().Set(middleware.RequestIDHeader, id)
 		ctx := context.WithValue(r.Context(), middleware.RequestIDKey, id)
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
-}
-
-// plainToken reports whether s is 1..max characters of [A-Za-z0-9._:-].
-func PlainToken(s string, maxLen int) bool {
-	if s == "" || len(s) > maxLen {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("._:-", c) >= 0
-		if !ok {
-			return false
-		}
-	}
-	return true
 }
 
 // Recoverer turns a handler panic into a logged 500 instead of a dropped
@@ -306,7 +293,7 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 		}
 		s.Metrics.Observe(route, r.Method, sw.status, time.Since(start))
 		if s.Log.Enabled(r.Context(), slog.LevelDebug) {
-			s.Log.DebugContext(r.Context(), "http request", "method", MethodLabel(r.Method), "route", route, "status", sw.status,
+			s.Log.DebugContext(r.Context(), "http request", "method", opsview.MethodLabel(r.Method), "route", route, "status", sw.status,
 				"duration", time.Since(start), "client_ip", clientIP(r.Context()),
 				"request_id", middleware.GetReqID(r.Context()))
 		}

@@ -203,8 +203,8 @@ func (s *Server) suppressionID(ctx context.Context, e164 string) (string, error)
 
 // protectionOf is the stats answer's protection part: the refusals
 // counted in tot and the suppression list's size.
-func protectionOf(tot opsview.Totals, suppressions int) *protectionStats {
-	out := &protectionStats{Refused: map[string]int64{}, Suppressions: suppressions}
+func protectionOf(tot opsview.Totals, suppressions int) *opsview.ProtectionStats {
+	out := &opsview.ProtectionStats{Refused: map[string]int64{}, Suppressions: suppressions}
 	for r := range admission.NRefusals {
 		out.Refused[r.String()] = tot.Refused[r]
 	}

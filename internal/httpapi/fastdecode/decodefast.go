@@ -1,4 +1,4 @@
-package httpapi
+package fastdecode
 
 import (
 	"encoding/json"
@@ -213,4 +213,19 @@ func skipValue(raw []byte, i int) int {
 		return i
 	}
 	return -1
+}
+
+// PlainToken reports whether s is 1..max characters of [A-Za-z0-9._:-].
+func PlainToken(s string, maxLen int) bool {
+	if s == "" || len(s) > maxLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("._:-", c) >= 0
+		if !ok {
+			return false
+		}
+	}
+	return true
 }
