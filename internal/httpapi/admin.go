@@ -217,9 +217,9 @@ func (s *Server) adminPause(w http.ResponseWriter, r *http.Request) {
 		s.WriteError(w, r, err)
 		return
 	}
-	var req PauseRequest
+	var req pauseRequest
 	if raw != nil {
-		if err := DecodeStrict(raw, &req, ""); err != nil {
+		if err := decodeStrict(raw, &req, ""); err != nil {
 			s.WriteError(w, r, err)
 			return
 		}

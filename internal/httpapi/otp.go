@@ -54,12 +54,12 @@ func (s *Server) postOTP(w http.ResponseWriter, r *http.Request) {
 		s.WriteError(w, r, err)
 		return
 	}
-	var req OTPRequest
-	if err := DecodeStrict(raw, &req, ""); err != nil {
+	var req otpRequest
+	if err := decodeStrict(raw, &req, ""); err != nil {
 		s.WriteError(w, r, err)
 		return
 	}
-	mr := MessageRequest{To: req.To, Body: req.Body, From: req.From, Reference: req.Reference, CallbackURL: req.CallbackURL}
+	mr := messageRequest{To: req.To, Body: req.Body, From: req.From, Reference: req.Reference, CallbackURL: req.CallbackURL}
 	mr.From, _ = p.sender(req.From, "") // the default sender when none is named
 	v, errs := s.validateMessage(&mr, sms.ClassOTP, "")
 	errs = append(errs, p.bodyControls(mr.Body, "")...)

@@ -22,7 +22,7 @@ import (
 // number, never the number: an operator adds and removes by number, and
 // lists without learning any.
 
-type SuppressionRequest struct {
+type suppressionRequest struct {
 	To     string `json:"to"`
 	Reason string `json:"reason"`
 }
@@ -77,8 +77,8 @@ func (s *Server) adminAddSuppression(w http.ResponseWriter, r *http.Request) {
 		s.WriteError(w, r, err)
 		return
 	}
-	var req SuppressionRequest
-	if err := DecodeStrict(raw, &req, ""); err != nil {
+	var req suppressionRequest
+	if err := decodeStrict(raw, &req, ""); err != nil {
 		s.WriteError(w, r, err)
 		return
 	}
