@@ -282,6 +282,7 @@ func callbackOrigin(raw string) string {
 	return u.Scheme + "://" + u.Host
 }
 
+// DeadLettersResponse is the answer of GET /v1/admin/dead-letters.
 type DeadLettersResponse struct {
 	Messages []AdminMessage `json:"messages"`
 }

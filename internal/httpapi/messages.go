@@ -311,6 +311,7 @@ type batchItem struct {
 	Error   *problem         `json:"error,omitempty"`
 }
 
+// BatchResponse is the answer of POST /v1/messages/batch.
 type BatchResponse struct {
 	Accepted int         `json:"accepted"`
 	Rejected int         `json:"rejected"`

@@ -30,6 +30,7 @@ type notifier interface {
 	TakesHere(c sms.Class) bool
 }
 
+// OTPSent is the answer of POST /v1/otp once the provider took the message.
 type OTPSent struct {
 	ID                string     `json:"id"`
 	Status            sms.Status `json:"status"`
@@ -191,6 +192,7 @@ type OTPRecords struct {
 	stopping chan struct{}
 }
 
+// Init readies the table of OTP records still to write.
 func (r *OTPRecords) Init() {
 	r.Slots = make(chan struct{}, maxOTPRecordsInFlight)
 	r.Ctx, r.cancel = context.WithCancel(context.Background())
@@ -214,6 +216,7 @@ func (r *OTPRecords) Start() bool {
 	}
 }
 
+// Done marks one OTP record written or given up.
 func (r *OTPRecords) Done() {
 	<-r.Slots
 	r.wg.Done()

@@ -27,6 +27,7 @@ type suppressionRequest struct {
 	Reason string `json:"reason"`
 }
 
+// SuppressionView is one suppression list entry as the admin API shows it.
 type SuppressionView struct {
 	ID        string    `json:"id"`
 	To        string    `json:"to"` // masked
@@ -35,6 +36,7 @@ type SuppressionView struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
+// SuppressionList is the answer of GET /v1/admin/suppressions.
 type SuppressionList struct {
 	Suppressions []SuppressionView `json:"suppressions"`
 	Total        int               `json:"total"`

@@ -1,3 +1,5 @@
+// Package tick runs the background loops' steps on a ticker, fewer while
+// the replica is idle.
 package tick
 
 import (
@@ -24,8 +26,10 @@ type QuietGate struct {
 	f atomic.Pointer[func() bool]
 }
 
+// Set tells the gate how to know whether the replica is idle.
 func (g *QuietGate) Set(f func() bool) { g.f.Store(&f) }
 
+// Idle reports whether the replica is idle; false before Set.
 func (g *QuietGate) Idle() bool {
 	if g == nil {
 		return false
@@ -34,6 +38,8 @@ func (g *QuietGate) Idle() bool {
 	return f != nil && (*f)()
 }
 
+// Start runs runOnce every period, each run bounded by the period, until Halt
+// or until ctx ends.
 func (t *Ticker) Start(ctx context.Context, every time.Duration, runOnce func(context.Context) error) {
 	t.stop, t.done = make(chan struct{}), make(chan struct{})
 	go func() {
