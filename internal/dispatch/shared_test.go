@@ -62,8 +62,8 @@ func startReplicas(t *testing.T, acct account, n int, url string, hook *redistes
 // each message exactly once. Marketing's share of its 70/s cap and the OTP
 // queue-to-provider latency (as the provider measured it) are logged as
 // figures: they measure this machine's load as much as the code, so a test
-// cannot assert them while others share the CPU (the README's figures come
-// from runs on an idle machine; BenchmarkOTPDuringCampaign in the gateway
+// cannot assert them while others share the CPU (the measured figures, in
+// docs/scale.md section 7, come from runs on an idle machine; BenchmarkOTPDuringCampaign in the gateway
 // reports the OTP p99).
 func TestSharedReplicas(t *testing.T) {
 	if testing.Short() {
