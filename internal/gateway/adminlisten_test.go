@@ -22,7 +22,7 @@ func TestAdminListener(t *testing.T) {
 	wantStatus(t, admin.get("/metrics", ""), http.StatusOK)
 	wantStatus(t, admin.get("/v1/admin/stats", keyAdmin), http.StatusOK)
 	wantStatus(t, admin.get("/v1/admin/stats", ""), http.StatusUnauthorized)
-	// Routes a listener does not have (checkSpec would want the path's
+	// routes a listener does not have (checkSpec would want the path's
 	// documented statuses): read as they are.
 	for _, c := range []struct{ method, url string }{
 		{"POST", admin.base + "/v1/messages"}, {"GET", h.base + "/metrics"}, {"GET", h.base + "/v1/admin/stats"},

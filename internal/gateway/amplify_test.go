@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"testing"
 
+	"smsgw/internal/httpapi"
 	"smsgw/internal/state"
 )
 
@@ -23,11 +24,11 @@ func invalidBatch(n int) map[string]any {
 // compact, far smaller than the body sent.
 func TestRefusedBatchNotAmplified(t *testing.T) {
 	h := start(t, embeddedMode, nil)
-	store := h.app.srv.idem.(*state.LocalIdempotency)
+	store := h.app.srv.Idem.(*state.LocalIdempotency)
 	for i := range 3 {
 		r := h.post("/v1/messages/batch", keyNotify, invalidBatch(1000), "Idempotency-Key", "refused-"+strconv.Itoa(i))
 		wantStatus(t, r, http.StatusOK)
-		var b batchResponse
+		var b httpapi.BatchResponse
 		r.json(t, &b)
 		if b.Accepted != 0 || b.Rejected != 1000 {
 			t.Fatalf("accepted %d rejected %d", b.Accepted, b.Rejected)

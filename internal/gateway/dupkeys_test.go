@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"slices"
 	"testing"
+
+	"smsgw/internal/httpapi"
 )
 
 // TestDuplicateKeysRefused: a member named twice, or
@@ -36,7 +38,7 @@ func TestDuplicateKeysRefused(t *testing.T) {
 	}
 	r := h.post("/v1/messages/batch", keyNotify, `{"messages":[{"to":"+819012345678","To":"+819087654321",`+ok+`}]}`)
 	wantStatus(t, r, http.StatusOK)
-	var b batchResponse
+	var b httpapi.BatchResponse
 	r.json(t, &b)
 	if b.Rejected != 1 || b.Results[0].Status != http.StatusBadRequest || b.Results[0].Error.Errors[0].Field != "messages[0].To" {
 		t.Errorf("batch item with a case variant: %s", r.body)
