@@ -8,7 +8,7 @@ import (
 	"smsgw/internal/config"
 )
 
-// TestAdminListener (issue 8, finding 13): with admin.listen the operator
+// TestAdminListener: with admin.listen the operator
 // endpoints (/metrics, /v1/admin/*) answer only there, and the producer
 // endpoints only on listen; both have the probes.
 func TestAdminListener(t *testing.T) {

@@ -18,7 +18,7 @@ func invalidBatch(n int) map[string]any {
 	return map[string]any{"messages": items}
 }
 
-// TestRefusedBatchNotAmplified (issue 8, finding 2): a batch refused whole
+// TestRefusedBatchNotAmplified: a batch refused whole
 // stores no answer and costs ingress quota, so a producer cannot grow the
 // answer store (or its memory) for free; a mixed batch's answer is stored
 // compact, far smaller than the body sent.

@@ -10,7 +10,7 @@ import (
 	"smsgw/internal/provider/sim"
 )
 
-// TestAuthFailuresThrottled (issue 8, finding 10): failed authentications
+// TestAuthFailuresThrottled: failed authentications
 // from one client address are throttled (429 with Retry-After once its
 // budget is spent) and their WARN lines sampled, while a valid key from the
 // same address still works.

@@ -8,7 +8,7 @@ import (
 	"smsgw/internal/httpapi"
 )
 
-// TestDuplicateKeysRefused (issue 8, finding 6): a member named twice, or
+// TestDuplicateKeysRefused: a member named twice, or
 // named in another case than the contract's ("TO" for "to"), is a 400
 // naming it; encoding/json would take the last one, or match the name
 // case-insensitively, so a validator in front of us could read another

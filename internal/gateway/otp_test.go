@@ -186,8 +186,8 @@ func TestOTPWithRedisDown(t *testing.T) {
 // its cap all reach the provider through the fast path, with no 429, and
 // the campaign is not starved. Their latency (arrival at the gateway to
 // arrival at the provider, as the simulator measures it) is logged here as
-// a figure; BenchmarkOTPDuringCampaign reports its p99, which the README's
-// 20 ms is about: a test cannot assert it on a machine whose CPU others
+// a figure; BenchmarkOTPDuringCampaign reports its p99, which the measured
+// figures' 20 ms aim is about: a test cannot assert it on a machine whose CPU others
 // share. The modes run one after the other so they do not share the CPU.
 func TestOTPDuringCampaign(t *testing.T) {
 	for _, m := range modes {

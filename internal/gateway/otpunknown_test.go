@@ -12,7 +12,7 @@ import (
 	"smsgw/internal/sms"
 )
 
-// TestOTPUnknownKeepsID (issue 8, finding 9): an OTP whose outcome is
+// TestOTPUnknownKeepsID: an OTP whose outcome is
 // unknown (the provider did not answer within the deadline) keeps its id
 // under the request's Idempotency-Key, so the retry reaches the provider
 // with the same idempotency key and reference, and the provider can drop

@@ -19,7 +19,7 @@ import (
 )
 
 // TestEveryEndpointRedisDown: with Redis stopped, every endpoint that
-// needs it answers 503 with Retry-After, never a 500 (issue 8, finding 5).
+// needs it answers 503 with Retry-After, never a 500.
 // The OTP fast path keeps its local fallback, so it may also answer 200.
 // GET /v1/admin/stats answers 200 with what it could read instead
 // (TestStatsRedisDownAnswersWhatItKnows).

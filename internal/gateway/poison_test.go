@@ -26,7 +26,7 @@ func (p *panickyProvider) Send(_ context.Context, req *provider.Request) (provid
 	return provider.Result{ProviderID: "p-" + req.ID}, nil
 }
 
-// TestSenderPanicPoison (issue 8, finding 8): a panic in a sender does not
+// TestSenderPanicPoison: a panic in a sender does not
 // kill the process; the crash is counted on the message, which goes back
 // to the queue and, after dispatch.poison_after crashes, becomes a dead
 // letter marked poison. Other messages keep flowing.

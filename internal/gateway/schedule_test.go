@@ -52,7 +52,7 @@ func batchOf(n int, item func(i int) map[string]any) map[string]any {
 	return map[string]any{"messages": items}
 }
 
-// Finding 1 of the generated client: right after a 1,000-message batch
+// Found by a generated client: right after a 1,000-message batch
 // into an empty backlog, a marketing message with a 1 s TTL was accepted
 // with estimated_send_at about now, because the depth behind the estimate
 // was read before the batch and kept for 250 ms. The clock is frozen here,
@@ -81,7 +81,7 @@ func TestETACountsWhatThisReplicaAccepted(t *testing.T) {
 	}
 }
 
-// Finding 2: with a 204-message backlog the refusal said
+// Also found by a generated client: with a 204-message backlog the refusal said
 // retry_after_seconds 2 where the real wait was about 17 s. The estimate
 // counted messages, the limiter paces units: 204 messages of 5 segments
 // (the most limits.burst 5 lets through) are 1,020 units, 14.6 s at 70

@@ -34,7 +34,7 @@ func quotingProvider(t *testing.T) string {
 	return srv.URL
 }
 
-// TestProviderTextScrubbed (issue 8, finding 3): a provider error that
+// TestProviderTextScrubbed: a provider error that
 // quotes the number and the body reaches last_error, the admin API, the
 // dead letters and the logs without either.
 func TestProviderTextScrubbed(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"smsgw/internal/httpapi"
 )
 
-// TestProducerSenders (issue 8, finding 4): a producer with senders may
+// TestProducerSenders: a producer with senders may
 // send only as those; without from it sends as the first; any other from
 // is a 403 naming from, on the queued path, in a batch and on the OTP path.
 func TestProducerSenders(t *testing.T) {
