@@ -22,7 +22,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 
 	d.loops = []backgroundLoop{newHeartbeat(d), newRecoverer(d)}
 	if d.cfg.Guard != nil {
-		d.loops = append(d.loops, newLoop("guard", d.cfg.GuardRefresh, d.refreshGuard))
+		d.loops = append(d.loops, newLoop(d.cfg.GuardRefresh, d.refreshGuard))
 	}
 	for _, l := range d.loops {
 		l.Start(d.runCtx)
@@ -88,10 +88,10 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 		<-done
 		err = &CutShortError{Sends: cut, Cause: ctx.Err()}
 	}
+	d.cancelRun() // ends the loops' rounds in progress
 	for _, l := range d.loops {
 		l.Stop()
 	}
-	d.cancelRun()
 	d.listening.Wait()
 	d.log.Info("send loop stopped", "graceful", err == nil)
 	return err

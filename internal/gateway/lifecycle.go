@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"smsgw/internal/periodic"
 	"smsgw/internal/queue"
 )
 
@@ -22,14 +23,14 @@ type loop interface {
 	Stop()
 }
 
-// ticker runs a loop's runOnce every period, each run bounded by the
-// period, from start until halt or until ctx ends. With quiet set, a
-// period in which the replica is idle runs only once quietEvery has passed
-// since the last run: loops that read shared state a sender needs slow
-// down while nothing is sent, so that an idle fleet costs Redis little.
+// ticker runs a loop's runOnce at start and then every period, each run
+// bounded by the period, from start until halt or until ctx ends
+// (periodic.Loop). With quiet set, a period in which the replica is idle
+// runs only once quietEvery has passed since the last run: loops that read
+// shared state a sender needs slow down while nothing is sent, so that an
+// idle fleet costs Redis little.
 type ticker struct {
-	stop       chan struct{}
-	done       chan struct{}
+	run        periodic.Loop
 	quiet      *quietGate
 	quietEvery time.Duration
 }
@@ -54,40 +55,16 @@ func (g *quietGate) idle() bool {
 const idleQuiet = 2 * time.Second
 
 func (t *ticker) start(ctx context.Context, every time.Duration, runOnce func(context.Context) error) {
-	t.stop, t.done = make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(t.done)
-		tick := time.NewTicker(every)
-		defer tick.Stop()
-		var last time.Time
-		for {
-			if last.IsZero() || time.Since(last) >= t.quietEvery || !t.quiet.idle() {
-				last = time.Now()
-				rctx, cancel := context.WithTimeout(ctx, every)
-				_ = runOnce(rctx) // each runOnce logs its own failures
-				cancel()
-			}
-			select {
-			case <-tick.C:
-			case <-t.stop:
-				return
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	due := func(last time.Time) bool {
+		return last.IsZero() || time.Since(last) >= t.quietEvery || !t.quiet.idle()
+	}
+	t.run.Start(ctx, every, periodic.Options{AtStart: true, Bounded: true, Due: due}, func(rctx context.Context) {
+		_ = runOnce(rctx) // each runOnce logs its own failures
+	})
 }
 
 // halt stops the loop and waits for it; false when it was not running.
-func (t *ticker) halt() bool {
-	if t.stop == nil {
-		return false
-	}
-	close(t.stop)
-	<-t.done
-	t.stop = nil
-	return true
-}
+func (t *ticker) halt() bool { return t.run.Stop() }
 
 // stopStack closes what New opened, last opened first.
 type stopStack struct {

@@ -30,6 +30,7 @@ var allowed = map[string][]string{
 	"internal/layering":    {},
 	"internal/logsample":   {},
 	"internal/logtest":     {},
+	"internal/periodic":    {},
 	"internal/sms/smstest": {"internal/sms"},
 
 	// Deciders and stores: they know nothing of who calls them.
@@ -41,7 +42,7 @@ var allowed = map[string][]string{
 	"internal/queue/queuetest": {"internal/queue", "internal/sms", "internal/sms/smstest"},
 	"internal/state":           {"internal/keyspace", "internal/limiter", "internal/sms"},
 	"internal/state/statetest": {"internal/state", "internal/sms"},
-	"internal/history":         {"internal/keyspace", "internal/sms"},
+	"internal/history":         {"internal/keyspace", "internal/periodic", "internal/sms"},
 
 	// Providers: the seam, its adapters, the simulator, the conformance suite.
 	"internal/provider":              {"internal/sms"},
@@ -52,7 +53,7 @@ var allowed = map[string][]string{
 	"internal/provider/providertest": {"internal/provider", "internal/sms"},
 
 	// The send loop.
-	"internal/dispatch": {"internal/limiter", "internal/logsample", "internal/provider", "internal/queue", "internal/sms"},
+	"internal/dispatch": {"internal/limiter", "internal/logsample", "internal/periodic", "internal/provider", "internal/queue", "internal/sms"},
 
 	// Status callbacks to producers: the outbox and HTTP, nothing of sending.
 	"internal/webhook": {"internal/queue"},
@@ -64,7 +65,7 @@ var allowed = map[string][]string{
 		"internal/dispatch"},
 
 	// The application and what runs it.
-	"internal/gateway": {"api", "internal/config", "internal/dispatch", "internal/keyspace", "internal/limiter", "internal/logsample",
+	"internal/gateway": {"api", "internal/config", "internal/dispatch", "internal/keyspace", "internal/limiter", "internal/logsample", "internal/periodic",
 		"internal/provider", "internal/provider/httpprov", "internal/provider/twilio", "internal/provider/vonage",
 		"internal/queue", "internal/queue/embedded", "internal/queue/redisq", "internal/sms", "internal/state",
 		"internal/history", "internal/webhook"},
