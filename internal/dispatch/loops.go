@@ -6,18 +6,18 @@ import (
 	"log/slog"
 	"time"
 
-	"smsgw/internal/periodic"
 	"smsgw/internal/queue"
+	"smsgw/internal/tick"
 )
 
 // loop runs once every period, the first one period after Start, until
-// stopped (periodic.Loop): the shape of every background loop here
+// stopped (tick.Loop): the shape of every background loop here
 // (heartbeat, recoverer, guard refresh). Stop waits for a round in
 // progress; Dispatcher.Stop cancels the rounds' context first.
 type loop struct {
 	every time.Duration
 	once  func(context.Context)
-	run   periodic.Loop
+	run   tick.Loop
 }
 
 func newLoop(every time.Duration, once func(context.Context)) *loop {
@@ -25,7 +25,7 @@ func newLoop(every time.Duration, once func(context.Context)) *loop {
 }
 
 // Start runs the loop until Stop or until ctx ends.
-func (l *loop) Start(ctx context.Context) { l.run.Start(ctx, l.every, periodic.Options{}, l.once) }
+func (l *loop) Start(ctx context.Context) { l.run.Start(ctx, l.every, tick.Options{}, l.once) }
 
 // Stop ends the loop and waits for a running round to finish.
 func (l *loop) Stop() { l.run.Stop() }

@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
-	"smsgw/internal/periodic"
 	"smsgw/internal/queue"
 )
 
@@ -23,48 +21,8 @@ type loop interface {
 	Stop()
 }
 
-// ticker runs a loop's runOnce at start and then every period, each run
-// bounded by the period, from start until halt or until ctx ends
-// (periodic.Loop). With quiet set, a period in which the replica is idle
-// runs only once quietEvery has passed since the last run: loops that read
-// shared state a sender needs slow down while nothing is sent, so that an
-// idle fleet costs Redis little.
-type ticker struct {
-	run        periodic.Loop
-	quiet      *quietGate
-	quietEvery time.Duration
-}
-
-// quietGate tells whether the replica is idle; set once the dispatcher
-// exists (before Start).
-type quietGate struct {
-	f atomic.Pointer[func() bool]
-}
-
-func (g *quietGate) set(f func() bool) { g.f.Store(&f) }
-
-func (g *quietGate) idle() bool {
-	if g == nil {
-		return false
-	}
-	f := g.f.Load()
-	return f != nil && (*f)()
-}
-
 // idleQuiet is how long a replica must have sent nothing to count as idle.
 const idleQuiet = 2 * time.Second
-
-func (t *ticker) start(ctx context.Context, every time.Duration, runOnce func(context.Context) error) {
-	due := func(last time.Time) bool {
-		return last.IsZero() || time.Since(last) >= t.quietEvery || !t.quiet.idle()
-	}
-	t.run.Start(ctx, every, periodic.Options{AtStart: true, Bounded: true, Due: due}, func(rctx context.Context) {
-		_ = runOnce(rctx) // each runOnce logs its own failures
-	})
-}
-
-// halt stops the loop and waits for it; false when it was not running.
-func (t *ticker) halt() bool { return t.run.Stop() }
 
 // stopStack closes what New opened, last opened first.
 type stopStack struct {

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"smsgw/internal/periodic"
+	"smsgw/internal/tick"
 )
 
 // Counters are this process's cumulative counts since it started.
@@ -62,7 +62,7 @@ type Recorder struct {
 	last    Counters // already added to the store
 	failing bool
 
-	run periodic.Loop
+	run tick.Loop
 }
 
 // NewRecorder checks cfg; Start runs the loop.
@@ -130,7 +130,7 @@ func (r *Recorder) due(last time.Time) bool {
 
 // Start runs the loop, at once and then every step, until Stop.
 func (r *Recorder) Start(ctx context.Context) {
-	r.run.Start(ctx, r.cfg.Every, periodic.Options{AtStart: true, Bounded: true, Due: r.due}, func(rctx context.Context) {
+	r.run.Start(ctx, r.cfg.Every, tick.Options{AtStart: true, Bounded: true, Due: r.due}, func(rctx context.Context) {
 		_ = r.runOnce(rctx) // logged by runOnce
 	})
 }
