@@ -23,8 +23,11 @@ type QuietGate struct {
 	f atomic.Pointer[func() bool]
 }
 
+// Set gives the gate the replica's idleness test.
 func (g *QuietGate) Set(f func() bool) { g.f.Store(&f) }
 
+// Idle reports whether the replica is idle; false on a nil gate or before
+// Set.
 func (g *QuietGate) Idle() bool {
 	if g == nil {
 		return false
@@ -33,6 +36,8 @@ func (g *QuietGate) Idle() bool {
 	return f != nil && (*f)()
 }
 
+// Start runs runOnce at once and then every period, until Halt or until
+// ctx ends.
 func (t *Ticker) Start(ctx context.Context, every time.Duration, runOnce func(context.Context) error) {
 	due := func(last time.Time) bool {
 		return last.IsZero() || time.Since(last) >= t.QuietEvery || !t.Quiet.Idle()
