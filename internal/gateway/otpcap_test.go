@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"smsgw/internal/config"
+	"smsgw/internal/httpapi"
 )
 
 const keyLogin2 = "login2-key-0123456789" // a second producer of OTPs
@@ -29,14 +30,14 @@ func TestOTPCapIsPerProducer(t *testing.T) {
 			for range 2 {
 				wantStatus(t, h.post("/v1/otp", keyLogin, otpBody("to", to)), http.StatusOK)
 			}
-			p := wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", to)), http.StatusTooManyRequests, kindOTPNumberLimited, "")
+			p := wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", to)), http.StatusTooManyRequests, httpapi.KindOTPNumberLimited, "")
 			if d, _ := p["detail"].(string); !strings.Contains(d, "from one producer") {
 				t.Errorf("detail %q does not say the limit is per producer", d)
 			}
 			for range 2 {
 				wantStatus(t, h.post("/v1/otp", keyLogin2, otpBody("to", to)), http.StatusOK)
 			}
-			wantProblem(t, h.post("/v1/otp", keyLogin2, otpBody("to", to)), http.StatusTooManyRequests, kindOTPNumberLimited, "")
+			wantProblem(t, h.post("/v1/otp", keyLogin2, otpBody("to", to)), http.StatusTooManyRequests, httpapi.KindOTPNumberLimited, "")
 			eventually(t, "four OTPs at the provider", func() bool { return len(h.sim.Accepted()) == 4 })
 		})
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"smsgw/internal/config"
+	"smsgw/internal/httpapi"
 )
 
 // pumpingRanges are three number ranges of three countries an ordinary
@@ -37,7 +38,7 @@ func TestPumpingSequentialRanges(t *testing.T) {
 			c.Protection.Countries = []string{"JP"}
 		})
 		for i := range 60 {
-			wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", pumpingNumber(i))), http.StatusUnprocessableEntity, kindDestinationNotAllowed, "to")
+			wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", pumpingNumber(i))), http.StatusUnprocessableEntity, httpapi.KindDestinationNotAllowed, "to")
 		}
 		if n := len(h.sim.Accepted()); n != 0 {
 			t.Fatalf("the provider received %d pumping OTPs", n)
@@ -87,7 +88,7 @@ func TestRangeHold(t *testing.T) {
 				wantStatus(t, next, http.StatusOK)
 				return
 			}
-			p := wantProblem(t, next, http.StatusTooManyRequests, kindRangeHeld, "")
+			p := wantProblem(t, next, http.StatusTooManyRequests, httpapi.KindRangeHeld, "")
 			ra, err := strconv.Atoi(next.header.Get("Retry-After"))
 			if err != nil || ra < 3000 || ra > 3600 {
 				t.Errorf("Retry-After %q, want the hold's rest (about 3600 s)", next.header.Get("Retry-After"))
