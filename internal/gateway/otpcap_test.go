@@ -28,16 +28,16 @@ func TestOTPCapIsPerProducer(t *testing.T) {
 			})
 			const to = "+819055500001"
 			for range 2 {
-				wantStatus(t, h.post("/v1/otp", keyLogin, otpBody("to", to)), http.StatusOK)
+				wantStatus(t, h.post("/v1/otp", keyLogin, otpBody("to", to, "deadline_ms", 5000)), http.StatusOK)
 			}
-			p := wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", to)), http.StatusTooManyRequests, httpapi.KindOTPNumberLimited, "")
+			p := wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", to, "deadline_ms", 5000)), http.StatusTooManyRequests, httpapi.KindOTPNumberLimited, "")
 			if d, _ := p["detail"].(string); !strings.Contains(d, "from one producer") {
 				t.Errorf("detail %q does not say the limit is per producer", d)
 			}
 			for range 2 {
-				wantStatus(t, h.post("/v1/otp", keyLogin2, otpBody("to", to)), http.StatusOK)
+				wantStatus(t, h.post("/v1/otp", keyLogin2, otpBody("to", to, "deadline_ms", 5000)), http.StatusOK)
 			}
-			wantProblem(t, h.post("/v1/otp", keyLogin2, otpBody("to", to)), http.StatusTooManyRequests, httpapi.KindOTPNumberLimited, "")
+			wantProblem(t, h.post("/v1/otp", keyLogin2, otpBody("to", to, "deadline_ms", 5000)), http.StatusTooManyRequests, httpapi.KindOTPNumberLimited, "")
 			eventually(t, "four OTPs at the provider", func() bool { return len(h.sim.Accepted()) == 4 })
 		})
 	}
@@ -56,7 +56,7 @@ func TestOTPCapOnByDefault(t *testing.T) {
 	const to = "+819055500002"
 	codes := map[int]int{}
 	for range config.DefaultOTPPerNumber + 5 {
-		codes[h.post("/v1/otp", keyLogin, otpBody("to", to)).status]++
+		codes[h.post("/v1/otp", keyLogin, otpBody("to", to, "deadline_ms", 5000)).status]++
 	}
 	if codes[http.StatusOK] != config.DefaultOTPPerNumber || codes[http.StatusTooManyRequests] != 5 {
 		t.Fatalf("answers %v, want %d × 200 and 5 × 429", codes, config.DefaultOTPPerNumber)

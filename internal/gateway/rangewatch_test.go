@@ -38,7 +38,7 @@ func TestPumpingSequentialRanges(t *testing.T) {
 			c.Protection.Countries = []string{"JP"}
 		})
 		for i := range 60 {
-			wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", pumpingNumber(i))), http.StatusUnprocessableEntity, httpapi.KindDestinationNotAllowed, "to")
+			wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", pumpingNumber(i), "deadline_ms", 5000)), http.StatusUnprocessableEntity, httpapi.KindDestinationNotAllowed, "to")
 		}
 		if n := len(h.sim.Accepted()); n != 0 {
 			t.Fatalf("the provider received %d pumping OTPs", n)
@@ -51,7 +51,7 @@ func TestPumpingSequentialRanges(t *testing.T) {
 			c.Protection.PrefixAlarm.Window = time.Hour // the run, however slow, stays in one window
 		})
 		for i := range 60 {
-			wantStatus(t, h.post("/v1/otp", keyLogin, otpBody("to", pumpingNumber(i))), http.StatusOK)
+			wantStatus(t, h.post("/v1/otp", keyLogin, otpBody("to", pumpingNumber(i), "deadline_ms", 5000)), http.StatusOK)
 		}
 		mv := metricValues(h.metrics(), "smsgw_protection_otp_ranges", "smsgw_protection_otps_total")
 		if mv["smsgw_protection_otp_ranges"] != 3 {
@@ -78,12 +78,14 @@ func TestRangeHold(t *testing.T) {
 				c.Protection.PrefixAlarm = config.PrefixAlarmConfig{Window: time.Hour, Share: 0.6, MinOTP: 10, Digits: 5, Hold: hold}
 			})
 			for i := range 4 {
-				wantStatus(t, h.post("/v1/otp", keyLogin, otpBody("to", fmt.Sprintf("+44791234%04d", i))), http.StatusOK)
+				wantStatus(t, h.post("/v1/otp", keyLogin, otpBody("to", fmt.Sprintf("+44791234%04d", i), "deadline_ms", 5000)), http.StatusOK)
 			}
-			for i := range 12 {
-				wantStatus(t, h.post("/v1/otp", keyLogin, otpBody("to", fmt.Sprintf("+81901234%04d", i))), http.StatusOK)
+			// The sixth OTP to the range makes 10 in the window, 60% of
+			// them in one range: the alarm fires (and the hold starts).
+			for i := range 6 {
+				wantStatus(t, h.post("/v1/otp", keyLogin, otpBody("to", fmt.Sprintf("+81901234%04d", i), "deadline_ms", 5000)), http.StatusOK)
 			}
-			next := h.post("/v1/otp", keyLogin, otpBody("to", "+819012349999"))
+			next := h.post("/v1/otp", keyLogin, otpBody("to", "+819012349999", "deadline_ms", 5000))
 			if hold == 0 {
 				wantStatus(t, next, http.StatusOK)
 				return
@@ -96,7 +98,7 @@ func TestRangeHold(t *testing.T) {
 			if p["detail"] == nil || p["hold_seconds"] == nil {
 				t.Errorf("problem %v", p)
 			}
-			wantStatus(t, h.post("/v1/otp", keyLogin, otpBody("to", "+447912349999")), http.StatusOK)
+			wantStatus(t, h.post("/v1/otp", keyLogin, otpBody("to", "+447912349999", "deadline_ms", 5000)), http.StatusOK)
 			if got := h.stats().Protection.Refused["range_held"]; got != 1 {
 				t.Errorf("refused range_held %d, want 1", got)
 			}
