@@ -49,7 +49,7 @@ type Server struct {
 	OTP          otpSender
 	Notifier     notifier
 	Auth         *Authenticator
-	AuthThrottle *authThrottle
+	AuthThrottle *AuthThrottle
 	ETA          *admission.ETAEstimator
 	Quiet        sms.QuietPolicy
 	Pause        *admission.OperatorPause

@@ -11,12 +11,12 @@ import (
 	"smsgw/internal/sms"
 )
 
-// queueCollector exports the queue's depth per class and state, and the age
+// QueueCollector exports the queue's depth per class and state, and the age
 // of each class's oldest due message, read from the queue at scrape time:
 // the figures operators alert on (a marketing backlog is normal; an OTP
 // backlog or a growing oldest age is not). With Redis every replica reports
 // the same shared queue, so aggregate with max, not sum.
-type queueCollector struct {
+type QueueCollector struct {
 	q       queue.Queue
 	log     *slog.Logger
 	timeout time.Duration
@@ -26,8 +26,8 @@ type queueCollector struct {
 }
 
 // NewQueueCollector reports q's depths at every scrape.
-func NewQueueCollector(q queue.Queue, log *slog.Logger) *queueCollector {
-	return &queueCollector{
+func NewQueueCollector(q queue.Queue, log *slog.Logger) *QueueCollector {
+	return &QueueCollector{
 		q: q, log: log, timeout: 2 * time.Second,
 		depth: prometheus.NewDesc("smsgw_queue_messages",
 			"Messages in the queue by class and state (ready, scheduled, leased, dead).", []string{"class", "state"}, nil),
@@ -38,13 +38,13 @@ func NewQueueCollector(q queue.Queue, log *slog.Logger) *queueCollector {
 	}
 }
 
-func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
+func (c *QueueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.depth
 	ch <- c.oldest
 	ch <- c.up
 }
 
-func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *QueueCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	st, err := c.q.Stats(ctx)
