@@ -30,6 +30,7 @@ const (
 	authLogEvery = time.Second
 )
 
+// AuthThrottle is the table of failed authentications per client address.
 type AuthThrottle struct {
 	now func() time.Time
 

@@ -260,6 +260,7 @@ type LatencyWindow struct {
 // NewLatencyWindow keeps the last n latencies.
 func NewLatencyWindow(n int) *LatencyWindow { return &LatencyWindow{buf: make([]time.Duration, n)} }
 
+// Add keeps d, dropping the oldest once the window is full.
 func (w *LatencyWindow) Add(d time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -38,12 +38,14 @@ func NewQueueCollector(q queue.Queue, log *slog.Logger) *QueueCollector {
 	}
 }
 
+// Describe implements prometheus.Collector.
 func (c *QueueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.depth
 	ch <- c.oldest
 	ch <- c.up
 }
 
+// Collect implements prometheus.Collector: one queue read per scrape.
 func (c *QueueCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
