@@ -34,6 +34,9 @@ type OperatorPause struct {
 	reason string
 	// readAt is when this copy was last read from the store or set here.
 	readAt time.Time
+	// failing: the last read from the store failed (Redis not answering);
+	// a reservation then does not wait for a read of its own (freshen).
+	failing bool
 	// changes counts this process's Pause and Resume calls. A poll whose
 	// read began before one of them may carry the state from before it,
 	// and is dropped: applied, it would undo the change until the next poll.
@@ -151,10 +154,13 @@ func (p *OperatorPause) Resume(ctx context.Context) error {
 
 // freshen rereads the stored switch when this copy is older than
 // pauseStaleAfter (an idle replica's poller slowed down); a failed read
-// keeps the last known state, as the poller does.
+// keeps the last known state, as the poller does. While reads fail it
+// reads nothing: a store that does not answer would hold the reservation
+// (an OTP's whole deadline) for a state the poller, still trying, finds
+// as soon as the store answers.
 func (p *OperatorPause) freshen(ctx context.Context) {
 	p.mu.Lock()
-	stale := time.Since(p.readAt) > pauseStaleAfter
+	stale := !p.failing && time.Since(p.readAt) > pauseStaleAfter
 	if stale {
 		p.readAt = time.Now() // one attempt per period, even when it fails
 	}
@@ -168,6 +174,9 @@ func (p *OperatorPause) freshen(ctx context.Context) {
 func (p *OperatorPause) refresh(ctx context.Context) error {
 	seen := p.changeCount()
 	st, err := p.store.Get(ctx)
+	p.mu.Lock()
+	p.failing = err != nil
+	p.mu.Unlock()
 	if err != nil {
 		return err
 	}
