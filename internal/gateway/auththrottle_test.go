@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"smsgw/internal/provider/sim"
 )
@@ -16,6 +17,7 @@ import (
 func TestAuthFailuresThrottled(t *testing.T) {
 	h := start(t, embeddedMode, nil)
 	counts := map[int]int{}
+	began := time.Now()
 	for i := range 40 {
 		path, key := "/v1/messages", "wrong-key-0123456789"
 		if i%2 == 1 {
@@ -32,8 +34,11 @@ func TestAuthFailuresThrottled(t *testing.T) {
 			t.Fatal("429 without Retry-After")
 		}
 	}
-	if counts[http.StatusTooManyRequests] == 0 || counts[http.StatusUnauthorized] > authFailBurst {
-		t.Errorf("40 failed authentications: %v; want at most %d 401s, then 429s", counts, authFailBurst)
+	// The budget refills once per authFailInterval: a loaded machine that
+	// takes seconds for the 40 requests earns them more 401s.
+	allowed := authFailBurst + int(time.Since(began)/authFailInterval) + 1
+	if (counts[http.StatusTooManyRequests] == 0 && allowed < 40) || counts[http.StatusUnauthorized] > allowed {
+		t.Errorf("40 failed authentications: %v; want at most %d 401s (%d, and one per %s they took), then 429s", counts, allowed, authFailBurst, authFailInterval)
 	}
 	if n := strings.Count(h.logs.String(), `"unknown `); n > 3 {
 		t.Errorf("%d WARN lines for 40 failures; want them sampled", n)
@@ -56,12 +61,15 @@ func TestAuthFailuresThrottledPerIPv6Prefix(t *testing.T) {
 		return h.post("/v1/messages", "wrong-key-0123456789", msg("transactional"), "X-Forwarded-For", client).status
 	}
 	counts := map[int]int{}
+	began := time.Now()
 	for i := range 3 * authFailBurst {
 		counts[try(fmt.Sprintf("2001:db8:1:2:%x::%x", i, i+1))]++
 	}
-	if counts[http.StatusUnauthorized] > authFailBurst || counts[http.StatusTooManyRequests] == 0 {
+	// One more 401 per authFailInterval the attempts took (a loaded machine).
+	allowed := authFailBurst + int(time.Since(began)/authFailInterval) + 1
+	if counts[http.StatusUnauthorized] > allowed || (counts[http.StatusTooManyRequests] == 0 && allowed < 3*authFailBurst) {
 		t.Errorf("%d failures from distinct addresses of one /64: %v; want at most %d 401s, then 429s",
-			3*authFailBurst, counts, authFailBurst)
+			3*authFailBurst, counts, allowed)
 	}
 	for _, other := range []string{"2001:db8:1:3::1", "::ffff:198.51.100.7", "198.51.100.8"} {
 		if got := try(other); got != http.StatusUnauthorized {
