@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"smsgw/internal/httpapi"
 	"smsgw/internal/provider/sim"
 )
 
-// TestAuthFailuresThrottled (issue 8, finding 10): failed authentications
+// TestAuthFailuresThrottled: failed authentications
 // from one client address are throttled (429 with Retry-After once its
 // budget is spent) and their WARN lines sampled, while a valid key from the
 // same address still works.
@@ -34,11 +35,12 @@ func TestAuthFailuresThrottled(t *testing.T) {
 			t.Fatal("429 without Retry-After")
 		}
 	}
-	// The budget refills once per authFailInterval: a loaded machine that
-	// takes seconds for the 40 requests earns them more 401s.
-	allowed := authFailBurst + int(time.Since(began)/authFailInterval) + 1
+	// The budget refills once a second: a loaded machine that takes
+	// seconds for the 40 requests earns them more 401s.
+	const refill = time.Second
+	allowed := httpapi.AuthFailBurst + int(time.Since(began)/refill) + 1
 	if (counts[http.StatusTooManyRequests] == 0 && allowed < 40) || counts[http.StatusUnauthorized] > allowed {
-		t.Errorf("40 failed authentications: %v; want at most %d 401s (%d, and one per %s they took), then 429s", counts, allowed, authFailBurst, authFailInterval)
+		t.Errorf("40 failed authentications: %v; want at most %d 401s (%d, and one per %s they took), then 429s", counts, allowed, httpapi.AuthFailBurst, refill)
 	}
 	if n := strings.Count(h.logs.String(), `"unknown `); n > 3 {
 		t.Errorf("%d WARN lines for 40 failures; want them sampled", n)
@@ -62,14 +64,14 @@ func TestAuthFailuresThrottledPerIPv6Prefix(t *testing.T) {
 	}
 	counts := map[int]int{}
 	began := time.Now()
-	for i := range 3 * authFailBurst {
+	for i := range 3 * httpapi.AuthFailBurst {
 		counts[try(fmt.Sprintf("2001:db8:1:2:%x::%x", i, i+1))]++
 	}
-	// One more 401 per authFailInterval the attempts took (a loaded machine).
-	allowed := authFailBurst + int(time.Since(began)/authFailInterval) + 1
-	if counts[http.StatusUnauthorized] > allowed || (counts[http.StatusTooManyRequests] == 0 && allowed < 3*authFailBurst) {
+	// One more 401 per second the attempts took (a loaded machine).
+	allowed := httpapi.AuthFailBurst + int(time.Since(began)/time.Second) + 1
+	if counts[http.StatusUnauthorized] > allowed || (counts[http.StatusTooManyRequests] == 0 && allowed < 3*httpapi.AuthFailBurst) {
 		t.Errorf("%d failures from distinct addresses of one /64: %v; want at most %d 401s, then 429s",
-			3*authFailBurst, counts, allowed)
+			3*httpapi.AuthFailBurst, counts, allowed)
 	}
 	for _, other := range []string{"2001:db8:1:3::1", "::ffff:198.51.100.7", "198.51.100.8"} {
 		if got := try(other); got != http.StatusUnauthorized {
@@ -77,7 +79,7 @@ func TestAuthFailuresThrottledPerIPv6Prefix(t *testing.T) {
 		}
 	}
 	// IPv4 clients are one address each, and a mapped address is its IPv4.
-	for range authFailBurst {
+	for range httpapi.AuthFailBurst {
 		try("198.51.100.7")
 	}
 	if got := try("::ffff:198.51.100.7"); got != http.StatusTooManyRequests {
@@ -98,7 +100,7 @@ func TestAuthFailClient(t *testing.T) {
 		"":                     "",
 		"not an address":       "not an address",
 	} {
-		if got := authFailClient(in); got != want {
+		if got := httpapi.AuthFailClient(in); got != want {
 			t.Errorf("authFailClient(%q) = %q, want %q", in, got, want)
 		}
 	}
