@@ -1,7 +1,8 @@
 // Command testtimes runs `go test -json` and prints what a person reads of
 // a test run: each package's result line as it ends, the whole output of
-// every failed test and build, and at the end the slowest packages and
-// tests, so that a slow test shows in every run. It exits with the go
+// every failed test and build, and at the end the skipped tests with their
+// reasons and the slowest packages and tests, so that a slow or skipped
+// test shows in every run. It exits with the go
 // command's status (non-zero when any test or build failed).
 //
 //	go run ./internal/testtimes [-top 15] -- go test -json -race ./...
@@ -88,7 +89,19 @@ type report struct {
 	build    map[string][]string // by import path: build output
 	packages []timing
 	tests    []timing
+	skipped  []string // "pkg Test: reason"
 	failed   int
+}
+
+// skipReason is what a skipped test said: its last line before "--- SKIP".
+func skipReason(lines []string) string {
+	for i := len(lines) - 1; i >= 0; i-- {
+		l := strings.TrimSpace(lines[i])
+		if l != "" && !strings.HasPrefix(l, "--- SKIP") && !strings.HasPrefix(l, "=== ") {
+			return l
+		}
+	}
+	return "(no reason given)"
 }
 
 func newReport(w io.Writer) *report {
@@ -128,6 +141,9 @@ func (r *report) handle(e event) {
 	case e.Test != "" && (e.Action == "pass" || e.Action == "fail" || e.Action == "skip"):
 		if e.Action == "fail" {
 			_, _ = fmt.Fprint(r.w, strings.Join(r.output[key], ""))
+		}
+		if e.Action == "skip" && !strings.Contains(e.Test, "/") {
+			r.skipped = append(r.skipped, e.Package+" "+e.Test+": "+skipReason(r.output[key]))
 		}
 		delete(r.output, key)
 		if e.Action != "skip" && !strings.Contains(e.Test, "/") {
@@ -169,6 +185,13 @@ func (r *report) summary(top int, wall time.Duration) {
 		_, _ = fmt.Fprintf(r.w, "\n%s (of %d):\n", title, len(ts))
 		for _, t := range ts[:min(top, len(ts))] {
 			_, _ = fmt.Fprintf(r.w, "%8.1fs  %s\n", t.seconds, t.name)
+		}
+	}
+	if len(r.skipped) > 0 {
+		slices.Sort(r.skipped)
+		_, _ = fmt.Fprintf(r.w, "\nskipped tests (%d):\n", len(r.skipped))
+		for _, s := range r.skipped {
+			_, _ = fmt.Fprintf(r.w, "  %s\n", s)
 		}
 	}
 	slowest("slowest packages", r.packages)

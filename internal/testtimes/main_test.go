@@ -11,7 +11,8 @@ import (
 // TestReport runs go test -json on a package with a passing, a failing and
 // a skipped test and a package that does not build, and reads the report:
 // the failures' whole output, the passing package's result line and no
-// passing test's output, the slowest tests listed, and a failing status.
+// passing test's output, the skipped test with its reason, the slowest
+// tests listed, and a failing status.
 func TestReport(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go test")
@@ -36,7 +37,7 @@ func TestQuiet(t *testing.T) { t.Log("passing-test-line") }
 import "testing"
 func TestPasses(t *testing.T) { t.Log("passing-test-line") }
 func TestFails(t *testing.T) { t.Log("failing-test-line"); t.Fatal("wanted-failure") }
-func TestSkips(t *testing.T) { t.Skip("skipped") }
+func TestSkips(t *testing.T) { t.Skip("no-tool-here") }
 `)
 	write("broken/broken_test.go", `package broken
 import "testing"
@@ -62,7 +63,7 @@ func TestBroken(t *testing.T) { undefinedCall() }
 	}
 	r.summary(5, 0)
 	got := out.String()
-	for _, want := range []string{"failing-test-line", "wanted-failure", "undefinedCall", "ok  \tprobe/good", "slowest tests (of 3)", "probe/mixed TestFails"} {
+	for _, want := range []string{"failing-test-line", "wanted-failure", "undefinedCall", "ok  \tprobe/good", "slowest tests (of 3)", "probe/mixed TestFails", "skipped tests (1):", "probe/mixed TestSkips: mixed_test.go:5: no-tool-here"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("report lacks %q:\n%s", want, got)
 		}
