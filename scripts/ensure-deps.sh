@@ -57,10 +57,10 @@ done
 
 for w in "${want[@]}"; do
 	[ "$w" = helm ] || continue
-	# The line "ensure-deps: helm: PATH" names the helm to use
+	# The line "ensure-deps: helm at PATH" names the helm to use
 	# (scripts/helm-check.sh reads it).
 	if [ -n "${HELM:-}" ] && [ -x "$HELM" ]; then
-		echo "ensure-deps: helm: $HELM"
+		echo "ensure-deps: helm at $HELM"
 		continue
 	fi
 	if [ ! -x "$HELM_CACHE/helm" ]; then
@@ -69,7 +69,7 @@ for w in "${want[@]}"; do
 		# Outside the module, so that its go.mod is neither read nor changed.
 		(cd "$HELM_CACHE" && GOFLAGS=-mod=mod GOBIN="$HELM_CACHE" go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION") >&2
 	fi
-	echo "ensure-deps: helm: $HELM_CACHE/helm"
+	echo "ensure-deps: helm at $HELM_CACHE/helm"
 done
 
 if [ "${#missing[@]}" -gt 0 ]; then

@@ -23,7 +23,7 @@ pass() { printf 'ok    %s\n' "$*"; }
 fail() { printf 'FAIL  %s\n' "$*"; fails=$((fails + 1)); }
 
 # --- helm -------------------------------------------------------------------
-HELM=$(bash "$ROOT/scripts/ensure-deps.sh" helm | sed -n 's/^ensure-deps: helm: //p')
+HELM=$(bash "$ROOT/scripts/ensure-deps.sh" helm | sed -n 's/^ensure-deps: helm at //p')
 [ -x "$HELM" ] || { echo "helm-check: no helm" >&2; exit 1; }
 echo "helm: $("$HELM" version --short 2>/dev/null || "$HELM" version)"
 
