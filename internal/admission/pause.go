@@ -52,6 +52,7 @@ const (
 	pauseStaleAfter = 2 * PausePollEvery
 )
 
+// NewOperatorPause is the operator pause kept in store, read through now.
 func NewOperatorPause(store state.Pause, now func() time.Time) *OperatorPause {
 	return &OperatorPause{store: store, now: now}
 }
@@ -63,6 +64,7 @@ type PauseState struct {
 	Reason string     `json:"reason,omitempty"`
 }
 
+// State is the pause as this replica knows it.
 func (p *OperatorPause) State() PauseState {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -89,6 +91,7 @@ func (p *OperatorPause) remaining(now time.Time) time.Duration {
 	return p.until.Sub(now)
 }
 
+// Active reports whether the pause holds at now.
 func (p *OperatorPause) Active(now time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -184,6 +187,7 @@ type pausePoller struct {
 	failing bool
 }
 
+// NewPausePoller reads the shared pause switch every period.
 func NewPausePoller(p *OperatorPause, every time.Duration, log *slog.Logger) *pausePoller {
 	return &pausePoller{p: p, every: every, log: log}
 }
@@ -221,6 +225,8 @@ type PausedLimiter struct {
 // bounds how long sending lags behind a resume on this replica.
 const PausedRetry = 250 * time.Millisecond
 
+// Reserve denies every reservation while the operator pause is on and asks
+// the wrapped limiter otherwise.
 func (l PausedLimiter) Reserve(ctx context.Context, r limiter.Request) (limiter.Decision, error) {
 	l.P.freshen(ctx)
 	if now := l.P.now(); l.P.Active(now) {
