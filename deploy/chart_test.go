@@ -18,7 +18,7 @@ const (
 	chartHelpers   = chartDir + "/templates/_helpers.tpl"
 	chartReadme    = chartDir + "/README.md"
 	chartEmbedded  = chartDir + "/ci/embedded-values.yaml"
-	helmVersion    = "v3.22.0" // scripts/helm-check.sh's HELM_VERSION
+	helmVersion    = "v3.22.0" // scripts/ensure-deps.sh's HELM_VERSION
 	helmCacheShape = "smsgw-helm-" + helmVersion + "/helm"
 )
 
@@ -80,9 +80,10 @@ func TestChartSecretsCovered(t *testing.T) {
 	}
 }
 
-// helm finds a helm binary: $HELM, helm on PATH, or the one make
-// helm-check builds. Without one the render tests are skipped: make
-// helm-check builds it (a few minutes, once).
+// helm finds a helm binary: $HELM, helm on PATH, or the one
+// scripts/ensure-deps.sh builds, which make test does before the tests.
+// Without one (go test run alone on a fresh machine) the render tests are
+// skipped.
 func helm(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv("HELM"); p != "" {
@@ -94,7 +95,7 @@ func helm(t *testing.T) string {
 	if p := filepath.Join(os.TempDir(), helmCacheShape); fileExists(p) {
 		return p
 	}
-	t.Skip("helm not found (set HELM, or run make helm-check once, which builds it into " + filepath.Join(os.TempDir(), helmCacheShape) + ")")
+	t.Skip("helm not found (set HELM, or run make test or bash scripts/ensure-deps.sh helm once, which builds it into " + filepath.Join(os.TempDir(), helmCacheShape) + ")")
 	return ""
 }
 

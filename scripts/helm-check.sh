@@ -7,15 +7,14 @@
 # can therefore never render a configuration the binary refuses. Renders that
 # must be refused are checked to fail with the chart's own message.
 #
-# Helm is built from its Go module (no Debian package) and cached under
-# ${TMPDIR:-/tmp}/smsgw-helm-<version>/helm; HELM=/path/to/helm overrides.
+# Helm is built from its Go module (no Debian package) by
+# scripts/ensure-deps.sh and cached under ${TMPDIR:-/tmp}/smsgw-helm-<version>/helm;
+# HELM=/path/to/helm overrides.
 # Usage: scripts/helm-check.sh   (or: make helm-check)
 set -euo pipefail
 
-HELM_VERSION=${HELM_VERSION:-v3.22.0}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CHART=$ROOT/deploy/helm/smsgw
-CACHE=${TMPDIR:-/tmp}/smsgw-helm-$HELM_VERSION
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/helm-check.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 
@@ -24,13 +23,8 @@ pass() { printf 'ok    %s\n' "$*"; }
 fail() { printf 'FAIL  %s\n' "$*"; fails=$((fails + 1)); }
 
 # --- helm -------------------------------------------------------------------
-HELM=${HELM:-$CACHE/helm}
-if [ ! -x "$HELM" ]; then
-	echo "building helm $HELM_VERSION into $CACHE (first run only; takes a few minutes)"
-	mkdir -p "$CACHE"
-	(cd "$WORK" && GOFLAGS=-mod=mod GOBIN="$CACHE" go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION")
-	HELM=$CACHE/helm
-fi
+HELM=$(bash "$ROOT/scripts/ensure-deps.sh" helm | sed -n 's/^ensure-deps: helm at //p')
+[ -x "$HELM" ] || { echo "helm-check: no helm" >&2; exit 1; }
 echo "helm: $("$HELM" version --short 2>/dev/null || "$HELM" version)"
 
 # --- smsgw and the render checker ------------------------------------------
