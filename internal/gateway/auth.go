@@ -368,16 +368,24 @@ func (s *server) authAdmin(next http.Handler) http.Handler {
 // once its client address has failed too often (authThrottle); the WARN
 // line is sampled.
 func (s *server) authFailed(w http.ResponseWriter, r *http.Request, what string) {
+	s.failedAuth(w, r, what, "a valid key", errorf(kindUnauthorized, "unknown API key"))
+}
+
+// failedAuth answers a request that failed to authenticate (an unknown
+// bearer key, a webhook's signature): answer, or 429 once its client
+// address has failed too often (authThrottle), retrying with valid (what
+// would pass); the WARN line what is sampled.
+func (s *server) failedAuth(w http.ResponseWriter, r *http.Request, what, valid string, answer error) {
 	ip := clientIP(r.Context())
 	if wait := s.authThrottle.fail(ip); wait > 0 {
 		s.writeError(w, r, &apiError{Kind: kindAuthThrottled, RetryAfter: wait,
-			Detail: "too many failed authentications from this address; retry after the Retry-After seconds with a valid key"})
+			Detail: "too many failed authentications from this address; retry after the Retry-After seconds with " + valid})
 		return
 	}
 	if ok, left := s.authThrottle.sampleLog(); ok {
 		s.log.WarnContext(r.Context(), what, "path", logPath(r), "client_ip", ip, "not_logged_since_last", left)
 	}
-	s.writeError(w, r, errorf(kindUnauthorized, "unknown API key"))
+	s.writeError(w, r, answer)
 }
 
 // numClasses sizes per-class arrays: the classes are otp..marketing.

@@ -45,7 +45,7 @@ const (
 )
 
 var inboundKinds = []string{inboundOptOut, inboundOptIn, inboundOther, inboundIgnored, inboundBadSignature,
-	inboundMalformed, inboundUnavailable}
+	inboundMalformed, inboundUnavailable, inboundReplayed, inboundUnconfirmed, inboundOlder}
 
 // optOuts applies recipients' opt-outs and opt-ins to the suppression
 // list, for the inbound endpoint and (optedOut) for a provider's report of
@@ -115,14 +115,15 @@ func (o *optOuts) suppress(ctx context.Context, e164 string, src state.Suppressi
 }
 
 // lift takes e164 off the list if the recipient's opt-out or the
-// provider's report of one put it there.
-func (o *optOuts) lift(ctx context.Context, e164 string) (string, state.LiftResult, error) {
+// provider's report of one put it there before at, when the opt-in was
+// received.
+func (o *optOuts) lift(ctx context.Context, e164 string, at time.Time) (string, state.LiftResult, error) {
 	key, err := o.protect.numberKey(ctx, false)
 	if err != nil {
 		return "", state.LiftAbsent, err
 	}
 	id := numberID(key, e164)
-	res, err := o.protect.sup.Lift(ctx, id, state.SourceRecipient, state.SourceProvider)
+	res, err := o.protect.sup.LiftOlder(ctx, id, at, state.SourceRecipient, state.SourceProvider)
 	return id, res, err
 }
 
@@ -186,7 +187,7 @@ func (s *server) postInbound(w http.ResponseWriter, r *http.Request) {
 		case errors.As(err, &re):
 			count(inboundMalformed)
 		}
-		s.writeError(w, r, webhookError("message", err))
+		s.webhookRefused(w, r, "message", err)
 		return
 	}
 	kind := o.kindOf(in.Text)
@@ -196,9 +197,12 @@ func (s *server) postInbound(w http.ResponseWriter, r *http.Request) {
 		kind = inboundIgnored
 	default:
 		if e := s.applyKeyword(r, adapter, kind, in); e != nil {
-			count(e.kind)
-			s.writeError(w, r, e.err)
-			return
+			kind = e.kind
+			if e.err != nil {
+				count(kind)
+				s.webhookRefused(w, r, "message", e.err)
+				return
+			}
 		}
 	}
 	count(kind)
@@ -211,7 +215,7 @@ func (s *server) postInbound(w http.ResponseWriter, r *http.Request) {
 }
 
 // keywordFailure is why a keyword was not applied: the kind counted and
-// the error answered.
+// the error answered (nil: acknowledged like an applied one).
 type keywordFailure struct {
 	kind string
 	err  error
@@ -225,6 +229,22 @@ func (s *server) applyKeyword(r *http.Request, adapter, kind string, in provider
 		return &keywordFailure{inboundMalformed, fieldError(in.FromField, "must be the sender's number in E.164")}
 	}
 	masked := sms.MaskPhone(from)
+	adm, f := s.admitKeyword(ctx, adapter, in)
+	if f != nil {
+		return f
+	}
+	if f := s.applyAdmitted(r, adapter, kind, from, masked, adm); f != nil {
+		return f
+	}
+	if err := o.protect.sup.RememberApplied(ctx, adm.key); err != nil {
+		return unavailableKeyword(err, "the suppression list did not record the message as applied; send it again")
+	}
+	return nil
+}
+
+// applyAdmitted changes the list for an admitted keyword from from.
+func (s *server) applyAdmitted(r *http.Request, adapter, kind, from, masked string, adm admittedKeyword) *keywordFailure {
+	o, ctx := s.optOuts, r.Context()
 	if kind == inboundOptOut {
 		id, added, err := o.suppress(ctx, from, state.SourceRecipient, "opted out by text message ("+adapter+")")
 		switch {
@@ -244,7 +264,7 @@ func (s *server) applyKeyword(r *http.Request, adapter, kind string, in provider
 		}
 		return nil
 	}
-	id, res, err := o.lift(ctx, from)
+	id, res, err := o.lift(ctx, from, adm.at)
 	switch {
 	case err != nil:
 		return &keywordFailure{inboundUnavailable, &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err,
@@ -254,6 +274,10 @@ func (s *server) applyKeyword(r *http.Request, adapter, kind string, in provider
 	case res == state.LiftKept:
 		s.log.InfoContext(ctx, "opt-in keyword left the number suppressed: an operator put it on the list", "suppression_id", id,
 			"to", masked, "adapter", adapter)
+	case res == state.LiftNewer:
+		s.log.InfoContext(ctx, "opt-in keyword left the number suppressed: the entry is newer than the message", "suppression_id", id,
+			"to", masked, "adapter", adapter)
+		return &keywordFailure{kind: inboundOlder}
 	}
 	return nil
 }

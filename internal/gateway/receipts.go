@@ -229,6 +229,8 @@ func maskID(id string) string {
 func webhookError(what string, err error) error {
 	var re *provider.ReceiptError
 	switch {
+	case errors.Is(err, provider.ErrInboundNotConfirmed):
+		return errorf(kindBadSignature, "the provider's API does not confirm the "+what+" as signed; nothing was changed")
 	case errors.Is(err, provider.ErrStaleReceipt):
 		return errorf(kindBadSignature, "the "+what+"'s signed time is more than "+provider.ReceiptMaxAge.String()+
 			" old, or ahead of the gateway's clock: refused as a possible replay; nothing was changed")
@@ -261,7 +263,7 @@ func (s *server) postReceipt(w http.ResponseWriter, r *http.Request) {
 		s.metrics.receipts.signed(adapter, rc.PreviousSecret)
 	}
 	if err != nil {
-		s.writeError(w, r, webhookError("receipt", err))
+		s.webhookRefused(w, r, "receipt", err)
 		return
 	}
 	rm := s.metrics.receipts
