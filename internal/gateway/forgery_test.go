@@ -152,7 +152,11 @@ func TestInboundRecut(t *testing.T) {
 			}
 			wantProblem(t, post(recut(func(f url.Values) { f.Set("Body", "START"); f["From"] = []string{inboundFrom + "FromCity", attacker} })),
 				http.StatusBadRequest, kindInvalid, "From")
-			wantProblem(t, post(recut(func(f url.Values) { f.Set("Body", "START"); f.Set("From", inboundFrom); f.Set("FromCity", "From"+attacker) })),
+			wantProblem(t, post(recut(func(f url.Values) {
+				f.Set("Body", "START")
+				f.Set("From", inboundFrom)
+				f.Set("FromCity", "From"+attacker)
+			})),
 				http.StatusUnauthorized, kindBadSignature, "")
 			if l := h.suppressionsOf(t); len(l) != 1 || l[0].Source != "recipient" {
 				t.Fatalf("a re-cut capture changed the victim's STOP: %+v", l)

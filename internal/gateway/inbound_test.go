@@ -117,7 +117,7 @@ var inboundAdapters = []inboundAdapter{
 		req: func(from, text string, signed bool) req {
 			ps := map[string]string{"api-key": "key", "msisdn": strings.TrimPrefix(from, "+"), "to": "447700900000",
 				"messageId": fmt.Sprintf("0A%014X", inboundSeq.Add(1)),
-				"text": text, "type": "text", "keyword": strings.ToUpper(strings.Fields(text + " x")[0]),
+				"text":      text, "type": "text", "keyword": strings.ToUpper(strings.Fields(text + " x")[0]),
 				"message-timestamp": time.Now().UTC().Format(time.DateTime), "timestamp": strconv.FormatInt(time.Now().Unix(), 10), "nonce": "n1"}
 			secret := vonageSecret
 			if !signed {

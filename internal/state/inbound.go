@@ -25,8 +25,8 @@ const (
 	MaxApplied = 100_000
 )
 
-// LiftNewer is LiftOlder's answer when the entry is as new as the
-// message or newer: nothing changed.
+// LiftNewer is LiftOlder's answer when the entry is newer than the
+// message: nothing changed.
 const LiftNewer LiftResult = 3
 
 // appliedStore is what both lists add for inbound messages; Suppressions
@@ -41,9 +41,9 @@ type appliedStore interface {
 	// are forgotten first.
 	RememberApplied(ctx context.Context, key string) error
 	// LiftOlder is Lift for a recipient's opt-in received at at: the entry
-	// goes only when it was created before at (a second's resolution);
-	// else LiftNewer and nothing changes. Entries are compared by their
-	// CreatedAt in whole seconds, UTC.
+	// goes only when it was not created after at, both in whole seconds
+	// (UTC); else LiftNewer and nothing changes. A STOP and a START within
+	// one second are taken in the order they arrive.
 	LiftOlder(ctx context.Context, id string, at time.Time, sources ...SuppressionSource) (LiftResult, error)
 }
 
@@ -80,7 +80,7 @@ return 0
 
 // suppressLiftOlderScript is suppressLiftScript for an opt-in received at
 // ARGV[2] (stamp): an entry whose created_at (RFC 3339 in UTC, to the
-// second) is not before it is kept (3). ARGV[3..] are the sources.
+// second) is after it is kept (3). ARGV[3..] are the sources.
 var suppressLiftOlderScript = redis.NewScript(`
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then return 0 end
@@ -90,7 +90,7 @@ if ok and type(e) == 'table' and type(e.source) == 'string' and e.source ~= '' t
 for i = 3, #ARGV do
   if ARGV[i] == source then
     local c = ok and type(e) == 'table' and e.created_at
-    if type(c) == 'string' and string.len(c) >= 20 and string.sub(c, -1) == 'Z' and string.sub(c, 1, 19) >= string.sub(ARGV[2], 1, 19) then
+    if type(c) == 'string' and string.len(c) >= 20 and string.sub(c, -1) == 'Z' and string.sub(c, 1, 19) > string.sub(ARGV[2], 1, 19) then
       return 3
     end
     redis.call('ZREM', KEYS[2], ARGV[1])
@@ -265,7 +265,7 @@ func (l *LocalSuppressions) LiftOlder(ctx context.Context, id string, at time.Ti
 		case !containsSource(sources, e.Source.OrOperator()):
 			res = LiftKept
 			return nil
-		case !e.CreatedAt.IsZero() && stamp(e.CreatedAt) >= stamp(at):
+		case !e.CreatedAt.IsZero() && stamp(e.CreatedAt) > stamp(at):
 			res = LiftNewer
 			return nil
 		}

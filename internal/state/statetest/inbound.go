@@ -62,8 +62,8 @@ func testApplied(t *testing.T, h Harness) {
 }
 
 // testLiftOlder: LiftOlder removes a recipient's or provider's entry only
-// for a message newer than the entry (to the second), keeps it for one as
-// old or older (LiftNewer), keeps an operator's whatever the time, and
+// for a message not older than the entry (to the second), keeps it for
+// an older one (LiftNewer), keeps an operator's whatever the time, and
 // answers LiftAbsent for an id not listed.
 func testLiftOlder(t *testing.T, h Harness) {
 	s := h.Suppressions(t, 0, 2)
@@ -83,10 +83,10 @@ func testLiftOlder(t *testing.T, h Harness) {
 		want state.LiftResult
 	}{
 		{"rcpt", created.Add(-7 * 24 * time.Hour), state.LiftNewer}, // a START from before the STOP
-		{"rcpt", created.Add(999 * time.Millisecond), state.LiftNewer},
-		{"prov", created, state.LiftNewer},
+		{"rcpt", created.Add(-time.Second), state.LiftNewer},
+		{"prov", created.Add(-time.Second), state.LiftNewer},
 		{"op", created.Add(time.Hour), state.LiftKept},
-		{"rcpt", created.Add(time.Second), state.LiftRemoved},
+		{"rcpt", created.Add(999 * time.Millisecond), state.LiftRemoved}, // the same second: in the order they came
 		{"prov", created.Add(time.Minute), state.LiftRemoved},
 		{"none", created.Add(time.Minute), state.LiftAbsent},
 	} {

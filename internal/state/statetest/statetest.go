@@ -71,8 +71,7 @@
 //   - RememberApplied makes a key Applied on every handle (for
 //     AppliedMemory); past the store's bound (SetMaxApplied) the oldest
 //     key is forgotten first. LiftOlder lifts as Lift does, but keeps an
-//     entry created at or after the message's time, to the second
-//     (LiftNewer).
+//     entry created after the message's time, to the second (LiftNewer).
 //   - An ID ValidKey refuses is ErrInvalidKey and changes nothing.
 //
 // Every store.
