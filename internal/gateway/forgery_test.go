@@ -122,6 +122,8 @@ func TestInboundOlderStart(t *testing.T) {
 // own names only, each once, Twilio's API (its record of the message:
 // another sender, another text) refuses it 401. The STOP stands; the
 // captured request itself is the attacker's own text, no keyword.
+// (A second capture, "STARTFrom<victim>", re-cut with From given twice,
+// the victim's number first, is refused by its form alone.)
 func TestInboundRecut(t *testing.T) {
 	const attacker = "+85550001111" // sorts after the victim, as the re-cut needs
 	for _, m := range modes {
@@ -150,7 +152,19 @@ func TestInboundRecut(t *testing.T) {
 				edit(f)
 				return f
 			}
-			wantProblem(t, post(recut(func(f url.Values) { f.Set("Body", "START"); f["From"] = []string{inboundFrom + "FromCity", attacker} })),
+			// A second capture, its text built for a name given twice.
+			text2 := "STARTFrom" + inboundFrom
+			sid2 := twilioInbound(attacker, text2)
+			captured2 := url.Values{"MessageSid": {sid2}, "AccountSid": {"AC0123"}, "From": {attacker}, "To": {"+15005550006"},
+				"Body": {text2}, "NumMedia": {"0"}}
+			twice := url.Values{"MessageSid": {sid2}, "AccountSid": {"AC0123"}, "From": {inboundFrom, attacker}, "To": {"+15005550006"},
+				"Body": {"START"}, "NumMedia": {"0"}}
+			sig2 := twilio.Signature(twilioToken, twilioPublic, captured2)
+			if twilio.Signature(twilioToken, twilioPublic, twice) != sig2 {
+				t.Fatalf("the re-cut form %v does not carry the captured signature: the test is wrong", twice)
+			}
+			wantProblem(t, h.do(req{method: http.MethodPost, path: "/v1/inbound/twilio", body: twice.Encode(),
+				header: map[string]string{"Content-Type": "application/x-www-form-urlencoded", twilio.HeaderSignature: sig2}}),
 				http.StatusBadRequest, kindInvalid, "From")
 			wantProblem(t, post(recut(func(f url.Values) {
 				f.Set("Body", "START")
