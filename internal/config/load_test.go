@@ -55,7 +55,7 @@ func TestBadFixturesNameTheKey(t *testing.T) {
 	}
 }
 
-// The defaults are the ones README's configuration table documents.
+// The defaults are the ones docs/configuration.md documents.
 func TestDefaultsMatchREADME(t *testing.T) {
 	cfg, err := Load([]byte(`
 provider: {url: "http://127.0.0.1:9100/send"}
