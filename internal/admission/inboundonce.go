@@ -31,4 +31,3 @@ func (o *OptOuts) Applied(ctx context.Context, key string) (bool, error) {
 func (o *OptOuts) RememberApplied(ctx context.Context, key string) error {
 	return o.protect.Sup.RememberApplied(ctx, key)
 }
-
