@@ -1,6 +1,8 @@
 package tests
 
 import (
+	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -97,4 +99,73 @@ func TestRedisRestartLosesNothing(t *testing.T) {
 	}
 	t.Logf("Redis down 10 s: %d sends during the outage, %d/%d delivered after, duplicates %d, retries absorbed by the provider's idempotency key %d",
 		during, st.Accepted, len(ids), st.Duplicates, st.Replays)
+}
+
+// TestOTPThroughRedisOutageUnderCampaign: a fleet runs a marketing
+// campaign; Redis stops answering (frozen: connections stay open and every
+// call waits for its timeout, as when its host or container is gone) and
+// OTPs arrive on the fast path while it is down. Each replica then decides
+// alone at its share of the contract (target / max_senders): the fast path
+// must still send every OTP within its deadline (no reservation waits on
+// the dead Redis: neither the operator pause's reread nor the limiter's
+// probe), and the provider never sees more than the contract.
+func TestOTPThroughRedisOutageUnderCampaign(t *testing.T) {
+	skipShort(t)
+	for _, n := range []int{2, 23} {
+		t.Run(strconv.Itoa(n)+" replicas", func(t *testing.T) { otpThroughOutage(t, n) })
+	}
+}
+
+func otpThroughOutage(t *testing.T, n int) {
+	rs := redistest.StartServer(t, redistest.ServerOptions{AppendOnly: true})
+	sim := startSim(t, "--limit", "100", "--window", "sliding")
+	gws := startFleet(t, n, gwOptions{RedisAddr: rs.Addr, Account: redistest.Prefix(t), SimURL: sim.URL})
+	const campaign = 1200
+	per := campaign / n
+	for i, gw := range gws {
+		k := per
+		if i == n-1 {
+			k = campaign - per*(n-1)
+		}
+		postBatch(t, gw, keyMarketing, "marketing", i*per, k)
+	}
+	sim.WaitAccepted(t, 100, 60*time.Second)
+	rs.Freeze()
+	t.Cleanup(rs.Thaw)
+	// OTPs at about 3/s for 10 s while Redis is down, round-robin over
+	// the replicas, one at a time as a login page sends them.
+	var sent, refused int
+	var worst time.Duration
+	var firstRefusal string
+	start := time.Now()
+	for i := 0; time.Since(start) < 10*time.Second; i++ {
+		at := time.Now()
+		res := post(t, gws[i%n].URL+"/v1/otp", keyOTP, map[string]string{"to": phone(900000 + i), "body": "Your code is " + strconv.Itoa(100000+i)})
+		worst = max(worst, time.Since(at))
+		switch res.Status {
+		case http.StatusOK:
+			sent++
+		case http.StatusServiceUnavailable:
+			if refused++; firstRefusal == "" {
+				firstRefusal = res.Header.Get("Server-Timing") + " " + string(res.Body)
+			}
+		default:
+			t.Fatalf("otp fast path while Redis is down: %d %s", res.Status, res.Body)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	rs.Thaw()
+	if refused > 0 {
+		t.Errorf("%d of %d OTPs answered 503 while Redis was down; want every one sent at the fallback's rate; first: %.400s",
+			refused, sent+refused, firstRefusal)
+	}
+	st := sim.Stats(t)
+	if st.Rejected429 != 0 || st.Rejected403 != 0 {
+		t.Errorf("provider answered %d 429s and %d 403s; want none", st.Rejected429, st.Rejected403)
+	}
+	if w := maxInAnyInterval(sim.Accepted(t), time.Second); w > 100 {
+		t.Errorf("provider saw %d messages within one second; contract is 100", w)
+	}
+	t.Logf("%d replicas, Redis frozen 10 s under a campaign: %d OTPs sent, %d refused, slowest answer %s",
+		n, sent, refused, worst.Round(time.Millisecond))
 }

@@ -43,6 +43,8 @@ type OptOuts struct {
 	Inbound *prometheus.CounterVec // smsgw_inbound_total{adapter,kind}
 }
 
+// NewOptOuts builds the opt-out policy over protect's suppression list, with
+// the inbound counter registered on reg for every adapter.
 func NewOptOuts(cfg config.OptOutConfig, protect *Protector, reg prometheus.Registerer, log *slog.Logger,
 	now func() time.Time, adapters []string) (*OptOuts, error) {
 	o := &OptOuts{Cfg: cfg, stop: map[string]bool{}, start: map[string]bool{}, protect: protect, log: log, now: now}

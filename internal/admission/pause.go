@@ -34,6 +34,9 @@ type OperatorPause struct {
 	reason string
 	// readAt is when this copy was last read from the store or set here.
 	readAt time.Time
+	// failing: the last read from the store failed (Redis not answering);
+	// a reservation then does not wait for a read of its own (freshen).
+	failing bool
 	// changes counts this process's Pause and Resume calls. A poll whose
 	// read began before one of them may carry the state from before it,
 	// and is dropped: applied, it would undo the change until the next poll.
@@ -52,6 +55,7 @@ const (
 	pauseStaleAfter = 2 * PausePollEvery
 )
 
+// NewOperatorPause is the operator pause kept in store, read through now.
 func NewOperatorPause(store state.Pause, now func() time.Time) *OperatorPause {
 	return &OperatorPause{store: store, now: now}
 }
@@ -63,6 +67,7 @@ type PauseState struct {
 	Reason string     `json:"reason,omitempty"`
 }
 
+// State is the pause as this replica knows it.
 func (p *OperatorPause) State() PauseState {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -89,6 +94,7 @@ func (p *OperatorPause) remaining(now time.Time) time.Duration {
 	return p.until.Sub(now)
 }
 
+// Active reports whether the pause holds at now.
 func (p *OperatorPause) Active(now time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -148,10 +154,13 @@ func (p *OperatorPause) Resume(ctx context.Context) error {
 
 // freshen rereads the stored switch when this copy is older than
 // pauseStaleAfter (an idle replica's poller slowed down); a failed read
-// keeps the last known state, as the poller does.
+// keeps the last known state, as the poller does. While reads fail it
+// reads nothing: a store that does not answer would hold the reservation
+// (an OTP's whole deadline) for a state the poller, still trying, finds
+// as soon as the store answers.
 func (p *OperatorPause) freshen(ctx context.Context) {
 	p.mu.Lock()
-	stale := time.Since(p.readAt) > pauseStaleAfter
+	stale := !p.failing && time.Since(p.readAt) > pauseStaleAfter
 	if stale {
 		p.readAt = time.Now() // one attempt per period, even when it fails
 	}
@@ -165,6 +174,9 @@ func (p *OperatorPause) freshen(ctx context.Context) {
 func (p *OperatorPause) refresh(ctx context.Context) error {
 	seen := p.changeCount()
 	st, err := p.store.Get(ctx)
+	p.mu.Lock()
+	p.failing = err != nil
+	p.mu.Unlock()
 	if err != nil {
 		return err
 	}
@@ -184,6 +196,7 @@ type pausePoller struct {
 	failing bool
 }
 
+// NewPausePoller reads the shared pause switch every period.
 func NewPausePoller(p *OperatorPause, every time.Duration, log *slog.Logger) *pausePoller {
 	return &pausePoller{p: p, every: every, log: log}
 }
@@ -221,6 +234,8 @@ type PausedLimiter struct {
 // bounds how long sending lags behind a resume on this replica.
 const PausedRetry = 250 * time.Millisecond
 
+// Reserve denies every reservation while the operator pause is on and asks
+// the wrapped limiter otherwise.
 func (l PausedLimiter) Reserve(ctx context.Context, r limiter.Request) (limiter.Decision, error) {
 	l.P.freshen(ctx)
 	if now := l.P.now(); l.P.Active(now) {

@@ -142,3 +142,67 @@ func TestIdleReplicaReadsThePauseBeforeSending(t *testing.T) {
 		t.Errorf("reservation on a stale copy of the switch: %+v, want paused", d)
 	}
 }
+
+// TestReservationDoesNotWaitForAFailingPauseStore: while the shared
+// switch cannot be read (Redis gone: its poller's reads fail), a stale
+// copy is not reread by a reservation, which would wait a whole Redis
+// timeout for it: every OTP's deadline went on that read during an
+// outage. The last known state holds, as the poller keeps it.
+func TestReservationDoesNotWaitForAFailingPauseStore(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	reads := &countReads{}
+	c.AddHook(reads)
+	sp, err := keyspace.New(redistest.Prefix(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := state.NewRedisPause(c, sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := NewOperatorPause(store, time.Now)
+	if err := p.refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if err := p.refresh(ctx); err == nil { // the poller's read fails
+		t.Fatal("a read of a stopped Redis succeeded")
+	}
+	p.mu.Lock()
+	p.readAt = p.readAt.Add(-2 * pauseStaleAfter)
+	p.mu.Unlock()
+	lim, err := limiter.NewLocal(limiter.Config{Global: limiter.Rate{PerSecond: 90, Burst: 5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reads.n.Store(0)
+	d, err := PausedLimiter{Limiter: lim, P: p}.Reserve(ctx, limiter.Request{Class: "otp", Cost: 1, MaxWait: time.Second})
+	if err != nil || !d.Allowed {
+		t.Fatalf("reservation while the switch cannot be read: %+v %v, want granted on the last known state", d, err)
+	}
+	if n := reads.n.Load(); n != 0 {
+		t.Errorf("the reservation read the failing store %d times; want none (the poller keeps trying)", n)
+	}
+}
+
+// countReads counts the commands and pipelines a client sends.
+type countReads struct{ n atomic.Int64 }
+
+func (h *countReads) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *countReads) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (h *countReads) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmds)
+	}
+}

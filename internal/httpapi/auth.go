@@ -215,9 +215,9 @@ func CallbackUnder(prefixes []CallbackPrefix, raw string) bool {
 
 func (p *producer) allowed(c sms.Class) bool { return c.Valid() && p.classes[c] }
 
-// authenticator knows every producer key and the admin key, and the
+// Authenticator knows every producer key and the admin key, and the
 // previous keys of those being rotated, as SHA-256 digests only.
-type authenticator struct {
+type Authenticator struct {
 	producers     []*producer
 	admin         [32]byte
 	adminOn       bool
@@ -227,8 +227,8 @@ type authenticator struct {
 // NewAuthenticator holds the keys of cfg; the uses of previous keys are
 // counted in previousUses (smsgw_auth_previous_key_total), whose series
 // are those of the principals with a previous key: configured names only.
-func NewAuthenticator(cfg config.Config, previousUses *prometheus.CounterVec) *authenticator {
-	a := &authenticator{admin: cfg.Admin.KeyHash(), adminOn: cfg.Admin.Enabled()}
+func NewAuthenticator(cfg config.Config, previousUses *prometheus.CounterVec) *Authenticator {
+	a := &Authenticator{admin: cfg.Admin.KeyHash(), adminOn: cfg.Admin.Enabled()}
 	if a.adminOn && cfg.Admin.Rotating() {
 		a.adminPrevious = newPreviousKey(config.AdminPrincipal, cfg.Admin.PreviousKeyHash(), previousUses)
 	}
@@ -275,7 +275,7 @@ func bearer(r *http.Request) ([32]byte, bool) {
 // neither the key nor its index; it returns the producer, and the
 // previous key when the digest is that (else nil). The configuration
 // makes every key name one producer.
-func (a *authenticator) ProducerFor(h [32]byte) (*producer, *previousKey) {
+func (a *Authenticator) ProducerFor(h [32]byte) (*producer, *previousKey) {
 	var (
 		found *producer
 		prev  *previousKey
@@ -294,7 +294,7 @@ func (a *authenticator) ProducerFor(h [32]byte) (*producer, *previousKey) {
 // isAdmin reports whether the digest is the admin key's or its previous
 // key's, comparing with both in constant time; the previous key when it
 // is that (else nil).
-func (a *authenticator) isAdmin(h [32]byte) (bool, *previousKey) {
+func (a *Authenticator) isAdmin(h [32]byte) (bool, *previousKey) {
 	if !a.adminOn {
 		return false, nil
 	}

@@ -41,6 +41,7 @@ type authThrottle struct {
 	suppressed int
 }
 
+// NewAuthThrottle is an empty failed-authentication table read through now.
 func NewAuthThrottle(now func() time.Time) *authThrottle {
 	return &authThrottle{now: now, tats: map[string]time.Time{}}
 }

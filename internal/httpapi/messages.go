@@ -112,8 +112,8 @@ func invalid(errs []fieldProblem) *apiError {
 // checkMessage decodes and validates one message request; the error is a
 // 400 (every bad field) or a 403 (class not allowed for the producer).
 func (s *Server) checkMessage(p *producer, raw []byte, prefix string) (validated, error) {
-	var req MessageRequest
-	if err := DecodeStrict(raw, &req, prefix); err != nil {
+	var req messageRequest
+	if err := decodeStrict(raw, &req, prefix); err != nil {
 		return validated{}, err
 	}
 	class, ferr := parseClass(req.Class, prefix)
@@ -311,6 +311,7 @@ type batchItem struct {
 	Error   *problem         `json:"error,omitempty"`
 }
 
+// BatchResponse is the answer of POST /v1/messages/batch.
 type BatchResponse struct {
 	Accepted int         `json:"accepted"`
 	Rejected int         `json:"rejected"`
@@ -324,8 +325,8 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) {
 		s.WriteError(w, r, err)
 		return
 	}
-	var req BatchRequest
-	if err := DecodeStrict(raw, &req, ""); err != nil {
+	var req batchRequest
+	if err := decodeStrict(raw, &req, ""); err != nil {
 		s.WriteError(w, r, err)
 		return
 	}

@@ -1,3 +1,6 @@
+// Package httpapi serves the HTTP API: the router and its middleware,
+// authentication, request decoding, the handlers, and problem.go, the one
+// place an error becomes an HTTP answer.
 package httpapi
 
 import (
@@ -45,7 +48,7 @@ type Server struct {
 	Idem         idemStore
 	OTP          otpSender
 	Notifier     notifier
-	Auth         *authenticator
+	Auth         *Authenticator
 	AuthThrottle *authThrottle
 	ETA          *admission.ETAEstimator
 	Quiet        sms.QuietPolicy
@@ -202,6 +205,8 @@ func (s *Server) clientIP(next http.Handler) http.Handler {
 	})
 }
 
+// ResolveClientIP is the client address of r: the peer, or the right-most
+// untrusted X-Forwarded-For hop behind a trusted proxy.
 func (s *Server) ResolveClientIP(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {

@@ -30,7 +30,7 @@ var allowed = map[string][]string{
 	"internal/layering":    {},
 	"internal/logsample":   {},
 	"internal/logtest":     {},
-	"internal/tick":        {}, // the background loops' ticker
+	"internal/tick":        {}, // the background loops (Loop) and the quiet ticker
 	"internal/sms/smstest": {"internal/sms"},
 
 	// Deciders and stores: they know nothing of who calls them.
@@ -42,7 +42,7 @@ var allowed = map[string][]string{
 	"internal/queue/queuetest": {"internal/queue", "internal/sms", "internal/sms/smstest"},
 	"internal/state":           {"internal/keyspace", "internal/limiter", "internal/sms"},
 	"internal/state/statetest": {"internal/state", "internal/sms"},
-	"internal/history":         {"internal/keyspace", "internal/sms"},
+	"internal/history":         {"internal/keyspace", "internal/tick", "internal/sms"},
 
 	// Providers: the seam, its adapters, the simulator, the conformance suite.
 	"internal/provider":              {"internal/sms"},
@@ -53,7 +53,7 @@ var allowed = map[string][]string{
 	"internal/provider/providertest": {"internal/provider", "internal/sms"},
 
 	// The send loop.
-	"internal/dispatch": {"internal/limiter", "internal/logsample", "internal/provider", "internal/queue", "internal/sms"},
+	"internal/dispatch": {"internal/limiter", "internal/logsample", "internal/tick", "internal/provider", "internal/queue", "internal/sms"},
 
 	// Admission policy: whether a message may be accepted, and the
 	// decorators the send loop is handed (the operator pause, opt-outs).

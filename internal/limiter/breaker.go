@@ -30,6 +30,10 @@ import (
 // caller decides locally meanwhile.
 const redisRetryEvery = time.Second
 
+// callerShare: a Redis call takes at most 1/callerShare of the time its
+// caller has left before its deadline.
+const callerShare = 4
+
 // defaultRedisTimeout bounds one Redis call when the caller sets none.
 const defaultRedisTimeout = 500 * time.Millisecond
 
@@ -126,9 +130,19 @@ func (b *breaker) probe(ctx context.Context, call func(context.Context) error) {
 // do runs one Redis call through the breaker with its own timeout. While
 // the breaker is open it returns at once with gobreaker.ErrOpenState (or
 // ErrTooManyRequests while another caller probes).
+//
+// A caller with a deadline gives Redis at most a quarter of the time it
+// has left (callerShare): when Redis has just stopped answering, the call
+// fails while the caller can still be decided locally (an OTP's deadline
+// held two Redis timeouts, the ingress quota's and the send limiter's,
+// and the slot the fallback then granted came too late).
 func (b *breaker) do(ctx context.Context, call func(context.Context) error) error {
+	timeout := b.cfg.timeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl)/callerShare)
+	}
 	_, err := b.cb.Execute(func() (struct{}, error) {
-		cctx, cancel := context.WithTimeout(ctx, b.cfg.timeout)
+		cctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		err := call(cctx)
 		if err != nil && ctx.Err() != nil {

@@ -59,6 +59,12 @@ type Request struct {
 	// booked ahead. A request costing more than burst − Spare may still
 	// take the whole burst when the global key is idle.
 	Spare int
+	// Hasty marks a caller whose deadline cannot pay for a Redis call
+	// that fails (the OTP fast path): while Shared decides locally
+	// because Redis was lost, a hasty request is decided locally at once
+	// and is never the breaker's probe (other callers and Probe find
+	// Redis back).
+	Hasty bool
 }
 
 // Decision is the answer to a Request.

@@ -75,6 +75,12 @@ import (
 //	  shared.go: `_ = s.fallback.Pause(ctx, d.RetryAfter)` -> `_ = ctx`
 //	ignore-local-pause [TestSharedPauseHoldsWhenRedisDies]
 //	  shared.go: `if rem := s.fallback.pauseRemaining(); rem > 0 {` -> `if rem := s.fallback.pauseRemaining(); rem > time.Hour {`
+//	hasty-probes-redis [TestSharedHastyNeverProbes]
+//	  shared.go: `if !req.Hasty || s.Mode() != ModeFallback {` -> `if true {`
+//	redis-call-past-callers-share [TestSharedRedisCallLeavesTheCallerTime]
+//	  breaker.go: `timeout = min(timeout, time.Until(dl)/callerShare)` -> `timeout = min(timeout, time.Until(dl))`
+//	fallback-wait-from-now [TestSharedRedisCallLeavesTheCallerTime]
+//	  shared.go: `req.MaxWait = max(0, req.MaxWait-time.Since(asked))` -> `req.MaxWait = max(0, req.MaxWait-time.Since(asked)*0)`
 //	local-skip-pause [TestLocalPause]
 //	  local.go: `if l.pauseUntil > now {` -> `if false {`
 //	ignore-spare-redis [TestSpareKeepsRoomForOTP]

@@ -116,8 +116,15 @@ func (s *Shared) onRedis(ctx context.Context, call func(context.Context) error) 
 	return s.br.do(ctx, call)
 }
 
+// errHastyFallback is why a hasty request (Request.Hasty) was decided
+// locally without asking Redis: the limiter is in fallback.
+var errHastyFallback = errors.New("limiter: redis lost; a hasty request is decided locally")
+
 // Reserve decides on Redis, or locally at the fallback rate when Redis
-// cannot answer. A pause this process knows of holds in either mode.
+// cannot answer. A pause this process knows of holds in either mode. In
+// fallback a hasty request (Request.Hasty) does not try Redis. The
+// fallback's slot is at most MaxWait from when the caller asked: the time
+// a failed Redis call took is not granted twice.
 func (s *Shared) Reserve(ctx context.Context, req Request) (Decision, error) {
 	if _, err := checkRequest(req); err != nil {
 		return Decision{}, err
@@ -128,11 +135,15 @@ func (s *Shared) Reserve(ctx context.Context, req Request) (Decision, error) {
 		return d, nil
 	}
 	var d Decision
-	err := s.onRedis(ctx, func(ctx context.Context) error {
-		var err error
-		d, err = s.redis.Reserve(ctx, req)
-		return err
-	})
+	asked := time.Now()
+	err := errHastyFallback
+	if !req.Hasty || s.Mode() != ModeFallback {
+		err = s.onRedis(ctx, func(ctx context.Context) error {
+			var err error
+			d, err = s.redis.Reserve(ctx, req)
+			return err
+		})
+	}
 	switch {
 	case err == nil:
 		if d.Paused {
@@ -148,6 +159,7 @@ func (s *Shared) Reserve(ctx context.Context, req Request) (Decision, error) {
 		return Decision{}, fmt.Errorf("limiter: reserve: %w", ctx.Err())
 	}
 	s.log.Debug("limiter: deciding locally", "err", err)
+	req.MaxWait = max(0, req.MaxWait-time.Since(asked))
 	d, err = s.fallback.Reserve(ctx, req)
 	if err != nil {
 		return Decision{}, err

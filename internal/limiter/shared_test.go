@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
 
 	"smsgw/internal/redistest"
 )
@@ -331,5 +332,88 @@ func TestResume(t *testing.T) {
 	_ = l.Resume(bg)
 	if d, _ := l.Reserve(bg, Request{Cost: 1}); !d.Allowed {
 		t.Fatalf("local after resume: %+v", d)
+	}
+}
+
+// TestSharedHastyNeverProbes: Redis stops answering (frozen: every call
+// waits for its timeout, as when its host is gone). Once the breaker
+// lets a probe through, a hasty request (the OTP fast path) is still
+// decided locally at once, without a Redis call: the probe, a Redis
+// timeout, is left to the other callers and Probe. It does not cost an
+// OTP its deadline.
+func TestSharedHastyNeverProbes(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	f := newShared(t, srv, redistest.Prefix(t), Config{Global: Rate{PerSecond: 100, Burst: 4}}, 2)
+	s := f.shared
+	if d, err := s.Reserve(bg, Request{Cost: 1}); err != nil || d.Mode != ModeShared {
+		t.Fatalf("with Redis up: %+v %v", d, err)
+	}
+	srv.Freeze()
+	t.Cleanup(srv.Thaw)
+	// A caller that may wait pays the first timeout and opens the breaker.
+	if d, err := s.Reserve(bg, Request{Cost: 1, MaxWait: time.Second}); err != nil || d.Mode != ModeFallback {
+		t.Fatalf("first reservation with Redis frozen: %+v %v", d, err)
+	}
+	// Wait until the breaker would let the next caller probe Redis.
+	for s.br.cb.State() != gobreaker.StateHalfOpen {
+		time.Sleep(10 * time.Millisecond)
+	}
+	f.calls.n.Store(0)
+	d, err := s.Reserve(bg, Request{Cost: 1, MaxWait: time.Second, Hasty: true})
+	if err != nil || !d.Allowed || d.Mode != ModeFallback {
+		t.Fatalf("hasty reservation in fallback: %+v %v", d, err)
+	}
+	if n := f.calls.n.Load(); n != 0 {
+		t.Fatalf("a hasty reservation in fallback made %d Redis calls (it was the breaker's probe); want none", n)
+	}
+	if st := s.br.cb.State(); st != gobreaker.StateHalfOpen {
+		t.Fatalf("breaker %s after a hasty reservation; want the probe still left to another caller", st)
+	}
+}
+
+// TestSharedRedisCallLeavesTheCallerTime: Redis stops answering while
+// the breaker is still closed, and a caller with a deadline reserves (an
+// OTP: 1 s). The Redis call takes at most a quarter of the time left (the
+// breaker's own timeout here is longer than the deadline), the failure
+// opens the breaker for everyone, and the fallback's slot lies within the
+// caller's MaxWait counted from when it asked, not from after the failed
+// call: a later slot would be past the deadline.
+func TestSharedRedisCallLeavesTheCallerTime(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	// A client that honours its context's deadline, as the gateway's.
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, ReadTimeout: time.Minute})
+	t.Cleanup(func() { _ = c.Close() })
+	r, err := NewRedis(c, redistest.Prefix(t), Config{Global: Rate{PerSecond: 4, Burst: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fallback: one slot per 500 ms. The breaker's own timeout is longer
+	// than the deadline: only the caller's share can end the call in time.
+	s, err := NewShared(SharedConfig{Redis: r, MaxSenders: 2, RedisTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := s.Reserve(bg, Request{Cost: 1}); err != nil || d.Mode != ModeShared {
+		t.Fatalf("with Redis up: %+v %v", d, err)
+	}
+	srv.Freeze()
+	t.Cleanup(srv.Thaw)
+	const deadline = 2 * time.Second
+	ctx, cancel := context.WithTimeout(bg, deadline)
+	defer cancel()
+	asked := time.Now()
+	// The fallback starts spent: its first slot is 500 ms away, inside a
+	// MaxWait of 800 ms from now but not from after a 500 ms Redis call.
+	d, err := s.Reserve(ctx, Request{Cost: 1, MaxWait: 800 * time.Millisecond, Hasty: true})
+	if err != nil {
+		t.Fatalf("reservation as Redis stops answering: %v; want a decision before the caller's deadline", err)
+	}
+	if s.Mode() != ModeFallback {
+		t.Fatalf("mode %s after a call found Redis gone; want the breaker open", s.Mode())
+	}
+	if d.Allowed && time.Since(asked)+d.Delay > 800*time.Millisecond+50*time.Millisecond {
+		t.Fatalf("granted a slot %s after the caller asked; want none later than its MaxWait 800ms", time.Since(asked)+d.Delay)
 	}
 }

@@ -1,3 +1,6 @@
+// Package opsview is what operators read: live totals and rates, the
+// stats answer's shape, the API, receipt, queue and configuration metrics
+// and the send history recorder.
 package opsview
 
 // The figures of GET /v1/admin/stats that are not queue or limiter state:
@@ -38,6 +41,8 @@ import (
 	"smsgw/internal/tick"
 )
 
+// How often the totals are kept and read, and how many OTP latencies are
+// kept.
 const (
 	totalsEvery       = time.Second
 	TotalsIdleEvery   = 10 * time.Second // while the replica sends nothing (ticker.quiet)
@@ -103,6 +108,7 @@ func (t Totals) Values() map[string]int64 {
 	return out
 }
 
+// TotalsFrom reads totals back from their stored counter values.
 func TotalsFrom(values map[string]int64) Totals {
 	var t Totals
 	for f, p := range t.fields() {
@@ -152,6 +158,8 @@ type totalsLoop struct {
 	failing bool
 }
 
+// NewTotalsLoop keeps this replica's totals in store and reads the account's
+// back.
 func NewTotalsLoop(snap func() dispatch.Snapshot, store state.Counters, scope string, log *slog.Logger, now time.Time) *totalsLoop {
 	return &totalsLoop{snap: snap, store: store, Scope: scope, log: log, started: now, since: now, every: totalsEvery}
 }
@@ -249,6 +257,7 @@ type latencyWindow struct {
 	n    int
 }
 
+// NewLatencyWindow keeps the last n latencies.
 func NewLatencyWindow(n int) *latencyWindow { return &latencyWindow{buf: make([]time.Duration, n)} }
 
 func (w *latencyWindow) Add(d time.Duration) {
@@ -285,6 +294,8 @@ type ObservedProvider struct {
 	OTP *latencyWindow
 }
 
+// Send sends through the wrapped provider and records the accept-to-provider
+// time of an OTP.
 func (p ObservedProvider) Send(ctx context.Context, req *provider.Request) (provider.Result, error) {
 	at := p.Now()
 	res, err := p.Provider.Send(ctx, req)

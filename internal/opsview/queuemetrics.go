@@ -25,6 +25,7 @@ type queueCollector struct {
 	up      *prometheus.Desc
 }
 
+// NewQueueCollector reports q's depths at every scrape.
 func NewQueueCollector(q queue.Queue, log *slog.Logger) *queueCollector {
 	return &queueCollector{
 		q: q, log: log, timeout: 2 * time.Second,

@@ -177,6 +177,23 @@ func (s *Server) Stop() { s.halt(os.Interrupt) }
 // Kill ends the server with SIGKILL.
 func (s *Server) Kill() { s.halt(os.Kill) }
 
+// Freeze stops the server with SIGSTOP: it keeps its port and its
+// connections but answers nothing, as a Redis whose host vanished (a
+// killed container, a partition) does: callers wait for their timeouts
+// instead of being refused. Thaw resumes it.
+func (s *Server) Freeze() { s.signal(syscall.SIGSTOP) }
+
+// Thaw resumes a frozen server (SIGCONT).
+func (s *Server) Thaw() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		_ = s.cmd.Process.Signal(sig)
+	}
+}
+
 func (s *Server) halt(sig os.Signal) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
