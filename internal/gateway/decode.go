@@ -15,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"smsgw/internal/config"
@@ -306,11 +305,7 @@ func (s *server) validateMessage(req *messageRequest, class sms.Class, prefix st
 		err = s.checkSegmentCost(class, seg)
 	}
 	add(err)
-	if len(req.Reference) > maxReferenceLen {
-		errs = append(errs, fieldProblem{prefix + "reference", fmt.Sprintf("has at most %d bytes", maxReferenceLen)})
-	} else if strings.ContainsFunc(req.Reference, unicode.IsControl) {
-		errs = append(errs, fieldProblem{prefix + "reference", "must not contain control characters"})
-	}
+	add(sms.ValidateReference(req.Reference, maxReferenceLen))
 	if req.CallbackURL != "" {
 		if err := config.CheckCallbackURL(req.CallbackURL); err != nil {
 			errs = append(errs, fieldProblem{prefix + "callback_url", err.Error()})

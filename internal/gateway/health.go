@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -40,23 +41,27 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	checks := map[string]string{}
-	ready := true
+	var failed []error
 	for _, c := range s.checks {
 		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 		err := c.check(ctx)
 		cancel()
 		if err != nil {
-			s.log.WarnContext(r.Context(), "readiness check failed", "check", c.name, "err", err)
+			failed = append(failed, fmt.Errorf("%s: %w", c.name, err))
 			checks[c.name] = "fail"
-			ready = false
 			continue
 		}
 		checks[c.name] = "ok"
 	}
-	if !ready {
+	if len(failed) > 0 {
+		// Anyone may ask, as often as they like: one line per 10 s.
+		if n, ok := s.readyLog.Add(time.Now(), unknownLogEvery); ok {
+			s.log.WarnContext(r.Context(), "readiness checks failed", "count", n, "err", errors.Join(failed...))
+		}
 		s.notReady(w, r, "unready", checks)
 		return
 	}
+	s.readyLog.Reset()
 	writeJSON(w, s.log, "application/json", http.StatusOK, healthResponse{Status: "ready", Checks: checks})
 }
 

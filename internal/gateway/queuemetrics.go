@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"smsgw/internal/logsample"
 	"smsgw/internal/queue"
 	"smsgw/internal/sms"
 )
@@ -23,6 +24,9 @@ type queueCollector struct {
 	depth   *prometheus.Desc
 	oldest  *prometheus.Desc
 	up      *prometheus.Desc
+	// failLog samples the failed reads: a scrape needs no key where
+	// /metrics is on the producers' port.
+	failLog logsample.Sampler
 }
 
 func newQueueCollector(q queue.Queue, log *slog.Logger) *queueCollector {
@@ -48,10 +52,13 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	st, err := c.q.Stats(ctx)
 	if err != nil {
-		c.log.Warn("metrics: queue stats", "err", err)
+		if n, ok := c.failLog.Add(time.Now(), unknownLogEvery); ok {
+			c.log.Warn("metrics: queue stats", "count", n, "err", err)
+		}
 		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
 		return
 	}
+	c.failLog.Reset()
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
 	for _, cl := range sms.Classes {
 		s := st[cl]

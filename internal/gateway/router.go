@@ -65,6 +65,9 @@ type server struct {
 	// webhookBodyLog samples the receipts and inbound messages whose body
 	// was over the bound or cut short (readWebhook).
 	webhookBodyLog logsample.Sampler
+
+	// readyLog samples the failed readiness checks: /readyz takes no key.
+	readyLog logsample.Sampler
 }
 
 // routes builds the chi router of every route. Every route here must be a

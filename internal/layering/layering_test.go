@@ -55,7 +55,7 @@ var allowed = map[string][]string{
 	"internal/dispatch": {"internal/limiter", "internal/logsample", "internal/provider", "internal/queue", "internal/sms"},
 
 	// Status callbacks to producers: the outbox and HTTP, nothing of sending.
-	"internal/webhook": {"internal/queue"},
+	"internal/webhook": {"internal/logsample", "internal/queue"},
 
 	// Configuration: may use the parts it configures for their defaults and
 	// checks (each provider adapter validates its own settings).
