@@ -55,6 +55,7 @@ func (s *server) admitIngress(ctx context.Context, w http.ResponseWriter, p *pro
 	}
 	setRateLimitHeaders(w, p.Ingress, d)
 	if granted == 0 {
+		s.bodyGate.refused(p, d, time.Now())
 		return 0, rateLimited(p, d.RetryAfter)
 	}
 	return granted, nil

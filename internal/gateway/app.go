@@ -235,6 +235,7 @@ func newServer(cfg config.Config, d deps, gath prometheus.Gatherer, b *backend, 
 		auth: newAuthenticator(cfg, d.metrics.previousKeys), authThrottle: newAuthThrottle(time.Now), dashboard: dashboard, quiet: cfg.QuietPolicy(),
 		queue: b.queue, enq: b.enq, oneTrip: b.oneTrip, limiter: b.limiter, ingress: &ingress{keys: b.ingress}, idem: b.idem,
 		pause: b.pause, checks: b.checks, otp: disp, notifier: disp, live: live,
+		bodyGate: newBodyGate(cfg.HTTP.BodyBytesInFlight, cfg.HTTP.BodyBytesInFlightPerProducer, cfg.HTTP.MaxBodyBytes),
 	}
 	s.otpRecords.init()
 	s.eta = &etaEstimator{q: b.queue, lim: b.limiter, pause: b.pause, cfg: cfg, now: d.now, log: d.log, refresh: etaRefresh,
@@ -255,7 +256,7 @@ func newHTTPServer(cfg config.Config, h http.Handler, log *slog.Logger) *http.Se
 		ReadHeaderTimeout: min(cfg.HTTP.ReadTimeout, 5*time.Second),
 		ReadTimeout:       cfg.HTTP.ReadTimeout,
 		WriteTimeout:      cfg.HTTP.WriteTimeout,
-		IdleTimeout:       2 * time.Minute,
+		IdleTimeout:       cfg.HTTP.IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
@@ -395,6 +396,10 @@ func (a *App) Start(ctx context.Context) error {
 	}
 	for _, l := range a.loops() {
 		l.Start(runCtx)
+	}
+	ln = newLimitListener(ln, a.cfg.HTTP.MaxConnections)
+	if adminLn != nil {
+		adminLn = newLimitListener(adminLn, a.cfg.HTTP.MaxConnections)
 	}
 	a.ln, a.cancel, a.started = ln, cancel, true
 	a.served = make(chan error, 1)

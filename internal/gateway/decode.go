@@ -38,10 +38,6 @@ type messageRequest struct {
 	CallbackURL string `json:"callback_url,omitempty"`
 }
 
-type batchRequest struct {
-	Messages []json.RawMessage `json:"messages"`
-}
-
 type otpRequest struct {
 	To          string `json:"to"`
 	Body        string `json:"body"`
@@ -419,11 +415,9 @@ func requestHash(m *sms.Message, ttl time.Duration) string {
 }
 
 func hashBytes(parts ...[]byte) string {
-	h := sha256.New()
+	h := newPartsHash()
 	for _, p := range parts {
-		h.Write([]byte(strconv.Itoa(len(p))))
-		h.Write([]byte{':'})
-		h.Write(p)
+		h.add(p)
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	return h.sum()
 }

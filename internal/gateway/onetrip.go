@@ -82,6 +82,7 @@ func (s *server) acceptOneTrip(w http.ResponseWriter, r *http.Request, p *produc
 		s.writeError(w, r, s.tooManyQueued(p, res.Outstanding))
 		return
 	case res.Refused == queue.RefusedIngress:
+		s.bodyGate.refusedFor(p, res.RetryAfter, time.Now())
 		s.writeError(w, r, rateLimited(p, res.RetryAfter))
 		return
 	case res.Existed:

@@ -66,6 +66,9 @@ type server struct {
 	// was over the bound or cut short (readWebhook).
 	webhookBodyLog logsample.Sampler
 
+	// bodyGate bounds the message routes' bodies before they are read
+	// (bodygate.go).
+	bodyGate *bodyGate
 	// readyLog samples the failed readiness checks: /readyz takes no key.
 	readyLog logsample.Sampler
 }
@@ -104,11 +107,11 @@ func (s *server) router(public, admin bool) chi.Router {
 		if public {
 			r.Group(func(r chi.Router) {
 				r.Use(s.authProducer)
-				r.Post("/messages", s.postMessage)
-				r.Post("/messages/batch", s.postBatch)
+				r.With(s.gateBody).Post("/messages", s.postMessage)
+				r.With(s.gateBody).Post("/messages/batch", s.postBatch)
 				r.Get("/messages/{id}", s.getMessage)
 				r.Delete("/messages/{id}", s.deleteMessage)
-				r.Post("/otp", s.postOTP)
+				r.With(s.gateBody).Post("/otp", s.postOTP)
 			})
 			// No bearer key: each adapter checks its vendor's signature.
 			r.Post("/receipts/{adapter}", s.postReceipt)
