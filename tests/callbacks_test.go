@@ -316,7 +316,7 @@ func (s *hookSink) finalEvents(t *testing.T) map[string]map[string]int {
 	return out
 }
 
-// The story with callbacks: 2 replicas on Redis, 600 messages,
+// The receipts' end-to-end run with callbacks: 2 replicas on Redis, 600 messages,
 // receipts posted twice each to either replica (some before the send's
 // answer), replica 2 killed -9 mid-run, a receiver failing every event's
 // first attempt: every message ends with exactly one event of its final

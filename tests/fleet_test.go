@@ -3,7 +3,7 @@ package tests
 // Fleet runs: many gateway processes on one Redis. The long ones are opt-in
 // (go test -run TestFleet ./tests/ -fleet, or SMSGW_FLEET=1) so that the
 // default test run stays short; their figures are logged (t.Log) and kept
-// in the README, never asserted as wall-clock bounds. What they assert is
+// in docs/scale.md section 7, never asserted as wall-clock bounds. What they assert is
 // correctness: no 429, no second over the contract, nothing lost or
 // duplicated.
 

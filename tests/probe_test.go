@@ -15,13 +15,13 @@ import (
 	"time"
 )
 
-// TestProbeMemory measures what issue 8's probes cost one embedded replica:
+// TestProbeMemory measures what abuse probes cost one embedded replica:
 // its RSS before and after 300 batches of 1,000 invalid items (13 KB each,
 // distinct Idempotency-Keys), then after 10,000 requests with random 30 KB
 // methods, and the size of /metrics. It is a measurement, not a check of
 // a bound, so it runs only with PROBE_MEMORY=1; PROBE_BIN runs another
-// build (the figures "before" in the README come from the commit before the
-// fixes).
+// build (the figures "before" in docs/scale.md section 7 come from the
+// commit before the bounds).
 func TestProbeMemory(t *testing.T) {
 	if os.Getenv("PROBE_MEMORY") != "1" {
 		t.Skip("a measurement: run with PROBE_MEMORY=1")

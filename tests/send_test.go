@@ -238,7 +238,7 @@ func checkContract(t *testing.T, r *campaignRun, limit int) {
 			rate, n, classGaps(recs, "marketing"), fleetCounts(t, r.gws))
 	}
 	// OTP latency is reported, not asserted: on a shared machine it says
-	// more about the neighbours than about us (figures: README).
+	// more about the neighbours than about us (figures: docs/scale.md section 7).
 	lat := st.Latency["otp"]
 	if lat.Count != len(r.otp) {
 		t.Errorf("the provider measured %d OTP latencies for %d OTP sent", lat.Count, len(r.otp))

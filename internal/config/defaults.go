@@ -3,7 +3,7 @@ package config
 import "time"
 
 // Default returns the configuration every file starts from: the one source
-// of the product's defaults (README's configuration table lists them).
+// of the product's defaults (docs/configuration.md lists them).
 // The gateway hands these values to every component it builds.
 func Default() Config {
 	return Config{

@@ -54,16 +54,16 @@ func startReplicas(t *testing.T, acct account, n int, url string, hook *redistes
 	return out
 }
 
-// TestSharedReplicas is the in-process form of issue 3's first two
-// must-shows: three (five) replicas share one Redis queue, limiter and guard
-// and one provider that enforces a strict sliding 100/s (fixed windows at
-// an offset the gateway does not know). A 1,000-message marketing campaign
+// TestSharedReplicas is the in-process form of the first two end-to-end
+// runs (tests/send_test.go): three (five) replicas share one Redis queue,
+// limiter and guard and one provider that enforces a strict sliding
+// 100/s (fixed windows at an offset the gateway does not know). A 1,000-message marketing campaign
 // and an OTP trickle go through: no 429, never more than 100 in any second,
 // each message exactly once. Marketing's share of its 70/s cap and the OTP
 // queue-to-provider latency (as the provider measured it) are logged as
 // figures: they measure this machine's load as much as the code, so a test
-// cannot assert them while others share the CPU (the README's figures come
-// from runs on an idle machine; BenchmarkOTPDuringCampaign in the gateway
+// cannot assert them while others share the CPU (the measured figures, in
+// docs/scale.md section 7, come from runs on an idle machine; BenchmarkOTPDuringCampaign in the gateway
 // reports the OTP p99).
 func TestSharedReplicas(t *testing.T) {
 	if testing.Short() {

@@ -8,7 +8,7 @@ import (
 	"smsgw/internal/config"
 )
 
-// TestAdminListener (issue 8, finding 13): with admin.listen the operator
+// TestAdminListener: with admin.listen the operator
 // endpoints (/metrics, /v1/admin/*) answer only there, and the producer
 // endpoints only on listen; both have the probes.
 func TestAdminListener(t *testing.T) {
@@ -22,7 +22,7 @@ func TestAdminListener(t *testing.T) {
 	wantStatus(t, admin.get("/metrics", ""), http.StatusOK)
 	wantStatus(t, admin.get("/v1/admin/stats", keyAdmin), http.StatusOK)
 	wantStatus(t, admin.get("/v1/admin/stats", ""), http.StatusUnauthorized)
-	// Routes a listener does not have (checkSpec would want the path's
+	// routes a listener does not have (checkSpec would want the path's
 	// documented statuses): read as they are.
 	for _, c := range []struct{ method, url string }{
 		{"POST", admin.base + "/v1/messages"}, {"GET", h.base + "/metrics"}, {"GET", h.base + "/v1/admin/stats"},

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"smsgw/internal/config"
+	"smsgw/internal/httpapi"
 	"smsgw/internal/provider/sim"
 )
 
@@ -36,7 +37,7 @@ func TestAdminViewHidesCallbackURL(t *testing.T) {
 
 			own := h.get("/v1/messages/"+a.ID, keyNotify)
 			wantStatus(t, own, http.StatusOK)
-			var v messageView
+			var v httpapi.MessageView
 			own.json(t, &v)
 			if v.CallbackURL != cb {
 				t.Errorf("producer's GET shows callback_url %q, want %q", v.CallbackURL, cb)
@@ -44,7 +45,7 @@ func TestAdminViewHidesCallbackURL(t *testing.T) {
 
 			adm := h.get("/v1/admin/messages/"+a.ID, keyAdmin)
 			wantStatus(t, adm, http.StatusOK)
-			var am adminMessage
+			var am httpapi.AdminMessage
 			adm.json(t, &am)
 			if am.CallbackURL != origin || am.Producer != "notify" {
 				t.Errorf("admin GET shows callback_url %q producer %q, want %q and notify", am.CallbackURL, am.Producer, origin)
@@ -53,7 +54,7 @@ func TestAdminViewHidesCallbackURL(t *testing.T) {
 				t.Errorf("admin GET shows the callback path or token: %s", s)
 			}
 
-			var dl deadLettersResponse
+			var dl httpapi.DeadLettersResponse
 			var body string
 			eventually(t, "the dead letter", func() bool {
 				r := h.get("/v1/admin/dead-letters", keyAdmin)

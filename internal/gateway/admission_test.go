@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"smsgw/internal/admission"
 	"smsgw/internal/config"
+	"smsgw/internal/httpapi"
 )
 
 // TestRetryingClientIsNotLockedOut is the classic increment-then-check
@@ -42,7 +44,7 @@ func TestRetryingClientIsNotLockedOut(t *testing.T) {
 			if first.header.Get("RateLimit-Limit") != "2" || first.header.Get("RateLimit-Remaining") != "0" {
 				t.Errorf("RateLimit headers %v", first.header)
 			}
-			if p := first.problem(t); p["type"] != problemTypeBase+"rate-limited" {
+			if p := first.problem(t); p["type"] != httpapi.ProblemTypeBase+"rate-limited" {
 				t.Errorf("problem %v", p)
 			}
 			// Hammer: every retry refused. A counter that counted refusals
@@ -73,7 +75,7 @@ func TestMaxOutstanding(t *testing.T) {
 	for range 3 {
 		r := h.post("/v1/messages", keyCapped, msg("transactional"))
 		wantStatus(t, r, http.StatusTooManyRequests)
-		if p := r.problem(t); p["type"] != problemTypeBase+"too-many-outstanding" || p["max_outstanding"] != float64(2) {
+		if p := r.problem(t); p["type"] != httpapi.ProblemTypeBase+"too-many-outstanding" || p["max_outstanding"] != float64(2) {
 			t.Fatalf("problem %v", p)
 		}
 	}
@@ -105,13 +107,13 @@ func TestTTLShorterThanBacklogIsRefused(t *testing.T) {
 			}
 			b := h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": items})
 			wantStatus(t, b, http.StatusOK)
-			time.Sleep(2 * etaRefresh)
+			time.Sleep(2 * admission.ETARefresh)
 
 			r := h.post("/v1/messages", keyNotify, msg("marketing", "ttl_seconds", 3))
 			wantStatus(t, r, http.StatusTooManyRequests)
 			p := r.problem(t)
 			eta, err := time.Parse(time.RFC3339Nano, p["estimated_send_at"].(string))
-			if err != nil || p["type"] != problemTypeBase+"would-expire-before-send" {
+			if err != nil || p["type"] != httpapi.ProblemTypeBase+"would-expire-before-send" {
 				t.Fatalf("problem %v", p)
 			}
 			if wait := time.Until(eta); wait < 8*time.Second || wait > 12*time.Second {
@@ -123,7 +125,7 @@ func TestTTLShorterThanBacklogIsRefused(t *testing.T) {
 
 			ok := h.post("/v1/messages", keyNotify, msg("marketing", "ttl_seconds", 60))
 			wantStatus(t, ok, http.StatusAccepted)
-			var a acceptedMessage
+			var a httpapi.AcceptedMessage
 			ok.json(t, &a)
 			if wait := time.Until(a.EstimatedSendAt); wait < 8*time.Second || wait > 12*time.Second {
 				t.Errorf("estimated_send_at in %v, want about 10s", wait)

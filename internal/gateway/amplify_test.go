@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"testing"
 
+	"smsgw/internal/httpapi"
 	"smsgw/internal/state"
 )
 
@@ -17,17 +18,17 @@ func invalidBatch(n int) map[string]any {
 	return map[string]any{"messages": items}
 }
 
-// TestRefusedBatchNotAmplified (issue 8, finding 2): a batch refused whole
+// TestRefusedBatchNotAmplified: a batch refused whole
 // stores no answer and costs ingress quota, so a producer cannot grow the
 // answer store (or its memory) for free; a mixed batch's answer is stored
 // compact, far smaller than the body sent.
 func TestRefusedBatchNotAmplified(t *testing.T) {
 	h := start(t, embeddedMode, nil)
-	store := h.app.srv.idem.(*state.LocalIdempotency)
+	store := h.app.srv.Idem.(*state.LocalIdempotency)
 	for i := range 3 {
 		r := h.post("/v1/messages/batch", keyNotify, invalidBatch(1000), "Idempotency-Key", "refused-"+strconv.Itoa(i))
 		wantStatus(t, r, http.StatusOK)
-		var b batchResponse
+		var b httpapi.BatchResponse
 		r.json(t, &b)
 		if b.Accepted != 0 || b.Rejected != 1000 {
 			t.Fatalf("accepted %d rejected %d", b.Accepted, b.Rejected)

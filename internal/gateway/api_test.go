@@ -14,6 +14,8 @@ import (
 
 	"smsgw/api"
 	"smsgw/internal/config"
+	"smsgw/internal/httpapi"
+	"smsgw/internal/opsview"
 	"smsgw/internal/sms"
 )
 
@@ -54,7 +56,7 @@ func TestPostMessageQueuesAndSends(t *testing.T) {
 			before := time.Now()
 			r := h.post("/v1/messages", keyNotify, msg("transactional", "reference", "order-17", "from", "Shop"))
 			wantStatus(t, r, http.StatusAccepted)
-			var a acceptedMessage
+			var a httpapi.AcceptedMessage
 			r.json(t, &a)
 			if !sms.ValidID(a.ID) || a.Status != sms.StatusQueued || a.Class != sms.ClassTransactional || a.Segments != 1 || a.Encoding != "GSM-7" {
 				t.Fatalf("accepted %+v", a)
@@ -69,7 +71,7 @@ func TestPostMessageQueuesAndSends(t *testing.T) {
 				t.Errorf("RateLimit headers %v", r.header)
 			}
 			eventually(t, "the simulator to receive the message", func() bool { return sentRefs(h.sim)[a.ID] == 1 })
-			var v messageView
+			var v httpapi.MessageView
 			eventually(t, "status sent", func() bool {
 				g := h.get("/v1/messages/"+a.ID, keyNotify)
 				wantStatus(t, g, http.StatusOK)
@@ -89,7 +91,7 @@ func TestGetMessageOnlyOwn(t *testing.T) {
 	h := start(t, embeddedMode, nil)
 	r := h.post("/v1/messages", keyNotify, msg("transactional"))
 	wantStatus(t, r, http.StatusAccepted)
-	var a acceptedMessage
+	var a httpapi.AcceptedMessage
 	r.json(t, &a)
 	other := h.get("/v1/messages/"+a.ID, keySlow)
 	wantStatus(t, other, http.StatusNotFound)
@@ -129,7 +131,7 @@ func TestAuth(t *testing.T) {
 		})
 	}
 	stats := h.get("/v1/admin/stats", keyAdmin)
-	var st statsResponse
+	var st opsview.StatsResponse
 	stats.json(t, &st)
 	for _, c := range sms.Classes {
 		if n := st.Classes[c.String()].Ready + st.Classes[c.String()].Leased; n != 0 {
@@ -184,7 +186,7 @@ func TestValidation(t *testing.T) {
 			res := h.with(t).do(r)
 			wantStatus(t, res, tc.status)
 			p := res.problem(t)
-			if p["status"] != float64(tc.status) || !strings.HasPrefix(p["type"].(string), problemTypeBase) || p["title"] == "" {
+			if p["status"] != float64(tc.status) || !strings.HasPrefix(p["type"].(string), httpapi.ProblemTypeBase) || p["title"] == "" {
 				t.Errorf("problem %v", p)
 			}
 			if tc.field != "" && !slices.Contains(res.fields(t), tc.field) {
@@ -209,7 +211,7 @@ func TestSegmentsAndEncoding(t *testing.T) {
 	} {
 		r := h.post("/v1/messages", keyNotify, msg("marketing", "body", tc.body))
 		wantStatus(t, r, http.StatusAccepted)
-		var a acceptedMessage
+		var a httpapi.AcceptedMessage
 		r.json(t, &a)
 		if a.Segments != tc.segments || a.Encoding != tc.encoding {
 			t.Errorf("%q…: %d %s, want %d %s", tc.body[:6], a.Segments, a.Encoding, tc.segments, tc.encoding)

@@ -22,14 +22,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
+	"smsgw/internal/admission"
 	"smsgw/internal/config"
 	"smsgw/internal/dispatch"
+	"smsgw/internal/httpapi"
 	"smsgw/internal/limiter"
+	"smsgw/internal/opsview"
 	"smsgw/internal/provider"
 	"smsgw/internal/provider/httpprov"
 	"smsgw/internal/provider/twilio"
 	"smsgw/internal/provider/vonage"
 	"smsgw/internal/sms"
+	"smsgw/internal/tick"
 )
 
 // Options are what a caller of New may supply besides the configuration.
@@ -61,7 +65,7 @@ type Options struct {
 type App struct {
 	cfg   config.Config
 	log   *slog.Logger
-	srv   *server
+	srv   *httpapi.Server
 	http  *http.Server
 	admin *http.Server // admin.listen's, nil without it
 	disp  *dispatch.Dispatcher
@@ -110,10 +114,10 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 			_ = a.closeAll() // logged step by step
 		}
 	}()
-	if err := d.reg.Register(newQueueCollector(b.queue, d.log)); err != nil {
+	if err := d.reg.Register(opsview.NewQueueCollector(b.queue, d.log)); err != nil {
 		return nil, fmt.Errorf("gateway: queue metrics: %w", err)
 	}
-	if err := registerConfigMetrics(d.reg, cfg, b.pause); err != nil {
+	if err := opsview.RegisterConfigMetrics(d.reg, cfg, b.pause); err != nil {
 		return nil, fmt.Errorf("gateway: config metrics: %w", err)
 	}
 	if a.prov = opts.Provider; a.prov == nil {
@@ -123,50 +127,50 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	}
 	// Protection before the send loop: the loop reports the opt-outs the
 	// provider answers to the suppression list (optOuts).
-	protect, err := newProtector(cfg.Protection, b.numbers, b.suppress, d.reg, d.log, d.now)
+	protect, err := admission.NewProtector(cfg.Protection, b.numbers, b.suppress, d.reg, d.log, d.now)
 	if err != nil {
 		return nil, err
 	}
-	optOuts, err := newOptOuts(cfg.Protection.OptOut, protect, d.reg, d.log, d.now)
+	optOuts, err := admission.NewOptOuts(cfg.Protection.OptOut, protect, d.reg, d.log, d.now, opsview.ReceiptAdapters)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: opt-out metrics: %w", err)
 	}
-	owner, otpLatency := ownerName(opts.Owner), newLatencyWindow(otpLatencySamples)
-	prov := observedProvider{Provider: a.prov, now: d.now, otp: otpLatency}
+	owner, otpLatency := ownerName(opts.Owner), opsview.NewLatencyWindow(opsview.OTPLatencySamples)
+	prov := opsview.ObservedProvider{Provider: a.prov, Now: d.now, OTP: otpLatency}
 	dcfg := dispatcherConfig(cfg, d, b, prov, owner)
 	dcfg.OptOuts = optOuts
 	if a.disp, err = dispatch.New(dcfg); err != nil {
 		return nil, fmt.Errorf("gateway: dispatcher: %w", err)
 	}
 	disp := a.disp
-	d.quiet.set(func() bool { return disp.Idle(idleQuiet) })
+	d.quiet.Set(func() bool { return disp.Idle(idleQuiet) })
 	started := d.now()
-	totals := newTotalsLoop(a.disp.Snapshot, b.counters, b.scope, d.log, started)
-	totals.t.quiet, totals.t.quietEvery = d.quiet, totalsIdleEvery
-	live := &liveStats{replica: replica{owner: owner, mode: b.mode, started: started}, providerName: a.prov.Name(),
-		snap: a.disp.Snapshot, otp: otpLatency, totals: totals}
+	totals := opsview.NewTotalsLoop(a.disp.Snapshot, b.counters, b.scope, d.log, started)
+	totals.T.Quiet, totals.T.QuietEvery = d.quiet, opsview.TotalsIdleEvery
+	live := &opsview.LiveStats{Replica: opsview.Replica{Owner: owner, Mode: b.mode, Started: started}, ProviderName: a.prov.Name(),
+		Snap: a.disp.Snapshot, OTP: otpLatency, Totals: totals}
 	if a.srv, err = newServer(cfg, d, gath, b, a.disp, live, opts.Dashboard); err != nil {
 		return nil, err
 	}
-	a.srv.protect, a.srv.optOuts = protect, optOuts
-	live.totals.refused = a.srv.protect.refused
-	if a.srv.history, err = newHistoryView(b, a.disp.Snapshot, d.metrics.accepted, d.quiet, d.log); err != nil {
+	a.srv.Protect, a.srv.OptOuts = protect, optOuts
+	live.Totals.Refused = a.srv.Protect.Refused
+	if a.srv.History, err = opsview.NewHistoryView(b.history, b.scope, b.queue, a.disp.Snapshot, d.metrics.Accepted, d.quiet.Idle, d.log); err != nil {
 		return nil, err
 	}
-	if a.srv.callbacks, err = newCallbacks(cfg, d, b, owner); err != nil {
+	if a.srv.Callbacks, err = newCallbacks(cfg, d, b, owner); err != nil {
 		return nil, err
 	}
 	if rp, ok := a.prov.(provider.ReceiptParser); ok {
-		a.srv.receipts = rp
+		a.srv.Receipts = rp
 	}
 	if ip, ok := a.prov.(provider.InboundParser); ok {
-		a.srv.inbound = ip
+		a.srv.Inbound = ip
 	}
 	if cfg.Admin.Listen == "" {
-		a.http = newHTTPServer(cfg, a.srv.routes(), d.log)
+		a.http = newHTTPServer(cfg, a.srv.Routes(), d.log)
 	} else {
-		a.http = newHTTPServer(cfg, a.srv.router(true, false), d.log)
-		a.admin = newHTTPServer(cfg, a.srv.router(false, true), d.log)
+		a.http = newHTTPServer(cfg, a.srv.Router(true, false), d.log)
+		a.admin = newHTTPServer(cfg, a.srv.Router(false, true), d.log)
 	}
 	d.log.Info("gateway ready to start", "mode", b.mode, "account", cfg.Account, "provider", a.prov.Name(),
 		"producers", len(cfg.Producers), "target_rps", cfg.Limits.TargetRPS, "segments", cfg.SegmentsSummary(), "owner", owner)
@@ -186,7 +190,7 @@ func dispatcherConfig(cfg config.Config, d deps, b *backend, prov provider.Provi
 	listed := b.listed
 	listed.OTP = cfg.Protection.SuppressOTP
 	return dispatch.Config{
-		Queue: b.queue, Limiter: pausedLimiter{Limiter: b.limiter, p: b.pause}, Guard: b.guard,
+		Queue: b.queue, Limiter: admission.PausedLimiter{Limiter: b.limiter, P: b.pause}, Guard: b.guard,
 		Provider: prov, Owner: owner,
 		Workers: cfg.Dispatch.Workers, OTPWorkers: cfg.Dispatch.OTPWorkers,
 		Lease: cfg.Dispatch.Lease, MaxAttempts: cfg.Dispatch.MaxAttempts, PoisonAfter: cfg.Dispatch.PoisonAfter,
@@ -200,7 +204,7 @@ func dispatcherConfig(cfg config.Config, d deps, b *backend, prov provider.Provi
 
 // newDeps resolves the Options' defaults and the API metrics.
 func newDeps(opts Options) (deps, prometheus.Gatherer, error) {
-	d := deps{log: opts.Logger, now: opts.Now, quiet: &quietGate{}, hook: opts.RedisHook}
+	d := deps{log: opts.Logger, now: opts.Now, quiet: &tick.QuietGate{}, hook: opts.RedisHook}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}
@@ -212,7 +216,7 @@ func newDeps(opts Options) (deps, prometheus.Gatherer, error) {
 		return deps{}, nil, err
 	}
 	d.reg = reg
-	if d.metrics, err = newAPIMetrics(reg); err != nil {
+	if d.metrics, err = opsview.NewAPIMetrics(reg, httpapi.KindLabels()); err != nil {
 		return deps{}, nil, fmt.Errorf("gateway: metrics: %w", err)
 	}
 	return d, gath, nil
@@ -228,24 +232,24 @@ func ownerName(owner string) string {
 }
 
 // newServer is what the handlers need.
-func newServer(cfg config.Config, d deps, gath prometheus.Gatherer, b *backend, disp *dispatch.Dispatcher, live *liveStats,
-	dashboard http.Handler) (*server, error) {
-	s := &server{
-		cfg: cfg, log: d.log, now: d.now, metrics: d.metrics, gatherer: gath,
-		auth: newAuthenticator(cfg, d.metrics.previousKeys), authThrottle: newAuthThrottle(time.Now), dashboard: dashboard, quiet: cfg.QuietPolicy(),
-		queue: b.queue, enq: b.enq, oneTrip: b.oneTrip, limiter: b.limiter, ingress: &ingress{keys: b.ingress}, idem: b.idem,
-		pause: b.pause, checks: b.checks, otp: disp, notifier: disp, live: live,
-		bodyGate: newBodyGate(cfg.HTTP.BodyBytesInFlight, cfg.HTTP.BodyBytesInFlightPerProducer, cfg.HTTP.MaxBodyBytes),
+func newServer(cfg config.Config, d deps, gath prometheus.Gatherer, b *backend, disp *dispatch.Dispatcher, live *opsview.LiveStats,
+	dashboard http.Handler) (*httpapi.Server, error) {
+	s := &httpapi.Server{
+		Cfg: cfg, Log: d.log, Now: d.now, Metrics: d.metrics, Gatherer: gath,
+		Auth: httpapi.NewAuthenticator(cfg, d.metrics.PreviousKeys), AuthThrottle: httpapi.NewAuthThrottle(time.Now), Dashboard: dashboard, Quiet: cfg.QuietPolicy(),
+		Queue: b.queue, Enq: b.enq, OneTrip: b.oneTrip, Limiter: b.limiter, Ingress: &httpapi.Ingress{Keys: b.ingress}, Idem: b.idem,
+		Pause: b.pause, Checks: b.checks, OTP: disp, Notifier: disp, Live: live,
+		BodyGate: httpapi.NewBodyGate(cfg.HTTP.BodyBytesInFlight, cfg.HTTP.BodyBytesInFlightPerProducer, cfg.HTTP.MaxBodyBytes),
 	}
-	s.otpRecords.init()
-	s.eta = &etaEstimator{q: b.queue, lim: b.limiter, pause: b.pause, cfg: cfg, now: d.now, log: d.log, refresh: etaRefresh,
-		quiet: s.quiet, slowdown: disp.Slowdown}
+	s.OTPRecords.Init()
+	s.ETA = &admission.ETAEstimator{Q: b.queue, Lim: b.limiter, Pause: b.pause, Cfg: cfg, Now: d.now, Log: d.log, Refresh: admission.ETARefresh,
+		Quiet: s.Quiet, Slowdown: disp.Slowdown}
 	for _, p := range cfg.HTTP.TrustedProxies {
 		pr, err := netip.ParsePrefix(p)
 		if err != nil {
 			return nil, fmt.Errorf("gateway: http.trusted_proxies: %w", err)
 		}
-		s.trusted = append(s.trusted, pr.Masked())
+		s.Trusted = append(s.Trusted, pr.Masked())
 	}
 	return s, nil
 }
@@ -370,7 +374,7 @@ func (a *App) Start(ctx context.Context) error {
 		return errors.New("gateway: already started")
 	}
 	if a.b.persist != nil {
-		a.b.persist.startUp(ctx)
+		a.b.persist.StartUp(ctx)
 	}
 	ln, err := new(net.ListenConfig).Listen(ctx, "tcp", a.cfg.Listen)
 	if err != nil {
@@ -415,7 +419,7 @@ func (a *App) Start(ctx context.Context) error {
 
 // loops are the backend's loops and the stats totals, in start order.
 func (a *App) loops() []loop {
-	return append(a.b.loops[:len(a.b.loops):len(a.b.loops)], a.srv.live.totals, a.srv.history.rec, a.srv.callbacks)
+	return append(a.b.loops[:len(a.b.loops):len(a.b.loops)], a.srv.Live.Totals, a.srv.History.Rec, a.srv.Callbacks)
 }
 
 // Addr is the address the App listens on ("" before Start).
@@ -454,7 +458,7 @@ func (a *App) Stop(ctx context.Context) error {
 	a.mu.Unlock()
 	defer close(a.stopDone)
 
-	a.srv.stopping.Store(true)
+	a.srv.Stopping.Store(true)
 	var errs []error
 	if started {
 		if a.drain > 0 {
@@ -483,7 +487,7 @@ func (a *App) Stop(ctx context.Context) error {
 		}
 		// The fast path's OTP records still being written after their
 		// answers need the store: they end (or time out) before it closes.
-		a.srv.otpRecords.close(ctx)
+		a.srv.OTPRecords.Close(ctx)
 		if err := a.disp.Stop(ctx); err != nil {
 			errs = append(errs, err)
 		}

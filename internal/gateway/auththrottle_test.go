@@ -6,10 +6,11 @@ import (
 	"strings"
 	"testing"
 
+	"smsgw/internal/httpapi"
 	"smsgw/internal/provider/sim"
 )
 
-// TestAuthFailuresThrottled (issue 8, finding 10): failed authentications
+// TestAuthFailuresThrottled: failed authentications
 // from one client address are throttled (429 with Retry-After once its
 // budget is spent) and their WARN lines sampled, while a valid key from the
 // same address still works.
@@ -32,8 +33,8 @@ func TestAuthFailuresThrottled(t *testing.T) {
 			t.Fatal("429 without Retry-After")
 		}
 	}
-	if counts[http.StatusTooManyRequests] == 0 || counts[http.StatusUnauthorized] > authFailBurst {
-		t.Errorf("40 failed authentications: %v; want at most %d 401s, then 429s", counts, authFailBurst)
+	if counts[http.StatusTooManyRequests] == 0 || counts[http.StatusUnauthorized] > httpapi.AuthFailBurst {
+		t.Errorf("40 failed authentications: %v; want at most %d 401s, then 429s", counts, httpapi.AuthFailBurst)
 	}
 	if n := strings.Count(h.logs.String(), `"unknown `); n > 3 {
 		t.Errorf("%d WARN lines for 40 failures; want them sampled", n)
@@ -56,12 +57,12 @@ func TestAuthFailuresThrottledPerIPv6Prefix(t *testing.T) {
 		return h.post("/v1/messages", "wrong-key-0123456789", msg("transactional"), "X-Forwarded-For", client).status
 	}
 	counts := map[int]int{}
-	for i := range 3 * authFailBurst {
+	for i := range 3 * httpapi.AuthFailBurst {
 		counts[try(fmt.Sprintf("2001:db8:1:2:%x::%x", i, i+1))]++
 	}
-	if counts[http.StatusUnauthorized] > authFailBurst || counts[http.StatusTooManyRequests] == 0 {
+	if counts[http.StatusUnauthorized] > httpapi.AuthFailBurst || counts[http.StatusTooManyRequests] == 0 {
 		t.Errorf("%d failures from distinct addresses of one /64: %v; want at most %d 401s, then 429s",
-			3*authFailBurst, counts, authFailBurst)
+			3*httpapi.AuthFailBurst, counts, httpapi.AuthFailBurst)
 	}
 	for _, other := range []string{"2001:db8:1:3::1", "::ffff:198.51.100.7", "198.51.100.8"} {
 		if got := try(other); got != http.StatusUnauthorized {
@@ -69,7 +70,7 @@ func TestAuthFailuresThrottledPerIPv6Prefix(t *testing.T) {
 		}
 	}
 	// IPv4 clients are one address each, and a mapped address is its IPv4.
-	for range authFailBurst {
+	for range httpapi.AuthFailBurst {
 		try("198.51.100.7")
 	}
 	if got := try("::ffff:198.51.100.7"); got != http.StatusTooManyRequests {
@@ -90,7 +91,7 @@ func TestAuthFailClient(t *testing.T) {
 		"":                     "",
 		"not an address":       "not an address",
 	} {
-		if got := authFailClient(in); got != want {
+		if got := httpapi.AuthFailClient(in); got != want {
 			t.Errorf("authFailClient(%q) = %q, want %q", in, got, want)
 		}
 	}

@@ -9,15 +9,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"smsgw/internal/admission"
 	"smsgw/internal/config"
 	"smsgw/internal/dispatch"
 	"smsgw/internal/history"
+	"smsgw/internal/httpapi"
 	"smsgw/internal/keyspace"
 	"smsgw/internal/limiter"
+	"smsgw/internal/opsview"
 	"smsgw/internal/queue"
 	"smsgw/internal/queue/embedded"
 	"smsgw/internal/queue/redisq"
 	"smsgw/internal/state"
+	"smsgw/internal/tick"
 )
 
 // backend is what one mode provides the App: the queue, the limiters and
@@ -28,12 +32,12 @@ type backend struct {
 	mode     string // "embedded" | "redis"
 	scope    string // of the counters: scopeProcess | scopeShared
 	queue    queue.Queue
-	enq      enqueuer // the queue, or a coalescer in front of it
-	oneTrip  *oneTrip // Redis: single messages admitted and stored in one round trip
+	enq      admission.Enqueuer // the queue, or a coalescer in front of it
+	oneTrip  *httpapi.OneTrip   // Redis: single messages admitted and stored in one round trip
 	limiter  limiter.Limiter
 	ingress  limiter.KeyLimiter
 	idem     state.Idempotency
-	pause    *operatorPause
+	pause    *admission.OperatorPause
 	counters state.Counters
 	guard    dispatch.Guard
 	history  history.Store // the last 15 minutes of send figures
@@ -43,9 +47,9 @@ type backend struct {
 	// (queue.Suppression): the list's HASH in the take script with
 	// Redis, the list's own file asked in the take transaction embedded.
 	listed  queue.Suppression
-	checks  []readyCheck
+	checks  []httpapi.ReadyCheck
 	loops   []loop            // started by Start in order
-	persist *persistenceCheck // Redis only: asked once by Start
+	persist *PersistenceCheck // Redis only: asked once by Start
 	stops   stopStack
 }
 
@@ -54,15 +58,15 @@ type deps struct {
 	log     *slog.Logger
 	reg     prometheus.Registerer
 	now     func() time.Time
-	metrics *apiMetrics
-	quiet   *quietGate // whether this replica is idle (the dispatcher's answer)
-	hook    redis.Hook // Options.RedisHook
+	metrics *opsview.APIMetrics
+	quiet   *tick.QuietGate // whether this replica is idle (the dispatcher's answer)
+	hook    redis.Hook      // Options.RedisHook
 }
 
 // newEmbeddedBackend: the bbolt store, the local limiters, and the shared
 // state in this process's memory (exactly one replica).
 func newEmbeddedBackend(cfg config.Config, d deps) (_ *backend, err error) {
-	b := &backend{mode: "embedded", scope: scopeProcess}
+	b := &backend{mode: "embedded", scope: opsview.ScopeProcess}
 	defer b.closeOnError(&err, d.log)
 	eq, err := embedded.Open(embedded.Config{Path: cfg.Store.Path, Logger: d.log,
 		Retention: cfg.Messages.Retention, IdempotencyWindow: config.IdempotencyWindow, Registerer: d.reg})
@@ -71,7 +75,7 @@ func newEmbeddedBackend(cfg config.Config, d deps) (_ *backend, err error) {
 	}
 	b.stops.push("queue", eq.Close)
 	b.queue, b.enq = eq, eq
-	b.checks = append(b.checks, readyCheck{"store", func(ctx context.Context) error { _, err := eq.Stats(ctx); return err }})
+	b.checks = append(b.checks, httpapi.ReadyCheck{Name: "store", Check: func(ctx context.Context) error { _, err := eq.Stats(ctx); return err }})
 	if b.limiter, err = limiter.NewLocal(limiterConfig(cfg)); err != nil {
 		return nil, fmt.Errorf("gateway: limiter: %w", err)
 	}
@@ -79,8 +83,8 @@ func newEmbeddedBackend(cfg config.Config, d deps) (_ *backend, err error) {
 	if b.idem, err = state.NewLocalIdempotency(config.IdempotencyWindow, 0); err != nil {
 		return nil, fmt.Errorf("gateway: idempotency store: %w", err)
 	}
-	b.pause = newOperatorPause(state.NewLocalPause(), d.now)
-	if b.counters, err = state.NewLocalCounters(totalsFields()); err != nil {
+	b.pause = admission.NewOperatorPause(state.NewLocalPause(), d.now)
+	if b.counters, err = state.NewLocalCounters(opsview.TotalsFields()); err != nil {
 		return nil, fmt.Errorf("gateway: counters: %w", err)
 	}
 	if b.history, err = history.NewLocal(history.Config{}, nil); err != nil {
@@ -109,7 +113,7 @@ func newEmbeddedBackend(cfg config.Config, d deps) (_ *backend, err error) {
 // client but contacts nothing: Start asks Redis whether it persists the
 // queue (persistenceCheck says what happens when it cannot).
 func newRedisBackend(cfg config.Config, d deps) (_ *backend, err error) {
-	b := &backend{mode: "redis", scope: scopeShared}
+	b := &backend{mode: "redis", scope: opsview.ScopeShared}
 	defer b.closeOnError(&err, d.log)
 	sp, err := keyspace.New(cfg.Account)
 	if err != nil {
@@ -129,15 +133,15 @@ func newRedisBackend(cfg config.Config, d deps) (_ *backend, err error) {
 	b.stops.push("queue", rq.Close)
 	// Many concurrent POSTs share one enqueue script round trip. (The
 	// embedded store already shares one commit between them.)
-	co := newCoalescer(rq)
+	co := admission.NewCoalescer(rq)
 	b.queue, b.enq, b.loops = rq, co, append(b.loops, co, newCompactor(rq, d.log, d.quiet))
-	if b.persist, err = newPersistenceCheck(rq.CheckPersistence, d.reg, d.log); err != nil {
+	if b.persist, err = NewPersistenceCheck(rq.CheckPersistence, d.reg, d.log); err != nil {
 		return nil, err
 	}
 	b.checks = append(b.checks,
-		readyCheck{"redis", func(ctx context.Context) error { return client.Ping(ctx).Err() }},
-		readyCheck{"store", func(ctx context.Context) error { _, err := rq.Stats(ctx); return err }},
-		readyCheck{"persistence", b.persist.run})
+		httpapi.ReadyCheck{Name: "redis", Check: func(ctx context.Context) error { return client.Ping(ctx).Err() }},
+		httpapi.ReadyCheck{Name: "store", Check: func(ctx context.Context) error { _, err := rq.Stats(ctx); return err }},
+		httpapi.ReadyCheck{Name: "persistence", Check: b.persist.Run})
 	if err := b.redisLimiters(cfg, d, client); err != nil {
 		return nil, err
 	}
@@ -154,7 +158,7 @@ func newRedisBackend(cfg config.Config, d deps) (_ *backend, err error) {
 	if !ok1 || !ok2 {
 		return nil, fmt.Errorf("gateway: redis mode without the redis idempotency store and suppression list")
 	}
-	b.oneTrip = &oneTrip{enq: co, idem: idem, sup: sup, keys: keys}
+	b.oneTrip = &httpapi.OneTrip{Enq: co, Idem: idem, Sup: sup, Keys: keys}
 	b.listed = queue.Suppression{Key: sup.IndexKey()} // read inside the take script, under the account's hash tag
 	return b, b.finish(cfg, window)
 }
@@ -177,7 +181,7 @@ func (b *backend) redisLimiters(cfg config.Config, d deps, client redis.Universa
 		return fmt.Errorf("gateway: ingress limiter: %w", err)
 	}
 	ingress, err := limiter.NewSharedKeys(limiter.SharedKeysConfig{Redis: keys, Logger: d.log, Registerer: d.reg,
-		RedisTimeout: cfg.Redis.Timeout, OnLocal: d.metrics.ingressFallback.Inc})
+		RedisTimeout: cfg.Redis.Timeout, OnLocal: d.metrics.IngressFallback.Inc})
 	if err != nil {
 		return fmt.Errorf("gateway: ingress limiter: %w", err)
 	}
@@ -197,11 +201,11 @@ func (b *backend) redisState(cfg config.Config, d deps, client redis.UniversalCl
 	if err != nil {
 		return nil, fmt.Errorf("gateway: operator pause: %w", err)
 	}
-	b.pause = newOperatorPause(ps, d.now)
-	pp := newPausePoller(b.pause, pausePollEvery, d.log)
-	pp.t.quiet, pp.t.quietEvery = d.quiet, pauseIdlePoll
+	b.pause = admission.NewOperatorPause(ps, d.now)
+	pp := admission.NewPausePoller(b.pause, admission.PausePollEvery, d.log)
+	pp.T.Quiet, pp.T.QuietEvery = d.quiet, admission.PauseIdlePoll
 	b.loops = append(b.loops, pp)
-	if b.counters, err = state.NewRedisCounters(client, sp, totalsFields()); err != nil {
+	if b.counters, err = state.NewRedisCounters(client, sp, opsview.TotalsFields()); err != nil {
 		return nil, fmt.Errorf("gateway: counters: %w", err)
 	}
 	if b.history, err = history.NewRedis(client, sp, history.Config{}); err != nil {
@@ -229,7 +233,7 @@ func (b *backend) finish(cfg config.Config, window dispatch.ThrottleWindow) erro
 		return fmt.Errorf("gateway: suspension guard: %w", err)
 	}
 	lim := b.limiter
-	b.checks = append(b.checks, readyCheck{"limiter", func(ctx context.Context) error { _, err := lim.State(ctx); return err }})
+	b.checks = append(b.checks, httpapi.ReadyCheck{Name: "limiter", Check: func(ctx context.Context) error { _, err := lim.State(ctx); return err }})
 	return nil
 }
 

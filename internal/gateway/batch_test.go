@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"smsgw/internal/httpapi"
 )
 
 func TestBatch(t *testing.T) {
@@ -22,7 +24,7 @@ func TestBatch(t *testing.T) {
 			}
 			r := h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": items})
 			wantStatus(t, r, http.StatusOK)
-			var out batchResponse
+			var out httpapi.BatchResponse
 			r.json(t, &out)
 			if out.Accepted != 2 || out.Rejected != 5 || len(out.Results) != len(items) {
 				t.Fatalf("accepted %d rejected %d results %d", out.Accepted, out.Rejected, len(out.Results))
@@ -70,7 +72,7 @@ func TestBatch(t *testing.T) {
 func TestBatchLimits(t *testing.T) {
 	h := start(t, embeddedMode, nil)
 	wantStatus(t, h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": []any{}}), http.StatusBadRequest)
-	big := make([]any, maxBatch+1)
+	big := make([]any, httpapi.MaxBatch+1)
 	for i := range big {
 		big[i] = msg("marketing")
 	}
@@ -79,12 +81,12 @@ func TestBatchLimits(t *testing.T) {
 	if f := r.fields(t); len(f) != 1 || f[0] != "messages" {
 		t.Errorf("fields %v", f)
 	}
-	ok := h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": big[:maxBatch]})
+	ok := h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": big[:httpapi.MaxBatch]})
 	wantStatus(t, ok, http.StatusOK)
-	var out batchResponse
+	var out httpapi.BatchResponse
 	ok.json(t, &out)
-	if out.Accepted != maxBatch {
-		t.Errorf("accepted %d of %d", out.Accepted, maxBatch)
+	if out.Accepted != httpapi.MaxBatch {
+		t.Errorf("accepted %d of %d", out.Accepted, httpapi.MaxBatch)
 	}
 }
 
@@ -95,7 +97,7 @@ func TestBatchOverBurst(t *testing.T) {
 	items := []any{msg("transactional"), msg("transactional"), msg("transactional"), msg("transactional", "to", "x")}
 	r := h.post("/v1/messages/batch", keySlow, map[string]any{"messages": items})
 	wantStatus(t, r, http.StatusOK)
-	var out batchResponse
+	var out httpapi.BatchResponse
 	r.json(t, &out)
 	got := []int{}
 	for _, it := range out.Results {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
+
+	"smsgw/internal/httpapi"
 )
 
 // TestBatchAnswerBudget: a batch answer is kept for replay only within
@@ -28,7 +30,7 @@ func TestBatchAnswerBudget(t *testing.T) {
 			big := map[string]any{"messages": items}
 			first := h.post("/v1/messages/batch", keyNotify, big, "Idempotency-Key", "big-batch-1")
 			wantStatus(t, first, http.StatusOK)
-			var a, b batchResponse
+			var a, b httpapi.BatchResponse
 			first.json(t, &a)
 			if a.Accepted != 1 || a.Rejected != 999 {
 				t.Fatalf("accepted %d, rejected %d; want 1 and 999", a.Accepted, a.Rejected)

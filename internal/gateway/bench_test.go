@@ -116,7 +116,7 @@ func load(b *testing.B, client *http.Client, d time.Duration, want int, newReq f
 // other load on the machine moves far less than the rates. Every POST carries its own
 // Idempotency-Key and the producer has a max_outstanding, so each
 // admission step runs.
-// Run it once: go test ./internal/gateway -run '^$' -bench Ingress -benchtime 1x
+// run it once: go test ./internal/gateway -run '^$' -bench Ingress -benchtime 1x
 // (one iteration: each round runs for a fixed time of its own);
 // SMSGW_BENCH_REDIS_NICE=-10 gives its Redis a core ahead of the rest
 // (benchRedisNice).

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"smsgw/internal/config"
+	"smsgw/internal/httpapi"
 	"smsgw/internal/sms"
 )
 
@@ -18,9 +19,9 @@ func wantBodyRefused(t *testing.T, h *harness, r reply, field, needs, most, key 
 	t.Helper()
 	if r.status == http.StatusAccepted {
 		// What the old code did: accept, then fail the message in dispatch.
-		var a acceptedMessage
+		var a httpapi.AcceptedMessage
 		r.json(t, &a)
-		var v messageView
+		var v httpapi.MessageView
 		eventually(t, "the accepted message ends", func() bool {
 			v = h.status(t, a.ID)
 			return v.Status.Done()
@@ -56,7 +57,7 @@ func TestSegmentsBeyondBurstRefused(t *testing.T) {
 				return msg("transactional", "body", segmentsBody(5+i), "reference", "ok")
 			}))
 			wantStatus(t, b, http.StatusOK)
-			var out batchResponse
+			var out httpapi.BatchResponse
 			b.json(t, &out)
 			if out.Accepted != 1 || out.Rejected != 1 || out.Results[0].Status != http.StatusAccepted || out.Results[1].Status != http.StatusBadRequest {
 				t.Fatalf("batch of 5 and 6 segments: %+v, want the first accepted, the second refused", out)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"smsgw/internal/config"
+	"smsgw/internal/httpapi"
 )
 
 // callbackPathProducers gives notify two allow prefixes, one ending with a
@@ -93,8 +94,8 @@ func TestCallbackURLPathEscapeRefused(t *testing.T) {
 					t.Errorf("%s: status %d, want 422; body %s", u, r.status, r.body)
 					continue
 				}
-				if p := r.problem(t); p["type"] != problemTypeBase+string(kindCallbackNotAllowed) {
-					t.Errorf("%s: problem %v, want %s", u, p, kindCallbackNotAllowed)
+				if p := r.problem(t); p["type"] != httpapi.ProblemTypeBase+string(httpapi.KindCallbackNotAllowed) {
+					t.Errorf("%s: problem %v, want %s", u, p, httpapi.KindCallbackNotAllowed)
 				}
 			}
 			for _, u := range allowed {
@@ -121,8 +122,8 @@ func TestCallbackURLPathEscapeRefused(t *testing.T) {
 			otp := func(u string) reply {
 				return h.post("/v1/otp", keyLogin, map[string]any{"to": "+819012345678", "body": "code 1234", "callback_url": u})
 			}
-			wantProblem(t, otp(base+"/otp/../admin"), http.StatusBadRequest, kindInvalid, "callback_url")
-			wantProblem(t, otp(base+"/otpx"), http.StatusUnprocessableEntity, kindCallbackNotAllowed, "callback_url")
+			wantProblem(t, otp(base+"/otp/../admin"), http.StatusBadRequest, httpapi.KindInvalid, "callback_url")
+			wantProblem(t, otp(base+"/otpx"), http.StatusUnprocessableEntity, httpapi.KindCallbackNotAllowed, "callback_url")
 			wantStatus(t, otp(base+"/otp/x"), http.StatusOK)
 		})
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"smsgw/internal/config"
+	"smsgw/internal/httpapi"
 	"smsgw/internal/webhook"
 )
 
@@ -38,11 +39,11 @@ func TestCallbackURLAllowed(t *testing.T) {
 			ok := "https://notify.example/cb/orders?o=17"
 			r := h.post("/v1/messages", keyNotify, msg("transactional", "reference", "order-17", "callback_url", ok))
 			wantStatus(t, r, http.StatusAccepted)
-			var a acceptedMessage
+			var a httpapi.AcceptedMessage
 			r.json(t, &a)
 			g := h.get("/v1/messages/"+a.ID, keyNotify)
 			wantStatus(t, g, http.StatusOK)
-			var v messageView
+			var v httpapi.MessageView
 			g.json(t, &v)
 			if v.CallbackURL != ok || v.Reference != "order-17" {
 				t.Errorf("GET shows callback_url %q reference %q", v.CallbackURL, v.Reference)
@@ -145,12 +146,12 @@ func TestCallbacksDelivered(t *testing.T) {
 			})
 			r := h.post("/v1/messages", keyNotify, msg("transactional", "reference", "order-9"))
 			wantStatus(t, r, http.StatusAccepted)
-			var a acceptedMessage
+			var a httpapi.AcceptedMessage
 			r.json(t, &a)
 			o := h.post("/v1/otp", keyLogin, map[string]any{"to": "+819012345678", "body": "code 4711", "reference": "login-3",
 				"callback_url": own.srv.URL + "/otp/x"})
 			wantStatus(t, o, http.StatusOK)
-			var sent otpSent
+			var sent httpapi.OTPSent
 			o.json(t, &sent)
 			eventually(t, "both events", func() bool { return len(hook.events()) == 1 && len(own.events()) == 1 })
 

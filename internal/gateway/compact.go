@@ -9,6 +9,7 @@ import (
 
 	"smsgw/internal/queue/embedded"
 	"smsgw/internal/queue/redisq"
+	"smsgw/internal/tick"
 )
 
 // compactor compacts the final records of quiet seconds on Redis
@@ -19,7 +20,7 @@ import (
 type compactor struct {
 	q   *redisq.Queue
 	log *slog.Logger
-	t   ticker
+	t   tick.Ticker
 
 	mu      sync.Mutex
 	failing bool
@@ -36,9 +37,9 @@ const (
 	compactPerPass   = 64
 )
 
-func newCompactor(q *redisq.Queue, log *slog.Logger, quiet *quietGate) *compactor {
+func newCompactor(q *redisq.Queue, log *slog.Logger, quiet *tick.QuietGate) *compactor {
 	c := &compactor{q: q, log: log}
-	c.t.quiet, c.t.quietEvery = quiet, compactIdleEvery
+	c.t.Quiet, c.t.QuietEvery = quiet, compactIdleEvery
 	return c
 }
 
@@ -67,10 +68,10 @@ func (c *compactor) runOnce(ctx context.Context) error {
 }
 
 // Start compacts until Stop or until ctx ends.
-func (c *compactor) Start(ctx context.Context) { c.t.start(ctx, compactEvery, c.runOnce) }
+func (c *compactor) Start(ctx context.Context) { c.t.Start(ctx, compactEvery, c.runOnce) }
 
 // Stop ends the compaction and waits for it.
-func (c *compactor) Stop() { c.t.halt() }
+func (c *compactor) Stop() { c.t.Halt() }
 
 // CompactStore rewrites the embedded store in dir without its free pages
 // (smsgw compact-store); the gateway must not be running on it.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 
+	"smsgw/internal/httpapi"
 	"smsgw/internal/sms"
 )
 
@@ -27,8 +28,8 @@ func TestProblemTypesMatchSpec(t *testing.T) {
 		inSpec = append(inSpec, v.(string))
 	}
 	var kinds []string
-	for _, k := range allKinds {
-		kinds = append(kinds, problemTypeBase+string(k))
+	for _, k := range httpapi.AllKinds {
+		kinds = append(kinds, httpapi.ProblemTypeBase+string(k))
 	}
 	slices.Sort(inSpec)
 	slices.Sort(kinds)
@@ -140,7 +141,7 @@ func TestSpecPatternsMatchValidation(t *testing.T) {
 		if ok := err == nil; body.MatchString(s) != ok {
 			t.Fatalf("body %q: pattern %v, validation %v (%v)", s, !ok, ok, err)
 		}
-		if ok := len(s) <= maxReferenceLen && !strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r >= 0x7f && r <= 0x9f }); ref.MatchString(s) != ok {
+		if ok := len(s) <= httpapi.MaxReferenceLen && !strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r >= 0x7f && r <= 0x9f }); ref.MatchString(s) != ok {
 			t.Fatalf("reference %q: pattern %v, validation %v", s, !ok, ok)
 		}
 	}
@@ -162,7 +163,7 @@ func TestMethodNotAllowedSaysWhatIs(t *testing.T) {
 		if got := strings.Split(r.header.Get("Allow"), ", "); !slices.Contains(got, tc.allow) || slices.Contains(got, tc.method) {
 			t.Errorf("%s %s: Allow %q, want it to list %s", tc.method, tc.path, got, tc.allow)
 		}
-		if p := r.problem(t); p["type"] != problemTypeBase+"method-not-allowed" {
+		if p := r.problem(t); p["type"] != httpapi.ProblemTypeBase+"method-not-allowed" {
 			t.Errorf("%s %s: problem %v", tc.method, tc.path, p)
 		}
 	}

@@ -4,9 +4,11 @@ import (
 	"net/http"
 	"slices"
 	"testing"
+
+	"smsgw/internal/httpapi"
 )
 
-// TestDuplicateKeysRefused (issue 8, finding 6): a member named twice, or
+// TestDuplicateKeysRefused: a member named twice, or
 // named in another case than the contract's ("TO" for "to"), is a 400
 // naming it; encoding/json would take the last one, or match the name
 // case-insensitively, so a validator in front of us could read another
@@ -36,7 +38,7 @@ func TestDuplicateKeysRefused(t *testing.T) {
 	}
 	r := h.post("/v1/messages/batch", keyNotify, `{"messages":[{"to":"+819012345678","To":"+819087654321",`+ok+`}]}`)
 	wantStatus(t, r, http.StatusOK)
-	var b batchResponse
+	var b httpapi.BatchResponse
 	r.json(t, &b)
 	if b.Rejected != 1 || b.Results[0].Status != http.StatusBadRequest || b.Results[0].Error.Errors[0].Field != "messages[0].To" {
 		t.Errorf("batch item with a case variant: %s", r.body)

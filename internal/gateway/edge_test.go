@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"smsgw/internal/config"
+	"smsgw/internal/httpapi"
 )
 
 // piped is a request whose body the test writes as it likes (chunked, or
@@ -115,7 +116,7 @@ func TestBodyBytesInFlightBounded(t *testing.T) {
 		t.Fatalf("body of %d bytes", len(body))
 	}
 	first := h.postPiped("/v1/messages/batch", keyNotify, size)
-	eventually(t, "the first body's bytes reserved", func() bool { return h.app.srv.bodyGate.inFlightOf("notify") == size })
+	eventually(t, "the first body's bytes reserved", func() bool { return h.app.srv.BodyGate.InFlightOf("notify") == size })
 
 	for _, tc := range []struct{ key, names string }{
 		{keyNotify, "http.body_bytes_in_flight_per_producer"},
@@ -132,7 +133,7 @@ func TestBodyBytesInFlightBounded(t *testing.T) {
 		}
 	}
 	second := h.postPiped("/v1/messages/batch", keyCapped, size)
-	eventually(t, "the second body's bytes reserved", func() bool { return h.app.srv.bodyGate.inFlightOf("capped") == size })
+	eventually(t, "the second body's bytes reserved", func() bool { return h.app.srv.BodyGate.InFlightOf("capped") == size })
 	otp, err := json.Marshal(otpBody())
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +155,7 @@ func TestBodyBytesInFlightBounded(t *testing.T) {
 		}
 	}
 	wantStatus(t, h.post("/v1/messages/batch", keyNotify, body), http.StatusOK)
-	if n := h.app.srv.bodyGate.inFlightOf("notify") + h.app.srv.bodyGate.inFlightOf("capped"); n != 0 {
+	if n := h.app.srv.BodyGate.InFlightOf("notify") + h.app.srv.BodyGate.InFlightOf("capped"); n != 0 {
 		t.Errorf("%d bytes still reserved after every answer", n)
 	}
 }
@@ -171,7 +172,7 @@ func TestBatchDecodedAsStream(t *testing.T) {
 	}
 	w := bufio.NewWriter(p.body)
 	_, _ = w.WriteString(`{"messages":[`)
-	for i := range maxBatch + 1 {
+	for i := range httpapi.MaxBatch + 1 {
 		if i > 0 {
 			_ = w.WriteByte(',')
 		}
@@ -189,7 +190,7 @@ func TestBatchDecodedAsStream(t *testing.T) {
 	// Item problems are each item's own, as before.
 	r = h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": []any{msg("marketing"), msg("marketing", "to", "x")}})
 	wantStatus(t, r, http.StatusOK)
-	var out batchResponse
+	var out httpapi.BatchResponse
 	r.json(t, &out)
 	if out.Accepted != 1 || out.Rejected != 1 || out.Results[1].Status != http.StatusBadRequest {
 		t.Errorf("accepted %d rejected %d results %+v", out.Accepted, out.Rejected, out.Results)

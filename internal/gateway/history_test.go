@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"smsgw/internal/httpapi"
+	"smsgw/internal/opsview"
 	"smsgw/internal/provider/sim"
 )
 
@@ -12,11 +14,11 @@ import (
 // and its step has ended (5 s more), on a busy machine.
 const historyPatience = 45 * time.Second
 
-func (h *harness) history() historyResponse {
+func (h *harness) history() httpapi.HistoryResponse {
 	h.t.Helper()
 	r := h.get("/v1/admin/history", keyAdmin)
 	wantStatus(h.t, r, http.StatusOK)
-	var out historyResponse
+	var out httpapi.HistoryResponse
 	r.json(h.t, &out)
 	return out
 }
@@ -29,7 +31,7 @@ func sum(v []int64) int64 {
 	return n
 }
 
-func waitHistory(t *testing.T, h *harness, what string, cond func(historyResponse) bool) historyResponse {
+func waitHistory(t *testing.T, h *harness, what string, cond func(httpapi.HistoryResponse) bool) httpapi.HistoryResponse {
 	t.Helper()
 	deadline := time.Now().Add(historyPatience)
 	for {
@@ -56,7 +58,7 @@ func TestAdminHistory(t *testing.T) {
 			h := start(t, m, nil)
 			wantStatus(t, h.get("/v1/admin/history", ""), http.StatusUnauthorized)
 			hr := h.history()
-			wantScope := map[mode]string{embeddedMode: scopeProcess, redisMode: scopeShared}[m]
+			wantScope := map[mode]string{embeddedMode: opsview.ScopeProcess, redisMode: opsview.ScopeShared}[m]
 			if hr.Scope != wantScope || hr.StepSeconds != 5 || len(hr.Throttled) != 180 ||
 				!hr.End.Equal(hr.Start.Add(15*time.Minute)) || time.Since(hr.End) > time.Minute || time.Since(hr.End) < 0 {
 				t.Fatalf("scope %q, step %gs, %d steps, %s..%s: want %s, 5s, 180 steps ending now",
@@ -85,7 +87,7 @@ func TestAdminHistory(t *testing.T) {
 				t.Fatal(err)
 			}
 			wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusServiceUnavailable)
-			hr = waitHistory(t, h, "3 transactional and 2 OTP sent, 3 queued, one 429", func(hr historyResponse) bool {
+			hr = waitHistory(t, h, "3 transactional and 2 OTP sent, 3 queued, one 429", func(hr httpapi.HistoryResponse) bool {
 				return sum(hr.Sent["transactional"]) == 3 && sum(hr.Sent["otp"]) == 2 &&
 					sum(hr.Accepted["transactional"]) == 3 && sum(hr.Throttled) == 1
 			})
@@ -102,7 +104,7 @@ func TestAdminHistory(t *testing.T) {
 				t.Fatalf("%d steps with a queue depth, drain %+v", depths, hr.Drain)
 			}
 			// Everything was sent: the backlog is empty and drains in 0 s.
-			hr = waitHistory(t, h, "an empty backlog", func(hr historyResponse) bool {
+			hr = waitHistory(t, h, "an empty backlog", func(hr httpapi.HistoryResponse) bool {
 				return hr.Drain != nil && hr.Drain.Total.Backlog == 0
 			})
 			if d := hr.Drain.Total.DrainSeconds; d == nil || *d != 0 {
@@ -125,10 +127,10 @@ func TestHistorySharedAcrossReplicas(t *testing.T) {
 	for range 4 {
 		wantStatus(t, a.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
 	}
-	waitHistory(t, b, "a's 4 OTPs in b's history", func(hr historyResponse) bool { return sum(hr.Sent["otp"]) == 4 })
+	waitHistory(t, b, "a's 4 OTPs in b's history", func(hr httpapi.HistoryResponse) bool { return sum(hr.Sent["otp"]) == 4 })
 	wantStatus(t, a.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
 	if err := a.app.Stop(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	waitHistory(t, b, "the OTP a sent just before it stopped", func(hr historyResponse) bool { return sum(hr.Sent["otp"]) == 5 })
+	waitHistory(t, b, "the OTP a sent just before it stopped", func(hr httpapi.HistoryResponse) bool { return sum(hr.Sent["otp"]) == 5 })
 }

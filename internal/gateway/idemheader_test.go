@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"testing"
+
+	"smsgw/internal/httpapi"
 )
 
 // postKeys posts body to path with the Idempotency-Key header once per
@@ -61,7 +63,7 @@ func TestIdempotencyKeyTwiceRefused(t *testing.T) {
 			for _, c := range cases {
 				for _, keys := range [][]string{{"k-first", "k-second"}, {"k-same", "k-same"}} {
 					r := h.postKeys(c.path, c.key, c.body, keys...)
-					wantProblem(t, r, http.StatusBadRequest, kindInvalid, "Idempotency-Key")
+					wantProblem(t, r, http.StatusBadRequest, httpapi.KindInvalid, "Idempotency-Key")
 				}
 			}
 			if n := len(h.sim.Accepted()); n != 0 {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"smsgw/internal/config"
+	"smsgw/internal/httpapi"
 	"smsgw/internal/provider/sim"
 )
 
@@ -37,13 +38,13 @@ func TestIdempotencyKey(t *testing.T) {
 			}
 			changed := h.post("/v1/messages", keyNotify, msg("transactional", "reference", "invoice-10"), "Idempotency-Key", "order-9-confirmation")
 			wantStatus(t, changed, http.StatusUnprocessableEntity)
-			if p := changed.problem(t); p["type"] != problemTypeBase+"idempotency-key-reused" {
+			if p := changed.problem(t); p["type"] != httpapi.ProblemTypeBase+"idempotency-key-reused" {
 				t.Errorf("problem %v", p)
 			}
 			bad := h.post("/v1/messages", keyNotify, body, "Idempotency-Key", "")
 			wantStatus(t, bad, http.StatusBadRequest)
 
-			var a acceptedMessage
+			var a httpapi.AcceptedMessage
 			first.json(t, &a)
 			eventually(t, "the send", func() bool { return sentRefs(h.sim)[a.ID] == 1 })
 			time.Sleep(200 * time.Millisecond)
@@ -64,16 +65,16 @@ func TestIdempotencyInFlight(t *testing.T) {
 		t.Run(string(m), func(t *testing.T) {
 			t.Parallel()
 			h := start(t, m, nil)
-			p, _ := h.app.srv.auth.producerFor(config.Producer{Key: keyNotify}.KeyHash())
+			p, _ := h.app.srv.Auth.ProducerFor(config.Producer{Key: keyNotify}.KeyHash())
 			path, scope := "/v1/messages", "message"
 			var body any = msg("transactional")
 			if m == redisMode {
 				path, scope = "/v1/messages/batch", "batch"
 				body = map[string]any{"messages": []any{msg("transactional")}}
 			}
-			k := idemKey(p.Name, scope, "slow-first")
+			k := httpapi.IdemKey(p.Name, scope, "slow-first")
 			// Hold the lock as a first request still in progress would.
-			_, token, err := h.app.srv.idem.Acquire(context.Background(), k, time.Minute)
+			_, token, err := h.app.srv.Idem.Acquire(context.Background(), k, time.Minute)
 			if err != nil || token == "" {
 				t.Fatalf("acquire: %q %v", token, err)
 			}
@@ -82,7 +83,7 @@ func TestIdempotencyInFlight(t *testing.T) {
 			if r.header.Get("Retry-After") != "1" {
 				t.Errorf("Retry-After %q", r.header.Get("Retry-After"))
 			}
-			if err := h.app.srv.idem.Finish(context.Background(), k, token, nil); err != nil {
+			if err := h.app.srv.Idem.Finish(context.Background(), k, token, nil); err != nil {
 				t.Fatal(err)
 			}
 			r = h.post(path, keyNotify, body, "Idempotency-Key", "slow-first")
@@ -127,7 +128,7 @@ func TestIdempotencyRaceOneTrip(t *testing.T) {
 	if first != 1 {
 		t.Errorf("%d answers not marked replayed, want 1", first)
 	}
-	var a acceptedMessage
+	var a httpapi.AcceptedMessage
 	answers[0].json(t, &a)
 	eventually(t, "the send", func() bool { return sentRefs(s)[a.ID] == 1 })
 	if got := len(s.Accepted()); got != 1 {
@@ -151,7 +152,7 @@ func TestIdempotencyAcrossReplicas(t *testing.T) {
 	for i, h := range hs {
 		r := h.post("/v1/messages", keyNotify, body, "Idempotency-Key", "checkout-42")
 		wantStatus(t, r, http.StatusAccepted)
-		var a acceptedMessage
+		var a httpapi.AcceptedMessage
 		r.json(t, &a)
 		ids = append(ids, a.ID)
 		if replayed := r.header.Get("Idempotent-Replayed") == "true"; replayed != (i > 0) {
@@ -196,7 +197,7 @@ func TestIdempotencySurvivesRestart(t *testing.T) {
 	wantStatus(t, changed, http.StatusUnprocessableEntity)
 	again := h2.post("/v1/messages", keyNotify, body, "Idempotency-Key", "promo-1")
 	wantStatus(t, again, http.StatusAccepted)
-	var a, b acceptedMessage
+	var a, b httpapi.AcceptedMessage
 	first.json(t, &a)
 	again.json(t, &b)
 	if a.ID != b.ID || again.header.Get("Idempotent-Replayed") != "true" {
@@ -209,7 +210,7 @@ func TestIdempotencySurvivesRestart(t *testing.T) {
 // let a retry across an upgrade queue a second message.
 func TestIdemKeyStable(t *testing.T) {
 	t.Parallel()
-	if got, want := idemKey("notify", "message", "order-9"), "2fa6f4fcfa9fa4ac7d325921d9f75074db7ef67a"; got != want {
+	if got, want := httpapi.IdemKey("notify", "message", "order-9"), "2fa6f4fcfa9fa4ac7d325921d9f75074db7ef67a"; got != want {
 		t.Errorf("idemKey = %s, want %s", got, want)
 	}
 }

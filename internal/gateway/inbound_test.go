@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"smsgw/internal/config"
+	"smsgw/internal/httpapi"
 	"smsgw/internal/provider/httpprov"
 	"smsgw/internal/provider/twilio"
 	"smsgw/internal/provider/vonage"
@@ -113,11 +114,11 @@ var inboundAdapters = []inboundAdapter{
 }
 
 // suppressionsOf lists the suppression list (one page).
-func (h *harness) suppressionsOf(t testing.TB) []suppressionView {
+func (h *harness) suppressionsOf(t testing.TB) []httpapi.SuppressionView {
 	t.Helper()
 	r := h.get("/v1/admin/suppressions", keyAdmin)
 	wantStatus(t, r, http.StatusOK)
-	var l suppressionList
+	var l httpapi.SuppressionList
 	r.json(t, &l)
 	return l.Suppressions
 }
@@ -138,7 +139,7 @@ func TestInboundOptOut(t *testing.T) {
 				h := start(t, m, func(c *config.Config) { a.edit(t, c) })
 
 				r := a.post(h, inboundFrom, "STOP", false)
-				wantProblem(t, r, http.StatusUnauthorized, kindBadSignature, "")
+				wantProblem(t, r, http.StatusUnauthorized, httpapi.KindBadSignature, "")
 				if l := h.suppressionsOf(t); len(l) != 0 {
 					t.Fatalf("a forged STOP changed the list: %+v", l)
 				}
@@ -154,11 +155,11 @@ func TestInboundOptOut(t *testing.T) {
 				if len(l) != 1 || l[0].Source != "recipient" || l[0].To != "+8190****5678" || l[0].ID == "" {
 					t.Fatalf("after STOP the list is %+v; want the recipient's entry, masked", l)
 				}
-				p := wantProblem(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusUnprocessableEntity, kindSuppressed, "to")
+				p := wantProblem(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusUnprocessableEntity, httpapi.KindSuppressed, "to")
 				if p["suppression_id"] != l[0].ID {
 					t.Errorf("the refusal names %v, want %s", p["suppression_id"], l[0].ID)
 				}
-				wantProblem(t, h.post("/v1/messages", keyNotify, msg("transactional")), http.StatusUnprocessableEntity, kindSuppressed, "to")
+				wantProblem(t, h.post("/v1/messages", keyNotify, msg("transactional")), http.StatusUnprocessableEntity, httpapi.KindSuppressed, "to")
 				a.ok(t, a.post(h, inboundFrom, "UNSUBSCRIBE", true)) // already listed: stays the recipient's
 				if l := h.suppressionsOf(t); len(l) != 1 || l[0].Source != "recipient" {
 					t.Fatalf("after a second opt-out: %+v", l)
@@ -176,7 +177,7 @@ func TestInboundOptOut(t *testing.T) {
 				if l := h.suppressionsOf(t); len(l) != 1 || l[0].Source != "operator" {
 					t.Fatalf("START lifted an operator's entry: %+v", l)
 				}
-				wantProblem(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusUnprocessableEntity, kindSuppressed, "to")
+				wantProblem(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusUnprocessableEntity, httpapi.KindSuppressed, "to")
 				wantStatus(t, h.do(req{method: http.MethodDelete, path: "/v1/admin/suppressions/" + inboundFrom, key: keyAdmin}), http.StatusNoContent)
 				// The recipient's STOP, then the operator's own add: the operator's.
 				a.ok(t, a.post(h, inboundFrom, "QUIT", true))
@@ -215,15 +216,15 @@ func TestInboundOptOut(t *testing.T) {
 func TestInboundRefused(t *testing.T) {
 	h := start(t, embeddedMode, func(c *config.Config) { c.Provider.ReceiptSecret = receiptSecret })
 	wantProblem(t, h.do(req{method: http.MethodPost, path: "/v1/inbound/twilio", body: "From=%2B819012345678&Body=STOP",
-		header: map[string]string{"Content-Type": "application/x-www-form-urlencoded"}}), http.StatusNotFound, kindNotFound, "")
-	big := `{"from":"+819012345678","text":"` + strings.Repeat("x", maxInboundBytes) + `"}`
+		header: map[string]string{"Content-Type": "application/x-www-form-urlencoded"}}), http.StatusNotFound, httpapi.KindNotFound, "")
+	big := `{"from":"+819012345678","text":"` + strings.Repeat("x", httpapi.MaxInboundBytes) + `"}`
 	wantStatus(t, h.do(req{method: http.MethodPost, path: "/v1/inbound/http", body: big}), http.StatusRequestEntityTooLarge)
 	signed := func(body string) reply {
 		return h.do(req{method: http.MethodPost, path: "/v1/inbound/http", body: body,
 			header: map[string]string{httpprov.HeaderInboundSignature: httpprov.SignInbound(receiptSecret, []byte(body))}})
 	}
-	wantProblem(t, signed(`{"text":"STOP"}`), http.StatusBadRequest, kindInvalid, "from")
-	wantProblem(t, signed(`{"from":"whatsapp:+819012345678","text":"STOP"}`), http.StatusBadRequest, kindInvalid, "from")
+	wantProblem(t, signed(`{"text":"STOP"}`), http.StatusBadRequest, httpapi.KindInvalid, "from")
+	wantProblem(t, signed(`{"from":"whatsapp:+819012345678","text":"STOP"}`), http.StatusBadRequest, httpapi.KindInvalid, "from")
 	wantStatus(t, signed(`{"from":"whatsapp:+819012345678","text":"hello"}`), http.StatusNoContent) // no keyword: the sender is not read
 	if l := h.suppressionsOf(t); len(l) != 0 {
 		t.Fatalf("refused messages changed the list: %+v", l)
@@ -247,7 +248,7 @@ func TestInboundRefused(t *testing.T) {
 	form.Set("sig", vonage.Signature(vonage.MethodMD5Hash, vonageSecret, ps))
 	stale := v.do(req{method: http.MethodPost, path: "/v1/inbound/vonage", body: form.Encode(),
 		header: map[string]string{"Content-Type": "application/x-www-form-urlencoded"}})
-	wantProblem(t, stale, http.StatusUnauthorized, kindBadSignature, "")
+	wantProblem(t, stale, http.StatusUnauthorized, httpapi.KindBadSignature, "")
 	if !strings.Contains(string(stale.body), "signed time") {
 		t.Errorf("stale: %s; want a detail naming the signed time", stale.body)
 	}

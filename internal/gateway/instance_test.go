@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"smsgw/internal/httpapi"
 )
 
 // A problem's instance is the request path as the logs show it: a number
@@ -33,8 +35,8 @@ func TestProblemInstanceScrubbed(t *testing.T) {
 	r = h.get(long, keyNotify)
 	wantStatus(t, r, http.StatusNotFound)
 	inst, _ := r.problem(t)["instance"].(string)
-	if len(inst) > maxInstanceLen || !strings.HasPrefix(inst, "/v1/messages/éé") || !strings.HasSuffix(inst, "...") {
-		t.Errorf("instance of a %d-byte path: %d bytes %q, want at most %d ending with ...", len(long), len(inst), inst, maxInstanceLen)
+	if len(inst) > httpapi.MaxInstanceLen || !strings.HasPrefix(inst, "/v1/messages/éé") || !strings.HasSuffix(inst, "...") {
+		t.Errorf("instance of a %d-byte path: %d bytes %q, want at most %d ending with ...", len(long), len(inst), inst, httpapi.MaxInstanceLen)
 	}
 	if strings.ContainsRune(inst, '\uFFFD') {
 		t.Errorf("instance cut inside a character: %q", inst)

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
+	"smsgw/internal/admission"
 	"smsgw/internal/logtest"
 	"smsgw/internal/provider/sim"
 	"smsgw/internal/queue"
@@ -185,24 +186,24 @@ func TestPausePollerRunOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = b.stops.run(d.log) })
-	poller := newPausePoller(b.pause, time.Hour, d.log)
+	poller := admission.NewPausePoller(b.pause, time.Hour, d.log)
 	ctx := context.Background()
 	// As the ticker bounds each run by the period.
 	poll := func() error {
 		ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 		defer cancel()
-		return poller.runOnce(ctx)
+		return poller.RunOnce(ctx)
 	}
 	if err := a.pause.Pause(ctx, time.Minute, "maintenance"); err != nil {
 		t.Fatal(err)
 	}
-	if b.pause.active(time.Now()) {
+	if b.pause.Active(time.Now()) {
 		t.Fatal("b paused before it polled")
 	}
 	if err := poll(); err != nil {
 		t.Fatal(err)
 	}
-	if st := b.pause.state(); !st.Paused || st.Reason != "maintenance" || st.Until == nil {
+	if st := b.pause.State(); !st.Paused || st.Reason != "maintenance" || st.Until == nil {
 		t.Fatalf("b after a poll: %+v", st)
 	}
 	srv.Stop()
@@ -211,7 +212,7 @@ func TestPausePollerRunOnce(t *testing.T) {
 			t.Fatal("a poll of a stopped Redis succeeded")
 		}
 	}
-	if st := b.pause.state(); !st.Paused {
+	if st := b.pause.State(); !st.Paused {
 		t.Fatal("a failed poll dropped the known pause")
 	}
 	if n := strings.Count(logs.String(), "cannot read the shared switch"); n != 1 {
@@ -224,8 +225,8 @@ func TestPausePollerRunOnce(t *testing.T) {
 	if err := poll(); err != nil {
 		t.Fatal(err)
 	}
-	if b.pause.state().Paused || !strings.Contains(logs.String(), "reading the shared switch again") {
-		t.Errorf("after Redis came back and a resume: %+v", b.pause.state())
+	if b.pause.State().Paused || !strings.Contains(logs.String(), "reading the shared switch again") {
+		t.Errorf("after Redis came back and a resume: %+v", b.pause.State())
 	}
 }
 

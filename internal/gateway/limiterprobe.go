@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 	"time"
+
+	"smsgw/internal/tick"
 )
 
 // limiterProbe asks Redis, once a second, whether it is back for each
@@ -13,7 +15,7 @@ import (
 // limiter that Redis decides for costs nothing here.
 type limiterProbe struct {
 	probes []prober
-	t      ticker
+	t      tick.Ticker
 }
 
 // prober is a limiter whose breaker can be asked to try Redis
@@ -29,10 +31,10 @@ const limiterProbeEvery = time.Second
 func newLimiterProbe(probes ...prober) *limiterProbe { return &limiterProbe{probes: probes} }
 
 // Start runs the probes every limiterProbeEvery until Stop.
-func (p *limiterProbe) Start(ctx context.Context) { p.t.start(ctx, limiterProbeEvery, p.runOnce) }
+func (p *limiterProbe) Start(ctx context.Context) { p.t.Start(ctx, limiterProbeEvery, p.runOnce) }
 
 // Stop ends the loop and waits for it.
-func (p *limiterProbe) Stop() { p.t.halt() }
+func (p *limiterProbe) Stop() { p.t.Halt() }
 
 // runOnce probes each limiter once; a limiter in fallback logs its own
 // recovery (the breaker's "redis is back" line).

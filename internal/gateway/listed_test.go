@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"smsgw/internal/config"
+	"smsgw/internal/httpapi"
 	"smsgw/internal/queue"
 	"smsgw/internal/sms"
 )
@@ -57,7 +58,7 @@ func TestSuppressedWhileQueued(t *testing.T) {
 					msg("marketing", append(extra, "reference", "to-other", "to", otherNumber)...),
 				}})
 				wantStatus(t, r, http.StatusOK)
-				var b batchResponse
+				var b httpapi.BatchResponse
 				r.json(t, &b)
 				if b.Accepted != 2 {
 					t.Fatalf("batch %s: want both accepted", r.body)
@@ -84,7 +85,7 @@ func TestSuppressedWhileQueued(t *testing.T) {
 					t.Fatalf("the list %+v; want the number", l)
 				}
 
-				var v messageView
+				var v httpapi.MessageView
 				eventually(t, "the message to the listed number suppressed", func() bool {
 					v = h.status(t, listed)
 					return v.Status.Done()
@@ -95,7 +96,7 @@ func TestSuppressedWhileQueued(t *testing.T) {
 				}
 				eventually(t, "the message to the other number sent", func() bool { return h.status(t, other).Status == sms.StatusSent })
 				if otp != "" {
-					var o messageView
+					var o httpapi.MessageView
 					r := h.get("/v1/messages/"+otp, keyLogin)
 					eventually(t, "the queued OTP suppressed", func() bool {
 						r = h.get("/v1/messages/"+otp, keyLogin)
@@ -176,7 +177,7 @@ func TestAcceptKeepsNumberID(t *testing.T) {
 			single := accepted(t, h.post("/v1/messages", keyNotify, msg("marketing", "send_at", later))).ID
 			r := h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": []any{msg("transactional", "send_at", later)}})
 			wantStatus(t, r, http.StatusOK)
-			var b batchResponse
+			var b httpapi.BatchResponse
 			r.json(t, &b)
 			item := b.Results[0].Message.ID
 			otp := accepted(t, h.post("/v1/messages", keyLogin, msg("otp", "body", "code 4711", "send_at", later))).ID
@@ -187,7 +188,7 @@ func TestAcceptKeepsNumberID(t *testing.T) {
 
 			add := h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": inboundFrom})
 			wantStatus(t, add, http.StatusCreated)
-			var e suppressionView
+			var e httpapi.SuppressionView
 			add.json(t, &e)
 			for _, id := range []string{single, item, otp} {
 				stored, err := h.app.b.queue.Get(t.Context(), id)

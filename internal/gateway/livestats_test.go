@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"smsgw/internal/admission"
 	"smsgw/internal/config"
+	"smsgw/internal/httpapi"
+	"smsgw/internal/opsview"
 	"smsgw/internal/provider"
 	"smsgw/internal/provider/sim"
 	"smsgw/internal/queue"
@@ -17,11 +20,11 @@ import (
 )
 
 // stats is a whole stats answer: every section read (unavailable empty).
-func (h *harness) stats() statsResponse {
+func (h *harness) stats() opsview.StatsResponse {
 	h.t.Helper()
 	r := h.get("/v1/admin/stats", keyAdmin)
 	wantStatus(h.t, r, http.StatusOK)
-	var st statsResponse
+	var st opsview.StatsResponse
 	r.json(h.t, &st)
 	if len(st.Unavailable) != 0 {
 		h.t.Fatalf("a partial stats answer (unavailable %v): %s", st.Unavailable, r.body)
@@ -43,7 +46,7 @@ func TestStatsFiguresFollowTraffic(t *testing.T) {
 					t.Errorf("class %s starts at %+v", c, cs)
 				}
 			}
-			wantScope := map[mode]string{embeddedMode: scopeProcess, redisMode: scopeShared}[m]
+			wantScope := map[mode]string{embeddedMode: opsview.ScopeProcess, redisMode: opsview.ScopeShared}[m]
 			wantLimiter := map[mode]string{embeddedMode: "local", redisMode: "shared"}[m]
 			pv := st.Provider
 			if st.Counters.Scope != wantScope || pv.RateScope != wantScope || pv.TargetRPS != 90 || pv.ContractRPS != 100 ||
@@ -131,8 +134,8 @@ func TestStatsNeverCountAheadOfTheQueue(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			hooked := &statsHookQueue{Queue: app.srv.queue}
-			app.srv.queue = hooked // before Start: no handler runs yet
+			hooked := &statsHookQueue{Queue: app.srv.Queue}
+			app.srv.Queue = hooked // before Start: no handler runs yet
 			if err := app.Start(t.Context()); err != nil {
 				t.Fatal(err)
 			}
@@ -156,7 +159,7 @@ func TestStatsNeverCountAheadOfTheQueue(t *testing.T) {
 			hook := func() {
 				ran.Store(true)
 				close(prov.release) // the send fails; MaxAttempts 1 makes it a dead letter
-				if !waitFor(func() bool { return app.srv.live.snap().Classes[sms.ClassMarketing].Dead == 1 }) {
+				if !waitFor(func() bool { return app.srv.Live.Snap().Classes[sms.ClassMarketing].Dead == 1 }) {
 					t.Error("timed out waiting for the dead letter to be counted")
 				}
 			}
@@ -251,7 +254,7 @@ func TestSharedCountersAcrossReplicas(t *testing.T) {
 	})
 	eventually(t, "replica b to report a's sends", func() bool {
 		st := b.stats()
-		return st.Classes["otp"].SentTotal == 4 && st.Counters.Scope == scopeShared
+		return st.Classes["otp"].SentTotal == 4 && st.Counters.Scope == opsview.ScopeShared
 	})
 	if st := b.stats(); st.OTP.LatencySamples != 0 {
 		t.Errorf("b reports %d OTP latencies; latency is per replica and b sent none", st.OTP.LatencySamples)
@@ -273,9 +276,9 @@ func TestAdminGetMessage(t *testing.T) {
 	h := start(t, embeddedMode, nil)
 	r := h.post("/v1/messages", keyNotify, msg("transactional", "reference", "order-9"))
 	wantStatus(t, r, http.StatusAccepted)
-	var a acceptedMessage
+	var a httpapi.AcceptedMessage
 	r.json(t, &a)
-	var v adminMessage
+	var v httpapi.AdminMessage
 	eventually(t, "the message sent", func() bool {
 		g := h.get("/v1/admin/messages/"+a.ID, keyAdmin)
 		wantStatus(t, g, http.StatusOK)
@@ -308,11 +311,11 @@ func TestLatencyWindowQuantiles(t *testing.T) {
 		{"negative clamps to 0", []int{-5}, 10, 0, 0, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := newLatencyWindow(tc.size)
+			w := opsview.NewLatencyWindow(tc.size)
 			for _, v := range tc.add {
-				w.add(time.Duration(v) * time.Millisecond)
+				w.Add(time.Duration(v) * time.Millisecond)
 			}
-			q, n := w.quantiles(0.5, 0.99)
+			q, n := w.Quantiles(0.5, 0.99)
 			if n != tc.n {
 				t.Fatalf("n %d, want %d", n, tc.n)
 			}
@@ -336,16 +339,16 @@ func seq(from, to int) []int {
 // tag, is asserted in internal/state).
 func TestCounterFields(t *testing.T) {
 	t.Parallel()
-	fields := totalsFields()
-	if n := len(fields); n != 4*len(sms.Classes)+2+int(nRefusals) {
+	fields := opsview.TotalsFields()
+	if n := len(fields); n != 4*len(sms.Classes)+2+int(admission.NRefusals) {
 		t.Errorf("%d counter fields: %v", n, fields)
 	}
 	if _, err := state.NewLocalCounters(fields); err != nil {
 		t.Fatal(err)
 	}
-	var tt totals
-	tt.classes[sms.ClassOTP].Sent, tt.throttled, tt.refused[refusedSuppressed] = 3, 2, 4
-	if got := totalsFrom(tt.values()); got != tt || len(tt.values()) != 3 {
-		t.Errorf("round trip of %+v through the store fields: %+v (%v)", tt, got, tt.values())
+	var tt opsview.Totals
+	tt.Classes[sms.ClassOTP].Sent, tt.Throttled, tt.Refused[admission.RefusedSuppressed] = 3, 2, 4
+	if got := opsview.TotalsFrom(tt.Values()); got != tt || len(tt.Values()) != 3 {
+		t.Errorf("round trip of %+v through the store fields: %+v (%v)", tt, got, tt.Values())
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"smsgw/internal/config"
+	"smsgw/internal/httpapi"
 	"smsgw/internal/redistest"
 )
 
@@ -40,7 +41,7 @@ func TestReferenceRefusesInvisibleCharacters(t *testing.T) {
 			}
 			b := h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": []any{msg("transactional", "reference", tc.ref)}})
 			wantStatus(t, b, http.StatusOK)
-			var out batchResponse
+			var out httpapi.BatchResponse
 			b.json(t, &out)
 			if out.Rejected != 1 || !strings.Contains(string(b.body), "messages[0].reference") {
 				t.Errorf("batch: %s; want the item refused naming messages[0].reference", b.body)

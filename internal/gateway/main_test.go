@@ -44,7 +44,7 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
 }
 
-// Keys of the test producers (clear text; the config hashes them).
+// keys of the test producers (clear text; the config hashes them).
 const (
 	keyNotify = "notify-key-0123456789"  // transactional, marketing; generous quota
 	keyLogin  = "login-key-01234567890"  // otp only

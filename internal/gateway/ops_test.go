@@ -11,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"smsgw/internal/admission"
 	"smsgw/internal/config"
+	"smsgw/internal/httpapi"
 	"smsgw/internal/logtest"
+	"smsgw/internal/opsview"
 	"smsgw/internal/provider/sim"
 	"smsgw/internal/redistest"
 )
@@ -64,7 +67,7 @@ func TestAdminPauseStatsDeadLetters(t *testing.T) {
 	})
 	p := h.post("/v1/admin/pause", keyAdmin, map[string]any{"duration_seconds": 60, "reason": "provider maintenance"})
 	wantStatus(t, p, http.StatusOK)
-	var ps pauseState
+	var ps admission.PauseState
 	p.json(t, &ps)
 	if !ps.Paused || ps.Until == nil || ps.Reason != "provider maintenance" {
 		t.Errorf("pause %+v", ps)
@@ -74,7 +77,7 @@ func TestAdminPauseStatsDeadLetters(t *testing.T) {
 		wantStatus(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusAccepted)
 	}
 	time.Sleep(300 * time.Millisecond)
-	var st statsResponse
+	var st opsview.StatsResponse
 	h.get("/v1/admin/stats", keyAdmin).json(t, &st)
 	if q := st.Classes["marketing"]; q.Ready+q.Leased != 3 || !st.Pause.Paused || st.Limiter.Mode != "local" {
 		t.Errorf("stats %+v", st)
@@ -89,7 +92,7 @@ func TestAdminPauseStatsDeadLetters(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantStatus(t, h.post("/v1/admin/resume", keyAdmin, nil), http.StatusOK)
-	var dl deadLettersResponse
+	var dl httpapi.DeadLettersResponse
 	eventually(t, "three dead letters", func() bool {
 		r := h.get("/v1/admin/dead-letters?limit=10", keyAdmin)
 		wantStatus(t, r, http.StatusOK)
@@ -123,7 +126,7 @@ func TestAdminPauseIsShared(t *testing.T) {
 	b := startWith(t, cfg, s)
 	wantStatus(t, a.post("/v1/admin/pause", keyAdmin, nil), http.StatusOK)
 	eventually(t, "replica b to see the pause", func() bool {
-		var st statsResponse
+		var st opsview.StatsResponse
 		b.get("/v1/admin/stats", keyAdmin).json(t, &st)
 		return st.Pause.Paused
 	})
@@ -131,16 +134,16 @@ func TestAdminPauseIsShared(t *testing.T) {
 	wantStatus(t, r, http.StatusServiceUnavailable)
 	wantStatus(t, b.post("/v1/admin/resume", keyAdmin, nil), http.StatusOK)
 	eventually(t, "replica a to see the resume", func() bool {
-		var st statsResponse
+		var st opsview.StatsResponse
 		a.get("/v1/admin/stats", keyAdmin).json(t, &st)
 		return !st.Pause.Paused
 	})
-	time.Sleep(2 * pausedRetry)
+	time.Sleep(2 * admission.PausedRetry)
 	wantStatus(t, a.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
 }
 
 func TestClientIPFromTrustedProxiesOnly(t *testing.T) {
-	s := &server{trusted: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::1/128")}}
+	s := &httpapi.Server{Trusted: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::1/128")}}
 	for _, tc := range []struct {
 		remote, xff, want string
 	}{
@@ -158,7 +161,7 @@ func TestClientIPFromTrustedProxiesOnly(t *testing.T) {
 		if tc.xff != "" {
 			r.Header.Set("X-Forwarded-For", tc.xff)
 		}
-		if got := s.resolveClientIP(r); got != tc.want {
+		if got := s.ResolveClientIP(r); got != tc.want {
 			t.Errorf("remote %s XFF %q: %s, want %s", tc.remote, tc.xff, got, tc.want)
 		}
 	}
@@ -168,16 +171,16 @@ func TestClientIPFromTrustedProxiesOnly(t *testing.T) {
 // client as a bare 500 and the log in full; a panic likewise.
 func TestUnknownErrorIs500WithoutDetail(t *testing.T) {
 	var logs logtest.Buffer
-	m, err := newAPIMetrics(newRegistry())
+	m, err := opsview.NewAPIMetrics(newRegistry(), httpapi.KindLabels())
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &server{log: slog.New(slog.NewJSONHandler(&logs, nil)), metrics: m}
-	h := s.requestID(s.recoverer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s := &httpapi.Server{Log: slog.New(slog.NewJSONHandler(&logs, nil)), Metrics: m}
+	h := s.RequestID(s.Recoverer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/panic" {
 			panic("secret-panic-value")
 		}
-		s.writeError(w, r, errors.New("dial tcp 10.0.0.5:6379: secret-internal-detail"))
+		s.WriteError(w, r, errors.New("dial tcp 10.0.0.5:6379: secret-internal-detail"))
 	})))
 	for _, path := range []string{"/err", "/panic"} {
 		rec := httptest.NewRecorder()
@@ -208,7 +211,7 @@ func TestRedisCluster(t *testing.T) {
 	if again.header.Get("Idempotent-Replayed") != "true" {
 		t.Error("no replay on Cluster")
 	}
-	var a acceptedMessage
+	var a httpapi.AcceptedMessage
 	r.json(t, &a)
 	eventually(t, "the send", func() bool { return sentRefs(s)[a.ID] == 1 })
 	wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"smsgw/internal/config"
+	"smsgw/internal/httpapi"
 	"smsgw/internal/provider/twilio"
 	"smsgw/internal/provider/vonage"
 	"smsgw/internal/sms"
@@ -71,7 +72,7 @@ func TestProviderOptOut(t *testing.T) {
 			})
 			a := accepted(t, h.post("/v1/messages", keyNotify, msg("marketing", "reference", "spring-sale",
 				"body", "Spring sale! Reply STOP to opt out")))
-			var v messageView
+			var v httpapi.MessageView
 			eventually(t, "the message suppressed", func() bool {
 				v = h.status(t, a.ID)
 				return v.Status.Done()
@@ -118,11 +119,11 @@ func TestProviderOptOut(t *testing.T) {
 			if len(l) != 1 || l[0].Source != "provider" || l[0].To != "+8190****5678" || !strings.Contains(l[0].Reason, "opted out") {
 				t.Fatalf("the list %+v; want the provider's entry", l)
 			}
-			p := wantProblem(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusUnprocessableEntity, kindSuppressed, "to")
+			p := wantProblem(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusUnprocessableEntity, httpapi.KindSuppressed, "to")
 			if p["suppression_id"] != l[0].ID {
 				t.Errorf("the refusal names %v, want %s", p["suppression_id"], l[0].ID)
 			}
-			wantProblem(t, h.post("/v1/messages", keyNotify, msg("transactional")), http.StatusUnprocessableEntity, kindSuppressed, "to")
+			wantProblem(t, h.post("/v1/messages", keyNotify, msg("transactional")), http.StatusUnprocessableEntity, httpapi.KindSuppressed, "to")
 			if n := fake.toNumber.Load(); n != 1 {
 				t.Errorf("Twilio got %d sends to the number after it was suppressed, want still 1", n)
 			}
@@ -197,7 +198,7 @@ func TestVonageReceiptOptOut(t *testing.T) {
 			if len(l) != 1 || l[0].Source != "provider" || l[0].To != "+8190****5678" {
 				t.Fatalf("the list %+v; want the provider's entry", l)
 			}
-			wantProblem(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusUnprocessableEntity, kindSuppressed, "to")
+			wantProblem(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusUnprocessableEntity, httpapi.KindSuppressed, "to")
 		})
 	}
 }

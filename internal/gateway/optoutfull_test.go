@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"smsgw/internal/config"
+	"smsgw/internal/httpapi"
 )
 
 // TestOptOutWhenListFull, for every adapter in both modes, through real
@@ -32,9 +33,9 @@ func TestOptOutWhenListFull(t *testing.T) {
 				if len(l) != 2 {
 					t.Fatalf("after STOP on a full list the list is %+v; want the recipient's entry beside the operator's", l)
 				}
-				wantProblem(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusUnprocessableEntity, kindSuppressed, "to")
+				wantProblem(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusUnprocessableEntity, httpapi.KindSuppressed, "to")
 				wantProblem(t, h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": "+819011112222"}),
-					http.StatusConflict, kindSuppressionsFull, "")
+					http.StatusConflict, httpapi.KindSuppressionsFull, "")
 			})
 		}
 	}

@@ -13,8 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"smsgw/internal/admission"
 	"smsgw/internal/config"
 	"smsgw/internal/dispatch"
+	"smsgw/internal/httpapi"
+	"smsgw/internal/opsview"
 	"smsgw/internal/provider/httpprov"
 	"smsgw/internal/provider/sim"
 	"smsgw/internal/redistest"
@@ -36,7 +39,7 @@ func TestOTPSendsNow(t *testing.T) {
 			h := start(t, m, nil)
 			r := h.post("/v1/otp", keyLogin, otpBody())
 			wantStatus(t, r, http.StatusOK)
-			var sent otpSent
+			var sent httpapi.OTPSent
 			r.json(t, &sent)
 			if !sms.ValidID(sent.ID) || sent.Status != sms.StatusSent || sent.ProviderMessageID == "" || sent.WaitedMS > 500 {
 				t.Fatalf("answer %+v", sent)
@@ -47,7 +50,7 @@ func TestOTPSendsNow(t *testing.T) {
 				t.Errorf("provider has %d sends of %s", got, sent.ID)
 			}
 			// Nothing is queued.
-			var st statsResponse
+			var st opsview.StatsResponse
 			h.get("/v1/admin/stats", keyAdmin).json(t, &st)
 			if q := st.Classes["otp"]; q.Ready+q.Leased+q.Scheduled != 0 {
 				t.Errorf("otp queue %+v", q)
@@ -94,7 +97,7 @@ func TestOTPNotWithinDeadline(t *testing.T) {
 		t.Error("503 without Retry-After")
 	}
 	wantStatus(t, h.post("/v1/admin/resume", keyAdmin, nil), http.StatusOK)
-	time.Sleep(2 * pausedRetry) // the dispatcher holds a denial that long
+	time.Sleep(2 * admission.PausedRetry) // the dispatcher holds a denial that long
 
 	lat := sim.Duration(600 * time.Millisecond)
 	if err := h.sim.Apply(sim.Control{Latency: &lat}); err != nil {
@@ -110,7 +113,7 @@ func TestOTPNotWithinDeadline(t *testing.T) {
 	if took > 450*time.Millisecond {
 		t.Errorf("answered after %v, deadline 150ms", took)
 	}
-	var st statsResponse
+	var st opsview.StatsResponse
 	h.get("/v1/admin/stats", keyAdmin).json(t, &st)
 	if q := st.Classes["otp"]; q.Ready+q.Leased+q.Scheduled != 0 {
 		t.Errorf("otp queue %+v", q)
@@ -147,7 +150,7 @@ func TestOTPProviderRefusesCredentials(t *testing.T) {
 			if n := calls.Load(); n != 1 {
 				t.Errorf("provider called %d times, want 1: every sender is paused after refused credentials", n)
 			}
-			var st statsResponse
+			var st opsview.StatsResponse
 			h.get("/v1/admin/stats", keyAdmin).json(t, &st)
 			if q := st.Classes["otp"]; q.Ready+q.Leased+q.Scheduled+q.Dead != 0 {
 				t.Errorf("otp queue %+v, want nothing queued", q)
@@ -183,8 +186,8 @@ func TestOTPWithRedisDown(t *testing.T) {
 // its cap all reach the provider through the fast path, with no 429, and
 // the campaign is not starved. Their latency (arrival at the gateway to
 // arrival at the provider, as the simulator measures it) is logged here as
-// a figure; BenchmarkOTPDuringCampaign reports its p99, which the README's
-// 20 ms is about: a test cannot assert it on a machine whose CPU others
+// a figure; BenchmarkOTPDuringCampaign reports its p99, which the measured
+// figures' 20 ms aim is about: a test cannot assert it on a machine whose CPU others
 // share. The modes run one after the other so they do not share the CPU.
 func TestOTPDuringCampaign(t *testing.T) {
 	for _, m := range modes {
@@ -244,7 +247,7 @@ func otpDuringCampaign(tb testing.TB, m mode) (sim.Stats, int) {
 		// 1 s; the latency measured is the simulator's either way.
 		r := h.post("/v1/otp", keyLogin, otpBody("deadline_ms", 5000))
 		wantStatus(tb, r, http.StatusOK)
-		var out otpSent
+		var out httpapi.OTPSent
 		r.json(tb, &out)
 		sent++
 		time.Sleep(50 * time.Millisecond)
@@ -290,22 +293,22 @@ func TestOTPRecordedAsSent(t *testing.T) {
 				c.Producers[1].Webhook = config.WebhookConfig{Secret: testWebhookSecret, Allow: []string{own.srv.URL + "/otp/"}}
 				c.Webhooks.AllowNetworks = []string{"127.0.0.0/8"}
 			})
-			otp := func(extra ...any) otpSent {
+			otp := func(extra ...any) httpapi.OTPSent {
 				// The longest deadline: a slot may be minutes away on a
 				// machine this busy with other tests, never this far.
 				r := h.post("/v1/otp", keyLogin, otpBody(append(extra, "deadline_ms", 5000)...))
 				wantStatus(t, r, http.StatusOK)
-				var s otpSent
+				var s httpapi.OTPSent
 				r.json(t, &s)
 				return s
 			}
-			view := func(id string) (messageView, bool) {
+			view := func(id string) (httpapi.MessageView, bool) {
 				r := h.get("/v1/messages/"+id, keyLogin)
 				if r.status == http.StatusNotFound {
-					return messageView{}, false
+					return httpapi.MessageView{}, false
 				}
 				wantStatus(t, r, http.StatusOK)
-				var v messageView
+				var v httpapi.MessageView
 				r.json(t, &v)
 				if strings.Contains(string(r.body), "9012345678") || strings.Contains(string(r.body), "123456") {
 					t.Errorf("GET %s shows the number or the text: %s", id, r.body)
@@ -318,7 +321,7 @@ func TestOTPRecordedAsSent(t *testing.T) {
 			if v, ok := view(hooked.ID); !ok || v.Status != sms.StatusSent || v.ProviderMessageID != hooked.ProviderMessageID || v.Class != sms.ClassOTP {
 				t.Fatalf("OTP with callbacks right after its answer: %+v (found %v)", v, ok)
 			}
-			var v messageView
+			var v httpapi.MessageView
 			eventually(t, "the OTP's record", func() bool {
 				var ok bool
 				v, ok = view(plain.ID)
@@ -375,37 +378,37 @@ func TestOTPRecordedAsSent(t *testing.T) {
 // one slot each and no more than the slots; close stops new ones at once
 // and returns only when the running ones are done.
 func TestOTPRecordsBounded(t *testing.T) {
-	r := &otpRecords{}
-	r.init()
-	r.slots = make(chan struct{}, 2)
+	r := &httpapi.OTPRecords{}
+	r.Init()
+	r.Slots = make(chan struct{}, 2)
 	for i := range 2 {
-		if !r.start() {
+		if !r.Start() {
 			t.Fatalf("two slots, start %d refused", i+1)
 		}
 	}
-	if r.start() {
+	if r.Start() {
 		t.Fatal("a third start with two slots taken")
 	}
-	r.done()
-	if !r.start() {
+	r.Done()
+	if !r.Start() {
 		t.Fatal("a slot given back was not reused")
 	}
-	r.done()
+	r.Done()
 	closed := make(chan struct{})
 	go func() {
-		r.close(context.Background())
+		r.Close(context.Background())
 		close(closed)
 	}()
 	for {
-		r.mu.Lock()
-		c := r.closing
-		r.mu.Unlock()
+		r.Mu.Lock()
+		c := r.Closing
+		r.Mu.Unlock()
 		if c {
 			break
 		}
 		runtime.Gosched()
 	}
-	if r.start() {
+	if r.Start() {
 		t.Fatal("a start after close")
 	}
 	select {
@@ -413,34 +416,34 @@ func TestOTPRecordsBounded(t *testing.T) {
 		t.Fatal("close returned while a record was still being written")
 	default:
 	}
-	if r.ctx.Err() != nil {
+	if r.Ctx.Err() != nil {
 		t.Error("close cut the writes in flight short while its context lived")
 	}
-	r.done()
+	r.Done()
 	<-closed
 
 	// A stop whose time is up cuts the writes in flight short (they end
 	// with r.ctx) and still waits for them to return: nothing close
 	// started outlives it.
-	r = &otpRecords{}
-	r.init()
-	if !r.start() {
+	r = &httpapi.OTPRecords{}
+	r.Init()
+	if !r.Start() {
 		t.Fatal("start refused")
 	}
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()
 	closed = make(chan struct{})
 	go func() {
-		r.close(gone)
+		r.Close(gone)
 		close(closed)
 	}()
-	<-r.ctx.Done() // cut short
+	<-r.Ctx.Done() // cut short
 	select {
 	case <-closed:
 		t.Fatal("close returned before the write it cut short ended")
 	default:
 	}
-	r.done()
+	r.Done()
 	<-closed
 }
 
@@ -461,9 +464,9 @@ func TestOTPEarlyReceipt(t *testing.T) {
 			}
 			r := h.post("/v1/otp", keyLogin, otpBody("deadline_ms", 5000))
 			wantStatus(t, r, http.StatusOK)
-			var sent otpSent
+			var sent httpapi.OTPSent
 			r.json(t, &sent)
-			var v messageView
+			var v httpapi.MessageView
 			eventually(t, "the OTP delivered", func() bool {
 				g := h.get("/v1/messages/"+sent.ID, keyLogin)
 				if g.status != http.StatusOK {

@@ -37,7 +37,7 @@ func TestOTPDeadlineBoundsStoreSteps(t *testing.T) {
 	defer func() { _ = probe.Close() }()
 	for _, key := range []string{"", "otp-stall-1"} {
 		t.Run("key="+key, func(t *testing.T) {
-			// Idle connections in the pool: the step's command goes out
+			// idle connections in the pool: the step's command goes out
 			// on one and waits for Redis's answer.
 			var wg sync.WaitGroup
 			for range 4 {

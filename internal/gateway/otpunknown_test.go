@@ -7,11 +7,12 @@ import (
 	"sync"
 	"testing"
 
+	"smsgw/internal/httpapi"
 	"smsgw/internal/provider/sim"
 	"smsgw/internal/sms"
 )
 
-// TestOTPUnknownKeepsID (issue 8, finding 9): an OTP whose outcome is
+// TestOTPUnknownKeepsID: an OTP whose outcome is
 // unknown (the provider did not answer within the deadline) keeps its id
 // under the request's Idempotency-Key, so the retry reaches the provider
 // with the same idempotency key and reference, and the provider can drop
@@ -45,7 +46,7 @@ func TestOTPUnknownKeepsID(t *testing.T) {
 	}
 	third := h.post("/v1/otp", keyLogin, otpBody("deadline_ms", 2000), "Idempotency-Key", "login-42")
 	wantStatus(t, third, http.StatusOK)
-	var sent otpSent
+	var sent httpapi.OTPSent
 	third.json(t, &sent)
 	if seen := refs(); len(seen) != 3 || seen[0] != seen[1] || seen[1] != seen[2] {
 		t.Fatalf("the provider saw %v; want the same reference and key three times", seen)
@@ -53,7 +54,7 @@ func TestOTPUnknownKeepsID(t *testing.T) {
 	if sent.ID != id {
 		t.Errorf("the retry sent %s, the first attempts %s", sent.ID, id)
 	}
-	var v messageView
+	var v httpapi.MessageView
 	eventually(t, "the sent OTP stored", func() bool {
 		g := h.get("/v1/messages/"+sent.ID, keyLogin)
 		if g.status != http.StatusOK {
@@ -71,7 +72,7 @@ func TestOTPUnknownKeepsID(t *testing.T) {
 // request was read is an unknown outcome, not "nothing was sent": the
 // retry under the same Idempotency-Key reaches the provider with the same
 // id, so a provider that honours the key drops it (an audit saw a second
-// OTP under a new id).
+// otp under a new id).
 func TestOTPDroppedConnectionKeepsID(t *testing.T) {
 	h, refs := otpRefProvider(t, func(n int, w http.ResponseWriter, _ *http.Request) bool {
 		if n > 1 {
@@ -90,7 +91,7 @@ func TestOTPDroppedConnectionKeepsID(t *testing.T) {
 	}
 	second := h.post("/v1/otp", keyLogin, otpBody("deadline_ms", 2000), "Idempotency-Key", "login-77")
 	wantStatus(t, second, http.StatusOK)
-	var sent otpSent
+	var sent httpapi.OTPSent
 	second.json(t, &sent)
 	if seen := refs(); len(seen) < 2 || seen[0] != seen[len(seen)-1] || sent.ID != id {
 		t.Fatalf("the provider saw %v and the retry sent %s; want every attempt under %s", seen, sent.ID, id)

@@ -12,13 +12,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"smsgw/internal/httpapi"
 	"smsgw/internal/provider/sim"
 	"smsgw/internal/redistest"
 	"smsgw/internal/sms"
 )
 
 // TestEveryEndpointRedisDown: with Redis stopped, every endpoint that
-// needs it answers 503 with Retry-After, never a 500 (issue 8, finding 5).
+// needs it answers 503 with Retry-After, never a 500.
 // The OTP fast path keeps its local fallback, so it may also answer 200.
 // GET /v1/admin/stats answers 200 with what it could read instead
 // (TestStatsRedisDownAnswersWhatItKnows).
@@ -79,7 +80,7 @@ func TestEveryEndpointRedisDown(t *testing.T) {
 				t.Errorf("Retry-After %q, want whole seconds >= 1", r.header.Get("Retry-After"))
 			}
 			p := r.problem(t)
-			// Only a refused message may say nothing was queued; an admin
+			// only a refused message may say nothing was queued; an admin
 			// change may have been applied.
 			if d, _ := p["detail"].(string); strings.HasPrefix(tc.r.path, "/v1/admin/") && strings.Contains(d, "queued") {
 				t.Errorf("admin answer %q speaks of queueing", d)
@@ -131,7 +132,7 @@ func TestMessageStoredAfterTimeout(t *testing.T) {
 	}
 	storedAfter, want := 0, 1 // the first message; each keyed iteration adds one, an unkeyed one if stored
 	for _, key := range []string{"stall-1", ""} {
-		// Idle connections in the gateway's pool, so that the write goes
+		// idle connections in the gateway's pool, so that the write goes
 		// out on one instead of waiting for a new one's handshake.
 		var wg sync.WaitGroup
 		for range 4 {
@@ -205,7 +206,7 @@ func TestOTPSentDuringOutageRecordedAfter(t *testing.T) {
 		if r.status != http.StatusOK {
 			return false
 		}
-		var sent otpSent
+		var sent httpapi.OTPSent
 		if err := json.Unmarshal(r.body, &sent); err != nil {
 			t.Fatal(err)
 		}

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"smsgw/internal/httpapi"
 )
 
 // TestPauseReasonNoNumbers: an operator pause's reason is logged, shown in
@@ -13,7 +15,7 @@ import (
 func TestPauseReasonNoNumbers(t *testing.T) {
 	h := start(t, embeddedMode, nil)
 	r := h.post("/v1/admin/pause", keyAdmin, map[string]any{"reason": "call +819012345679 re incident"})
-	wantProblem(t, r, http.StatusBadRequest, kindInvalid, "reason")
+	wantProblem(t, r, http.StatusBadRequest, httpapi.KindInvalid, "reason")
 	wantStatus(t, h.post("/v1/admin/pause", keyAdmin, map[string]any{"reason": strings.Repeat("x", 201)}), http.StatusBadRequest)
 	if st := h.stats(); st.Pause.Paused {
 		t.Fatal("a refused pause paused the gateway")

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"smsgw/internal/httpapi"
 	"smsgw/internal/provider"
 	"smsgw/internal/provider/sim"
 )
@@ -25,7 +26,7 @@ func (p *panickyProvider) Send(_ context.Context, req *provider.Request) (provid
 	return provider.Result{ProviderID: "p-" + req.ID}, nil
 }
 
-// TestSenderPanicPoison (issue 8, finding 8): a panic in a sender does not
+// TestSenderPanicPoison: a panic in a sender does not
 // kill the process; the crash is counted on the message, which goes back
 // to the queue and, after dispatch.poison_after crashes, becomes a dead
 // letter marked poison. Other messages keep flowing.
@@ -40,7 +41,7 @@ func TestSenderPanicPoison(t *testing.T) {
 			h := startOpts(t, cfg, nil, Options{Provider: prov})
 			bad := accepted(t, h.post("/v1/messages", keyNotify, msg("transactional", "body", "boom")))
 			good := accepted(t, h.post("/v1/messages", keyNotify, msg("transactional")))
-			var v messageView
+			var v httpapi.MessageView
 			eventually(t, "the poison message to be a dead letter", func() bool {
 				h.get("/v1/messages/"+bad.ID, keyNotify).json(t, &v)
 				return v.Status == "failed"

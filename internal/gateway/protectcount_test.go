@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"smsgw/internal/config"
+	"smsgw/internal/httpapi"
 	"smsgw/internal/provider/sim"
 )
 
@@ -31,16 +32,16 @@ func TestOTPRefusedNotCounted(t *testing.T) {
 
 			wantStatus(t, h.post("/v1/otp", keyTrickle, otpBody("to", to)), http.StatusOK) // 1 of 2
 			for range 4 {
-				wantProblem(t, h.post("/v1/otp", keyTrickle, otpBody("to", to)), http.StatusTooManyRequests, kindRateLimited, "")
-				wantProblem(t, h.post("/v1/messages", keyTrickle, msg("otp", "to", to)), http.StatusTooManyRequests, kindRateLimited, "")
+				wantProblem(t, h.post("/v1/otp", keyTrickle, otpBody("to", to)), http.StatusTooManyRequests, httpapi.KindRateLimited, "")
+				wantProblem(t, h.post("/v1/messages", keyTrickle, msg("otp", "to", to)), http.StatusTooManyRequests, httpapi.KindRateLimited, "")
 			}
 			wantProblem(t, h.post("/v1/messages/batch", keyTrickle, map[string]any{"messages": []any{msg("otp", "to", to), msg("otp", "to", to)}}),
-				http.StatusTooManyRequests, kindRateLimited, "")
+				http.StatusTooManyRequests, httpapi.KindRateLimited, "")
 
 			// another producer still has the number's second OTP, and no third
 			wantStatus(t, h.post("/v1/otp", keyLogin, otpBody("to", to)), http.StatusOK)
-			wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", to)), http.StatusTooManyRequests, kindOTPNumberLimited, "")
-			wantProblem(t, h.post("/v1/messages", keyLogin, msg("otp", "to", to)), http.StatusTooManyRequests, kindOTPNumberLimited, "")
+			wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", to)), http.StatusTooManyRequests, httpapi.KindOTPNumberLimited, "")
+			wantProblem(t, h.post("/v1/messages", keyLogin, msg("otp", "to", to)), http.StatusTooManyRequests, httpapi.KindOTPNumberLimited, "")
 			if n := len(s.Accepted()); n != 2 {
 				t.Errorf("the provider received %d OTPs, want 2", n)
 			}

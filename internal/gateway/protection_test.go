@@ -16,7 +16,9 @@ import (
 
 	"github.com/nyaruka/phonenumbers"
 
+	"smsgw/internal/admission"
 	"smsgw/internal/config"
+	"smsgw/internal/httpapi"
 	"smsgw/internal/provider/sim"
 	"smsgw/internal/redistest"
 )
@@ -28,11 +30,11 @@ func premiumGB(d int) string {
 	return n[:len(n)-1] + fmt.Sprint(d%10)
 }
 
-func wantProblem(t testing.TB, r reply, status int, kind problemKind, field string) map[string]any {
+func wantProblem(t testing.TB, r reply, status int, kind httpapi.ProblemKind, field string) map[string]any {
 	t.Helper()
 	wantStatus(t, r, status)
 	p := r.problem(t)
-	if p["type"] != problemTypeBase+string(kind) {
+	if p["type"] != httpapi.ProblemTypeBase+string(kind) {
 		t.Fatalf("problem type %v, want %s; body %s", p["type"], kind, r.body)
 	}
 	if field != "" {
@@ -52,26 +54,26 @@ func TestProtectionDestination(t *testing.T) {
 			t.Parallel()
 			h := start(t, m, func(c *config.Config) { c.Protection.Countries = []string{"JP", "GB"} })
 			lv := "+37121234567" // a Latvian mobile
-			p := wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", lv)), http.StatusUnprocessableEntity, kindDestinationNotAllowed, "to")
+			p := wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", lv)), http.StatusUnprocessableEntity, httpapi.KindDestinationNotAllowed, "to")
 			if p["region"] != "LV" || !strings.Contains(p["detail"].(string), "LV") {
 				t.Errorf("problem %v does not name the region LV", p)
 			}
 			p = wantProblem(t, h.post("/v1/messages", keyNotify, msg("transactional", "to", "+88216123456")),
-				http.StatusUnprocessableEntity, kindDestinationNotAllowed, "to")
+				http.StatusUnprocessableEntity, httpapi.KindDestinationNotAllowed, "to")
 			if p["region"] != "none" {
 				t.Errorf("a satellite number's region %v, want none", p["region"])
 			}
-			p = wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", premiumGB(1))), http.StatusUnprocessableEntity, kindNumberTypeBlocked, "to")
+			p = wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", premiumGB(1))), http.StatusUnprocessableEntity, httpapi.KindNumberTypeBlocked, "to")
 			if p["number_type"] != "premium_rate" {
 				t.Errorf("problem %v does not name premium_rate", p)
 			}
 			r := h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": []any{
 				msg("marketing"), msg("marketing", "to", premiumGB(2)), msg("transactional", "to", lv)}})
 			wantStatus(t, r, http.StatusOK)
-			var br batchResponse
+			var br httpapi.BatchResponse
 			r.json(t, &br)
 			if br.Accepted != 1 || br.Results[1].Status != 422 || br.Results[2].Status != 422 ||
-				br.Results[1].Error.Errors[0].Field != "messages[1].to" || br.Results[2].Error.Type != problemTypeBase+string(kindDestinationNotAllowed) {
+				br.Results[1].Error.Errors[0].Field != "messages[1].to" || br.Results[2].Error.Type != httpapi.ProblemTypeBase+string(httpapi.KindDestinationNotAllowed) {
 				t.Fatalf("batch %s", r.body)
 			}
 			wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
@@ -118,7 +120,7 @@ func TestOTPPerNumberAcrossReplicas(t *testing.T) {
 		wg.Go(func() {
 			r := h.with(t).post("/v1/otp", keyLogin, otpBody("to", hammered, "deadline_ms", 5000))
 			if r.status == http.StatusTooManyRequests {
-				wantProblem(t, r, http.StatusTooManyRequests, kindOTPNumberLimited, "")
+				wantProblem(t, r, http.StatusTooManyRequests, httpapi.KindOTPNumberLimited, "")
 				if r.header.Get("Retry-After") == "" {
 					t.Error("429 without Retry-After")
 				}
@@ -152,26 +154,26 @@ func TestSuppressionList(t *testing.T) {
 			const to = "+819012345678"
 			r := h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": to, "reason": "asked to stop"})
 			wantStatus(t, r, http.StatusCreated)
-			var added suppressionView
+			var added httpapi.SuppressionView
 			r.json(t, &added)
 			if added.To != "+8190****5678" || added.ID == "" {
 				t.Fatalf("added %+v", added)
 			}
 			wantStatus(t, h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": to}), http.StatusOK)
-			wantProblem(t, h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": "12345"}), http.StatusBadRequest, kindInvalid, "to")
+			wantProblem(t, h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": "12345"}), http.StatusBadRequest, httpapi.KindInvalid, "to")
 			wantProblem(t, h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": "+819012345679", "reason": "call +819012345679"}),
-				http.StatusBadRequest, kindInvalid, "reason")
+				http.StatusBadRequest, httpapi.KindInvalid, "reason")
 
 			list := h.get("/v1/admin/suppressions", keyAdmin)
 			wantStatus(t, list, http.StatusOK)
 			if strings.Contains(string(list.body), "9012345678") || !strings.Contains(string(list.body), added.ID) {
 				t.Fatalf("list %s: shows the number or misses the id", list.body)
 			}
-			p := wantProblem(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusUnprocessableEntity, kindSuppressed, "to")
+			p := wantProblem(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusUnprocessableEntity, httpapi.KindSuppressed, "to")
 			if p["suppression_id"] != added.ID {
 				t.Errorf("problem %v does not name the entry", p)
 			}
-			wantProblem(t, h.post("/v1/messages", keyNotify, msg("transactional")), http.StatusUnprocessableEntity, kindSuppressed, "to")
+			wantProblem(t, h.post("/v1/messages", keyNotify, msg("transactional")), http.StatusUnprocessableEntity, httpapi.KindSuppressed, "to")
 			wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK) // suppress_otp is off
 
 			del := h.do(req{method: http.MethodDelete, path: "/v1/admin/suppressions/%2B" + to[1:], key: keyAdmin})
@@ -182,7 +184,7 @@ func TestSuppressionList(t *testing.T) {
 			wantStatus(t, h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": to}), http.StatusCreated)
 			wantStatus(t, h.do(req{method: http.MethodDelete, path: "/v1/admin/suppressions/" + added.ID, key: keyAdmin}), http.StatusNoContent)
 			wantProblem(t, h.do(req{method: http.MethodDelete, path: "/v1/admin/suppressions/" + url.PathEscape("not a number"), key: keyAdmin}),
-				http.StatusBadRequest, kindInvalid, "number")
+				http.StatusBadRequest, httpapi.KindInvalid, "number")
 			wantStatus(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusAccepted)
 			if n := h.stats().Protection.Refused["suppressed"]; n != 2 {
 				t.Errorf("suppressed refusals %d, want 2", n)
@@ -193,7 +195,7 @@ func TestSuppressionList(t *testing.T) {
 
 // TestSuppressionsPersistAndPage: embedded, the list survives a restart of
 // the gateway on the same store; it pages by id; with suppress_otp the
-// OTP is refused too.
+// otp is refused too.
 func TestSuppressionsPersistAndPage(t *testing.T) {
 	t.Parallel()
 	s := newSim(t, sim.Config{})
@@ -208,13 +210,13 @@ func TestSuppressionsPersistAndPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	h = startWith(t, cfg, s)
-	wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", "+819012345673")), http.StatusUnprocessableEntity, kindSuppressed, "to")
+	wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", "+819012345673")), http.StatusUnprocessableEntity, httpapi.KindSuppressed, "to")
 	seen := map[string]bool{}
 	after := ""
 	for range 4 {
 		r := h.get("/v1/admin/suppressions?limit=2&after="+after, keyAdmin)
 		wantStatus(t, r, http.StatusOK)
-		var page suppressionList
+		var page httpapi.SuppressionList
 		r.json(t, &page)
 		if page.Total != 5 {
 			t.Fatalf("total %d after a restart, want 5", page.Total)
@@ -230,7 +232,7 @@ func TestSuppressionsPersistAndPage(t *testing.T) {
 	if len(seen) != 5 {
 		t.Fatalf("paged %d entries, want 5", len(seen))
 	}
-	wantProblem(t, h.get("/v1/admin/suppressions?limit=0", keyAdmin), http.StatusBadRequest, kindInvalid, "limit")
+	wantProblem(t, h.get("/v1/admin/suppressions?limit=0", keyAdmin), http.StatusBadRequest, httpapi.KindInvalid, "limit")
 }
 
 // pumpingRequest is one request of TestPumpingRun.
@@ -383,7 +385,7 @@ func TestProtectionWithRedisDown(t *testing.T) {
 	wantStatus(t, h.post("/v1/otp", keyLogin, otpBody("to", to)), http.StatusOK)
 	srv.Stop()
 	wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", premiumGB(3), "deadline_ms", 2000)),
-		http.StatusUnprocessableEntity, kindNumberTypeBlocked, "to")
+		http.StatusUnprocessableEntity, httpapi.KindNumberTypeBlocked, "to")
 	// This replica alone counts now: 2 more, whatever Redis held. As in
 	// TestOTPWithRedisDown, a send may find no slot while the limiter's
 	// breaker opens: a 503 with nothing sent gives its place back.
@@ -403,7 +405,7 @@ func TestProtectionWithRedisDown(t *testing.T) {
 		}
 	}
 	for range 2 {
-		wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", to, "deadline_ms", 2000)), http.StatusTooManyRequests, kindOTPNumberLimited, "")
+		wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", to, "deadline_ms", 2000)), http.StatusTooManyRequests, httpapi.KindOTPNumberLimited, "")
 	}
 	for _, r := range []reply{
 		h.post("/v1/messages", keyNotify, msg("transactional")),
@@ -432,7 +434,7 @@ func TestNumberIDReusedHMAC(t *testing.T) {
 				key, to := keys[(g+i)%len(keys)], "+8190"+strconv.Itoa(10000000+i)
 				m := hmac.New(sha256.New, key)
 				m.Write([]byte(to))
-				if got, want := numberID(key, to), hex.EncodeToString(m.Sum(nil)[:16]); got != want {
+				if got, want := admission.NumberID(key, to), hex.EncodeToString(m.Sum(nil)[:16]); got != want {
 					t.Errorf("numberID(%s, %s) = %s, want %s", key, to, got, want)
 					return
 				}

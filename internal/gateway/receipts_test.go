@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"smsgw/internal/config"
+	"smsgw/internal/httpapi"
 	"smsgw/internal/provider"
 	"smsgw/internal/provider/httpprov"
 	"smsgw/internal/provider/twilio"
@@ -35,19 +36,19 @@ func (h *harness) receipt(t testing.TB, secret string, b httpprov.ReceiptBody) r
 	return h.do(req{method: http.MethodPost, path: "/v1/receipts/http", body: raw, header: hdr})
 }
 
-func (h *harness) status(t testing.TB, id string) messageView {
+func (h *harness) status(t testing.TB, id string) httpapi.MessageView {
 	t.Helper()
 	r := h.get("/v1/messages/"+id, keyNotify)
 	wantStatus(t, r, http.StatusOK)
-	var v messageView
+	var v httpapi.MessageView
 	r.json(t, &v)
 	return v
 }
 
-func (h *harness) sendAndWait(t testing.TB) messageView {
+func (h *harness) sendAndWait(t testing.TB) httpapi.MessageView {
 	t.Helper()
 	a := accepted(t, h.post("/v1/messages", keyNotify, msg("transactional")))
-	var v messageView
+	var v httpapi.MessageView
 	eventually(t, "message sent", func() bool {
 		v = h.status(t, a.ID)
 		return v.Status == sms.StatusSent
@@ -94,7 +95,7 @@ func TestReceipts(t *testing.T) {
 			wantStatus(t, h.receipt(t, receiptSecret, httpprov.ReceiptBody{ProviderMessageID: "pm-nobody", Status: "delivered"}), http.StatusNoContent)
 			bad := h.receipt(t, receiptSecret, httpprov.ReceiptBody{Reference: a.ID, Status: "read"})
 			wantStatus(t, bad, http.StatusBadRequest)
-			// Only the configured adapter takes receipts.
+			// only the configured adapter takes receipts.
 			wantStatus(t, h.do(req{method: http.MethodPost, path: "/v1/receipts/twilio", body: "MessageSid=SM1"}), http.StatusNotFound)
 
 			mv := metricValues(string(h.get("/metrics", "").body), "smsgw_receipts_total", "smsgw_receipts_unknown_total",
@@ -130,7 +131,7 @@ func TestCancel(t *testing.T) {
 			wantStatus(t, del(a.ID, keySlow), http.StatusNotFound)
 			r := del(a.ID, keyNotify)
 			wantStatus(t, r, http.StatusOK)
-			var v messageView
+			var v httpapi.MessageView
 			r.json(t, &v)
 			if v.Status != sms.StatusCanceled {
 				t.Fatalf("DELETE answered %s", v.Status)
@@ -232,7 +233,7 @@ func TestUnknownReceiptsLogSampled(t *testing.T) {
 	if got := mv[`smsgw_receipts_unknown_total{adapter="http"}`]; got != 50 {
 		t.Errorf("unknown receipts counted %v, want 50", got)
 	}
-	big := `{"status":"delivered","reference":"` + strings.Repeat("x", maxReceiptBytes) + `"}`
+	big := `{"status":"delivered","reference":"` + strings.Repeat("x", httpapi.MaxReceiptBytes) + `"}`
 	wantStatus(t, h.do(req{method: http.MethodPost, path: "/v1/receipts/http", body: big,
 		header: map[string]string{"Content-Type": "application/json"}}), http.StatusRequestEntityTooLarge)
 }

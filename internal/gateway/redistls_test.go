@@ -54,7 +54,7 @@ func writeCert(t *testing.T, dir, name string, isCA bool, ca *x509.Certificate, 
 	return certPath, keyPath, cert, key
 }
 
-// TestRedisTLSClientCert (issue 8, finding 11): the gateway reaches a Redis
+// TestRedisTLSClientCert: the gateway reaches a Redis
 // that speaks only TLS and requires a client certificate, checking the
 // server against our own CA under a server name other than its address.
 func TestRedisTLSClientCert(t *testing.T) {

@@ -11,10 +11,11 @@ import (
 	"time"
 
 	"smsgw/internal/config"
+	"smsgw/internal/httpapi"
 	"smsgw/internal/provider/sim"
 )
 
-// Keys a rotation replaces, and one nobody holds.
+// keys a rotation replaces, and one nobody holds.
 const (
 	keyNotifyOld = "notify-old-key-0123456789"
 	keyAdminOld  = "admin-old-key-0123456789ab"
@@ -91,7 +92,7 @@ func TestPreviousKeyAuthenticates(t *testing.T) {
 			}
 
 			cur := accepted(t, h.post("/v1/messages", keyNotify, msg("transactional")))
-			var old []acceptedMessage
+			var old []httpapi.AcceptedMessage
 			for range 3 {
 				old = append(old, accepted(t, h.post("/v1/messages", keyNotifyOld, msg("transactional"))))
 			}

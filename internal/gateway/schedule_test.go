@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"smsgw/internal/admission"
 	"smsgw/internal/config"
+	"smsgw/internal/httpapi"
 	"smsgw/internal/sms"
 )
 
@@ -34,10 +36,10 @@ func (c *testClock) add(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
-func accepted(t testing.TB, r reply) acceptedMessage {
+func accepted(t testing.TB, r reply) httpapi.AcceptedMessage {
 	t.Helper()
 	wantStatus(t, r, http.StatusAccepted)
-	var a acceptedMessage
+	var a httpapi.AcceptedMessage
 	r.json(t, &a)
 	return a
 }
@@ -50,7 +52,7 @@ func batchOf(n int, item func(i int) map[string]any) map[string]any {
 	return map[string]any{"messages": items}
 }
 
-// Finding 1 of the generated client: right after a 1,000-message batch
+// Found by a generated client: right after a 1,000-message batch
 // into an empty backlog, a marketing message with a 1 s TTL was accepted
 // with estimated_send_at about now, because the depth behind the estimate
 // was read before the batch and kept for 250 ms. The clock is frozen here,
@@ -62,12 +64,12 @@ func TestETACountsWhatThisReplicaAccepted(t *testing.T) {
 			t.Parallel()
 			clock := newTestClock(time.Now())
 			h := startClock(t, m, nil, clock.now)
-			b := h.post("/v1/messages/batch", keyNotify, batchOf(maxBatch, func(int) map[string]any { return msg("marketing") }))
+			b := h.post("/v1/messages/batch", keyNotify, batchOf(httpapi.MaxBatch, func(int) map[string]any { return msg("marketing") }))
 			wantStatus(t, b, http.StatusOK)
 			r := h.post("/v1/messages", keyNotify, msg("marketing", "ttl_seconds", 1))
 			wantStatus(t, r, http.StatusTooManyRequests)
 			p := r.problem(t)
-			if p["type"] != problemTypeBase+"would-expire-before-send" {
+			if p["type"] != httpapi.ProblemTypeBase+"would-expire-before-send" {
 				t.Fatalf("problem %v", p)
 			}
 			eta, _ := time.Parse(time.RFC3339Nano, p["estimated_send_at"].(string))
@@ -79,7 +81,7 @@ func TestETACountsWhatThisReplicaAccepted(t *testing.T) {
 	}
 }
 
-// Finding 2: with a 204-message backlog the refusal said
+// Also found by a generated client: with a 204-message backlog the refusal said
 // retry_after_seconds 2 where the real wait was about 17 s. The estimate
 // counted messages, the limiter paces units: 204 messages of 5 segments
 // (the most limits.burst 5 lets through) are 1,020 units, 14.6 s at 70
@@ -96,13 +98,13 @@ func TestRetryHintCountsWhatTheBacklogCosts(t *testing.T) {
 			body := strings.Repeat("Spring sale. ", 58) // 754 GSM-7 characters: 5 segments
 			b := h.post("/v1/messages/batch", keyNotify, batchOf(204, func(int) map[string]any { return msg("marketing", "body", body) }))
 			wantStatus(t, b, http.StatusOK)
-			clock.add(2 * etaRefresh)
+			clock.add(2 * admission.ETARefresh)
 
 			r := h.post("/v1/messages", keyNotify, msg("marketing", "ttl_seconds", 1))
 			wantStatus(t, r, http.StatusTooManyRequests)
 			// Sent 60-0.5 s from now (the pause), then 1,020 units at 70/s;
 			// admitted once that is under the 1 s TTL.
-			want := 60 - 2*etaRefresh.Seconds() + 204*5/70.0 - 1
+			want := 60 - 2*admission.ETARefresh.Seconds() + 204*5/70.0 - 1
 			ra, _ := strconv.Atoi(r.header.Get("Retry-After"))
 			if math.Abs(float64(ra)-want) > 1.5 {
 				t.Errorf("Retry-After %d s, want about %.1f s", ra, want)
@@ -133,7 +135,7 @@ func TestSendAtSchedules(t *testing.T) {
 			if a.ExpiresAt == nil || !a.ExpiresAt.Equal(at.Add(10*time.Minute)) {
 				t.Errorf("expires_at %v, want send_at + ttl %v", a.ExpiresAt, at.Add(10*time.Minute))
 			}
-			var v messageView
+			var v httpapi.MessageView
 			g := h.get("/v1/messages/"+a.ID, keyNotify)
 			wantStatus(t, g, http.StatusOK)
 			g.json(t, &v)
@@ -182,7 +184,7 @@ func TestSendAtValidation(t *testing.T) {
 			}
 			b := h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": []any{msg("marketing", "send_at", tc.sendAt)}})
 			wantStatus(t, b, http.StatusOK)
-			var br batchResponse
+			var br httpapi.BatchResponse
 			b.json(t, &br)
 			if it := br.Results[0]; it.Status != tc.status || (tc.status == 400 && it.Error.Errors[0].Field != "messages[0].send_at") {
 				t.Errorf("batch item %+v, want %d naming messages[0].send_at", it, tc.status)
@@ -224,7 +226,7 @@ func TestScheduledETACountsWhatFallsDueBefore(t *testing.T) {
 			wantStatus(t, h.post("/v1/messages/batch", keyNotify, batchOf(300, func(int) map[string]any {
 				return msg("marketing", "send_at", at.Add(time.Hour).Format(time.RFC3339))
 			})), http.StatusOK)
-			clock.add(2 * etaRefresh) // what is stored, not what this replica remembers
+			clock.add(2 * admission.ETARefresh) // what is stored, not what this replica remembers
 
 			a := accepted(t, h.post("/v1/messages", keyNotify, msg("marketing", "send_at", sendAt)))
 			if wait := a.EstimatedSendAt.Sub(at); math.Abs(wait.Seconds()-10) > 1 {
@@ -241,7 +243,7 @@ func TestScheduledETACountsWhatFallsDueBefore(t *testing.T) {
 	}
 }
 
-// Quiet hours at accept: marketing that arrives at night in the
+// quiet hours at accept: marketing that arrives at night in the
 // recipient's zone waits for the morning (its estimate says when); one
 // whose TTL ends first is refused with the wait until it would be
 // admitted; transactional goes now.

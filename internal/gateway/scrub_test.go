@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"smsgw/internal/httpapi"
 	"smsgw/internal/provider/sim"
 )
 
@@ -33,7 +34,7 @@ func quotingProvider(t *testing.T) string {
 	return srv.URL
 }
 
-// TestProviderTextScrubbed (issue 8, finding 3): a provider error that
+// TestProviderTextScrubbed: a provider error that
 // quotes the number and the body reaches last_error, the admin API, the
 // dead letters and the logs without either.
 func TestProviderTextScrubbed(t *testing.T) {
@@ -49,7 +50,7 @@ func TestProviderTextScrubbed(t *testing.T) {
 		wantStatus(t, r, http.StatusAccepted)
 		ids[i] = accepted(t, r).ID
 		eventually(t, "the message to fail", func() bool {
-			var v messageView
+			var v httpapi.MessageView
 			h.get("/v1/messages/"+ids[i], keyNotify).json(t, &v)
 			return v.Status == "failed"
 		})
@@ -63,7 +64,7 @@ func TestProviderTextScrubbed(t *testing.T) {
 		}
 	}
 	for _, id := range ids {
-		var v messageView // the producer reads its own number back; not in last_error
+		var v httpapi.MessageView // the producer reads its own number back; not in last_error
 		h.get("/v1/messages/"+id, keyNotify).json(t, &v)
 		leaks("last_error of GET /v1/messages/"+id, v.LastError)
 		leaks("GET /v1/admin/messages/"+id, string(h.get("/v1/admin/messages/"+id, keyAdmin).body))
@@ -74,7 +75,7 @@ func TestProviderTextScrubbed(t *testing.T) {
 		t.Fatalf("the second message is not a dead letter: %s", dead.body)
 	}
 	leaks("GET /v1/admin/dead-letters", string(dead.body))
-	var v messageView
+	var v httpapi.MessageView
 	h.get("/v1/messages/"+ids[0], keyNotify).json(t, &v)
 	if !strings.Contains(v.LastError, "is not valid") {
 		t.Errorf("last_error %q lost the provider's reason", v.LastError)

@@ -3,6 +3,8 @@ package gateway
 import (
 	"net/http"
 	"testing"
+
+	"smsgw/internal/httpapi"
 )
 
 // send_at at the zero instant of Go's time (0001-01-01T00:00:00Z, in any
@@ -23,7 +25,7 @@ func TestSendAtZeroTimeRefused(t *testing.T) {
 				}
 				b := h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": []any{msg("transactional", "send_at", at)}})
 				wantStatus(t, b, http.StatusOK)
-				var br batchResponse
+				var br httpapi.BatchResponse
 				b.json(t, &br)
 				if it := br.Results[0]; it.Status != http.StatusBadRequest || it.Error == nil ||
 					len(it.Error.Errors) != 1 || it.Error.Errors[0].Field != "messages[0].send_at" {

@@ -6,9 +6,10 @@ import (
 	"testing"
 
 	"smsgw/internal/config"
+	"smsgw/internal/httpapi"
 )
 
-// TestProducerSenders (issue 8, finding 4): a producer with senders may
+// TestProducerSenders: a producer with senders may
 // send only as those; without from it sends as the first; any other from
 // is a 403 naming from, on the queued path, in a batch and on the OTP path.
 func TestProducerSenders(t *testing.T) {
@@ -33,12 +34,12 @@ func TestProducerSenders(t *testing.T) {
 	}
 	r = h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": []any{msg("transactional", "from", "Bank"), msg("transactional")}})
 	wantStatus(t, r, http.StatusOK)
-	var b batchResponse
+	var b httpapi.BatchResponse
 	r.json(t, &b)
 	if b.Results[0].Status != http.StatusForbidden || b.Results[0].Error.Errors[0].Field != "messages[0].from" || b.Results[1].Status != http.StatusAccepted {
 		t.Errorf("batch: %s", r.body)
 	}
-	var v messageView
+	var v httpapi.MessageView
 	eventually(t, "the default-sender message to be sent", func() bool {
 		h.get("/v1/messages/"+def, keyNotify).json(t, &v)
 		return v.Status == "sent"
@@ -68,7 +69,7 @@ func TestE164SenderNormalized(t *testing.T) {
 	wantStatus(t, r, http.StatusAccepted)
 	id := accepted(t, r).ID
 	wantStatus(t, h.post("/v1/otp", keyLogin, otpBody("from", "+4402079460001")), http.StatusOK)
-	var v messageView
+	var v httpapi.MessageView
 	eventually(t, "the message to be sent", func() bool {
 		h.get("/v1/messages/"+id, keyNotify).json(t, &v)
 		return v.Status == "sent"

@@ -13,6 +13,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"smsgw/internal/httpapi"
+	"smsgw/internal/opsview"
 	"smsgw/internal/provider/sim"
 	"smsgw/internal/queue"
 	"smsgw/internal/redistest"
@@ -20,14 +22,14 @@ import (
 )
 
 // storeSections are the sections of the stats answer read from the store.
-var storeSections = []string{sectionClasses, sectionCounters, sectionCallbacks, sectionProtection}
+var storeSections = []string{httpapi.SectionClasses, httpapi.SectionCounters, httpapi.SectionCallbacks, httpapi.SectionProtection}
 
 // statsAnswer is one stats answer (checked against the spec by get), 200
 // or not: decoded, and as raw members to tell absent from zero.
-func (h *harness) statsAnswer() (reply, statsResponse, map[string]map[string]json.RawMessage) {
+func (h *harness) statsAnswer() (reply, opsview.StatsResponse, map[string]map[string]json.RawMessage) {
 	h.t.Helper()
 	r := h.get("/v1/admin/stats", keyAdmin)
-	var st statsResponse
+	var st opsview.StatsResponse
 	raw := map[string]map[string]json.RawMessage{}
 	if r.status != http.StatusOK {
 		return r, st, raw
@@ -59,7 +61,7 @@ func wantSections(t *testing.T, raw map[string]map[string]json.RawMessage, unava
 			t.Errorf("member %q present %v with unavailable %v", k, ok, unavailable)
 		}
 	}
-	counted := !slices.Contains(unavailable, sectionCounters)
+	counted := !slices.Contains(unavailable, httpapi.SectionCounters)
 	for _, f := range []struct{ section, field string }{
 		{"provider", "sent_per_second"}, {"provider", "throttled_total"}, {"otp", "unavailable_total"},
 	} {
@@ -201,7 +203,7 @@ func TestStatsQueueDownLeavesOutClassesOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	app.srv.queue = failingStatsQueue{app.srv.queue} // before Start: no handler runs yet
+	app.srv.Queue = failingStatsQueue{app.srv.Queue} // before Start: no handler runs yet
 	if err := app.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -217,11 +219,11 @@ func TestStatsQueueDownLeavesOutClassesOnly(t *testing.T) {
 	h := &harness{t: t, app: app, sim: s, base: "http://" + app.Addr(), cfg: cfg, client: &http.Client{Transport: tr, Timeout: 20 * time.Second}}
 	r, st, raw := h.statsAnswer()
 	wantStatus(t, r, http.StatusOK)
-	if !slices.Equal(st.Unavailable, []string{sectionClasses}) {
+	if !slices.Equal(st.Unavailable, []string{httpapi.SectionClasses}) {
 		t.Errorf("unavailable %v, want [classes]", st.Unavailable)
 	}
 	wantSections(t, raw, st.Unavailable)
-	if st.Counters == nil || st.Counters.Scope != scopeProcess || st.Protection == nil || st.Callbacks == nil {
+	if st.Counters == nil || st.Counters.Scope != opsview.ScopeProcess || st.Protection == nil || st.Callbacks == nil {
 		t.Errorf("counters %+v protection %+v callbacks %+v", st.Counters, st.Protection, st.Callbacks)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"smsgw/internal/config"
+	"smsgw/internal/httpapi"
 	"smsgw/internal/redistest"
 	"smsgw/internal/sms"
 )
@@ -31,7 +32,7 @@ func TestEnqueueWithStoreDownIs503(t *testing.T) {
 		if r.header.Get("Retry-After") == "" {
 			t.Errorf("%s: 503 without Retry-After", path)
 		}
-		if p := r.problem(t); p["type"] != problemTypeBase+"unavailable" {
+		if p := r.problem(t); p["type"] != httpapi.ProblemTypeBase+"unavailable" {
 			t.Errorf("%s: problem %v", path, p)
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"smsgw/internal/httpapi"
 )
 
 // topologyReloader makes a Cluster client learn a failover at once. The
@@ -42,7 +44,7 @@ func (h *topologyReloader) ProcessPipelineHook(next redis.ProcessPipelineHook) r
 }
 
 func (h *topologyReloader) after(err error) {
-	if err == nil || !dependencyDown(err) {
+	if err == nil || !httpapi.DependencyDown(err) {
 		return
 	}
 	now := time.Now().UnixNano()

@@ -9,7 +9,7 @@ import (
 	"smsgw/internal/config"
 )
 
-// TestUnicodeControlsRefused (issue 8, finding 12): a body with a
+// TestUnicodeControlsRefused: a body with a
 // bidirectional or zero-width character is a 400 naming body and the
 // character's code point, unless the producer allows them.
 func TestUnicodeControlsRefused(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"smsgw/internal/config"
+	"smsgw/internal/httpapi"
 )
 
 // TestWebhookBodyLogsSampled, through real HTTP: the provider's endpoints
@@ -21,7 +22,7 @@ import (
 // per request.
 func TestWebhookBodyLogsSampled(t *testing.T) {
 	h := start(t, embeddedMode, func(c *config.Config) { c.Provider.ReceiptSecret = receiptSecret })
-	big := `{"from":"+819012345678","text":"` + strings.Repeat("x", maxInboundBytes) + `"}`
+	big := `{"from":"+819012345678","text":"` + strings.Repeat("x", httpapi.MaxInboundBytes) + `"}`
 	const n = 10
 	before := len(h.logs.String()) // start-up's own WARN lines are not these
 	for _, path := range []string{"/v1/inbound/http", "/v1/receipts/http"} {

@@ -30,6 +30,7 @@ var allowed = map[string][]string{
 	"internal/layering":    {},
 	"internal/logsample":   {},
 	"internal/logtest":     {},
+	"internal/tick":        {}, // the background loops (Loop) and the quiet ticker
 	"internal/sms/smstest": {"internal/sms"},
 
 	// Deciders and stores: they know nothing of who calls them.
@@ -41,7 +42,7 @@ var allowed = map[string][]string{
 	"internal/queue/queuetest": {"internal/queue", "internal/sms", "internal/sms/smstest"},
 	"internal/state":           {"internal/keyspace", "internal/limiter", "internal/sms"},
 	"internal/state/statetest": {"internal/state", "internal/sms"},
-	"internal/history":         {"internal/keyspace", "internal/sms"},
+	"internal/history":         {"internal/keyspace", "internal/tick", "internal/sms"},
 
 	// Providers: the seam, its adapters, the simulator, the conformance suite.
 	"internal/provider":              {"internal/sms"},
@@ -52,7 +53,23 @@ var allowed = map[string][]string{
 	"internal/provider/providertest": {"internal/provider", "internal/sms"},
 
 	// The send loop.
-	"internal/dispatch": {"internal/limiter", "internal/logsample", "internal/provider", "internal/queue", "internal/sms"},
+	"internal/dispatch": {"internal/limiter", "internal/logsample", "internal/tick", "internal/provider", "internal/queue", "internal/sms"},
+
+	// Admission policy: whether a message may be accepted, and the
+	// decorators the send loop is handed (the operator pause, opt-outs).
+	// It speaks no HTTP: its refusals are rejections the API maps.
+	"internal/admission": {"internal/config", "internal/dispatch", "internal/limiter", "internal/queue", "internal/sms",
+		"internal/state", "internal/tick"},
+
+	// What operators read: live stats, metrics, the send history recorder.
+	"internal/opsview": {"internal/admission", "internal/config", "internal/dispatch", "internal/history", "internal/logsample",
+		"internal/provider", "internal/queue", "internal/sms", "internal/state", "internal/tick"},
+
+	// The HTTP edge and handlers.
+	"internal/httpapi/fastdecode": {},
+	"internal/httpapi": {"api", "internal/admission", "internal/config", "internal/dispatch", "internal/history",
+		"internal/httpapi/fastdecode", "internal/limiter", "internal/logsample", "internal/opsview", "internal/provider",
+		"internal/queue", "internal/sms", "internal/state", "internal/webhook"},
 
 	// Status callbacks to producers: the outbox and HTTP, nothing of sending.
 	"internal/webhook": {"internal/logsample", "internal/queue"},
@@ -64,7 +81,7 @@ var allowed = map[string][]string{
 		"internal/dispatch"},
 
 	// The application and what runs it.
-	"internal/gateway": {"api", "internal/config", "internal/dispatch", "internal/keyspace", "internal/limiter", "internal/logsample",
+	"internal/gateway": {"api", "internal/admission", "internal/httpapi", "internal/opsview", "internal/tick", "internal/config", "internal/dispatch", "internal/keyspace", "internal/limiter", "internal/logsample",
 		"internal/provider", "internal/provider/httpprov", "internal/provider/twilio", "internal/provider/vonage",
 		"internal/queue", "internal/queue/embedded", "internal/queue/redisq", "internal/sms", "internal/state",
 		"internal/history", "internal/webhook"},
@@ -92,8 +109,14 @@ var never = map[string][]string{
 		"internal/limiter/...", "internal/provider/..."},
 	"internal/provider/...": {"internal/dispatch/...", "internal/gateway/...", "internal/config/...", "internal/state/...",
 		"internal/limiter/...", "internal/queue/..."},
-	"internal/state/...":    {"internal/dispatch/...", "internal/gateway/..."},
-	"internal/dispatch/...": {"internal/gateway/...", "internal/config/..."},
+	"internal/state/...": {"internal/dispatch/...", "internal/gateway/..."},
+	"internal/dispatch/...": {"internal/gateway/...", "internal/config/...", "internal/httpapi/...", "internal/admission/...",
+		"internal/opsview/..."},
+	// Admission decides without HTTP; the ops view reads, it serves nothing.
+	"internal/admission/...": {"internal/httpapi/...", "internal/gateway/...", "internal/opsview/..."},
+	"internal/opsview/...":   {"internal/httpapi/...", "internal/gateway/..."},
+	"internal/httpapi/...":   {"internal/gateway/..."},
+	"internal/tick":          {"..."},
 	// Callbacks never touch the provider's rate or the send loop.
 	"internal/webhook/...": {"internal/dispatch/...", "internal/gateway/...", "internal/config/...",
 		"internal/limiter/...", "internal/provider/..."},
@@ -163,6 +186,12 @@ func TestRulesMatch(t *testing.T) {
 		{"internal/dispatch", "internal/queue", false},
 		{"internal/queuex", "internal/dispatch", false}, // a prefix is a whole path element
 		{"internal/state", "internal/keyspace", false},
+		{"internal/admission", "internal/httpapi", true},
+		{"internal/dispatch", "internal/httpapi", true},
+		{"internal/dispatch", "internal/admission", true},
+		{"internal/opsview", "internal/httpapi", true},
+		{"internal/httpapi/fastdecode", "internal/gateway", true},
+		{"internal/httpapi", "internal/admission", false},
 	} {
 		if _, got := breaks(tc.from, tc.to); got != tc.broken {
 			t.Errorf("%s → %s: broken=%v, want %v", tc.from, tc.to, got, tc.broken)

@@ -91,7 +91,7 @@ anything else, naming the key. Call with (list "key.path" value).
 
 {{/*
 terminationGracePeriodSeconds: at least preStop + shutdown_timeout + 2 s
-(smsgw gives messages cut short by a hard stop 2 s to go back to the queue).
+(messages cut short when smsgw stops hard get 2 s to go back to the queue).
 */}}
 {{- define "smsgw.gracePeriod" -}}
 {{- $shutdown := include "smsgw.shutdownSeconds" . | float64 -}}

@@ -1,0 +1,120 @@
+package httpapi
+
+import (
+	"math"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// Failed authentications are throttled per client address (ClientIP: the
+// peer, or the right-most untrusted X-Forwarded-For hop behind a trusted
+// proxy): each address may fail authFailBurst times at once and then once
+// per authFailInterval; past that it is answered 429 with Retry-After
+// instead of 401, and nothing is logged. A valid key is never throttled.
+// The table is this process's, bounded by authFailMaxAddrs.
+//
+// An IPv6 client is one address per /64 (authFailV6Bits): a single host
+// is handed a whole /64 and can pick a new source address for every
+// request, which would give it a fresh budget each time and, past
+// authFailMaxAddrs, flush every other address's entry out of the table.
+const (
+	// authFailV6Bits is the IPv6 prefix that counts as one client: the
+	// /64 a host or a home network gets (RFC 6177, RFC 7421).
+	authFailV6Bits   = 64
+	AuthFailBurst    = 10
+	authFailInterval = time.Second
+	authFailMaxAddrs = 10_000
+	// authLogEvery is the most often a failed authentication is logged
+	// (per process); the line says how many were left out since the last.
+	authLogEvery = time.Second
+)
+
+type authThrottle struct {
+	now func() time.Time
+
+	mu   sync.Mutex
+	tats map[string]time.Time // per address: the GCRA's theoretical arrival time
+
+	logMu      sync.Mutex
+	lastLog    time.Time
+	suppressed int
+}
+
+// NewAuthThrottle is an empty failed-authentication table read through now.
+func NewAuthThrottle(now func() time.Time) *authThrottle {
+	return &authThrottle{now: now, tats: map[string]time.Time{}}
+}
+
+// fail charges one failed authentication to addr and returns 0 when it may
+// be answered (401), else how long until addr may fail again.
+func (a *authThrottle) fail(addr string) time.Duration {
+	addr = AuthFailClient(addr)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := a.now()
+	tat := a.tats[addr]
+	if tat.Before(now) {
+		tat = now
+	}
+	next := tat.Add(authFailInterval)
+	if allowAt := next.Add(-AuthFailBurst * authFailInterval); allowAt.After(now) {
+		return allowAt.Sub(now) // refused: nothing stored
+	}
+	if _, ok := a.tats[addr]; !ok && len(a.tats) >= authFailMaxAddrs {
+		a.prune(now)
+	}
+	a.tats[addr] = next
+	return 0
+}
+
+// prune drops the addresses whose budget is whole again and, if the table
+// is still full, arbitrary others: a dropped address only gets its budget
+// back early. Callers hold mu.
+func (a *authThrottle) prune(now time.Time) {
+	for k, t := range a.tats {
+		if !t.After(now) {
+			delete(a.tats, k)
+		}
+	}
+	for k := range a.tats {
+		if len(a.tats) < authFailMaxAddrs*7/8 {
+			break
+		}
+		delete(a.tats, k)
+	}
+}
+
+// sampleLog reports whether this failure may be logged, and how many were
+// left out before it.
+func (a *authThrottle) sampleLog() (bool, int) {
+	a.logMu.Lock()
+	defer a.logMu.Unlock()
+	now := a.now()
+	if now.Sub(a.lastLog) < authLogEvery {
+		a.suppressed = min(a.suppressed+1, math.MaxInt32)
+		return false, 0
+	}
+	n := a.suppressed
+	a.lastLog, a.suppressed = now, 0
+	return true, n
+}
+
+// AuthFailClient is the table's key for a client address: an IPv6
+// address's /64 (an IPv4-mapped one is its IPv4 address), any other text
+// as it is.
+func AuthFailClient(addr string) string {
+	ip, err := netip.ParseAddr(addr)
+	if err != nil {
+		return addr
+	}
+	ip = ip.Unmap()
+	if !ip.Is6() {
+		return ip.String()
+	}
+	p, err := ip.WithZone("").Prefix(authFailV6Bits)
+	if err != nil {
+		return addr
+	}
+	return p.String()
+}

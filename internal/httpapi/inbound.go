@@ -1,0 +1,129 @@
+package httpapi
+
+// What recipients ask for reaches the suppression list here (docs/design.md
+// section 3, "Protection"). A recipient who texts an opt-out keyword to the
+// account's number (the provider posts it to POST /v1/inbound/{adapter})
+// is put on the list as the recipient's entry; an opt-in keyword takes
+// that entry off again, or one the provider's report of an opt-out made,
+// never an operator's. Any other text is acknowledged and counted: it is
+// not stored, not forwarded and not logged. The number is never stored,
+// logged, counted or answered in clear: the list keeps its keyed hash and
+// its masked form, the log the masked form.
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"smsgw/internal/admission"
+	"smsgw/internal/provider"
+	"smsgw/internal/sms"
+	"smsgw/internal/state"
+)
+
+// MaxInboundBytes bounds an inbound message request's body, as receipts
+// are bounded: a vendor's inbound webhook is a few hundred bytes to a few
+// KiB (one part of a long message at most).
+const MaxInboundBytes = MaxReceiptBytes
+
+// postInbound is POST /v1/inbound/{adapter}: a message a recipient sent to
+// the account's number, posted by the provider. No bearer key: the adapter
+// checks its vendor's signature, as for receipts; a bad or missing one is
+// 401 and changes nothing. A keyword changes the suppression list; every
+// signed message is acknowledged (204, or the adapter's own answer: an
+// empty TwiML document for Twilio) so that no vendor retries it.
+func (s *Server) postInbound(w http.ResponseWriter, r *http.Request) {
+	adapter := chi.URLParam(r, "adapter")
+	if adapter != s.Cfg.Provider.Kind || s.Inbound == nil || s.OptOuts == nil {
+		s.WriteError(w, r, errorf(KindNotFound, "this gateway takes no inbound messages for adapter "+maskID(adapter)))
+		return
+	}
+	o := s.OptOuts
+	count := func(kind string) { o.Inbound.WithLabelValues(adapter, kind).Inc() }
+	raw, err := s.readWebhook(w, r, MaxInboundBytes)
+	if err != nil {
+		s.WriteError(w, r, err)
+		return
+	}
+	in, err := s.Inbound.ParseInbound(r, raw)
+	if err != nil {
+		var re *provider.ReceiptError
+		switch {
+		case errors.Is(err, provider.ErrBadSignature): // stale ones too
+			count(admission.InboundBadSignature)
+		case errors.As(err, &re):
+			count(admission.InboundMalformed)
+		}
+		s.WriteError(w, r, webhookError("message", err))
+		return
+	}
+	kind := o.KindOf(in.Text)
+	switch {
+	case kind == admission.InboundOther:
+	case !o.Cfg.Enabled:
+		kind = admission.InboundIgnored
+	default:
+		if e := s.applyKeyword(r, adapter, kind, in); e != nil {
+			count(e.kind)
+			s.WriteError(w, r, e.err)
+			return
+		}
+	}
+	count(kind)
+	if a, ok := s.Inbound.(provider.InboundAcker); ok {
+		ct, body := a.InboundAck()
+		writeRaw(w, ct, http.StatusOK, body)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// keywordFailure is why a keyword was not applied: the kind counted and
+// the error answered.
+type keywordFailure struct {
+	kind string
+	err  error
+}
+
+// applyKeyword applies an opt-out or opt-in keyword from in's sender.
+func (s *Server) applyKeyword(r *http.Request, adapter, kind string, in provider.Inbound) *keywordFailure {
+	o, ctx := s.OptOuts, r.Context()
+	from, err := sms.ParseE164(in.From)
+	if err != nil {
+		return &keywordFailure{admission.InboundMalformed, fieldError(in.FromField, "must be the sender's number in E.164")}
+	}
+	masked := sms.MaskPhone(from)
+	if kind == admission.InboundOptOut {
+		id, added, err := o.Suppress(ctx, from, state.SourceRecipient, "opted out by text message ("+adapter+")")
+		switch {
+		case errors.Is(err, state.ErrSuppressionsFull):
+			// Opt-outs go past protection.max_suppressions (state.Suppressions.Add):
+			// this is the store's own bound.
+			s.Log.ErrorContext(ctx, "a recipient's opt-out was not recorded: the suppression list holds the most entries it can; remove entries",
+				"adapter", adapter, "to", masked, "bound", state.MaxSuppressions)
+			return &keywordFailure{admission.InboundUnavailable, &apiError{Kind: kindUnavailable, RetryAfter: time.Minute, Err: err,
+				Detail: "the suppression list is full: the opt-out was not recorded; send it again"}}
+		case err != nil:
+			return &keywordFailure{admission.InboundUnavailable, &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err,
+				Detail: "the suppression list is unavailable: the opt-out was not recorded; send it again"}}
+		}
+		if added {
+			s.Log.InfoContext(ctx, "number suppressed by its recipient (opt-out keyword)", "suppression_id", id, "to", masked, "adapter", adapter)
+		}
+		return nil
+	}
+	id, res, err := o.Lift(ctx, from)
+	switch {
+	case err != nil:
+		return &keywordFailure{admission.InboundUnavailable, &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err,
+			Detail: "the suppression list is unavailable: the opt-in was not recorded; send it again"}}
+	case res == state.LiftRemoved:
+		s.Log.InfoContext(ctx, "number unsuppressed by its recipient (opt-in keyword)", "suppression_id", id, "to", masked, "adapter", adapter)
+	case res == state.LiftKept:
+		s.Log.InfoContext(ctx, "opt-in keyword left the number suppressed: an operator put it on the list", "suppression_id", id,
+			"to", masked, "adapter", adapter)
+	}
+	return nil
+}

@@ -1,0 +1,60 @@
+package opsview
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"smsgw/internal/admission"
+	"smsgw/internal/config"
+	"smsgw/internal/sms"
+)
+
+// RegisterConfigMetrics exports the configured limits that alert rules and
+// the Grafana dashboard compare live figures with, so one rule follows each
+// deployment's own contract, target, caps, suspension threshold, OTP
+// deadline and TTL; and whether the operator pause holds, so that "nothing
+// is sent" alerts stay quiet while an operator stopped sending on purpose.
+func RegisterConfigMetrics(reg prometheus.Registerer, cfg config.Config, pause *admission.OperatorPause) error {
+	gauge := func(name, help string, v float64) prometheus.Collector {
+		g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+		g.Set(v)
+		return g
+	}
+	caps := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "smsgw_config_class_max_rate_per_second",
+		Help: "limits.classes.<class>.max_rps, or limits.target_rps for a class without a cap.",
+	}, []string{"class"})
+	for _, c := range sms.Classes {
+		v := cfg.Limits.TargetRPS
+		if cl, ok := cfg.Limits.Classes[c.String()]; ok && cl.MaxRPS > 0 {
+			v = cl.MaxRPS
+		}
+		caps.WithLabelValues(c.String()).Set(v)
+	}
+	paused := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "smsgw_admin_paused",
+		Help: "1 while an operator pause (POST /v1/admin/pause) holds, as this replica last read it.",
+	}, func() float64 {
+		if pause.State().Paused {
+			return 1
+		}
+		return 0
+	})
+	for _, c := range []prometheus.Collector{
+		gauge("smsgw_config_contract_rate_per_second", "provider.contract_rps: the provider's hard limit.", cfg.Provider.ContractRPS),
+		gauge("smsgw_config_target_rate_per_second", "limits.target_rps: the rate smsgw paces every replica together to.", cfg.Limits.TargetRPS),
+		caps,
+		gauge("smsgw_config_suspension_threshold_throttles",
+			"dispatch.suspension_guard.threshold: provider 429s within the window after which the provider suspends the account.",
+			float64(cfg.Dispatch.SuspensionGuard.Threshold)),
+		gauge("smsgw_config_otp_deadline_seconds", "messages.otp_deadline: how long POST /v1/otp tries by default.",
+			cfg.Messages.OTPDeadline.Seconds()),
+		gauge("smsgw_config_default_ttl_seconds", "messages.default_ttl: the TTL of a message whose producer sets none (0: none).",
+			cfg.Messages.DefaultTTL.Seconds()),
+		paused,
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
