@@ -369,14 +369,22 @@ func (s *Server) authAdmin(next http.Handler) http.Handler {
 // once its client address has failed too often (AuthThrottle); the WARN
 // line is sampled.
 func (s *Server) authFailed(w http.ResponseWriter, r *http.Request, what string) {
+	s.failedAuth(w, r, what, "a valid key", errorf(kindUnauthorized, "unknown API key"))
+}
+
+// failedAuth answers a request that failed to authenticate (an unknown
+// bearer key, a webhook's signature): answer, or 429 once its client
+// address has failed too often (authThrottle), retrying with valid (what
+// would pass); the WARN line what is sampled.
+func (s *Server) failedAuth(w http.ResponseWriter, r *http.Request, what, valid string, answer error) {
 	ip := clientIP(r.Context())
 	if wait := s.AuthThrottle.fail(ip); wait > 0 {
 		s.WriteError(w, r, &apiError{Kind: kindAuthThrottled, RetryAfter: wait,
-			Detail: "too many failed authentications from this address; retry after the Retry-After seconds with a valid key"})
+			Detail: "too many failed authentications from this address; retry after the Retry-After seconds with " + valid})
 		return
 	}
 	if ok, left := s.AuthThrottle.sampleLog(); ok {
 		s.Log.WarnContext(r.Context(), what, "path", logPath(r), "client_ip", ip, "not_logged_since_last", left)
 	}
-	s.WriteError(w, r, errorf(kindUnauthorized, "unknown API key"))
+	s.WriteError(w, r, answer)
 }
