@@ -160,7 +160,7 @@ data:
 {{ include "smsgw/templates/NOTES.txt" . | indent 4 }}
 `
 
-// TestChartAdminPort: with config.admin.listen set the Service always has
+// TestChartAdminPort: with config.admin.listen set (the default) the Service always has
 // the admin port (service.adminPort only sets its number), and the notes
 // send the stats call there, where the admin routes are.
 func TestChartAdminPort(t *testing.T) {
@@ -178,7 +178,8 @@ func TestChartAdminPort(t *testing.T) {
 		port      string // the Service's admin port; "": none
 		statsPort string
 	}{
-		{name: "no admin.listen", port: "", statsPort: "8080"},
+		{name: "the default (admin.listen :9091)", port: "9091", statsPort: "9091"},
+		{name: "no admin.listen", set: []string{"config.admin.listen="}, port: "", statsPort: "8080"},
 		{name: "admin.listen", set: []string{"config.admin.listen=:9091"}, port: "9091", statsPort: "9091"},
 		{name: "admin.listen, adminPort 9100", set: []string{"config.admin.listen=:9091", "service.adminPort=9100"}, port: "9100", statsPort: "9100"},
 		{name: `admin.listen, adminPort ""`, set: []string{"config.admin.listen=:9091", "service.adminPort="}, port: "9091", statsPort: "9091"},

@@ -103,8 +103,14 @@ valid "redis, 3 replicas, ServiceMonitor" -mode redis -replicas 3 -- -f "$CI/red
 valid "redis, 3 replicas, Grafana dashboard ConfigMap" -mode redis -replicas 3 -grafana -- -f "$CI/redis-values.yaml" \
 	--set metrics.grafanaDashboard.enabled=true
 valid "redis cluster, HPA 2..20, readiness on /healthz" -mode redis -hpa -readiness /healthz -- -f "$CI/redis-cluster-values.yaml"
-valid "redis, 3 replicas, operator endpoints on admin.listen :9091" -mode redis -replicas 3 -- -f "$CI/redis-values.yaml" \
-	--set config.admin.listen=:9091
+valid "redis, 3 replicas, operator endpoints on admin.listen :9191" -mode redis -replicas 3 -admin-port 9191 -- -f "$CI/redis-values.yaml" \
+	--set config.admin.listen=:9191
+valid "embedded, operator endpoints on the producers' port (admin.listen \"\")" -mode embedded -replicas 1 -admin-port 0 -- \
+	-f "$CI/embedded-values.yaml" --set config.admin.listen=
+valid "embedded, no NetworkPolicy" -mode embedded -replicas 1 -network-policy=false -- \
+	-f "$CI/embedded-values.yaml" --set networkPolicy.enabled=false
+valid "redis, producers' port only from the producers' namespace" -mode redis -replicas 3 -- -f "$CI/redis-values.yaml" \
+	--set 'networkPolicy.producers[0].namespaceSelector.matchLabels.team=producers'
 valid "redis, 3 replicas, Recreate for a format upgrade" -mode redis -replicas 3 -strategy Recreate -- -f "$CI/redis-values.yaml" \
 	--set updateStrategy=Recreate
 valid "redis sentinel, 2 replicas" -mode redis -replicas 2 -- -f "$CI/sentinel-values.yaml"
@@ -137,6 +143,8 @@ refused "previous admin key in the ConfigMap" "config.admin.previous_key / previ
 	-f "$CI/embedded-values.yaml" --set config.admin.previous_key=admin-key-0123456789abcdef
 refused "unquoted all-digit previous_key_sha256" "secrets.producers[0].previous_key_sha256 must be a string: quote it" \
 	-f "$CI/embedded-values.yaml" --set 'secrets.producers[0].previous_key_sha256=1234'
+refused "ServiceMonitor with the admin port closed to all" "list your Prometheus under networkPolicy.admin" \
+	-f "$CI/redis-values.yaml" --set networkPolicy.admin=null
 refused "unknown updateStrategy" "updateStrategy must be RollingUpdate or Recreate" \
 	-f "$CI/redis-values.yaml" --set updateStrategy=BlueGreen
 refused "no producers" "secrets.producers must list at least one producer" \

@@ -509,6 +509,20 @@ func (c *Config) validateEdge(p *problems) {
 		p.add("http.write_timeout", "%s must be longer than %s, the longest OTP deadline (%s) plus %s for the calls around the send: "+
 			"a client cut off before its answer retries an OTP that may have been sent", h.WriteTimeout, need, longest, otpReplyHeadroom)
 	}
+	if h.IdleTimeout <= 0 {
+		p.add("http.idle_timeout", "must be > 0")
+	}
+	if h.MaxConnections < 16 {
+		p.add("http.max_connections", "%d must be at least 16", h.MaxConnections)
+	}
+	// A body of max_body_bytes must fit under both bounds, or it is
+	// refused for ever.
+	if h.BodyBytesInFlightPerProducer < h.MaxBodyBytes {
+		p.add("http.body_bytes_in_flight_per_producer", "%d must be at least http.max_body_bytes (%d)", h.BodyBytesInFlightPerProducer, h.MaxBodyBytes)
+	}
+	if h.BodyBytesInFlight < h.BodyBytesInFlightPerProducer {
+		p.add("http.body_bytes_in_flight", "%d must be at least http.body_bytes_in_flight_per_producer (%d)", h.BodyBytesInFlight, h.BodyBytesInFlightPerProducer)
+	}
 	for i, s := range h.TrustedProxies {
 		// The parser the gateway uses, so that both accept the same CIDRs.
 		if _, err := netip.ParsePrefix(s); err != nil {

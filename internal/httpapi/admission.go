@@ -55,6 +55,7 @@ func (s *Server) admitIngress(ctx context.Context, w http.ResponseWriter, p *Pro
 	}
 	setRateLimitHeaders(w, p.Ingress, d)
 	if granted == 0 {
+		s.BodyGate.refused(p, d, time.Now())
 		return 0, rateLimited(p, d.RetryAfter)
 	}
 	return granted, nil

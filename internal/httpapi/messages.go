@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -320,37 +321,40 @@ type BatchResponse struct {
 
 func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) {
 	p := producerFrom(r.Context())
-	raw, err := readBody(r, false)
+	if err := checkJSONContentType(r.Header.Get("Content-Type")); err != nil {
+		s.WriteError(w, r, err)
+		return
+	}
+	// Item by item as the body arrives (decodebatch.go): only the checked
+	// messages are kept, not the body.
+	var (
+		items []batchItem
+		vs    []validated
+		valid []int
+	)
+	hash, budget := newPartsHash(), newReadBudget(w, s.Cfg.HTTP.ReadTimeout)
+	n, err := streamBatch(r.Body, func(i int, rawItem json.RawMessage) {
+		items, vs = append(items, batchItem{Index: i}), append(vs, validated{})
+		budget.spend(func() {
+			v, err := s.checkMessage(p, rawItem, "messages["+strconv.Itoa(i)+"].")
+			if err != nil {
+				s.itemError(r, &items[i], err)
+				hash.add(rawItem)
+				return
+			}
+			vs[i] = v
+			hash.add([]byte(v.msg.RequestHash))
+			valid = append(valid, i)
+		})
+	})
+	if err == nil && n == 0 {
+		err = fieldError("messages", fmt.Sprintf("must hold 1 to %d messages (got 0)", MaxBatch))
+	}
 	if err != nil {
 		s.WriteError(w, r, err)
 		return
 	}
-	var req batchRequest
-	if err := decodeStrict(raw, &req, ""); err != nil {
-		s.WriteError(w, r, err)
-		return
-	}
-	if n := len(req.Messages); n == 0 || n > MaxBatch {
-		s.WriteError(w, r, fieldError("messages", fmt.Sprintf("must hold 1 to %d messages (got %d)", MaxBatch, n)))
-		return
-	}
-	items := make([]batchItem, len(req.Messages))
-	vs := make([]validated, len(req.Messages))
-	var valid []int
-	hashes := make([][]byte, len(req.Messages))
-	for i, rawItem := range req.Messages {
-		items[i].Index = i
-		v, err := s.checkMessage(p, rawItem, "messages["+strconv.Itoa(i)+"].")
-		if err != nil {
-			s.itemError(r, &items[i], err)
-			hashes[i] = rawItem
-			continue
-		}
-		vs[i] = v
-		hashes[i] = []byte(v.msg.RequestHash)
-		valid = append(valid, i)
-	}
-	s.idempotent(w, r, p, "batch", hashBytes(hashes...), func(ctx context.Context, key string) (*response, error) {
+	s.idempotent(w, r, p, "batch", hash.sum(), func(ctx context.Context, key string) (*response, error) {
 		return s.acceptBatch(ctx, w, r, p, vs, valid, items, key)
 	})
 }

@@ -83,6 +83,7 @@ func (s *Server) acceptOneTrip(w http.ResponseWriter, r *http.Request, p *Produc
 		s.WriteError(w, r, s.tooManyQueued(p, res.Outstanding))
 		return
 	case res.Refused == queue.RefusedIngress:
+		s.BodyGate.refusedFor(p, res.RetryAfter, time.Now())
 		s.WriteError(w, r, rateLimited(p, res.RetryAfter))
 		return
 	case res.Existed:

@@ -7,9 +7,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"smsgw/internal/logsample"
 	"smsgw/internal/queue"
 	"smsgw/internal/sms"
 )
+
+// statsLogEvery is the most often a failed read of the queue's
+// statistics is logged.
+const statsLogEvery = 10 * time.Second
 
 // QueueCollector exports the queue's depth per class and state, and the age
 // of each class's oldest due message, read from the queue at scrape time:
@@ -23,6 +28,9 @@ type QueueCollector struct {
 	depth   *prometheus.Desc
 	oldest  *prometheus.Desc
 	up      *prometheus.Desc
+	// failLog samples the failed reads: a scrape needs no key where
+	// /metrics is on the producers' port.
+	failLog logsample.Sampler
 }
 
 // NewQueueCollector reports q's depths at every scrape.
@@ -51,10 +59,13 @@ func (c *QueueCollector) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	st, err := c.q.Stats(ctx)
 	if err != nil {
-		c.log.Warn("metrics: queue stats", "err", err)
+		if n, ok := c.failLog.Add(time.Now(), statsLogEvery); ok {
+			c.log.Warn("metrics: queue stats", "count", n, "err", err)
+		}
 		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
 		return
 	}
+	c.failLog.Reset()
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
 	for _, cl := range sms.Classes {
 		s := st[cl]
