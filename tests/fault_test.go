@@ -22,8 +22,10 @@ func TestReplicaKilledMidCampaign(t *testing.T) {
 	}
 	var ids []string
 	for i, gw := range gws {
-		ids = append(ids, postBatch(t, gw, keyMarketing, "marketing", i*300, 300)...)
+		ids = append(ids, postBatch(t, gw, keyMarketing, "marketing", i*150, 150)...)
 	}
+	// 250 are left when the replica dies: 3.5 s at marketing's cap, past
+	// the 2 s lease of what it held.
 	sim.WaitAccepted(t, 200, 30*time.Second)
 	gws[1].Kill()
 	sim.WaitAccepted(t, len(ids), 60*time.Second)
@@ -51,8 +53,9 @@ func TestProviderThrottlesEverything(t *testing.T) {
 	}
 	var ids []string
 	for i, gw := range gws {
-		ids = append(ids, postBatch(t, gw, keyMarketing, "marketing", i*200, 200)...)
+		ids = append(ids, postBatch(t, gw, keyMarketing, "marketing", i*100, 100)...)
 	}
+	// 200 are left when the throttle starts: sends are under way in it.
 	sim.WaitAccepted(t, 100, 30*time.Second)
 	sim.Control(t, `{"throttle_all_for":"3s"}`)
 	st := sim.WaitAccepted(t, len(ids), 60*time.Second)
@@ -82,8 +85,9 @@ func TestRedisRestartLosesNothing(t *testing.T) {
 	}
 	var ids []string
 	for i, gw := range gws {
-		ids = append(ids, postBatch(t, gw, keyMarketing, "marketing", i*600, 600)...)
+		ids = append(ids, postBatch(t, gw, keyMarketing, "marketing", i*300, 300)...)
 	}
+	// 450 are left when Redis stops, sent after it is back.
 	sim.WaitAccepted(t, 150, 30*time.Second)
 	rs.Stop()
 	down := sim.Stats(t).Accepted

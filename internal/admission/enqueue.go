@@ -44,6 +44,7 @@ const (
 	coalesceTimeout = 5 * time.Second
 )
 
+// NewCoalescer starts nothing: Start runs its flush loop in front of q.
 func NewCoalescer(q queue.CheckedEnqueuer) *Coalescer {
 	return &Coalescer{q: q, in: make(chan *enqueueCall, coalesceMax), timeout: coalesceTimeout}
 }

@@ -40,6 +40,7 @@ import (
 	"smsgw/internal/sms"
 )
 
+// ETARefresh is how often the ETA estimator reads the backlog again.
 const ETARefresh = 250 * time.Millisecond
 
 // costWeight is how much each accepted message moves a class's mean cost.

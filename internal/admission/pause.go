@@ -22,7 +22,7 @@ import (
 // The switch itself is a state.Pause: one key shared by every replica with
 // Redis, this process's memory embedded. Every reservation asks the switch,
 // so it answers from this copy: what this replica last set, or (with Redis)
-// what a pausePoller last read; another replica's pause reaches this one
+// what a PausePoller last read; another replica's pause reaches this one
 // within the poll period.
 type OperatorPause struct {
 	store state.Pause
@@ -55,6 +55,7 @@ const (
 	pauseStaleAfter = 2 * PausePollEvery
 )
 
+// NewOperatorPause is the operator pause kept in store, read through now.
 func NewOperatorPause(store state.Pause, now func() time.Time) *OperatorPause {
 	return &OperatorPause{store: store, now: now}
 }
@@ -66,6 +67,7 @@ type PauseState struct {
 	Reason string     `json:"reason,omitempty"`
 }
 
+// State is the pause as this replica knows it.
 func (p *OperatorPause) State() PauseState {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -92,6 +94,7 @@ func (p *OperatorPause) remaining(now time.Time) time.Duration {
 	return p.until.Sub(now)
 }
 
+// Active reports whether the pause holds at now.
 func (p *OperatorPause) Active(now time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -189,9 +192,9 @@ func (p *OperatorPause) refresh(ctx context.Context) error {
 	return nil
 }
 
-// pausePoller rereads the shared switch every period. A failed read keeps
+// PausePoller rereads the shared switch every period. A failed read keeps
 // the last known state; the failure is logged once, and the recovery once.
-type pausePoller struct {
+type PausePoller struct {
 	p     *OperatorPause
 	every time.Duration
 	log   *slog.Logger
@@ -201,13 +204,14 @@ type pausePoller struct {
 	failing bool
 }
 
-func NewPausePoller(p *OperatorPause, every time.Duration, log *slog.Logger) *pausePoller {
-	return &pausePoller{p: p, every: every, log: log}
+// NewPausePoller reads the shared pause switch every period.
+func NewPausePoller(p *OperatorPause, every time.Duration, log *slog.Logger) *PausePoller {
+	return &PausePoller{p: p, every: every, log: log}
 }
 
 // RunOnce reads the switch once. A read cut short by Stop (a cancelled
 // context) is not a failure; one that ran out of time is.
-func (l *pausePoller) RunOnce(ctx context.Context) error {
+func (l *PausePoller) RunOnce(ctx context.Context) error {
 	err := l.p.refresh(ctx)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -223,10 +227,10 @@ func (l *pausePoller) RunOnce(ctx context.Context) error {
 }
 
 // Start polls until Stop or until ctx ends.
-func (l *pausePoller) Start(ctx context.Context) { l.T.Start(ctx, l.every, l.RunOnce) }
+func (l *PausePoller) Start(ctx context.Context) { l.T.Start(ctx, l.every, l.RunOnce) }
 
 // Stop ends the polling and waits for it.
-func (l *pausePoller) Stop() { l.T.Halt() }
+func (l *PausePoller) Stop() { l.T.Halt() }
 
 // PausedLimiter denies every reservation while the operator pause is on.
 type PausedLimiter struct {
@@ -238,6 +242,8 @@ type PausedLimiter struct {
 // bounds how long sending lags behind a resume on this replica.
 const PausedRetry = 250 * time.Millisecond
 
+// Reserve denies every reservation while the operator pause is on and asks
+// the wrapped limiter otherwise.
 func (l PausedLimiter) Reserve(ctx context.Context, r limiter.Request) (limiter.Decision, error) {
 	l.P.freshen(ctx)
 	if now := l.P.now(); l.P.Active(now) {

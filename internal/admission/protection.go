@@ -47,6 +47,7 @@ import (
 // smsgw_protection_refusals_total and a key of the stats answer.
 type refusal int
 
+// The refusals, in the order of the checks.
 const (
 	refusedCountry refusal = iota
 	refusedNumberType
@@ -84,6 +85,7 @@ type Protector struct {
 	lastWarn  atomic.Int64 // unix ns of the last fallback WARN
 }
 
+// NewProtector builds the protection check from its configuration and stores.
 func NewProtector(cfg config.ProtectionConfig, numbers state.NumberLimits, sup state.Suppressions,
 	reg prometheus.Registerer, log *slog.Logger, now func() time.Time) (*Protector, error) {
 	p := &Protector{cfg: cfg, countries: map[string]bool{}, blocked: map[sms.NumberType]bool{},

@@ -1,3 +1,8 @@
+// Package admission decides whether a message may be accepted, without
+// HTTP: protection (destinations, the suppression list, OTPs per number),
+// the send-time estimate and the TTL check, the operator pause, recipients'
+// opt-outs and the enqueue coalescer. Its refusals are rejections; the API
+// maps them to answers.
 package admission
 
 import "time"
@@ -18,6 +23,7 @@ type Rejection struct {
 // RejectKind is the closed set of admission's refusals.
 type RejectKind string
 
+// The kinds of rejection.
 const (
 	RejectDestination  RejectKind = "destination-not-allowed"  // region not in protection.countries
 	RejectNumberType   RejectKind = "number-type-blocked"      // type in protection.block_number_types

@@ -8,10 +8,13 @@ import (
 	"testing"
 )
 
-func TestGoodFixturesLoad(t *testing.T) {
-	files, _ := filepath.Glob("testdata/good/*.yaml")
+// eachFixture runs check, as a subtest named after the file, on every
+// fixture of testdata/dir; it fails when there is none.
+func eachFixture(t *testing.T, dir string, check func(t *testing.T, data []byte)) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join("testdata", dir, "*.yaml"))
 	if len(files) == 0 {
-		t.Fatal("no good fixtures")
+		t.Fatalf("no %s fixtures", dir)
 	}
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
@@ -19,40 +22,36 @@ func TestGoodFixturesLoad(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := Load(data, nil); err != nil {
-				t.Fatalf("load: %v", err)
-			}
+			check(t, data)
 		})
 	}
+}
+
+func TestGoodFixturesLoad(t *testing.T) {
+	eachFixture(t, "good", func(t *testing.T, data []byte) {
+		if _, err := Load(data, nil); err != nil {
+			t.Fatalf("load: %v", err)
+		}
+	})
 }
 
 // Every bad fixture's first line says "# want: <text>", the text the error
 // must contain (usually the key).
 func TestBadFixturesNameTheKey(t *testing.T) {
-	files, _ := filepath.Glob("testdata/bad/*.yaml")
-	if len(files) == 0 {
-		t.Fatal("no bad fixtures")
-	}
-	for _, f := range files {
-		t.Run(filepath.Base(f), func(t *testing.T) {
-			data, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			first, _, _ := strings.Cut(string(data), "\n")
-			want, ok := strings.CutPrefix(first, "# want: ")
-			if !ok {
-				t.Fatalf("fixture lacks a '# want:' line")
-			}
-			_, err = Load(data, nil)
-			if err == nil {
-				t.Fatal("loaded without error")
-			}
-			if !strings.Contains(err.Error(), want) {
-				t.Fatalf("error does not name %q:\n%v", want, err)
-			}
-		})
-	}
+	eachFixture(t, "bad", func(t *testing.T, data []byte) {
+		first, _, _ := strings.Cut(string(data), "\n")
+		want, ok := strings.CutPrefix(first, "# want: ")
+		if !ok {
+			t.Fatalf("fixture lacks a '# want:' line")
+		}
+		_, err := Load(data, nil)
+		if err == nil {
+			t.Fatal("loaded without error")
+		}
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("error does not name %q:\n%v", want, err)
+		}
+	})
 }
 
 // The defaults are the ones docs/configuration.md documents.
@@ -80,7 +79,7 @@ provider:
   kind: twilio
   url: "https://twilio.example"
   token: "unused"
-  twilio: {account_sid: AC1, auth_token: tok, from: "+15005550006", messaging_service_sid: MG1}
+  twilio: {account_sid: AC1, auth_token: tok-0123456789abcdef, from: "+15005550006", messaging_service_sid: MG1}
   vonage: {api_key: k, api_secret: s, from: ACME}
 producers: [{name: app, key: "app-key-0123456789ab", classes: [otp], rate: 1, burst: 1}]
 `), nil)
@@ -89,7 +88,7 @@ producers: [{name: app, key: "app-key-0123456789ab", classes: [otp], rate: 1, bu
 	}
 	p := cfg.Provider
 	if p.HTTP.URL != "https://twilio.example" || p.HTTP.Token != "unused" ||
-		p.Twilio.AccountSID != "AC1" || p.Twilio.AuthToken != "tok" || p.Twilio.From != "+15005550006" ||
+		p.Twilio.AccountSID != "AC1" || p.Twilio.AuthToken != "tok-0123456789abcdef" || p.Twilio.From != "+15005550006" ||
 		p.Twilio.MessagingServiceSID != "MG1" || p.Vonage.APIKey != "k" || p.Vonage.APISecret != "s" || p.Vonage.From != "ACME" {
 		t.Fatalf("provider = %+v", p)
 	}

@@ -1,12 +1,15 @@
 // Package dispatch is the send loop: it takes messages from the queue, paces
 // them through the limiter, sends them through the provider behind a circuit
-// breaker and records each outcome. The steps of one send are in
-// sendpath.go; what a provider's answer means (one classification and its
-// effects on every replica, for both paths) in outcome.go; the OTP fast
-// path, which runs the same reservation, breaker, send and answer steps but
-// returns a typed error instead of queueing, in sendnow.go; the lease loops
+// breaker and records each outcome. The steps of one send are in one file
+// per stage: take.go, reserve.go, send.go and record.go; what a provider's
+// answer means (one classification and its effects on every replica, for
+// both paths) in outcome.go; the OTP fast path, which runs the same
+// reservation, breaker, send and answer steps but returns a typed error
+// instead of queueing, in sendnow.go; the lease loops
 // (heartbeat, recoverer, guard refresh) in loops.go; the suspension guard
-// in guard.go.
+// in guard.go. The Dispatcher and its state are in dispatch.go, its
+// configuration in config.go, Start and Stop in lifecycle.go, the wake-ups
+// and idleness in wake.go, its exported errors in errors.go.
 //
 // # Shape of one process
 //

@@ -2,7 +2,7 @@ package dispatch
 
 // A lane is a pacer and its senders (see doc.go): the pacer takes, batches
 // and reserves; each sender sleeps the reserved delay and runs the rest of
-// the send path (sendpath.go).
+// the send path (take.go, reserve.go, send.go, record.go).
 
 import (
 	"context"

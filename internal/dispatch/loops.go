@@ -7,49 +7,28 @@ import (
 	"time"
 
 	"smsgw/internal/queue"
+	"smsgw/internal/tick"
 )
 
-// loop runs once every period until stopped: the shape of every background
-// loop here (heartbeat, recoverer, guard refresh).
+// loop runs once every period, the first one period after Start, until
+// stopped (tick.Loop): the shape of every background loop here
+// (heartbeat, recoverer, guard refresh). Stop waits for a round in
+// progress; Dispatcher.Stop cancels the rounds' context first.
 type loop struct {
-	name   string
-	every  time.Duration
-	once   func(context.Context)
-	cancel context.CancelFunc
-	done   chan struct{}
+	every time.Duration
+	once  func(context.Context)
+	run   tick.Loop
 }
 
-func newLoop(name string, every time.Duration, once func(context.Context)) *loop {
-	return &loop{name: name, every: every, once: once}
+func newLoop(every time.Duration, once func(context.Context)) *loop {
+	return &loop{every: every, once: once}
 }
 
 // Start runs the loop until Stop or until ctx ends.
-func (l *loop) Start(ctx context.Context) {
-	ctx, l.cancel = context.WithCancel(ctx)
-	l.done = make(chan struct{})
-	go func() {
-		defer close(l.done)
-		t := time.NewTicker(l.every)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				l.once(ctx)
-			}
-		}
-	}()
-}
+func (l *loop) Start(ctx context.Context) { l.run.Start(ctx, l.every, tick.Options{}, l.once) }
 
 // Stop ends the loop and waits for a running round to finish.
-func (l *loop) Stop() {
-	if l.cancel == nil {
-		return
-	}
-	l.cancel()
-	<-l.done
-}
+func (l *loop) Stop() { l.run.Stop() }
 
 // heartbeat extends the lease of every message this process holds, so that
 // a send waiting on a slot or a slow provider never loses its lease. A lease
@@ -73,7 +52,7 @@ type heartbeat struct {
 func newHeartbeat(d *Dispatcher) *heartbeat {
 	h := &heartbeat{flights: d.inFlight, extend: d.cfg.Queue.Extend, lease: d.cfg.Lease, log: d.log, m: d.m,
 		noteError: d.noteQueueError, tracked: d.tracked, clock: d.sinceEpoch}
-	h.loop = newLoop("heartbeat", max(d.cfg.Lease/3, time.Millisecond), h.runOnce)
+	h.loop = newLoop(max(d.cfg.Lease/3, time.Millisecond), h.runOnce)
 	return h
 }
 
@@ -122,7 +101,7 @@ type recoverer struct {
 func newRecoverer(d *Dispatcher) *recoverer {
 	r := &recoverer{recover: d.cfg.Queue.Recover, log: d.log, m: d.m, grace: d.cfg.Lease,
 		sinceErr: d.sinceQueueError, noteError: d.noteQueueError}
-	r.loop = newLoop("recoverer", d.cfg.RecoverEvery, r.runOnce)
+	r.loop = newLoop(d.cfg.RecoverEvery, r.runOnce)
 	return r
 }
 

@@ -52,7 +52,7 @@ func TestHeartbeatLoop(t *testing.T) {
 			lease: lease, log: slog.New(slog.DiscardHandler), m: testMetrics(t), noteError: func() {},
 			clock: func() int64 { return int64(time.Since(start)) },
 		}
-		h.loop = newLoop("heartbeat", lease/3, h.runOnce)
+		h.loop = newLoop(lease/3, h.runOnce)
 		h.Start(t.Context())
 		time.Sleep(3*time.Second + time.Millisecond)
 		synctest.Wait()
@@ -101,7 +101,7 @@ func TestRecovererLoop(t *testing.T) {
 			},
 			log: slog.New(slog.DiscardHandler), m: testMetrics(t),
 		}
-		r.loop = newLoop("recoverer", 500*time.Millisecond, r.runOnce)
+		r.loop = newLoop(500*time.Millisecond, r.runOnce)
 		r.Start(t.Context())
 		time.Sleep(2*time.Second + time.Millisecond)
 		synctest.Wait()

@@ -1,8 +1,8 @@
 package dispatch
 
 // What a provider's answer means, decided in one place for both send
-// paths. The queued path (sendpath.go) and the OTP fast path (sendnow.go)
-// classify every answer with classify and apply what it means for every
+// paths. The queued path (take.go to record.go) and the OTP fast path
+// (sendnow.go) classify every answer with classify and apply what it means for every
 // replica with answered; they differ only in the message's fate: the queued
 // path completes, requeues, retries or dead-letters it, the fast path
 // returns a typed error and queues nothing.

@@ -1,6 +1,7 @@
 package dispatch
 
-// The OTP fast path: the steps of sendpath.go without the queue.
+// The OTP fast path: the steps of take.go, reserve.go, send.go and
+// record.go without the queue.
 //
 //	pause check → reserve → sleep delay → pause check → breaker → send → answered → typed error
 //

@@ -36,6 +36,8 @@ const (
 	persistNone      = "none"
 )
 
+// NewPersistenceCheck asks check (the queue's CONFIG/INFO reading) and
+// reports on the smsgw_queue_redis_persistence gauge of reg.
 func NewPersistenceCheck(check func(context.Context) (bool, error), reg prometheus.Registerer, log *slog.Logger) (*PersistenceCheck, error) {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "smsgw_queue_redis_persistence",

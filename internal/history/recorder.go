@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"smsgw/internal/tick"
 )
 
 // Counters are this process's cumulative counts since it started.
@@ -60,8 +62,7 @@ type Recorder struct {
 	last    Counters // already added to the store
 	failing bool
 
-	stop chan struct{}
-	done chan struct{}
+	run tick.Loop
 }
 
 // NewRecorder checks cfg; Start runs the loop.
@@ -129,39 +130,17 @@ func (r *Recorder) due(last time.Time) bool {
 
 // Start runs the loop, at once and then every step, until Stop.
 func (r *Recorder) Start(ctx context.Context) {
-	r.stop, r.done = make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(r.done)
-		t := time.NewTicker(r.cfg.Every)
-		defer t.Stop()
-		var last time.Time
-		for {
-			if r.due(last) {
-				last = time.Now()
-				rctx, cancel := context.WithTimeout(ctx, r.cfg.Every)
-				_ = r.runOnce(rctx) // logged by runOnce
-				cancel()
-			}
-			select {
-			case <-t.C:
-			case <-r.stop:
-				return
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	r.run.Start(ctx, r.cfg.Every, tick.Options{AtStart: true, Bounded: true, Due: r.due}, func(rctx context.Context) {
+		_ = r.runOnce(rctx) // logged by runOnce
+	})
 }
 
 // Stop ends the loop and adds what was counted since its last run, so a
 // replica that stops leaves no hole in the shared history.
 func (r *Recorder) Stop() {
-	if r.stop == nil {
+	if !r.run.Stop() {
 		return
 	}
-	close(r.stop)
-	<-r.done
-	r.stop = nil
 	ctx, cancel := context.WithTimeout(context.Background(), finalFlushBound)
 	defer cancel()
 	_ = r.runOnce(ctx)

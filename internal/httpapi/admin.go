@@ -217,9 +217,9 @@ func (s *Server) adminPause(w http.ResponseWriter, r *http.Request) {
 		s.WriteError(w, r, err)
 		return
 	}
-	var req PauseRequest
+	var req pauseRequest
 	if raw != nil {
-		if err := DecodeStrict(raw, &req, ""); err != nil {
+		if err := decodeStrict(raw, &req, ""); err != nil {
 			s.WriteError(w, r, err)
 			return
 		}
@@ -282,6 +282,7 @@ func callbackOrigin(raw string) string {
 	return u.Scheme + "://" + u.Host
 }
 
+// DeadLettersResponse is the answer of GET /v1/admin/dead-letters.
 type DeadLettersResponse struct {
 	Messages []AdminMessage `json:"messages"`
 }

@@ -21,8 +21,10 @@ type Callbacks struct {
 	D      *webhook.Deliverer
 }
 
+// Start runs the deliverer until Stop or until ctx ends.
 func (c *Callbacks) Start(ctx context.Context) { c.D.Start(ctx) }
 
+// Stop ends the deliverer and waits for it.
 func (c *Callbacks) Stop() { c.D.Stop() }
 
 // adminEvent is a dead callback as the admin API shows it: the event and

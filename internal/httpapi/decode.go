@@ -15,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"smsgw/internal/config"
@@ -27,7 +26,7 @@ import (
 const MaxReferenceLen = 128
 
 // messageRequest is the body of POST /v1/messages and one item of a batch.
-type MessageRequest struct {
+type messageRequest struct {
 	To         string `json:"to"`
 	Body       string `json:"body"`
 	Class      string `json:"class"`
@@ -40,11 +39,7 @@ type MessageRequest struct {
 	CallbackURL string `json:"callback_url,omitempty"`
 }
 
-type BatchRequest struct {
-	Messages []json.RawMessage `json:"messages"`
-}
-
-type OTPRequest struct {
+type otpRequest struct {
 	To          string `json:"to"`
 	Body        string `json:"body"`
 	From        string `json:"from,omitempty"`
@@ -53,7 +48,7 @@ type OTPRequest struct {
 	CallbackURL string `json:"callback_url,omitempty"`
 }
 
-type PauseRequest struct {
+type pauseRequest struct {
 	DurationSeconds *float64 `json:"duration_seconds,omitempty"`
 	Reason          string   `json:"reason,omitempty"`
 }
@@ -99,17 +94,17 @@ func checkJSONContentType(ct string) error {
 // raw bytes first (encoding/json would silently replace invalid bytes and
 // lone surrogates with U+FFFD), unknown fields refused, nothing after the
 // object. Field names in errors carry prefix ("messages[3].").
-func DecodeStrict(raw []byte, dst any, prefix string) error {
-	if err := CheckUTF8(raw, prefix); err != nil {
+func decodeStrict(raw []byte, dst any, prefix string) error {
+	if err := checkUTF8(raw, prefix); err != nil {
 		return err
 	}
 	if fastdecode.DecodeCommon(raw, dst) {
 		return nil
 	}
-	return DecodeChecked(raw, dst, prefix)
+	return decodeChecked(raw, dst, prefix)
 }
 
-func CheckUTF8(raw []byte, prefix string) error {
+func checkUTF8(raw []byte, prefix string) error {
 	if !sms.ValidUTF8JSON(raw) {
 		return fieldError(prefix+invalidUTF8Field(raw), "is not valid UTF-8 (or holds an unpaired surrogate escape)")
 	}
@@ -120,7 +115,7 @@ func CheckUTF8(raw []byte, prefix string) error {
 // own: the member names, the decode, what follows the object. It is the
 // reference decodeCommon must agree with, and the path of every request
 // decodeCommon leaves (an unusual name, any error).
-func DecodeChecked(raw []byte, dst any, prefix string) error {
+func decodeChecked(raw []byte, dst any, prefix string) error {
 	if err := checkMemberNames(raw, dst, prefix); err != nil {
 		return err
 	}
@@ -286,7 +281,7 @@ type validated struct {
 // validateMessage checks a request field by field and reports every
 // problem at once. The class is checked for shape here; whether the
 // producer may use it is the caller's (403, not 400).
-func (s *Server) validateMessage(req *MessageRequest, class sms.Class, prefix string) (validated, []fieldProblem) {
+func (s *Server) validateMessage(req *messageRequest, class sms.Class, prefix string) (validated, []fieldProblem) {
 	var errs []fieldProblem
 	add := func(err error) {
 		var ve *sms.ValidationError
@@ -307,11 +302,7 @@ func (s *Server) validateMessage(req *MessageRequest, class sms.Class, prefix st
 		err = s.checkSegmentCost(class, seg)
 	}
 	add(err)
-	if len(req.Reference) > MaxReferenceLen {
-		errs = append(errs, fieldProblem{prefix + "reference", fmt.Sprintf("has at most %d bytes", MaxReferenceLen)})
-	} else if strings.ContainsFunc(req.Reference, unicode.IsControl) {
-		errs = append(errs, fieldProblem{prefix + "reference", "must not contain control characters"})
-	}
+	add(sms.ValidateReference(req.Reference, MaxReferenceLen))
 	if req.CallbackURL != "" {
 		if err := config.CheckCallbackURL(req.CallbackURL); err != nil {
 			errs = append(errs, fieldProblem{prefix + "callback_url", err.Error()})
@@ -425,11 +416,9 @@ func requestHash(m *sms.Message, ttl time.Duration) string {
 }
 
 func hashBytes(parts ...[]byte) string {
-	h := sha256.New()
+	h := newPartsHash()
 	for _, p := range parts {
-		h.Write([]byte(strconv.Itoa(len(p))))
-		h.Write([]byte{':'})
-		h.Write(p)
+		h.add(p)
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	return h.sum()
 }

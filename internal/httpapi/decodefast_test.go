@@ -36,11 +36,10 @@ var decodeCorpus = []string{
 // decodeTargets are the request types decodeStrict reads.
 func decodeTargets() []func() any {
 	return []func() any{
-		func() any { return &MessageRequest{} },
-		func() any { return &BatchRequest{} },
-		func() any { return &OTPRequest{} },
-		func() any { return &PauseRequest{} },
-		func() any { return &SuppressionRequest{} },
+		func() any { return &messageRequest{} },
+		func() any { return &otpRequest{} },
+		func() any { return &pauseRequest{} },
+		func() any { return &suppressionRequest{} },
 	}
 }
 
@@ -51,7 +50,7 @@ func checkDecodeAgrees(t *testing.T, raw []byte) {
 	for _, mk := range decodeTargets() {
 		for _, prefix := range []string{"", "messages[3]."} {
 			got, want := mk(), mk()
-			gerr := DecodeStrict(raw, got, prefix)
+			gerr := decodeStrict(raw, got, prefix)
 			werr := decodeStrictReference(raw, want, prefix)
 			if !reflect.DeepEqual(gerr, werr) {
 				t.Fatalf("%T %q prefix %q: error %v, want %v", got, raw, prefix, gerr, werr)
@@ -65,10 +64,10 @@ func checkDecodeAgrees(t *testing.T, raw []byte) {
 
 // decodeStrictReference is decodeStrict without decodeCommon.
 func decodeStrictReference(raw []byte, dst any, prefix string) error {
-	if err := CheckUTF8(raw, prefix); err != nil {
+	if err := checkUTF8(raw, prefix); err != nil {
 		return err
 	}
-	return DecodeChecked(raw, dst, prefix)
+	return decodeChecked(raw, dst, prefix)
 }
 
 func TestDecodeCommonAgrees(t *testing.T) {
@@ -77,12 +76,12 @@ func TestDecodeCommonAgrees(t *testing.T) {
 	}
 	// decodeCommon does take the common request (else the agreement
 	// above would be trivial).
-	var req MessageRequest
+	var req messageRequest
 	if !fastdecode.DecodeCommon([]byte(decodeCorpus[3]), &req) || req.CallbackURL != "https://x/y" || *req.TTLSeconds != 60 {
 		t.Fatalf("decodeCommon left the common request: %+v", req)
 	}
 	for _, c := range []string{`{"to":"a","to":"b"}`, `{"TO":"a"}`, `{"zz":1}`, `{"to":1}`, `{"to":"a"} x`, `null`} {
-		if fastdecode.DecodeCommon([]byte(c), &MessageRequest{}) {
+		if fastdecode.DecodeCommon([]byte(c), &messageRequest{}) {
 			t.Errorf("decodeCommon took %s", c)
 		}
 	}

@@ -33,6 +33,7 @@ type drainStats struct {
 	ByClass     map[string]paceStats `json:"by_class"`
 }
 
+// HistoryResponse is the answer of GET /v1/admin/history.
 type HistoryResponse struct {
 	Scope       string              `json:"scope"`
 	StepSeconds float64             `json:"step_seconds"`

@@ -30,6 +30,7 @@ type notifier interface {
 	TakesHere(c sms.Class) bool
 }
 
+// OTPSent is the answer of POST /v1/otp once the provider took the message.
 type OTPSent struct {
 	ID                string     `json:"id"`
 	Status            sms.Status `json:"status"`
@@ -54,12 +55,12 @@ func (s *Server) postOTP(w http.ResponseWriter, r *http.Request) {
 		s.WriteError(w, r, err)
 		return
 	}
-	var req OTPRequest
-	if err := DecodeStrict(raw, &req, ""); err != nil {
+	var req otpRequest
+	if err := decodeStrict(raw, &req, ""); err != nil {
 		s.WriteError(w, r, err)
 		return
 	}
-	mr := MessageRequest{To: req.To, Body: req.Body, From: req.From, Reference: req.Reference, CallbackURL: req.CallbackURL}
+	mr := messageRequest{To: req.To, Body: req.Body, From: req.From, Reference: req.Reference, CallbackURL: req.CallbackURL}
 	mr.From, _ = p.sender(req.From, "") // the default sender when none is named
 	v, errs := s.validateMessage(&mr, sms.ClassOTP, "")
 	errs = append(errs, p.bodyControls(mr.Body, "")...)
@@ -191,6 +192,7 @@ type OTPRecords struct {
 	stopping chan struct{}
 }
 
+// Init readies the table of OTP records still to write.
 func (r *OTPRecords) Init() {
 	r.Slots = make(chan struct{}, maxOTPRecordsInFlight)
 	r.Ctx, r.cancel = context.WithCancel(context.Background())
@@ -214,6 +216,7 @@ func (r *OTPRecords) Start() bool {
 	}
 }
 
+// Done marks one OTP record written or given up.
 func (r *OTPRecords) Done() {
 	<-r.Slots
 	r.wg.Done()
@@ -407,7 +410,7 @@ const maxOTPUnknownTries = 1000
 // (key; empty: none) used when its outcome was unknown, and holds that
 // entry until finish. The request's own lock is already held, so the
 // entry's lock is always free.
-func (s *Server) otpUnknownID(ctx context.Context, p *producer, key, hash string) (otpUnknown, error) {
+func (s *Server) otpUnknownID(ctx context.Context, p *Producer, key, hash string) (otpUnknown, error) {
 	if key == "" {
 		return otpUnknown{}, nil
 	}

@@ -22,11 +22,12 @@ import (
 // number, never the number: an operator adds and removes by number, and
 // lists without learning any.
 
-type SuppressionRequest struct {
+type suppressionRequest struct {
 	To     string `json:"to"`
 	Reason string `json:"reason"`
 }
 
+// SuppressionView is one suppression list entry as the admin API shows it.
 type SuppressionView struct {
 	ID        string    `json:"id"`
 	To        string    `json:"to"` // masked
@@ -35,6 +36,7 @@ type SuppressionView struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
+// SuppressionList is the answer of GET /v1/admin/suppressions.
 type SuppressionList struct {
 	Suppressions []SuppressionView `json:"suppressions"`
 	Total        int               `json:"total"`
@@ -77,8 +79,8 @@ func (s *Server) adminAddSuppression(w http.ResponseWriter, r *http.Request) {
 		s.WriteError(w, r, err)
 		return
 	}
-	var req SuppressionRequest
-	if err := DecodeStrict(raw, &req, ""); err != nil {
+	var req suppressionRequest
+	if err := decodeStrict(raw, &req, ""); err != nil {
 		s.WriteError(w, r, err)
 		return
 	}

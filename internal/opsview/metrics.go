@@ -37,6 +37,8 @@ type APIMetrics struct {
 // otp outcomes, the label of smsgw_api_otp_duration_seconds.
 var otpOutcomes = []string{"sent", "no_slot", "unknown", "unavailable", "rejected", "error"}
 
+// NewAPIMetrics registers the API's metrics on reg, with a rejection series
+// at zero for each of kinds.
 func NewAPIMetrics(reg prometheus.Registerer, kinds []string) (*APIMetrics, error) {
 	m := &APIMetrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -107,11 +109,13 @@ func NewAPIMetrics(reg prometheus.Registerer, kinds []string) (*APIMetrics, erro
 	return m, nil
 }
 
+// Observe counts one answered request and its latency.
 func (m *APIMetrics) Observe(route, method string, status int, d time.Duration) {
 	m.requests.WithLabelValues(route, MethodLabel(method), statusLabel(status)).Inc()
 	m.duration.WithLabelValues(route).Observe(d.Seconds())
 }
 
+// OTP records one POST /v1/otp outcome and its duration.
 func (m *APIMetrics) OTP(err error, d time.Duration) {
 	outcome := "sent"
 	var noSlot dispatch.NoSlotError
@@ -131,14 +135,14 @@ func (m *APIMetrics) OTP(err error, d time.Duration) {
 	m.otpDuration.WithLabelValues(outcome).Observe(d.Seconds())
 }
 
-// otpSteps observes the steps of one OTP that reached the send path.
+// OTPSteps observes the steps of one OTP that reached the send path.
 func (m *APIMetrics) OTPSteps(s *dispatch.Steps) {
 	for st := range dispatch.NumSteps {
 		m.otpStep.WithLabelValues(st.String()).Observe(s.Duration(st).Seconds())
 	}
 }
 
-// methodLabel is method as a label or a log field: the standard methods
+// MethodLabel is method as a label or a log field: the standard methods
 // (RFC 9110 section 9 and PATCH) as they are, anything else "other". A
 // client chooses the method, so a label taken from it as it is would let
 // anyone add a series (and its memory) with every request.
@@ -160,7 +164,7 @@ func statusLabel(status int) string {
 	return strconv.Itoa(status)
 }
 
-// methodNamed names method in an answer's detail: itself when it is
+// MethodNamed names method in an answer's detail: itself when it is
 // standard, else "this method" (the client's own text is not echoed back,
 // whatever its length).
 func MethodNamed(method string) string {

@@ -8,6 +8,7 @@ import (
 	"smsgw/internal/admission"
 )
 
+// ClassStats is one class in the stats answer.
 type ClassStats struct {
 	Ready            int64   `json:"ready"`
 	Scheduled        int64   `json:"scheduled"`
@@ -24,11 +25,13 @@ type ClassStats struct {
 	DeliveryRatio *float64 `json:"delivery_ratio,omitempty"`
 }
 
+// CountersInfo says whose counters the totals are and since when.
 type CountersInfo struct {
 	Scope string    `json:"scope"` // shared | process
 	Since time.Time `json:"since"`
 }
 
+// ProviderStats is the provider part of the stats answer.
 type ProviderStats struct {
 	Name string `json:"name"`
 	// SentPerSecond and ThrottledTotal come from the counters: nil (absent)
@@ -45,6 +48,7 @@ type ProviderStats struct {
 	GuardActive       bool     `json:"guard_active"`
 }
 
+// OTPStats is the OTP part of the stats answer.
 type OTPStats struct {
 	LatencyP50MS   *float64 `json:"latency_p50_ms,omitempty"`
 	LatencyP99MS   *float64 `json:"latency_p99_ms,omitempty"`
@@ -57,6 +61,7 @@ type OTPStats struct {
 	ReplicaUnavailableTotal int64 `json:"replica_unavailable_total"`
 }
 
+// ReplicaStats describes the answering replica.
 type ReplicaStats struct {
 	Owner         string    `json:"owner"`
 	StartedAt     time.Time `json:"started_at"`
@@ -65,6 +70,7 @@ type ReplicaStats struct {
 	LimiterMode   string    `json:"limiter_mode"`
 }
 
+// LimiterKey is one limiter key and how far ahead it is.
 type LimiterKey struct {
 	Name          string  `json:"name"`
 	AheadMS       int64   `json:"ahead_ms"`
@@ -72,6 +78,7 @@ type LimiterKey struct {
 	Burst         int     `json:"burst"`
 }
 
+// LimiterStats is the limiter part of the stats answer.
 type LimiterStats struct {
 	Mode             string       `json:"mode"`
 	PauseRemainingMS int64        `json:"pause_remaining_ms"`
@@ -99,11 +106,13 @@ type StatsResponse struct {
 	Protection *ProtectionStats `json:"protection,omitempty"`
 }
 
+// ProtectionStats is the protection part of the stats answer.
 type ProtectionStats struct {
 	Refused      map[string]int64 `json:"refused"` // by reason, every reason present
 	Suppressions int              `json:"suppressions"`
 }
 
+// CallbackStats is the status-callback outbox in the stats answer.
 type CallbackStats struct {
 	Backlog          int64   `json:"backlog"`
 	Dead             int64   `json:"dead"`

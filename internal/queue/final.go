@@ -34,7 +34,7 @@ import (
 // Version 3 (written now): ten fields, then six that are mostly empty, the
 // empty ones at the end left out:
 //
-//	1 "3", the status (one letter, finalStatus), the class digit, then "u"
+//	1 "3", the status (one letter, finalCode), the class digit, then "u"
 //	for UCS-2 and "w" for callbacks  2 attempts ("" 1)  3 segments ("" 1)
 //	4 producer  5 reference  6 provider id  7 masked number, each run of
 //	k "*" written "*" and k in base 36  8 expiry (after created)  9 last
@@ -91,20 +91,17 @@ func classDigit(c sms.Class) string {
 
 var digitClass = map[string]sms.Class{"0": sms.ClassOTP, "1": sms.ClassTransactional, "2": sms.ClassMarketing}
 
-// finalStatus are the one-letter codes of the final statuses (versions 1
-// and 2 wrote all but sent, failed and expired out; no word is one
+// finalCode is the record code (statusCodes) of final status st (versions
+// 1 and 2 wrote all but sent, failed and expired out; no word is one
 // letter, so one table reads every version).
-var finalStatus = map[sms.Status]string{
-	sms.StatusSent: "s", sms.StatusFailed: "f", sms.StatusExpired: "x",
-	sms.StatusDelivered: "v", sms.StatusUndelivered: "u", sms.StatusCanceled: "c",
-	sms.StatusSuppressed: "p",
+func finalCode(st sms.Status) (string, bool) {
+	code, ok := statusCodes[st]
+	return code, ok && st.Terminal()
 }
 
 func fieldStatus(f string) sms.Status {
-	for st, c := range finalStatus {
-		if c == f {
-			return st
-		}
+	if st, ok := codeStatuses[f]; ok && st.Terminal() {
+		return st
 	}
 	return sms.Status(f)
 }
@@ -135,7 +132,7 @@ func FinalPrefix(m *sms.Message) (head, tail string, err error) {
 	if !m.Status.Terminal() {
 		return "", "", fmt.Errorf("final record of %s: status %q is not final", m.ID, m.Status)
 	}
-	status, ok := finalStatus[m.Status]
+	status, ok := finalCode(m.Status)
 	if !ok {
 		return "", "", fmt.Errorf("final record of %s: no code for status %q", m.ID, m.Status)
 	}
@@ -276,7 +273,7 @@ func finalV3(id, s string) ([]string, error) {
 		return nil, fmt.Errorf("final record of %s: %d fields, version %q", id, len(f), f[0][:min(1, len(f[0]))])
 	}
 	status := f[1]
-	if c, ok := finalStatus[sms.Status(status)]; ok {
+	if c, ok := finalCode(sms.Status(status)); ok {
 		status = c // a word of version 1 or 2
 	}
 	if len(status) != 1 {

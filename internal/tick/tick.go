@@ -6,14 +6,13 @@ import (
 	"time"
 )
 
-// Ticker runs a loop's runOnce every period, each run bounded by the
-// period, from start until halt or until ctx ends. With quiet set, a
-// period in which the replica is idle runs only once quietEvery has passed
-// since the last run: loops that read shared state a sender needs slow
-// down while nothing is sent, so that an idle fleet costs Redis little.
+// Ticker runs a loop's runOnce at Start and then every period, each run
+// bounded by the period, until Halt or until ctx ends (a Loop). With Quiet
+// set, a period in which the replica is idle runs only once QuietEvery has
+// passed since the last run: loops that read shared state a sender needs
+// slow down while nothing is sent, so that an idle fleet costs Redis little.
 type Ticker struct {
-	stop       chan struct{}
-	done       chan struct{}
+	run        Loop
 	Quiet      *QuietGate
 	QuietEvery time.Duration
 }
@@ -24,8 +23,11 @@ type QuietGate struct {
 	f atomic.Pointer[func() bool]
 }
 
+// Set gives the gate the replica's idleness test.
 func (g *QuietGate) Set(f func() bool) { g.f.Store(&f) }
 
+// Idle reports whether the replica is idle; false on a nil gate or before
+// Set.
 func (g *QuietGate) Idle() bool {
 	if g == nil {
 		return false
@@ -34,38 +36,16 @@ func (g *QuietGate) Idle() bool {
 	return f != nil && (*f)()
 }
 
+// Start runs runOnce at once and then every period, until Halt or until
+// ctx ends.
 func (t *Ticker) Start(ctx context.Context, every time.Duration, runOnce func(context.Context) error) {
-	t.stop, t.done = make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(t.done)
-		tick := time.NewTicker(every)
-		defer tick.Stop()
-		var last time.Time
-		for {
-			if last.IsZero() || time.Since(last) >= t.QuietEvery || !t.Quiet.Idle() {
-				last = time.Now()
-				rctx, cancel := context.WithTimeout(ctx, every)
-				_ = runOnce(rctx) // each runOnce logs its own failures
-				cancel()
-			}
-			select {
-			case <-tick.C:
-			case <-t.stop:
-				return
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	due := func(last time.Time) bool {
+		return last.IsZero() || time.Since(last) >= t.QuietEvery || !t.Quiet.Idle()
+	}
+	t.run.Start(ctx, every, Options{AtStart: true, Bounded: true, Due: due}, func(rctx context.Context) {
+		_ = runOnce(rctx) // each runOnce logs its own failures
+	})
 }
 
 // Halt stops the loop and waits for it; false when it was not running.
-func (t *Ticker) Halt() bool {
-	if t.stop == nil {
-		return false
-	}
-	close(t.stop)
-	<-t.done
-	t.stop = nil
-	return true
-}
+func (t *Ticker) Halt() bool { return t.run.Stop() }

@@ -1,3 +1,6 @@
+// Package fastdecode decodes the common request shapes without
+// reflection on every member; anything unusual is left to the strict
+// decoder.
 package fastdecode
 
 import (
@@ -7,7 +10,7 @@ import (
 	"sync"
 )
 
-// decodeCommon decodes the common request in one read and reports whether
+// DecodeCommon decodes the common request in one read and reports whether
 // it did: a JSON object whose member names are each one of dst's fields,
 // written exactly (no escape, no other case) and at most once, into a
 // struct of scalar fields (requestShape.flat). json.Unmarshal then reads

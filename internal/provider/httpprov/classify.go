@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -13,6 +14,7 @@ import (
 	"unicode"
 
 	"smsgw/internal/provider"
+	"smsgw/internal/sms"
 )
 
 // The helpers in this file are shared by every HTTP-based adapter (this
@@ -169,4 +171,27 @@ func WithTimeout(ctx context.Context, d time.Duration) (context.Context, context
 		d = defaultTimeout
 	}
 	return context.WithTimeout(ctx, d)
+}
+
+// FormPost is a POST of form to endpoint that asks for JSON: how the vendor
+// adapters call their SMS APIs.
+func FormPost(ctx context.Context, endpoint string, form url.Values) (*http.Request, error) {
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, strings.NewReader(form.Encode()))
+	if err != nil {
+		return nil, err
+	}
+	hreq.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	hreq.Header.Set("Accept", "application/json")
+	return hreq, nil
+}
+
+// LogSendFailure logs a vendor adapter's failed send of req at DEBUG: the
+// line gets the error's text scrubbed of the message's body, which a
+// vendor may quote (docs/design.md section 6); the caller scrubs what it
+// keeps itself.
+func LogSendFailure(log *slog.Logger, vendor string, req *provider.Request, err error) {
+	if pe := provider.AsError(provider.Scrubbed(err, req.Body)); pe != nil {
+		log.Debug("provider send failed", "provider", vendor, "id", req.ID, "to", sms.MaskPhone(req.To),
+			"reason", pe.Reason, "status", pe.Status, "error", pe.Message)
+	}
 }

@@ -41,7 +41,6 @@ import (
 
 	"smsgw/internal/provider"
 	"smsgw/internal/provider/httpprov"
-	"smsgw/internal/sms"
 )
 
 // defaultBaseURL is Twilio's API host.
@@ -212,12 +211,10 @@ func (p *Provider) Send(ctx context.Context, req *provider.Request) (provider.Re
 	}
 	ctx, cancel := httpprov.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, p.endpoint, strings.NewReader(form.Encode()))
+	hreq, err := httpprov.FormPost(ctx, p.endpoint, form)
 	if err != nil {
 		return provider.Result{}, fmt.Errorf("twilio: build request: %w", err)
 	}
-	hreq.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	hreq.Header.Set("Accept", "application/json")
 	user := p.cfg.AccountSID
 	if p.cfg.APIKeySID != "" {
 		user = p.cfg.APIKeySID
@@ -225,13 +222,8 @@ func (p *Provider) Send(ctx context.Context, req *provider.Request) (provider.Re
 	hreq.SetBasicAuth(user, p.cfg.AuthToken)
 
 	res, err := p.send(ctx, hreq, req.From != "")
-	// Twilio quotes the number it refused (21211) and may quote the text:
-	// the log line gets the scrubbed text (docs/design.md section 6); the
-	// caller scrubs what it keeps itself.
-	if pe := provider.AsError(provider.Scrubbed(err, req.Body)); pe != nil {
-		p.log.Debug("provider send failed", "provider", "twilio", "id", req.ID, "to", sms.MaskPhone(req.To),
-			"reason", pe.Reason, "status", pe.Status, "error", pe.Message)
-	}
+	// Twilio quotes the number it refused (21211) and may quote the text.
+	httpprov.LogSendFailure(p.log, "twilio", req, err)
 	return res, err
 }
 

@@ -9,9 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -227,28 +225,20 @@ func TestDefaultTimeout(t *testing.T) {
 // New refuses exactly the same settings, naming them under "twilio".
 func TestSettingsOneRule(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		s    twilio.Settings
-		want []string
-	}{
-		{twilio.Settings{}, []string{"account_sid", "auth_token", "from"}},
-		{twilio.Settings{AccountSID: accountSID, From: "+15005550006"}, []string{"auth_token"}},
-		{twilio.Settings{AuthToken: authToken, MessagingServiceSID: "MG1"}, []string{"account_sid"}},
-		{twilio.Settings{AccountSID: accountSID, AuthToken: authToken}, []string{"from"}},
-		{twilio.Settings{AccountSID: accountSID, AuthToken: authToken, MessagingServiceSID: "MG1"}, nil},
-		{twilio.Settings{AccountSID: accountSID, AuthToken: authToken, From: "ACME"}, nil},
-	} {
-		if got := settingKeys(tc.s.Validate("provider.twilio")); !slices.Equal(got, prefixed("provider.twilio", tc.want)) {
-			t.Errorf("Validate(%+v) named %v, want %v", tc.s, got, tc.want)
-		}
-		p, err := twilio.New(twilio.Config{Settings: tc.s, BaseURL: "http://127.0.0.1:1"})
-		if got := settingKeys(err); !slices.Equal(got, prefixed("twilio", tc.want)) {
-			t.Errorf("New(%+v) named %v, want %v", tc.s, got, tc.want)
-		}
+	providertest.SettingsOneRule(t, "twilio", []providertest.SettingsCase[twilio.Settings]{
+		{Settings: twilio.Settings{}, Missing: []string{"account_sid", "auth_token", "from"}},
+		{Settings: twilio.Settings{AccountSID: accountSID, From: "+15005550006"}, Missing: []string{"auth_token"}},
+		{Settings: twilio.Settings{AuthToken: authToken, MessagingServiceSID: "MG1"}, Missing: []string{"account_sid"}},
+		{Settings: twilio.Settings{AccountSID: accountSID, AuthToken: authToken}, Missing: []string{"from"}},
+		{Settings: twilio.Settings{AccountSID: accountSID, AuthToken: authToken, MessagingServiceSID: "MG1"}, Missing: nil},
+		{Settings: twilio.Settings{AccountSID: accountSID, AuthToken: authToken, From: "ACME"}, Missing: nil},
+	}, twilio.Settings.Validate, func(s twilio.Settings) error {
+		p, err := twilio.New(twilio.Config{Settings: s, BaseURL: "http://127.0.0.1:1"})
 		if p != nil {
 			p.CloseIdleConnections()
 		}
-	}
+		return err
+	})
 }
 
 func TestNewRejectsBadURLs(t *testing.T) {
@@ -270,26 +260,4 @@ func TestNewRejectsBadURLs(t *testing.T) {
 				tc.cfg.BaseURL, tc.cfg.StatusCallback, tc.cfg.Timeout, err, tc.want)
 		}
 	}
-}
-
-// settingKeys lists the keys a (joined) settings error names, one line per
-// problem, in order.
-func settingKeys(err error) []string {
-	if err == nil {
-		return nil
-	}
-	var keys []string
-	for _, line := range strings.Split(err.Error(), "\n") {
-		k, _, _ := strings.Cut(line, ": ")
-		keys = append(keys, k)
-	}
-	return keys
-}
-
-func prefixed(prefix string, names []string) []string {
-	var out []string
-	for _, n := range names {
-		out = append(out, prefix+"."+n)
-	}
-	return out
 }

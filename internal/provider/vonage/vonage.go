@@ -202,18 +202,13 @@ func (p *Provider) Send(ctx context.Context, req *provider.Request) (provider.Re
 	}
 	ctx, cancel := httpprov.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, p.endpoint, strings.NewReader(form.Encode()))
+	hreq, err := httpprov.FormPost(ctx, p.endpoint, form)
 	if err != nil {
 		return provider.Result{}, fmt.Errorf("vonage: build request: %w", err)
 	}
-	hreq.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	hreq.Header.Set("Accept", "application/json")
 
 	res, err := p.send(ctx, hreq, req.From != "")
-	if pe := provider.AsError(provider.Scrubbed(err, req.Body)); pe != nil {
-		p.log.Debug("provider send failed", "provider", "vonage", "id", req.ID, "to", sms.MaskPhone(req.To),
-			"reason", pe.Reason, "status", pe.Status, "error", pe.Message)
-	}
+	httpprov.LogSendFailure(p.log, "vonage", req, err)
 	return res, err
 }
 

@@ -197,27 +197,19 @@ func TestUnicodeAndMultipart(t *testing.T) {
 // New refuses exactly the same settings, naming them under "vonage".
 func TestSettingsOneRule(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		s    vonage.Settings
-		want []string
-	}{
-		{vonage.Settings{}, []string{"api_key", "api_secret", "from"}},
-		{vonage.Settings{APIKey: apiKey, From: "ACME"}, []string{"api_secret"}},
-		{vonage.Settings{APISecret: apiSecret, From: "ACME"}, []string{"api_key"}},
-		{vonage.Settings{APIKey: apiKey, APISecret: apiSecret}, []string{"from"}},
-		{vonage.Settings{APIKey: apiKey, APISecret: apiSecret, From: "ACME"}, nil},
-	} {
-		if got := settingKeys(tc.s.Validate("provider.vonage")); !slices.Equal(got, prefixed("provider.vonage", tc.want)) {
-			t.Errorf("Validate(%+v) named %v, want %v", tc.s, got, tc.want)
-		}
-		p, err := vonage.New(vonage.Config{Settings: tc.s, BaseURL: "http://127.0.0.1:1"})
-		if got := settingKeys(err); !slices.Equal(got, prefixed("vonage", tc.want)) {
-			t.Errorf("New(%+v) named %v, want %v", tc.s, got, tc.want)
-		}
+	providertest.SettingsOneRule(t, "vonage", []providertest.SettingsCase[vonage.Settings]{
+		{Settings: vonage.Settings{}, Missing: []string{"api_key", "api_secret", "from"}},
+		{Settings: vonage.Settings{APIKey: apiKey, From: "ACME"}, Missing: []string{"api_secret"}},
+		{Settings: vonage.Settings{APISecret: apiSecret, From: "ACME"}, Missing: []string{"api_key"}},
+		{Settings: vonage.Settings{APIKey: apiKey, APISecret: apiSecret}, Missing: []string{"from"}},
+		{Settings: vonage.Settings{APIKey: apiKey, APISecret: apiSecret, From: "ACME"}, Missing: nil},
+	}, vonage.Settings.Validate, func(s vonage.Settings) error {
+		p, err := vonage.New(vonage.Config{Settings: s, BaseURL: "http://127.0.0.1:1"})
 		if p != nil {
 			p.CloseIdleConnections()
 		}
-	}
+		return err
+	})
 }
 
 func TestNewRejectsBadConnection(t *testing.T) {
@@ -236,28 +228,6 @@ func TestNewRejectsBadConnection(t *testing.T) {
 			t.Errorf("New(base %q, timeout %v) = %v, want an error naming %s", tc.cfg.BaseURL, tc.cfg.Timeout, err, tc.want)
 		}
 	}
-}
-
-// settingKeys lists the keys a (joined) settings error names, one line per
-// problem, in order.
-func settingKeys(err error) []string {
-	if err == nil {
-		return nil
-	}
-	var keys []string
-	for _, line := range strings.Split(err.Error(), "\n") {
-		k, _, _ := strings.Cut(line, ": ")
-		keys = append(keys, k)
-	}
-	return keys
-}
-
-func prefixed(prefix string, names []string) []string {
-	var out []string
-	for _, n := range names {
-		out = append(out, prefix+"."+n)
-	}
-	return out
 }
 
 // answering is a fake SMS API that answers every send with body and keeps

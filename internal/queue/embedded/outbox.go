@@ -23,7 +23,7 @@ type eventRecord struct {
 	CallbackURL string `json:"u,omitempty"`
 	Status      string `json:"s"` // status word
 	Reference   string `json:"r,omitempty"`
-	Class       uint8  `json:"c"` // class code (classCodes)
+	Class       uint8  `json:"c"` // class code (queue.ClassCode)
 	Segments    int    `json:"g,omitempty"`
 	ProviderID  string `json:"pm,omitempty"`
 	ErrorCode   string `json:"ec,omitempty"`
@@ -51,12 +51,7 @@ func addEvent(tx *bolt.Tx, m *sms.Message, status sms.Status, code string, now i
 	if err != nil {
 		return err
 	}
-	class := uint8(0)
-	for code, c := range classCodes {
-		if c == m.Class {
-			class = uint8(code)
-		}
-	}
+	class, _ := queue.ClassCode(m.Class) // 0 for a class without a code
 	id := "evt_" + m.ID[min(4, len(m.ID)):] + "_" + strconv.FormatUint(seq, 10)
 	r := eventRecord{
 		Message: m.ID, Producer: m.Producer, CallbackURL: m.CallbackURL, Status: string(status),
@@ -114,15 +109,15 @@ func getEvent(tx *bolt.Tx, id string) (*eventRecord, error) {
 }
 
 func (r *eventRecord) event(id string) *queue.Event {
-	class := sms.ClassOTP
-	if int(r.Class) < len(classCodes) {
-		class = classCodes[r.Class]
+	class, ok := queue.CodeClass(r.Class)
+	if !ok {
+		class = sms.ClassOTP
 	}
 	return &queue.Event{
 		ID: id, MessageID: r.Message, Producer: r.Producer, CallbackURL: r.CallbackURL,
 		Status: sms.Status(r.Status), Reference: r.Reference, Class: class, Segments: r.Segments,
-		ProviderID: r.ProviderID, ErrorCode: r.ErrorCode, ErrorReason: r.ErrorReason, At: fromMs(r.At),
-		Attempts: r.Attempts, LastError: r.LastError, Dead: r.Dead, DeadAt: fromMs(r.DeadAt),
+		ProviderID: r.ProviderID, ErrorCode: r.ErrorCode, ErrorReason: r.ErrorReason, At: queue.FromMs(r.At),
+		Attempts: r.Attempts, LastError: r.LastError, Dead: r.Dead, DeadAt: queue.FromMs(r.DeadAt),
 	}
 }
 
@@ -380,7 +375,7 @@ func (q *Queue) OutboxStats(ctx context.Context) (queue.OutboxStats, error) {
 		s.Backlog = getCount(tx.Bucket(bCounts), countBacklog)
 		s.Dead = getCount(tx.Bucket(bCounts), countDeadEvents)
 		if k, _ := tx.Bucket(bCbAge).Cursor().First(); k != nil {
-			s.OldestAge = max(q.now().Sub(fromMs(timeKeyAt(k))), 0)
+			s.OldestAge = max(q.now().Sub(queue.FromMs(timeKeyAt(k))), 0)
 		}
 		return nil
 	})

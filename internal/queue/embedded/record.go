@@ -3,7 +3,6 @@ package embedded
 import (
 	"encoding/json"
 	"fmt"
-	"time"
 
 	"smsgw/internal/queue"
 	"smsgw/internal/sms"
@@ -36,7 +35,7 @@ type entry struct {
 // legacy record (see legacyRecord).
 type record struct {
 	Producer  string `json:"p"`            // producer name; the out bucket counts by it
-	Class     uint8  `json:"c"`            // class code: 0 otp, 1 transactional, 2 marketing (classCodes)
+	Class     uint8  `json:"c"`            // class code: 0 otp, 1 transactional, 2 marketing (queue.ClassCode)
 	To        string `json:"to,omitempty"` // recipient, E.164
 	NumberID  string `json:"ni,omitempty"` // the number's suppression-list id (sms.Message.NumberID); a take checks the list with it
 	From      string `json:"fr,omitempty"` // sender id
@@ -75,100 +74,48 @@ type record struct {
 	ParkedCode string `json:"re,omitempty"` // entry.ParkedCode
 }
 
-// classCodes is the record's class numbering, fixed here rather than taken
-// from sms.Class's order.
-var classCodes = [...]sms.Class{0: sms.ClassOTP, 1: sms.ClassTransactional, 2: sms.ClassMarketing}
-
-// statusCodes are the record's status codes.
-var statusCodes = map[sms.Status]string{
-	sms.StatusQueued:      "q",
-	sms.StatusSending:     "l",
-	sms.StatusSent:        "s",
-	sms.StatusFailed:      "f",
-	sms.StatusExpired:     "x",
-	sms.StatusDelivered:   "v",
-	sms.StatusUndelivered: "u",
-	sms.StatusCanceled:    "c",
-	sms.StatusSuppressed:  "p",
-}
-
-// unixMs is t in Unix ms, truncated; 0 for the zero time.
-func unixMs(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixMilli()
-}
-
-// unixMsUp is t in Unix ms rounded up, so that a not-before read back is
-// never earlier than the one given.
-func unixMsUp(t time.Time) int64 {
-	m := unixMs(t)
-	if m != 0 && time.UnixMilli(m).Before(t) {
-		m++
-	}
-	return m
-}
-
-func fromMs(m int64) time.Time {
-	if m == 0 {
-		return time.Time{}
-	}
-	return time.UnixMilli(m).UTC()
-}
-
 // toRecord is e as stored.
 func toRecord(e *entry) (record, error) {
 	m := &e.Msg
-	class := -1
-	for code, c := range classCodes {
-		if c == m.Class {
-			class = code
-		}
+	class, err := queue.ClassCode(m.Class)
+	if err != nil {
+		return record{}, fmt.Errorf("message %s: %w", m.ID, err)
 	}
-	if class < 0 {
-		return record{}, fmt.Errorf("message %s: class %d has no record code", m.ID, uint8(m.Class))
+	status, err := queue.StatusCode(m.Status)
+	if err != nil {
+		return record{}, fmt.Errorf("message %s: %w", m.ID, err)
 	}
-	status, ok := statusCodes[m.Status]
-	if !ok {
-		return record{}, fmt.Errorf("message %s: status %q has no record code", m.ID, m.Status)
-	}
+	parked, _ := queue.StatusCode(e.Parked) // "" for none
 	return record{
-		Producer: m.Producer, Class: uint8(class), To: m.To, NumberID: m.NumberID, From: m.From, Body: m.Body,
+		Producer: m.Producer, Class: class, To: m.To, NumberID: m.NumberID, From: m.From, Body: m.Body,
 		Reference: m.Reference, Segments: m.Segments, CallbackURL: m.CallbackURL, Callbacks: m.Callbacks,
 		IdempotencyKey: m.IdempotencyKey, RequestHash: m.RequestHash,
-		Created: unixMs(m.CreatedAt), SendAt: unixMs(m.SendAt), NotBefore: unixMsUp(m.NotBefore), Expires: unixMs(m.ExpiresAt),
-		Updated: unixMs(m.UpdatedAt), Sent: unixMs(m.SentAt),
+		Created: queue.UnixMs(m.CreatedAt), SendAt: queue.UnixMs(m.SendAt), NotBefore: queue.UnixMsUp(m.NotBefore), Expires: queue.UnixMs(m.ExpiresAt),
+		Updated: queue.UnixMs(m.UpdatedAt), Sent: queue.UnixMs(m.SentAt),
 		Status: status, Attempts: m.Attempts, Crashes: m.Crashes, LastError: m.LastError, ProviderID: m.ProviderID, Dead: m.Dead,
 		Seq: e.Seq, Due: e.Due, Token: e.Token, Lease: e.Lease, Owner: e.Owner, At: e.At,
-		Parked: statusCodes[e.Parked], ParkedCode: e.ParkedCode,
+		Parked: parked, ParkedCode: e.ParkedCode,
 	}, nil
 }
 
 // entry is the record of message id as the form operations work on.
 func (r *record) entry(id string) (*entry, error) {
-	if int(r.Class) >= len(classCodes) {
+	class, ok := queue.CodeClass(r.Class)
+	if !ok {
 		return nil, fmt.Errorf("unknown class code %d", r.Class)
 	}
-	var status, parked sms.Status
-	for s, code := range statusCodes {
-		if code == r.Status {
-			status = s
-		}
-		if code == r.Parked {
-			parked = s
-		}
-	}
-	if status == "" {
+	status, ok := queue.CodeStatus(r.Status)
+	if !ok {
 		return nil, fmt.Errorf("unknown status code %q", r.Status)
 	}
+	parked, _ := queue.CodeStatus(r.Parked)
 	return &entry{
 		Msg: sms.Message{
-			ID: id, Producer: r.Producer, Class: classCodes[r.Class], To: r.To, NumberID: r.NumberID, From: r.From, Body: r.Body,
+			ID: id, Producer: r.Producer, Class: class, To: r.To, NumberID: r.NumberID, From: r.From, Body: r.Body,
 			Reference: r.Reference, Segments: r.Segments, CallbackURL: r.CallbackURL, Callbacks: r.Callbacks,
 			IdempotencyKey: r.IdempotencyKey, RequestHash: r.RequestHash,
-			CreatedAt: fromMs(r.Created), SendAt: fromMs(r.SendAt), NotBefore: fromMs(r.NotBefore), ExpiresAt: fromMs(r.Expires),
-			UpdatedAt: fromMs(r.Updated), SentAt: fromMs(r.Sent),
+			CreatedAt: queue.FromMs(r.Created), SendAt: queue.FromMs(r.SendAt), NotBefore: queue.FromMs(r.NotBefore), ExpiresAt: queue.FromMs(r.Expires),
+			UpdatedAt: queue.FromMs(r.Updated), SentAt: queue.FromMs(r.Sent),
 			Status: status, Attempts: r.Attempts, Crashes: r.Crashes, LastError: r.LastError, ProviderID: r.ProviderID, Dead: r.Dead,
 		},
 		Seq: r.Seq, Due: r.Due, Token: r.Token, Lease: r.Lease, Owner: r.Owner, At: r.At,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -924,21 +925,7 @@ func testContextCancelled(t *testing.T, h Harness) {
 	l := mustTake(t, q, opts())
 	ctx := canceled()
 	start := time.Now()
-	calls := map[string]error{}
-	_, calls["Enqueue"] = q.Enqueue(ctx, newMsg("p", sms.ClassOTP))
-	_, calls["EnqueueMany"] = q.EnqueueMany(ctx, []*sms.Message{newMsg("p", sms.ClassOTP)})
-	_, _, calls["Take"] = q.Take(ctx, opts())
-	calls["Extend"] = q.Extend(ctx, l, time.Hour)
-	calls["Complete"] = q.Complete(ctx, l, queue.Outcome{Status: sms.StatusSent, Attempts: 1})
-	calls["Requeue"] = q.Requeue(ctx, l, queue.RequeueOptions{})
-	calls["Dead"] = q.Dead(ctx, l, "x", 1)
-	_, calls["Recover"] = q.Recover(ctx)
-	_, calls["DeadLetters"] = q.DeadLetters(ctx, 10)
-	calls["RetryDead"] = q.RetryDead(ctx, m.ID)
-	_, calls["Get"] = q.Get(ctx, m.ID)
-	_, calls["Stats"] = q.Stats(ctx)
-	_, calls["Outstanding"] = q.Outstanding(ctx, "p")
-	_, calls["ScheduledWithin"] = q.ScheduledWithin(ctx, []time.Duration{time.Hour})
+	calls := everyMethod(ctx, t, q, m, l)
 	if d := time.Since(start); d > patience/4 {
 		t.Errorf("cancelled calls took %v", d)
 	}
@@ -953,6 +940,38 @@ func testContextCancelled(t *testing.T, h Harness) {
 	}
 }
 
+// everyMethod calls every method of q but Close with ctx, on m, which q
+// holds, and l, its lease, and returns each call's error by the method's
+// name. It fails the test when queue.Queue has a method it does not call.
+func everyMethod(ctx context.Context, t *testing.T, q queue.Queue, m *sms.Message, l *queue.Leased) map[string]error {
+	t.Helper()
+	calls := map[string]error{}
+	_, calls["Enqueue"] = q.Enqueue(ctx, newMsg("p", sms.ClassOTP))
+	_, calls["EnqueueMany"] = q.EnqueueMany(ctx, []*sms.Message{newMsg("p", sms.ClassOTP)})
+	_, _, calls["Take"] = q.Take(ctx, opts())
+	_, calls["TakeMore"] = q.TakeMore(ctx, opts(), 2, 2)
+	calls["Extend"] = q.Extend(ctx, l, time.Hour)
+	calls["Complete"] = q.Complete(ctx, l, queue.Outcome{Status: sms.StatusSent, Attempts: 1})
+	calls["Requeue"] = q.Requeue(ctx, l, queue.RequeueOptions{})
+	calls["Dead"] = q.Dead(ctx, l, "x", 1)
+	_, calls["ApplyReceipt"] = q.ApplyReceipt(ctx, queue.Receipt{Reference: m.ID, Status: sms.StatusDelivered})
+	sent := *m
+	sent.Status, sent.Attempts, sent.SentAt, sent.UpdatedAt = sms.StatusSent, 1, time.Now(), time.Now()
+	_, calls["RecordSent"] = q.RecordSent(ctx, &sent)
+	_, calls["Cancel"] = q.Cancel(ctx, m.ID, "p")
+	_, calls["Recover"] = q.Recover(ctx)
+	_, calls["DeadLetters"] = q.DeadLetters(ctx, 10)
+	calls["RetryDead"] = q.RetryDead(ctx, m.ID)
+	_, calls["Get"] = q.Get(ctx, m.ID)
+	_, calls["Stats"] = q.Stats(ctx)
+	_, calls["Outstanding"] = q.Outstanding(ctx, "p")
+	_, calls["ScheduledWithin"] = q.ScheduledWithin(ctx, []time.Duration{time.Hour})
+	if want := reflect.TypeFor[queue.Queue]().NumMethod() - 1; len(calls) != want {
+		t.Errorf("everyMethod calls %d methods, queue.Queue has %d besides Close", len(calls), want)
+	}
+	return calls
+}
+
 func testClosed(t *testing.T, h Harness) {
 	q := h.New(t)
 	m := newMsg("p", sms.ClassOTP)
@@ -962,21 +981,7 @@ func testClosed(t *testing.T, h Harness) {
 		t.Fatalf("Close: %v", err)
 	}
 	ctx := t.Context()
-	calls := map[string]error{}
-	_, calls["Enqueue"] = q.Enqueue(ctx, newMsg("p", sms.ClassOTP))
-	_, calls["EnqueueMany"] = q.EnqueueMany(ctx, []*sms.Message{newMsg("p", sms.ClassOTP)})
-	_, _, calls["Take"] = q.Take(ctx, opts())
-	calls["Extend"] = q.Extend(ctx, l, time.Hour)
-	calls["Complete"] = q.Complete(ctx, l, queue.Outcome{Status: sms.StatusSent, Attempts: 1})
-	calls["Requeue"] = q.Requeue(ctx, l, queue.RequeueOptions{})
-	calls["Dead"] = q.Dead(ctx, l, "x", 1)
-	_, calls["Recover"] = q.Recover(ctx)
-	_, calls["DeadLetters"] = q.DeadLetters(ctx, 10)
-	calls["RetryDead"] = q.RetryDead(ctx, m.ID)
-	_, calls["Get"] = q.Get(ctx, m.ID)
-	_, calls["Stats"] = q.Stats(ctx)
-	_, calls["Outstanding"] = q.Outstanding(ctx, "p")
-	_, calls["ScheduledWithin"] = q.ScheduledWithin(ctx, []time.Duration{time.Hour})
+	calls := everyMethod(ctx, t, q, m, l)
 	for name, err := range calls {
 		if !errors.Is(err, queue.ErrClosed) {
 			t.Errorf("%s after Close: %v, want ErrClosed", name, err)

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"smsgw/internal/keyspace"
+	"smsgw/internal/queue"
 	"smsgw/internal/redistest"
 	"smsgw/internal/sms"
 )
@@ -47,9 +48,9 @@ func TestKeyNamesUnchanged(t *testing.T) {
 // hand keys of the wrong type to Redis commands; this test fails until it
 // is added here too.
 func TestScriptsCountThreeClasses(t *testing.T) {
-	if len(sms.Classes) != 3 || len(classCodes) != 3 {
+	if len(sms.Classes) != 3 || len(queue.RecordClasses()) != 3 {
 		t.Fatalf("%d classes (%d class codes): move the per-class key positions of completeScript, statsScript and cancelScript, then this test",
-			len(sms.Classes), len(classCodes))
+			len(sms.Classes), len(queue.RecordClasses()))
 	}
 	k := newKeys("t")
 	if n := len(k.perClass(k.dead)); n != 3 {

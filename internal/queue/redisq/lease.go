@@ -442,7 +442,7 @@ func (q *Queue) completion(l *queue.Leased, o queue.Outcome, code string) (compl
 	if !queue.CompleteStatus(o.Status) {
 		return completion{}, fmt.Errorf("redisq: complete %s: status %q cannot end a lease", l.Message.ID, o.Status)
 	}
-	status, err := statusCode(o.Status)
+	status, err := queue.StatusCode(o.Status)
 	if err != nil {
 		return completion{}, fmt.Errorf("redisq: complete %s: %w", l.Message.ID, err)
 	}

@@ -23,7 +23,7 @@ type eventRecord struct {
 	CallbackURL string `json:"u,omitempty"`  // the message's callback_url
 	Status      string `json:"s"`            // status word (sent, failed, ...)
 	Reference   string `json:"r,omitempty"`  // the producer's reference
-	Class       uint8  `json:"c"`            // class code (classCodes)
+	Class       uint8  `json:"c"`            // class code (queue.ClassCode)
 	Segments    int    `json:"g,omitempty"`  // segments
 	ProviderID  string `json:"pm,omitempty"` // provider message id
 	ErrorCode   string `json:"ec,omitempty"` // queue.EventError*
@@ -153,7 +153,7 @@ func (q *Queue) RecordSent(ctx context.Context, m *sms.Message) (_ sms.Status, e
 		}
 		switch v := v.(type) {
 		case string:
-			st, ok := codeStatuses[v]
+			st, ok := queue.CodeStatus(v)
 			if !ok {
 				return "", fmt.Errorf("redisq: record sent %s: unexpected status code %q", m.ID, v)
 			}
@@ -236,14 +236,15 @@ func decodeEvent(id, raw string) (*queue.Event, error) {
 	if err := json.Unmarshal([]byte(raw), &r); err != nil {
 		return nil, fmt.Errorf("decode event %s: %w", id, err)
 	}
-	if int(r.Class) >= len(classCodes) {
+	class, ok := queue.CodeClass(r.Class)
+	if !ok {
 		return nil, fmt.Errorf("event %s: unknown class code %d", id, r.Class)
 	}
 	return &queue.Event{
 		ID: id, MessageID: r.Message, Producer: r.Producer, CallbackURL: r.CallbackURL,
-		Status: sms.Status(r.Status), Reference: r.Reference, Class: classCodes[r.Class], Segments: r.Segments,
-		ProviderID: r.ProviderID, ErrorCode: r.ErrorCode, ErrorReason: r.ErrorReason, At: fromMs(r.At),
-		Attempts: r.Attempts, LastError: r.LastError, Dead: r.Dead, DeadAt: fromMs(r.DeadAt),
+		Status: sms.Status(r.Status), Reference: r.Reference, Class: class, Segments: r.Segments,
+		ProviderID: r.ProviderID, ErrorCode: r.ErrorCode, ErrorReason: r.ErrorReason, At: queue.FromMs(r.At),
+		Attempts: r.Attempts, LastError: r.LastError, Dead: r.Dead, DeadAt: queue.FromMs(r.DeadAt),
 	}, nil
 }
 

@@ -226,7 +226,7 @@ func (q *Queue) ApplyReceipt(ctx context.Context, r queue.Receipt) (_ queue.Rece
 	if err := queue.CheckReceipt(r); err != nil {
 		return queue.ReceiptOutcome{}, err
 	}
-	status, err := statusCode(r.Status)
+	status, err := queue.StatusCode(r.Status)
 	if err != nil {
 		return queue.ReceiptOutcome{}, fmt.Errorf("redisq: receipt: %w", err)
 	}
@@ -361,7 +361,7 @@ func (q *Queue) Cancel(ctx context.Context, id, producer string) (_ *sms.Message
 		return nil, fmt.Errorf("redisq: cancel %q: %w", id, queue.ErrNotFound)
 	}
 	keys := []string{q.k.msgs(), q.k.outstanding()}
-	for _, c := range classCodes {
+	for _, c := range queue.RecordClasses() {
 		keys = append(keys, q.k.ready(c))
 	}
 	keys = append(keys, q.k.outbox()...)

@@ -3,7 +3,6 @@ package redisq
 import (
 	"encoding/json"
 	"fmt"
-	"time"
 
 	"smsgw/internal/queue"
 	"smsgw/internal/sms"
@@ -25,7 +24,7 @@ import (
 // value without it is a legacy message (see queue.LegacyMessage).
 type record struct {
 	Producer  string `json:"p"`            // producer name; the outstanding HASH counts by it
-	Class     uint8  `json:"c"`            // class code: 0 otp, 1 transactional, 2 marketing (classCodes)
+	Class     uint8  `json:"c"`            // class code: 0 otp, 1 transactional, 2 marketing (queue.ClassCode)
 	To        string `json:"to,omitempty"` // recipient, E.164
 	NumberID  string `json:"ni,omitempty"` // the number's suppression-list id (sms.Message.NumberID); a take checks the list with it
 	From      string `json:"fr,omitempty"` // sender id
@@ -57,86 +56,13 @@ type record struct {
 	Parked string `json:"rs,omitempty"`
 }
 
-// classCodes is the record's class numbering, fixed here rather than taken
-// from sms.Class's order.
-var classCodes = [...]sms.Class{0: sms.ClassOTP, 1: sms.ClassTransactional, 2: sms.ClassMarketing}
-
-// statusCodes are the record's status codes; the scripts write them as
-// literals.
-var statusCodes = map[sms.Status]string{
-	sms.StatusQueued:  "q",
-	sms.StatusSending: "l",
-	sms.StatusSent:    "s",
-	sms.StatusFailed:  "f",
-	sms.StatusExpired: "x",
-	// Receipts and cancel. A receipt that arrives before the send is
-	// recorded is parked in the fields "rs" (its status code) and "re" (its
-	// error code), which only the scripts read: Complete applies it.
-	sms.StatusDelivered:   "v",
-	sms.StatusUndelivered: "u",
-	sms.StatusCanceled:    "c",
-	// The provider refused the send: the recipient opted out. The final
-	// record's code too (queue/final.go).
-	sms.StatusSuppressed: "p",
-}
-
-// codeStatuses maps a record's status code back to its status.
-var codeStatuses = func() map[string]sms.Status {
-	out := make(map[string]sms.Status, len(statusCodes))
-	for s, c := range statusCodes {
-		out[c] = s
-	}
-	return out
-}()
-
-func classCode(c sms.Class) (uint8, error) {
-	for code, cl := range classCodes {
-		if cl == c {
-			return uint8(code), nil
-		}
-	}
-	return 0, fmt.Errorf("class %d has no record code", uint8(c))
-}
-
-func statusCode(s sms.Status) (string, error) {
-	if code, ok := statusCodes[s]; ok {
-		return code, nil
-	}
-	return "", fmt.Errorf("status %q has no record code", s)
-}
-
-// unixMs is t in Unix ms, truncated; 0 for the zero time.
-func unixMs(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixMilli()
-}
-
-// unixMsUp is t in Unix ms rounded up, so that a not-before read back is
-// never earlier than the one given.
-func unixMsUp(t time.Time) int64 {
-	ms := unixMs(t)
-	if ms != 0 && time.UnixMilli(ms).Before(t) {
-		ms++
-	}
-	return ms
-}
-
-func fromMs(ms int64) time.Time {
-	if ms == 0 {
-		return time.Time{}
-	}
-	return time.UnixMilli(ms).UTC()
-}
-
 // toRecord is m as stored.
 func toRecord(m *sms.Message) (record, error) {
-	class, err := classCode(m.Class)
+	class, err := queue.ClassCode(m.Class)
 	if err != nil {
 		return record{}, err
 	}
-	status, err := statusCode(m.Status)
+	status, err := queue.StatusCode(m.Status)
 	if err != nil {
 		return record{}, err
 	}
@@ -144,27 +70,28 @@ func toRecord(m *sms.Message) (record, error) {
 		Producer: m.Producer, Class: class, To: m.To, NumberID: m.NumberID, From: m.From, Body: m.Body,
 		Reference: m.Reference, Segments: m.Segments, CallbackURL: m.CallbackURL, Callbacks: m.Callbacks,
 		IdempotencyKey: m.IdempotencyKey, RequestHash: m.RequestHash,
-		Created: unixMs(m.CreatedAt), SendAt: unixMs(m.SendAt), NotBefore: unixMsUp(m.NotBefore), Expires: unixMs(m.ExpiresAt),
-		Updated: unixMs(m.UpdatedAt), Sent: unixMs(m.SentAt),
+		Created: queue.UnixMs(m.CreatedAt), SendAt: queue.UnixMs(m.SendAt), NotBefore: queue.UnixMsUp(m.NotBefore), Expires: queue.UnixMs(m.ExpiresAt),
+		Updated: queue.UnixMs(m.UpdatedAt), Sent: queue.UnixMs(m.SentAt),
 		Status: status, Attempts: m.Attempts, Crashes: m.Crashes, LastError: m.LastError, ProviderID: m.ProviderID, Dead: m.Dead,
 	}, nil
 }
 
 // message is the record of message id as the domain type.
 func (r record) message(id string) (*sms.Message, error) {
-	if int(r.Class) >= len(classCodes) {
+	class, ok := queue.CodeClass(r.Class)
+	if !ok {
 		return nil, fmt.Errorf("record %s: unknown class code %d", id, r.Class)
 	}
-	status, ok := codeStatuses[r.Status]
+	status, ok := queue.CodeStatus(r.Status)
 	if !ok {
 		return nil, fmt.Errorf("record %s: unknown status code %q", id, r.Status)
 	}
 	return &sms.Message{
-		ID: id, Producer: r.Producer, Class: classCodes[r.Class], To: r.To, NumberID: r.NumberID, From: r.From, Body: r.Body,
+		ID: id, Producer: r.Producer, Class: class, To: r.To, NumberID: r.NumberID, From: r.From, Body: r.Body,
 		Reference: r.Reference, Segments: r.Segments, CallbackURL: r.CallbackURL, Callbacks: r.Callbacks,
 		IdempotencyKey: r.IdempotencyKey, RequestHash: r.RequestHash,
-		CreatedAt: fromMs(r.Created), SendAt: fromMs(r.SendAt), NotBefore: fromMs(r.NotBefore), ExpiresAt: fromMs(r.Expires),
-		UpdatedAt: fromMs(r.Updated), SentAt: fromMs(r.Sent),
+		CreatedAt: queue.FromMs(r.Created), SendAt: queue.FromMs(r.SendAt), NotBefore: queue.FromMs(r.NotBefore), ExpiresAt: queue.FromMs(r.Expires),
+		UpdatedAt: queue.FromMs(r.Updated), SentAt: queue.FromMs(r.Sent),
 		Status: status, Attempts: r.Attempts, Crashes: r.Crashes, LastError: r.LastError, ProviderID: r.ProviderID, Dead: r.Dead,
 	}, nil
 }
@@ -195,7 +122,7 @@ func decodeParked(id string, raw any) (*sms.Message, sms.Status, error) {
 	if err != nil || r.Parked == "" {
 		return m, "", err
 	}
-	parked, ok := codeStatuses[r.Parked]
+	parked, ok := queue.CodeStatus(r.Parked)
 	if !ok || !parked.Receipt() {
 		return nil, "", fmt.Errorf("record %s: unknown receipt status code %q", id, r.Parked)
 	}
