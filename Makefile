@@ -12,12 +12,14 @@ DEPS = bash scripts/ensure-deps.sh
 
 .PHONY: test test-short vet lint vulncheck alerts-check mutate bench demo build helm-check
 
-# -p 1: one package at a time, so the latency figures the tests log (OTP
-# p99, achieved rates) of one package do not share the 2 cores with another
-# package's load. No test asserts a latency: those are benchmarks.
+# Packages are built and run in parallel (go test's default -p, one per
+# core): no test asserts a latency. The figures the tests log (OTP p99,
+# achieved rates) then include the other packages' load; to quote one, run
+# its test alone on a quiet machine. testtimes prints each package's result
+# as it ends, every failed test's output, and the slowest packages and tests.
 test: vet alerts-check
-	$(DEPS) redis chromium promtool
-	$(GO) test -race -count=1 -p 1 -timeout $(TEST_TIMEOUT) ./...
+	$(DEPS) redis chromium promtool helm
+	$(GO) run ./internal/testtimes -- $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -json ./...
 
 # Unit tests only (no multi-process end-to-end suite).
 test-short: alerts-check

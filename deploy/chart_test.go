@@ -18,7 +18,7 @@ const (
 	chartHelpers   = chartDir + "/templates/_helpers.tpl"
 	chartReadme    = chartDir + "/README.md"
 	chartEmbedded  = chartDir + "/ci/embedded-values.yaml"
-	helmVersion    = "v3.22.0" // scripts/helm-check.sh's HELM_VERSION
+	helmVersion    = "v3.22.0" // scripts/ensure-deps.sh's HELM_VERSION
 	helmCacheShape = "smsgw-helm-" + helmVersion + "/helm"
 )
 
@@ -80,9 +80,10 @@ func TestChartSecretsCovered(t *testing.T) {
 	}
 }
 
-// helm finds a helm binary: $HELM, helm on PATH, or the one make
-// helm-check builds. Without one the render tests are skipped: make
-// helm-check builds it (a few minutes, once).
+// helm finds a helm binary: $HELM, helm on PATH, or the one
+// scripts/ensure-deps.sh builds, which make test does before the tests.
+// Without one (go test run alone on a fresh machine) the render tests are
+// skipped.
 func helm(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv("HELM"); p != "" {
@@ -94,7 +95,7 @@ func helm(t *testing.T) string {
 	if p := filepath.Join(os.TempDir(), helmCacheShape); fileExists(p) {
 		return p
 	}
-	t.Skip("helm not found (set HELM, or run make helm-check once, which builds it into " + filepath.Join(os.TempDir(), helmCacheShape) + ")")
+	t.Skip("helm not found (set HELM, or run make test or bash scripts/ensure-deps.sh helm once, which builds it into " + filepath.Join(os.TempDir(), helmCacheShape) + ")")
 	return ""
 }
 
@@ -159,7 +160,7 @@ data:
 {{ include "smsgw/templates/NOTES.txt" . | indent 4 }}
 `
 
-// TestChartAdminPort: with config.admin.listen set the Service always has
+// TestChartAdminPort: with config.admin.listen set (the default) the Service always has
 // the admin port (service.adminPort only sets its number), and the notes
 // send the stats call there, where the admin routes are.
 func TestChartAdminPort(t *testing.T) {
@@ -177,7 +178,8 @@ func TestChartAdminPort(t *testing.T) {
 		port      string // the Service's admin port; "": none
 		statsPort string
 	}{
-		{name: "no admin.listen", port: "", statsPort: "8080"},
+		{name: "the default (admin.listen :9091)", port: "9091", statsPort: "9091"},
+		{name: "no admin.listen", set: []string{"config.admin.listen="}, port: "", statsPort: "8080"},
 		{name: "admin.listen", set: []string{"config.admin.listen=:9091"}, port: "9091", statsPort: "9091"},
 		{name: "admin.listen, adminPort 9100", set: []string{"config.admin.listen=:9091", "service.adminPort=9100"}, port: "9100", statsPort: "9100"},
 		{name: `admin.listen, adminPort ""`, set: []string{"config.admin.listen=:9091", "service.adminPort="}, port: "9091", statsPort: "9091"},

@@ -10,6 +10,10 @@
 #   chromium  a Chromium for the dashboard's browser test (package chromium;
 #             SMSGW_SKIP_BROWSER=1 skips that test and this check)
 #   promtool  Prometheus's promtool for the alert rules (package prometheus)
+#   helm      Helm for the chart's render tests and make helm-check: no
+#             Debian package, so it is built from its Go module (a few
+#             minutes, once) into ${TMPDIR:-/tmp}/smsgw-helm-<version>/helm,
+#             where the tests look for it; HELM=/path/to/helm skips the build
 #
 # What is missing is installed with apt-get when this runs as root on a
 # machine with apt-get; otherwise it stops and prints the exact command.
@@ -35,14 +39,37 @@ need_chromium() {
 }
 need_promtool() { have promtool || echo prometheus; }
 
+# HELM_VERSION is the Helm the chart is checked with (deploy/chart_test.go
+# names the same).
+HELM_VERSION=${HELM_VERSION:-v3.22.0}
+HELM_CACHE=${TMPDIR:-/tmp}/smsgw-helm-$HELM_VERSION
+
 want=("$@")
-[ "${#want[@]}" -gt 0 ] || want=(redis chromium promtool)
+[ "${#want[@]}" -gt 0 ] || want=(redis chromium promtool helm)
 missing=()
 for w in "${want[@]}"; do
 	case $w in
 	redis | chromium | promtool) mapfile -t -O "${#missing[@]}" missing < <("need_$w") ;;
-	*) echo "ensure-deps: unknown dependency '$w' (known: redis chromium promtool)" >&2; exit 2 ;;
+	helm) ;;
+	*) echo "ensure-deps: unknown dependency '$w' (known: redis chromium promtool helm)" >&2; exit 2 ;;
 	esac
+done
+
+for w in "${want[@]}"; do
+	[ "$w" = helm ] || continue
+	# The line "ensure-deps: helm at PATH" names the helm to use
+	# (scripts/helm-check.sh reads it).
+	if [ -n "${HELM:-}" ] && [ -x "$HELM" ]; then
+		echo "ensure-deps: helm at $HELM"
+		continue
+	fi
+	if [ ! -x "$HELM_CACHE/helm" ]; then
+		echo "ensure-deps: building helm $HELM_VERSION into $HELM_CACHE (first run only; a few minutes)" >&2
+		mkdir -p "$HELM_CACHE"
+		# Outside the module, so that its go.mod is neither read nor changed.
+		(cd "$HELM_CACHE" && GOFLAGS=-mod=mod GOBIN="$HELM_CACHE" go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION") >&2
+	fi
+	echo "ensure-deps: helm at $HELM_CACHE/helm"
 done
 
 if [ "${#missing[@]}" -gt 0 ]; then

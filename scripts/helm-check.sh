@@ -7,17 +7,16 @@
 # can therefore never render a configuration the binary refuses. Renders that
 # must be refused are checked to fail with the chart's own message.
 #
-# Helm is built from its Go module (no Debian package) and cached under
-# ${TMPDIR:-/tmp}/smsgw-helm-<version>/helm; HELM=/path/to/helm overrides.
+# Helm is built from its Go module (no Debian package) by
+# scripts/ensure-deps.sh and cached under ${TMPDIR:-/tmp}/smsgw-helm-<version>/helm;
+# HELM=/path/to/helm overrides.
 # Usage: scripts/helm-check.sh   (or: make helm-check)
 set -euo pipefail
 # go.mod's toolchain, fetched from the module proxy when the installed go is older.
 export GOTOOLCHAIN=go1.27.3
 
-HELM_VERSION=${HELM_VERSION:-v3.22.0}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CHART=$ROOT/deploy/helm/smsgw
-CACHE=${TMPDIR:-/tmp}/smsgw-helm-$HELM_VERSION
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/helm-check.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 
@@ -26,13 +25,8 @@ pass() { printf 'ok    %s\n' "$*"; }
 fail() { printf 'FAIL  %s\n' "$*"; fails=$((fails + 1)); }
 
 # --- helm -------------------------------------------------------------------
-HELM=${HELM:-$CACHE/helm}
-if [ ! -x "$HELM" ]; then
-	echo "building helm $HELM_VERSION into $CACHE (first run only; takes a few minutes)"
-	mkdir -p "$CACHE"
-	(cd "$WORK" && GOFLAGS=-mod=mod GOBIN="$CACHE" go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION")
-	HELM=$CACHE/helm
-fi
+HELM=$(bash "$ROOT/scripts/ensure-deps.sh" helm | sed -n 's/^ensure-deps: helm at //p')
+[ -x "$HELM" ] || { echo "helm-check: no helm" >&2; exit 1; }
 echo "helm: $("$HELM" version --short 2>/dev/null || "$HELM" version)"
 
 # --- smsgw and the render checker ------------------------------------------
@@ -112,8 +106,14 @@ valid "redis, 3 replicas, ServiceMonitor" -mode redis -replicas 3 -- -f "$CI/red
 valid "redis, 3 replicas, Grafana dashboard ConfigMap" -mode redis -replicas 3 -grafana -- -f "$CI/redis-values.yaml" \
 	--set metrics.grafanaDashboard.enabled=true
 valid "redis cluster, HPA 2..20, readiness on /healthz" -mode redis -hpa -readiness /healthz -- -f "$CI/redis-cluster-values.yaml"
-valid "redis, 3 replicas, operator endpoints on admin.listen :9091" -mode redis -replicas 3 -- -f "$CI/redis-values.yaml" \
-	--set config.admin.listen=:9091
+valid "redis, 3 replicas, operator endpoints on admin.listen :9191" -mode redis -replicas 3 -admin-port 9191 -- -f "$CI/redis-values.yaml" \
+	--set config.admin.listen=:9191
+valid "embedded, operator endpoints on the producers' port (admin.listen \"\")" -mode embedded -replicas 1 -admin-port 0 -- \
+	-f "$CI/embedded-values.yaml" --set config.admin.listen=
+valid "embedded, no NetworkPolicy" -mode embedded -replicas 1 -network-policy=false -- \
+	-f "$CI/embedded-values.yaml" --set networkPolicy.enabled=false
+valid "redis, producers' port only from the producers' namespace" -mode redis -replicas 3 -- -f "$CI/redis-values.yaml" \
+	--set 'networkPolicy.producers[0].namespaceSelector.matchLabels.team=producers'
 valid "redis, 3 replicas, Recreate for a format upgrade" -mode redis -replicas 3 -strategy Recreate -- -f "$CI/redis-values.yaml" \
 	--set updateStrategy=Recreate
 valid "redis sentinel, 2 replicas" -mode redis -replicas 2 -- -f "$CI/sentinel-values.yaml"
@@ -150,6 +150,8 @@ refused "previous admin key in the ConfigMap" "config.admin.previous_key / previ
 	-f "$CI/embedded-values.yaml" --set config.admin.previous_key=admin-key-0123456789abcdef
 refused "unquoted all-digit previous_key_sha256" "secrets.producers[0].previous_key_sha256 must be a string: quote it" \
 	-f "$CI/embedded-values.yaml" --set 'secrets.producers[0].previous_key_sha256=1234'
+refused "ServiceMonitor with the admin port closed to all" "list your Prometheus under networkPolicy.admin" \
+	-f "$CI/redis-values.yaml" --set networkPolicy.admin=null
 refused "unknown updateStrategy" "updateStrategy must be RollingUpdate or Recreate" \
 	-f "$CI/redis-values.yaml" --set updateStrategy=BlueGreen
 refused "no producers" "secrets.producers must list at least one producer" \

@@ -198,9 +198,16 @@ func TestCallbacksSurviveARestartEmbedded(t *testing.T) {
 
 func checkStatuses(t *testing.T, gw *gwProc, ids []string, want string) {
 	t.Helper()
+	checkStatusesAs(t, gw, keyTxn, ids, want)
+}
+
+// checkStatusesAs asserts every id reads want through gw, read by the
+// producer with key (a producer reads only its own messages).
+func checkStatusesAs(t *testing.T, gw *gwProc, key string, ids []string, want string) {
+	t.Helper()
 	for _, id := range ids {
 		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, gw.URL+"/v1/messages/"+id, nil)
-		req.Header.Set("Authorization", "Bearer "+keyTxn)
+		req.Header.Set("Authorization", "Bearer "+key)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

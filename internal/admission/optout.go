@@ -26,7 +26,7 @@ const (
 )
 
 var inboundKinds = []string{InboundOptOut, inboundOptIn, InboundOther, InboundIgnored, InboundBadSignature,
-	InboundMalformed, InboundUnavailable}
+	InboundMalformed, InboundUnavailable, InboundReplayed, InboundUnconfirmed, InboundOlder}
 
 var _ dispatch.OptOuts = (*OptOuts)(nil)
 
@@ -100,14 +100,15 @@ func (o *OptOuts) Suppress(ctx context.Context, e164 string, src state.Suppressi
 }
 
 // Lift takes e164 off the list if the recipient's opt-out or the
-// provider's report of one put it there.
-func (o *OptOuts) Lift(ctx context.Context, e164 string) (string, state.LiftResult, error) {
+// provider's report of one put it there, not after at, when the opt-in
+// was received (state.Suppressions.LiftOlder).
+func (o *OptOuts) Lift(ctx context.Context, e164 string, at time.Time) (string, state.LiftResult, error) {
 	key, err := o.protect.NumberKey(ctx, false)
 	if err != nil {
 		return "", state.LiftAbsent, err
 	}
 	id := NumberID(key, e164)
-	res, err := o.protect.Sup.Lift(ctx, id, state.SourceRecipient, state.SourceProvider)
+	res, err := o.protect.Sup.LiftOlder(ctx, id, at, state.SourceRecipient, state.SourceProvider)
 	return id, res, err
 }
 

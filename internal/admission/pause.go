@@ -22,7 +22,7 @@ import (
 // The switch itself is a state.Pause: one key shared by every replica with
 // Redis, this process's memory embedded. Every reservation asks the switch,
 // so it answers from this copy: what this replica last set, or (with Redis)
-// what a pausePoller last read; another replica's pause reaches this one
+// what a PausePoller last read; another replica's pause reaches this one
 // within the poll period.
 type OperatorPause struct {
 	store state.Pause
@@ -166,6 +166,14 @@ func (p *OperatorPause) freshen(ctx context.Context) {
 	}
 	p.mu.Unlock()
 	if stale {
+		if dl, ok := ctx.Deadline(); ok {
+			// A caller with a deadline (an OTP) gives the read an eighth
+			// of it, as the limiter gives Redis: a store that has just
+			// stopped answering must not take the whole deadline.
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(dl)/8))
+			defer cancel()
+		}
 		_ = p.refresh(ctx)
 	}
 }
@@ -184,9 +192,9 @@ func (p *OperatorPause) refresh(ctx context.Context) error {
 	return nil
 }
 
-// pausePoller rereads the shared switch every period. A failed read keeps
+// PausePoller rereads the shared switch every period. A failed read keeps
 // the last known state; the failure is logged once, and the recovery once.
-type pausePoller struct {
+type PausePoller struct {
 	p     *OperatorPause
 	every time.Duration
 	log   *slog.Logger
@@ -197,13 +205,13 @@ type pausePoller struct {
 }
 
 // NewPausePoller reads the shared pause switch every period.
-func NewPausePoller(p *OperatorPause, every time.Duration, log *slog.Logger) *pausePoller {
-	return &pausePoller{p: p, every: every, log: log}
+func NewPausePoller(p *OperatorPause, every time.Duration, log *slog.Logger) *PausePoller {
+	return &PausePoller{p: p, every: every, log: log}
 }
 
 // RunOnce reads the switch once. A read cut short by Stop (a cancelled
 // context) is not a failure; one that ran out of time is.
-func (l *pausePoller) RunOnce(ctx context.Context) error {
+func (l *PausePoller) RunOnce(ctx context.Context) error {
 	err := l.p.refresh(ctx)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -219,10 +227,10 @@ func (l *pausePoller) RunOnce(ctx context.Context) error {
 }
 
 // Start polls until Stop or until ctx ends.
-func (l *pausePoller) Start(ctx context.Context) { l.T.Start(ctx, l.every, l.RunOnce) }
+func (l *PausePoller) Start(ctx context.Context) { l.T.Start(ctx, l.every, l.RunOnce) }
 
 // Stop ends the polling and waits for it.
-func (l *pausePoller) Stop() { l.T.Halt() }
+func (l *PausePoller) Stop() { l.T.Halt() }
 
 // PausedLimiter denies every reservation while the operator pause is on.
 type PausedLimiter struct {

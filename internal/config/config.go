@@ -397,4 +397,15 @@ type HTTPConfig struct {
 	ReadTimeout    time.Duration `yaml:"read_timeout"`
 	WriteTimeout   time.Duration `yaml:"write_timeout"`
 	TrustedProxies []string      `yaml:"trusted_proxies"` // CIDRs whose X-Forwarded-For is believed
+	// IdleTimeout closes a keep-alive connection idle this long.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// MaxConnections bounds the open connections of each listener (the
+	// producers' and admin.listen's); past it a new connection waits in
+	// the kernel's queue until one closes.
+	MaxConnections int `yaml:"max_connections"`
+	// BodyBytesInFlight bounds the request-body bytes of producers' message
+	// requests being read or processed at once in the process, and
+	// BodyBytesInFlightPerProducer those of one producer: over either, 503.
+	BodyBytesInFlight            int64 `yaml:"body_bytes_in_flight"`
+	BodyBytesInFlightPerProducer int64 `yaml:"body_bytes_in_flight_per_producer"`
 }

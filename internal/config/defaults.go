@@ -44,9 +44,13 @@ func Default() Config {
 		},
 		Log: LogConfig{Level: "info", Format: "json"},
 		HTTP: HTTPConfig{
-			MaxBodyBytes: 1 << 20,
-			ReadTimeout:  10 * time.Second,
-			WriteTimeout: 30 * time.Second,
+			MaxBodyBytes:                 1 << 20,
+			ReadTimeout:                  10 * time.Second,
+			WriteTimeout:                 30 * time.Second,
+			IdleTimeout:                  30 * time.Second,
+			MaxConnections:               1024,
+			BodyBytesInFlight:            64 << 20,
+			BodyBytesInFlightPerProducer: 16 << 20,
 		},
 		Webhooks: WebhooksConfig{
 			Timeout:         5 * time.Second,

@@ -28,8 +28,8 @@ import (
 // "producer login's previous_key", "admin.key"); never the key.
 type keyOwners map[[32]byte]string
 
-// checkPreviousKey applies the current key's rules (at least 16
-// characters in clear, or 64 hex characters of its SHA-256, not both) to
+// checkPreviousKey applies the current key's rules (a strong key in
+// clear, checkSecret, or 64 hex characters of its SHA-256, not both) to
 // a previous key under prefix ("producers[0] (login)", "admin") and
 // returns its hash when it is usable.
 func checkPreviousKey(p *problems, prefix, clear, hexHash string) ([32]byte, bool) {
@@ -38,8 +38,8 @@ func checkPreviousKey(p *problems, prefix, clear, hexHash string) ([32]byte, boo
 		p.add(prefix+".previous_key", "set previous_key or previous_key_sha256, not both")
 	case hexHash != "" && !isSHA256Hex(hexHash):
 		p.add(prefix+".previous_key_sha256", "must be 64 hex characters")
-	case clear != "" && len(clear) < 16:
-		p.add(prefix+".previous_key", "must be at least 16 characters")
+	case clear != "" && secretWeakness(clear) != "":
+		checkSecret(p, prefix+".previous_key", clear)
 	default:
 		return keyHash(clear, hexHash), true
 	}

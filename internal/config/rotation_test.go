@@ -210,7 +210,7 @@ func TestPreviousKeysFromEnv(t *testing.T) {
 	}
 
 	// A string is taken as it is: an all-digit key stays one.
-	digits := "0123456789012345678"
+	digits := "01234567890123456789"
 	cfg, err = Load(rotationDoc("", "", ""), []string{"SMSGW_ADMIN_PREVIOUS_KEY=" + digits})
 	if err != nil {
 		t.Fatal(err)

@@ -146,10 +146,21 @@ func (c *Config) validateProvider(p *problems) {
 	}
 	if pc.ReceiptURL != "" {
 		p.addErr(httpprov.CheckURL("provider.receipt_url", pc.ReceiptURL))
+		checkWebhookTLS(p, "provider.receipt_url", pc.ReceiptURL)
 	}
 	validatePreviousReceiptSecret(p, pc)
+	checkSecret(p, "provider.receipt_secret", pc.ReceiptSecret)
+	checkSecret(p, "provider.previous_receipt_secret", pc.PreviousReceiptSecret)
+	switch pc.Kind {
+	case "twilio":
+		checkSecret(p, "provider.twilio.auth_token", pc.Twilio.AuthToken)
+		checkSecret(p, "provider.twilio.webhook_auth_token", pc.Twilio.WebhookAuthToken)
+	case "vonage":
+		checkSecret(p, "provider.vonage.signature_secret", pc.Vonage.SignatureSecret)
+	}
 	if pc.InboundURL != "" {
 		p.addErr(httpprov.CheckURL("provider.inbound_url", pc.InboundURL))
+		checkWebhookTLS(p, "provider.inbound_url", pc.InboundURL)
 	}
 	if pc.Timeout < 0 {
 		p.add("provider.timeout", "must be >= 0 (0: the adapter's default)")
@@ -362,8 +373,8 @@ func validateProducerKey(p *problems, key string, pr Producer) ([32]byte, bool) 
 		p.add(key+".key", "set key or key_sha256, not both")
 	case pr.KeySHA256 != "" && !isSHA256Hex(pr.KeySHA256):
 		p.add(key+".key_sha256", "must be 64 hex characters")
-	case pr.Key != "" && len(pr.Key) < 16:
-		p.add(key+".key", "must be at least 16 characters")
+	case pr.Key != "" && secretWeakness(pr.Key) != "":
+		checkSecret(p, key+".key", pr.Key)
 	default:
 		return pr.KeyHash(), true
 	}
@@ -386,9 +397,7 @@ func (c *Config) validateAdmin(p *problems) {
 	if c.Admin.KeySHA256 != "" && !isSHA256Hex(c.Admin.KeySHA256) {
 		p.add("admin.key_sha256", "must be 64 hex characters")
 	}
-	if c.Admin.Key != "" && len(c.Admin.Key) < 16 {
-		p.add("admin.key", "must be at least 16 characters")
-	}
+	checkSecret(p, "admin.key", c.Admin.Key)
 }
 
 // adminKeyUsable reports whether the admin key is set and passes
@@ -399,7 +408,7 @@ func (c *Config) adminKeyUsable() bool {
 	case a.Key != "" && a.KeySHA256 != "":
 		return false
 	case a.Key != "":
-		return len(a.Key) >= 16
+		return secretWeakness(a.Key) == ""
 	default:
 		return isSHA256Hex(a.KeySHA256)
 	}
@@ -499,6 +508,20 @@ func (c *Config) validateEdge(p *problems) {
 	if need := longest + otpReplyHeadroom; h.WriteTimeout <= need {
 		p.add("http.write_timeout", "%s must be longer than %s, the longest OTP deadline (%s) plus %s for the calls around the send: "+
 			"a client cut off before its answer retries an OTP that may have been sent", h.WriteTimeout, need, longest, otpReplyHeadroom)
+	}
+	if h.IdleTimeout <= 0 {
+		p.add("http.idle_timeout", "must be > 0")
+	}
+	if h.MaxConnections < 16 {
+		p.add("http.max_connections", "%d must be at least 16", h.MaxConnections)
+	}
+	// A body of max_body_bytes must fit under both bounds, or it is
+	// refused for ever.
+	if h.BodyBytesInFlightPerProducer < h.MaxBodyBytes {
+		p.add("http.body_bytes_in_flight_per_producer", "%d must be at least http.max_body_bytes (%d)", h.BodyBytesInFlightPerProducer, h.MaxBodyBytes)
+	}
+	if h.BodyBytesInFlight < h.BodyBytesInFlightPerProducer {
+		p.add("http.body_bytes_in_flight", "%d must be at least http.body_bytes_in_flight_per_producer (%d)", h.BodyBytesInFlight, h.BodyBytesInFlightPerProducer)
 	}
 	for i, s := range h.TrustedProxies {
 		// The parser the gateway uses, so that both accept the same CIDRs.

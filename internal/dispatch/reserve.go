@@ -250,7 +250,7 @@ func (d *Dispatcher) reserveSlowed(ctx context.Context, class sms.Class, cost in
 	}
 	want = max(want, cost)
 	for {
-		dec, err := d.cfg.Limiter.Reserve(ctx, limiter.Request{Class: cls, Cost: want, MaxWait: maxWait, Spare: spareFor(class)})
+		dec, err := d.cfg.Limiter.Reserve(ctx, limiter.Request{Class: cls, Cost: want, MaxWait: maxWait, Spare: spareFor(class), Hasty: class == sms.ClassOTP})
 		if errors.Is(err, limiter.ErrCostExceedsBurst) && want > cost {
 			want--
 			d.costCap.lower(capIdx, want, d.cfg.LearnedCapTTL)

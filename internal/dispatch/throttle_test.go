@@ -2,9 +2,12 @@ package dispatch
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"smsgw/internal/provider"
 	"smsgw/internal/provider/sim"
@@ -127,4 +130,41 @@ func (w *throttleWatch) startedAfter429() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.late
+}
+
+// replica is one Dispatcher with its own Redis connection pool and HTTP
+// client, as a separate gateway process would have.
+type replica struct {
+	d      *Dispatcher
+	client *redis.Client
+}
+
+// startReplicas starts n Dispatchers sharing the account's Redis queue,
+// limiter and guard and one provider URL. Every replica's Redis round trips
+// go through hook.
+func startReplicas(t *testing.T, acct account, n int, url string, hook *redistest.RoundTrips, tune func(*Config)) []replica {
+	t.Helper()
+	out := make([]replica, n)
+	for i := range out {
+		c := redis.NewClient(&redis.Options{Addr: acct.client.Options().Addr, PoolSize: 16})
+		c.AddHook(hook)
+		t.Cleanup(func() { _ = c.Close() })
+		guard := acct.guard(t, c, GuardConfig{})
+		cfg := Config{
+			Queue:    acct.queue(t, c),
+			Limiter:  acct.limiter(t, c, defaultLimits),
+			Provider: newHTTPProvider(t, url),
+			Guard:    guard,
+			Owner:    fmt.Sprintf("replica-%d", i),
+			// The gateway's defaults.
+			Workers:    16,
+			OTPWorkers: 4,
+		}
+		if tune != nil {
+			tune(&cfg)
+		}
+		d, _ := newDispatcher(t, cfg)
+		out[i] = replica{d: d, client: c}
+	}
+	return out
 }

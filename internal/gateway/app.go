@@ -239,6 +239,7 @@ func newServer(cfg config.Config, d deps, gath prometheus.Gatherer, b *backend, 
 		Auth: httpapi.NewAuthenticator(cfg, d.metrics.PreviousKeys), AuthThrottle: httpapi.NewAuthThrottle(time.Now), Dashboard: dashboard, Quiet: cfg.QuietPolicy(),
 		Queue: b.queue, Enq: b.enq, OneTrip: b.oneTrip, Limiter: b.limiter, Ingress: &httpapi.Ingress{Keys: b.ingress}, Idem: b.idem,
 		Pause: b.pause, Checks: b.checks, OTP: disp, Notifier: disp, Live: live,
+		BodyGate: httpapi.NewBodyGate(cfg.HTTP.BodyBytesInFlight, cfg.HTTP.BodyBytesInFlightPerProducer, cfg.HTTP.MaxBodyBytes),
 	}
 	s.OTPRecords.Init()
 	s.ETA = &admission.ETAEstimator{Q: b.queue, Lim: b.limiter, Pause: b.pause, Cfg: cfg, Now: d.now, Log: d.log, Refresh: admission.ETARefresh,
@@ -259,7 +260,7 @@ func newHTTPServer(cfg config.Config, h http.Handler, log *slog.Logger) *http.Se
 		ReadHeaderTimeout: min(cfg.HTTP.ReadTimeout, 5*time.Second),
 		ReadTimeout:       cfg.HTTP.ReadTimeout,
 		WriteTimeout:      cfg.HTTP.WriteTimeout,
-		IdleTimeout:       2 * time.Minute,
+		IdleTimeout:       cfg.HTTP.IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
@@ -399,6 +400,10 @@ func (a *App) Start(ctx context.Context) error {
 	}
 	for _, l := range a.loops() {
 		l.Start(runCtx)
+	}
+	ln = newLimitListener(ln, a.cfg.HTTP.MaxConnections)
+	if adminLn != nil {
+		adminLn = newLimitListener(adminLn, a.cfg.HTTP.MaxConnections)
 	}
 	a.ln, a.cancel, a.started = ln, cancel, true
 	a.served = make(chan error, 1)

@@ -2,11 +2,14 @@ package gateway
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,13 +29,32 @@ const (
 	vonageSecret = "vonage-signature-secret"
 )
 
+// inboundSeq numbers the tests' inbound messages: every message a test
+// sends has an id of its own, as a vendor's have.
+var inboundSeq atomic.Int64
+
+// twilioMessages are the incoming messages Twilio received, by sid, as
+// its Message resource gives them (fakeTwilio serves them): the tests'
+// fake Twilio is one account for every test.
+var twilioMessages sync.Map
+
+// twilioInbound records an incoming message at the fake Twilio, received
+// now, and returns its sid.
+func twilioInbound(from, text string) string {
+	sid := fmt.Sprintf("SM%032x", inboundSeq.Add(1))
+	twilioMessages.Store(sid, map[string]string{"sid": sid, "account_sid": "AC0123", "from": from, "to": "+15005550006",
+		"body": text, "direction": "inbound", "date_created": time.Now().UTC().Format(time.RFC1123Z),
+		"date_sent": time.Now().UTC().Format(time.RFC1123Z)})
+	return sid
+}
+
 // inboundAdapter is one vendor's inbound webhook as a test speaks it.
 type inboundAdapter struct {
 	name string
 	edit func(t *testing.T, c *config.Config)
-	// post sends text from the number as the vendor would; signed false
-	// forges the signature.
-	post func(h *harness, from, text string, signed bool) reply
+	// req is text from the number as the vendor would send it, a new
+	// message each time; signed false forges the signature.
+	req func(from, text string, signed bool) req
 	// ok is the answer to every signed message.
 	ok func(t *testing.T, r reply)
 }
@@ -46,14 +68,14 @@ var inboundAdapters = []inboundAdapter{
 	{
 		name: "http",
 		edit: func(_ *testing.T, c *config.Config) { c.Provider.ReceiptSecret = receiptSecret },
-		post: func(h *harness, from, text string, signed bool) reply {
+		req: func(from, text string, signed bool) req {
 			raw, _ := json.Marshal(httpprov.InboundBody{From: from, To: "ACME", Text: text, At: time.Now()})
 			secret := receiptSecret
 			if !signed {
 				secret = "not-the-secret"
 			}
-			return h.do(req{method: http.MethodPost, path: "/v1/inbound/http", body: raw,
-				header: map[string]string{httpprov.HeaderInboundSignature: httpprov.SignInbound(secret, raw)}})
+			return req{method: http.MethodPost, path: "/v1/inbound/http", body: raw,
+				header: map[string]string{httpprov.HeaderInboundSignature: httpprov.SignInbound(secret, raw)}}
 		},
 		ok: noContent,
 	},
@@ -67,16 +89,16 @@ var inboundAdapters = []inboundAdapter{
 			c.Provider.InboundURL = twilioPublic
 			c.Provider.Twilio = twilio.Settings{AccountSID: "AC0123", AuthToken: twilioToken, From: "+15005550006"}
 		},
-		post: func(h *harness, from, text string, signed bool) reply {
-			form := url.Values{"MessageSid": {"SM0000000000000000000000000000abcd"}, "AccountSid": {"AC0123"}, "From": {from},
+		req: func(from, text string, signed bool) req {
+			form := url.Values{"MessageSid": {twilioInbound(from, text)}, "AccountSid": {"AC0123"}, "From": {from},
 				"To": {"+15005550006"}, "Body": {text}, "NumMedia": {"0"}}
 			token := twilioToken
 			if !signed {
 				token = "another-token"
 			}
-			return h.do(req{method: http.MethodPost, path: "/v1/inbound/twilio", body: form.Encode(),
+			return req{method: http.MethodPost, path: "/v1/inbound/twilio", body: form.Encode(),
 				header: map[string]string{"Content-Type": "application/x-www-form-urlencoded",
-					twilio.HeaderSignature: twilio.Signature(token, twilioPublic, form)}})
+					twilio.HeaderSignature: twilio.Signature(token, twilioPublic, form)}}
 		},
 		ok: func(t *testing.T, r reply) {
 			t.Helper()
@@ -93,9 +115,10 @@ var inboundAdapters = []inboundAdapter{
 			c.Provider.HTTP.URL = "http://127.0.0.1:1" // nothing is sent
 			c.Provider.Vonage = vonage.Settings{APIKey: "key", APISecret: "api-secret", From: "ACME", SignatureSecret: vonageSecret}
 		},
-		post: func(h *harness, from, text string, signed bool) reply {
-			ps := map[string]string{"msisdn": strings.TrimPrefix(from, "+"), "to": "447700900000", "messageId": "0A0000001234ABCD",
-				"text": text, "type": "text", "keyword": strings.ToUpper(strings.Fields(text + " x")[0]),
+		req: func(from, text string, signed bool) req {
+			ps := map[string]string{"api-key": "key", "msisdn": strings.TrimPrefix(from, "+"), "to": "447700900000",
+				"messageId": fmt.Sprintf("0A%014X", inboundSeq.Add(1)),
+				"text":      text, "type": "text", "keyword": strings.ToUpper(strings.Fields(text + " x")[0]),
 				"message-timestamp": time.Now().UTC().Format(time.DateTime), "timestamp": strconv.FormatInt(time.Now().Unix(), 10), "nonce": "n1"}
 			secret := vonageSecret
 			if !signed {
@@ -106,11 +129,17 @@ var inboundAdapters = []inboundAdapter{
 				form.Set(k, v)
 			}
 			form.Set("sig", vonage.Signature(vonage.MethodMD5Hash, secret, ps))
-			return h.do(req{method: http.MethodPost, path: "/v1/inbound/vonage", body: form.Encode(),
-				header: map[string]string{"Content-Type": "application/x-www-form-urlencoded"}})
+			return req{method: http.MethodPost, path: "/v1/inbound/vonage", body: form.Encode(),
+				header: map[string]string{"Content-Type": "application/x-www-form-urlencoded"}}
 		},
 		ok: noContent,
 	},
+}
+
+// post sends text from the number as the vendor would, a new message;
+// signed false forges the signature.
+func (a inboundAdapter) post(h *harness, from, text string, signed bool) reply {
+	return h.do(a.req(from, text, signed))
 }
 
 // suppressionsOf lists the suppression list (one page).
@@ -223,9 +252,10 @@ func TestInboundRefused(t *testing.T) {
 		return h.do(req{method: http.MethodPost, path: "/v1/inbound/http", body: body,
 			header: map[string]string{httpprov.HeaderInboundSignature: httpprov.SignInbound(receiptSecret, []byte(body))}})
 	}
-	wantProblem(t, signed(`{"text":"STOP"}`), http.StatusBadRequest, httpapi.KindInvalid, "from")
-	wantProblem(t, signed(`{"from":"whatsapp:+819012345678","text":"STOP"}`), http.StatusBadRequest, httpapi.KindInvalid, "from")
-	wantStatus(t, signed(`{"from":"whatsapp:+819012345678","text":"hello"}`), http.StatusNoContent) // no keyword: the sender is not read
+	at := `,"at":"` + time.Now().UTC().Format(time.RFC3339) + `"}`
+	wantProblem(t, signed(`{"text":"STOP"`+at), http.StatusBadRequest, httpapi.KindInvalid, "from")
+	wantProblem(t, signed(`{"from":"whatsapp:+819012345678","text":"STOP"`+at), http.StatusBadRequest, httpapi.KindInvalid, "from")
+	wantStatus(t, signed(`{"from":"whatsapp:+819012345678","text":"hello"`+at), http.StatusNoContent) // no keyword: the sender is not read
 	if l := h.suppressionsOf(t); len(l) != 0 {
 		t.Fatalf("refused messages changed the list: %+v", l)
 	}

@@ -31,6 +31,9 @@ type optOutTwilio struct {
 }
 
 func (f *optOutTwilio) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if serveTwilioMessage(w, r) {
+		return
+	}
 	_ = r.ParseForm()
 	w.Header().Set("Content-Type", "application/json")
 	if r.PostForm.Get("To") == inboundFrom {

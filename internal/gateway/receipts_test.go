@@ -160,7 +160,29 @@ type fakeTwilio struct {
 	callbacks map[string]string // SID -> StatusCallback
 }
 
+// serveTwilioMessage answers a GET of an incoming message's Message
+// resource (twilioInbound) as Twilio does: the record, or 404. false: r
+// is not such a GET.
+func serveTwilioMessage(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method != http.MethodGet {
+		return false
+	}
+	sid, _ := strings.CutSuffix(r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:], ".json")
+	m, ok := twilioMessages.Load(sid)
+	if u, p, auth := r.BasicAuth(); !ok || !auth || u != "AC0123" || p == "" ||
+		!strings.HasPrefix(r.URL.Path, "/2010-04-01/Accounts/AC0123/Messages/") {
+		http.NotFound(w, r)
+		return true
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(m)
+	return true
+}
+
 func (f *fakeTwilio) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if serveTwilioMessage(w, r) {
+		return
+	}
 	_ = r.ParseForm()
 	f.mu.Lock()
 	f.n++

@@ -26,6 +26,8 @@ type expectation struct {
 	extraEnv       []string
 	existingSecret []string // KEY=VALUE of a Secret the release refers to but does not render
 	says           []string // what check-config's answer must contain (e.g. "rotation: under way")
+	adminPort      int      // admin.listen's port; 0: none (operator endpoints on the producers' port)
+	networkPolicy  bool     // a NetworkPolicy is rendered
 }
 
 // result is a render's configuration, the container's environment and
@@ -88,6 +90,7 @@ func inspect(data []byte, want expectation) (result, error) {
 		return r, err
 	}
 	checkPod(cfg, spec, c, want, bad)
+	checkPorts(byKind, cfg, c, want, bad)
 	env, err := environment(byKind, c, want, bad)
 	if err != nil {
 		return r, err

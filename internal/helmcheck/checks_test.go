@@ -27,6 +27,24 @@ data:
   smsgw.yaml: |
     store: {path: /data}
     provider: {url: "http://sim:9100/send"}
+    admin: {listen: ":9091"}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: smsgw}
+spec:
+  ports:
+    - {name: http, port: 8080, targetPort: http}
+    - {name: admin, port: 9091, targetPort: admin}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: smsgw}
+spec:
+  ingress:
+    - ports: [{port: http}]
+    - ports: [{port: admin}]
+      from: [{namespaceSelector: {matchLabels: {team: ops}}}]
 ---
 apiVersion: v1
 kind: PersistentVolumeClaim
@@ -55,13 +73,16 @@ spec:
             - {name: SMSGW_LOG_LEVEL, value: debug}
           volumeMounts:
             - {name: data, mountPath: /data}
-          livenessProbe: {httpGet: {path: /healthz}}
-          readinessProbe: {httpGet: {path: /readyz}}
+          ports:
+            - {name: http, containerPort: 8080}
+            - {name: admin, containerPort: 9091}
+          livenessProbe: {httpGet: {path: /healthz, port: http}}
+          readinessProbe: {httpGet: {path: /readyz, port: http}}
           lifecycle: {preStop: {sleep: {seconds: 5}}}
           securityContext: {readOnlyRootFilesystem: true}
 `
 
-var embeddedWant = expectation{mode: "embedded", replicas: 1, readiness: "/readyz"}
+var embeddedWant = expectation{mode: "embedded", replicas: 1, readiness: "/readyz", adminPort: 9091, networkPolicy: true}
 
 func TestInspect(t *testing.T) {
 	t.Parallel()
@@ -94,8 +115,22 @@ func TestInspect(t *testing.T) {
 		{name: "root allowed", old: "runAsNonRoot: true", new: "runAsNonRoot: false", problem: "runAsNonRoot is not true"},
 		{name: "writable root filesystem", old: "readOnlyRootFilesystem: true", new: "readOnlyRootFilesystem: false", problem: "readOnlyRootFilesystem is not true"},
 		{name: "no config checksum", old: "checksum/config: abc", new: "other: abc", problem: "no checksum/config annotation"},
-		{name: "a secret's value in the ConfigMap", old: "store: {path: /data}", new: "store: {path: /data}\n    admin: {key: admin-key-0123456789abcdef}",
+		{name: "a secret's value in the ConfigMap", old: `admin: {listen: ":9091"}`, new: `admin: {listen: ":9091", key: admin-key-0123456789abcdef}`,
 			problem: "the value of secret SMSGW_ADMIN_KEY appears in the ConfigMap"},
+		{name: "operator endpoints on the producers' port", old: `admin: {listen: ":9091"}`, new: "log: {level: info}",
+			problem: `admin.listen "", want port 9091`},
+		{name: "no admin port on the container", old: "{name: admin, containerPort: 9091}", new: "{name: metrics, containerPort: 9091}",
+			problem: "the container has no port admin 9091"},
+		{name: "no admin port on the Service", old: "{name: admin, port: 9091, targetPort: admin}", new: "{name: ops, port: 9091, targetPort: admin}",
+			problem: "Service smsgw has no port admin"},
+		{name: "probe on the admin port", old: "path: /readyz, port: http", new: "path: /readyz, port: admin",
+			problem: `readinessProbe on port "admin", want http`},
+		{name: "admin port open to every source", old: "      from: [{namespaceSelector: {matchLabels: {team: ops}}}]\n", new: "",
+			problem: "the NetworkPolicy opens the admin port to every source"},
+		{name: "a rule for every port", old: "    - ports: [{port: http}]", new: "    - from: [{podSelector: {}}]",
+			problem: "a NetworkPolicy rule without ports opens every port"},
+		{name: "no NetworkPolicy", want: func(e *expectation) { e.networkPolicy = false },
+			problem: "NetworkPolicy: 1 rendered, want networkPolicy=false"},
 		{name: "envFrom a Secret nobody renders", old: "secretRef: {name: smsgw}", new: "secretRef: {name: elsewhere}",
 			problem: `envFrom refers to Secret "elsewhere", which the release does not render`},
 	} {

@@ -38,6 +38,8 @@ func main() {
 	flag.Var((*multi)(&want.extraEnv), "env", "KEY=VALUE the container gets besides the rendered Secret (repeatable)")
 	flag.Var((*multi)(&want.existingSecret), "existing-secret", "KEY=VALUE of the existingSecret the release refers to (repeatable)")
 	flag.Var((*multi)(&want.says), "says", "text smsgw check-config's answer must contain (repeatable)")
+	flag.IntVar(&want.adminPort, "admin-port", 9091, "expected admin.listen port (0: none)")
+	flag.BoolVar(&want.networkPolicy, "network-policy", true, "expect a NetworkPolicy")
 	flag.Parse()
 	if err := run(*rendered, *bin, *out, want, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -48,27 +48,28 @@ func setRateLimitHeaders(w http.ResponseWriter, r limiter.Rate, d limiter.KeyDec
 
 // admitIngress charges n messages to the producer's ingress quota and
 // returns how many were granted (n, or fewer for a batch; at least 1).
-func (s *Server) admitIngress(ctx context.Context, w http.ResponseWriter, p *producer, n int) (int, error) {
+func (s *Server) admitIngress(ctx context.Context, w http.ResponseWriter, p *Producer, n int) (int, error) {
 	granted, d, err := s.Ingress.allowN(ctx, p, n)
 	if err != nil {
 		return 0, fmt.Errorf("ingress limiter: %w", err)
 	}
 	setRateLimitHeaders(w, p.Ingress, d)
 	if granted == 0 {
+		s.BodyGate.refused(p, d, time.Now())
 		return 0, rateLimited(p, d.RetryAfter)
 	}
 	return granted, nil
 }
 
 // rateLimited is the 429 of a producer over its ingress rate.
-func rateLimited(p *producer, retryAfter time.Duration) *apiError {
+func rateLimited(p *Producer, retryAfter time.Duration) *apiError {
 	return &apiError{Kind: KindRateLimited, RetryAfter: retryAfter,
 		Detail: fmt.Sprintf("producer %s may send %g messages/s with a burst of %d; retry after the Retry-After seconds",
 			p.Name, p.Ingress.PerSecond, p.Ingress.Burst)}
 }
 
 // allowN wraps allow for a producer.
-func (g *Ingress) allowN(ctx context.Context, p *producer, n int) (int, limiter.KeyDecision, error) {
+func (g *Ingress) allowN(ctx context.Context, p *Producer, n int) (int, limiter.KeyDecision, error) {
 	want := n
 	cost := min(want, p.Ingress.Burst)
 	d, err := g.Keys.Allow(ctx, p.Name, p.Ingress, cost)
@@ -94,7 +95,7 @@ func (g *Ingress) allowN(ctx context.Context, p *producer, n int) (int, limiter.
 
 // admitOutstanding returns how many of n new messages fit under the
 // producer's max_outstanding (n when unlimited).
-func (s *Server) admitOutstanding(ctx context.Context, p *producer, n int) (int, error) {
+func (s *Server) admitOutstanding(ctx context.Context, p *Producer, n int) (int, error) {
 	if p.MaxOutstanding <= 0 {
 		return n, nil
 	}
@@ -111,7 +112,7 @@ func (s *Server) admitOutstanding(ctx context.Context, p *producer, n int) (int,
 
 // tooManyQueued is the 429 of a producer with out messages outstanding,
 // at or over its max_outstanding.
-func (s *Server) tooManyQueued(p *producer, out int64) *apiError {
+func (s *Server) tooManyQueued(p *Producer, out int64) *apiError {
 	excess := float64(out - p.MaxOutstanding + 1)
 	return &apiError{Kind: kindTooManyQueued,
 		RetryAfter: time.Duration(excess / s.Cfg.Limits.TargetRPS * float64(time.Second)),

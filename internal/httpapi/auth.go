@@ -21,8 +21,8 @@ import (
 	"smsgw/internal/sms"
 )
 
-// producer is one configured producer, ready for admission decisions.
-type producer struct {
+// Producer is one configured producer, ready for admission decisions.
+type Producer struct {
 	Name           string
 	hash           [32]byte
 	classes        [admission.NumClasses]bool
@@ -37,19 +37,19 @@ type producer struct {
 	callbackAllow []CallbackPrefix
 	// previous is the producer's previous key while its key is rotated
 	// (producers[].previous_key); nil: none.
-	previous *previousKey
+	previous *PreviousKey
 }
 
 // previousKeyLogEvery is the most often the use of one principal's
 // previous key is logged: the line says how many uses it stands for.
 const previousKeyLogEvery = time.Minute
 
-// previousKey is a principal's previous key while its key is rotated
+// PreviousKey is a principal's previous key while its key is rotated
 // (producers[].previous_key, admin.previous_key): a request bearing it is
 // the principal's, like one bearing the current key, and is counted in
 // smsgw_auth_previous_key_total and logged at most once a minute, so the
 // operator sees when nobody uses it any more and it can be removed.
-type previousKey struct {
+type PreviousKey struct {
 	hash      [32]byte
 	principal string             // the producer's name, or "admin"
 	uses      prometheus.Counter // smsgw_auth_previous_key_total{principal}
@@ -58,8 +58,8 @@ type previousKey struct {
 
 // newPreviousKey is principal's previous key h, counted in uses under its
 // name; the series exists (at 0) from start-up on.
-func newPreviousKey(principal string, h [32]byte, uses *prometheus.CounterVec) *previousKey {
-	return &previousKey{hash: h, principal: principal, uses: uses.WithLabelValues(principal)}
+func newPreviousKey(principal string, h [32]byte, uses *prometheus.CounterVec) *PreviousKey {
+	return &PreviousKey{hash: h, principal: principal, uses: uses.WithLabelValues(principal)}
 }
 
 // CallbackPrefix is one webhook.allow entry, parsed: a callback_url is
@@ -142,7 +142,7 @@ func (c CallbackPrefix) under(u *url.URL) bool {
 
 // bodyControls is the 400 for a body with a bidirectional or zero-width
 // character, unless p may send them.
-func (p *producer) bodyControls(body, prefix string) []fieldProblem {
+func (p *Producer) bodyControls(body, prefix string) []fieldProblem {
 	if p.unicodeCtl {
 		return nil
 	}
@@ -156,7 +156,7 @@ func (p *producer) bodyControls(body, prefix string) []fieldProblem {
 // sender is the from a message of p goes out with: p's default (its first
 // sender) when the request names none; a 403 naming field when p may not
 // use it.
-func (p *producer) sender(from, field string) (string, error) {
+func (p *Producer) sender(from, field string) (string, error) {
 	if n, err := sms.NormalizeSender(from); err == nil {
 		from = n // one E.164 sender however written; a bad one is the validation's to report
 	}
@@ -191,7 +191,7 @@ func normalizedSenders(ss []string) []string {
 // events to raw: a URL under one of its webhook.allow prefixes by scheme,
 // host and path segments (not by string: "/cb/../admin" is not under
 // "/cb/", nor "/cbx"); its query is free.
-func (p *producer) callbackAllowed(raw string) bool {
+func (p *Producer) callbackAllowed(raw string) bool {
 	return CallbackUnder(p.callbackAllow, raw)
 }
 
@@ -213,15 +213,15 @@ func CallbackUnder(prefixes []CallbackPrefix, raw string) bool {
 	return false
 }
 
-func (p *producer) allowed(c sms.Class) bool { return c.Valid() && p.classes[c] }
+func (p *Producer) allowed(c sms.Class) bool { return c.Valid() && p.classes[c] }
 
 // Authenticator knows every producer key and the admin key, and the
 // previous keys of those being rotated, as SHA-256 digests only.
 type Authenticator struct {
-	producers     []*producer
+	producers     []*Producer
 	admin         [32]byte
 	adminOn       bool
-	adminPrevious *previousKey // nil: none
+	adminPrevious *PreviousKey // nil: none
 }
 
 // NewAuthenticator holds the keys of cfg; the uses of previous keys are
@@ -233,7 +233,7 @@ func NewAuthenticator(cfg config.Config, previousUses *prometheus.CounterVec) *A
 		a.adminPrevious = newPreviousKey(config.AdminPrincipal, cfg.Admin.PreviousKeyHash(), previousUses)
 	}
 	for _, p := range cfg.Producers {
-		pr := &producer{
+		pr := &Producer{
 			Name:           p.Name,
 			hash:           p.KeyHash(),
 			Ingress:        limiter.Rate{PerSecond: p.Rate, Burst: p.Burst},
@@ -275,10 +275,10 @@ func bearer(r *http.Request) ([32]byte, bool) {
 // neither the key nor its index; it returns the producer, and the
 // previous key when the digest is that (else nil). The configuration
 // makes every key name one producer.
-func (a *Authenticator) ProducerFor(h [32]byte) (*producer, *previousKey) {
+func (a *Authenticator) ProducerFor(h [32]byte) (*Producer, *PreviousKey) {
 	var (
-		found *producer
-		prev  *previousKey
+		found *Producer
+		prev  *PreviousKey
 	)
 	for _, p := range a.producers {
 		if subtle.ConstantTimeCompare(h[:], p.hash[:]) == 1 {
@@ -294,7 +294,7 @@ func (a *Authenticator) ProducerFor(h [32]byte) (*producer, *previousKey) {
 // isAdmin reports whether the digest is the admin key's or its previous
 // key's, comparing with both in constant time; the previous key when it
 // is that (else nil).
-func (a *Authenticator) isAdmin(h [32]byte) (bool, *previousKey) {
+func (a *Authenticator) isAdmin(h [32]byte) (bool, *PreviousKey) {
 	if !a.adminOn {
 		return false, nil
 	}
@@ -308,7 +308,7 @@ func (a *Authenticator) isAdmin(h [32]byte) (bool, *previousKey) {
 // previousKeyUsed counts one request authenticated with k, a previous key,
 // and logs at most once a minute per principal that it is still in use
 // (the principal's name and the uses the line stands for; never the key).
-func (s *Server) previousKeyUsed(ctx context.Context, k *previousKey) {
+func (s *Server) previousKeyUsed(ctx context.Context, k *PreviousKey) {
 	k.uses.Inc()
 	if n, ok := k.log.Add(s.Now(), previousKeyLogEvery); ok {
 		s.Log.InfoContext(ctx, "previous key still in use: switch the client to the new key, then remove previous_key",
@@ -318,8 +318,8 @@ func (s *Server) previousKeyUsed(ctx context.Context, k *previousKey) {
 
 type producerKey struct{}
 
-func producerFrom(ctx context.Context) *producer {
-	p, _ := ctx.Value(producerKey{}).(*producer)
+func producerFrom(ctx context.Context) *Producer {
+	p, _ := ctx.Value(producerKey{}).(*Producer)
 	return p
 }
 
@@ -366,17 +366,25 @@ func (s *Server) authAdmin(next http.Handler) http.Handler {
 }
 
 // authFailed answers a request whose bearer key is unknown: 401, or 429
-// once its client address has failed too often (authThrottle); the WARN
+// once its client address has failed too often (AuthThrottle); the WARN
 // line is sampled.
 func (s *Server) authFailed(w http.ResponseWriter, r *http.Request, what string) {
+	s.failedAuth(w, r, what, "a valid key", errorf(kindUnauthorized, "unknown API key"))
+}
+
+// failedAuth answers a request that failed to authenticate (an unknown
+// bearer key, a webhook's signature): answer, or 429 once its client
+// address has failed too often (authThrottle), retrying with valid (what
+// would pass); the WARN line what is sampled.
+func (s *Server) failedAuth(w http.ResponseWriter, r *http.Request, what, valid string, answer error) {
 	ip := clientIP(r.Context())
 	if wait := s.AuthThrottle.fail(ip); wait > 0 {
 		s.WriteError(w, r, &apiError{Kind: kindAuthThrottled, RetryAfter: wait,
-			Detail: "too many failed authentications from this address; retry after the Retry-After seconds with a valid key"})
+			Detail: "too many failed authentications from this address; retry after the Retry-After seconds with " + valid})
 		return
 	}
 	if ok, left := s.AuthThrottle.sampleLog(); ok {
 		s.Log.WarnContext(r.Context(), what, "path", logPath(r), "client_ip", ip, "not_logged_since_last", left)
 	}
-	s.WriteError(w, r, errorf(kindUnauthorized, "unknown API key"))
+	s.WriteError(w, r, answer)
 }

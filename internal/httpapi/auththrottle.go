@@ -30,7 +30,8 @@ const (
 	authLogEvery = time.Second
 )
 
-type authThrottle struct {
+// AuthThrottle is the table of failed authentications per client address.
+type AuthThrottle struct {
 	now func() time.Time
 
 	mu   sync.Mutex
@@ -42,13 +43,13 @@ type authThrottle struct {
 }
 
 // NewAuthThrottle is an empty failed-authentication table read through now.
-func NewAuthThrottle(now func() time.Time) *authThrottle {
-	return &authThrottle{now: now, tats: map[string]time.Time{}}
+func NewAuthThrottle(now func() time.Time) *AuthThrottle {
+	return &AuthThrottle{now: now, tats: map[string]time.Time{}}
 }
 
 // fail charges one failed authentication to addr and returns 0 when it may
 // be answered (401), else how long until addr may fail again.
-func (a *authThrottle) fail(addr string) time.Duration {
+func (a *AuthThrottle) fail(addr string) time.Duration {
 	addr = AuthFailClient(addr)
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -71,7 +72,7 @@ func (a *authThrottle) fail(addr string) time.Duration {
 // prune drops the addresses whose budget is whole again and, if the table
 // is still full, arbitrary others: a dropped address only gets its budget
 // back early. Callers hold mu.
-func (a *authThrottle) prune(now time.Time) {
+func (a *AuthThrottle) prune(now time.Time) {
 	for k, t := range a.tats {
 		if !t.After(now) {
 			delete(a.tats, k)
@@ -87,7 +88,7 @@ func (a *authThrottle) prune(now time.Time) {
 
 // sampleLog reports whether this failure may be logged, and how many were
 // left out before it.
-func (a *authThrottle) sampleLog() (bool, int) {
+func (a *AuthThrottle) sampleLog() (bool, int) {
 	a.logMu.Lock()
 	defer a.logMu.Unlock()
 	now := a.now()

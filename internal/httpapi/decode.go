@@ -15,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"smsgw/internal/config"
@@ -38,10 +37,6 @@ type messageRequest struct {
 	// CallbackURL receives this message's status events (under one of the
 	// producer's webhook.allow prefixes).
 	CallbackURL string `json:"callback_url,omitempty"`
-}
-
-type batchRequest struct {
-	Messages []json.RawMessage `json:"messages"`
 }
 
 type otpRequest struct {
@@ -307,11 +302,7 @@ func (s *Server) validateMessage(req *messageRequest, class sms.Class, prefix st
 		err = s.checkSegmentCost(class, seg)
 	}
 	add(err)
-	if len(req.Reference) > MaxReferenceLen {
-		errs = append(errs, fieldProblem{prefix + "reference", fmt.Sprintf("has at most %d bytes", MaxReferenceLen)})
-	} else if strings.ContainsFunc(req.Reference, unicode.IsControl) {
-		errs = append(errs, fieldProblem{prefix + "reference", "must not contain control characters"})
-	}
+	add(sms.ValidateReference(req.Reference, MaxReferenceLen))
 	if req.CallbackURL != "" {
 		if err := config.CheckCallbackURL(req.CallbackURL); err != nil {
 			errs = append(errs, fieldProblem{prefix + "callback_url", err.Error()})
@@ -425,11 +416,9 @@ func requestHash(m *sms.Message, ttl time.Duration) string {
 }
 
 func hashBytes(parts ...[]byte) string {
-	h := sha256.New()
+	h := newPartsHash()
 	for _, p := range parts {
-		h.Write([]byte(strconv.Itoa(len(p))))
-		h.Write([]byte{':'})
-		h.Write(p)
+		h.add(p)
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	return h.sum()
 }

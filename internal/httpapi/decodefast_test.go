@@ -37,7 +37,6 @@ var decodeCorpus = []string{
 func decodeTargets() []func() any {
 	return []func() any{
 		func() any { return &messageRequest{} },
-		func() any { return &batchRequest{} },
 		func() any { return &otpRequest{} },
 		func() any { return &pauseRequest{} },
 		func() any { return &suppressionRequest{} },

@@ -2,6 +2,8 @@ package httpapi
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"time"
 )
@@ -28,30 +30,35 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 // sending before the listener drains; otherwise it asks the store and the
 // limiter. Unready is a 503 problem like every error, with the state and
 // the checks as members; it is not counted as a refused request. Errors
-// go to the log, not to the (unauthenticated) answer.
+// go to the log, not to the (unauthenticated) answer: the first at once,
+// then one line per 10 s with the count of unready answers it stands for.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if s.Stopping.Load() {
 		s.notReady(w, r, "stopping", nil)
 		return
 	}
 	checks := map[string]string{}
-	ready := true
+	var failed []error
 	for _, c := range s.Checks {
 		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 		err := c.Check(ctx)
 		cancel()
 		if err != nil {
-			s.Log.WarnContext(r.Context(), "readiness check failed", "check", c.Name, "err", err)
+			failed = append(failed, fmt.Errorf("%s: %w", c.Name, err))
 			checks[c.Name] = "fail"
-			ready = false
 			continue
 		}
 		checks[c.Name] = "ok"
 	}
-	if !ready {
+	if len(failed) > 0 {
+		// Anyone may ask, as often as they like: one line per 10 s.
+		if n, ok := s.readyLog.Add(time.Now(), unknownLogEvery); ok {
+			s.Log.WarnContext(r.Context(), "readiness checks failed", "count", n, "err", errors.Join(failed...))
+		}
 		s.notReady(w, r, "unready", checks)
 		return
 	}
+	s.readyLog.Reset()
 	writeJSON(w, s.Log, "application/json", http.StatusOK, healthResponse{Status: "ready", Checks: checks})
 }
 

@@ -118,7 +118,7 @@ const answerBytesPerAccepted = 1024
 // idempotent runs run at most once per Idempotency-Key (when the request
 // has one) and writes its answer, replaying the first answer to repeats.
 // hash is the digest of the whole request; scope separates endpoints.
-func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, p *producer, scope, hash string,
+func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, p *Producer, scope, hash string,
 	run func(ctx context.Context, idemKey string) (*response, error)) {
 	ctx := r.Context()
 	key, present, err := idempotencyKeyOf(r)

@@ -56,7 +56,7 @@ func (s *Server) postInbound(w http.ResponseWriter, r *http.Request) {
 		case errors.As(err, &re):
 			count(admission.InboundMalformed)
 		}
-		s.WriteError(w, r, webhookError("message", err))
+		s.webhookRefused(w, r, "message", err)
 		return
 	}
 	kind := o.KindOf(in.Text)
@@ -66,9 +66,12 @@ func (s *Server) postInbound(w http.ResponseWriter, r *http.Request) {
 		kind = admission.InboundIgnored
 	default:
 		if e := s.applyKeyword(r, adapter, kind, in); e != nil {
-			count(e.kind)
-			s.WriteError(w, r, e.err)
-			return
+			kind = e.kind
+			if e.err != nil {
+				count(kind)
+				s.webhookRefused(w, r, "message", e.err)
+				return
+			}
 		}
 	}
 	count(kind)
@@ -81,7 +84,7 @@ func (s *Server) postInbound(w http.ResponseWriter, r *http.Request) {
 }
 
 // keywordFailure is why a keyword was not applied: the kind counted and
-// the error answered.
+// the error answered (nil: acknowledged like an applied one).
 type keywordFailure struct {
 	kind string
 	err  error
@@ -95,6 +98,22 @@ func (s *Server) applyKeyword(r *http.Request, adapter, kind string, in provider
 		return &keywordFailure{admission.InboundMalformed, fieldError(in.FromField, "must be the sender's number in E.164")}
 	}
 	masked := sms.MaskPhone(from)
+	adm, f := s.admitKeyword(ctx, adapter, in)
+	if f != nil {
+		return f
+	}
+	if f := s.applyAdmitted(r, adapter, kind, from, masked, adm); f != nil {
+		return f
+	}
+	if err := o.RememberApplied(ctx, adm.key); err != nil {
+		return unavailableKeyword(err, "the suppression list did not record the message as applied; send it again")
+	}
+	return nil
+}
+
+// applyAdmitted changes the list for an admitted keyword from from.
+func (s *Server) applyAdmitted(r *http.Request, adapter, kind, from, masked string, adm admittedKeyword) *keywordFailure {
+	o, ctx := s.OptOuts, r.Context()
 	if kind == admission.InboundOptOut {
 		id, added, err := o.Suppress(ctx, from, state.SourceRecipient, "opted out by text message ("+adapter+")")
 		switch {
@@ -114,7 +133,7 @@ func (s *Server) applyKeyword(r *http.Request, adapter, kind string, in provider
 		}
 		return nil
 	}
-	id, res, err := o.Lift(ctx, from)
+	id, res, err := o.Lift(ctx, from, adm.at)
 	switch {
 	case err != nil:
 		return &keywordFailure{admission.InboundUnavailable, &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err,
@@ -124,6 +143,10 @@ func (s *Server) applyKeyword(r *http.Request, adapter, kind string, in provider
 	case res == state.LiftKept:
 		s.Log.InfoContext(ctx, "opt-in keyword left the number suppressed: an operator put it on the list", "suppression_id", id,
 			"to", masked, "adapter", adapter)
+	case res == state.LiftNewer:
+		s.Log.InfoContext(ctx, "opt-in keyword left the number suppressed: the entry is newer than the message", "suppression_id", id,
+			"to", masked, "adapter", adapter)
+		return &keywordFailure{kind: admission.InboundOlder}
 	}
 	return nil
 }

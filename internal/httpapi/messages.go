@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -111,7 +112,7 @@ func invalid(errs []fieldProblem) *apiError {
 
 // checkMessage decodes and validates one message request; the error is a
 // 400 (every bad field) or a 403 (class not allowed for the producer).
-func (s *Server) checkMessage(p *producer, raw []byte, prefix string) (validated, error) {
+func (s *Server) checkMessage(p *Producer, raw []byte, prefix string) (validated, error) {
 	var req messageRequest
 	if err := decodeStrict(raw, &req, prefix); err != nil {
 		return validated{}, err
@@ -161,7 +162,7 @@ func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
 }
 
 // accept runs admission for one message and queues it.
-func (s *Server) accept(ctx context.Context, w http.ResponseWriter, p *producer, v validated, key string) (_ *response, err error) {
+func (s *Server) accept(ctx context.Context, w http.ResponseWriter, p *Producer, v validated, key string) (_ *response, err error) {
 	now := s.Now()
 	if ferr := checkSendAt(v.msg.SendAt, now, ""); ferr != nil {
 		return nil, invalid([]fieldProblem{*ferr})
@@ -232,7 +233,7 @@ func (s *Server) existing(first, m *sms.Message, eta, now time.Time) (*response,
 // stamp makes the validated request a message of producer p, accepted at
 // now: due at its send_at (or now), not taken before the end of its
 // class's quiet hours for the recipient, expiring its TTL after it is due.
-func (s *Server) stamp(v validated, p *producer, key string, now time.Time) *sms.Message {
+func (s *Server) stamp(v validated, p *Producer, key string, now time.Time) *sms.Message {
 	m := *v.msg
 	m.ID = sms.NewID(now)
 	m.Producer = p.Name
@@ -256,7 +257,7 @@ func (s *Server) stamp(v validated, p *producer, key string, now time.Time) *sms
 // checkCallback refuses a callback_url under none of the producer's
 // webhook.allow prefixes (422 naming the field; the URL itself is not
 // repeated: it may carry a token).
-func checkCallback(p *producer, m *sms.Message, prefix string) error {
+func checkCallback(p *Producer, m *sms.Message, prefix string) error {
 	if m.CallbackURL == "" || p.callbackAllowed(m.CallbackURL) {
 		return nil
 	}
@@ -320,37 +321,40 @@ type BatchResponse struct {
 
 func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) {
 	p := producerFrom(r.Context())
-	raw, err := readBody(r, false)
+	if err := checkJSONContentType(r.Header.Get("Content-Type")); err != nil {
+		s.WriteError(w, r, err)
+		return
+	}
+	// Item by item as the body arrives (decodebatch.go): only the checked
+	// messages are kept, not the body.
+	var (
+		items []batchItem
+		vs    []validated
+		valid []int
+	)
+	hash, budget := newPartsHash(), newReadBudget(w, s.Cfg.HTTP.ReadTimeout)
+	n, err := streamBatch(r.Body, func(i int, rawItem json.RawMessage) {
+		items, vs = append(items, batchItem{Index: i}), append(vs, validated{})
+		budget.spend(func() {
+			v, err := s.checkMessage(p, rawItem, "messages["+strconv.Itoa(i)+"].")
+			if err != nil {
+				s.itemError(r, &items[i], err)
+				hash.add(rawItem)
+				return
+			}
+			vs[i] = v
+			hash.add([]byte(v.msg.RequestHash))
+			valid = append(valid, i)
+		})
+	})
+	if err == nil && n == 0 {
+		err = fieldError("messages", fmt.Sprintf("must hold 1 to %d messages (got 0)", MaxBatch))
+	}
 	if err != nil {
 		s.WriteError(w, r, err)
 		return
 	}
-	var req batchRequest
-	if err := decodeStrict(raw, &req, ""); err != nil {
-		s.WriteError(w, r, err)
-		return
-	}
-	if n := len(req.Messages); n == 0 || n > MaxBatch {
-		s.WriteError(w, r, fieldError("messages", fmt.Sprintf("must hold 1 to %d messages (got %d)", MaxBatch, n)))
-		return
-	}
-	items := make([]batchItem, len(req.Messages))
-	vs := make([]validated, len(req.Messages))
-	var valid []int
-	hashes := make([][]byte, len(req.Messages))
-	for i, rawItem := range req.Messages {
-		items[i].Index = i
-		v, err := s.checkMessage(p, rawItem, "messages["+strconv.Itoa(i)+"].")
-		if err != nil {
-			s.itemError(r, &items[i], err)
-			hashes[i] = rawItem
-			continue
-		}
-		vs[i] = v
-		hashes[i] = []byte(v.msg.RequestHash)
-		valid = append(valid, i)
-	}
-	s.idempotent(w, r, p, "batch", hashBytes(hashes...), func(ctx context.Context, key string) (*response, error) {
+	s.idempotent(w, r, p, "batch", hash.sum(), func(ctx context.Context, key string) (*response, error) {
 		return s.acceptBatch(ctx, w, r, p, vs, valid, items, key)
 	})
 }
@@ -364,7 +368,7 @@ func (s *Server) itemError(r *http.Request, it *batchItem, err error) {
 // turn are refused one by one; then as many as max_outstanding and the
 // ingress quota allow, in order; the rest get 429. When none fits the
 // whole batch is a 429, so a client simply retries it later.
-func (s *Server) acceptBatch(ctx context.Context, w http.ResponseWriter, r *http.Request, p *producer,
+func (s *Server) acceptBatch(ctx context.Context, w http.ResponseWriter, r *http.Request, p *Producer,
 	vs []validated, valid []int, items []batchItem, key string) (_ *response, err error) {
 	now := s.Now()
 	valid, held, err := s.protectItems(ctx, r, vs, valid, items)
@@ -435,7 +439,7 @@ type admitted struct {
 // problem, those whose send_at is out of range, those that would expire
 // before their turn (items of one class queue behind each other), and
 // those beyond room (max_outstanding).
-func (s *Server) admitItems(ctx context.Context, r *http.Request, p *producer, now time.Time,
+func (s *Server) admitItems(ctx context.Context, r *http.Request, p *Producer, now time.Time,
 	vs []validated, valid []int, items []batchItem, key string, room int) admitted {
 	adm := admitted{msgs: map[int]*sms.Message{}, etas: map[int]time.Time{}}
 	var idx []int

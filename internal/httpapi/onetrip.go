@@ -38,7 +38,7 @@ type OneTrip struct {
 }
 
 // acceptOneTrip answers a validated single message on the oneTrip path.
-func (s *Server) acceptOneTrip(w http.ResponseWriter, r *http.Request, p *producer, v validated) {
+func (s *Server) acceptOneTrip(w http.ResponseWriter, r *http.Request, p *Producer, v validated) {
 	ctx := r.Context()
 	idem, _, err := idempotencyKeyOf(r)
 	if err != nil {
@@ -83,6 +83,7 @@ func (s *Server) acceptOneTrip(w http.ResponseWriter, r *http.Request, p *produc
 		s.WriteError(w, r, s.tooManyQueued(p, res.Outstanding))
 		return
 	case res.Refused == queue.RefusedIngress:
+		s.BodyGate.refusedFor(p, res.RetryAfter, time.Now())
 		s.WriteError(w, r, rateLimited(p, res.RetryAfter))
 		return
 	case res.Existed:
@@ -100,7 +101,7 @@ func (s *Server) acceptOneTrip(w http.ResponseWriter, r *http.Request, p *produc
 // replayStored answers with the first answer stored for the request's
 // Idempotency-Key, if there is one (an extra round trip, taken only by a
 // keyed request refused before the script).
-func (s *Server) replayStored(w http.ResponseWriter, r *http.Request, p *producer, idem, hash string) bool {
+func (s *Server) replayStored(w http.ResponseWriter, r *http.Request, p *Producer, idem, hash string) bool {
 	a, err := s.OneTrip.Idem.Answer(r.Context(), IdemKey(p.Name, "message", idem))
 	if err != nil || a == nil {
 		return false
@@ -120,7 +121,7 @@ type oneTripRequest struct {
 
 // prepareOneTrip runs what needs no store (send_at, destination, TTL) and
 // builds the script's request.
-func (s *Server) prepareOneTrip(ctx context.Context, p *producer, v validated, idem string) (*oneTripRequest, error) {
+func (s *Server) prepareOneTrip(ctx context.Context, p *Producer, v validated, idem string) (*oneTripRequest, error) {
 	now := s.Now()
 	if ferr := checkSendAt(v.msg.SendAt, now, ""); ferr != nil {
 		return nil, invalid([]fieldProblem{*ferr})

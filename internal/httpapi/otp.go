@@ -410,7 +410,7 @@ const maxOTPUnknownTries = 1000
 // (key; empty: none) used when its outcome was unknown, and holds that
 // entry until finish. The request's own lock is already held, so the
 // entry's lock is always free.
-func (s *Server) otpUnknownID(ctx context.Context, p *producer, key, hash string) (otpUnknown, error) {
+func (s *Server) otpUnknownID(ctx context.Context, p *Producer, key, hash string) (otpUnknown, error) {
 	if key == "" {
 		return otpUnknown{}, nil
 	}

@@ -62,6 +62,8 @@ func maskID(id string) string {
 func webhookError(what string, err error) error {
 	var re *provider.ReceiptError
 	switch {
+	case errors.Is(err, provider.ErrInboundNotConfirmed):
+		return errorf(KindBadSignature, "the provider's API does not confirm the "+what+" as signed; nothing was changed")
 	case errors.Is(err, provider.ErrStaleReceipt):
 		return errorf(KindBadSignature, "the "+what+"'s signed time is more than "+provider.ReceiptMaxAge.String()+
 			" old, or ahead of the gateway's clock: refused as a possible replay; nothing was changed")
@@ -94,7 +96,7 @@ func (s *Server) postReceipt(w http.ResponseWriter, r *http.Request) {
 		s.Metrics.Receipts.Signed(adapter, rc.PreviousSecret)
 	}
 	if err != nil {
-		s.WriteError(w, r, webhookError("receipt", err))
+		s.webhookRefused(w, r, "receipt", err)
 		return
 	}
 	rm := s.Metrics.Receipts

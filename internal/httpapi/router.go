@@ -49,7 +49,7 @@ type Server struct {
 	OTP          otpSender
 	Notifier     notifier
 	Auth         *Authenticator
-	AuthThrottle *authThrottle
+	AuthThrottle *AuthThrottle
 	ETA          *admission.ETAEstimator
 	Quiet        sms.QuietPolicy
 	Pause        *admission.OperatorPause
@@ -72,6 +72,12 @@ type Server struct {
 	// webhookBodyLog samples the receipts and inbound messages whose body
 	// was over the bound or cut short (readWebhook).
 	webhookBodyLog logsample.Sampler
+
+	// BodyGate bounds the message routes' bodies before they are read
+	// (bodygate.go).
+	BodyGate *BodyGate
+	// readyLog samples the failed readiness checks: /readyz takes no key.
+	readyLog logsample.Sampler
 }
 
 // Routes builds the chi router of every route. Every route here must be a
@@ -108,11 +114,11 @@ func (s *Server) Router(public, admin bool) chi.Router {
 		if public {
 			r.Group(func(r chi.Router) {
 				r.Use(s.authProducer)
-				r.Post("/messages", s.postMessage)
-				r.Post("/messages/batch", s.postBatch)
+				r.With(s.gateBody).Post("/messages", s.postMessage)
+				r.With(s.gateBody).Post("/messages/batch", s.postBatch)
 				r.Get("/messages/{id}", s.getMessage)
 				r.Delete("/messages/{id}", s.deleteMessage)
-				r.Post("/otp", s.postOTP)
+				r.With(s.gateBody).Post("/otp", s.postOTP)
 			})
 			// No bearer key: each adapter checks its vendor's signature.
 			r.Post("/receipts/{adapter}", s.postReceipt)

@@ -62,7 +62,7 @@ var allowed = map[string][]string{
 		"internal/state", "internal/tick"},
 
 	// What operators read: live stats, metrics, the send history recorder.
-	"internal/opsview": {"internal/admission", "internal/config", "internal/dispatch", "internal/history",
+	"internal/opsview": {"internal/admission", "internal/config", "internal/dispatch", "internal/history", "internal/logsample",
 		"internal/provider", "internal/queue", "internal/sms", "internal/state", "internal/tick"},
 
 	// The HTTP edge and handlers.
@@ -72,7 +72,7 @@ var allowed = map[string][]string{
 		"internal/queue", "internal/sms", "internal/state", "internal/webhook"},
 
 	// Status callbacks to producers: the outbox and HTTP, nothing of sending.
-	"internal/webhook": {"internal/queue"},
+	"internal/webhook": {"internal/logsample", "internal/queue"},
 
 	// Configuration: may use the parts it configures for their defaults and
 	// checks (each provider adapter validates its own settings).
@@ -89,6 +89,7 @@ var allowed = map[string][]string{
 		"internal/sms", "internal/keyspace"},
 	"internal/demo":      {"internal/config", "internal/dashboard", "internal/gateway", "internal/provider/sim"},
 	"internal/helmcheck": {},
+	"internal/testtimes": {}, // make test's report: results as they end, the slowest at the end
 	"cmd/smsgw": {"internal/bench", "internal/config", "internal/dashboard", "internal/demo", "internal/gateway",
 		"internal/provider/sim"},
 	"tests":  {},

@@ -139,9 +139,9 @@ type rateSample struct {
 	sent int64
 }
 
-// totalsLoop keeps the counters: this process's increments flushed to the
+// TotalsLoop keeps the counters: this process's increments flushed to the
 // counters store every period, and the store read back.
-type totalsLoop struct {
+type TotalsLoop struct {
 	snap    func() dispatch.Snapshot
 	Refused func() [admission.NRefusals]int64 // protection's; nil: none
 	store   state.Counters
@@ -160,13 +160,13 @@ type totalsLoop struct {
 
 // NewTotalsLoop keeps this replica's totals in store and reads the account's
 // back.
-func NewTotalsLoop(snap func() dispatch.Snapshot, store state.Counters, scope string, log *slog.Logger, now time.Time) *totalsLoop {
-	return &totalsLoop{snap: snap, store: store, Scope: scope, log: log, started: now, since: now, every: totalsEvery}
+func NewTotalsLoop(snap func() dispatch.Snapshot, store state.Counters, scope string, log *slog.Logger, now time.Time) *TotalsLoop {
+	return &TotalsLoop{snap: snap, store: store, Scope: scope, log: log, started: now, since: now, every: totalsEvery}
 }
 
 // runOnce flushes this process's increments and samples the stored sent
 // total for the rate.
-func (l *totalsLoop) runOnce(ctx context.Context) error {
+func (l *TotalsLoop) runOnce(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	cur := l.current()
@@ -197,7 +197,7 @@ func (l *totalsLoop) runOnce(ctx context.Context) error {
 }
 
 // Read returns the counters now, their scope and since when they count.
-func (l *totalsLoop) Read(ctx context.Context) (Totals, string, time.Time, error) {
+func (l *TotalsLoop) Read(ctx context.Context) (Totals, string, time.Time, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	values, since, err := l.store.Read(ctx)
@@ -212,7 +212,7 @@ func (l *totalsLoop) Read(ctx context.Context) (Totals, string, time.Time, error
 }
 
 // current is this process's counts now: the dispatcher's and protection's.
-func (l *totalsLoop) current() Totals {
+func (l *TotalsLoop) current() Totals {
 	t := totalsOf(l.snap())
 	if l.Refused != nil {
 		t.Refused = l.Refused()
@@ -221,7 +221,7 @@ func (l *totalsLoop) current() Totals {
 }
 
 // Rate is the sent rate over the samples (at most the last rateWindow).
-func (l *totalsLoop) Rate() float64 {
+func (l *TotalsLoop) Rate() float64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.samples) < 2 {
@@ -236,11 +236,11 @@ func (l *totalsLoop) Rate() float64 {
 }
 
 // Start runs the loop until Stop or until ctx ends.
-func (l *totalsLoop) Start(ctx context.Context) { l.T.Start(ctx, l.every, l.runOnce) }
+func (l *TotalsLoop) Start(ctx context.Context) { l.T.Start(ctx, l.every, l.runOnce) }
 
 // Stop ends the loop and flushes a last time, so that the sends of a
 // replica that stops are not missing from the shared totals.
-func (l *totalsLoop) Stop() {
+func (l *TotalsLoop) Stop() {
 	if !l.T.Halt() {
 		return
 	}
@@ -249,8 +249,8 @@ func (l *totalsLoop) Stop() {
 	_ = l.runOnce(ctx) // logged by runOnce
 }
 
-// latencyWindow keeps the last n durations.
-type latencyWindow struct {
+// LatencyWindow keeps the last n durations.
+type LatencyWindow struct {
 	mu   sync.Mutex
 	buf  []time.Duration
 	next int
@@ -258,9 +258,10 @@ type latencyWindow struct {
 }
 
 // NewLatencyWindow keeps the last n latencies.
-func NewLatencyWindow(n int) *latencyWindow { return &latencyWindow{buf: make([]time.Duration, n)} }
+func NewLatencyWindow(n int) *LatencyWindow { return &LatencyWindow{buf: make([]time.Duration, n)} }
 
-func (w *latencyWindow) Add(d time.Duration) {
+// Add keeps d, dropping the oldest once the window is full.
+func (w *LatencyWindow) Add(d time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.buf[w.next] = max(d, 0)
@@ -270,7 +271,7 @@ func (w *latencyWindow) Add(d time.Duration) {
 
 // Quantiles returns the nearest-rank quantiles qs of the window and how
 // many samples it holds (0: no quantiles).
-func (w *latencyWindow) Quantiles(qs ...float64) ([]time.Duration, int) {
+func (w *LatencyWindow) Quantiles(qs ...float64) ([]time.Duration, int) {
 	w.mu.Lock()
 	s := slices.Clone(w.buf[:w.n])
 	w.mu.Unlock()
@@ -291,7 +292,7 @@ func (w *latencyWindow) Quantiles(qs ...float64) ([]time.Duration, int) {
 type ObservedProvider struct {
 	provider.Provider
 	Now func() time.Time
-	OTP *latencyWindow
+	OTP *LatencyWindow
 }
 
 // Send sends through the wrapped provider and records the accept-to-provider
@@ -317,6 +318,6 @@ type LiveStats struct {
 	Replica      Replica
 	ProviderName string
 	Snap         func() dispatch.Snapshot
-	Totals       *totalsLoop
-	OTP          *latencyWindow
+	Totals       *TotalsLoop
+	OTP          *LatencyWindow
 }

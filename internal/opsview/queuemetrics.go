@@ -7,27 +7,35 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"smsgw/internal/logsample"
 	"smsgw/internal/queue"
 	"smsgw/internal/sms"
 )
 
-// queueCollector exports the queue's depth per class and state, and the age
+// statsLogEvery is the most often a failed read of the queue's
+// statistics is logged.
+const statsLogEvery = 10 * time.Second
+
+// QueueCollector exports the queue's depth per class and state, and the age
 // of each class's oldest due message, read from the queue at scrape time:
 // the figures operators alert on (a marketing backlog is normal; an OTP
 // backlog or a growing oldest age is not). With Redis every replica reports
 // the same shared queue, so aggregate with max, not sum.
-type queueCollector struct {
+type QueueCollector struct {
 	q       queue.Queue
 	log     *slog.Logger
 	timeout time.Duration
 	depth   *prometheus.Desc
 	oldest  *prometheus.Desc
 	up      *prometheus.Desc
+	// failLog samples the failed reads: a scrape needs no key where
+	// /metrics is on the producers' port.
+	failLog logsample.Sampler
 }
 
 // NewQueueCollector reports q's depths at every scrape.
-func NewQueueCollector(q queue.Queue, log *slog.Logger) *queueCollector {
-	return &queueCollector{
+func NewQueueCollector(q queue.Queue, log *slog.Logger) *QueueCollector {
+	return &QueueCollector{
 		q: q, log: log, timeout: 2 * time.Second,
 		depth: prometheus.NewDesc("smsgw_queue_messages",
 			"Messages in the queue by class and state (ready, scheduled, leased, dead).", []string{"class", "state"}, nil),
@@ -38,21 +46,26 @@ func NewQueueCollector(q queue.Queue, log *slog.Logger) *queueCollector {
 	}
 }
 
-func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
+// Describe implements prometheus.Collector.
+func (c *QueueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.depth
 	ch <- c.oldest
 	ch <- c.up
 }
 
-func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+// Collect implements prometheus.Collector: one queue read per scrape.
+func (c *QueueCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	st, err := c.q.Stats(ctx)
 	if err != nil {
-		c.log.Warn("metrics: queue stats", "err", err)
+		if n, ok := c.failLog.Add(time.Now(), statsLogEvery); ok {
+			c.log.Warn("metrics: queue stats", "count", n, "err", err)
+		}
 		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
 		return
 	}
+	c.failLog.Reset()
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
 	for _, cl := range sms.Classes {
 		s := st[cl]

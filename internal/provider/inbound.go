@@ -1,6 +1,9 @@
 package provider
 
-import "net/http"
+import (
+	"net/http"
+	"time"
+)
 
 // Inbound is one message a recipient sent to the account's number (a
 // mobile-originated message, MO), as a vendor posted it, its signature
@@ -19,8 +22,16 @@ type Inbound struct {
 	// the message has no text the gateway can judge (binary, or one part
 	// of a longer message: a keyword is a whole message).
 	Text string
-	// ProviderID is the vendor's id of the inbound message, if it has one.
+	// ProviderID is the vendor's id of the inbound message, in the
+	// vendor's own format (checked); for the generic protocol, which has
+	// none of its own, the id the body gives or the hash of the signed
+	// body. The gateway remembers the ids it applied and applies none
+	// twice.
 	ProviderID string
+	// At is when the vendor received the message, where it signs a time
+	// (Vonage, generic: checked against the replay window); zero where it
+	// signs none (Twilio: ConfirmInbound gives it).
+	At time.Time
 }
 
 // InboundParser is what an adapter that takes inbound messages adds to

@@ -2,6 +2,7 @@ package sms
 
 import (
 	"fmt"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -121,12 +122,33 @@ func hex4(b []byte) (rune, bool) {
 // switch the whole message to UCS-2 (70 characters a segment instead of
 // 160). The error names the first one's code point and position.
 func CheckFormatControls(body string) error {
+	return checkInvisible("body", body, "remove it (or allow such characters for the producer: producers[].allow_unicode_controls)")
+}
+
+// ValidateReference checks the producer's own reference: at most maxLen
+// bytes, no control character, and no invisible format character, refused
+// as in a body (checkInvisible) and with no producer allowance: the
+// reference is shown back to operators and producers (the dashboard,
+// status callbacks), never sent to a recipient, so no language needs one.
+func ValidateReference(ref string, maxLen int) error {
+	switch {
+	case len(ref) > maxLen:
+		return invalid("reference", fmt.Sprintf("has at most %d bytes", maxLen))
+	case strings.ContainsFunc(ref, unicode.IsControl):
+		return invalid("reference", "must not contain control characters")
+	}
+	return checkInvisible("reference", ref, "remove it")
+}
+
+// checkInvisible refuses s, the value of field, when it holds an invisible
+// format character (Unicode category Cf, and U+180E), naming the first
+// one's code point and position, then what to do (hint).
+func checkInvisible(field, s, hint string) error {
 	n := 0
-	for _, r := range body {
+	for _, r := range s {
 		n++
 		if unicode.Is(unicode.Cf, r) || r == '\u180e' {
-			return invalid("body", fmt.Sprintf("contains %U, an invisible bidirectional or zero-width character, at character %d; "+
-				"remove it (or allow such characters for the producer: producers[].allow_unicode_controls)", r, n))
+			return invalid(field, fmt.Sprintf("contains %U, an invisible bidirectional or zero-width character, at character %d; %s", r, n, hint))
 		}
 	}
 	return nil

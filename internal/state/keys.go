@@ -48,3 +48,8 @@ func (k keys) suppressionIndex() string { return k.protect + "suppressed:index" 
 
 // numberKey is the STRING secret the number hashes are keyed with.
 func (k keys) numberKey() string { return k.protect + "numberkey" }
+
+// inboundApplied is the ZSET of the inbound messages whose keyword was
+// applied (member: the keyed hash of adapter and vendor id; score: when
+// the memory of it ends, Unix ms on Redis's clock).
+func (k keys) inboundApplied() string { return k.protect + "inbound:applied" }

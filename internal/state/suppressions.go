@@ -104,6 +104,9 @@ type Suppressions interface {
 	// Key returns the account's number key (32 random bytes), created by
 	// the first caller and the same for every handle from then on.
 	Key(ctx context.Context) ([]byte, error)
+	// Applied, RememberApplied and LiftOlder keep a recipient's keyword
+	// from being applied twice (inbound.go).
+	appliedStore
 }
 
 // Bounds of the list.
@@ -194,9 +197,10 @@ func checkIDs(ids []string) error {
 // of the IDs at score 0 for paging in ID order, and the number key in a
 // STRING; none of them expires.
 type RedisSuppressions struct {
-	c   redis.UniversalClient
-	k   keys
-	max int
+	c          redis.UniversalClient
+	k          keys
+	max        int
+	appliedMax int // 0: MaxApplied
 
 	mu  sync.Mutex
 	key []byte // cached once read
@@ -447,8 +451,10 @@ func writeCount(tx *bolt.Tx, n int) error {
 // before it returns, so the list survives a restart. Safe for concurrent
 // use.
 type LocalSuppressions struct {
-	db  *bolt.DB
-	max int
+	db         *bolt.DB
+	max        int
+	appliedMax int              // 0: MaxApplied
+	clock      func() time.Time // the memory of applied messages' clock
 }
 
 var _ Suppressions = (*LocalSuppressions)(nil)
@@ -475,6 +481,9 @@ func OpenLocalSuppressions(dir string, maxEntries int) (*LocalSuppressions, erro
 		if _, err := tx.CreateBucketIfNotExists(bSuppressed); err != nil {
 			return err
 		}
+		if err := initApplied(tx); err != nil {
+			return err
+		}
 		m, err := tx.CreateBucketIfNotExists(bMeta)
 		if err != nil {
 			return err
@@ -490,7 +499,7 @@ func OpenLocalSuppressions(dir string, maxEntries int) (*LocalSuppressions, erro
 		_ = db.Close()
 		return nil, fmt.Errorf("state: suppressions: init %s: %w", file, err)
 	}
-	return &LocalSuppressions{db: db, max: maxEntries}, nil
+	return &LocalSuppressions{db: db, max: maxEntries, clock: time.Now}, nil
 }
 
 // Close closes the file.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"smsgw/internal/logsample"
 	"smsgw/internal/queue"
 )
 
@@ -57,6 +58,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
+// statsLogEvery is the most often a failed outbox read is logged.
+const statsLogEvery = 10 * time.Second
+
 // backlogCollector exports the outbox's depth, read at scrape time. With
 // Redis every replica reports the same shared outbox: aggregate with max.
 type backlogCollector struct {
@@ -65,6 +69,9 @@ type backlogCollector struct {
 	backlog *prometheus.Desc
 	oldest  *prometheus.Desc
 	dead    *prometheus.Desc
+	// failLog samples the failed reads (one line per 10 s with a count):
+	// a scrape needs no key where /metrics is on the producers' port.
+	failLog logsample.Sampler
 }
 
 // NewBacklogCollector exports smsgw_callbacks_backlog,
@@ -96,9 +103,12 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	if err != nil {
 		// No sample rather than a wrong one; smsgw_queue_stats_up tells
 		// the store is not answering.
-		c.log.Warn("metrics: outbox stats", "err", err)
+		if n, ok := c.failLog.Add(time.Now(), statsLogEvery); ok {
+			c.log.Warn("metrics: outbox stats", "count", n, "err", err)
+		}
 		return
 	}
+	c.failLog.Reset()
 	ch <- prometheus.MustNewConstMetric(c.backlog, prometheus.GaugeValue, float64(s.Backlog))
 	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, s.OldestAge.Seconds())
 	ch <- prometheus.MustNewConstMetric(c.dead, prometheus.GaugeValue, float64(s.Dead))

@@ -75,12 +75,16 @@ type Config struct {
 	// (provider.previous_receipt_secret), is the secret it replaces: a
 	// receipt signed with either is taken. Only beside ReceiptSecret.
 	PreviousReceiptSecret string
+	// Now is the clock inbound messages' signed times are checked
+	// against; default time.Now.
+	Now func() time.Time
 }
 
 // Provider sends through the generic protocol.
 type Provider struct {
 	receiptSecret  string
 	previousSecret string // the receipt secret being replaced; "" when none
+	now            func() time.Time
 	name           string
 	url            string
 	token          string
@@ -101,7 +105,10 @@ func New(cfg Config) (*Provider, error) {
 		return nil, err
 	}
 	p := &Provider{name: cfg.Name, url: cfg.URL, token: cfg.Token, tmo: c.Timeout, client: c.Client, log: c.Logger,
-		receiptSecret: cfg.ReceiptSecret, previousSecret: cfg.PreviousReceiptSecret}
+		receiptSecret: cfg.ReceiptSecret, previousSecret: cfg.PreviousReceiptSecret, now: cfg.Now}
+	if p.now == nil {
+		p.now = time.Now
+	}
 	if p.name == "" {
 		p.name = "http"
 	}

@@ -32,9 +32,10 @@ type ReceiptBody struct {
 // SignReceipt is the value of HeaderReceiptSignature for body.
 func SignReceipt(secret string, body []byte) string { return sign(secret, body) }
 
-// sign is the generic protocol's signature of a webhook body: "sha256="
-// and the hex HMAC-SHA256 of the raw body keyed with
-// provider.receipt_secret, for receipts and inbound messages alike.
+// sign is the generic protocol's signature of a webhook's MAC input:
+// "sha256=" and its hex HMAC-SHA256 keyed with provider.receipt_secret. A
+// receipt's input is its raw body, an inbound message's InboundDomain and
+// its raw body (inboundInput).
 func sign(secret string, body []byte) string {
 	mac := hmac.New(sha256.New, []byte(secret))
 	mac.Write(body)

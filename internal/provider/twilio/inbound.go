@@ -26,19 +26,21 @@ var (
 )
 
 // ParseInbound implements provider.InboundParser for Twilio's
-// incoming-message webhook, signed over Config.InboundURL.
+// incoming-message webhook, signed over Config.InboundURL, its form
+// checked (checkInbound). Twilio signs no time: the gateway confirms a
+// keyword with Twilio's API (ConfirmInbound) before applying it.
 func (p *Provider) ParseInbound(r *http.Request, raw []byte) (provider.Inbound, error) {
 	form, err := p.verified(r, raw, p.cfg.InboundURL)
+	if err != nil {
+		return provider.Inbound{}, err
+	}
+	sid, err := p.checkInbound(form)
 	if err != nil {
 		return provider.Inbound{}, err
 	}
 	from := form.Get("From")
 	if from == "" {
 		return provider.Inbound{}, &provider.ReceiptError{Field: "From", Reason: "missing"}
-	}
-	sid := form.Get("MessageSid")
-	if sid == "" {
-		sid = form.Get("SmsSid")
 	}
 	return provider.Inbound{From: from, FromField: "From", Text: form.Get("Body"), ProviderID: sid}, nil
 }

@@ -25,7 +25,8 @@ func TestParseInbound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	form := url.Values{"MessageSid": {"SM1"}, "SmsSid": {"SM1"}, "AccountSid": {"AC1"}, "From": {"+14155550100"},
+	const sid = "SM0123456789abcdef0123456789abcdef"
+	form := url.Values{"MessageSid": {sid}, "SmsSid": {sid}, "AccountSid": {"AC1"}, "From": {"+14155550100"},
 		"To": {"+15005550006"}, "Body": {"Stop"}, "NumMedia": {"0"}}
 	parse := func(p *twilio.Provider, sig string, form url.Values) (provider.Inbound, error) {
 		body := form.Encode()
@@ -40,7 +41,7 @@ func TestParseInbound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (provider.Inbound{From: "+14155550100", FromField: "From", Text: "Stop", ProviderID: "SM1"}); in != want {
+	if want := (provider.Inbound{From: "+14155550100", FromField: "From", Text: "Stop", ProviderID: sid}); in != want {
 		t.Fatalf("inbound %+v, want %+v", in, want)
 	}
 	tampered := url.Values{}
@@ -62,8 +63,41 @@ func TestParseInbound(t *testing.T) {
 			t.Errorf("%s: %v, want ErrBadSignature", name, err)
 		}
 	}
-	noFrom := url.Values{"MessageSid": {"SM2"}, "Body": {"STOP"}}
 	var re *provider.ReceiptError
+	// A real request's optional parameters pass.
+	full := url.Values{}
+	for k, v := range form {
+		full[k] = v
+	}
+	for k, v := range map[string]string{"SmsMessageSid": sid, "MessagingServiceSid": "MG0123456789abcdef0123456789abcdef",
+		"NumSegments": "1", "ApiVersion": "2010-04-01", "SmsStatus": "received", "OptOutType": "STOP", "FromCity": "SAN FRANCISCO",
+		"FromState": "CA", "FromZip": "94105", "FromCountry": "US", "ToCity": "", "ToState": "", "ToZip": "", "ToCountry": "US",
+		"MediaUrl0": "https://api.twilio.com/m/1", "MediaContentType0": "image/jpeg"} {
+		full.Set(k, v)
+	}
+	if _, err := parse(p, twilio.Signature(token, public, full), full); err != nil {
+		t.Errorf("a request with Twilio's optional parameters: %v", err)
+	}
+	// Signed, but not as Twilio sends it: each is a problem naming the
+	// parameter, nothing in it is read.
+	for field, edit := range map[string]func(url.Values){
+		"From":       func(f url.Values) { f.Add("From", "+14155550199") },
+		"Body":       func(f url.Values) { f["Body"] = []string{"START", "Stop"} },
+		"Evil":       func(f url.Values) { f.Set("Evil", "x") },
+		"AccountSid": func(f url.Values) { f.Set("AccountSid", "AC2") },
+		"MessageSid": func(f url.Values) { f.Set("MessageSid", "SM1"); f.Del("SmsSid") },
+		"SmsSid":     func(f url.Values) { f.Set("SmsSid", "SM0123456789abcdef0123456789abcdee") },
+	} {
+		f := url.Values{}
+		for k, v := range form {
+			f[k] = append([]string(nil), v...)
+		}
+		edit(f)
+		if _, err := parse(p, twilio.Signature(token, public, f), f); !errors.As(err, &re) || re.Field != field {
+			t.Errorf("%s: %v, want a problem naming it", field, err)
+		}
+	}
+	noFrom := url.Values{"MessageSid": {sid}, "AccountSid": {"AC1"}, "Body": {"STOP"}}
 	if _, err := parse(p, twilio.Signature(token, public, noFrom), noFrom); !errors.As(err, &re) || re.Field != "From" {
 		t.Errorf("no From: %v, want a problem naming From", err)
 	}

@@ -24,17 +24,23 @@ var _ provider.InboundParser = (*Provider)(nil)
 // message webhook, a form or JSON POST (configure the account's webhook
 // for POST: a GET has no body to sign here). The text of a binary message
 // or of one part of a concatenated message is not read: a keyword is a
-// whole, one-part message.
+// whole, one-part message. The parameters are checked (checkInbound):
+// Vonage's names, each once, this account's api-key, a messageId in
+// Vonage's format.
 func (p *Provider) ParseInbound(r *http.Request, raw []byte) (provider.Inbound, error) {
 	ps, err := p.verified(r, raw)
 	if err != nil {
+		return provider.Inbound{}, err
+	}
+	if err := p.checkInbound(r, raw, ps); err != nil {
 		return provider.Inbound{}, err
 	}
 	msisdn := ps["msisdn"]
 	if msisdn == "" {
 		return provider.Inbound{}, &provider.ReceiptError{Field: "msisdn", Reason: "missing"}
 	}
-	in := provider.Inbound{From: "+" + strings.TrimPrefix(msisdn, "+"), FromField: "msisdn", ProviderID: ps["messageId"]}
+	in := provider.Inbound{From: "+" + strings.TrimPrefix(msisdn, "+"), FromField: "msisdn", ProviderID: ps["messageId"],
+		At: signedAt(ps["timestamp"])}
 	if t := ps["type"]; (t == "text" || t == "unicode" || t == "") && ps["concat"] != "true" {
 		in.Text = ps["text"]
 	}

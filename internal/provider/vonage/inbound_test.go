@@ -25,7 +25,7 @@ func TestParseInbound(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := func() map[string]string {
-		return map[string]string{"msisdn": "447700900123", "to": "447700900000", "messageId": "0A0000001234ABCD",
+		return map[string]string{"api-key": "k", "msisdn": "447700900123", "to": "447700900000", "messageId": "0A0000001234ABCD",
 			"text": "stop", "type": "text", "keyword": "STOP", "message-timestamp": "2027-01-15 08:00:00",
 			"timestamp": strconv.FormatInt(now.Unix(), 10), "nonce": "n-1"}
 	}
@@ -64,7 +64,8 @@ func TestParseInbound(t *testing.T) {
 		if err != nil {
 			t.Fatalf("json %v: %v", asJSON, err)
 		}
-		if want := (provider.Inbound{From: "+447700900123", FromField: "msisdn", Text: "stop", ProviderID: "0A0000001234ABCD"}); in != want {
+		if want := (provider.Inbound{From: "+447700900123", FromField: "msisdn", Text: "stop", ProviderID: "0A0000001234ABCD",
+			At: now}); in != want {
 			t.Fatalf("json %v: inbound %+v, want %+v", asJSON, in, want)
 		}
 	}
@@ -92,9 +93,40 @@ func TestParseInbound(t *testing.T) {
 	if in, err := parse(signed(part), false); err != nil || in.Text != "" {
 		t.Errorf("a part of a longer message: %+v, %v; want no text", in, err)
 	}
+	var re *provider.ReceiptError
+	for field, edit := range map[string]func(map[string]string){
+		"api-key":   func(ps map[string]string) { ps["api-key"] = "another-account" },
+		"messageId": func(ps map[string]string) { ps["messageId"] = "1" },
+		"From":      func(ps map[string]string) { ps["From"] = "+14155550100" },
+	} {
+		ps := base()
+		edit(ps)
+		for _, asJSON := range []bool{false, true} {
+			if _, err := parse(signed(ps), asJSON); !errors.As(err, &re) || re.Field != field {
+				t.Errorf("%s (json %v): %v, want a problem naming it", field, asJSON, err)
+			}
+		}
+	}
+	// A name given twice (the signature reads the first value) is refused.
+	ps := signed(base())
+	form := url.Values{}
+	for k, v := range ps {
+		form.Set(k, v)
+	}
+	form.Add("msisdn", "14155550100")
+	r := httptest.NewRequestWithContext(t.Context(), "POST", "/v1/inbound/vonage", strings.NewReader(form.Encode()))
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if _, err := p.ParseInbound(r, []byte(form.Encode())); !errors.As(err, &re) || re.Field != "msisdn" {
+		t.Errorf("msisdn twice: %v, want a problem naming msisdn", err)
+	}
+	dup := `{"api-key":"k","msisdn":"447700900123","msisdn":"14155550100"}`
+	r = httptest.NewRequestWithContext(t.Context(), "POST", "/v1/inbound/vonage", strings.NewReader(dup))
+	r.Header.Set("Content-Type", "application/json")
+	if err := vonage.CheckInboundJSON(p, r, dup); !errors.As(err, &re) || re.Field != "msisdn" {
+		t.Errorf("JSON msisdn twice: %v, want a problem naming msisdn", err)
+	}
 	noFrom := base()
 	delete(noFrom, "msisdn")
-	var re *provider.ReceiptError
 	if _, err := parse(signed(noFrom), false); !errors.As(err, &re) || re.Field != "msisdn" {
 		t.Errorf("no msisdn: %v, want a problem naming msisdn", err)
 	}

@@ -44,6 +44,8 @@ var cases = []testCase{
 	{"SuppressionsSource", testSuppressSource},
 	{"SuppressionsLift", testSuppressLift},
 	{"SuppressionsOperatorTakesOver", testSuppressOperatorTakesOver},
+	{"SuppressionsApplied", testApplied},
+	{"SuppressionsLiftOlder", testLiftOlder},
 	{"ContextCancelled", testContextCancelled},
 }
 

@@ -68,6 +68,10 @@
 //     makes the entry the operator's; any other second Add changes
 //     nothing.
 //   - Key is 32 bytes, the same on every handle and on every call.
+//   - RememberApplied makes a key Applied on every handle (for
+//     AppliedMemory); past the store's bound (SetMaxApplied) the oldest
+//     key is forgotten first. LiftOlder lifts as Lift does, but keeps an
+//     entry created after the message's time, to the second (LiftNewer).
 //   - An ID ValidKey refuses is ErrInvalidKey and changes nothing.
 //
 // Every store.
