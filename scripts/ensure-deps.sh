@@ -20,6 +20,8 @@
 # SMSGW_DEPS_PATH, when set, replaces PATH for the checks (to try the
 # script as on a machine without the tools; installing then still happens).
 set -euo pipefail
+# go.mod's toolchain (for building helm), fetched from the module proxy when the installed go is older.
+export GOTOOLCHAIN=go1.27.3
 
 lookup_path=${SMSGW_DEPS_PATH:-$PATH}
 have() { PATH=$lookup_path command -v "$1" >/dev/null 2>&1; }
