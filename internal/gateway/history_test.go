@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"smsgw/internal/httpapi"
 	"smsgw/internal/opsview"
 	"smsgw/internal/provider/sim"
 )
@@ -14,11 +13,11 @@ import (
 // and its step has ended (5 s more), on a busy machine.
 const historyPatience = 45 * time.Second
 
-func (h *harness) history() httpapi.HistoryResponse {
+func (h *harness) history() opsview.HistoryResponse {
 	h.t.Helper()
 	r := h.get("/v1/admin/history", keyAdmin)
 	wantStatus(h.t, r, http.StatusOK)
-	var out httpapi.HistoryResponse
+	var out opsview.HistoryResponse
 	r.json(h.t, &out)
 	return out
 }
@@ -31,7 +30,7 @@ func sum(v []int64) int64 {
 	return n
 }
 
-func waitHistory(t *testing.T, h *harness, what string, cond func(httpapi.HistoryResponse) bool) httpapi.HistoryResponse {
+func waitHistory(t *testing.T, h *harness, what string, cond func(opsview.HistoryResponse) bool) opsview.HistoryResponse {
 	t.Helper()
 	deadline := time.Now().Add(historyPatience)
 	for {
@@ -87,7 +86,7 @@ func TestAdminHistory(t *testing.T) {
 				t.Fatal(err)
 			}
 			wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusServiceUnavailable)
-			hr = waitHistory(t, h, "3 transactional and 2 OTP sent, 3 queued, one 429", func(hr httpapi.HistoryResponse) bool {
+			hr = waitHistory(t, h, "3 transactional and 2 OTP sent, 3 queued, one 429", func(hr opsview.HistoryResponse) bool {
 				return sum(hr.Sent["transactional"]) == 3 && sum(hr.Sent["otp"]) == 2 &&
 					sum(hr.Accepted["transactional"]) == 3 && sum(hr.Throttled) == 1
 			})
@@ -104,7 +103,7 @@ func TestAdminHistory(t *testing.T) {
 				t.Fatalf("%d steps with a queue depth, drain %+v", depths, hr.Drain)
 			}
 			// Everything was sent: the backlog is empty and drains in 0 s.
-			hr = waitHistory(t, h, "an empty backlog", func(hr httpapi.HistoryResponse) bool {
+			hr = waitHistory(t, h, "an empty backlog", func(hr opsview.HistoryResponse) bool {
 				return hr.Drain != nil && hr.Drain.Total.Backlog == 0
 			})
 			if d := hr.Drain.Total.DrainSeconds; d == nil || *d != 0 {
@@ -127,10 +126,10 @@ func TestHistorySharedAcrossReplicas(t *testing.T) {
 	for range 4 {
 		wantStatus(t, a.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
 	}
-	waitHistory(t, b, "a's 4 OTPs in b's history", func(hr httpapi.HistoryResponse) bool { return sum(hr.Sent["otp"]) == 4 })
+	waitHistory(t, b, "a's 4 OTPs in b's history", func(hr opsview.HistoryResponse) bool { return sum(hr.Sent["otp"]) == 4 })
 	wantStatus(t, a.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
 	if err := a.app.Stop(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	waitHistory(t, b, "the OTP a sent just before it stopped", func(hr httpapi.HistoryResponse) bool { return sum(hr.Sent["otp"]) == 5 })
+	waitHistory(t, b, "the OTP a sent just before it stopped", func(hr opsview.HistoryResponse) bool { return sum(hr.Sent["otp"]) == 5 })
 }

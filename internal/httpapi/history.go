@@ -11,44 +11,12 @@ import (
 	"time"
 
 	"smsgw/internal/history"
+	"smsgw/internal/opsview"
 	"smsgw/internal/sms"
 )
 
-type historyLimits struct {
-	ContractRPS float64            `json:"contract_rps"`
-	TargetRPS   float64            `json:"target_rps"`
-	ClassMaxRPS map[string]float64 `json:"class_max_rps"`
-}
-
-type paceStats struct {
-	Backlog      int64    `json:"backlog"`
-	SendRate     float64  `json:"send_rate"`
-	ArrivalRate  float64  `json:"arrival_rate"`
-	DrainSeconds *float64 `json:"drain_seconds"` // null: the backlog does not shrink
-}
-
-type drainStats struct {
-	OverSeconds float64              `json:"over_seconds"`
-	Total       paceStats            `json:"total"`
-	ByClass     map[string]paceStats `json:"by_class"`
-}
-
-// HistoryResponse is the answer of GET /v1/admin/history.
-type HistoryResponse struct {
-	Scope       string              `json:"scope"`
-	StepSeconds float64             `json:"step_seconds"`
-	Start       time.Time           `json:"start"`
-	End         time.Time           `json:"end"`
-	Sent        map[string][]int64  `json:"sent"`
-	Accepted    map[string][]int64  `json:"accepted"`
-	Queued      map[string][]*int64 `json:"queued"`
-	Throttled   []int64             `json:"throttled"`
-	Limits      historyLimits       `json:"limits"`
-	Drain       *drainStats         `json:"drain"` // null: no queue depth recorded lately
-}
-
-func paceOf(p history.Pace) paceStats {
-	out := paceStats{Backlog: p.Backlog, SendRate: p.SendRate, ArrivalRate: p.ArrivalRate}
+func paceOf(p history.Pace) opsview.PaceStats {
+	out := opsview.PaceStats{Backlog: p.Backlog, SendRate: p.SendRate, ArrivalRate: p.ArrivalRate}
 	if d, ok := p.Drain(); ok {
 		secs := d.Seconds()
 		out.DrainSeconds = &secs
@@ -69,10 +37,10 @@ func (s *Server) adminHistory(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n := len(series.Samples)
-	out := HistoryResponse{Scope: s.History.Scope, StepSeconds: series.Step.Seconds(),
+	out := opsview.HistoryResponse{Scope: s.History.Scope, StepSeconds: series.Step.Seconds(),
 		Start: series.Start.UTC(), End: series.End().UTC(), Throttled: make([]int64, n),
 		Sent: map[string][]int64{}, Accepted: map[string][]int64{}, Queued: map[string][]*int64{},
-		Limits: historyLimits{ContractRPS: s.Cfg.Provider.ContractRPS, TargetRPS: s.Cfg.Limits.TargetRPS,
+		Limits: opsview.HistoryLimits{ContractRPS: s.Cfg.Provider.ContractRPS, TargetRPS: s.Cfg.Limits.TargetRPS,
 			ClassMaxRPS: map[string]float64{}}}
 	for name, cl := range s.Cfg.Limits.Classes {
 		out.Limits.ClassMaxRPS[name] = cl.MaxRPS
@@ -92,7 +60,7 @@ func (s *Server) adminHistory(w http.ResponseWriter, r *http.Request) {
 		out.Throttled[i] = smp.Throttled
 	}
 	if total, byClass, known := series.Pace(int(drainOver / series.Step)); known {
-		out.Drain = &drainStats{OverSeconds: drainOver.Seconds(), Total: paceOf(total), ByClass: map[string]paceStats{}}
+		out.Drain = &opsview.DrainStats{OverSeconds: drainOver.Seconds(), Total: paceOf(total), ByClass: map[string]opsview.PaceStats{}}
 		for _, cl := range sms.Classes {
 			out.Drain.ByClass[cl.String()] = paceOf(byClass[cl])
 		}

@@ -118,3 +118,40 @@ type CallbackStats struct {
 	Dead             int64   `json:"dead"`
 	OldestAgeSeconds float64 `json:"oldest_age_seconds"`
 }
+
+// HistoryLimits are the rates the history is drawn against.
+type HistoryLimits struct {
+	ContractRPS float64            `json:"contract_rps"`
+	TargetRPS   float64            `json:"target_rps"`
+	ClassMaxRPS map[string]float64 `json:"class_max_rps"`
+}
+
+// PaceStats is the backlog, its send and arrival rates and how long it
+// takes to drain.
+type PaceStats struct {
+	Backlog      int64    `json:"backlog"`
+	SendRate     float64  `json:"send_rate"`
+	ArrivalRate  float64  `json:"arrival_rate"`
+	DrainSeconds *float64 `json:"drain_seconds"` // null: the backlog does not shrink
+}
+
+// DrainStats is the pace over the last OverSeconds, in total and by class.
+type DrainStats struct {
+	OverSeconds float64              `json:"over_seconds"`
+	Total       PaceStats            `json:"total"`
+	ByClass     map[string]PaceStats `json:"by_class"`
+}
+
+// HistoryResponse is the answer of GET /v1/admin/history.
+type HistoryResponse struct {
+	Scope       string              `json:"scope"`
+	StepSeconds float64             `json:"step_seconds"`
+	Start       time.Time           `json:"start"`
+	End         time.Time           `json:"end"`
+	Sent        map[string][]int64  `json:"sent"`
+	Accepted    map[string][]int64  `json:"accepted"`
+	Queued      map[string][]*int64 `json:"queued"`
+	Throttled   []int64             `json:"throttled"`
+	Limits      HistoryLimits       `json:"limits"`
+	Drain       *DrainStats         `json:"drain"` // null: no queue depth recorded lately
+}
