@@ -6,6 +6,9 @@ GO ?= go
 # (and a machine's GOTOOLCHAIN=local would otherwise stop it).
 export GOTOOLCHAIN = go1.27.3
 TEST_TIMEOUT ?= 25m
+# TEST_P: how many test binaries build and run at once (go test -p); empty
+# is go's default, one per core.
+TEST_P ?=
 # Installs (as root, with apt-get) or names what the tests need, and starts
 # the test Redis: scripts/ensure-deps.sh.
 DEPS = bash scripts/ensure-deps.sh
@@ -15,11 +18,14 @@ DEPS = bash scripts/ensure-deps.sh
 # Packages are built and run in parallel (go test's default -p, one per
 # core): no test asserts a latency. The figures the tests log (OTP p99,
 # achieved rates) then include the other packages' load; to quote one, run
-# its test alone on a quiet machine. testtimes prints each package's result
-# as it ends, every failed test's output, and the slowest packages and tests.
+# its test alone on a quiet machine. Some tests still wait on wall-clock
+# budgets (a Retry-After, a stall timeout, a refill); on a machine other
+# work keeps busy, make test TEST_P=1 runs one test binary at a time.
+# testtimes prints each package's result as it ends, every failed test's
+# output, the skipped tests, and the slowest packages and tests.
 test: vet alerts-check
 	$(DEPS) redis chromium promtool helm
-	$(GO) run ./internal/testtimes -- $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -json ./...
+	$(GO) run ./internal/testtimes -- $(GO) test -race -count=1 $(if $(TEST_P),-p $(TEST_P)) -timeout $(TEST_TIMEOUT) -json ./...
 
 # Unit tests only (no multi-process end-to-end suite).
 test-short: alerts-check

@@ -69,7 +69,7 @@ func TestQuotaRefusedBeforeBody(t *testing.T) {
 	for _, m := range modes {
 		t.Run(string(m), func(t *testing.T) {
 			h := start(t, m, func(c *config.Config) {
-				c.Producers[2].Rate, c.Producers[2].Burst = 0.05, 2 // slow: a unit every 20 s
+				c.Producers[2].Rate, c.Producers[2].Burst = 0.001, 2 // slow: a unit every 1,000 s, however slow the machine
 			})
 			var last reply
 			for range 3 {

@@ -414,11 +414,3 @@ func requestHash(m *sms.Message, ttl time.Duration) string {
 	sum := sha256.Sum256(buf)
 	return hex.EncodeToString(sum[:])
 }
-
-func hashBytes(parts ...[]byte) string {
-	h := newPartsHash()
-	for _, p := range parts {
-		h.add(p)
-	}
-	return h.sum()
-}

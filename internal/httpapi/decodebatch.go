@@ -119,7 +119,9 @@ func streamError(err error) error {
 	return &apiError{Kind: KindInvalid, Detail: "could not read the request body", Fields: []fieldProblem{{"request", "unreadable body"}}, Err: err}
 }
 
-// partsHash digests parts one at a time as hashBytes digests them at once.
+// partsHash digests parts one at a time, each as its length, ':' and its
+// bytes: the batch digest earlier releases computed over the whole list,
+// so an answer stored under an Idempotency-Key still matches its replay.
 type partsHash struct{ h hash.Hash }
 
 func newPartsHash() partsHash { return partsHash{h: sha256.New()} }
