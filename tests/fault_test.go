@@ -137,8 +137,13 @@ func otpThroughOutage(t *testing.T, n int) {
 	rs.Freeze()
 	t.Cleanup(rs.Thaw)
 	// OTPs at about 3/s for 10 s while Redis is down, round-robin over
-	// the replicas, one at a time as a login page sends them.
-	var sent, refused int
+	// the replicas, one at a time as a login page sends them. One that
+	// arrives while its replica is still finding out that Redis is gone
+	// (the first discovery period: its Redis calls, then the spent
+	// fallback's first slot) may miss its 1 s deadline; every later one
+	// must be sent.
+	const discovery = 1500 * time.Millisecond
+	var sent, refused, early int
 	var worst time.Duration
 	var firstRefusal string
 	start := time.Now()
@@ -150,8 +155,14 @@ func otpThroughOutage(t *testing.T, n int) {
 		case http.StatusOK:
 			sent++
 		case http.StatusServiceUnavailable:
-			if refused++; firstRefusal == "" {
+			switch {
+			case at.Sub(start) < discovery:
+				early++
+			case refused == 0:
 				firstRefusal = res.Header.Get("Server-Timing") + " " + string(res.Body)
+				refused++
+			default:
+				refused++
 			}
 		default:
 			t.Fatalf("otp fast path while Redis is down: %d %s", res.Status, res.Body)
@@ -170,6 +181,6 @@ func otpThroughOutage(t *testing.T, n int) {
 	if w := maxInAnyInterval(sim.Accepted(t), time.Second); w > 100 {
 		t.Errorf("provider saw %d messages within one second; contract is 100", w)
 	}
-	t.Logf("%d replicas, Redis frozen 10 s under a campaign: %d OTPs sent, %d refused, slowest answer %s",
-		n, sent, refused, worst.Round(time.Millisecond))
+	t.Logf("%d replicas, Redis frozen 10 s under a campaign: %d OTPs sent, %d refused (%d more in the first %s), slowest answer %s",
+		n, sent, refused, early, discovery, worst.Round(time.Millisecond))
 }

@@ -166,6 +166,14 @@ func (p *OperatorPause) freshen(ctx context.Context) {
 	}
 	p.mu.Unlock()
 	if stale {
+		if dl, ok := ctx.Deadline(); ok {
+			// A caller with a deadline (an OTP) gives the read an eighth
+			// of it, as the limiter gives Redis: a store that has just
+			// stopped answering must not take the whole deadline.
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(dl)/8))
+			defer cancel()
+		}
 		_ = p.refresh(ctx)
 	}
 }

@@ -177,18 +177,26 @@ func TestSendNowErrors(t *testing.T) {
 }
 
 // spareRecorder is a limiter that records the Spare of each class's
-// reservations.
+// reservations, and which of them were Hasty.
 type spareRecorder struct {
 	limiter.Limiter
 	mu    sync.Mutex
 	spare map[string][]int
+	hasty map[string][]bool
 }
 
 func (r *spareRecorder) Reserve(ctx context.Context, req limiter.Request) (limiter.Decision, error) {
 	r.mu.Lock()
 	r.spare[req.Class] = append(r.spare[req.Class], req.Spare)
+	r.hasty[req.Class] = append(r.hasty[req.Class], req.Hasty)
 	r.mu.Unlock()
 	return r.Limiter.Reserve(ctx, req)
+}
+
+func (r *spareRecorder) hastyOf(class string) []bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.hasty[class])
 }
 
 func (r *spareRecorder) of(class string) []int {
@@ -201,12 +209,14 @@ func (r *spareRecorder) of(class string) []int {
 // transactional and marketing leave one unit of the global burst free
 // (limiter.Request.Spare), so that an OTP arriving after a bulk batch does
 // not wait for slots booked ahead; the OTP's own reservations, on the fast
-// path and from the queue, keep none.
+// path and from the queue, keep none, and are the hasty ones
+// (limiter.Request.Hasty: they do not wait on a Redis that stopped
+// answering).
 func TestBulkLeavesASpareUnitForOTP(t *testing.T) {
 	t.Parallel()
 	acct := newAccount(t)
 	_, p, _ := startSim(t, sim.Config{Limit: 100})
-	rec := &spareRecorder{Limiter: acct.limiter(t, nil, defaultLimits), spare: map[string][]int{}}
+	rec := &spareRecorder{Limiter: acct.limiter(t, nil, defaultLimits), spare: map[string][]int{}, hasty: map[string][]bool{}}
 	q := acct.queue(t, nil)
 	d, _ := newDispatcher(t, Config{Queue: q, Limiter: rec, Provider: p})
 	ms := []*sms.Message{newMsg(sms.ClassMarketing), newMsg(sms.ClassTransactional), newMsg(sms.ClassOTP)}
@@ -230,5 +240,13 @@ func TestBulkLeavesASpareUnitForOTP(t *testing.T) {
 	}
 	if n := len(rec.of("otp")); n != 2 {
 		t.Errorf("%d OTP reservations, want 2 (queued and fast path)", n)
+	}
+	for class, want := range map[string]bool{"marketing": false, "transactional": false, "otp": true} {
+		for _, h := range rec.hastyOf(class) {
+			if h != want {
+				t.Errorf("%s reserved hasty %v, want %v", class, rec.hastyOf(class), want)
+				break
+			}
+		}
 	}
 }

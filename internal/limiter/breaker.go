@@ -32,7 +32,7 @@ const redisRetryEvery = time.Second
 
 // callerShare: a Redis call takes at most 1/callerShare of the time its
 // caller has left before its deadline.
-const callerShare = 4
+const callerShare = 8
 
 // defaultRedisTimeout bounds one Redis call when the caller sets none.
 const defaultRedisTimeout = 500 * time.Millisecond
@@ -131,7 +131,7 @@ func (b *breaker) probe(ctx context.Context, call func(context.Context) error) {
 // the breaker is open it returns at once with gobreaker.ErrOpenState (or
 // ErrTooManyRequests while another caller probes).
 //
-// A caller with a deadline gives Redis at most a quarter of the time it
+// A caller with a deadline gives Redis at most an eighth of the time it
 // has left (callerShare): when Redis has just stopped answering, the call
 // fails while the caller can still be decided locally (an OTP's deadline
 // held two Redis timeouts, the ingress quota's and the send limiter's,

@@ -374,7 +374,7 @@ func TestSharedHastyNeverProbes(t *testing.T) {
 
 // TestSharedRedisCallLeavesTheCallerTime: Redis stops answering while
 // the breaker is still closed, and a caller with a deadline reserves (an
-// OTP: 1 s). The Redis call takes at most a quarter of the time left (the
+// OTP: 1 s). The Redis call takes at most an eighth of the time left (the
 // breaker's own timeout here is longer than the deadline), the failure
 // opens the breaker for everyone, and the fallback's slot lies within the
 // caller's MaxWait counted from when it asked, not from after the failed
@@ -405,15 +405,15 @@ func TestSharedRedisCallLeavesTheCallerTime(t *testing.T) {
 	defer cancel()
 	asked := time.Now()
 	// The fallback starts spent: its first slot is 500 ms away, inside a
-	// MaxWait of 800 ms from now but not from after a 500 ms Redis call.
-	d, err := s.Reserve(ctx, Request{Cost: 1, MaxWait: 800 * time.Millisecond, Hasty: true})
+	// MaxWait of 600 ms from now but not from after a 250 ms Redis call.
+	d, err := s.Reserve(ctx, Request{Cost: 1, MaxWait: 600 * time.Millisecond, Hasty: true})
 	if err != nil {
 		t.Fatalf("reservation as Redis stops answering: %v; want a decision before the caller's deadline", err)
 	}
 	if s.Mode() != ModeFallback {
 		t.Fatalf("mode %s after a call found Redis gone; want the breaker open", s.Mode())
 	}
-	if d.Allowed && time.Since(asked)+d.Delay > 800*time.Millisecond+50*time.Millisecond {
-		t.Fatalf("granted a slot %s after the caller asked; want none later than its MaxWait 800ms", time.Since(asked)+d.Delay)
+	if d.Allowed && time.Since(asked)+d.Delay > 600*time.Millisecond+50*time.Millisecond {
+		t.Fatalf("granted a slot %s after the caller asked; want none later than its MaxWait 600ms", time.Since(asked)+d.Delay)
 	}
 }
