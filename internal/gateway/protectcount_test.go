@@ -13,11 +13,12 @@ import (
 const keyTrickle = "trickle-key-0123456789" // otp, one request and then almost no quota
 
 // TestOTPRefusedNotCounted: protection.otp_per_number counts only the OTPs
-// the gateway let through. A producer refused by its ingress quota (on the
-// fast path, the queued path and in a batch) or by max_outstanding leaves
-// nothing counted against the number, so it cannot use up another
-// producer's OTPs to that number (an audit reproduced exactly that); the
-// limit itself still holds.
+// the gateway let through, and each producer has its own count for a
+// number. A producer refused by its ingress quota (on the fast path, the
+// queued path and in a batch) leaves nothing counted against the number,
+// and whatever one producer sends to a number, another producer still has
+// its whole limit for it (an audit once used one producer's refused
+// requests to lock a number out for every other); the limit itself holds.
 func TestOTPRefusedNotCounted(t *testing.T) {
 	for _, m := range modes {
 		t.Run(string(m), func(t *testing.T) {
@@ -38,12 +39,14 @@ func TestOTPRefusedNotCounted(t *testing.T) {
 			wantProblem(t, h.post("/v1/messages/batch", keyTrickle, map[string]any{"messages": []any{msg("otp", "to", to), msg("otp", "to", to)}}),
 				http.StatusTooManyRequests, httpapi.KindRateLimited, "")
 
-			// another producer still has the number's second OTP, and no third
-			wantStatus(t, h.post("/v1/otp", keyLogin, otpBody("to", to)), http.StatusOK)
+			// another producer has its whole limit for the number, and no third
+			for range 2 {
+				wantStatus(t, h.post("/v1/otp", keyLogin, otpBody("to", to)), http.StatusOK)
+			}
 			wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", to)), http.StatusTooManyRequests, httpapi.KindOTPNumberLimited, "")
 			wantProblem(t, h.post("/v1/messages", keyLogin, msg("otp", "to", to)), http.StatusTooManyRequests, httpapi.KindOTPNumberLimited, "")
-			if n := len(s.Accepted()); n != 2 {
-				t.Errorf("the provider received %d OTPs, want 2", n)
+			if n := len(s.Accepted()); n != 3 {
+				t.Errorf("the provider received %d OTPs, want 3", n)
 			}
 		})
 	}
