@@ -218,7 +218,7 @@ func (l *LocalSuppressions) RememberApplied(ctx context.Context, key string) err
 			n--
 		}
 		c := order.Cursor()
-		for k, _ := c.First(); k != nil && len(k) > 8; k, _ = c.First() {
+		for k, _ := c.First(); len(k) > 8; k, _ = c.First() {
 			if int64(binary.BigEndian.Uint64(k[:8])) > now && n < limit {
 				break
 			}
