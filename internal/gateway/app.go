@@ -152,8 +152,8 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	if a.srv, err = newServer(cfg, d, gath, b, a.disp, live, opts.Dashboard); err != nil {
 		return nil, err
 	}
-	a.srv.Protect, a.srv.OptOuts = protect, optOuts
-	live.Totals.Refused = a.srv.Protect.Refused
+	a.srv.Admit.Protect, a.srv.OptOuts = protect, optOuts
+	live.Totals.Refused = protect.Refused
 	if a.srv.History, err = opsview.NewHistoryView(b.history, b.scope, b.queue, a.disp.Snapshot, d.metrics.Accepted, d.quiet.Idle, d.log); err != nil {
 		return nil, err
 	}
@@ -236,14 +236,17 @@ func newServer(cfg config.Config, d deps, gath prometheus.Gatherer, b *backend, 
 	dashboard http.Handler) (*httpapi.Server, error) {
 	s := &httpapi.Server{
 		Cfg: cfg, Log: d.log, Now: d.now, Metrics: d.metrics, Gatherer: gath,
-		Auth: httpapi.NewAuthenticator(cfg, d.metrics.PreviousKeys), AuthThrottle: httpapi.NewAuthThrottle(time.Now), Dashboard: dashboard, Quiet: cfg.QuietPolicy(),
-		Queue: b.queue, Enq: b.enq, OneTrip: b.oneTrip, Limiter: b.limiter, Ingress: &httpapi.Ingress{Keys: b.ingress}, Idem: b.idem,
+		Auth: httpapi.NewAuthenticator(cfg, d.metrics.PreviousKeys), AuthThrottle: httpapi.NewAuthThrottle(time.Now), Dashboard: dashboard,
+		Queue: b.queue, Limiter: b.limiter, Idem: b.idem,
 		Pause: b.pause, Checks: b.checks, OTP: disp, Notifier: disp, Live: live,
 		BodyGate: httpapi.NewBodyGate(cfg.HTTP.BodyBytesInFlight, cfg.HTTP.BodyBytesInFlightPerProducer, cfg.HTTP.MaxBodyBytes),
 	}
 	s.OTPRecords.Init()
-	s.ETA = &admission.ETAEstimator{Q: b.queue, Lim: b.limiter, Pause: b.pause, Cfg: cfg, Now: d.now, Log: d.log, Refresh: admission.ETARefresh,
-		Quiet: s.Quiet, Slowdown: disp.Slowdown}
+	quiet := cfg.QuietPolicy()
+	s.Admit = &admission.Pipeline{Quiet: quiet, Queue: b.queue, Ingress: b.ingress, Enq: b.enq, Script: b.script,
+		TakesHere: disp.TakesHere, TargetRPS: cfg.Limits.TargetRPS, Log: d.log,
+		ETA: &admission.ETAEstimator{Q: b.queue, Lim: b.limiter, Pause: b.pause, Cfg: cfg, Now: d.now, Log: d.log, Refresh: admission.ETARefresh,
+			Quiet: quiet, Slowdown: disp.Slowdown}}
 	for _, p := range cfg.HTTP.TrustedProxies {
 		pr, err := netip.ParsePrefix(p)
 		if err != nil {

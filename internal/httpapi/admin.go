@@ -86,7 +86,7 @@ func (s *Server) readShared(ctx context.Context) sharedReads {
 		}
 	})
 	wg.Go(func() {
-		if out.suppressions, out.suppressionErr = s.Protect.Sup.Count(ctx); out.suppressionErr != nil {
+		if out.suppressions, out.suppressionErr = s.Admit.Protect.Sup.Count(ctx); out.suppressionErr != nil {
 			out.suppressionErr = fmt.Errorf("suppressions: %w", out.suppressionErr)
 		}
 	})

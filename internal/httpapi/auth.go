@@ -388,3 +388,8 @@ func (s *Server) failedAuth(w http.ResponseWriter, r *http.Request, what, valid 
 	}
 	s.WriteError(w, r, answer)
 }
+
+// asSender is what admission knows of p.
+func (p *Producer) asSender() admission.Sender {
+	return admission.Sender{Name: p.Name, MaxOutstanding: p.MaxOutstanding, Ingress: p.Ingress, Webhook: p.webhook}
+}

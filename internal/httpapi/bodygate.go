@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"smsgw/internal/admission"
 	"smsgw/internal/limiter"
 )
 
@@ -118,7 +119,7 @@ func (s *Server) gateBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := producerFrom(r.Context())
 		if wait := s.BodyGate.held(p, time.Now()); wait > 0 {
-			s.WriteError(w, r, rateLimited(p, wait))
+			s.WriteError(w, r, admission.RateLimited(p.asSender(), wait))
 			return
 		}
 		n := r.ContentLength

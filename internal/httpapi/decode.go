@@ -17,6 +17,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"smsgw/internal/admission"
 	"smsgw/internal/config"
 	"smsgw/internal/httpapi/fastdecode"
 	"smsgw/internal/sms"
@@ -316,7 +317,7 @@ func (s *Server) validateMessage(req *messageRequest, class sms.Class, prefix st
 		} else if sendAt.IsZero() {
 			// Given, the zero instant is in the past like any other time;
 			// from here on the zero time means "no send_at".
-			errs = append(errs, *sendAtPast(prefix))
+			errs = append(errs, fieldProblem{prefix + "send_at", admission.SendAtPast})
 		}
 	}
 	ttl := s.Cfg.Messages.DefaultTTL

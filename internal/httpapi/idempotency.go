@@ -1,13 +1,10 @@
 package httpapi
 
 import (
-	"bytes"
-	"compress/flate"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -26,7 +23,7 @@ import (
 //
 // The answer store is a state.Idempotency: Redis (shared by replicas) or,
 // in embedded mode, this process's memory, bounded by a count and by bytes.
-// Answers are stored compressed (compactAnswer), one answer is at most
+// Answers are stored compressed (state.CompactAnswer), one answer is at most
 // state.MaxAnswerBytes (a larger one is not stored), a batch answer at most
 // answerBytesPerAccepted per accepted item (each paid one unit of ingress
 // quota), and a batch refused whole is not stored at all and costs one
@@ -165,7 +162,7 @@ func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, p *Producer,
 		return
 	}
 	if res.status >= 200 && res.status < 300 && !res.noStore {
-		stored = compactAnswer(&state.Answer{Hash: hash, Status: res.status, Body: body, Location: res.location})
+		stored = state.CompactAnswer(&state.Answer{Hash: hash, Status: res.status, Body: body, Location: res.location})
 		if res.storeBudget > 0 && stored.Size() > res.storeBudget {
 			stored = nil
 			s.Metrics.AnswersNotKept.Inc()
@@ -185,7 +182,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request, a *state.Answer,
 		s.WriteError(w, r, errorf(kindKeyReused, "this Idempotency-Key was first used with a different request; use a new key for a new request"))
 		return
 	}
-	body, err := answerBody(a)
+	body, err := state.AnswerBody(a)
 	if err != nil {
 		s.WriteError(w, r, fmt.Errorf("idempotency: stored answer: %w", err))
 		return
@@ -196,39 +193,6 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request, a *state.Answer,
 		w.Header().Set("Location", a.Location)
 	}
 	writeRaw(w, "application/json", a.Status, append(body, '\n'))
-}
-
-// compactMin is the body size from which a stored answer is compressed.
-const compactMin = 512
-
-// compactAnswer stores a's body DEFLATE-compressed when that makes it
-// smaller: a batch answer repeats the same problem for many items, so it
-// shrinks many times over, and the store (memory, or Redis) holds that.
-func compactAnswer(a *state.Answer) *state.Answer {
-	if len(a.Body) < compactMin {
-		return a
-	}
-	var buf bytes.Buffer
-	zw, err := flate.NewWriter(&buf, flate.BestSpeed)
-	if err != nil {
-		return a
-	}
-	if _, err := zw.Write(a.Body); err != nil || zw.Close() != nil || buf.Len() >= len(a.Body) {
-		return a
-	}
-	c := *a
-	c.Body, c.Deflated = buf.Bytes(), true
-	return &c
-}
-
-// answerBody is the body a stored answer replays.
-func answerBody(a *state.Answer) ([]byte, error) {
-	if !a.Deflated {
-		return a.Body, nil
-	}
-	// A stored body was at most the request's own answer; bound the
-	// inflation all the same.
-	return io.ReadAll(io.LimitReader(flate.NewReader(bytes.NewReader(a.Body)), 64<<20))
 }
 
 func (s *Server) writeResponse(w http.ResponseWriter, r *http.Request, res *response, err error) {

@@ -104,7 +104,7 @@ func (s *Server) postOTP(w http.ResponseWriter, r *http.Request) {
 		steps.Mark(dispatch.StepIdempotency)
 		// The fast path queues nothing: the check here is the only one
 		// (a queued message's take checks the suppression list again).
-		_, held, err := s.protectOne(ctx, sms.ClassOTP, v.msg.To)
+		held, err := s.Admit.ProtectOTP(ctx, p.asSender(), v.msg.To)
 		if err != nil {
 			return nil, deadlineSpent(ctx, err)
 		}
@@ -121,7 +121,7 @@ func (s *Server) postOTP(w http.ResponseWriter, r *http.Request) {
 		steps.Mark(dispatch.StepIngress)
 		// Stamped with the arrival time: the provider's view of latency
 		// (the id's time) starts when the request arrived.
-		m := s.stamp(v, p, "", arrived)
+		m := s.Admit.Stamp(*v.msg, p.asSender(), "", v.ttl, arrived)
 		m.ExpiresAt = due.UTC()
 		unknown, err := s.otpUnknownID(ctx, p, key, v.msg.RequestHash)
 		if err != nil {

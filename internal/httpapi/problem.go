@@ -183,6 +183,9 @@ var rejectionKinds = map[admission.RejectKind]ProblemKind{
 	admission.RejectRangeHeld:    KindRangeHeld,
 	admission.RejectExpires:      kindExpiresBeforeSend,
 	admission.RejectUnavailable:  kindUnavailable,
+	admission.RejectInvalid:      KindInvalid,
+	admission.RejectOutstanding:  kindTooManyQueued,
+	admission.RejectRateLimited:  KindRateLimited,
 }
 
 // fromRejection is the one place an admission refusal becomes an answer.
@@ -203,6 +206,7 @@ func fromRejection(r *admission.Rejection) *apiError {
 func toError(err error) *apiError {
 	var e *apiError
 	var rj *admission.Rejection
+	var sf *admission.StoreFailed
 	var ve *sms.ValidationError
 	var mbe *http.MaxBytesError
 	var noSlot dispatch.NoSlotError
@@ -238,6 +242,8 @@ func toError(err error) *apiError {
 			Detail: "the provider failed (" + string(pe.Reason) + "); nothing was queued"}
 	case errors.Is(err, queue.ErrNotFound):
 		return &apiError{Kind: KindNotFound, Detail: "no such message", Err: err}
+	case maybeStored(err) && errors.As(err, &sf): // one message: its id is named
+		return &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err, Extra: map[string]any{"id": sf.ID}, Detail: maybeQueuedDetail}
 	case maybeStored(err): // a batch: the items' ids are not known to the client
 		return &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err, Detail: maybeQueuedDetail}
 	case errors.Is(err, queue.ErrClosed):
@@ -384,3 +390,7 @@ func writeRaw(w http.ResponseWriter, contentType string, status int, b []byte) {
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
 }
+
+// maybeStored reports whether a failed enqueue may have stored its
+// messages after all (they are then sent).
+func maybeStored(err error) bool { return admission.MaybeStored(err) }

@@ -31,7 +31,6 @@ import (
 	"smsgw/internal/opsview"
 	"smsgw/internal/provider"
 	"smsgw/internal/queue"
-	"smsgw/internal/sms"
 )
 
 // Server holds what the handlers need. It is built by New and never
@@ -41,22 +40,17 @@ type Server struct {
 	Log          *slog.Logger
 	Now          func() time.Time
 	Queue        queue.Queue
-	Enq          admission.Enqueuer
-	OneTrip      *OneTrip // Redis mode: see onetrip.go
+	Admit        *admission.Pipeline // admission.Order, on the in-process or the script executor
 	Limiter      limiter.Limiter
-	Ingress      *Ingress
 	Idem         idemStore
 	OTP          otpSender
 	Notifier     notifier
 	Auth         *Authenticator
 	AuthThrottle *AuthThrottle
-	ETA          *admission.ETAEstimator
-	Quiet        sms.QuietPolicy
 	Pause        *admission.OperatorPause
 	Live         *opsview.LiveStats
 	History      *opsview.HistoryView
 	Callbacks    *Callbacks
-	Protect      *admission.Protector
 	Metrics      *opsview.APIMetrics
 	Gatherer     prometheus.Gatherer
 	Dashboard    http.Handler
