@@ -152,19 +152,19 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	if a.srv, err = newServer(cfg, d, gath, b, a.disp, live, opts.Dashboard); err != nil {
 		return nil, err
 	}
-	a.srv.Admit.Protect, a.srv.OptOuts = protect, optOuts
+	a.srv.Admit.Protect, a.srv.Hooks.OptOuts = protect, optOuts
 	live.Totals.Refused = protect.Refused
-	if a.srv.History, err = opsview.NewHistoryView(b.history, b.scope, b.queue, a.disp.Snapshot, d.metrics.Accepted, d.quiet.Idle, d.log); err != nil {
+	if a.srv.Ops.History, err = opsview.NewHistoryView(b.history, b.scope, b.queue, a.disp.Snapshot, d.metrics.Accepted, d.quiet.Idle, d.log); err != nil {
 		return nil, err
 	}
-	if a.srv.Callbacks, err = newCallbacks(cfg, d, b, owner); err != nil {
+	if a.srv.Hooks.Callbacks, err = newCallbacks(cfg, d, b, owner); err != nil {
 		return nil, err
 	}
 	if rp, ok := a.prov.(provider.ReceiptParser); ok {
-		a.srv.Receipts = rp
+		a.srv.Hooks.Receipts = rp
 	}
 	if ip, ok := a.prov.(provider.InboundParser); ok {
-		a.srv.Inbound = ip
+		a.srv.Hooks.Inbound = ip
 	}
 	if cfg.Admin.Listen == "" {
 		a.http = newHTTPServer(cfg, a.srv.Routes(), d.log)
@@ -235,11 +235,11 @@ func ownerName(owner string) string {
 func newServer(cfg config.Config, d deps, gath prometheus.Gatherer, b *backend, disp *dispatch.Dispatcher, live *opsview.LiveStats,
 	dashboard http.Handler) (*httpapi.Server, error) {
 	s := &httpapi.Server{
-		Cfg: cfg, Log: d.log, Now: d.now, Metrics: d.metrics, Gatherer: gath,
-		Auth: httpapi.NewAuthenticator(cfg, d.metrics.PreviousKeys), AuthThrottle: httpapi.NewAuthThrottle(time.Now), Dashboard: dashboard,
-		Queue: b.queue, Limiter: b.limiter, Idem: b.idem,
-		Pause: b.pause, Checks: b.checks, OTP: disp, Notifier: disp, Live: live,
-		BodyGate: httpapi.NewBodyGate(cfg.HTTP.BodyBytesInFlight, cfg.HTTP.BodyBytesInFlightPerProducer, cfg.HTTP.MaxBodyBytes),
+		Cfg: cfg, Log: d.log, Now: d.now, Metrics: d.metrics, Dispatch: disp,
+		Store: httpapi.Stores{Queue: b.queue, Idem: b.idem},
+		Ops:   httpapi.OpsView{Limiter: b.limiter, Pause: b.pause, Live: live, Gatherer: gath, Dashboard: dashboard, Checks: b.checks},
+		Edge: httpapi.Edge{Auth: httpapi.NewAuthenticator(cfg, d.metrics.PreviousKeys), AuthThrottle: httpapi.NewAuthThrottle(time.Now),
+			BodyGate: httpapi.NewBodyGate(cfg.HTTP.BodyBytesInFlight, cfg.HTTP.BodyBytesInFlightPerProducer, cfg.HTTP.MaxBodyBytes)},
 	}
 	s.OTPRecords.Init()
 	quiet := cfg.QuietPolicy()
@@ -252,7 +252,7 @@ func newServer(cfg config.Config, d deps, gath prometheus.Gatherer, b *backend, 
 		if err != nil {
 			return nil, fmt.Errorf("gateway: http.trusted_proxies: %w", err)
 		}
-		s.Trusted = append(s.Trusted, pr.Masked())
+		s.Edge.Trusted = append(s.Edge.Trusted, pr.Masked())
 	}
 	return s, nil
 }
@@ -422,7 +422,7 @@ func (a *App) Start(ctx context.Context) error {
 
 // loops are the backend's loops and the stats totals, in start order.
 func (a *App) loops() []loop {
-	return append(a.b.loops[:len(a.b.loops):len(a.b.loops)], a.srv.Live.Totals, a.srv.History.Rec, a.srv.Callbacks)
+	return append(a.b.loops[:len(a.b.loops):len(a.b.loops)], a.srv.Ops.Live.Totals, a.srv.Ops.History.Rec, a.srv.Hooks.Callbacks)
 }
 
 // Addr is the address the App listens on ("" before Start).

@@ -46,7 +46,7 @@ func (s *Server) admitIngress(ctx context.Context, w http.ResponseWriter, p *Pro
 		setRateLimitHeaders(w, p.Ingress, d)
 	}
 	if rj != nil {
-		s.BodyGate.refused(p, d, time.Now())
+		s.Edge.BodyGate.refused(p, d, time.Now())
 	}
 	return granted, err
 }

@@ -2,13 +2,11 @@ package httpapi
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"net/http"
-	"strconv"
 	"time"
 
+	"smsgw/internal/admission"
 	"smsgw/internal/state"
 )
 
@@ -40,21 +38,6 @@ const (
 	// maxIdempotencyKeyLen bounds the Idempotency-Key header.
 	maxIdempotencyKeyLen = 255
 )
-
-// idemStore keeps first answers and in-flight locks.
-type idemStore = state.Idempotency
-
-// IdemKey names one (producer, scope, Idempotency-Key) without letting any
-// header text into a store key: 40 hex digits (state.ValidKey).
-func IdemKey(producer, scope, key string) string {
-	buf := make([]byte, 0, 64+len(producer)+len(scope)+len(key))
-	for _, s := range []string{producer, scope, key} {
-		buf = strconv.AppendInt(buf, int64(len(s)), 10)
-		buf = append(append(buf, ':'), s...)
-	}
-	sum := sha256.Sum256(buf)
-	return hex.EncodeToString(sum[:20])
-}
 
 // validIdempotencyKey: 1..255 printable ASCII characters.
 func validIdempotencyKey(k string) bool {
@@ -128,8 +111,8 @@ func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, p *Producer,
 		s.writeResponse(w, r, res, err)
 		return
 	}
-	k := IdemKey(p.Name, scope, key)
-	first, token, err := s.Idem.Acquire(ctx, k, idemLockTTL)
+	k := admission.IdemKey(p.Name, scope, key)
+	first, token, err := s.Store.Idem.Acquire(ctx, k, idemLockTTL)
 	if err != nil {
 		s.WriteError(w, r, fmt.Errorf("idempotency: acquire: %w", err))
 		return
@@ -147,7 +130,7 @@ func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, p *Producer,
 		// The lock is released even when the client has gone away.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
-		if err := s.Idem.Finish(ctx, k, token, stored); err != nil {
+		if err := s.Store.Idem.Finish(ctx, k, token, stored); err != nil {
 			s.Log.WarnContext(ctx, "idempotency: store answer", "err", err)
 		}
 	}()

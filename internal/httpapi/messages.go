@@ -187,7 +187,7 @@ func (s *Server) admitted(w http.ResponseWriter, p *Producer, d admission.Decisi
 	}
 	var rj *admission.Rejection
 	if errors.As(err, &rj) && rj.Kind == admission.RejectRateLimited {
-		s.BodyGate.refusedFor(p, rj.RetryAfter, time.Now())
+		s.Edge.BodyGate.refusedFor(p, rj.RetryAfter, time.Now())
 	}
 }
 
@@ -220,8 +220,8 @@ func checkCallback(p *Producer, m *sms.Message, prefix string) error {
 }
 
 func (s *Server) notify(c sms.Class) {
-	if s.Notifier != nil {
-		s.Notifier.Notify(c)
+	if s.Dispatch != nil {
+		s.Dispatch.Notify(c)
 	}
 }
 
@@ -233,7 +233,7 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) (*sms.Message, b
 		s.WriteError(w, r, errorf(KindNotFound, "no such message"))
 		return nil, false
 	}
-	m, err := s.Queue.Get(r.Context(), id)
+	m, err := s.Store.Queue.Get(r.Context(), id)
 	if err != nil {
 		s.WriteError(w, r, fmt.Errorf("get %s: %w", id, err))
 		return nil, false
@@ -331,7 +331,7 @@ func (s *Server) acceptBatch(ctx context.Context, w http.ResponseWriter, r *http
 	}
 	var rj *admission.Rejection
 	if errors.As(err, &rj) && rj.Kind == admission.RejectRateLimited && d != nil {
-		s.BodyGate.refused(p, *d, time.Now())
+		s.Edge.BodyGate.refused(p, *d, time.Now())
 	}
 	if err != nil {
 		return nil, err
@@ -383,7 +383,7 @@ func (s *Server) deleteMessage(w http.ResponseWriter, r *http.Request) {
 		s.WriteError(w, r, errorf(KindNotFound, "no such message"))
 		return
 	}
-	m, err := s.Queue.Cancel(r.Context(), id, p.Name)
+	m, err := s.Store.Queue.Cancel(r.Context(), id, p.Name)
 	switch {
 	case errors.Is(err, queue.ErrNotCancelable) && m != nil:
 		s.WriteError(w, r, errorf(kindNotCancelable, "the message is "+string(m.StatusAt(s.Now()))+" and can no longer be canceled"))

@@ -29,7 +29,7 @@ func (s *Server) acceptScripted(w http.ResponseWriter, r *http.Request, p *Produ
 	one := admission.One{Sender: p.asSender(), Msg: v.msg, TTL: v.ttl, Key: idem}
 	var body []byte
 	if idem != "" {
-		one.AnswerKey = IdemKey(p.Name, "message", idem)
+		one.AnswerKey = admission.IdemKey(p.Name, "message", idem)
 		one.Answer = func(m *sms.Message, eta time.Time) ([]byte, error) {
 			am := acceptedOf(m, eta, now)
 			var err error
@@ -81,7 +81,7 @@ func (s *Server) acceptScripted(w http.ResponseWriter, r *http.Request, p *Produ
 // Idempotency-Key, if there is one (an extra round trip, taken only by a
 // keyed request refused before the script).
 func (s *Server) replayStored(w http.ResponseWriter, r *http.Request, p *Producer, idem, hash string) bool {
-	a, err := s.Admit.Script.Idem.Answer(r.Context(), IdemKey(p.Name, "message", idem))
+	a, err := s.Admit.Script.Idem.Answer(r.Context(), admission.IdemKey(p.Name, "message", idem))
 	if err != nil || a == nil {
 		return false
 	}

@@ -10,25 +10,13 @@ import (
 	"sync"
 	"time"
 
+	"smsgw/internal/admission"
 	"smsgw/internal/config"
 	"smsgw/internal/dispatch"
 	"smsgw/internal/logsample"
 	"smsgw/internal/sms"
 	"smsgw/internal/state"
 )
-
-// otpSender sends one message synchronously (the dispatcher).
-type otpSender interface {
-	SendNow(ctx context.Context, m *sms.Message, deadline time.Duration) (dispatch.SendNowResult, error)
-}
-
-// notifier wakes the send loop after an enqueue (the dispatcher), and
-// says beforehand whether an idle lane of this process will take the
-// message at once (then no other replica is woken for it).
-type notifier interface {
-	Notify(c sms.Class)
-	TakesHere(c sms.Class) bool
-}
 
 // OTPSent is the answer of POST /v1/otp once the provider took the message.
 type OTPSent struct {
@@ -138,7 +126,7 @@ func (s *Server) postOTP(w http.ResponseWriter, r *http.Request) {
 		m.Attempts = unknown.tries + 1 // this attempt, the record's count if it is sent
 		steps.Mark(dispatch.StepIdempotency)
 		start := time.Now()
-		res, err := s.OTP.SendNow(dispatch.WithSteps(rctx, steps), m, left)
+		res, err := s.Dispatch.SendNow(dispatch.WithSteps(rctx, steps), m, left)
 		s.Metrics.OTP(err, time.Since(start))
 		s.Metrics.OTPSteps(steps)
 		w.Header().Set("Server-Timing", steps.ServerTiming())
@@ -278,7 +266,7 @@ func (s *Server) recordOTP(ctx context.Context, m *sms.Message, providerID strin
 		if err == nil {
 			return
 		}
-		if !DependencyDown(err) && !maybeStored(err) {
+		if !DependencyDown(err) && !admission.MaybeStored(err) {
 			s.otpRecordGivenUp(&sent, err)
 			return
 		}
@@ -309,7 +297,7 @@ func (s *Server) retryOTPRecord(sent *sms.Message, now bool) {
 				}
 				return
 			}
-			if !DependencyDown(err) && !maybeStored(err) {
+			if !DependencyDown(err) && !admission.MaybeStored(err) {
 				s.otpRecordGivenUp(sent, err)
 				return
 			}
@@ -344,7 +332,7 @@ func (s *Server) retryOTPRecord(sent *sms.Message, now bool) {
 func (s *Server) writeOTPRecord(ctx context.Context, sent *sms.Message) error {
 	wctx, cancel := context.WithTimeout(ctx, otpRecordTimeout)
 	defer cancel()
-	st, err := s.Queue.RecordSent(wctx, sent)
+	st, err := s.Store.Queue.RecordSent(wctx, sent)
 	if err != nil {
 		return err
 	}
@@ -353,8 +341,8 @@ func (s *Server) writeOTPRecord(ctx context.Context, sent *sms.Message) error {
 		// now: its outcome counts now
 		s.Metrics.Receipts.Outcome(sms.ClassOTP, st)
 	}
-	if sent.Callbacks && s.Callbacks != nil {
-		s.Callbacks.D.Wake()
+	if sent.Callbacks && s.Hooks.Callbacks != nil {
+		s.Hooks.Callbacks.D.Wake()
 	}
 	return nil
 }
@@ -414,8 +402,8 @@ func (s *Server) otpUnknownID(ctx context.Context, p *Producer, key, hash string
 	if key == "" {
 		return otpUnknown{}, nil
 	}
-	u := otpUnknown{key: IdemKey(p.Name, "otp-unknown", key), hash: hash}
-	a, token, err := s.Idem.Acquire(ctx, u.key, idemLockTTL)
+	u := otpUnknown{key: admission.IdemKey(p.Name, "otp-unknown", key), hash: hash}
+	a, token, err := s.Store.Idem.Acquire(ctx, u.key, idemLockTTL)
 	if err != nil {
 		return otpUnknown{}, fmt.Errorf("idempotency: otp id: %w", err)
 	}
@@ -442,7 +430,7 @@ func (u otpUnknown) finish(ctx context.Context, s *Server, id string, err error)
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	if ferr := s.Idem.Finish(ctx, u.key, u.token, keep); ferr != nil {
+	if ferr := s.Store.Idem.Finish(ctx, u.key, u.token, keep); ferr != nil {
 		s.Log.WarnContext(ctx, "idempotency: keep the otp id", "err", ferr)
 	}
 }

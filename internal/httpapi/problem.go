@@ -242,9 +242,9 @@ func toError(err error) *apiError {
 			Detail: "the provider failed (" + string(pe.Reason) + "); nothing was queued"}
 	case errors.Is(err, queue.ErrNotFound):
 		return &apiError{Kind: KindNotFound, Detail: "no such message", Err: err}
-	case maybeStored(err) && errors.As(err, &sf): // one message: its id is named
+	case admission.MaybeStored(err) && errors.As(err, &sf): // one message: its id is named
 		return &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err, Extra: map[string]any{"id": sf.ID}, Detail: maybeQueuedDetail}
-	case maybeStored(err): // a batch: the items' ids are not known to the client
+	case admission.MaybeStored(err): // a batch: the items' ids are not known to the client
 		return &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err, Detail: maybeQueuedDetail}
 	case errors.Is(err, queue.ErrClosed):
 		return &apiError{Kind: kindUnavailable, Detail: "the gateway is shutting down", RetryAfter: time.Second, Err: err}
@@ -390,7 +390,3 @@ func writeRaw(w http.ResponseWriter, contentType string, status int, b []byte) {
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
 }
-
-// maybeStored reports whether a failed enqueue may have stored its
-// messages after all (they are then sent).
-func maybeStored(err error) bool { return admission.MaybeStored(err) }
