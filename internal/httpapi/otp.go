@@ -154,7 +154,9 @@ func (s *Server) postOTP(w http.ResponseWriter, r *http.Request) {
 // a suppressed number) is answered as it is.
 func deadlineSpent(ctx context.Context, err error) error {
 	var ae *apiError
-	if err == nil || ctx.Err() == nil || !errors.Is(context.Cause(ctx), context.DeadlineExceeded) || errors.As(err, &ae) {
+	var rj *admission.Rejection
+	if err == nil || ctx.Err() == nil || !errors.Is(context.Cause(ctx), context.DeadlineExceeded) || errors.As(err, &ae) ||
+		errors.As(err, &rj) && rj.Kind != admission.RejectUnavailable {
 		return err
 	}
 	return &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err,
