@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -11,11 +12,13 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
 
 	"smsgw/api"
 	"smsgw/internal/httpapi"
@@ -376,4 +379,92 @@ func TestSpecSendIsPostMessage(t *testing.T) {
 	same("request body", msgs.RequestBody, send.RequestBody)
 	same("answers", msgs.Responses, send.Responses)
 	same("security", msgs.Security, send.Security)
+}
+
+// During an operator's timed pause the OTP fast path's 503 says when the
+// pause ends, not that a slot may come in a second.
+func TestOTPDuringPauseSaysWhenItEnds(t *testing.T) {
+	for _, m := range modes {
+		t.Run(string(m), func(t *testing.T) {
+			t.Parallel()
+			h := start(t, m, nil)
+			wantStatus(t, h.post("/v1/admin/pause", keyAdmin, map[string]any{"duration_seconds": 60}), http.StatusOK)
+			r := h.post("/v1/otp", keyLogin, map[string]any{"to": "+819012345678", "body": "Your code is 123456"})
+			wantStatus(t, r, http.StatusServiceUnavailable)
+			after, err := strconv.Atoi(r.header.Get("Retry-After"))
+			if err != nil || after < 50 || after > 60 {
+				t.Errorf("Retry-After %q during a 60 s pause, want the rest of it", r.header.Get("Retry-After"))
+			}
+			if p := r.problem(t); p["retry_after_seconds"] != float64(after) {
+				t.Errorf("retry_after_seconds %v, Retry-After %d", p["retry_after_seconds"], after)
+			}
+			wantStatus(t, h.post("/v1/admin/resume", keyAdmin, nil), http.StatusOK)
+			eventually(t, "an OTP sent after the resume", func() bool {
+				return h.post("/v1/otp", keyLogin, map[string]any{"to": "+819012345678", "body": "Your code is 123456"}).status == http.StatusOK
+			})
+		})
+	}
+}
+
+// validRequest reports whether the spec admits a request as a validating
+// proxy in front of the gateway would check it.
+func validRequest(t *testing.T, method, path string, body []byte) error {
+	t.Helper()
+	router, err := spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hr, err := http.NewRequestWithContext(t.Context(), method, "http://gateway.example"+path, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	hr.Header.Set("Authorization", "Bearer "+keyNotify)
+	route, params, err := router.FindRoute(hr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return openapi3filter.ValidateRequest(t.Context(), &openapi3filter.RequestValidationInput{
+		Request: hr, PathParams: params, Route: route,
+		Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, MultiError: true},
+	})
+}
+
+// A batch with bad items is valid under the spec, as the gateway takes
+// it: it queues the good items and answers each bad one with its problem.
+// A validator in front of the gateway therefore passes it whole; a
+// malformed batch (no messages) it still refuses.
+func TestBatchWithBadItemsPassesAValidator(t *testing.T) {
+	h := start(t, embeddedMode, nil)
+	batch, err := json.Marshal(map[string]any{"messages": []any{
+		msg("transactional"),
+		msg("transactional", "to", "09012345678"),
+		msg("transactional", "class", 3, "priority", "high"),
+		"not a message",
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := validRequest(t, http.MethodPost, "/v1/messages/batch", batch); err != nil {
+		t.Errorf("a batch with bad items is invalid under the spec: %v", err)
+	}
+	r := h.post("/v1/messages/batch", keyNotify, batch)
+	wantStatus(t, r, http.StatusOK)
+	var br httpapi.BatchResponse
+	r.json(t, &br)
+	if br.Accepted != 1 || br.Rejected != 3 {
+		t.Errorf("batch answered %d accepted, %d rejected; want 1 and 3: %s", br.Accepted, br.Rejected, r.body)
+	}
+	for _, bad := range []string{`{}`, `{"messages":[]}`, `{"messages":{}}`} {
+		if validRequest(t, http.MethodPost, "/v1/messages/batch", []byte(bad)) == nil {
+			t.Errorf("batch %s is valid under the spec", bad)
+		}
+	}
+	// A single message is still checked whole.
+	one, _ := json.Marshal(msg("transactional", "to", "09012345678"))
+	for _, path := range []string{"/v1/messages", "/send"} {
+		if validRequest(t, http.MethodPost, path, one) == nil {
+			t.Errorf("POST %s with a bad number is valid under the spec", path)
+		}
+	}
 }
