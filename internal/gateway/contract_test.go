@@ -293,6 +293,11 @@ func TestSendAnswersAsPostMessage(t *testing.T) {
 					}
 					if tc.name == "over max_outstanding" {
 						wantStatus(t, got[0], http.StatusTooManyRequests)
+						// Decided before the ingress quota is read: the
+						// RateLimit fields, which describe the quota, are not sent.
+						if rl := got[0].header.Get("RateLimit-Limit"); rl != "" {
+							t.Errorf("the max_outstanding 429 carries RateLimit-Limit %q", rl)
+						}
 					}
 					sameAnswer(t, got[0], got[1])
 				})
@@ -465,6 +470,68 @@ func TestBatchWithBadItemsPassesAValidator(t *testing.T) {
 	for _, path := range []string{"/v1/messages", "/send"} {
 		if validRequest(t, http.MethodPost, path, one) == nil {
 			t.Errorf("POST %s with a bad number is valid under the spec", path)
+		}
+	}
+}
+
+// Every operation shows how it is called: an example of its body in each
+// media type it takes and of each parameter; one that takes neither shows
+// an example answer. The loader checks every example against its schema
+// (specDoc validates the document).
+func TestEveryOperationHasAnExample(t *testing.T) {
+	doc, err := specDoc()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := map[string]*openapi3.Operation{}
+	add := func(where string, item *openapi3.PathItem) {
+		for method, op := range item.Operations() {
+			ops[method+" "+where] = op
+			for name, cb := range op.Callbacks {
+				for expr, cbItem := range cb.Value.Map() {
+					for m, cbOp := range cbItem.Operations() {
+						ops[m+" "+expr+" (callback "+name+")"] = cbOp
+					}
+				}
+			}
+		}
+	}
+	for path, item := range doc.Paths.Map() {
+		add(path, item)
+	}
+	for name, item := range doc.Webhooks {
+		add("webhook "+name, item)
+	}
+	if len(ops) < 25 {
+		t.Fatalf("found only %d operations", len(ops))
+	}
+	for where, op := range ops {
+		takes := false
+		if op.RequestBody != nil {
+			takes = true
+			for ct, mt := range op.RequestBody.Value.Content {
+				if mt.Example == nil && len(mt.Examples) == 0 {
+					t.Errorf("%s: no example of its %s body", where, ct)
+				}
+			}
+		}
+		for _, p := range op.Parameters {
+			takes = true
+			if p.Value.Example == nil && len(p.Value.Examples) == 0 {
+				t.Errorf("%s: no example of parameter %s", where, p.Value.Name)
+			}
+		}
+		if takes {
+			continue
+		}
+		shown := false
+		for status, r := range op.Responses.Map() {
+			for _, mt := range r.Value.Content {
+				shown = shown || strings.HasPrefix(status, "2") && (mt.Example != nil || len(mt.Examples) > 0)
+			}
+		}
+		if !shown {
+			t.Errorf("%s takes no body or parameter and shows no example answer", where)
 		}
 	}
 }
