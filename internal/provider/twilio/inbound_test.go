@@ -119,3 +119,33 @@ func TestParseInbound(t *testing.T) {
 		t.Errorf("a bad inbound URL: %v, want an error naming inbound_url", err)
 	}
 }
+
+// OptOutType, Twilio's own reading of the text, is the message's Keyword:
+// STOP an opt-out, START an opt-in; HELP, absent or unknown, none.
+func TestParseInboundOptOutType(t *testing.T) {
+	const token = "tok-123"
+	public := "https://sms.example.com/v1/inbound/twilio"
+	p, err := twilio.New(twilio.Config{Settings: twilio.Settings{AccountSID: "AC11111111111111111111111111111111", AuthToken: token, From: "ACME"},
+		InboundURL: public})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for optOutType, want := range map[string]string{"STOP": provider.KeywordOptOut, "START": provider.KeywordOptIn, "HELP": "", "": "", "stop": ""} {
+		form := url.Values{"MessageSid": {"SM0123456789abcdef0123456789abcdef"}, "AccountSid": {"AC11111111111111111111111111111111"},
+			"From": {"+14155550100"}, "To": {"+15005550006"}, "Body": {"ARRET"}}
+		if optOutType != "" {
+			form.Set("OptOutType", optOutType)
+		}
+		body := form.Encode()
+		r := httptest.NewRequestWithContext(t.Context(), "POST", "http://10.0.0.7:8080/v1/inbound/twilio", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		r.Header.Set(twilio.HeaderSignature, twilio.Signature(token, public, form))
+		in, err := p.ParseInbound(r, []byte(body))
+		if err != nil {
+			t.Fatalf("OptOutType %q: %v", optOutType, err)
+		}
+		if in.Keyword != want || in.Text != "ARRET" {
+			t.Errorf("OptOutType %q: keyword %q, text %q; want %q", optOutType, in.Keyword, in.Text, want)
+		}
+	}
+}
