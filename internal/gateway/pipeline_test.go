@@ -75,9 +75,12 @@ func TestAdmissionConformance(t *testing.T) {
 				t.Errorf("ingress quota: headers %v", r.header)
 			}
 
-			wantStatus(t, h.post("/v1/otp", keyLogin, map[string]any{"to": other, "body": "123456"}), http.StatusOK)
-			wantProblem("otp quota", h.post("/v1/otp", keyLogin, map[string]any{"to": other, "body": "123456"}),
-				http.StatusTooManyRequests, "rate-limited")
+			// An OTP's deadline counts from its arrival on the gateway's
+			// clock: bring the frozen clock to now first.
+			clock.add(time.Since(clock.now()))
+			otp := map[string]any{"to": other, "body": "123456", "deadline_ms": 5000}
+			wantStatus(t, h.post("/v1/otp", keyLogin, otp), http.StatusOK)
+			wantProblem("otp quota", h.post("/v1/otp", keyLogin, otp), http.StatusTooManyRequests, "rate-limited")
 
 			// Paused, nothing leaves the queue: max_outstanding holds.
 			wantStatus(t, h.post("/v1/admin/pause", keyAdmin, map[string]any{"reason": "conformance"}), http.StatusOK)
