@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"smsgw/internal/queue"
+	"smsgw/internal/queue/queuetest"
 	"smsgw/internal/redistest"
 	"smsgw/internal/sms"
 	"smsgw/internal/sms/smstest"
@@ -621,7 +622,7 @@ func TestCompactedRecordOfAnEarlierRelease(t *testing.T) {
 func BenchmarkBlobRecord(b *testing.B) {
 	var els []string
 	var ids []string
-	for i := range fullPace {
+	for i := range queuetest.FullPace {
 		m := sizeMsg(i)
 		m.ID = sms.NewID(sizeStart.Truncate(time.Second).Add(time.Duration(i*11) * time.Millisecond)) // all in one second
 		m.Status, m.Attempts = sms.StatusDelivered, 1
