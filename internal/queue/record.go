@@ -2,6 +2,7 @@ package queue
 
 import (
 	"fmt"
+	"time"
 
 	"smsgw/internal/sms"
 )
@@ -62,14 +63,33 @@ func ToRecord(m *sms.Message) (Record, error) {
 	if err != nil {
 		return Record{}, fmt.Errorf("message %s: %w", m.ID, err)
 	}
-	return Record{
+	r := Record{
 		Producer: m.Producer, Class: class, To: m.To, NumberID: m.NumberID, From: m.From, Body: m.Body,
 		Reference: m.Reference, Segments: m.Segments, CallbackURL: m.CallbackURL, Callbacks: m.Callbacks,
 		IdempotencyKey: m.IdempotencyKey, RequestHash: m.RequestHash,
-		Created: UnixMs(m.CreatedAt), SendAt: UnixMs(m.SendAt), NotBefore: UnixMsUp(m.NotBefore), Expires: UnixMs(m.ExpiresAt),
-		Updated: UnixMs(m.UpdatedAt), Sent: UnixMs(m.SentAt),
 		Status: status, Attempts: m.Attempts, Crashes: m.Crashes, LastError: m.LastError, ProviderID: m.ProviderID, Dead: m.Dead,
-	}, nil
+	}
+	for _, f := range r.times(m) {
+		*f.ms = UnixMs(*f.t)
+	}
+	// Rounded up, so that a message is never taken before its time.
+	r.NotBefore = UnixMsUp(m.NotBefore)
+	return r, nil
+}
+
+// timeField is a time of a message and the record's field that stores it.
+type timeField struct {
+	t  *time.Time
+	ms *int64
+}
+
+// times pairs each time of m with its field in r: the one list both
+// directions go by.
+func (r *Record) times(m *sms.Message) []timeField {
+	return []timeField{
+		{&m.CreatedAt, &r.Created}, {&m.SendAt, &r.SendAt}, {&m.NotBefore, &r.NotBefore},
+		{&m.ExpiresAt, &r.Expires}, {&m.UpdatedAt, &r.Updated}, {&m.SentAt, &r.Sent},
+	}
 }
 
 // Message is the record of message id as the domain type.
@@ -82,12 +102,14 @@ func (r *Record) Message(id string) (*sms.Message, error) {
 	if !ok {
 		return nil, fmt.Errorf("record %s: unknown status code %q", id, r.Status)
 	}
-	return &sms.Message{
+	m := &sms.Message{
 		ID: id, Producer: r.Producer, Class: class, To: r.To, NumberID: r.NumberID, From: r.From, Body: r.Body,
 		Reference: r.Reference, Segments: r.Segments, CallbackURL: r.CallbackURL, Callbacks: r.Callbacks,
 		IdempotencyKey: r.IdempotencyKey, RequestHash: r.RequestHash,
-		CreatedAt: FromMs(r.Created), SendAt: FromMs(r.SendAt), NotBefore: FromMs(r.NotBefore), ExpiresAt: FromMs(r.Expires),
-		UpdatedAt: FromMs(r.Updated), SentAt: FromMs(r.Sent),
 		Status: status, Attempts: r.Attempts, Crashes: r.Crashes, LastError: r.LastError, ProviderID: r.ProviderID, Dead: r.Dead,
-	}, nil
+	}
+	for _, f := range r.times(m) {
+		*f.t = FromMs(*f.ms)
+	}
+	return m, nil
 }

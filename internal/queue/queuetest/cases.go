@@ -368,20 +368,12 @@ func testRecover(t *testing.T, h Harness) {
 // does), ignoring After; what it spends and stores is as for any Requeue.
 func testRequeueKeepPlace(t *testing.T, h Harness) {
 	q := h.New(t)
-	ctx := t.Context()
 	a, b := newMsg("p", sms.ClassMarketing), newMsg("p", sms.ClassMarketing)
 	mustEnqueue(t, q, a, b)
 	l := mustTake(t, q, opts())
 	c := newMsg("p", sms.ClassMarketing)
 	mustEnqueue(t, q, c)
-	if err := q.Requeue(ctx, l, queue.RequeueOptions{KeepPlace: true, After: time.Hour, SpendAttempt: true, LastError: "held"}); err != nil {
-		t.Fatalf("Requeue: %v", err)
-	}
-	m := wantStatus(t, q, a.ID, sms.StatusQueued)
-	if m.Attempts != 1 || m.LastError != "held" {
-		t.Fatalf("after Requeue(keep place, spend): attempts %d, last error %q", m.Attempts, m.LastError)
-	}
-	allLost(t, q, l)
+	requeueSpent(t, q, l, queue.RequeueOptions{KeepPlace: true, After: time.Hour, LastError: "held"})
 	var got []string
 	for range 3 {
 		got = append(got, mustTake(t, q, opts()).Message.ID)
@@ -401,14 +393,7 @@ func testRequeue(t *testing.T, h Harness) {
 	mustEnqueue(t, q, a, b)
 
 	l := mustTake(t, q, opts())
-	if err := q.Requeue(ctx, l, queue.RequeueOptions{SpendAttempt: true, LastError: "provider 503"}); err != nil {
-		t.Fatalf("Requeue: %v", err)
-	}
-	m := wantStatus(t, q, a.ID, sms.StatusQueued)
-	if m.Attempts != 1 || m.LastError != "provider 503" {
-		t.Fatalf("after Requeue(spend): attempts %d, last error %q", m.Attempts, m.LastError)
-	}
-	allLost(t, q, l)
+	m := requeueSpent(t, q, l, queue.RequeueOptions{LastError: "provider 503"})
 	// Requeued without delay: to the back of the line.
 	if got := mustTake(t, q, opts()).Message.ID; got != b.ID {
 		t.Fatalf("took %s, want %s ahead of the requeued %s", got, b.ID, a.ID)

@@ -191,3 +191,20 @@ func canceled() context.Context {
 	cancel()
 	return ctx
 }
+
+// requeueSpent requeues l with o, spending an attempt, and checks that the
+// message is queued again with one attempt more and o.LastError stored, and
+// that l is lost; it returns the message as stored.
+func requeueSpent(t *testing.T, q queue.Queue, l *queue.Leased, o queue.RequeueOptions) *sms.Message {
+	t.Helper()
+	o.SpendAttempt = true
+	if err := q.Requeue(t.Context(), l, o); err != nil {
+		t.Fatalf("Requeue: %v", err)
+	}
+	m := wantStatus(t, q, l.Message.ID, sms.StatusQueued)
+	if m.Attempts != l.Message.Attempts+1 || m.LastError != o.LastError {
+		t.Fatalf("after Requeue(%+v): attempts %d, last error %q; want %d, %q", o, m.Attempts, m.LastError, l.Message.Attempts+1, o.LastError)
+	}
+	allLost(t, q, l)
+	return m
+}
