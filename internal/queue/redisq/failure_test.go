@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -176,5 +180,141 @@ func TestRedisDown(t *testing.T) {
 	srv.Start()
 	if l := take(t, q, time.Minute); l.Message.ID != m.ID {
 		t.Fatalf("took %s after Redis came back, want %s", l.Message.ID, m.ID)
+	}
+}
+
+// TestEnqueueUnconfirmedMayBeStored: an enqueue whose script went out but
+// got no answer is ErrMaybeStored (the gateway must not answer "nothing was
+// queued"); one that never reached Redis, or that Redis refused, is not.
+func TestEnqueueUnconfirmedMayBeStored(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{Args: []string{"--enable-debug-command", "local"}})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = c.Close() })
+	q := open(t, c, redistest.Prefix(t))
+	enqueue(t, q, msg("p", sms.ClassTransactional)) // the script is loaded
+
+	sleeper := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 10 * time.Second})
+	t.Cleanup(func() { _ = sleeper.Close() })
+	slept := make(chan error, 1)
+	go func() { slept <- sleeper.Do(context.Background(), "DEBUG", "SLEEP", "1").Err() }()
+	probe := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ReadTimeout: 50 * time.Millisecond})
+	t.Cleanup(func() { _ = probe.Close() })
+	for probe.Ping(t.Context()).Err() == nil {
+		time.Sleep(5 * time.Millisecond) // until the stall has begun
+	}
+	m := msg("p", sms.ClassTransactional)
+	if _, err := q.Enqueue(t.Context(), m); !errors.Is(err, queue.ErrMaybeStored) {
+		t.Fatalf("enqueue to a stalled Redis: %v, want ErrMaybeStored", err)
+	}
+	if err := <-slept; err != nil {
+		t.Fatal(err)
+	}
+	if got, err := q.Get(t.Context(), m.ID); err != nil || got.Status != sms.StatusQueued {
+		t.Fatalf("after the stall: %v, %v; want the message stored after all", got, err)
+	}
+
+	srv.Stop()
+	if _, err := q.Enqueue(t.Context(), msg("p", sms.ClassTransactional)); err == nil || errors.Is(err, queue.ErrMaybeStored) {
+		t.Fatalf("enqueue to a stopped Redis: %v, want an error that is not ErrMaybeStored", err)
+	}
+}
+
+// mayHaveRun's cases: what went out and got no answer may run; what never
+// went out, or that Redis answered, did not.
+func TestMayHaveRun(t *testing.T) {
+	t.Parallel()
+	timeout := &net.OpError{Op: "read", Net: "tcp", Err: &timeoutError{}}
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{timeout, true},
+		{fmt.Errorf("wrapped: %w", timeout), true},
+		{io.EOF, true},
+		{&net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}, true},
+		{&net.OpError{Op: "write", Net: "tcp", Err: syscall.EPIPE}, true},
+		{context.DeadlineExceeded, true},
+		{&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, false},
+		{&net.OpError{Op: "dial", Net: "tcp", Err: &timeoutError{}}, false},
+		{redis.ErrPoolTimeout, false},
+		{redis.ErrClosed, false},
+		{errors.New("unrelated"), false},
+	} {
+		if got := mayHaveRun(tc.err); got != tc.want {
+			t.Errorf("mayHaveRun(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+	// An error Redis answered: the script did not run (or ran and failed
+	// whole: a script is atomic).
+	c := redistest.Client(t)
+	err := c.Do(t.Context(), "NOSUCHCOMMAND").Err()
+	if err == nil || mayHaveRun(err) {
+		t.Errorf("mayHaveRun(%v) = true, want false for Redis's own answer", err)
+	}
+}
+
+type timeoutError struct{}
+
+func (*timeoutError) Error() string   { return "i/o timeout" }
+func (*timeoutError) Timeout() bool   { return true }
+func (*timeoutError) Temporary() bool { return true }
+
+// With WaitReplicas an enqueue returns only once a replica holds it: on a
+// master without a replica it fails with ErrNotReplicated (the message is
+// stored on the master alone, and the caller is told to retry), on a
+// master with one it succeeds.
+func TestEnqueueWaitsForReplicas(t *testing.T) {
+	master := redistest.StartServer(t, redistest.ServerOptions{})
+	c := redis.NewClient(&redis.Options{Addr: master.Addr})
+	t.Cleanup(func() { _ = c.Close() })
+	q, err := New(Config{Client: c, Account: redistest.Prefix(t), WaitReplicas: 1, WaitTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Close() })
+	ctx := context.Background()
+	if _, err := q.Enqueue(ctx, msg("p", sms.ClassOTP)); !errors.Is(err, queue.ErrNotReplicated) {
+		t.Fatalf("enqueue without a replica: %v, want ErrNotReplicated", err)
+	}
+	replica := redistest.StartServer(t, redistest.ServerOptions{Args: []string{"--replicaof", "127.0.0.1", strconv.Itoa(master.Port)}})
+	_ = replica
+	// Once the replica has synced, enqueues are confirmed.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := q.Enqueue(ctx, msg("p", sms.ClassOTP))
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, queue.ErrNotReplicated) || time.Now().After(deadline) {
+			t.Fatalf("enqueue with a replica: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestNewRejectsWaitWithoutTimeout(t *testing.T) {
+	if _, err := New(Config{Client: redistest.Client(t), Account: "a", WaitReplicas: 1}); err == nil {
+		t.Fatal("WaitReplicas without WaitTimeout accepted")
+	}
+}
+
+// On a Cluster the WAIT goes on the connection of the account's master,
+// where the enqueue ran: confirmed by that master's replica.
+func TestEnqueueWaitsForReplicasCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster with replicas")
+	}
+	cl := redistest.StartClusterWithReplicas(t, 0)
+	q, err := New(Config{Client: redistest.ClusterClient(t, cl.Addrs), Account: redistest.Prefix(t), WaitReplicas: 1, WaitTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Close() })
+	for range 3 {
+		if _, err := q.Enqueue(context.Background(), msg("p", sms.ClassMarketing)); err != nil {
+			t.Fatalf("enqueue on a Cluster with replicas: %v", err)
+		}
 	}
 }
