@@ -215,45 +215,5 @@ func (l *LocalSuppressions) RememberApplied(ctx context.Context, key string) err
 
 // LiftOlder implements Suppressions, in one transaction.
 func (l *LocalSuppressions) LiftOlder(ctx context.Context, id string, at time.Time, sources ...SuppressionSource) (LiftResult, error) {
-	if err := checkLift(id, sources); err != nil {
-		return LiftAbsent, err
-	}
-	if err := ctx.Err(); err != nil {
-		return LiftAbsent, localErr("lift", err)
-	}
-	res := LiftAbsent
-	err := l.db.Update(func(tx *bolt.Tx) error {
-		bk := tx.Bucket(bSuppressed)
-		v := bk.Get([]byte(id))
-		if v == nil {
-			return nil
-		}
-		e, _ := readEntry(v)
-		switch {
-		case !containsSource(sources, e.Source.OrOperator()):
-			res = LiftKept
-			return nil
-		case !e.CreatedAt.IsZero() && stamp(e.CreatedAt) > stamp(at):
-			res = LiftNewer
-			return nil
-		}
-		res = LiftRemoved
-		if err := writeCount(tx, readCount(tx)-1); err != nil {
-			return err
-		}
-		return bk.Delete([]byte(id))
-	})
-	if err != nil {
-		return LiftAbsent, localErr("lift", err)
-	}
-	return res, nil
-}
-
-func containsSource(sources []SuppressionSource, s SuppressionSource) bool {
-	for _, x := range sources {
-		if x == s {
-			return true
-		}
-	}
-	return false
+	return l.liftAt(ctx, "lift", id, &at, sources)
 }

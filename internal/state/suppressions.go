@@ -572,6 +572,12 @@ func (l *LocalSuppressions) Lift(ctx context.Context, id string, sources ...Supp
 
 // lift is Lift; what names the operation in its errors.
 func (l *LocalSuppressions) lift(ctx context.Context, what, id string, sources []SuppressionSource) (LiftResult, error) {
+	return l.liftAt(ctx, what, id, nil, sources)
+}
+
+// liftAt is lift that, with at (LiftOlder's opt-in time), keeps an
+// entry created after at, to the second (LiftNewer).
+func (l *LocalSuppressions) liftAt(ctx context.Context, what, id string, at *time.Time, sources []SuppressionSource) (LiftResult, error) {
 	if err := checkLift(id, sources); err != nil {
 		return LiftAbsent, err
 	}
@@ -586,8 +592,12 @@ func (l *LocalSuppressions) lift(ctx context.Context, what, id string, sources [
 			return nil
 		}
 		e, _ := readEntry(v) // unreadable: an operator's, as the script reads it
-		if !slices.Contains(sources, e.Source.OrOperator()) {
+		switch {
+		case !slices.Contains(sources, e.Source.OrOperator()):
 			res = LiftKept
+			return nil
+		case at != nil && !e.CreatedAt.IsZero() && stamp(e.CreatedAt) > stamp(*at):
+			res = LiftNewer
 			return nil
 		}
 		res = LiftRemoved
