@@ -163,8 +163,7 @@ func TestRedisRestart(t *testing.T) {
 func TestRedisDown(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t, redistest.ServerOptions{AppendOnly: true})
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-	t.Cleanup(func() { _ = c.Close() })
+	c := clientWith(t, redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	q := open(t, c, redistest.Prefix(t))
 	m := msg("p", sms.ClassOTP)
 	enqueue(t, q, m)
@@ -189,17 +188,14 @@ func TestRedisDown(t *testing.T) {
 func TestEnqueueUnconfirmedMayBeStored(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t, redistest.ServerOptions{Args: []string{"--enable-debug-command", "local"}})
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 200 * time.Millisecond})
-	t.Cleanup(func() { _ = c.Close() })
+	c := clientWith(t, redis.Options{Addr: srv.Addr, ReadTimeout: 200 * time.Millisecond})
 	q := open(t, c, redistest.Prefix(t))
 	enqueue(t, q, msg("p", sms.ClassTransactional)) // the script is loaded
 
-	sleeper := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 10 * time.Second})
-	t.Cleanup(func() { _ = sleeper.Close() })
+	sleeper := clientWith(t, redis.Options{Addr: srv.Addr, ReadTimeout: 10 * time.Second})
 	slept := make(chan error, 1)
 	go func() { slept <- sleeper.Do(context.Background(), "DEBUG", "SLEEP", "1").Err() }()
-	probe := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ReadTimeout: 50 * time.Millisecond})
-	t.Cleanup(func() { _ = probe.Close() })
+	probe := clientWith(t, redis.Options{Addr: srv.Addr, MaxRetries: -1, ReadTimeout: 50 * time.Millisecond})
 	for probe.Ping(t.Context()).Err() == nil {
 		time.Sleep(5 * time.Millisecond) // until the stall has begun
 	}
@@ -267,8 +263,7 @@ func (*timeoutError) Temporary() bool { return true }
 // master with one it succeeds.
 func TestEnqueueWaitsForReplicas(t *testing.T) {
 	master := redistest.StartServer(t, redistest.ServerOptions{})
-	c := redis.NewClient(&redis.Options{Addr: master.Addr})
-	t.Cleanup(func() { _ = c.Close() })
+	c := newClient(t, master.Addr)
 	q, err := New(Config{Client: c, Account: redistest.Prefix(t), WaitReplicas: 1, WaitTimeout: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
