@@ -367,10 +367,7 @@ func testRecover(t *testing.T, h Harness) {
 // where it was taken from, ahead of what was queued after it (as Recover
 // does), ignoring After; what it spends and stores is as for any Requeue.
 func testRequeueKeepPlace(t *testing.T, h Harness) {
-	q := h.New(t)
-	a, b := newMsg("p", sms.ClassMarketing), newMsg("p", sms.ClassMarketing)
-	mustEnqueue(t, q, a, b)
-	l := mustTake(t, q, opts())
+	q, a, b, l := firstTaken(t, h, sms.ClassMarketing)
 	c := newMsg("p", sms.ClassMarketing)
 	mustEnqueue(t, q, c)
 	requeueSpent(t, q, l, queue.RequeueOptions{KeepPlace: true, After: time.Hour, LastError: "held"})
@@ -387,12 +384,8 @@ func testRequeueKeepPlace(t *testing.T, h Harness) {
 }
 
 func testRequeue(t *testing.T, h Harness) {
-	q := h.New(t)
+	q, a, b, l := firstTaken(t, h, sms.ClassMarketing)
 	ctx := t.Context()
-	a, b := newMsg("p", sms.ClassMarketing), newMsg("p", sms.ClassMarketing)
-	mustEnqueue(t, q, a, b)
-
-	l := mustTake(t, q, opts())
 	m := requeueSpent(t, q, l, queue.RequeueOptions{LastError: "provider 503"})
 	// Requeued without delay: to the back of the line.
 	if got := mustTake(t, q, opts()).Message.ID; got != b.ID {
@@ -488,11 +481,8 @@ func testComplete(t *testing.T, h Harness) {
 }
 
 func testDeadLetters(t *testing.T, h Harness) {
-	q := h.New(t)
+	q, a, b, l := firstTaken(t, h, sms.ClassTransactional)
 	ctx := t.Context()
-	a, b := newMsg("p", sms.ClassTransactional), newMsg("p", sms.ClassTransactional)
-	mustEnqueue(t, q, a, b)
-	l := mustTake(t, q, opts())
 	if err := q.Dead(ctx, l, "gave up after 5", 5); err != nil {
 		t.Fatalf("Dead: %v", err)
 	}

@@ -208,3 +208,17 @@ func requeueSpent(t *testing.T, q queue.Queue, l *queue.Leased, o queue.RequeueO
 	allLost(t, q, l)
 	return m
 }
+
+// firstTaken is a new queue of h holding two messages of producer p and
+// class c, a then b, with a taken (opts()).
+func firstTaken(t *testing.T, h Harness, c sms.Class) (q queue.Queue, a, b *sms.Message, l *queue.Leased) {
+	t.Helper()
+	q = h.New(t)
+	a, b = newMsg("p", c), newMsg("p", c)
+	mustEnqueue(t, q, a, b)
+	l = mustTake(t, q, opts())
+	if l.Message.ID != a.ID {
+		t.Fatalf("took %s, want the first queued, %s", l.Message.ID, a.ID)
+	}
+	return q, a, b, l
+}
