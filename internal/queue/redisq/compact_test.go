@@ -51,6 +51,15 @@ func compactNow(t testing.TB, q *Queue) int {
 	}
 }
 
+// compactOne compacts every second of q that is due and fails unless that
+// is exactly one.
+func compactOne(t testing.TB, q *Queue) {
+	t.Helper()
+	if n := compactNow(t, q); n != 1 {
+		t.Fatalf("compacted %d seconds, want 1", n)
+	}
+}
+
 // sameSecond returns n messages of producer "p" created in this second,
 // with callbacks.
 func sameSecond(n int) []*sms.Message { return sameSecondAt(time.Now().Truncate(time.Second), n) }
@@ -127,9 +136,7 @@ func TestCompactedRecordsRead(t *testing.T) {
 		listBytes += len(el)
 	}
 
-	if n := compactNow(t, q); n != 1 {
-		t.Fatalf("compacted %d seconds, want 1", n)
-	}
+	compactOne(t, q)
 	if q.c.Exists(ctx, q.k.finAt(sec)).Val() != 0 || q.c.ZCard(ctx, q.k.finDue()).Val() != 0 {
 		t.Fatal("the LIST or its compaction entry is still there")
 	}
@@ -192,9 +199,7 @@ func receiptToCompacted(t *testing.T, q *Queue) {
 		t.Fatalf("ClaimEvents = %d, %v", len(evs), err)
 	}
 	sec := secondOf(t, ms[0].ID)
-	if n := compactNow(t, q); n != 1 {
-		t.Fatalf("compacted %d seconds, want 1", n)
-	}
+	compactOne(t, q)
 	blob := q.c.Get(ctx, q.k.finBlob(sec)).Val()
 
 	out, err := q.ApplyReceipt(ctx, queue.Receipt{Reference: ms[0].ID, Status: sms.StatusDelivered})
@@ -227,9 +232,7 @@ func receiptToCompacted(t *testing.T, q *Queue) {
 		}
 	}
 
-	if n := compactNow(t, q); n != 1 {
-		t.Fatalf("second compaction: %d seconds, want 1", n)
-	}
+	compactOne(t, q)
 	entries, err := decodeBlob(q.c.Get(ctx, q.k.finBlob(sec)).Val())
 	if err != nil || len(entries) != 3 {
 		t.Fatalf("merged blob: %d records, %v: want 3", len(entries), err)
@@ -270,9 +273,7 @@ func lateCompletion(t *testing.T, q *Queue) {
 		t.Fatal(err)
 	}
 	sec := secondOf(t, ms[0].ID)
-	if n := compactNow(t, q); n != 1 {
-		t.Fatalf("compacted %d seconds, want 1", n)
-	}
+	compactOne(t, q)
 	late := take(t, q, time.Hour)
 	if err := q.Complete(ctx, late, queue.Outcome{Status: sms.StatusExpired, Attempts: 0}); err != nil {
 		t.Fatal(err)
@@ -283,9 +284,7 @@ func lateCompletion(t *testing.T, q *Queue) {
 	if a, b := mustGet(t, q, first.Message.ID), mustGet(t, q, late.Message.ID); a.Status != sms.StatusSent || b.Status != sms.StatusExpired {
 		t.Fatalf("Get beside the blob: %s, %s", a.Status, b.Status)
 	}
-	if n := compactNow(t, q); n != 1 {
-		t.Fatalf("second compaction: %d seconds, want 1", n)
-	}
+	compactOne(t, q)
 	if a, b := mustGet(t, q, first.Message.ID), mustGet(t, q, late.Message.ID); a.Status != sms.StatusSent || b.Status != sms.StatusExpired {
 		t.Fatalf("Get after the merge: %s, %s", a.Status, b.Status)
 	}
@@ -318,9 +317,7 @@ func TestCompactedRecordsPruned(t *testing.T) {
 	ms := sameSecond(1)
 	send(t, q, ms[0], "SM-1")
 	sec := secondOf(t, ms[0].ID)
-	if n := compactNow(t, q); n != 1 {
-		t.Fatalf("compacted %d seconds, want 1", n)
-	}
+	compactOne(t, q)
 	if ttl := q.c.PTTL(ctx, q.k.finBlob(sec)).Val(); ttl <= 0 || ttl > retention {
 		t.Fatalf("blob's time to live %s, want (0, %s]", ttl, retention)
 	}
@@ -592,9 +589,7 @@ func TestCompactedRecordOfAnEarlierRelease(t *testing.T) {
 	late := smstest.MessageAt("p", sms.ClassTransactional, time.Unix(sec, 500e6))
 	send(t, q, late, "SM-late")
 	before := mustGet(t, q, id)
-	if n := compactNow(t, q); n != 1 {
-		t.Fatalf("compacted %d seconds, want 1", n)
-	}
+	compactOne(t, q)
 	if got := mustGet(t, q, id); !reflect.DeepEqual(got, before) {
 		t.Fatalf("Get of a compacted version 2 record\n got %+v\nwant %+v", got, before)
 	}
