@@ -83,6 +83,17 @@ func finishSent(t *testing.T, q queue.Queue, m *sms.Message, pid string) {
 	})
 }
 
+// onlyEvent checks that o holds exactly one event, ready, and claims it.
+func onlyEvent(t *testing.T, o queue.Outbox) *queue.Event {
+	t.Helper()
+	wantOutbox(t, o, 1, 0)
+	evs := claimAll(t, o, "t", time.Hour)
+	if len(evs) != 1 {
+		t.Fatalf("claimed %d events, want 1", len(evs))
+	}
+	return evs[0].Event
+}
+
 func claimAll(t *testing.T, o queue.Outbox, owner string, lease time.Duration) []*queue.LeasedEvent {
 	t.Helper()
 	evs, err := o.ClaimEvents(t.Context(), owner, lease, 100)
