@@ -462,13 +462,7 @@ func TestDeadLettersPrunedAfterRetention(t *testing.T) {
 	if err := q.Complete(ctx, takeHour(t, q), queue.Outcome{Status: sms.StatusSent, ProviderID: "pm", Attempts: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := q.Get(ctx, old.ID); !errors.Is(err, queue.ErrNotFound) {
-		t.Fatalf("Get of a dead letter past the retention: %v, want ErrNotFound", err)
-	}
-	dl, err := q.DeadLetters(ctx, 10)
-	if err != nil || len(dl) != 1 || dl[0].ID != young.ID {
-		t.Fatalf("DeadLetters = %v, %v: want only %s", dl, err, young.ID)
-	}
+	onlyYoungDead(t, q, old, young, "Complete")
 }
 
 // TestReceiptsOnFinalRecords: a receipt for a sent message (by our id or by
@@ -700,13 +694,7 @@ func TestDeadLettersPrunedByRecover(t *testing.T) {
 	if _, err := q.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := q.Get(ctx, old.ID); !errors.Is(err, queue.ErrNotFound) {
-		t.Fatalf("Get of a dead letter past the retention after Recover: %v, want ErrNotFound", err)
-	}
-	dl, err := q.DeadLetters(ctx, 10)
-	if err != nil || len(dl) != 1 || dl[0].ID != young.ID {
-		t.Fatalf("DeadLetters = %v, %v: want only %s", dl, err, young.ID)
-	}
+	onlyYoungDead(t, q, old, young, "Recover")
 	// Within pruneEvery of the last prune, Recover does not prune again.
 	for start := time.Now(); time.Since(start) < 2*q.retention; {
 		time.Sleep(50 * time.Millisecond)
@@ -721,6 +709,19 @@ func TestDeadLettersPrunedByRecover(t *testing.T) {
 
 // oldAndYoungDead sets q's retention to 300 ms and makes two dead letters
 // of class c: old, past the retention, and young, within it.
+// onlyYoungDead checks that after (the call that pruned) left young the
+// only dead letter, old gone.
+func onlyYoungDead(t *testing.T, q *Queue, old, young *sms.Message, after string) {
+	t.Helper()
+	if _, err := q.Get(t.Context(), old.ID); !errors.Is(err, queue.ErrNotFound) {
+		t.Fatalf("Get of a dead letter past the retention after %s: %v, want ErrNotFound", after, err)
+	}
+	dl, err := q.DeadLetters(t.Context(), 10)
+	if err != nil || len(dl) != 1 || dl[0].ID != young.ID {
+		t.Fatalf("DeadLetters after %s = %v, %v: want only %s", after, dl, err, young.ID)
+	}
+}
+
 func oldAndYoungDead(t *testing.T, q *Queue, c sms.Class) (old, young *sms.Message) {
 	t.Helper()
 	q.retention = 300 * time.Millisecond
