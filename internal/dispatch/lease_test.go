@@ -166,11 +166,7 @@ func TestStop(t *testing.T) {
 			t.Parallel()
 			acct := newAccount(t)
 			q := acct.queue(t, nil)
-			ms := make([]*sms.Message, 5)
-			for i := range ms {
-				ms[i] = newMsg(sms.ClassTransactional)
-			}
-			enqueue(t, q, ms...)
+			enqueueN(t, q, 5, sms.ClassTransactional)
 			hang := newHangingProvider()
 			d, err := New(withRequired(Config{Queue: q, Limiter: acct.limiter(t, nil, defaultLimits), Provider: hang, Owner: "stop",
 				Workers: 2, OTPWorkers: 1, Logger: testLogger(), Registerer: prometheus.NewRegistry()}))
