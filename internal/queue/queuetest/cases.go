@@ -386,7 +386,7 @@ func testRequeueKeepPlace(t *testing.T, h Harness) {
 func testRequeue(t *testing.T, h Harness) {
 	q, a, b, l := firstTaken(t, h, sms.ClassMarketing)
 	ctx := t.Context()
-	m := requeueSpent(t, q, l, queue.RequeueOptions{LastError: "provider 503"})
+	requeueSpent(t, q, l, queue.RequeueOptions{LastError: "provider 503"})
 	// Requeued without delay: to the back of the line.
 	if got := mustTake(t, q, opts()).Message.ID; got != b.ID {
 		t.Fatalf("took %s, want %s ahead of the requeued %s", got, b.ID, a.ID)
@@ -410,7 +410,7 @@ func testRequeue(t *testing.T, h Harness) {
 	if w := mustEmpty(t, q, opts()); w <= 59*time.Minute || w > time.Hour+slack {
 		t.Fatalf("wait %v, want about 1h", w)
 	}
-	m = wantStatus(t, q, a.ID, sms.StatusQueued)
+	m := wantStatus(t, q, a.ID, sms.StatusQueued)
 	if m.NotBefore.Before(before.Add(time.Hour-time.Second)) || m.NotBefore.After(time.Now().Add(time.Hour+time.Second)) {
 		t.Fatalf("NotBefore %v, want about now+1h", m.NotBefore)
 	}

@@ -194,8 +194,8 @@ func canceled() context.Context {
 
 // requeueSpent requeues l with o, spending an attempt, and checks that the
 // message is queued again with one attempt more and o.LastError stored, and
-// that l is lost; it returns the message as stored.
-func requeueSpent(t *testing.T, q queue.Queue, l *queue.Leased, o queue.RequeueOptions) *sms.Message {
+// that l is lost.
+func requeueSpent(t *testing.T, q queue.Queue, l *queue.Leased, o queue.RequeueOptions) {
 	t.Helper()
 	o.SpendAttempt = true
 	if err := q.Requeue(t.Context(), l, o); err != nil {
@@ -206,7 +206,6 @@ func requeueSpent(t *testing.T, q queue.Queue, l *queue.Leased, o queue.RequeueO
 		t.Fatalf("after Requeue(%+v): attempts %d, last error %q; want %d, %q", o, m.Attempts, m.LastError, l.Message.Attempts+1, o.LastError)
 	}
 	allLost(t, q, l)
-	return m
 }
 
 // firstTaken is a new queue of h holding two messages of producer p and
