@@ -279,10 +279,8 @@ func testIdempotency(t *testing.T, h Harness) {
 }
 
 func testLeaseHeld(t *testing.T, h Harness) {
-	q := h.New(t)
 	m := newMsg("p", sms.ClassOTP)
-	mustEnqueue(t, q, m)
-	l := mustTake(t, q, opts())
+	q, l := takenAlone(t, h, m)
 	if l.Message.ID != m.ID || l.Message.Attempts != 0 {
 		t.Fatalf("took %+v", l.Message)
 	}
@@ -420,10 +418,8 @@ func testRequeue(t *testing.T, h Harness) {
 }
 
 func testRequeueAfter(t *testing.T, h Harness) {
-	q := h.New(t)
 	m := newMsg("p", sms.ClassOTP)
-	mustEnqueue(t, q, m)
-	l := mustTake(t, q, opts())
+	q, l := takenAlone(t, h, m)
 	due := time.Now().Add(300 * time.Millisecond)
 	if err := q.Requeue(t.Context(), l, queue.RequeueOptions{After: 300 * time.Millisecond}); err != nil {
 		t.Fatalf("Requeue: %v", err)
@@ -466,16 +462,7 @@ func testComplete(t *testing.T, h Harness) {
 			if again.Attempts != o.Attempts || again.ProviderID != o.ProviderID || again.LastError != o.Reason {
 				t.Fatalf("a stale ack changed the message: %+v", again)
 			}
-			mustEmpty(t, q, opts())
-			if n := outstanding(t, q, "p"); n != 0 {
-				t.Fatalf("Outstanding = %d after completion", n)
-			}
-			if n, err := q.Recover(ctx); err != nil || n != 0 {
-				t.Fatalf("Recover = %d, %v", n, err)
-			}
-			if err := q.RetryDead(ctx, m.ID); !errors.Is(err, queue.ErrNotFound) {
-				t.Fatalf("RetryDead of a completed message: %v, want ErrNotFound", err)
-			}
+			wantEnded(t, q, m.ID, "completed")
 		})
 	}
 }
@@ -894,10 +881,8 @@ func takeAllUnsent(t *testing.T, q queue.Queue, status map[string]sms.Status) in
 }
 
 func testContextCancelled(t *testing.T, h Harness) {
-	q := h.New(t)
 	m := newMsg("p", sms.ClassOTP)
-	mustEnqueue(t, q, m)
-	l := mustTake(t, q, opts())
+	q, l := takenAlone(t, h, m)
 	ctx := canceled()
 	start := time.Now()
 	calls := everyMethod(ctx, t, q, m, l)
@@ -948,10 +933,8 @@ func everyMethod(ctx context.Context, t *testing.T, q queue.Queue, m *sms.Messag
 }
 
 func testClosed(t *testing.T, h Harness) {
-	q := h.New(t)
 	m := newMsg("p", sms.ClassOTP)
-	mustEnqueue(t, q, m)
-	l := mustTake(t, q, opts())
+	q, l := takenAlone(t, h, m)
 	if err := q.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
@@ -971,8 +954,6 @@ func testClosed(t *testing.T, h Harness) {
 // masked number, yet Get still answers with everything else; an
 // idempotent retry still finds it and an enqueue of its id stores nothing.
 func testFinalRecord(t *testing.T, h Harness) {
-	q := h.New(t)
-	ctx := t.Context()
 	m := newMsg("p", sms.ClassTransactional)
 	m.Body = "こんにちは secret text"
 	m.From = "ACME"
@@ -981,8 +962,8 @@ func testFinalRecord(t *testing.T, h Harness) {
 	m.IdempotencyKey = "k-final"
 	m.RequestHash = "0123456789abcdef0123456789abcdef"
 	m.ExpiresAt = m.CreatedAt.Add(time.Hour)
-	mustEnqueue(t, q, m)
-	l := mustTake(t, q, opts())
+	q, l := takenAlone(t, h, m)
+	ctx := t.Context()
 	if err := q.Complete(ctx, l, queue.Outcome{Status: sms.StatusSent, ProviderID: "SM-final", Attempts: 1}); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}

@@ -221,3 +221,28 @@ func firstTaken(t *testing.T, h Harness, c sms.Class) (q queue.Queue, a, b *sms.
 	}
 	return q, a, b, l
 }
+
+// wantEnded checks that message id of producer p, which ended (what: how),
+// left nothing behind: nothing to take, none outstanding, no lease to
+// recover, no dead letter to retry.
+func wantEnded(t *testing.T, q queue.Queue, id, what string) {
+	t.Helper()
+	mustEmpty(t, q, opts())
+	if n := outstanding(t, q, "p"); n != 0 {
+		t.Fatalf("Outstanding = %d after the %s message", n, what)
+	}
+	if n, err := q.Recover(t.Context()); err != nil || n != 0 {
+		t.Fatalf("Recover = %d, %v", n, err)
+	}
+	if err := q.RetryDead(t.Context(), id); !errors.Is(err, queue.ErrNotFound) {
+		t.Fatalf("RetryDead of a %s message: %v, want ErrNotFound", what, err)
+	}
+}
+
+// takenAlone is a new queue of h holding m alone, taken (opts()).
+func takenAlone(t *testing.T, h Harness, m *sms.Message) (queue.Queue, *queue.Leased) {
+	t.Helper()
+	q := h.New(t)
+	mustEnqueue(t, q, m)
+	return q, mustTake(t, q, opts())
+}

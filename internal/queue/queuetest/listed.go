@@ -370,12 +370,10 @@ func leasedMessages(ls []*queue.Leased) []*sms.Message {
 var suppressedOutcome = queue.Outcome{Status: sms.StatusSuppressed, Reason: "provider: opted_out (status 400): twilio 21610", Attempts: 2}
 
 func testCompleteSuppressed(t *testing.T, h Harness) {
-	q := h.New(t)
-	ctx := t.Context()
 	m := newMsg("p", sms.ClassMarketing)
 	m.Body = "Spring sale! Reply STOP to opt out"
-	mustEnqueue(t, q, m)
-	l := mustTake(t, q, opts())
+	q, l := takenAlone(t, h, m)
+	ctx := t.Context()
 	// An earlier attempt's outcome was unknown and its receipt came: the
 	// refusal decides.
 	applyReceipt(t, q, queue.Receipt{Reference: m.ID, Status: sms.StatusDelivered}, queue.ReceiptParked)
@@ -396,16 +394,7 @@ func testCompleteSuppressed(t *testing.T, h Harness) {
 	check(q)
 	allLost(t, q, l)
 	check(q)
-	mustEmpty(t, q, opts())
-	if n := outstanding(t, q, "p"); n != 0 {
-		t.Fatalf("Outstanding = %d after suppressed", n)
-	}
-	if n, err := q.Recover(ctx); err != nil || n != 0 {
-		t.Fatalf("Recover = %d, %v", n, err)
-	}
-	if err := q.RetryDead(ctx, m.ID); !errors.Is(err, queue.ErrNotFound) {
-		t.Fatalf("RetryDead of a suppressed message: %v, want ErrNotFound", err)
-	}
+	wantEnded(t, q, m.ID, "suppressed")
 	if dead, err := q.DeadLetters(ctx, 10); err != nil || len(dead) != 0 {
 		t.Fatalf("DeadLetters = %v, %v; want none", dead, err)
 	}
@@ -443,11 +432,9 @@ func testSuppressedEvent(t *testing.T, h Harness) {
 }
 
 func testCompleteOnlyLeaseEnds(t *testing.T, h Harness) {
-	q := h.New(t)
-	ctx := t.Context()
 	m := newMsg("p", sms.ClassTransactional)
-	mustEnqueue(t, q, m)
-	l := mustTake(t, q, opts())
+	q, l := takenAlone(t, h, m)
+	ctx := t.Context()
 	for _, s := range []sms.Status{sms.StatusQueued, sms.StatusSending, sms.StatusDelivered, sms.StatusUndelivered,
 		sms.StatusCanceled, sms.StatusScheduled, sms.StatusUnknown} {
 		if queue.CompleteStatus(s) {
