@@ -278,6 +278,10 @@ type WebhookConfig struct {
 	// Allow lists the URL prefixes a message's callback_url may start with;
 	// empty: no per-message callback_url.
 	Allow []string `yaml:"allow"`
+	// AllowNetworks, when set, are the CIDRs this producer's callbacks may
+	// reach although private, loopback or link-local, in place of
+	// webhooks.allow_networks; empty: webhooks.allow_networks.
+	AllowNetworks []string `yaml:"allow_networks"`
 }
 
 // Enabled reports whether the producer can receive callbacks at all.

@@ -127,6 +127,7 @@ func validateWebhook(p *problems, key string, w WebhookConfig) {
 			p.add(fmt.Sprintf("%s.allow[%d]", key, i), "must not carry a query")
 		}
 	}
+	checkNetworks(p, key+".allow_networks", w.AllowNetworks)
 	var cur []byte
 	switch {
 	case w.Enabled() && w.Secret == "":
@@ -155,11 +156,7 @@ func validateWebhook(p *problems, key string, w WebhookConfig) {
 
 func (c *Config) validateWebhooks(p *problems) {
 	w := c.Webhooks
-	for i, s := range w.AllowNetworks {
-		if _, err := netip.ParsePrefix(s); err != nil {
-			p.add(fmt.Sprintf("webhooks.allow_networks[%d]", i), "%q is not a CIDR", s)
-		}
-	}
+	checkNetworks(p, "webhooks.allow_networks", w.AllowNetworks)
 	if w.Timeout <= 0 {
 		p.add("webhooks.timeout", "must be > 0")
 	}
@@ -245,4 +242,14 @@ func applyWebhookSecrets(cfg *Config, environ []string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkNetworks refuses every entry of an allow_networks list (key) that
+// is not a CIDR.
+func checkNetworks(p *problems, key string, cidrs []string) {
+	for i, s := range cidrs {
+		if _, err := netip.ParsePrefix(s); err != nil {
+			p.add(fmt.Sprintf("%s[%d]", key, i), "%q is not a CIDR", s)
+		}
+	}
 }
