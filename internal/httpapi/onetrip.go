@@ -141,7 +141,8 @@ func (s *Server) prepareOneTrip(ctx context.Context, p *Producer, v validated, i
 		return nil, err
 	}
 	ch := &req.ch
-	ch.SuppressionKey, ch.SuppressionID = s.OneTrip.Sup.IndexKey(), sid
+	// No suppression lookup at accept: the take ends a message to a
+	// listed number (admission.Protector.Check says why).
 	ch.MaxOutstanding = max(p.MaxOutstanding, 0)
 	ch.TakenHere = s.Notifier != nil && s.Notifier.TakesHere(req.m.Class)
 	interval, burst, err := limiter.KeyArgs(p.Name, p.Ingress, 1)
