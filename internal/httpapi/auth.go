@@ -38,6 +38,9 @@ type Producer struct {
 	// previous is the producer's previous key while its key is rotated
 	// (producers[].previous_key); nil: none.
 	previous *PreviousKey
+	// Keyed is the quota of requests with an Idempotency-Key
+	// (producers[].max_keyed_per_day; keyed.go).
+	Keyed limiter.Rate
 }
 
 // previousKeyLogEvery is the most often the use of one principal's
@@ -238,6 +241,7 @@ func NewAuthenticator(cfg config.Config, previousUses *prometheus.CounterVec) *A
 			hash:           p.KeyHash(),
 			Ingress:        limiter.Rate{PerSecond: p.Rate, Burst: p.Burst},
 			MaxOutstanding: p.MaxOutstanding,
+			Keyed:          p.KeyedRate(),
 			senders:        normalizedSenders(p.Senders),
 			unicodeCtl:     p.AllowUnicodeControls,
 			webhook:        p.Webhook.URL != "",

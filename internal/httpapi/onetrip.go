@@ -57,6 +57,14 @@ func (s *Server) acceptOneTrip(w http.ResponseWriter, r *http.Request, p *Produc
 		s.WriteError(w, r, err)
 		return
 	}
+	if idem != "" {
+		if err := s.admitKeyed(ctx, p); err != nil { // producers[].max_keyed_per_day (keyed.go)
+			if !s.replayStored(w, r, p, idem, v.msg.RequestHash) {
+				s.WriteError(w, r, err)
+			}
+			return
+		}
+	}
 	m, ch := req.m, req.ch
 	res, err := s.OneTrip.Enq.EnqueueChecked(ctx, queue.Checked{Message: m, Checks: ch})
 	if err != nil {
