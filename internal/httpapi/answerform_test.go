@@ -25,16 +25,7 @@ func TestAnswerFormRebuildsExactly(t *testing.T) {
 	strs := []string{"msg_01JN5V6Q8Z3X4Y5W6V7U8T9S0R", "queued", "scheduled", "GSM-7", "UCS-2", "a b", "a<b", `q"uote`, "é", ""}
 	formed := 0
 	for range 5000 {
-		a := AcceptedMessage{
-			ID: strs[rng.IntN(len(strs))], Status: sms.Status(strs[rng.IntN(len(strs))]), Class: sms.Class(rng.IntN(4)),
-			Segments: rng.IntN(20) - 2, Encoding: strs[rng.IntN(len(strs))], EstimatedSendAt: times[rng.IntN(len(times))],
-		}
-		if rng.IntN(2) == 0 {
-			a.SendAt = &times[rng.IntN(len(times))]
-		}
-		if rng.IntN(2) == 0 {
-			a.ExpiresAt = &times[rng.IntN(len(times))]
-		}
+		a := randomAccepted(rng, times, strs)
 		body, err := marshalBody(a)
 		if err != nil {
 			continue
