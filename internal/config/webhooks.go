@@ -39,6 +39,15 @@ func ParseWebhookSecret(s string) ([]byte, error) {
 	if len(key) < minWebhookKey || len(key) > maxWebhookKey {
 		return nil, fmt.Errorf("key is %d bytes, want %d to %d", len(key), minWebhookKey, maxWebhookKey)
 	}
+	// Random key bytes: whsec_AAAA… (all zero) or one byte repeated signs
+	// every callback with a key anyone can guess, as a weak secret would.
+	distinct := map[byte]bool{}
+	for _, c := range key {
+		distinct[c] = true
+	}
+	if len(distinct) < minSecretDistinct {
+		return nil, fmt.Errorf("key must hold at least %d different byte values (use random bytes: %s + openssl rand -base64 32)", minSecretDistinct, WebhookSecretPrefix)
+	}
 	return key, nil
 }
 

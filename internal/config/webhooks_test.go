@@ -161,3 +161,21 @@ producers:
 		}
 	}
 }
+
+// A webhook secret whose key bytes are not random (all zero, one byte
+// repeated) is refused naming the key, never repeating the secret.
+func TestWebhookSecretNotUniform(t *testing.T) {
+	for _, s := range []string{"whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", "whsec_" + "QUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFB", "whsec_AQIDBAECAwQBAgMEAQIDBAECAwQBAgME"} {
+		_, err := Load([]byte(`
+provider: {url: "http://127.0.0.1:9100/send"}
+producers:
+  - {name: notify, key: "app-key-0123456789ab", classes: [transactional], rate: 1, burst: 1, webhook: {url: "https://h.example/", secret: "`+s+`"}}
+`), nil)
+		if err == nil || !strings.Contains(err.Error(), "producers[0] (notify).webhook.secret: key must hold at least 8 different byte values") || strings.Contains(err.Error(), s[6:]) {
+			t.Errorf("%s: %v, want a refusal naming the key", s, err)
+		}
+	}
+	if _, err := ParseWebhookSecret(testWebhookSecret); err != nil {
+		t.Errorf("a random secret refused: %v", err)
+	}
+}
