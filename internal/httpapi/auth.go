@@ -260,9 +260,16 @@ func NewAuthenticator(cfg config.Config, previousUses *prometheus.CounterVec) *A
 	return a
 }
 
-// bearer returns the SHA-256 of the request's bearer key, or false.
+// bearer returns the SHA-256 of the request's bearer key, or false; false
+// too for a request with more than one Authorization field, which a proxy
+// in front may read otherwise than we would (one key authenticated there,
+// another acted on here).
 func bearer(r *http.Request) ([32]byte, bool) {
-	h := r.Header.Get("Authorization")
+	vals := r.Header.Values("Authorization")
+	if len(vals) != 1 {
+		return [32]byte{}, false
+	}
+	h := vals[0]
 	scheme, key, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return [32]byte{}, false
