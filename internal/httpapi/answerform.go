@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"strconv"
 	"strings"
@@ -27,23 +26,49 @@ import (
 
 // acceptedForm is a's compact form, or "" when a is not an accepted
 // message's answer the form rebuilds exactly (then the answer is kept as
-// it is).
+// it is). It reads the body in marshalAccepted's layout without
+// reflection (every keyed accept stores one); any other body, however
+// valid, is kept whole.
 func acceptedForm(a *state.Answer) string {
 	if a.Deflated || a.Form != "" || len(a.Body) == 0 || a.Body[0] != '{' {
 		return ""
 	}
-	var m AcceptedMessage
-	if err := json.Unmarshal(a.Body, &m); err != nil || m.EstimatedSendAt.Nanosecond()%int(time.Millisecond) != 0 {
+	r := bodyReader{b: a.Body, ok: true}
+	id := r.str(`{"id":"`)
+	status := r.str(`,"status":"`)
+	class := r.str(`,"class":"`)
+	segments := r.num(`,"segments":`)
+	encoding := r.str(`,"encoding":"`)
+	eta := r.str(`,"estimated_send_at":"`)
+	sendAt, expiresAt := none, none
+	if r.ok && r.next(`,"send_at":"`) {
+		sendAt = r.str("")
+	}
+	if r.ok && r.next(`,"expires_at":"`) {
+		expiresAt = r.str("")
+	}
+	if !r.ok || string(r.b) != "}" {
 		return ""
 	}
-	fields := []string{m.ID, string(m.Status), m.Class.String(), strconv.Itoa(m.Segments), m.Encoding,
-		strconv.FormatInt(m.EstimatedSendAt.UnixMilli(), 10), formTime(m.SendAt), formTime(m.ExpiresAt)}
-	for _, f := range fields {
-		if f == "" || strings.ContainsAny(f, " ") || !state.PlainJSON(f) {
+	t, err := time.Parse(time.RFC3339Nano, string(eta))
+	if err != nil || t.Nanosecond()%int(time.Millisecond) != 0 {
+		return ""
+	}
+	buf := make([]byte, 0, len(id)+len(status)+len(class)+len(segments)+len(encoding)+len(sendAt)+len(expiresAt)+28)
+	for i, f := range [...][]byte{id, status, class, segments, encoding, nil, sendAt, expiresAt} {
+		if i > 0 {
+			buf = append(buf, ' ')
+		}
+		if i == 5 {
+			buf = strconv.AppendInt(buf, t.UnixMilli(), 10)
+			continue
+		}
+		if len(f) == 0 || bytes.ContainsAny(f, ` \`) {
 			return ""
 		}
+		buf = append(buf, f...)
 	}
-	form := strings.Join(fields, " ")
+	form := string(buf)
 	body, loc, err := fromForm(form)
 	if err != nil || !bytes.Equal(body, a.Body) || loc != a.Location {
 		return ""
@@ -51,12 +76,55 @@ func acceptedForm(a *state.Answer) string {
 	return form
 }
 
-// formTime is t as the form keeps it: "-" for none.
-func formTime(t *time.Time) string {
-	if t == nil {
-		return "-"
+// none is an absent time in the form.
+var none = []byte("-")
+
+// bodyReader reads an accepted message's body member by member, in
+// marshalAccepted's order; ok turns false at the first surprise.
+type bodyReader struct {
+	b  []byte
+	ok bool
+}
+
+// next consumes prefix when the rest starts with it.
+func (r *bodyReader) next(prefix string) bool {
+	if !bytes.HasPrefix(r.b, []byte(prefix)) {
+		return false
 	}
-	return t.Format(time.RFC3339Nano)
+	r.b = r.b[len(prefix):]
+	return true
+}
+
+// str consumes prefix (nothing when "") and a string's rest up to its
+// closing quote, which it returns.
+func (r *bodyReader) str(prefix string) []byte {
+	if !r.ok || prefix != "" && !r.next(prefix) {
+		r.ok = false
+		return nil
+	}
+	i := bytes.IndexByte(r.b, '"')
+	if i < 0 {
+		r.ok = false
+		return nil
+	}
+	v := r.b[:i]
+	r.b = r.b[i+1:]
+	return v
+}
+
+// num consumes prefix and the integer that follows.
+func (r *bodyReader) num(prefix string) []byte {
+	if !r.ok || !r.next(prefix) {
+		r.ok = false
+		return nil
+	}
+	i := 0
+	for i < len(r.b) && (r.b[i] >= '0' && r.b[i] <= '9' || i == 0 && r.b[i] == '-') {
+		i++
+	}
+	v := r.b[:i]
+	r.b = r.b[i:]
+	return v
 }
 
 // errBadForm: a stored compact form that does not parse.
