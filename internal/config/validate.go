@@ -133,6 +133,7 @@ func (c *Config) validateProvider(p *problems) {
 		p.addErr(pc.HTTP.Validate("provider"))
 	case "twilio":
 		p.addErr(pc.Twilio.Validate("provider.twilio"))
+		p.addErr(pc.Twilio.CheckWebhooks("provider.twilio", "provider.receipt_url", pc.ReceiptURL, pc.InboundURL))
 	case "vonage":
 		p.addErr(pc.Vonage.Validate("provider.vonage"))
 	case "":
@@ -145,7 +146,9 @@ func (c *Config) validateProvider(p *problems) {
 		p.addErr(httpprov.CheckURL("provider.url", pc.HTTP.URL))
 	}
 	if pc.ReceiptURL != "" {
-		p.addErr(httpprov.CheckURL("provider.receipt_url", pc.ReceiptURL))
+		if pc.Kind != "twilio" { // twilio: CheckWebhooks, above, checks it as its StatusCallback
+			p.addErr(httpprov.CheckURL("provider.receipt_url", pc.ReceiptURL))
+		}
 		checkWebhookTLS(p, "provider.receipt_url", pc.ReceiptURL)
 	}
 	validatePreviousReceiptSecret(p, pc)

@@ -42,7 +42,7 @@ var twilioMessages sync.Map
 // now, and returns its sid.
 func twilioInbound(from, text string) string {
 	sid := fmt.Sprintf("SM%032x", inboundSeq.Add(1))
-	twilioMessages.Store(sid, map[string]string{"sid": sid, "account_sid": "AC0123", "from": from, "to": "+15005550006",
+	twilioMessages.Store(sid, map[string]string{"sid": sid, "account_sid": "AC0123456789abcdef0123456789abcdef", "from": from, "to": "+15005550006",
 		"body": text, "direction": "inbound", "date_created": time.Now().UTC().Format(time.RFC1123Z),
 		"date_sent": time.Now().UTC().Format(time.RFC1123Z)})
 	return sid
@@ -87,10 +87,10 @@ var inboundAdapters = []inboundAdapter{
 			c.Provider.Kind = "twilio"
 			c.Provider.HTTP.URL = fake.URL
 			c.Provider.InboundURL = twilioPublic
-			c.Provider.Twilio = twilio.Settings{AccountSID: "AC0123", AuthToken: twilioToken, From: "+15005550006"}
+			c.Provider.Twilio = twilio.Settings{AccountSID: "AC0123456789abcdef0123456789abcdef", AuthToken: twilioToken, From: "+15005550006"}
 		},
 		req: func(from, text string, signed bool) req {
-			form := url.Values{"MessageSid": {twilioInbound(from, text)}, "AccountSid": {"AC0123"}, "From": {from},
+			form := url.Values{"MessageSid": {twilioInbound(from, text)}, "AccountSid": {"AC0123456789abcdef0123456789abcdef"}, "From": {from},
 				"To": {"+15005550006"}, "Body": {text}, "NumMedia": {"0"}}
 			token := twilioToken
 			if !signed {

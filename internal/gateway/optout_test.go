@@ -69,7 +69,7 @@ func TestProviderOptOut(t *testing.T) {
 				c.Provider.Kind = "twilio"
 				c.Provider.HTTP.URL = srv.URL
 				c.Provider.InboundURL = twilioPublic
-				c.Provider.Twilio = twilio.Settings{AccountSID: "AC0123", AuthToken: twilioToken, From: "+15005550006"}
+				c.Provider.Twilio = twilio.Settings{AccountSID: "AC0123456789abcdef0123456789abcdef", AuthToken: twilioToken, From: "+15005550006"}
 				c.Producers[0].Webhook = config.WebhookConfig{URL: hook.srv.URL + "/hook", Secret: testWebhookSecret}
 				c.Webhooks.AllowNetworks = []string{"127.0.0.0/8"}
 			})

@@ -287,10 +287,15 @@ func (s *Server) writeProblem(w http.ResponseWriter, p problem, e *apiError) {
 // without logging or counting it.
 func problemFor(r *http.Request, e *apiError) problem {
 	info := kindInfo[e.Kind]
-	switch info.status {
-	case http.StatusConflict, http.StatusTooManyRequests, http.StatusServiceUnavailable:
+	switch {
+	case info.status == http.StatusTooManyRequests, info.status == http.StatusServiceUnavailable, e.Kind == kindInFlight:
 		// The contract promises Retry-After on these, at least 1 s.
 		e.RetryAfter = max(e.RetryAfter, time.Second)
+	case info.status == http.StatusConflict:
+		// The other conflicts (not-cancelable, suppression-list-full) last
+		// until something else changes: a Retry-After would have a
+		// client that honours it retry for ever.
+		e.RetryAfter = 0
 	}
 	p := problem{
 		Type:      ProblemTypeBase + string(e.Kind),
@@ -340,6 +345,12 @@ func (s *Server) problemOf(r *http.Request, err error) (problem, *apiError) {
 	e := toError(err)
 	if _, ok := kindInfo[e.Kind]; !ok {
 		e = &apiError{Kind: kindInternal, Err: err}
+	}
+	var noSlot dispatch.NoSlotError
+	if errors.As(err, &noSlot) && noSlot.Paused() && s.Pause != nil {
+		// The dispatcher asks again every fraction of a second during an
+		// operator's pause; a client is told the rest of a timed pause.
+		e.RetryAfter = max(e.RetryAfter, s.Pause.Left())
 	}
 	p := problemFor(r, e)
 	if e.Kind == kindInternal {

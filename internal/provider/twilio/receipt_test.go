@@ -25,13 +25,13 @@ func TestParseReceipt(t *testing.T) {
 	const token = "tok-123"
 	// Behind a proxy: Twilio calls the public URL, we see another host.
 	public := "https://sms.example.com/v1/receipts/twilio"
-	p, err := twilio.New(twilio.Config{Settings: twilio.Settings{AccountSID: "AC1", AuthToken: token, From: "ACME"},
+	p, err := twilio.New(twilio.Config{Settings: twilio.Settings{AccountSID: "AC11111111111111111111111111111111", AuthToken: token, From: "ACME"},
 		StatusCallback: public})
 	if err != nil {
 		t.Fatal(err)
 	}
 	query := "smsgw_ref=" + url.QueryEscape("msg_01JD5ZQ8X2N4M7P9R3T6V8W0YA")
-	form := url.Values{"MessageSid": {"SM1"}, "MessageStatus": {"undelivered"}, "ErrorCode": {"30005"}, "AccountSid": {"AC1"}}
+	form := url.Values{"MessageSid": {"SM1"}, "MessageStatus": {"undelivered"}, "ErrorCode": {"30005"}, "AccountSid": {"AC11111111111111111111111111111111"}}
 	request := func(sig string, body string) (provider.Receipt, error) {
 		r := httptest.NewRequestWithContext(t.Context(), "POST", "http://10.0.0.7:8080/v1/receipts/twilio?"+query, strings.NewReader(body))
 		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
@@ -50,7 +50,7 @@ func TestParseReceipt(t *testing.T) {
 	if rc != want {
 		t.Fatalf("receipt %+v, want %+v", rc, want)
 	}
-	tampered := url.Values{"MessageSid": {"SM1"}, "MessageStatus": {"delivered"}, "ErrorCode": {"30005"}, "AccountSid": {"AC1"}}
+	tampered := url.Values{"MessageSid": {"SM1"}, "MessageStatus": {"delivered"}, "ErrorCode": {"30005"}, "AccountSid": {"AC11111111111111111111111111111111"}}
 	for name, c := range map[string][2]string{
 		"missing":      {"", form.Encode()},
 		"tampered":     {good, tampered.Encode()},

@@ -60,7 +60,7 @@ func TestReceiptSignedURLForms(t *testing.T) {
 	t.Parallel()
 	const token = "tok-123"
 	query := "smsgw_ref=" + url.QueryEscape("msg_01JD5ZQ8X2N4M7P9R3T6V8W0YA")
-	form := url.Values{"MessageSid": {"SM1"}, "MessageStatus": {"delivered"}, "AccountSid": {"AC1"}}
+	form := url.Values{"MessageSid": {"SM1"}, "MessageStatus": {"delivered"}, "AccountSid": {"AC11111111111111111111111111111111"}}
 	for _, tc := range []struct {
 		configured string   // provider.receipt_url
 		signed     []string // URLs Twilio may have signed (without the query)
@@ -79,7 +79,7 @@ func TestReceiptSignedURLForms(t *testing.T) {
 			[]string{"http://sms.example.com:8080/v1/receipts/twilio"},
 			[]string{"http://sms.example.com/v1/receipts/twilio", "http://sms.example.com:8081/v1/receipts/twilio"}},
 	} {
-		p, err := twilio.New(twilio.Config{Settings: twilio.Settings{AccountSID: "AC1", AuthToken: token, From: "ACME"},
+		p, err := twilio.New(twilio.Config{Settings: twilio.Settings{AccountSID: "AC11111111111111111111111111111111", AuthToken: token, From: "ACME"},
 			StatusCallback: tc.configured})
 		if err != nil {
 			t.Fatal(err)

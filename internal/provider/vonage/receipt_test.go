@@ -207,3 +207,29 @@ func TestReceiptOptedOut(t *testing.T) {
 		t.Errorf("buffered: %+v, %v", rc, err)
 	}
 }
+
+// err-codes 2, 7 and 8, which Vonage's table ends with "Retry", end the
+// message undelivered like any failed DLR (neither Vonage nor the
+// operators try again, and the gateway does not send it twice), with an
+// error that says the failure was temporary; other codes are the code.
+func TestReceiptTemporaryCodes(t *testing.T) {
+	now := time.Unix(1800000000, 0)
+	parse := receiptFor(t, now)
+	ps := func(code string) map[string]string {
+		return map[string]string{"messageId": "aaaaaaaa-bbbb-cccc-dddd-0123456789ab", "status": "failed", "err-code": code,
+			"msisdn": "447700900000", "client-ref": "msg_01JD5ZQ8X2N4M7P9R3T6V8W0YA",
+			"timestamp": strconv.FormatInt(now.Unix(), 10), "nonce": "n1"}
+	}
+	for code, what := range map[string]string{"2": "absent subscriber", "7": "handset busy", "8": "network error"} {
+		rc, err := parse(ps(code))
+		if err != nil || rc.Status != sms.StatusUndelivered ||
+			rc.ErrorCode != code+" (temporary: "+what+"; not resent, a new send may be delivered)" {
+			t.Errorf("err-code %s: %+v, %v; want undelivered, a temporary %s", code, rc, err, what)
+		}
+	}
+	for _, code := range []string{"1", "3", "6", "99"} {
+		if rc, err := parse(ps(code)); err != nil || rc.Status != sms.StatusUndelivered || rc.ErrorCode != code {
+			t.Errorf("err-code %s: %+v, %v; want undelivered with the code", code, rc, err)
+		}
+	}
+}
