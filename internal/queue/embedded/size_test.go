@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -78,7 +79,7 @@ func BenchmarkStoredBytes(b *testing.B) {
 		// send: what a never-sent message keeps (its final record and its
 		// key's mapping, for the retention and the idempotency window).
 		c := open(b, Config{})
-		for i := range sizeMessages {
+		for i := range queuetest.SizeMessages {
 			m := sizeMsg(i)
 			m.IdempotencyKey = fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i)
 			m.RequestHash = fmt.Sprintf("%064x", i)
