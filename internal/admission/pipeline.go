@@ -20,7 +20,7 @@ const (
 	StepSchedule                // send_at is within its bounds
 	StepProtect                 // destination, number type, range hold, OTPs per number
 	StepTTL                     // the TTL outlasts the backlog ahead (estimated_send_at)
-	StepSuppressed              // the number is not on the suppression list
+	StepSuppressed              // an OTP's number is not on the suppression list (protection.suppress_otp)
 	StepOutstanding             // the producer is under its max_outstanding
 	StepIngress                 // the producer's ingress GCRA grants the message
 	StepStore                   // the message is stored (or the one its key names returned)
@@ -51,7 +51,12 @@ type StepSpec struct {
 // messages, batches and OTPs follow. The first refusal answers; every step
 // before the ingress GCRA only reads (or, for an OTP's count per number,
 // is given back), and the GCRA records nothing when it denies, so a
-// refused request costs the producer nothing.
+// refused request costs the producer nothing. The suppression list is
+// read at accept for OTPs alone (with protection.suppress_otp; they are
+// sent at once): a queued message to a listed number is accepted like any
+// other and its take ends it, so the answer does not tell a producer which
+// numbers are listed. A keyed request also spends a unit of its producer's
+// max_keyed_per_day after the replay step (the HTTP layer's keyed.go).
 //
 // The in-process executor runs the steps one by one. The script executor
 // runs the InProcess rows here and hands the InScript rows to the queue's
@@ -66,7 +71,7 @@ var Order = [...]StepSpec{
 	{StepSchedule, "schedule", InProcess, false},
 	{StepProtect, "protect", InProcess, true},
 	{StepTTL, "ttl", InProcess, false},
-	{StepSuppressed, "suppressed", InScript, true},
+	{StepSuppressed, "suppressed", InProcess, true}, // OTPs only: a queued message's take ends it if listed
 	{StepOutstanding, "outstanding", InScript, false},
 	{StepIngress, "ingress", InScript, true},
 	{StepStore, "store", InScript, false},

@@ -73,7 +73,7 @@ func (p *Pipeline) AdmitOne(ctx context.Context, r One, now time.Time) (Decision
 	var suppressed *Rejection
 	var held Holds
 	if script {
-		// the suppression list is read in the script
+		// the number's id, which the take looks up on the suppression list
 		id, err := p.Protect.CheckDeferred(ctx, r.Msg.Class, ts[0])
 		if err != nil {
 			return d, err
@@ -88,7 +88,7 @@ func (p *Pipeline) AdmitOne(ctx context.Context, r One, now time.Time) (Decision
 			if e.Kind != RejectSuppressed {
 				return d, e
 			}
-			suppressed = e // answered at its own step, after the TTL's
+			suppressed = e // an OTP's (suppress_otp): answered at its own step, after the TTL's
 		}
 		held = hs
 	}
@@ -145,20 +145,20 @@ func (p *Pipeline) storeInProcess(ctx context.Context, r One, d Decision, suppre
 
 // ScriptStore is the script executor's store (Redis): the queue's enqueue
 // script behind the coalescer, and the keys its checks read: the answer
-// store, the suppression list, the ingress GCRA. Concurrent requests
+// store and the ingress GCRA. Concurrent requests
 // share a script run, so under load a message costs less than one round
 // trip.
 type ScriptStore struct {
 	Enq  *Coalescer
 	Idem *state.RedisIdempotency
-	Sup  *state.RedisSuppressions
 	Keys *limiter.RedisKeys
 }
 
 // store runs the InScript steps of Order in one script run.
 func (sc *ScriptStore) store(ctx context.Context, p *Pipeline, r One, d Decision, now time.Time) (Decision, error) {
 	var ch queue.Checks
-	ch.SuppressionKey, ch.SuppressionID = sc.Sup.IndexKey(), d.Msg.NumberID
+	// No suppression lookup at accept: the take ends a message to a
+	// listed number (Protector.Check says why).
 	ch.MaxOutstanding = max(r.Sender.MaxOutstanding, 0)
 	ch.TakenHere = p.TakesHere != nil && p.TakesHere(d.Msg.Class)
 	interval, burst, err := limiter.KeyArgs(r.Sender.Name, r.Sender.Ingress, 1)
@@ -188,8 +188,6 @@ func (sc *ScriptStore) store(ctx context.Context, p *Pipeline, r One, d Decision
 	case res.Replay != nil:
 		d.Replay = res.Replay
 		return d, nil
-	case res.Refused == queue.RefusedSuppressed:
-		return d, p.Protect.Suppressed(d.Msg.Class, r.Field+"to", ch.SuppressionID)
 	case res.Refused == queue.RefusedOutstanding:
 		return d, p.TooManyQueued(r.Sender, res.Outstanding)
 	case res.Refused == queue.RefusedIngress:

@@ -158,7 +158,7 @@ func newRedisBackend(cfg config.Config, d deps) (_ *backend, err error) {
 	if !ok1 || !ok2 {
 		return nil, fmt.Errorf("gateway: redis mode without the redis idempotency store and suppression list")
 	}
-	b.script = &admission.ScriptStore{Enq: co, Idem: idem, Sup: sup, Keys: keys}
+	b.script = &admission.ScriptStore{Enq: co, Idem: idem, Keys: keys}
 	b.listed = queue.Suppression{Key: sup.IndexKey()} // read inside the take script, under the account's hash tag
 	return b, b.finish(cfg, window)
 }

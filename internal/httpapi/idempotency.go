@@ -134,6 +134,10 @@ func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, p *Producer,
 			s.Log.WarnContext(ctx, "idempotency: store answer", "err", err)
 		}
 	}()
+	if err := s.admitKeyed(ctx, p); err != nil { // producers[].max_keyed_per_day (keyed.go)
+		s.WriteError(w, r, err)
+		return
+	}
 	res, err := run(ctx, key)
 	if err != nil {
 		s.WriteError(w, r, err)
@@ -145,7 +149,7 @@ func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, p *Producer,
 		return
 	}
 	if res.status >= 200 && res.status < 300 && !res.noStore {
-		stored = state.CompactAnswer(&state.Answer{Hash: hash, Status: res.status, Body: body, Location: res.location})
+		stored = compactAnswer(&state.Answer{Hash: hash, Status: res.status, Body: body, Location: res.location})
 		if res.storeBudget > 0 && stored.Size() > res.storeBudget {
 			stored = nil
 			s.Metrics.AnswersNotKept.Inc()
@@ -165,6 +169,11 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request, a *state.Answer,
 		s.WriteError(w, r, errorf(kindKeyReused, "this Idempotency-Key was first used with a different request; use a new key for a new request"))
 		return
 	}
+	a, err := expandForm(a)
+	if err != nil {
+		s.WriteError(w, r, fmt.Errorf("idempotency: stored answer: %w", err))
+		return
+	}
 	body, err := state.AnswerBody(a)
 	if err != nil {
 		s.WriteError(w, r, fmt.Errorf("idempotency: stored answer: %w", err))
@@ -176,6 +185,15 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request, a *state.Answer,
 		w.Header().Set("Location", a.Location)
 	}
 	writeRaw(w, "application/json", a.Status, append(body, '\n'))
+}
+
+// compactAnswer is the form an answer is stored in: an accepted
+// message's compact form (answerform.go), else state.CompactAnswer.
+func compactAnswer(a *state.Answer) *state.Answer {
+	if c := compactForm(a); c != a {
+		return c
+	}
+	return state.CompactAnswer(a)
 }
 
 func (s *Server) writeResponse(w http.ResponseWriter, r *http.Request, res *response, err error) {

@@ -25,6 +25,14 @@ func (s *Server) acceptScripted(w http.ResponseWriter, r *http.Request, p *Produ
 		s.WriteError(w, r, err)
 		return
 	}
+	if idem != "" {
+		if err := s.admitKeyed(ctx, p); err != nil { // producers[].max_keyed_per_day (keyed.go), as on the in-process path
+			if !s.replayStored(w, r, p, idem, v.msg.RequestHash) {
+				s.WriteError(w, r, err)
+			}
+			return
+		}
+	}
 	now := s.Now()
 	one := admission.One{Sender: p.asSender(), Msg: v.msg, TTL: v.ttl, Key: idem}
 	var body []byte
@@ -36,7 +44,7 @@ func (s *Server) acceptScripted(w http.ResponseWriter, r *http.Request, p *Produ
 			if body, err = marshalAccepted(&am); err != nil {
 				return nil, err
 			}
-			return state.EncodeAnswer(state.CompactAnswer(&state.Answer{Hash: v.msg.RequestHash, Status: http.StatusAccepted,
+			return state.EncodeAnswer(compactAnswer(&state.Answer{Hash: v.msg.RequestHash, Status: http.StatusAccepted,
 				Body: body, Location: location(m.ID)}))
 		}
 	}
