@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"smsgw/internal/admission"
+	"smsgw/internal/httpapi/accepted"
 	"smsgw/internal/state"
 )
 
@@ -169,7 +170,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request, a *state.Answer,
 		s.WriteError(w, r, errorf(kindKeyReused, "this Idempotency-Key was first used with a different request; use a new key for a new request"))
 		return
 	}
-	a, err := expandForm(a)
+	a, err := accepted.Expand(a)
 	if err != nil {
 		s.WriteError(w, r, fmt.Errorf("idempotency: stored answer: %w", err))
 		return
@@ -190,7 +191,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request, a *state.Answer,
 // compactAnswer is the form an answer is stored in: an accepted
 // message's compact form (answerform.go), else state.CompactAnswer.
 func compactAnswer(a *state.Answer) *state.Answer {
-	if c := compactForm(a); c != a {
+	if c := accepted.Compact(a); c != a {
 		return c
 	}
 	return state.CompactAnswer(a)

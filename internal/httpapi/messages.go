@@ -13,6 +13,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"smsgw/internal/admission"
+	"smsgw/internal/httpapi/accepted"
 	"smsgw/internal/queue"
 	"smsgw/internal/sms"
 )
@@ -21,17 +22,8 @@ import (
 const MaxBatch = 1000
 
 // AcceptedMessage is the 202 body of POST /v1/messages and of each
-// accepted batch item.
-type AcceptedMessage struct {
-	ID              string     `json:"id"`
-	Status          sms.Status `json:"status"`
-	Class           sms.Class  `json:"class"`
-	Segments        int        `json:"segments"`
-	Encoding        string     `json:"encoding"`
-	EstimatedSendAt time.Time  `json:"estimated_send_at"`
-	SendAt          *time.Time `json:"send_at,omitempty"`
-	ExpiresAt       *time.Time `json:"expires_at,omitempty"`
-}
+// accepted batch item (accepted.Message).
+type AcceptedMessage = accepted.Message
 
 // MessageView is GET /v1/messages/{id}.
 type MessageView struct {
@@ -53,14 +45,6 @@ type MessageView struct {
 	ExpiresAt         *time.Time `json:"expires_at,omitempty"`
 }
 
-func optTime(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	u := t.UTC()
-	return &u
-}
-
 // viewOf is m as a reader sees it at now (a queued message before its
 // send_at reads scheduled).
 func viewOf(m *sms.Message, now time.Time) MessageView {
@@ -70,36 +54,13 @@ func viewOf(m *sms.Message, now time.Time) MessageView {
 	}
 	return MessageView{
 		ID: m.ID, Status: st, Class: m.Class, To: m.To, From: m.From, Reference: m.Reference,
-		CallbackURL: m.CallbackURL, Segments: segmentsOf(m).Count, Attempts: m.Attempts, LastError: m.LastError,
-		ProviderMessageID: m.ProviderID, CreatedAt: m.CreatedAt.UTC(), SendAt: optTime(m.SendAt),
-		UpdatedAt: optTime(m.UpdatedAt), SentAt: optTime(m.SentAt), ExpiresAt: optTime(m.ExpiresAt),
+		CallbackURL: m.CallbackURL, Segments: accepted.Segments(m).Count, Attempts: m.Attempts, LastError: m.LastError,
+		ProviderMessageID: m.ProviderID, CreatedAt: m.CreatedAt.UTC(), SendAt: accepted.OptTime(m.SendAt),
+		UpdatedAt: accepted.OptTime(m.UpdatedAt), SentAt: accepted.OptTime(m.SentAt), ExpiresAt: accepted.OptTime(m.ExpiresAt),
 	}
 }
 
-// segmentsOf is how m is sent: from its body, or what a final record (no
-// body) kept of it.
-func segmentsOf(m *sms.Message) sms.Segments {
-	if m.Body == "" && m.Encoding != "" {
-		return sms.Segments{Count: m.Segments, Encoding: m.Encoding}
-	}
-	return sms.CountSegments(m.Body)
-}
-
-// acceptedOf is the 202 body for m, just stored (queued, or scheduled
-// before its send_at).
-func acceptedOf(m *sms.Message, eta, now time.Time) AcceptedMessage {
-	seg := segmentsOf(m)
-	if nb := m.NotBefore; nb.After(eta) {
-		eta = nb
-	}
-	stored := sms.Message{Status: sms.StatusQueued, SendAt: m.SendAt}
-	return AcceptedMessage{
-		ID: m.ID, Status: stored.StatusAt(now), Class: m.Class, Segments: seg.Count, Encoding: string(seg.Encoding),
-		EstimatedSendAt: eta.UTC().Truncate(time.Millisecond), SendAt: optTime(m.SendAt), ExpiresAt: optTime(m.ExpiresAt),
-	}
-}
-
-func location(id string) string { return "/v1/messages/" + id }
+func location(id string) string { return accepted.Location(id) }
 
 // invalid builds the 400 for a list of field errors.
 func invalid(errs []fieldProblem) *apiError {
@@ -175,7 +136,7 @@ func (s *Server) accept(ctx context.Context, w http.ResponseWriter, p *Producer,
 		return s.existing(d.Existing, d.Msg, d.ETA, now)
 	}
 	s.stored(d.Msg)
-	return &response{status: http.StatusAccepted, body: acceptedOf(d.Msg, d.ETA, now), location: location(d.Msg.ID)}, nil
+	return &response{status: http.StatusAccepted, body: accepted.Of(d.Msg, d.ETA, now), location: location(d.Msg.ID)}, nil
 }
 
 // admitted does what the HTTP layer owes every admission, refused or not:
@@ -204,7 +165,7 @@ func (s *Server) existing(first, m *sms.Message, eta, now time.Time) (*response,
 		return nil, errorf(kindKeyReused, "this Idempotency-Key was first used with a different request; use a new key for a new request")
 	}
 	s.Metrics.Replays.Inc()
-	return &response{status: http.StatusAccepted, body: acceptedOf(first, eta, now), location: location(first.ID), replayed: true}, nil
+	return &response{status: http.StatusAccepted, body: accepted.Of(first, eta, now), location: location(first.ID), replayed: true}, nil
 }
 
 // checkCallback refuses a callback_url under none of the producer's
@@ -353,7 +314,7 @@ func (s *Server) acceptBatch(ctx context.Context, w http.ResponseWriter, r *http
 			am := rr.body.(AcceptedMessage)
 			items[i].Status, items[i].Message = http.StatusAccepted, &am
 		default:
-			am := acceptedOf(it.Msg, it.ETA, now)
+			am := accepted.Of(it.Msg, it.ETA, now)
 			items[i].Status, items[i].Message = http.StatusAccepted, &am
 			s.Metrics.Accepted.WithLabelValues(it.Msg.Class.String()).Inc()
 			if !notified[it.Msg.Class] {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"smsgw/internal/admission"
+	"smsgw/internal/httpapi/accepted"
 	"smsgw/internal/sms"
 	"smsgw/internal/state"
 )
@@ -39,9 +40,9 @@ func (s *Server) acceptScripted(w http.ResponseWriter, r *http.Request, p *Produ
 	if idem != "" {
 		one.AnswerKey = admission.IdemKey(p.Name, "message", idem)
 		one.Answer = func(m *sms.Message, eta time.Time) ([]byte, error) {
-			am := acceptedOf(m, eta, now)
+			am := accepted.Of(m, eta, now)
 			var err error
-			if body, err = marshalAccepted(&am); err != nil {
+			if body, err = accepted.Marshal(&am); err != nil {
 				return nil, err
 			}
 			return state.EncodeAnswer(compactAnswer(&state.Answer{Hash: v.msg.RequestHash, Status: http.StatusAccepted,
@@ -74,8 +75,8 @@ func (s *Server) acceptScripted(w http.ResponseWriter, r *http.Request, p *Produ
 		return
 	}
 	if body == nil {
-		am := acceptedOf(d.Msg, d.ETA, now)
-		if body, err = marshalAccepted(&am); err != nil {
+		am := accepted.Of(d.Msg, d.ETA, now)
+		if body, err = accepted.Marshal(&am); err != nil {
 			s.WriteError(w, r, err)
 			return
 		}
