@@ -11,6 +11,7 @@ import (
 	"smsgw/internal/limiter"
 	"smsgw/internal/provider"
 	"smsgw/internal/sms"
+	"smsgw/internal/tick"
 )
 
 // pacer is an old limiter: may this pod send one message now?
@@ -101,7 +102,7 @@ func oldWorker(p *pod, pc pacer) worker {
 				return
 			}
 			for !pc.allow(runCtx) {
-				if !sleepCtx(runCtx, oldSpin) {
+				if !tick.Sleep(runCtx, oldSpin) {
 					return
 				}
 			}
@@ -146,15 +147,15 @@ func (p *pod) deliverGCRA(runCtx, hardCtx context.Context, lim *limiter.Redis, m
 		d, err := lim.Reserve(runCtx, limiter.Request{Class: m.class.String(), Cost: 1, MaxWait: maxWait})
 		if err != nil {
 			p.log.Debug("bench: reserve failed", "err", err)
-			sleepCtx(runCtx, errBackoff)
+			tick.Sleep(runCtx, errBackoff)
 			continue
 		}
 		if !d.Allowed {
-			sleepCtx(runCtx, d.RetryAfter)
+			tick.Sleep(runCtx, d.RetryAfter)
 			continue
 		}
 		// The slot is ours: use it even if the run ends meanwhile.
-		if !sleepCtx(hardCtx, d.Delay) {
+		if !tick.Sleep(hardCtx, d.Delay) {
 			return
 		}
 		_, err = p.prov.Send(hardCtx, req)

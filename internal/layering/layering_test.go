@@ -50,7 +50,7 @@ var allowed = map[string][]string{
 	"internal/provider/httpprov":     {"internal/provider", "internal/sms"},
 	"internal/provider/twilio":       {"internal/provider", "internal/provider/httpprov", "internal/sms"},
 	"internal/provider/vonage":       {"internal/provider", "internal/provider/httpprov", "internal/sms"},
-	"internal/provider/sim":          {"internal/provider", "internal/provider/httpprov", "internal/sms"},
+	"internal/provider/sim":          {"internal/provider", "internal/provider/httpprov", "internal/sms", "internal/tick"},
 	"internal/provider/providertest": {"internal/provider", "internal/provider/httpprov", "internal/sms"},
 
 	// The send loop.
@@ -87,7 +87,7 @@ var allowed = map[string][]string{
 		"internal/queue", "internal/queue/embedded", "internal/queue/redisq", "internal/sms", "internal/state",
 		"internal/history", "internal/webhook"},
 	"internal/bench": {"internal/limiter", "internal/provider", "internal/provider/httpprov", "internal/provider/sim",
-		"internal/sms", "internal/keyspace"},
+		"internal/sms", "internal/keyspace", "internal/tick"},
 	"internal/demo":      {"internal/config", "internal/dashboard", "internal/gateway", "internal/provider/sim"},
 	"internal/helmcheck": {},
 	"internal/testtimes": {}, // make test's report: results as they end, the slowest at the end
