@@ -334,9 +334,9 @@ func newWorkers(cfg Config, st Strategy, prefix string, pods []*pod) ([]worker, 
 		case PerPod:
 			out = append(out, oldWorker(p, &localWindow{limit: cfg.Contract / 2, clock: p.clock}))
 		case RedisFixedWindow:
-			out = append(out, oldWorker(p, &getIncrWindow{limit: cfg.Contract, prefix: prefix, c: p.redis, clock: p.clock}))
+			out = append(out, oldWorker(p, &getIncrWindow{redisWindow{limit: cfg.Contract, prefix: prefix, c: p.redis, clock: p.clock}}))
 		case AtomicIncr:
-			out = append(out, oldWorker(p, &atomicWindow{limit: cfg.Contract, prefix: prefix, c: p.redis, clock: p.clock}))
+			out = append(out, oldWorker(p, &atomicWindow{redisWindow{limit: cfg.Contract, prefix: prefix, c: p.redis, clock: p.clock}}))
 		case GCRA:
 			lim, err := limiter.NewRedis(p.redis, prefix, limiter.Config{
 				Global:  limiter.Rate{PerSecond: cfg.Target, Burst: cfg.Burst},
