@@ -32,7 +32,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -234,10 +233,8 @@ func (p *Provider) CloseIdleConnections() { p.send.Client.CloseIdleConnections()
 
 // apiError is Twilio's error body.
 type apiError struct {
-	Code     int    `json:"code"`
-	Message  string `json:"message"`
-	MoreInfo string `json:"more_info"`
-	Status   int    `json:"status"`
+	Code   int `json:"code"`
+	Status int `json:"status"`
 }
 
 // message is the part of the Message resource we read.
@@ -295,10 +292,8 @@ func readAnswer(resp *http.Response, body []byte, rerr error, ownSender bool) (p
 func classify(resp *http.Response, body []byte, ownSender bool, now time.Time) *provider.Error {
 	var ae apiError
 	_ = json.Unmarshal(body, &ae)
-	msg := ae.Message
-	if ae.Code != 0 {
-		msg = fmt.Sprintf("twilio %d: %s", ae.Code, ae.Message)
-	}
+	// The code and its fixed text, never Twilio's message (codeText).
+	msg := codeMessage(ae.Code)
 	switch ae.Code {
 	case codeTooManyRequests:
 		pe := httpprov.StatusError(http.StatusTooManyRequests, resp.Header, now, msg)
