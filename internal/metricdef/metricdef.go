@@ -46,3 +46,17 @@ func Register(reg prometheus.Registerer, cs ...prometheus.Collector) error {
 	}
 	return nil
 }
+
+// Desc describes a metric a collector computes at scrape time, with the
+// given variable labels.
+func Desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(name, help, labels, nil)
+}
+
+// Describe sends descs on ch: the Describe of a collector of fixed
+// descriptions.
+func Describe(ch chan<- *prometheus.Desc, descs ...*prometheus.Desc) {
+	for _, d := range descs {
+		ch <- d
+	}
+}

@@ -2,7 +2,9 @@ package metricdef
 
 import (
 	"errors"
+	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -97,5 +99,55 @@ func TestRegisterStopsAtFirstError(t *testing.T) {
 	}
 	if reg.Unregister(after) {
 		t.Error("the collector after the clash was registered")
+	}
+}
+
+// scraped is a collector of two metrics computed at scrape time.
+type scraped struct{ depth, up *prometheus.Desc }
+
+func (c scraped) Describe(ch chan<- *prometheus.Desc) { Describe(ch, c.depth, c.up) }
+
+func (c scraped) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(c.depth, prometheus.GaugeValue, 7, "otp", "ready")
+	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
+}
+
+// Describe sends every description it is given, in order, and a collector
+// built on Desc and Describe exports its metrics with the declared names,
+// help and labels.
+func TestDescribedCollector(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewPedanticRegistry()
+	c := scraped{depth: Desc("t_depth", "a depth by class and state", "class", "state"), up: Desc("t_up", "whether the read worked")}
+	ch := make(chan *prometheus.Desc, 3)
+	c.Describe(ch)
+	close(ch)
+	if descs := slices.Collect(func(yield func(*prometheus.Desc) bool) {
+		for d := range ch {
+			if !yield(d) {
+				return
+			}
+		}
+	}); !slices.Equal(descs, []*prometheus.Desc{c.depth, c.up}) {
+		t.Fatalf("Describe sent %v, want depth and up", descs)
+	}
+	if err := Register(reg, c); err != nil {
+		t.Fatal(err)
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, f := range fams {
+		var labels []string
+		for _, l := range f.GetMetric()[0].GetLabel() {
+			labels = append(labels, l.GetName()+"="+l.GetValue())
+		}
+		got[f.GetName()] = f.GetHelp() + " " + strings.Join(labels, ",")
+	}
+	want := map[string]string{"t_depth": "a depth by class and state class=otp,state=ready", "t_up": "whether the read worked "}
+	if !maps.Equal(got, want) {
+		t.Errorf("gathered %v, want %v", got, want)
 	}
 }

@@ -67,19 +67,14 @@ type backlogCollector struct {
 func NewBacklogCollector(o queue.Outbox, log *slog.Logger) prometheus.Collector {
 	return &backlogCollector{
 		o: o, log: log,
-		backlog: prometheus.NewDesc("smsgw_callbacks_backlog",
-			"Status callbacks not yet delivered (due, waiting for a retry, or being delivered).", nil, nil),
-		oldest: prometheus.NewDesc("smsgw_callbacks_oldest_age_seconds",
-			"Age of the oldest status callback not yet delivered.", nil, nil),
-		dead: prometheus.NewDesc("smsgw_callbacks_dead_events",
-			"Status callbacks given up and listed at GET /v1/admin/callbacks/dead.", nil, nil),
+		backlog: metricdef.Desc("smsgw_callbacks_backlog", "Status callbacks not yet delivered (due, waiting for a retry, or being delivered)."),
+		oldest:  metricdef.Desc("smsgw_callbacks_oldest_age_seconds", "Age of the oldest status callback not yet delivered."),
+		dead:    metricdef.Desc("smsgw_callbacks_dead_events", "Status callbacks given up and listed at GET /v1/admin/callbacks/dead."),
 	}
 }
 
 func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.backlog
-	ch <- c.oldest
-	ch <- c.dead
+	metricdef.Describe(ch, c.backlog, c.oldest, c.dead)
 }
 
 func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
