@@ -5,12 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 )
 
 func checkConfigCommand(fs *flag.FlagSet) runner {
-	path := fs.String("config", os.Getenv("SMSGW_CONFIG"), "configuration file (YAML)")
+	path := configFlag(fs, "configuration file (YAML)")
 	return func(_ context.Context, stdout, stderr io.Writer) int {
 		cfg, code := loadRequiredConfig(stderr, "check-config", *path, "--config")
 		if code != 0 {

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	"smsgw/internal/gateway"
@@ -15,7 +14,7 @@ import (
 // pages (embedded.CompactFile). The store is named by --path, or by the
 // store.path of --config; a configuration on Redis has no file to compact.
 func compactStoreCommand(fs *flag.FlagSet) runner {
-	cfgPath := fs.String("config", os.Getenv("SMSGW_CONFIG"), "configuration file (YAML): its store.path is compacted")
+	cfgPath := configFlag(fs, "configuration file (YAML): its store.path is compacted")
 	dir := fs.String("path", "", "the store directory (store.path); overrides --config")
 	wait := fs.Duration("lock-timeout", time.Second, "how long to wait for the store's lock (a running gateway holds it)")
 	return func(_ context.Context, stdout, stderr io.Writer) int {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"os"
 
 	"smsgw/internal/config"
 )
@@ -19,6 +20,12 @@ func newFlagSet(c command, stderr io.Writer) *flag.FlagSet {
 		fs.PrintDefaults()
 	}
 	return fs
+}
+
+// configFlag defines --config, the configuration file, defaulting to
+// SMSGW_CONFIG; usage says what the command does with it.
+func configFlag(fs *flag.FlagSet, usage string) *string {
+	return fs.String("config", os.Getenv("SMSGW_CONFIG"), usage)
 }
 
 // parseArgs parses a subcommand's arguments. It returns ok false with the

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 
 	"smsgw/internal/config"
 	"smsgw/internal/dashboard"
@@ -16,7 +15,7 @@ import (
 // serveCommand loads the configuration, runs the gateway until ctx ends
 // (SIGINT/SIGTERM) and stops it gracefully.
 func serveCommand(fs *flag.FlagSet) runner {
-	path := fs.String("config", os.Getenv("SMSGW_CONFIG"), "configuration file (YAML); empty: defaults and SMSGW_* variables only")
+	path := configFlag(fs, "configuration file (YAML); empty: defaults and SMSGW_* variables only")
 	return func(ctx context.Context, _, stderr io.Writer) int {
 		cfg, err := config.LoadFile(*path)
 		if err != nil {
