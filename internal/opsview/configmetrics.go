@@ -5,6 +5,7 @@ import (
 
 	"smsgw/internal/admission"
 	"smsgw/internal/config"
+	"smsgw/internal/metricdef"
 	"smsgw/internal/sms"
 )
 
@@ -15,14 +16,11 @@ import (
 // is sent" alerts stay quiet while an operator stopped sending on purpose.
 func RegisterConfigMetrics(reg prometheus.Registerer, cfg config.Config, pause *admission.OperatorPause) error {
 	gauge := func(name, help string, v float64) prometheus.Collector {
-		g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+		g := metricdef.Gauge(name, help)
 		g.Set(v)
 		return g
 	}
-	caps := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "smsgw_config_class_max_rate_per_second",
-		Help: "limits.classes.<class>.max_rps, or limits.target_rps for a class without a cap.",
-	}, []string{"class"})
+	caps := metricdef.GaugeVec("smsgw_config_class_max_rate_per_second", "limits.classes.<class>.max_rps, or limits.target_rps for a class without a cap.", "class")
 	for _, c := range sms.Classes {
 		v := cfg.Limits.TargetRPS
 		if cl, ok := cfg.Limits.Classes[c.String()]; ok && cl.MaxRPS > 0 {
@@ -39,7 +37,7 @@ func RegisterConfigMetrics(reg prometheus.Registerer, cfg config.Config, pause *
 		}
 		return 0
 	})
-	for _, c := range []prometheus.Collector{
+	if err := metricdef.Register(reg,
 		gauge("smsgw_config_contract_rate_per_second", "provider.contract_rps: the provider's hard limit.", cfg.Provider.ContractRPS),
 		gauge("smsgw_config_target_rate_per_second", "limits.target_rps: the rate smsgw paces every replica together to.", cfg.Limits.TargetRPS),
 		caps,
@@ -51,10 +49,8 @@ func RegisterConfigMetrics(reg prometheus.Registerer, cfg config.Config, pause *
 		gauge("smsgw_config_default_ttl_seconds", "messages.default_ttl: the TTL of a message whose producer sets none (0: none).",
 			cfg.Messages.DefaultTTL.Seconds()),
 		paused,
-	} {
-		if err := reg.Register(c); err != nil {
-			return err
-		}
+	); err != nil {
+		return err
 	}
 	return nil
 }
