@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -47,6 +48,11 @@ const (
 // caller's: New refuses a zero Workers, Lease, MaxAttempts, BackoffBase or
 // BackoffMax, naming the field. The tuning knobs below them take a default
 // when zero.
+// ClassHolder tells whether an operator's pause holds a class now.
+type ClassHolder interface {
+	ClassHeld(ctx context.Context, c sms.Class) bool
+}
+
 type Config struct {
 	Queue    queue.Queue
 	Limiter  limiter.Limiter
@@ -71,6 +77,10 @@ type Config struct {
 	// dispatcher's own. Zero (no Key, no Listed): takes do not read the
 	// list.
 	Suppression queue.Suppression
+	// Held reports the operator's class pauses (admission.OperatorPause):
+	// a held class is left out of every take, and the OTP fast path
+	// answers no slot (paused) while OTP is held. nil: no class is held.
+	Held ClassHolder
 
 	// Set by the caller from the gateway's configuration (dispatch.*,
 	// provider.count_segments); no defaults here.

@@ -84,6 +84,7 @@ func newEmbeddedBackend(cfg config.Config, d deps) (_ *backend, err error) {
 		return nil, fmt.Errorf("gateway: idempotency store: %w", err)
 	}
 	b.pause = admission.NewOperatorPause(state.NewLocalPause(), d.now)
+	b.pause.SetScopes(state.NewLocalScopedPauses())
 	if b.counters, err = state.NewLocalCounters(opsview.TotalsFields()); err != nil {
 		return nil, fmt.Errorf("gateway: counters: %w", err)
 	}
@@ -202,6 +203,11 @@ func (b *backend) redisState(cfg config.Config, d deps, client redis.UniversalCl
 		return nil, fmt.Errorf("gateway: operator pause: %w", err)
 	}
 	b.pause = admission.NewOperatorPause(ps, d.now)
+	sps, err := state.NewRedisScopedPauses(client, sp)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: operator pause: %w", err)
+	}
+	b.pause.SetScopes(sps)
 	pp := admission.NewPausePoller(b.pause, admission.PausePollEvery, d.log)
 	pp.T.Quiet, pp.T.QuietEvery = d.quiet, admission.PauseIdlePoll
 	b.loops = append(b.loops, pp)

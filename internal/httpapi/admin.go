@@ -237,6 +237,21 @@ func (s *Server) adminPause(w http.ResponseWriter, r *http.Request) {
 		s.WriteError(w, r, e)
 		return
 	}
+	if req.Class != nil {
+		c, e := pauseClass(*req.Class)
+		if e != nil {
+			s.WriteError(w, r, e)
+			return
+		}
+		if err := s.Pause.PauseClass(r.Context(), c, d, req.Reason); err != nil {
+			s.WriteError(w, r, err)
+			return
+		}
+		s.Log.WarnContext(r.Context(), "class paused by operator", "class", c.String(), "duration", d, "reason", req.Reason,
+			"client_ip", clientIP(r.Context()))
+		writeJSON(w, s.Log, "application/json", http.StatusOK, s.Pause.State())
+		return
+	}
 	if err := s.Pause.Pause(r.Context(), d, req.Reason); err != nil {
 		s.WriteError(w, r, err)
 		return
@@ -245,7 +260,43 @@ func (s *Server) adminPause(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, s.Log, "application/json", http.StatusOK, s.Pause.State())
 }
 
+// pauseClass is the class a pause or resume names, or the problem naming
+// the field.
+func pauseClass(name string) (sms.Class, *apiError) {
+	c, err := sms.ParseClass(name)
+	if err != nil {
+		return 0, fieldError("class", "must be otp, transactional or marketing")
+	}
+	return c, nil
+}
+
 func (s *Server) adminResume(w http.ResponseWriter, r *http.Request) {
+	raw, err := readBody(r, true)
+	if err != nil {
+		s.WriteError(w, r, err)
+		return
+	}
+	var req resumeRequest
+	if raw != nil {
+		if err := decodeStrict(raw, &req, ""); err != nil {
+			s.WriteError(w, r, err)
+			return
+		}
+	}
+	if req.Class != nil {
+		c, e := pauseClass(*req.Class)
+		if e != nil {
+			s.WriteError(w, r, e)
+			return
+		}
+		if err := s.Pause.ResumeClass(r.Context(), c); err != nil {
+			s.WriteError(w, r, err)
+			return
+		}
+		s.Log.WarnContext(r.Context(), "class resumed by operator", "class", c.String(), "client_ip", clientIP(r.Context()))
+		writeJSON(w, s.Log, "application/json", http.StatusOK, s.Pause.State())
+		return
+	}
 	if err := s.Pause.Resume(r.Context()); err != nil {
 		s.WriteError(w, r, err)
 		return

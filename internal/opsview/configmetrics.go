@@ -39,7 +39,22 @@ func RegisterConfigMetrics(reg prometheus.Registerer, cfg config.Config, pause *
 		}
 		return 0
 	})
-	for _, c := range []prometheus.Collector{
+	classPaused := make([]prometheus.Collector, 0, len(sms.Classes))
+	for _, c := range sms.Classes {
+		classPaused = append(classPaused, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "smsgw_admin_paused_class",
+			Help:        "1 while an operator pause of this class (POST /v1/admin/pause with a class) holds, as this replica last read it.",
+			ConstLabels: prometheus.Labels{"class": c.String()},
+		}, func() float64 {
+			for _, sc := range pause.State().Scopes {
+				if sc.Class == c.String() {
+					return 1
+				}
+			}
+			return 0
+		}))
+	}
+	for _, c := range append([]prometheus.Collector{
 		gauge("smsgw_config_contract_rate_per_second", "provider.contract_rps: the provider's hard limit.", cfg.Provider.ContractRPS),
 		gauge("smsgw_config_target_rate_per_second", "limits.target_rps: the rate smsgw paces every replica together to.", cfg.Limits.TargetRPS),
 		caps,
@@ -51,7 +66,7 @@ func RegisterConfigMetrics(reg prometheus.Registerer, cfg config.Config, pause *
 		gauge("smsgw_config_default_ttl_seconds", "messages.default_ttl: the TTL of a message whose producer sets none (0: none).",
 			cfg.Messages.DefaultTTL.Seconds()),
 		paused,
-	} {
+	}, classPaused...) {
 		if err := reg.Register(c); err != nil {
 			return err
 		}

@@ -1,0 +1,117 @@
+package gateway
+
+import (
+	"net/http"
+	"slices"
+	"testing"
+
+	"smsgw/internal/admission"
+	"smsgw/internal/httpapi"
+	"smsgw/internal/opsview"
+	"smsgw/internal/provider/sim"
+)
+
+// classHeld reports whether h's stats show a pause of class.
+func classHeld(t testing.TB, h *harness, class string) bool {
+	var st opsview.StatsResponse
+	h.get("/v1/admin/stats", keyAdmin).json(t, &st)
+	return slices.ContainsFunc(st.Pause.Scopes, func(s admission.ScopeState) bool { return s.Class == class })
+}
+
+// postIDs posts n messages of class through h and returns their ids.
+func postIDs(t testing.TB, h *harness, class string, n int) []string {
+	t.Helper()
+	ids := make([]string, 0, n)
+	for range n {
+		r := h.post("/v1/messages", keyNotify, msg(class))
+		wantStatus(t, r, http.StatusAccepted)
+		var v struct{ ID string }
+		r.json(t, &v)
+		ids = append(ids, v.ID)
+	}
+	return ids
+}
+
+// TestClassPause: marketing paused by class (on one replica, with Redis
+// seen by both) holds marketing in the queue while transactional and OTP
+// flow: the simulator receives no marketing, POST /v1/otp answers 200.
+// After resume (on the other replica), every marketing message is sent
+// exactly once. Embedded: one replica; Redis: two.
+func TestClassPause(t *testing.T) {
+	for _, m := range modes {
+		t.Run(string(m), func(t *testing.T) {
+			s := newSim(t, sim.Config{})
+			cfg := testConfig(t, m, s.URL())
+			a := startWith(t, cfg, s)
+			hs := []*harness{a}
+			if m == redisMode {
+				cfg.Store.Path = t.TempDir()
+				hs = append(hs, startWith(t, cfg, s))
+			}
+			last := hs[len(hs)-1]
+
+			r := a.post("/v1/admin/pause", keyAdmin, map[string]any{"class": "bulk"})
+			wantProblem(t, r, http.StatusBadRequest, httpapi.KindInvalid, "class")
+			wantStatus(t, a.post("/v1/admin/pause", keyAdmin, map[string]any{"class": "marketing", "reason": "campaign review"}), http.StatusOK)
+			for _, h := range hs {
+				eventually(t, "every replica to see the marketing pause", func() bool { return classHeld(t, h, "marketing") })
+				if st := h.stats(); st.Pause.Paused {
+					t.Fatal("a class pause shows as a pause of everything")
+				}
+			}
+
+			var marketing, transactional []string
+			for _, h := range hs {
+				marketing = append(marketing, postIDs(t, h, "marketing", 10)...)
+			}
+			for _, h := range hs {
+				transactional = append(transactional, postIDs(t, h, "transactional", 5)...)
+			}
+			for _, h := range hs {
+				wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
+			}
+			eventually(t, "every transactional message to be sent", func() bool {
+				sent := sentRefs(s)
+				return !slices.ContainsFunc(transactional, func(id string) bool { return sent[id] == 0 })
+			})
+			sent := sentRefs(s)
+			for _, id := range marketing {
+				if sent[id] > 0 {
+					t.Fatalf("marketing %s was sent during its class's pause", id)
+				}
+			}
+			if q := last.stats().Classes["marketing"]; q.Ready != int64(len(marketing)) {
+				t.Fatalf("marketing ready %d during the pause, want %d", q.Ready, len(marketing))
+			}
+
+			wantStatus(t, last.post("/v1/admin/resume", keyAdmin, map[string]any{"class": "marketing"}), http.StatusOK)
+			eventually(t, "every marketing message to be sent after resume", func() bool {
+				sent := sentRefs(s)
+				return !slices.ContainsFunc(marketing, func(id string) bool { return sent[id] == 0 })
+			})
+			for id, n := range sentRefs(s) {
+				if n != 1 {
+					t.Errorf("message %s sent %d times", id, n)
+				}
+			}
+			for _, h := range hs {
+				eventually(t, "every replica to see the resume", func() bool { return !classHeld(t, h, "marketing") })
+			}
+		})
+	}
+}
+
+// TestClassPauseOTP: POST /v1/otp answers 503 only while a pause covers
+// OTP: a pause of class otp does, one of marketing does not.
+func TestClassPauseOTP(t *testing.T) {
+	h := start(t, embeddedMode, nil)
+	wantStatus(t, h.post("/v1/admin/pause", keyAdmin, map[string]any{"class": "otp"}), http.StatusOK)
+	r := h.post("/v1/otp", keyLogin, otpBody("deadline_ms", 100))
+	wantStatus(t, r, http.StatusServiceUnavailable)
+	if r.header.Get("Retry-After") == "" {
+		t.Error("the OTP 503 during a class pause has no Retry-After")
+	}
+	wantStatus(t, h.post("/v1/admin/resume", keyAdmin, map[string]any{"class": "otp"}), http.StatusOK)
+	wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
+	wantProblem(t, h.post("/v1/admin/resume", keyAdmin, map[string]any{"class": ""}), http.StatusBadRequest, httpapi.KindInvalid, "class")
+}
