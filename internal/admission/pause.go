@@ -45,6 +45,9 @@ type OperatorPause struct {
 	// scoped holds the pauses of one class (scopedpause.go); nil: none.
 	scoped state.ScopedPauses
 	scopes map[string]scopeCopy
+	// shelving: producers whose shelves are to be emptied once their
+	// pause ends (Lifted), each with how often its pause was seen.
+	shelving map[string]uint64
 }
 
 // pausePollEvery is how often a sending replica rereads the shared
@@ -69,8 +72,8 @@ type PauseState struct {
 	Paused bool       `json:"paused"`
 	Until  *time.Time `json:"until,omitempty"`
 	Reason string     `json:"reason,omitempty"`
-	// Scopes are the pauses of one class, beside the pause of
-	// everything (scopedpause.go).
+	// Scopes are the pauses of one class or one producer, beside the
+	// pause of everything (scopedpause.go).
 	Scopes []ScopeState `json:"scopes,omitempty"`
 }
 

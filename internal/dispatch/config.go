@@ -48,9 +48,11 @@ const (
 // caller's: New refuses a zero Workers, Lease, MaxAttempts, BackoffBase or
 // BackoffMax, naming the field. The tuning knobs below them take a default
 // when zero.
-// ClassHolder tells whether an operator's pause holds a class now.
-type ClassHolder interface {
+// Holder tells whether an operator's pause holds a class, or a producer,
+// now.
+type Holder interface {
 	ClassHeld(ctx context.Context, c sms.Class) bool
+	ProducerHeld(ctx context.Context, producer string) bool
 }
 
 type Config struct {
@@ -77,10 +79,15 @@ type Config struct {
 	// dispatcher's own. Zero (no Key, no Listed): takes do not read the
 	// list.
 	Suppression queue.Suppression
-	// Held reports the operator's class pauses (admission.OperatorPause):
-	// a held class is left out of every take, and the OTP fast path
-	// answers no slot (paused) while OTP is held. nil: no class is held.
-	Held ClassHolder
+	// Held reports the operator's class and producer pauses
+	// (admission.OperatorPause): a held class is left out of every take;
+	// a taken message of a held producer is set aside on its producer's
+	// shelf (queue.Shelver, with the Shelf that Shelf gives), once, and
+	// comes back when the pause ends (admission.ShelfKeeper); the OTP fast
+	// path answers no slot (paused) while its class or producer is held.
+	// nil: nothing is held.
+	Held  Holder
+	Shelf func(producer string) queue.Shelf
 
 	// Set by the caller from the gateway's configuration (dispatch.*,
 	// provider.count_segments); no defaults here.

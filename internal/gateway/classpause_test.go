@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"smsgw/internal/admission"
+	"smsgw/internal/config"
 	"smsgw/internal/httpapi"
 	"smsgw/internal/opsview"
 	"smsgw/internal/provider/sim"
@@ -114,4 +115,90 @@ func TestClassPauseOTP(t *testing.T) {
 	wantStatus(t, h.post("/v1/admin/resume", keyAdmin, map[string]any{"class": "otp"}), http.StatusOK)
 	wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
 	wantProblem(t, h.post("/v1/admin/resume", keyAdmin, map[string]any{"class": ""}), http.StatusBadRequest, httpapi.KindInvalid, "class")
+}
+
+const keyBatch = "batch-key-0123456789ab" // marketing; added by TestProducerPause
+
+// TestProducerPause: producer "batch" paused (on one replica, with Redis
+// seen by both) has its messages set aside while another producer's
+// marketing and transactional, and OTP, flow; the simulator receives none
+// of batch's. After resume (on the other replica) every one of them is
+// sent exactly once. A pause of the OTP's producer makes POST /v1/otp
+// answer 503. Embedded: one replica; Redis: two.
+func TestProducerPause(t *testing.T) {
+	for _, m := range modes {
+		t.Run(string(m), func(t *testing.T) {
+			s := newSim(t, sim.Config{})
+			cfg := testConfig(t, m, s.URL())
+			cfg.Producers = append(cfg.Producers, config.Producer{Name: "batch", Key: keyBatch, Classes: []string{"marketing"},
+				Rate: 5000, Burst: 5000})
+			a := startWith(t, cfg, s)
+			hs := []*harness{a}
+			if m == redisMode {
+				cfg.Store.Path = t.TempDir()
+				hs = append(hs, startWith(t, cfg, s))
+			}
+			last := hs[len(hs)-1]
+
+			wantProblem(t, a.post("/v1/admin/pause", keyAdmin, map[string]any{"producer": "nobody"}),
+				http.StatusBadRequest, httpapi.KindInvalid, "producer")
+			wantProblem(t, a.post("/v1/admin/pause", keyAdmin, map[string]any{"producer": "batch", "class": "marketing"}),
+				http.StatusBadRequest, httpapi.KindInvalid, "producer")
+			wantStatus(t, a.post("/v1/admin/pause", keyAdmin, map[string]any{"producer": "batch"}), http.StatusOK)
+			held := func(h *harness) bool {
+				var st opsview.StatsResponse
+				h.get("/v1/admin/stats", keyAdmin).json(t, &st)
+				return slices.ContainsFunc(st.Pause.Scopes, func(s admission.ScopeState) bool { return s.Producer == "batch" })
+			}
+			for _, h := range hs {
+				eventually(t, "every replica to see the producer pause", func() bool { return held(h) })
+			}
+
+			var batch, others []string
+			for _, h := range hs {
+				for range 10 {
+					r := h.post("/v1/messages", keyBatch, msg("marketing"))
+					wantStatus(t, r, http.StatusAccepted)
+					var v struct{ ID string }
+					r.json(t, &v)
+					batch = append(batch, v.ID)
+				}
+			}
+			for _, h := range hs {
+				others = append(others, postIDs(t, h, "marketing", 5)...)
+				others = append(others, postIDs(t, h, "transactional", 5)...)
+				wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
+			}
+			eventually(t, "every other producer's message to be sent", func() bool {
+				sent := sentRefs(s)
+				return !slices.ContainsFunc(others, func(id string) bool { return sent[id] == 0 })
+			})
+			sent := sentRefs(s)
+			for _, id := range batch {
+				if sent[id] > 0 {
+					t.Fatalf("batch's %s was sent during its producer's pause", id)
+				}
+			}
+			if q := last.stats().Classes["marketing"]; q.Ready != int64(len(batch)) {
+				t.Fatalf("marketing ready %d during the pause, want batch's %d", q.Ready, len(batch))
+			}
+
+			wantStatus(t, last.post("/v1/admin/resume", keyAdmin, map[string]any{"producer": "batch"}), http.StatusOK)
+			eventually(t, "every batch message to be sent after resume", func() bool {
+				sent := sentRefs(s)
+				return !slices.ContainsFunc(batch, func(id string) bool { return sent[id] == 0 })
+			})
+			for id, n := range sentRefs(s) {
+				if n != 1 {
+					t.Errorf("message %s sent %d times", id, n)
+				}
+			}
+
+			wantStatus(t, a.post("/v1/admin/pause", keyAdmin, map[string]any{"producer": "login"}), http.StatusOK)
+			eventually(t, "the last replica to answer OTP 503 for its paused producer", func() bool {
+				return last.post("/v1/otp", keyLogin, otpBody("deadline_ms", 100)).status == http.StatusServiceUnavailable
+			})
+			wantStatus(t, a.post("/v1/admin/resume", keyAdmin, map[string]any{"producer": "login"}), http.StatusOK)
+		})
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 
+	"smsgw/internal/admission"
 	"smsgw/internal/limiter"
 	"smsgw/internal/opsview"
 	"smsgw/internal/queue"
@@ -237,18 +238,18 @@ func (s *Server) adminPause(w http.ResponseWriter, r *http.Request) {
 		s.WriteError(w, r, e)
 		return
 	}
-	if req.Class != nil {
-		c, e := pauseClass(*req.Class)
-		if e != nil {
-			s.WriteError(w, r, e)
-			return
-		}
-		if err := s.Pause.PauseClass(r.Context(), c, d, req.Reason); err != nil {
+	sc, e := s.pauseScope(req.Class, req.Producer)
+	if e != nil {
+		s.WriteError(w, r, e)
+		return
+	}
+	if sc != nil {
+		if err := s.Pause.PauseScope(r.Context(), *sc, d, req.Reason); err != nil {
 			s.WriteError(w, r, err)
 			return
 		}
-		s.Log.WarnContext(r.Context(), "class paused by operator", "class", c.String(), "duration", d, "reason", req.Reason,
-			"client_ip", clientIP(r.Context()))
+		s.Log.WarnContext(r.Context(), "part of the sending paused by operator", "class", sc.Class, "producer", sc.Producer,
+			"duration", d, "reason", req.Reason, "client_ip", clientIP(r.Context()))
 		writeJSON(w, s.Log, "application/json", http.StatusOK, s.Pause.State())
 		return
 	}
@@ -260,14 +261,28 @@ func (s *Server) adminPause(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, s.Log, "application/json", http.StatusOK, s.Pause.State())
 }
 
-// pauseClass is the class a pause or resume names, or the problem naming
-// the field.
-func pauseClass(name string) (sms.Class, *apiError) {
-	c, err := sms.ParseClass(name)
-	if err != nil {
-		return 0, fieldError("class", "must be otp, transactional or marketing")
+// pauseScope is the scope a pause or resume names (nil: everything), or
+// the problem naming the field: a class of the gateway's, or a producer of
+// its configuration, not both.
+func (s *Server) pauseScope(class, producer *string) (*admission.Scope, *apiError) {
+	switch {
+	case class != nil && producer != nil:
+		return nil, fieldError("producer", "name a class or a producer, not both")
+	case class != nil:
+		c, err := sms.ParseClass(*class)
+		if err != nil {
+			return nil, fieldError("class", "must be otp, transactional or marketing")
+		}
+		return &admission.Scope{Class: c.String()}, nil
+	case producer != nil:
+		for _, p := range s.Cfg.Producers {
+			if p.Name == *producer {
+				return &admission.Scope{Producer: p.Name}, nil
+			}
+		}
+		return nil, fieldError("producer", "must name a configured producer")
 	}
-	return c, nil
+	return nil, nil
 }
 
 func (s *Server) adminResume(w http.ResponseWriter, r *http.Request) {
@@ -283,17 +298,18 @@ func (s *Server) adminResume(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if req.Class != nil {
-		c, e := pauseClass(*req.Class)
-		if e != nil {
-			s.WriteError(w, r, e)
-			return
-		}
-		if err := s.Pause.ResumeClass(r.Context(), c); err != nil {
+	sc, e := s.pauseScope(req.Class, req.Producer)
+	if e != nil {
+		s.WriteError(w, r, e)
+		return
+	}
+	if sc != nil {
+		if err := s.Pause.ResumeScope(r.Context(), *sc); err != nil {
 			s.WriteError(w, r, err)
 			return
 		}
-		s.Log.WarnContext(r.Context(), "class resumed by operator", "class", c.String(), "client_ip", clientIP(r.Context()))
+		s.Log.WarnContext(r.Context(), "part of the sending resumed by operator", "class", sc.Class, "producer", sc.Producer,
+			"client_ip", clientIP(r.Context()))
 		writeJSON(w, s.Log, "application/json", http.StatusOK, s.Pause.State())
 		return
 	}

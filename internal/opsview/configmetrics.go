@@ -2,6 +2,7 @@ package opsview
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"slices"
 
 	"smsgw/internal/admission"
 	"smsgw/internal/config"
@@ -39,20 +40,27 @@ func RegisterConfigMetrics(reg prometheus.Registerer, cfg config.Config, pause *
 		}
 		return 0
 	})
-	classPaused := make([]prometheus.Collector, 0, len(sms.Classes))
-	for _, c := range sms.Classes {
-		classPaused = append(classPaused, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name:        "smsgw_admin_paused_class",
-			Help:        "1 while an operator pause of this class (POST /v1/admin/pause with a class) holds, as this replica last read it.",
-			ConstLabels: prometheus.Labels{"class": c.String()},
-		}, func() float64 {
-			for _, sc := range pause.State().Scopes {
-				if sc.Class == c.String() {
+	// One series per class and per configured producer: bounded by the
+	// configuration.
+	held := func(name, help, label, value string, match func(admission.ScopeState) bool) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: prometheus.Labels{label: value}},
+			func() float64 {
+				if slices.ContainsFunc(pause.HeldScopes(), match) {
 					return 1
 				}
-			}
-			return 0
-		}))
+				return 0
+			})
+	}
+	classPaused := make([]prometheus.Collector, 0, len(sms.Classes)+len(cfg.Producers))
+	for _, c := range sms.Classes {
+		classPaused = append(classPaused, held("smsgw_admin_paused_class",
+			"1 while an operator pause of this class (POST /v1/admin/pause with a class) holds, as this replica last read it.",
+			"class", c.String(), func(s admission.ScopeState) bool { return s.Class == c.String() }))
+	}
+	for _, p := range cfg.Producers {
+		classPaused = append(classPaused, held("smsgw_admin_paused_producer",
+			"1 while an operator pause of this producer (POST /v1/admin/pause with a producer) holds, as this replica last read it.",
+			"producer", p.Name, func(s admission.ScopeState) bool { return s.Producer == p.Name }))
 	}
 	for _, c := range append([]prometheus.Collector{
 		gauge("smsgw_config_contract_rate_per_second", "provider.contract_rps: the provider's hard limit.", cfg.Provider.ContractRPS),

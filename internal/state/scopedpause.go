@@ -34,6 +34,11 @@ const (
 	MaxPauseScope   = 64
 )
 
+// ClassScope and ProducerScope name the scope of a class's pause and of a
+// producer's.
+func ClassScope(class string) string       { return "class:" + class }
+func ProducerScope(producer string) string { return "producer:" + producer }
+
 func checkScope(scope string) error {
 	if scope == "" || len(scope) > MaxPauseScope || strings.ContainsAny(scope, "|\x00") {
 		return fmt.Errorf("state: pause scope must be 1 to %d bytes without '|'", MaxPauseScope)
@@ -124,6 +129,10 @@ func (p *RedisScopedPauses) Clear(ctx context.Context, scope string) error {
 	}
 	return nil
 }
+
+// Key is the HASH of the scoped pauses: a queue's set-aside script reads
+// a producer's field in it (queue.Shelf).
+func (p *RedisScopedPauses) Key() string { return p.key }
 
 // All reads the HASH in one round trip.
 func (p *RedisScopedPauses) All(ctx context.Context) (map[string]PauseStatus, error) {
