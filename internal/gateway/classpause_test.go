@@ -202,3 +202,35 @@ func TestProducerPause(t *testing.T) {
 		})
 	}
 }
+
+// TestProducerPauseRunsOut: a timed producer pause that runs out (no
+// resume) puts its producer's messages back in line: each is sent once,
+// none before the pause's end.
+func TestProducerPauseRunsOut(t *testing.T) {
+	s := newSim(t, sim.Config{})
+	cfg := testConfig(t, embeddedMode, s.URL())
+	h := startWith(t, cfg, s)
+	r := h.post("/v1/admin/pause", keyAdmin, map[string]any{"producer": "notify", "duration_seconds": 1})
+	wantStatus(t, r, http.StatusOK)
+	var ps admission.PauseState
+	r.json(t, &ps)
+	if len(ps.Scopes) != 1 || ps.Scopes[0].Until == nil {
+		t.Fatalf("timed producer pause answered %+v", ps)
+	}
+	until := *ps.Scopes[0].Until
+	ids := postIDs(t, h, "marketing", 5)
+	eventually(t, "every message to be sent after the pause ran out", func() bool {
+		sent := sentRefs(s)
+		return !slices.ContainsFunc(ids, func(id string) bool { return sent[id] == 0 })
+	})
+	for _, rec := range s.Accepted() {
+		if slices.Contains(ids, rec.Reference) && rec.At.Before(until) {
+			t.Errorf("%s sent at %s, before the pause's end %s", rec.Reference, rec.At, until)
+		}
+	}
+	for id, n := range sentRefs(s) {
+		if n != 1 {
+			t.Errorf("message %s sent %d times", id, n)
+		}
+	}
+}
