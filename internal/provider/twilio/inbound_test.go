@@ -20,11 +20,7 @@ func TestParseInbound(t *testing.T) {
 	const token = "tok-123"
 	public := "https://sms.example.com/v1/inbound/twilio"
 	receipts := "https://sms.example.com/v1/receipts/twilio"
-	p, err := twilio.New(twilio.Config{Settings: twilio.Settings{AccountSID: "AC11111111111111111111111111111111", AuthToken: token, From: "ACME"},
-		StatusCallback: receipts, InboundURL: public})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := signedWith(t, token, twilio.Config{StatusCallback: receipts, InboundURL: public})
 	const sid = "SM0123456789abcdef0123456789abcdef"
 	form := url.Values{"MessageSid": {sid}, "SmsSid": {sid}, "AccountSid": {"AC11111111111111111111111111111111"}, "From": {"+14155550100"},
 		"To": {"+15005550006"}, "Body": {"Stop"}, "NumMedia": {"0"}}
@@ -103,10 +99,7 @@ func TestParseInbound(t *testing.T) {
 	}
 	// Without provider.inbound_url nothing is believed, not even a message
 	// signed over the receipts' URL.
-	q, err := twilio.New(twilio.Config{Settings: twilio.Settings{AccountSID: "AC11111111111111111111111111111111", AuthToken: token, From: "ACME"}, StatusCallback: receipts})
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := signedWith(t, token, twilio.Config{StatusCallback: receipts})
 	if _, err := parse(q, twilio.Signature(token, receipts, form), form); !errors.Is(err, provider.ErrBadSignature) {
 		t.Errorf("no inbound URL: %v, want ErrBadSignature", err)
 	}
@@ -125,11 +118,7 @@ func TestParseInbound(t *testing.T) {
 func TestParseInboundOptOutType(t *testing.T) {
 	const token = "tok-123"
 	public := "https://sms.example.com/v1/inbound/twilio"
-	p, err := twilio.New(twilio.Config{Settings: twilio.Settings{AccountSID: "AC11111111111111111111111111111111", AuthToken: token, From: "ACME"},
-		InboundURL: public})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := signedWith(t, token, twilio.Config{InboundURL: public})
 	for optOutType, want := range map[string]string{"STOP": provider.KeywordOptOut, "START": provider.KeywordOptIn, "HELP": "", "": "", "stop": ""} {
 		form := url.Values{"MessageSid": {"SM0123456789abcdef0123456789abcdef"}, "AccountSid": {"AC11111111111111111111111111111111"},
 			"From": {"+14155550100"}, "To": {"+15005550006"}, "Body": {"ARRET"}}

@@ -234,33 +234,19 @@ func TestSettingsOneRule(t *testing.T) {
 		{Settings: twilio.Settings{AccountSID: accountSID, AuthToken: authToken, MessagingServiceSID: "MG0123456789abcdef0123456789abcdef"}, Missing: nil},
 		{Settings: twilio.Settings{AccountSID: accountSID, AuthToken: authToken, From: "ACME"}, Missing: nil},
 	}, twilio.Settings.Validate, func(s twilio.Settings) error {
-		p, err := twilio.New(twilio.Config{Settings: s, BaseURL: "http://127.0.0.1:1"})
-		if p != nil {
-			p.CloseIdleConnections()
-		}
-		return err
+		return providertest.Closing(twilio.New)(twilio.Config{Settings: s, BaseURL: "http://127.0.0.1:1"})
 	})
 }
 
 func TestNewRejectsBadURLs(t *testing.T) {
 	t.Parallel()
 	ok := twilio.Settings{AccountSID: accountSID, AuthToken: authToken, From: "ACME"}
-	for _, tc := range []struct {
-		cfg  twilio.Config
-		want string
-	}{
-		{twilio.Config{Settings: ok, BaseURL: "not a url"}, "twilio.base_url"},
-		{twilio.Config{Settings: ok, BaseURL: "ftp://api.example"}, "twilio.base_url"},
-		{twilio.Config{Settings: ok, StatusCallback: "/relative/status"}, "twilio.status_callback"},
-		{twilio.Config{Settings: ok, Timeout: -time.Second}, "twilio.timeout"},
-	} {
-		_, err := twilio.New(tc.cfg)
-		var se *httpprov.SettingError
-		if !errors.As(err, &se) || se.Key != tc.want {
-			t.Errorf("New(base %q, callback %q, timeout %v) = %v, want an error naming %s",
-				tc.cfg.BaseURL, tc.cfg.StatusCallback, tc.cfg.Timeout, err, tc.want)
-		}
-	}
+	providertest.NamesBadSetting(t, []providertest.BadSetting[twilio.Config]{
+		{Config: twilio.Config{Settings: ok, BaseURL: "not a url"}, Key: "twilio.base_url"},
+		{Config: twilio.Config{Settings: ok, BaseURL: "ftp://api.example"}, Key: "twilio.base_url"},
+		{Config: twilio.Config{Settings: ok, StatusCallback: "/relative/status"}, Key: "twilio.status_callback"},
+		{Config: twilio.Config{Settings: ok, Timeout: -time.Second}, Key: "twilio.timeout"},
+	}, providertest.Closing(twilio.New))
 }
 
 // With api_key_sid a send authenticates as the API key (its SID and

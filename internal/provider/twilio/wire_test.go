@@ -79,11 +79,7 @@ func TestReceiptSignedURLForms(t *testing.T) {
 			[]string{"http://sms.example.com:8080/v1/receipts/twilio"},
 			[]string{"http://sms.example.com/v1/receipts/twilio", "http://sms.example.com:8081/v1/receipts/twilio"}},
 	} {
-		p, err := twilio.New(twilio.Config{Settings: twilio.Settings{AccountSID: "AC11111111111111111111111111111111", AuthToken: token, From: "ACME"},
-			StatusCallback: tc.configured})
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := signedWith(t, token, twilio.Config{StatusCallback: tc.configured})
 		check := func(signedURL string) error {
 			body := form.Encode()
 			r := httptest.NewRequestWithContext(t.Context(), "POST", "http://10.0.0.7:8080/v1/receipts/twilio?"+query, strings.NewReader(body))

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,7 +18,6 @@ import (
 	"go.uber.org/goleak"
 
 	"smsgw/internal/provider"
-	"smsgw/internal/provider/httpprov"
 	"smsgw/internal/provider/providertest"
 	"smsgw/internal/provider/vonage"
 	"smsgw/internal/sms"
@@ -204,30 +202,17 @@ func TestSettingsOneRule(t *testing.T) {
 		{Settings: vonage.Settings{APIKey: apiKey, APISecret: apiSecret}, Missing: []string{"from"}},
 		{Settings: vonage.Settings{APIKey: apiKey, APISecret: apiSecret, From: "ACME"}, Missing: nil},
 	}, vonage.Settings.Validate, func(s vonage.Settings) error {
-		p, err := vonage.New(vonage.Config{Settings: s, BaseURL: "http://127.0.0.1:1"})
-		if p != nil {
-			p.CloseIdleConnections()
-		}
-		return err
+		return providertest.Closing(vonage.New)(vonage.Config{Settings: s, BaseURL: "http://127.0.0.1:1"})
 	})
 }
 
 func TestNewRejectsBadConnection(t *testing.T) {
 	t.Parallel()
 	ok := vonage.Settings{APIKey: apiKey, APISecret: apiSecret, From: "ACME"}
-	for _, tc := range []struct {
-		cfg  vonage.Config
-		want string
-	}{
-		{vonage.Config{Settings: ok, BaseURL: "rest.nexmo.com"}, "vonage.base_url"},
-		{vonage.Config{Settings: ok, Timeout: -time.Second}, "vonage.timeout"},
-	} {
-		_, err := vonage.New(tc.cfg)
-		var se *httpprov.SettingError
-		if !errors.As(err, &se) || se.Key != tc.want {
-			t.Errorf("New(base %q, timeout %v) = %v, want an error naming %s", tc.cfg.BaseURL, tc.cfg.Timeout, err, tc.want)
-		}
-	}
+	providertest.NamesBadSetting(t, []providertest.BadSetting[vonage.Config]{
+		{Config: vonage.Config{Settings: ok, BaseURL: "rest.nexmo.com"}, Key: "vonage.base_url"},
+		{Config: vonage.Config{Settings: ok, Timeout: -time.Second}, Key: "vonage.timeout"},
+	}, providertest.Closing(vonage.New))
 }
 
 // answering is a fake SMS API that answers every send with body and keeps

@@ -1,9 +1,7 @@
 package embedded
 
 import (
-	"crypto/sha256"
 	"errors"
-	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -12,37 +10,15 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"smsgw/internal/queue"
+	"smsgw/internal/queue/queuetest"
 	"smsgw/internal/sms"
 )
-
-// sizeMessages is how many messages BenchmarkStoredBytes stores.
-const sizeMessages = 5000
-
-// fullPace is the rate the stored messages are created at: the default
-// target_rps, the most the gateway sends. It spreads their ids' creation
-// times as a real run at full pace would (redisq groups final records by
-// creation second).
-const fullPace = 90
-
-// tenMinutes is how many messages a 10-minute run at full pace completes.
-const tenMinutes = 600 * fullPace
 
 // sizeStart is the creation time of message 0.
 var sizeStart = time.Now()
 
-// sizeMsg is a typical transactional message: a 110-character body, an
-// E.164 number and its suppression-list id (32 hex digits, as protection
-// computes it), a producer's reference, the default TTL (24 h), no
-// idempotency key; message i is created i/fullPace seconds after message 0.
-func sizeMsg(i int) *sms.Message {
-	now := sizeStart.Add(time.Duration(i) * time.Second / fullPace)
-	body := fmt.Sprintf("Your order %08d has shipped and will arrive tomorrow between 9:00 and 12:00. Track it in the app or reply STOP.", i)
-	return &sms.Message{
-		ID: sms.NewID(now), Producer: "shop-backend", Class: sms.ClassTransactional,
-		To: "+819012345678", NumberID: "5f1c0e39d2a84b7c91e6f3a0d4b82c57", Body: body[:110], Reference: fmt.Sprintf("order-%08d", i),
-		Segments: 1, CreatedAt: now.UTC(), ExpiresAt: now.UTC().Add(24 * time.Hour),
-	}
-}
+// sizeMsg is queuetest's typical message i at full pace.
+func sizeMsg(i int) *sms.Message { return queuetest.SizeMessage(sizeStart, i, queuetest.FullPace) }
 
 // storeSize is the file size and the bytes in use in the pages of the msgs
 // bucket and of every bucket (bbolt's own page statistics).
@@ -75,7 +51,7 @@ func measureStore(tb testing.TB, q *Queue) storeSize {
 
 // BenchmarkStoredBytes reports what one message costs the bbolt file: bytes
 // in use per message in the msgs bucket and in all buckets, and the file size
-// per message, once sizeMessages messages are queued, once all are sent
+// per message, once queuetest.SizeMessages messages are queued, once all are sent
 // (Take and Complete with a 34-character provider id) and once each has its
 // delivery receipt (what a completed message costs for the retention), and
 // from that the growth of a 10-minute run at full pace. Run it once:
@@ -85,15 +61,7 @@ func BenchmarkStoredBytes(b *testing.B) {
 	var queued, sent, delivered storeSize
 	for b.Loop() {
 		q := open(b, Config{})
-		for lo := 0; lo < sizeMessages; lo += maxBatch {
-			batch := make([]*sms.Message, 0, maxBatch)
-			for i := lo; i < min(lo+maxBatch, sizeMessages); i++ {
-				batch = append(batch, sizeMsg(i))
-			}
-			if _, err := q.EnqueueMany(b.Context(), batch); err != nil {
-				b.Fatal(err)
-			}
-		}
+		queuetest.EnqueueAll(b, q, queuetest.SizeMessages, maxBatch, sizeMsg)
 		queued = measureStore(b, q)
 		ids := sendAll(b, q)
 		sent = measureStore(b, q)
@@ -113,13 +81,13 @@ func BenchmarkStoredBytes(b *testing.B) {
 		{"msgs-B/sent-msg", sent.msgs}, {"all-B/sent-msg", sent.all}, {"file-B/sent-msg", sent.file},
 		{"all-B/delivered-msg", delivered.all},
 	} {
-		b.ReportMetric(float64(m.v)/sizeMessages, m.unit)
+		b.ReportMetric(float64(m.v)/queuetest.SizeMessages, m.unit)
 	}
-	// A 10-minute run at full pace completes tenMinutes messages; what the
+	// A 10-minute run at full pace completes queuetest.TenMinutes messages; what the
 	// store keeps of them is their final records (computed from the bytes
 	// in use per delivered message; the file itself grows by pages and does
 	// not shrink, see docs/operations.md).
-	b.ReportMetric(float64(delivered.all)/sizeMessages*tenMinutes/1e6, "MB/10min-at-90/s")
+	b.ReportMetric(float64(delivered.all)/queuetest.SizeMessages*queuetest.TenMinutes/1e6, "MB/10min-at-90/s")
 }
 
 // sendAll takes and completes every message with eight workers, so that
@@ -141,9 +109,7 @@ func sendAll(b *testing.B, q *Queue) []string {
 					b.Error(err)
 					return
 				}
-				// A Twilio-like id of 34 characters, each its own (receipts index it).
-				o := queue.Outcome{Status: sms.StatusSent, ProviderID: fmt.Sprintf("SM%032x", sha256.Sum256([]byte(l.Message.ID)))[:34], Attempts: 1}
-				if err := q.Complete(b.Context(), l, o); err != nil {
+				if err := q.Complete(b.Context(), l, queuetest.SentOutcome(l.Message.ID)); err != nil {
 					b.Error(err)
 					return
 				}
