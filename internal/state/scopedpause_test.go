@@ -20,7 +20,7 @@ func TestScopedPauses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { deleteAccount(t, sp) })
+	t.Cleanup(func() { redistest.DeleteTagged(t, sp.Tag()) })
 	r1, err := state.NewRedisScopedPauses(redistest.Client(t), sp)
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +92,7 @@ func TestScopedPausesBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { deleteAccount(t, sp) })
+	t.Cleanup(func() { redistest.DeleteTagged(t, sp.Tag()) })
 	rp, err := state.NewRedisScopedPauses(redistest.Client(t), sp)
 	if err != nil {
 		t.Fatal(err)
