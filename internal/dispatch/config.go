@@ -42,12 +42,6 @@ const (
 	fallbackBurstWait = time.Second
 )
 
-// Config configures a Dispatcher. Queue, Limiter, Provider, Owner and the
-// fields the gateway sets from its configuration (Workers, OTPWorkers,
-// Lease, MaxAttempts, BackoffBase, BackoffMax, CountSegments) are the
-// caller's: New refuses a zero Workers, Lease, MaxAttempts, BackoffBase or
-// BackoffMax, naming the field. The tuning knobs below them take a default
-// when zero.
 // Holder tells whether an operator's pause holds a class, or a producer,
 // now.
 type Holder interface {
@@ -55,6 +49,12 @@ type Holder interface {
 	ProducerHeld(ctx context.Context, producer string) bool
 }
 
+// Config configures a Dispatcher. Queue, Limiter, Provider, Owner and the
+// fields the gateway sets from its configuration (Workers, OTPWorkers,
+// Lease, MaxAttempts, BackoffBase, BackoffMax, CountSegments) are the
+// caller's: New refuses a zero Workers, Lease, MaxAttempts, BackoffBase or
+// BackoffMax, naming the field. The tuning knobs below them take a default
+// when zero.
 type Config struct {
 	Queue    queue.Queue
 	Limiter  limiter.Limiter

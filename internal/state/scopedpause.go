@@ -34,9 +34,10 @@ const (
 	MaxPauseScope   = 64
 )
 
-// ClassScope and ProducerScope name the scope of a class's pause and of a
-// producer's.
-func ClassScope(class string) string       { return "class:" + class }
+// ClassScope names the scope of a class's pause.
+func ClassScope(class string) string { return "class:" + class }
+
+// ProducerScope names the scope of a producer's pause.
 func ProducerScope(producer string) string { return "producer:" + producer }
 
 func checkScope(scope string) error {
