@@ -33,6 +33,53 @@ func postIDs(t testing.TB, h *harness, class string, n int) []string {
 	return ids
 }
 
+// pauseReplicas starts one replica (embedded) or two sharing Redis (redis)
+// on one simulator; edit may change the config first.
+func pauseReplicas(t *testing.T, m mode, edit func(*config.Config)) (*sim.Sim, []*harness) {
+	t.Helper()
+	s := newSim(t, sim.Config{})
+	cfg := testConfig(t, m, s.URL())
+	if edit != nil {
+		edit(&cfg)
+	}
+	hs := []*harness{startWith(t, cfg, s)}
+	if m == redisMode {
+		cfg.Store.Path = t.TempDir()
+		hs = append(hs, startWith(t, cfg, s))
+	}
+	return s, hs
+}
+
+// waitSent waits until the simulator accepted every one of ids.
+func waitSent(t *testing.T, s *sim.Sim, what string, ids []string) {
+	t.Helper()
+	eventually(t, what, func() bool {
+		sent := sentRefs(s)
+		return !slices.ContainsFunc(ids, func(id string) bool { return sent[id] == 0 })
+	})
+}
+
+// wantUnsent fails when the simulator accepted any of ids.
+func wantUnsent(t *testing.T, s *sim.Sim, why string, ids []string) {
+	t.Helper()
+	sent := sentRefs(s)
+	for _, id := range ids {
+		if sent[id] > 0 {
+			t.Fatalf("%s was sent %s", id, why)
+		}
+	}
+}
+
+// wantSentOnce fails when the simulator accepted a message more than once.
+func wantSentOnce(t *testing.T, s *sim.Sim) {
+	t.Helper()
+	for id, n := range sentRefs(s) {
+		if n != 1 {
+			t.Errorf("message %s sent %d times", id, n)
+		}
+	}
+}
+
 // TestClassPause: marketing paused by class (on one replica, with Redis
 // seen by both) holds marketing in the queue while transactional and OTP
 // flow: the simulator receives no marketing, POST /v1/otp answers 200.
@@ -41,15 +88,8 @@ func postIDs(t testing.TB, h *harness, class string, n int) []string {
 func TestClassPause(t *testing.T) {
 	for _, m := range modes {
 		t.Run(string(m), func(t *testing.T) {
-			s := newSim(t, sim.Config{})
-			cfg := testConfig(t, m, s.URL())
-			a := startWith(t, cfg, s)
-			hs := []*harness{a}
-			if m == redisMode {
-				cfg.Store.Path = t.TempDir()
-				hs = append(hs, startWith(t, cfg, s))
-			}
-			last := hs[len(hs)-1]
+			s, hs := pauseReplicas(t, m, nil)
+			a, last := hs[0], hs[len(hs)-1]
 
 			r := a.post("/v1/admin/pause", keyAdmin, map[string]any{"class": "bulk"})
 			wantProblem(t, r, http.StatusBadRequest, httpapi.KindInvalid, "class")
@@ -71,30 +111,15 @@ func TestClassPause(t *testing.T) {
 			for _, h := range hs {
 				wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
 			}
-			eventually(t, "every transactional message to be sent", func() bool {
-				sent := sentRefs(s)
-				return !slices.ContainsFunc(transactional, func(id string) bool { return sent[id] == 0 })
-			})
-			sent := sentRefs(s)
-			for _, id := range marketing {
-				if sent[id] > 0 {
-					t.Fatalf("marketing %s was sent during its class's pause", id)
-				}
-			}
+			waitSent(t, s, "every transactional message to be sent", transactional)
+			wantUnsent(t, s, "during its class's pause", marketing)
 			if q := last.stats().Classes["marketing"]; q.Ready != int64(len(marketing)) {
 				t.Fatalf("marketing ready %d during the pause, want %d", q.Ready, len(marketing))
 			}
 
 			wantStatus(t, last.post("/v1/admin/resume", keyAdmin, map[string]any{"class": "marketing"}), http.StatusOK)
-			eventually(t, "every marketing message to be sent after resume", func() bool {
-				sent := sentRefs(s)
-				return !slices.ContainsFunc(marketing, func(id string) bool { return sent[id] == 0 })
-			})
-			for id, n := range sentRefs(s) {
-				if n != 1 {
-					t.Errorf("message %s sent %d times", id, n)
-				}
-			}
+			waitSent(t, s, "every marketing message to be sent after resume", marketing)
+			wantSentOnce(t, s)
 			for _, h := range hs {
 				eventually(t, "every replica to see the resume", func() bool { return !classHeld(t, h, "marketing") })
 			}
@@ -128,17 +153,11 @@ const keyBatch = "batch-key-0123456789ab" // marketing; added by TestProducerPau
 func TestProducerPause(t *testing.T) {
 	for _, m := range modes {
 		t.Run(string(m), func(t *testing.T) {
-			s := newSim(t, sim.Config{})
-			cfg := testConfig(t, m, s.URL())
-			cfg.Producers = append(cfg.Producers, config.Producer{Name: "batch", Key: keyBatch, Classes: []string{"marketing"},
-				Rate: 5000, Burst: 5000})
-			a := startWith(t, cfg, s)
-			hs := []*harness{a}
-			if m == redisMode {
-				cfg.Store.Path = t.TempDir()
-				hs = append(hs, startWith(t, cfg, s))
-			}
-			last := hs[len(hs)-1]
+			s, hs := pauseReplicas(t, m, func(cfg *config.Config) {
+				cfg.Producers = append(cfg.Producers, config.Producer{Name: "batch", Key: keyBatch, Classes: []string{"marketing"},
+					Rate: 5000, Burst: 5000})
+			})
+			a, last := hs[0], hs[len(hs)-1]
 
 			wantProblem(t, a.post("/v1/admin/pause", keyAdmin, map[string]any{"producer": "nobody"}),
 				http.StatusBadRequest, httpapi.KindInvalid, "producer")
@@ -169,30 +188,15 @@ func TestProducerPause(t *testing.T) {
 				others = append(others, postIDs(t, h, "transactional", 5)...)
 				wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
 			}
-			eventually(t, "every other producer's message to be sent", func() bool {
-				sent := sentRefs(s)
-				return !slices.ContainsFunc(others, func(id string) bool { return sent[id] == 0 })
-			})
-			sent := sentRefs(s)
-			for _, id := range batch {
-				if sent[id] > 0 {
-					t.Fatalf("batch's %s was sent during its producer's pause", id)
-				}
-			}
+			waitSent(t, s, "every other producer's message to be sent", others)
+			wantUnsent(t, s, "during its producer's pause", batch)
 			if q := last.stats().Classes["marketing"]; q.Ready != int64(len(batch)) {
 				t.Fatalf("marketing ready %d during the pause, want batch's %d", q.Ready, len(batch))
 			}
 
 			wantStatus(t, last.post("/v1/admin/resume", keyAdmin, map[string]any{"producer": "batch"}), http.StatusOK)
-			eventually(t, "every batch message to be sent after resume", func() bool {
-				sent := sentRefs(s)
-				return !slices.ContainsFunc(batch, func(id string) bool { return sent[id] == 0 })
-			})
-			for id, n := range sentRefs(s) {
-				if n != 1 {
-					t.Errorf("message %s sent %d times", id, n)
-				}
-			}
+			waitSent(t, s, "every batch message to be sent after resume", batch)
+			wantSentOnce(t, s)
 
 			wantStatus(t, a.post("/v1/admin/pause", keyAdmin, map[string]any{"producer": "login"}), http.StatusOK)
 			eventually(t, "the last replica to answer OTP 503 for its paused producer", func() bool {
@@ -207,9 +211,8 @@ func TestProducerPause(t *testing.T) {
 // resume) puts its producer's messages back in line: each is sent once,
 // none before the pause's end.
 func TestProducerPauseRunsOut(t *testing.T) {
-	s := newSim(t, sim.Config{})
-	cfg := testConfig(t, embeddedMode, s.URL())
-	h := startWith(t, cfg, s)
+	s, hs := pauseReplicas(t, embeddedMode, nil)
+	h := hs[0]
 	r := h.post("/v1/admin/pause", keyAdmin, map[string]any{"producer": "notify", "duration_seconds": 1})
 	wantStatus(t, r, http.StatusOK)
 	var ps admission.PauseState
@@ -219,18 +222,11 @@ func TestProducerPauseRunsOut(t *testing.T) {
 	}
 	until := *ps.Scopes[0].Until
 	ids := postIDs(t, h, "marketing", 5)
-	eventually(t, "every message to be sent after the pause ran out", func() bool {
-		sent := sentRefs(s)
-		return !slices.ContainsFunc(ids, func(id string) bool { return sent[id] == 0 })
-	})
+	waitSent(t, s, "every message to be sent after the pause ran out", ids)
 	for _, rec := range s.Accepted() {
 		if slices.Contains(ids, rec.Reference) && rec.At.Before(until) {
 			t.Errorf("%s sent at %s, before the pause's end %s", rec.Reference, rec.At, until)
 		}
 	}
-	for id, n := range sentRefs(s) {
-		if n != 1 {
-			t.Errorf("message %s sent %d times", id, n)
-		}
-	}
+	wantSentOnce(t, s)
 }

@@ -212,18 +212,24 @@ const maxPause = 24 * time.Hour
 // stats and on the dashboard).
 const maxPauseReason = 200
 
-func (s *Server) adminPause(w http.ResponseWriter, r *http.Request) {
+// decodeOptional reads an optional JSON body into v; false when it
+// answered the problem.
+func (s *Server) decodeOptional(w http.ResponseWriter, r *http.Request, v any) bool {
 	raw, err := readBody(r, true)
+	if err == nil && raw != nil {
+		err = decodeStrict(raw, v, "")
+	}
 	if err != nil {
 		s.WriteError(w, r, err)
-		return
+		return false
 	}
+	return true
+}
+
+func (s *Server) adminPause(w http.ResponseWriter, r *http.Request) {
 	var req pauseRequest
-	if raw != nil {
-		if err := decodeStrict(raw, &req, ""); err != nil {
-			s.WriteError(w, r, err)
-			return
-		}
+	if !s.decodeOptional(w, r, &req) {
+		return
 	}
 	var d time.Duration
 	if req.DurationSeconds != nil {
@@ -286,17 +292,9 @@ func (s *Server) pauseScope(class, producer *string) (*admission.Scope, *apiErro
 }
 
 func (s *Server) adminResume(w http.ResponseWriter, r *http.Request) {
-	raw, err := readBody(r, true)
-	if err != nil {
-		s.WriteError(w, r, err)
-		return
-	}
 	var req resumeRequest
-	if raw != nil {
-		if err := decodeStrict(raw, &req, ""); err != nil {
-			s.WriteError(w, r, err)
-			return
-		}
+	if !s.decodeOptional(w, r, &req) {
+		return
 	}
 	sc, e := s.pauseScope(req.Class, req.Producer)
 	if e != nil {
