@@ -330,6 +330,11 @@ func (c *Config) validateProducers(p *problems) {
 		if pr.MaxOutstanding < 0 {
 			p.add(key+".max_outstanding", "must be >= 0 (0 means no limit)")
 		}
+		if pr.MaxKeyedPerDay < 0 || pr.MaxKeyedPerDay > MaxMaxKeyedPerDay {
+			p.add(key+".max_keyed_per_day", "must be 0 (the default, %d) to %d", DefaultMaxKeyedPerDay, MaxMaxKeyedPerDay)
+		} else {
+			checkRate(p, key+".max_keyed_per_day", "the keyed-request quota", pr.KeyedRate())
+		}
 		validateWebhook(p, key+".webhook", pr.Webhook)
 		seen := map[string]bool{}
 		for j, s := range pr.Senders {

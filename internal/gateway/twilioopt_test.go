@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"smsgw/internal/config"
-	"smsgw/internal/httpapi"
 	"smsgw/internal/provider/twilio"
 )
 
@@ -48,7 +47,7 @@ func TestTwilioOptOutTypeIsAKeyword(t *testing.T) {
 			if len(l) != 1 || l[0].Source != "recipient" {
 				t.Fatalf("after ARRET read by Twilio as STOP the list is %+v; want the recipient's entry", l)
 			}
-			wantProblem(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusUnprocessableEntity, httpapi.KindSuppressed, "to")
+			wantSuppressedLater(t, h, h.post("/v1/messages", keyNotify, msg("marketing")))
 			post("REPRENDRE", "START")
 			if l := h.suppressionsOf(t); len(l) != 0 {
 				t.Fatalf("the opt-in Twilio read as START left %+v", l)

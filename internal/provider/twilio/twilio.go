@@ -239,10 +239,8 @@ func (p *Provider) CloseIdleConnections() { p.client.CloseIdleConnections() }
 
 // apiError is Twilio's error body.
 type apiError struct {
-	Code     int    `json:"code"`
-	Message  string `json:"message"`
-	MoreInfo string `json:"more_info"`
-	Status   int    `json:"status"`
+	Code   int `json:"code"`
+	Status int `json:"status"`
 }
 
 // message is the part of the Message resource we read.
@@ -311,10 +309,8 @@ func (p *Provider) send(ctx context.Context, hreq *http.Request, ownSender bool)
 func classify(resp *http.Response, body []byte, ownSender bool, now time.Time) *provider.Error {
 	var ae apiError
 	_ = json.Unmarshal(body, &ae)
-	msg := ae.Message
-	if ae.Code != 0 {
-		msg = fmt.Sprintf("twilio %d: %s", ae.Code, ae.Message)
-	}
+	// The code and its fixed text, never Twilio's message (codeText).
+	msg := codeMessage(ae.Code)
 	switch ae.Code {
 	case codeTooManyRequests:
 		pe := httpprov.StatusError(http.StatusTooManyRequests, resp.Header, now, msg)

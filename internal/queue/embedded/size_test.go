@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -53,12 +54,13 @@ func measureStore(tb testing.TB, q *Queue) storeSize {
 // in use per message in the msgs bucket and in all buckets, and the file size
 // per message, once queuetest.SizeMessages messages are queued, once all are sent
 // (Take and Complete with a 34-character provider id) and once each has its
-// delivery receipt (what a completed message costs for the retention), and
-// from that the growth of a 10-minute run at full pace. Run it once:
+// delivery receipt (what a completed message costs for the retention), once
+// as many keyed messages are each accepted and canceled at once (what a
+// never-sent message keeps), and from that the growth of a 10-minute run at full pace. Run it once:
 //
 //	go test -run '^$' -bench StoredBytes -benchtime 1x ./internal/queue/embedded
 func BenchmarkStoredBytes(b *testing.B) {
-	var queued, sent, delivered storeSize
+	var queued, sent, delivered, canceled storeSize
 	for b.Loop() {
 		q := open(b, Config{})
 		queuetest.EnqueueAll(b, q, queuetest.SizeMessages, maxBatch, sizeMsg)
@@ -72,6 +74,23 @@ func BenchmarkStoredBytes(b *testing.B) {
 			}
 		}
 		delivered = measureStore(b, q)
+
+		// Accept-then-cancel, every message keyed as producers should
+		// send: what a never-sent message keeps (its final record and its
+		// key's mapping, for the retention and the idempotency window).
+		c := open(b, Config{})
+		for i := range queuetest.SizeMessages {
+			m := sizeMsg(i)
+			m.IdempotencyKey = fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i)
+			m.RequestHash = fmt.Sprintf("%064x", i)
+			if _, err := c.Enqueue(b.Context(), m); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := c.Cancel(b.Context(), m.ID, m.Producer); err != nil {
+				b.Fatal(err)
+			}
+		}
+		canceled = measureStore(b, c)
 	}
 	for _, m := range []struct {
 		unit string
@@ -80,6 +99,7 @@ func BenchmarkStoredBytes(b *testing.B) {
 		{"msgs-B/queued-msg", queued.msgs}, {"all-B/queued-msg", queued.all}, {"file-B/queued-msg", queued.file},
 		{"msgs-B/sent-msg", sent.msgs}, {"all-B/sent-msg", sent.all}, {"file-B/sent-msg", sent.file},
 		{"all-B/delivered-msg", delivered.all},
+		{"all-B/canceled-keyed-msg", canceled.all}, {"file-B/canceled-keyed-msg", canceled.file},
 	} {
 		b.ReportMetric(float64(m.v)/queuetest.SizeMessages, m.unit)
 	}
