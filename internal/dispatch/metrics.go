@@ -43,10 +43,13 @@ const (
 	// Held through an operator pause: back in its place in line, to be
 	// taken again at once (the take reads the suppression list).
 	requeueAfterPause = "after_pause"
+	// Its producer is paused by an operator: set aside on the producer's
+	// shelf until the pause ends (Config.Held).
+	requeueProducerPaused = "producer_paused"
 )
 
 var requeueReasons = []string{requeueThrottled, requeueRetry, requeueRateWait, requeuePaused, requeueBreaker, requeueReleased,
-	requeueAuth, requeueQuiet, requeueCrashed, requeueLate, requeueUnconfirmed, requeueAfterPause}
+	requeueAuth, requeueQuiet, requeueCrashed, requeueLate, requeueUnconfirmed, requeueAfterPause, requeueProducerPaused}
 
 // Reservation results.
 const (

@@ -1,6 +1,8 @@
 package opsview
 
 import (
+	"slices"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"smsgw/internal/admission"
@@ -37,7 +39,29 @@ func RegisterConfigMetrics(reg prometheus.Registerer, cfg config.Config, pause *
 		}
 		return 0
 	})
-	if err := metricdef.Register(reg,
+	// One series per class and per configured producer: bounded by the
+	// configuration.
+	held := func(name, help, label, value string, match func(admission.ScopeState) bool) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: prometheus.Labels{label: value}},
+			func() float64 {
+				if slices.ContainsFunc(pause.HeldScopes(), match) {
+					return 1
+				}
+				return 0
+			})
+	}
+	classPaused := make([]prometheus.Collector, 0, len(sms.Classes)+len(cfg.Producers))
+	for _, c := range sms.Classes {
+		classPaused = append(classPaused, held("smsgw_admin_paused_class",
+			"1 while an operator pause of this class (POST /v1/admin/pause with a class) holds, as this replica last read it.",
+			"class", c.String(), func(s admission.ScopeState) bool { return s.Class == c.String() }))
+	}
+	for _, p := range cfg.Producers {
+		classPaused = append(classPaused, held("smsgw_admin_paused_producer",
+			"1 while an operator pause of this producer (POST /v1/admin/pause with a producer) holds, as this replica last read it.",
+			"producer", p.Name, func(s admission.ScopeState) bool { return s.Producer == p.Name }))
+	}
+	if err := metricdef.Register(reg, append([]prometheus.Collector{
 		gauge("smsgw_config_contract_rate_per_second", "provider.contract_rps: the provider's hard limit.", cfg.Provider.ContractRPS),
 		gauge("smsgw_config_target_rate_per_second", "limits.target_rps: the rate smsgw paces every replica together to.", cfg.Limits.TargetRPS),
 		caps,
@@ -49,7 +73,7 @@ func RegisterConfigMetrics(reg prometheus.Registerer, cfg config.Config, pause *
 		gauge("smsgw_config_default_ttl_seconds", "messages.default_ttl: the TTL of a message whose producer sets none (0: none).",
 			cfg.Messages.DefaultTTL.Seconds()),
 		paused,
-	); err != nil {
+	}, classPaused...)...); err != nil {
 		return err
 	}
 	return nil
