@@ -7,13 +7,12 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"smsgw/internal/admission"
 	"smsgw/internal/config"
 	"smsgw/internal/dispatch"
-	"smsgw/internal/logsample"
+	"smsgw/internal/httpapi/otprecords"
 	"smsgw/internal/sms"
 	"smsgw/internal/state"
 )
@@ -163,84 +162,9 @@ func deadlineSpent(ctx context.Context, err error) error {
 		Detail: "the deadline passed before a send slot was reserved (the gateway's store answered slowly); nothing was sent or queued"}
 }
 
-// OTPRecords tracks the status records of fast-path OTPs written in the
-// background (after their answer, or retried while the store is down), so
-// that a stopping App waits for them before it closes the store, and
-// bounds how many are in flight.
-type OTPRecords struct {
-	Mu      sync.Mutex
-	Closing bool // set by close: no more goroutines start
-	wg      sync.WaitGroup
-	Slots   chan struct{}     // one per record in flight
-	failed  logsample.Sampler // samples the log of records given up
-	retried logsample.Sampler // samples the log of records put off
-	// Ctx ends when close gives up waiting: writes in flight end with it.
-	Ctx    context.Context
-	cancel context.CancelFunc
-	// stopping is closed by close: a record that fails then is given up
-	// instead of waiting for the next try.
-	stopping chan struct{}
-}
-
-// Init readies the table of OTP records still to write.
-func (r *OTPRecords) Init() {
-	r.Slots = make(chan struct{}, maxOTPRecordsInFlight)
-	r.Ctx, r.cancel = context.WithCancel(context.Background())
-	r.stopping = make(chan struct{})
-}
-
-// Start reserves a slot for a background write; false when closing or
-// when every slot is taken.
-func (r *OTPRecords) Start() bool {
-	r.Mu.Lock()
-	defer r.Mu.Unlock()
-	if r.Closing {
-		return false
-	}
-	select {
-	case r.Slots <- struct{}{}:
-		r.wg.Add(1)
-		return true
-	default:
-		return false
-	}
-}
-
-// Done marks one OTP record written or given up.
-func (r *OTPRecords) Done() {
-	<-r.Slots
-	r.wg.Done()
-}
-
-// Close stops new background writes and gives up retrying, then waits for
-// the writes in flight, or until ctx ends: then it cuts them short and
-// waits for them to return (they end with r.ctx), so nothing it started
-// outlives it.
-func (r *OTPRecords) Close(ctx context.Context) {
-	r.Mu.Lock()
-	if !r.Closing {
-		r.Closing = true
-		close(r.stopping)
-	}
-	r.Mu.Unlock()
-	ended := make(chan struct{})
-	go func() {
-		r.wg.Wait()
-		close(ended)
-	}()
-	select {
-	case <-ended:
-	case <-ctx.Done():
-		r.cancel()
-		<-ended
-	}
-	r.cancel()
-}
-
-// maxOTPRecordsInFlight bounds the records written in the background;
-// past it a record is not written (counted and logged): the answers of
-// OTPs do not wait for a store that slow.
-const maxOTPRecordsInFlight = 256
+// OTPRecords tracks the fast-path OTP records written in the background
+// (otprecords).
+type OTPRecords = otprecords.Records
 
 // otpRecordTimeout bounds one record's write.
 const otpRecordTimeout = 5 * time.Second
@@ -310,7 +234,7 @@ func (s *Server) retryOTPRecord(sent *sms.Message, now bool) {
 		}
 		if err != nil {
 			s.Metrics.OTPRecordRetried.Inc()
-			if n, ok := r.retried.Add(s.Now(), unknownLogEvery); ok {
+			if n, ok := r.Retried.Add(s.Now(), unknownLogEvery); ok {
 				s.Log.Warn("storing fast-path OTPs as sent failed; retrying until the store answers",
 					"count", n, "id", sent.ID, "producer", sent.Producer, "err", err)
 			}
@@ -318,7 +242,7 @@ func (s *Server) retryOTPRecord(sent *sms.Message, now bool) {
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
-		case <-r.stopping:
+		case <-r.Stopping():
 			t.Stop()
 			if err == nil {
 				err = errOTPRecordsBusy
@@ -352,7 +276,7 @@ func (s *Server) writeOTPRecord(ctx context.Context, sent *sms.Message) error {
 // otpRecordGivenUp counts and (sampled) logs a record not stored.
 func (s *Server) otpRecordGivenUp(sent *sms.Message, err error) {
 	s.Metrics.OTPRecordFailed.Inc()
-	if n, ok := s.OTPRecords.failed.Add(s.Now(), unknownLogEvery); ok {
+	if n, ok := s.OTPRecords.Failed.Add(s.Now(), unknownLogEvery); ok {
 		s.Log.Warn("storing fast-path OTPs as sent failed: their status, receipts and callbacks are not kept",
 			"count", n, "id", sent.ID, "producer", sent.Producer, "err", err)
 	}
