@@ -31,11 +31,16 @@ func simURL(t *testing.T, s *sim.Sim) string {
 	return url
 }
 
-// postJSON posts body to url+path over HTTP and decodes the answer into out
-// (when not nil).
-func postJSON(t *testing.T, url, path, body string, out any) *http.Response {
+// postJSON posts body to url+path over HTTP (GET when body is empty),
+// decodes the answer into out (when not nil), and returns its status and
+// headers.
+func postJSON(t *testing.T, url, path, body string, out any) (int, http.Header) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url+path, strings.NewReader(body))
+	method := http.MethodPost
+	if body == "" {
+		method = http.MethodGet
+	}
+	req, err := http.NewRequestWithContext(t.Context(), method, url+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,10 +56,10 @@ func postJSON(t *testing.T, url, path, body string, out any) *http.Response {
 	}
 	if out != nil {
 		if err := json.Unmarshal(b, out); err != nil {
-			t.Fatalf("POST %s: %d %s: %v", path, resp.StatusCode, b, err)
+			t.Fatalf("%s %s: %d %s: %v", method, path, resp.StatusCode, b, err)
 		}
 	}
-	return resp
+	return resp.StatusCode, resp.Header
 }
 
 // sendFrom sends one message from the sender from ("": none).
@@ -63,8 +68,8 @@ func sendFrom(t *testing.T, url, from string) answer {
 	b, _ := json.Marshal(httpprov.SendRequest{To: "+819012345678", From: from, Body: "hello",
 		Reference: fmt.Sprintf("ref-%d", seq.Add(1))})
 	var e httpprov.ErrorResponse
-	resp := postJSON(t, url, "/send", string(b), &e)
-	return answer{resp.StatusCode, resp.Header.Get("Retry-After"), e.Scope}
+	status, hdr := postJSON(t, url, "/send", string(b), &e)
+	return answer{status, hdr.Get("Retry-After"), e.Scope}
 }
 
 func want(t *testing.T, got answer, status int, retryAfter, scope string) {
@@ -102,14 +107,7 @@ func TestSenderLimits(t *testing.T) {
 	want(t, sendFrom(t, url, "Mkt1"), 200, "", "")
 
 	var st sim.Stats
-	resp, err := http.DefaultClient.Get(url + "/stats")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		t.Fatal(err)
-	}
-	_ = resp.Body.Close()
+	postJSON(t, url, "/stats", "", &st)
 	m1, m2 := st.Senders["Mkt1"], st.Senders["Mkt2"]
 	if m1.Limit != 1 || m1.Accepted != 3 || m1.Rejected429 != 7 || m1.MaxInAny1s != 1 ||
 		m2.Limit != 5 || m2.Accepted != 1 || m2.Rejected429 != 0 || len(st.Senders) != 2 {
@@ -129,9 +127,9 @@ func TestThrottleSender(t *testing.T) {
 	url := simURL(t, s)
 
 	var cs sim.ControlState
-	if resp := postJSON(t, url, "/control", `{"throttle_sender":{"from":"Mkt1","for":"5s"}}`, &cs); resp.StatusCode != 200 ||
+	if status, _ := postJSON(t, url, "/control", `{"throttle_sender":{"from":"Mkt1","for":"5s"}}`, &cs); status != 200 ||
 		!cs.SendersThrottled["Mkt1"].Equal(base.Add(5*time.Second)) {
-		t.Fatalf("POST /control: %d %+v", resp.StatusCode, cs)
+		t.Fatalf("POST /control: %d %+v", status, cs)
 	}
 	want(t, sendFrom(t, url, "Mkt1"), 429, "5", httpprov.ScopeSender)
 	want(t, sendFrom(t, url, "Mkt2"), 200, "", "")
@@ -156,8 +154,8 @@ func TestThrottleSender(t *testing.T) {
 	for _, b := range []string{`{"throttle_sender":{"from":"Mkt1","for":"-1s"}}`, `{"throttle_sender":{"for":"1s"}}`,
 		`{"throttle_sender":{"from":"Mkt1","for":"1s","x":1}}`} {
 		var e httpprov.ErrorResponse
-		if resp := postJSON(t, url, "/control", b, &e); resp.StatusCode != 400 || !strings.Contains(e.Error, "throttle_sender") && !strings.Contains(e.Error, "unknown field") {
-			t.Errorf("POST /control %s: %d %q, want 400 naming the field", b, resp.StatusCode, e.Error)
+		if status, _ := postJSON(t, url, "/control", b, &e); status != 400 || !strings.Contains(e.Error, "throttle_sender") && !strings.Contains(e.Error, "unknown field") {
+			t.Errorf("POST /control %s: %d %q, want 400 naming the field", b, status, e.Error)
 		}
 	}
 }
@@ -172,8 +170,8 @@ func TestSendersBounded(t *testing.T) {
 		want(t, sendFrom(t, url, fmt.Sprintf("S%d", i)), 200, "", "")
 	}
 	var e httpprov.ErrorResponse
-	if resp := postJSON(t, url, "/control", `{"throttle_sender":{"from":"Late","for":"1s"}}`, &e); resp.StatusCode != 400 {
-		t.Fatalf("throttling an untracked sender past the bound: %d", resp.StatusCode)
+	if status, _ := postJSON(t, url, "/control", `{"throttle_sender":{"from":"Late","for":"1s"}}`, &e); status != 400 {
+		t.Fatalf("throttling an untracked sender past the bound: %d", status)
 	}
 	st := s.Stats()
 	if len(st.Senders) != 1+sim.MaxSeenSenders || st.OtherSenders != 5 || st.Accepted != sim.MaxSeenSenders+5 {
