@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -415,5 +416,111 @@ func TestSharedRedisCallLeavesTheCallerTime(t *testing.T) {
 	}
 	if d.Allowed && time.Since(asked)+d.Delay > 600*time.Millisecond+50*time.Millisecond {
 		t.Fatalf("granted a slot %s after the caller asked; want none later than its MaxWait 600ms", time.Since(asked)+d.Delay)
+	}
+}
+
+// slowRedis makes every command and pipeline of a client wait d first (a
+// distant or busy Redis), or until the command's context ends.
+type slowRedis struct{ d time.Duration }
+
+func (h slowRedis) wait(ctx context.Context) error {
+	t := time.NewTimer(h.d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+func (h slowRedis) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h slowRedis) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if err := h.wait(ctx); err != nil {
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h slowRedis) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if err := h.wait(ctx); err != nil {
+			return err
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// newDeadlineShared returns a Shared limiter (fallback at half the rate)
+// on a client with the gateway's options (a context's deadline bounds each
+// command) and hooks.
+func newDeadlineShared(t *testing.T, addr string, cfg Config, hooks ...redis.Hook) *Shared {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, DialerRetries: 1})
+	t.Cleanup(func() { _ = c.Close() })
+	for _, h := range hooks {
+		c.AddHook(h)
+	}
+	r, err := NewRedis(c, redistest.Prefix(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewShared(SharedConfig{Redis: r, MaxSenders: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestSharedFreshConnectionDecidesOnRedis: every Redis command takes
+// 25 ms, and the first decision runs on a fresh connection of a Redis that
+// does not hold the script yet: the dial's handshake and the NOSCRIPT
+// answer before the EVAL make it about five round trips, which an eighth
+// of a 600 ms deadline (75 ms) does not hold. The call gets minRedisCall
+// instead, Redis decides, and the replica stays on the shared schedule.
+func TestSharedFreshConnectionDecidesOnRedis(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	s := newDeadlineShared(t, srv.Addr, Config{Global: Rate{PerSecond: 100, Burst: 4}}, slowRedis{d: 25 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(bg, 600*time.Millisecond)
+	defer cancel()
+	d, err := s.Reserve(ctx, Request{Cost: 1, MaxWait: 100 * time.Millisecond})
+	if err != nil || !d.Allowed || d.Mode != ModeShared {
+		t.Fatalf("first decision on a fresh connection, 25 ms a command: %+v %v; want a grant from Redis", d, err)
+	}
+	if m := s.Mode(); m != ModeShared {
+		t.Fatalf("mode %s after Redis answered; want shared", m)
+	}
+}
+
+// TestSharedHurriedCallerKeepsTheReplicaShared: Redis stops answering and
+// a caller with 280 ms left reserves. Its call gets 245 ms (it keeps an
+// eighth to decide locally), less than minRedisCall: the timeout says
+// nothing about Redis, so that caller is decided locally (or meets its own
+// deadline on a busy machine) and the breaker stays closed for the others.
+func TestSharedHurriedCallerKeepsTheReplicaShared(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	s := newDeadlineShared(t, srv.Addr, Config{Global: Rate{PerSecond: 100, Burst: 4}})
+	if d, err := s.Reserve(bg, Request{Cost: 1}); err != nil || d.Mode != ModeShared {
+		t.Fatalf("with Redis up: %+v %v", d, err)
+	}
+	srv.Freeze()
+	t.Cleanup(srv.Thaw)
+	ctx, cancel := context.WithTimeout(bg, 280*time.Millisecond)
+	defer cancel()
+	d, err := s.Reserve(ctx, Request{Cost: 1, MaxWait: time.Second})
+	switch {
+	case err == nil && d.Mode != ModeFallback:
+		t.Fatalf("hurried caller with Redis frozen: %+v; want a local decision", d)
+	case err != nil && !errors.Is(err, context.DeadlineExceeded):
+		t.Fatalf("hurried caller with Redis frozen: %v", err)
+	}
+	if m := s.Mode(); m != ModeShared {
+		t.Fatalf("mode %s after a hurried caller's call timed out; want the breaker closed for the others", m)
+	}
+	if st := s.br.cb.State(); st != gobreaker.StateClosed {
+		t.Fatalf("breaker %s; want closed", st)
 	}
 }
