@@ -44,7 +44,8 @@ const callerShare = 8
 // failed over) answers EVALSHA with NOSCRIPT before the EVAL: five round
 // trips. A caller that cannot spare minRedisCall still gets its share of
 // its deadline, but the timeout of so short a call opens no breaker: that
-// caller alone decides locally, not its whole replica for redisRetryEvery.
+// caller alone is refused (errCallerHurried), not its whole replica sent
+// to the fallback rate for redisRetryEvery.
 const minRedisCall = 250 * time.Millisecond
 
 // defaultRedisTimeout bounds one Redis call when the caller sets none.
@@ -56,8 +57,12 @@ var errCallerGone = errors.New("limiter: caller context done")
 
 // errCallerHurried marks a Redis call that timed out within the short
 // share of a caller that could not spare minRedisCall: it says nothing
-// about Redis either.
-var errCallerHurried = errors.New("limiter: redis call cut to a hurried caller's share")
+// about Redis either, so the breaker ignores it, and the limiters refuse
+// that caller rather than grant locally beside the shared schedule (the
+// replica's other callers still decide on Redis, and the two together
+// could exceed the limit). It is a deadline error (a net.Error that
+// times out): the caller's answer is a 503 with Retry-After.
+var errCallerHurried = fmt.Errorf("limiter: no answer from redis within the caller's time: %w", context.DeadlineExceeded)
 
 // breakerConfig shapes a breaker.
 type breakerConfig struct {
@@ -157,7 +162,8 @@ func (b *breaker) probe(ctx context.Context, call func(context.Context) error) {
 // can still be decided locally (an OTP's deadline held two Redis timeouts,
 // the ingress quota's and the send limiter's, and the slot the fallback
 // then granted came too late). A call cut shorter than minRedisCall by its
-// caller's deadline that times out is no verdict on Redis (errCallerHurried).
+// caller's deadline that times out is no verdict on Redis: do returns
+// errCallerHurried.
 func (b *breaker) do(ctx context.Context, call func(context.Context) error) error {
 	timeout, verdict := b.callTimeout(ctx)
 	_, err := b.cb.Execute(func() (struct{}, error) {
@@ -169,7 +175,7 @@ func (b *breaker) do(ctx context.Context, call func(context.Context) error) erro
 		case ctx.Err() != nil:
 			return struct{}{}, fmt.Errorf("%w: %w", errCallerGone, err)
 		case !verdict && cctx.Err() != nil:
-			return struct{}{}, fmt.Errorf("%w: %w", errCallerHurried, err)
+			return struct{}{}, errCallerHurried
 		}
 		return struct{}{}, err
 	})

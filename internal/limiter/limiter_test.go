@@ -83,6 +83,8 @@ import (
 //	  breaker.go: `max(minRedisCall, left/callerShare)` -> `left/callerShare`
 //	hurried-caller-opens-the-breaker [TestSharedHurriedCallerKeepsTheReplicaShared]
 //	  breaker.go: `return timeout, timeout >= min(minRedisCall, b.cfg.timeout)` -> `return timeout, true`
+//	hurried-caller-granted-locally [TestSharedHurriedCallerKeepsTheReplicaShared]
+//	  shared.go: `return Decision{}, fmt.Errorf("limiter: reserve: %w", err)` -> `_ = err`
 //	fallback-wait-from-now [TestSharedRedisCallLeavesTheCallerTime]
 //	  shared.go: `req.MaxWait = max(0, req.MaxWait-time.Since(asked))` -> `req.MaxWait = max(0, req.MaxWait-time.Since(asked)*0)`
 //	local-skip-pause [TestLocalPause]
