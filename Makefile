@@ -23,9 +23,11 @@ DEPS = bash scripts/ensure-deps.sh
 # work keeps busy, make test TEST_P=1 runs one test binary at a time.
 # testtimes prints each package's result as it ends, every failed test's
 # output, the skipped tests, and the slowest packages and tests.
+# go test's own vet pass is off (-vet=off): make vet has just run every
+# go vet analyzer on the same packages, tests included.
 test: vet alerts-check
 	$(DEPS) redis chromium promtool helm
-	$(GO) run ./internal/testtimes -- $(GO) test -race -count=1 $(if $(TEST_P),-p $(TEST_P)) -timeout $(TEST_TIMEOUT) -json ./...
+	$(GO) run ./internal/testtimes -- $(GO) test -race -count=1 -vet=off $(if $(TEST_P),-p $(TEST_P)) -timeout $(TEST_TIMEOUT) -json ./...
 
 # Unit tests only (no multi-process end-to-end suite).
 test-short: alerts-check
