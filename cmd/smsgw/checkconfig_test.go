@@ -50,7 +50,7 @@ func TestServeBuildsWhatCheckConfigAccepts(t *testing.T) {
 		"guard window of one millisecond":           `dispatch: {suspension_guard: {window: 1ms, share: 0.999}}`,
 		"the limiter's highest rate":                "provider: {url: \"http://127.0.0.1:1/send\", contract_rps: 2000000}\nlimits: {target_rps: 1000000, burst: 5, max_senders: 1}",
 		"a slow rate over many senders":             `limits: {target_rps: 0.01, burst: 1, max_senders: 1000, classes: {marketing: {max_rps: 0.005}}}`,
-		"twilio with a messaging service":           `provider: {kind: twilio, url: "http://127.0.0.1:1", twilio: {account_sid: AC1, auth_token: 0123456789abcdef0123456789abcdef, messaging_service_sid: MG1}}`,
+		"twilio with a messaging service":           `provider: {kind: twilio, url: "http://127.0.0.1:1", twilio: {account_sid: AC11111111111111111111111111111111, auth_token: 0123456789abcdef0123456789abcdef, messaging_service_sid: MG0123456789abcdef0123456789abcdef}}`,
 		"vonage":                                    `provider: {kind: vonage, vonage: {api_key: k, api_secret: s, from: ACME}}`,
 		"quiet hours for marketing":                 `limits: {classes: {marketing: {max_rps: 70, quiet_hours: {from: "21:00", to: "08:00"}}}}`,
 	}

@@ -17,7 +17,7 @@ import (
 // The kind label of smsgw_inbound_total: a closed set.
 const (
 	InboundOptOut       = "opt_out"       // an opt-out keyword, applied
-	inboundOptIn        = "opt_in"        // an opt-in keyword, applied (whether or not it lifted an entry)
+	InboundOptIn        = "opt_in"        // an opt-in keyword, applied (whether or not it lifted an entry)
 	InboundOther        = "other"         // any other text: acknowledged, nothing else
 	InboundIgnored      = "ignored"       // a keyword while protection.opt_out.enabled is false
 	InboundBadSignature = "bad_signature" // refused 401, nothing changed
@@ -25,7 +25,7 @@ const (
 	InboundUnavailable  = "unavailable"   // the suppression list did not take the change: 503, the vendor may retry
 )
 
-var inboundKinds = []string{InboundOptOut, inboundOptIn, InboundOther, InboundIgnored, InboundBadSignature,
+var inboundKinds = []string{InboundOptOut, InboundOptIn, InboundOther, InboundIgnored, InboundBadSignature,
 	InboundMalformed, InboundUnavailable, InboundReplayed, InboundUnconfirmed, InboundOlder}
 
 var _ dispatch.OptOuts = (*OptOuts)(nil)
@@ -69,15 +69,19 @@ func NewOptOuts(cfg config.OptOutConfig, protect *Protector, reg prometheus.Regi
 	return o, nil
 }
 
-// KindOf is what a message's text asks for: the whole text, trimmed, in
-// any case, against the keywords.
-func (o *OptOuts) KindOf(text string) string {
+// KindOf is what a message asks for: the vendor's own reading of it when
+// it gives one (vendor, InboundOptOut or InboundOptIn: the vendor acts on
+// it, so the list must follow), else the whole text, trimmed, in any
+// case, against the keywords.
+func (o *OptOuts) KindOf(text, vendor string) string {
 	w := strings.ToUpper(strings.TrimSpace(text))
 	switch {
+	case vendor == InboundOptOut || vendor == InboundOptIn:
+		return vendor
 	case o.stop[w]:
 		return InboundOptOut
 	case o.start[w]:
-		return inboundOptIn
+		return InboundOptIn
 	}
 	return InboundOther
 }

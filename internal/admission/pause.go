@@ -94,6 +94,10 @@ func (p *OperatorPause) remaining(now time.Time) time.Duration {
 	return p.until.Sub(now)
 }
 
+// Left is the rest of a timed pause now (0 when not paused or paused
+// until resumed).
+func (p *OperatorPause) Left() time.Duration { return p.remaining(p.now()) }
+
 // Active reports whether the pause holds at now.
 func (p *OperatorPause) Active(now time.Time) bool {
 	p.mu.Lock()

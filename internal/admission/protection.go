@@ -183,7 +183,12 @@ func (p *Protector) Check(ctx context.Context, cls sms.Class, ts []Target) ([]*R
 			ts[i].ID = ids[k]
 		}
 	}
-	if cls != sms.ClassOTP || p.cfg.SuppressOTP && shared {
+	// Transactional and marketing are not looked up here: a message to a
+	// suppressed number is accepted like any other and its take ends it
+	// suppressed, never sent (queue.Suppression), so a producer cannot
+	// probe the list by the answer. An OTP is sent at once (the fast
+	// path): with suppress_otp it is refused here.
+	if cls == sms.ClassOTP && p.cfg.SuppressOTP && shared {
 		if err := p.checkSuppressed(ctx, cls, ts, rest, ids, out); err != nil {
 			return nil, nil, err
 		}

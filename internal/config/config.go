@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"smsgw/internal/limiter"
 	"smsgw/internal/provider/httpprov"
 	"smsgw/internal/provider/twilio"
 	"smsgw/internal/provider/vonage"
@@ -255,6 +256,10 @@ type Producer struct {
 	Rate              float64  `yaml:"rate"`            // ingress messages/s
 	Burst             int      `yaml:"burst"`           // ingress burst
 	MaxOutstanding    int64    `yaml:"max_outstanding"` // queued + in flight; 0 = no limit
+	// MaxKeyedPerDay bounds the requests with an Idempotency-Key the
+	// producer may make in a day, each a first answer kept for the
+	// idempotency window: 0, DefaultMaxKeyedPerDay.
+	MaxKeyedPerDay int64 `yaml:"max_keyed_per_day"`
 	// Senders are the sender ids (from) the producer may use; the first is
 	// its default. Empty: any valid sender, and none by default.
 	Senders []string `yaml:"senders"`
@@ -278,6 +283,10 @@ type WebhookConfig struct {
 	// Allow lists the URL prefixes a message's callback_url may start with;
 	// empty: no per-message callback_url.
 	Allow []string `yaml:"allow"`
+	// AllowNetworks, when set, are the CIDRs this producer's callbacks may
+	// reach although private, loopback or link-local, in place of
+	// webhooks.allow_networks; empty: webhooks.allow_networks.
+	AllowNetworks []string `yaml:"allow_networks"`
 }
 
 // Enabled reports whether the producer can receive callbacks at all.
@@ -298,6 +307,24 @@ type WebhooksConfig struct {
 	// breaker for BreakerOpen: its events wait, nobody else's do.
 	BreakerFailures int           `yaml:"breaker_failures"`
 	BreakerOpen     time.Duration `yaml:"breaker_open"`
+}
+
+// DefaultMaxKeyedPerDay is producers[].max_keyed_per_day when it is 0:
+// about 0.6 GB of Redis a day at the ≈ 600 B a keyed message keeps
+// (docs/operations.md, "What stays per message").
+const DefaultMaxKeyedPerDay = 1_000_000
+
+// MaxMaxKeyedPerDay is the largest producers[].max_keyed_per_day.
+const MaxMaxKeyedPerDay = 100_000_000
+
+// KeyedRate is the producer's quota of keyed requests: max_keyed_per_day
+// (0: DefaultMaxKeyedPerDay) a day, all of it at once.
+func (p Producer) KeyedRate() limiter.Rate {
+	n := p.MaxKeyedPerDay
+	if n == 0 {
+		n = DefaultMaxKeyedPerDay
+	}
+	return limiter.Rate{PerSecond: float64(n) / (24 * 60 * 60), Burst: int(n)}
 }
 
 // KeyHash returns the SHA-256 of the producer's key.

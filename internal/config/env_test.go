@@ -81,9 +81,9 @@ func TestEnvReachesProviderSettings(t *testing.T) {
 		"SMSGW_PROVIDER_KIND=twilio",
 		"SMSGW_PROVIDER_URL=https://twilio.example",
 		"SMSGW_PROVIDER_TOKEN=0123",
-		"SMSGW_PROVIDER_TWILIO_ACCOUNT_SID=AC0123",
+		"SMSGW_PROVIDER_TWILIO_ACCOUNT_SID=AC0123456789abcdef0123456789abcdef",
 		"SMSGW_PROVIDER_TWILIO_AUTH_TOKEN=07770123456789012345678901234567",
-		"SMSGW_PROVIDER_TWILIO_MESSAGING_SERVICE_SID=MG1",
+		"SMSGW_PROVIDER_TWILIO_MESSAGING_SERVICE_SID=MG0123456789abcdef0123456789abcdef",
 		"SMSGW_PROVIDER_VONAGE={api_key: k, api_secret: s}",
 		"SMSGW_PROVIDER_VONAGE_FROM=ACME",
 	})
@@ -92,11 +92,11 @@ func TestEnvReachesProviderSettings(t *testing.T) {
 	}
 	p := cfg.Provider
 	if p.Kind != "twilio" || p.HTTP.URL != "https://twilio.example" || p.HTTP.Token != "0123" ||
-		p.Twilio.AccountSID != "AC0123" || p.Twilio.AuthToken != "07770123456789012345678901234567" || p.Twilio.MessagingServiceSID != "MG1" ||
+		p.Twilio.AccountSID != "AC0123456789abcdef0123456789abcdef" || p.Twilio.AuthToken != "07770123456789012345678901234567" || p.Twilio.MessagingServiceSID != "MG0123456789abcdef0123456789abcdef" ||
 		p.Vonage.APIKey != "k" || p.Vonage.APISecret != "s" || p.Vonage.From != "ACME" {
 		t.Fatalf("provider = %+v", p)
 	}
-	_, err = Load(base, []string{"SMSGW_PROVIDER_KIND=twilio", "SMSGW_PROVIDER_TWILIO_ACCOUNT_SID=AC0123"})
+	_, err = Load(base, []string{"SMSGW_PROVIDER_KIND=twilio", "SMSGW_PROVIDER_TWILIO_ACCOUNT_SID=AC0123456789abcdef0123456789abcdef"})
 	for _, want := range []string{"provider.twilio.auth_token: must be set", "provider.twilio.from:"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q: %v", want, err)

@@ -79,7 +79,7 @@ provider:
   kind: twilio
   url: "https://twilio.example"
   token: "unused"
-  twilio: {account_sid: AC1, auth_token: tok-0123456789abcdef, from: "+15005550006", messaging_service_sid: MG1}
+  twilio: {account_sid: AC11111111111111111111111111111111, auth_token: tok-0123456789abcdef, from: "+15005550006", messaging_service_sid: MG0123456789abcdef0123456789abcdef}
   vonage: {api_key: k, api_secret: s, from: ACME}
 producers: [{name: app, key: "app-key-0123456789ab", classes: [otp], rate: 1, burst: 1}]
 `), nil)
@@ -88,8 +88,8 @@ producers: [{name: app, key: "app-key-0123456789ab", classes: [otp], rate: 1, bu
 	}
 	p := cfg.Provider
 	if p.HTTP.URL != "https://twilio.example" || p.HTTP.Token != "unused" ||
-		p.Twilio.AccountSID != "AC1" || p.Twilio.AuthToken != "tok-0123456789abcdef" || p.Twilio.From != "+15005550006" ||
-		p.Twilio.MessagingServiceSID != "MG1" || p.Vonage.APIKey != "k" || p.Vonage.APISecret != "s" || p.Vonage.From != "ACME" {
+		p.Twilio.AccountSID != "AC11111111111111111111111111111111" || p.Twilio.AuthToken != "tok-0123456789abcdef" || p.Twilio.From != "+15005550006" ||
+		p.Twilio.MessagingServiceSID != "MG0123456789abcdef0123456789abcdef" || p.Vonage.APIKey != "k" || p.Vonage.APISecret != "s" || p.Vonage.From != "ACME" {
 		t.Fatalf("provider = %+v", p)
 	}
 }

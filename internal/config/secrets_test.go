@@ -28,11 +28,11 @@ func TestWeakSecretsRefused(t *testing.T) {
 		{"admin.previous_key", func(c *Config, s string) { c.Admin.Key, c.Admin.PreviousKey = strong, s }},
 		{"provider.twilio.auth_token", func(c *Config, s string) {
 			c.Provider.Kind, c.Provider.HTTP.URL = "twilio", ""
-			c.Provider.Twilio = twilio.Settings{AccountSID: "AC0123", AuthToken: s, From: "+15005550006"}
+			c.Provider.Twilio = twilio.Settings{AccountSID: "AC0123456789abcdef0123456789abcdef", AuthToken: s, From: "+15005550006"}
 		}},
 		{"provider.twilio.webhook_auth_token", func(c *Config, s string) {
 			c.Provider.Kind, c.Provider.HTTP.URL = "twilio", ""
-			c.Provider.Twilio = twilio.Settings{AccountSID: "AC0123", AuthToken: strong, WebhookAuthToken: s, From: "+15005550006"}
+			c.Provider.Twilio = twilio.Settings{AccountSID: "AC0123456789abcdef0123456789abcdef", AuthToken: strong, WebhookAuthToken: s, From: "+15005550006"}
 		}},
 		{"provider.vonage.signature_secret", func(c *Config, s string) {
 			c.Provider.Kind, c.Provider.HTTP.URL = "vonage", ""

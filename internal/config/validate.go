@@ -133,6 +133,7 @@ func (c *Config) validateProvider(p *problems) {
 		p.addErr(pc.HTTP.Validate("provider"))
 	case "twilio":
 		p.addErr(pc.Twilio.Validate("provider.twilio"))
+		p.addErr(pc.Twilio.CheckWebhooks("provider.twilio", "provider.receipt_url", pc.ReceiptURL, pc.InboundURL))
 	case "vonage":
 		p.addErr(pc.Vonage.Validate("provider.vonage"))
 	case "":
@@ -145,7 +146,9 @@ func (c *Config) validateProvider(p *problems) {
 		p.addErr(httpprov.CheckURL("provider.url", pc.HTTP.URL))
 	}
 	if pc.ReceiptURL != "" {
-		p.addErr(httpprov.CheckURL("provider.receipt_url", pc.ReceiptURL))
+		if pc.Kind != "twilio" { // twilio: CheckWebhooks, above, checks it as its StatusCallback
+			p.addErr(httpprov.CheckURL("provider.receipt_url", pc.ReceiptURL))
+		}
 		checkWebhookTLS(p, "provider.receipt_url", pc.ReceiptURL)
 	}
 	validatePreviousReceiptSecret(p, pc)
@@ -326,6 +329,11 @@ func (c *Config) validateProducers(p *problems) {
 		}
 		if pr.MaxOutstanding < 0 {
 			p.add(key+".max_outstanding", "must be >= 0 (0 means no limit)")
+		}
+		if pr.MaxKeyedPerDay < 0 || pr.MaxKeyedPerDay > MaxMaxKeyedPerDay {
+			p.add(key+".max_keyed_per_day", "must be 0 (the default, %d) to %d", DefaultMaxKeyedPerDay, MaxMaxKeyedPerDay)
+		} else {
+			checkRate(p, key+".max_keyed_per_day", "the keyed-request quota", pr.KeyedRate())
 		}
 		validateWebhook(p, key+".webhook", pr.Webhook)
 		seen := map[string]bool{}

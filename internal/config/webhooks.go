@@ -39,6 +39,15 @@ func ParseWebhookSecret(s string) ([]byte, error) {
 	if len(key) < minWebhookKey || len(key) > maxWebhookKey {
 		return nil, fmt.Errorf("key is %d bytes, want %d to %d", len(key), minWebhookKey, maxWebhookKey)
 	}
+	// Random key bytes: whsec_AAAA… (all zero) or one byte repeated signs
+	// every callback with a key anyone can guess, as a weak secret would.
+	distinct := map[byte]bool{}
+	for _, c := range key {
+		distinct[c] = true
+	}
+	if len(distinct) < minSecretDistinct {
+		return nil, fmt.Errorf("key must hold at least %d different byte values (use random bytes: %s + openssl rand -base64 32)", minSecretDistinct, WebhookSecretPrefix)
+	}
 	return key, nil
 }
 
@@ -127,6 +136,7 @@ func validateWebhook(p *problems, key string, w WebhookConfig) {
 			p.add(fmt.Sprintf("%s.allow[%d]", key, i), "must not carry a query")
 		}
 	}
+	checkNetworks(p, key+".allow_networks", w.AllowNetworks)
 	var cur []byte
 	switch {
 	case w.Enabled() && w.Secret == "":
@@ -155,11 +165,7 @@ func validateWebhook(p *problems, key string, w WebhookConfig) {
 
 func (c *Config) validateWebhooks(p *problems) {
 	w := c.Webhooks
-	for i, s := range w.AllowNetworks {
-		if _, err := netip.ParsePrefix(s); err != nil {
-			p.add(fmt.Sprintf("webhooks.allow_networks[%d]", i), "%q is not a CIDR", s)
-		}
-	}
+	checkNetworks(p, "webhooks.allow_networks", w.AllowNetworks)
 	if w.Timeout <= 0 {
 		p.add("webhooks.timeout", "must be > 0")
 	}
@@ -245,4 +251,14 @@ func applyWebhookSecrets(cfg *Config, environ []string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkNetworks refuses every entry of an allow_networks list (key) that
+// is not a CIDR.
+func checkNetworks(p *problems, key string, cidrs []string) {
+	for i, s := range cidrs {
+		if _, err := netip.ParsePrefix(s); err != nil {
+			p.add(fmt.Sprintf("%s[%d]", key, i), "%q is not a CIDR", s)
+		}
+	}
 }

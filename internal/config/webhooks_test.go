@@ -129,3 +129,53 @@ producers:
 		}
 	}
 }
+
+// webhook.allow_networks, a producer's own list of networks its callbacks
+// may reach: read from the file, each entry a CIDR, an error naming the
+// entry's key otherwise; the global webhooks.allow_networks is checked by
+// the same rule.
+func TestWebhookAllowNetworksPerProducer(t *testing.T) {
+	doc := func(webhook, global string) []byte {
+		return []byte(`
+provider: {url: "http://127.0.0.1:9100/send"}
+webhooks: {allow_networks: ` + global + `}
+producers:
+  - {name: notify-worker, key: "app-key-0123456789ab", classes: [otp], rate: 1, burst: 1, webhook: ` + webhook + `}
+`)
+	}
+	cfg, err := Load(doc(`{url: "https://hooks.example/sms", secret: "`+testWebhookSecret+`", allow_networks: ["10.0.0.0/8", "fd00::/8"]}`, `[]`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Producers[0].Webhook.AllowNetworks; len(got) != 2 || got[0] != "10.0.0.0/8" || got[1] != "fd00::/8" {
+		t.Errorf("allow_networks = %v", got)
+	}
+	for _, c := range []struct{ webhook, global, want string }{
+		{`{url: "https://h.example/", secret: "` + testWebhookSecret + `", allow_networks: ["10.0.0.0/8", "10.0.0.300/8"]}`, `[]`,
+			`producers[0] (notify-worker).webhook.allow_networks[1]: "10.0.0.300/8" is not a CIDR`},
+		{`{url: "https://h.example/", secret: "` + testWebhookSecret + `"}`, `[localhost]`,
+			`webhooks.allow_networks[0]: "localhost" is not a CIDR`},
+	} {
+		if _, err := Load(doc(c.webhook, c.global), nil); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v, want an error with %q", err, c.want)
+		}
+	}
+}
+
+// A webhook secret whose key bytes are not random (all zero, one byte
+// repeated) is refused naming the key, never repeating the secret.
+func TestWebhookSecretNotUniform(t *testing.T) {
+	for _, s := range []string{"whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", "whsec_" + "QUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFB", "whsec_AQIDBAECAwQBAgMEAQIDBAECAwQBAgME"} {
+		_, err := Load([]byte(`
+provider: {url: "http://127.0.0.1:9100/send"}
+producers:
+  - {name: notify, key: "app-key-0123456789ab", classes: [transactional], rate: 1, burst: 1, webhook: {url: "https://h.example/", secret: "`+s+`"}}
+`), nil)
+		if err == nil || !strings.Contains(err.Error(), "producers[0] (notify).webhook.secret: key must hold at least 8 different byte values") || strings.Contains(err.Error(), s[6:]) {
+			t.Errorf("%s: %v, want a refusal naming the key", s, err)
+		}
+	}
+	if _, err := ParseWebhookSecret(testWebhookSecret); err != nil {
+		t.Errorf("a random secret refused: %v", err)
+	}
+}

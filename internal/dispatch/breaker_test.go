@@ -28,11 +28,7 @@ func TestBreakerOpensOnFailures(t *testing.T) {
 		mu.Unlock()
 		return provider.Result{}, unavailableErr()
 	})
-	ms := make([]*sms.Message, 10)
-	for i := range ms {
-		ms[i] = newMsg(sms.ClassTransactional)
-	}
-	enqueue(t, q, ms...)
+	ids := enqueueN(t, q, 10, sms.ClassTransactional)
 	const open = 1500 * time.Millisecond
 	d, _ := newDispatcher(t, Config{Queue: q, Limiter: acct.limiter(t, nil, defaultLimits), Provider: p,
 		Workers: 1, BulkBatch: 1, MaxAttempts: 100, BackoffBase: time.Millisecond, BackoffMax: time.Millisecond,
@@ -52,8 +48,8 @@ func TestBreakerOpensOnFailures(t *testing.T) {
 	}
 	spentNow := func() int {
 		spent := 0
-		for _, m := range ms {
-			got, err := q.Get(context.Background(), m.ID)
+		for _, id := range ids {
+			got, err := q.Get(context.Background(), id)
 			if err != nil {
 				t.Fatal(err)
 			}

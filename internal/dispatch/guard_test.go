@@ -29,20 +29,20 @@ func (a account) guard(t testing.TB, c redis.UniversalClient, cfg GuardConfig) G
 		t.Fatal(err)
 	}
 	w, err := state.NewRedisThrottles(c, sp, 10*time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := NewGuard(w, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
+	return mustGuard(t, w, err, cfg)
 }
 
 // localGuard returns a Guard counting in this process (embedded mode).
 func localGuard(t testing.TB, cfg GuardConfig) Guard {
 	t.Helper()
 	w, err := state.NewLocalThrottles(10 * time.Minute)
+	return mustGuard(t, w, err, cfg)
+}
+
+// mustGuard is the Guard with cfg over the 429 window w, whose
+// construction returned err.
+func mustGuard(t testing.TB, w state.Throttles, err error, cfg GuardConfig) Guard {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,13 +137,7 @@ func TestGuardSlowsEveryReplica(t *testing.T) {
 			t.Errorf("smsgw_dispatch_suspension_guard_active = %v, want 1", v)
 		}
 	}
-	ms := make([]*sms.Message, n)
-	ids := make([]string, n)
-	for i := range ms {
-		ms[i] = newMsg(sms.ClassTransactional)
-		ids[i] = ms[i].ID
-	}
-	enqueue(t, q, ms...)
+	ids := enqueueN(t, q, n, sms.ClassTransactional)
 	waitTerminal(t, q, ids...)
 	mu.Lock()
 	defer mu.Unlock()

@@ -140,6 +140,19 @@ func (f funcProvider) Send(ctx context.Context, req *provider.Request) (provider
 // newMsg builds a message the way the API does: id and CreatedAt now.
 func newMsg(c sms.Class) *sms.Message { return smstest.Message("test", c) }
 
+// enqueueN enqueues n new messages of class c in q and returns their ids.
+func enqueueN(t testing.TB, q queue.Queue, n int, c sms.Class) []string {
+	t.Helper()
+	ms := make([]*sms.Message, n)
+	ids := make([]string, n)
+	for i := range ms {
+		ms[i] = newMsg(c)
+		ids[i] = ms[i].ID
+	}
+	enqueue(t, q, ms...)
+	return ids
+}
+
 func enqueue(t testing.TB, q queue.Queue, ms ...*sms.Message) {
 	t.Helper()
 	res, err := q.EnqueueMany(context.Background(), ms)

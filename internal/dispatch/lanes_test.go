@@ -36,11 +36,7 @@ func TestOTPNotStarvedByMarketing(t *testing.T) {
 		}
 		return provider.Result{ProviderID: "mkt"}, nil
 	})
-	ms := make([]*sms.Message, 6)
-	for i := range ms {
-		ms[i] = newMsg(sms.ClassMarketing)
-	}
-	enqueue(t, q, ms...)
+	enqueueN(t, q, 6, sms.ClassMarketing)
 	d, _ := newDispatcher(t, Config{Queue: q, Limiter: acct.limiter(t, nil, defaultLimits), Provider: p,
 		Workers: 2, OTPWorkers: 1, BulkBatch: 1})
 	for range 2 {

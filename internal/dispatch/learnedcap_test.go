@@ -60,13 +60,7 @@ func TestLearnedBatchCapRecovers(t *testing.T) {
 	q := acct.queue(t, nil)
 	d, _ := newDispatcher(t, Config{Queue: q, Limiter: lim, Provider: p, LearnedCapTTL: 50 * time.Millisecond})
 	batch := func() []string {
-		ms := make([]*sms.Message, 8)
-		ids := make([]string, len(ms))
-		for i := range ms {
-			ms[i] = newMsg(sms.ClassTransactional)
-			ids[i] = ms[i].ID
-		}
-		enqueue(t, q, ms...)
+		ids := enqueueN(t, q, 8, sms.ClassTransactional)
 		d.Notify(sms.ClassTransactional)
 		return ids
 	}

@@ -64,13 +64,7 @@ func TestCrashedReplicaMessagesRecovered(t *testing.T) {
 	const n, lease = 6, time.Second
 	acct := newAccount(t)
 	q := acct.queue(t, nil)
-	ms := make([]*sms.Message, n)
-	ids := make([]string, n)
-	for i := range ms {
-		ms[i] = newMsg(sms.ClassTransactional)
-		ids[i] = ms[i].ID
-	}
-	enqueue(t, q, ms...)
+	ids := enqueueN(t, q, n, sms.ClassTransactional)
 
 	hang := newHangingProvider()
 	a, err := New(withRequired(Config{Queue: q, Limiter: acct.limiter(t, nil, defaultLimits), Provider: hang, Owner: "a",
@@ -172,11 +166,7 @@ func TestStop(t *testing.T) {
 			t.Parallel()
 			acct := newAccount(t)
 			q := acct.queue(t, nil)
-			ms := make([]*sms.Message, 5)
-			for i := range ms {
-				ms[i] = newMsg(sms.ClassTransactional)
-			}
-			enqueue(t, q, ms...)
+			enqueueN(t, q, 5, sms.ClassTransactional)
 			hang := newHangingProvider()
 			d, err := New(withRequired(Config{Queue: q, Limiter: acct.limiter(t, nil, defaultLimits), Provider: hang, Owner: "stop",
 				Workers: 2, OTPWorkers: 1, Logger: testLogger(), Registerer: prometheus.NewRegistry()}))

@@ -48,6 +48,10 @@ const (
 	noSlotFallback  = "rate-fallback" // Redis is down and the message costs more than this replica's fallback burst
 )
 
+// Paused reports that every replica was paused (a provider's throttle or
+// an operator).
+func (e NoSlotError) Paused() bool { return e.Reason == noSlotPaused }
+
 func (e NoSlotError) Error() string {
 	return fmt.Sprintf("dispatch: no send slot within the deadline (%s); retry after %s", e.Reason, e.RetryAfter)
 }

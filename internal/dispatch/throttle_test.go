@@ -31,13 +31,7 @@ func TestThrottleAllPausesEveryReplica(t *testing.T) {
 	acct := newAccount(t)
 	s, _, url := startSim(t, sim.Config{Limit: 100})
 	producer := acct.queue(t, nil)
-	ms := make([]*sms.Message, campaign)
-	ids := make([]string, campaign)
-	for i := range ms {
-		ms[i] = newMsg(sms.ClassMarketing)
-		ids[i] = ms[i].ID
-	}
-	enqueue(t, producer, ms...)
+	ids := enqueueN(t, producer, campaign, sms.ClassMarketing)
 	watches := make([]*throttleWatch, 3)
 	reps := startReplicas(t, acct, 3, url, &redistest.RoundTrips{}, func(c *Config) {
 		w := &throttleWatch{next: c.Provider}

@@ -270,7 +270,8 @@ func (r *recorder) Helper() {}
 // contract, so the handler tests' validation means something.
 func TestSpecCheckCanFail(t *testing.T) {
 	hr, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://127.0.0.1:1/v1/messages", nil)
-	json := http.Header{"Content-Type": {"application/json"}, "Location": {"/v1/messages/x"}}
+	json := http.Header{"Content-Type": {"application/json"}, "Location": {"/v1/messages/x"}, "X-Request-Id": {"r1"}}
+	undeclared := http.Header{"Content-Type": {"application/json"}, "Location": {"/v1/messages/x"}, "X-Request-Id": {"r1"}, "Retry-After": {"1"}}
 	problem := http.Header{"Content-Type": {"application/problem+json"}}
 	for _, tc := range []struct {
 		name string
@@ -278,11 +279,13 @@ func TestSpecCheckCanFail(t *testing.T) {
 		ok   bool
 	}{
 		{"valid 202", reply{202, json, []byte(`{"id":"msg_01JD5ZQ8X2N4M7P9R3T6V8W0YA","status":"queued","class":"otp","segments":1,"encoding":"GSM-7","estimated_send_at":"2026-01-01T00:00:00Z"}`)}, true},
+		{"202 with a header the spec does not declare on it", reply{202, undeclared, []byte(`{"id":"msg_01JD5ZQ8X2N4M7P9R3T6V8W0YA","status":"queued","class":"otp","segments":1,"encoding":"GSM-7","estimated_send_at":"2026-01-01T00:00:00Z"}`)}, false},
+		{"202 without X-Request-Id", reply{202, http.Header{"Content-Type": {"application/json"}}, []byte(`{"id":"msg_01JD5ZQ8X2N4M7P9R3T6V8W0YA","status":"queued","class":"otp","segments":1,"encoding":"GSM-7","estimated_send_at":"2026-01-01T00:00:00Z"}`)}, false},
 		{"202 without id", reply{202, json, []byte(`{"status":"queued","class":"otp","segments":1,"encoding":"GSM-7","estimated_send_at":"2026-01-01T00:00:00Z"}`)}, false},
 		{"202 with unknown class", reply{202, json, []byte(`{"id":"msg_01JD5ZQ8X2N4M7P9R3T6V8W0YA","status":"queued","class":"bulk","segments":1,"encoding":"GSM-7","estimated_send_at":"2026-01-01T00:00:00Z"}`)}, false},
 		{"undocumented status", reply{418, problem, []byte(`{"type":"urn:smsgw:problem:internal","title":"x","status":418}`)}, false},
 		{"429 without Retry-After", reply{429, problem, []byte(`{"type":"urn:smsgw:problem:rate-limited","title":"x","status":429}`)}, false},
-		{"429 with Retry-After", reply{429, http.Header{"Content-Type": {"application/problem+json"}, "Retry-After": {"1"}}, []byte(`{"type":"urn:smsgw:problem:rate-limited","title":"x","status":429}`)}, true},
+		{"429 with Retry-After", reply{429, http.Header{"Content-Type": {"application/problem+json"}, "Retry-After": {"1"}, "X-Request-Id": {"r1"}}, []byte(`{"type":"urn:smsgw:problem:rate-limited","title":"x","status":429}`)}, true},
 		{"429 of an unknown type", reply{429, http.Header{"Content-Type": {"application/problem+json"}, "Retry-After": {"1"}}, []byte(`{"type":"urn:smsgw:problem:slow-down","title":"x","status":429}`)}, false},
 		{"202 scheduled", reply{202, json, []byte(`{"id":"msg_01JD5ZQ8X2N4M7P9R3T6V8W0YA","status":"scheduled","class":"otp","segments":1,"encoding":"GSM-7","estimated_send_at":"2026-01-01T00:00:00Z","send_at":"2026-01-01T00:00:00Z"}`)}, true},
 	} {

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"net/http"
 	"time"
 
 	"smsgw/internal/config"
@@ -39,7 +40,15 @@ func newCallbacks(cfg config.Config, d deps, b *backend, owner string) (*httpapi
 				return nil, fmt.Errorf("gateway: producers[%d].webhook.previous_secret: %w", i, err)
 			}
 		}
-		dests[p.Name] = webhook.Destination{URL: p.Webhook.URL, Key: key, PreviousKey: prev}
+		var client *http.Client // producers[].webhook.allow_networks, in place of the global list
+		if len(p.Webhook.AllowNetworks) > 0 {
+			own, err := webhook.ParseNetworks(p.Webhook.AllowNetworks)
+			if err != nil {
+				return nil, fmt.Errorf("gateway: producers[%d].webhook.allow_networks: %w", i, err)
+			}
+			client = webhook.NewClient(w.Timeout, own)
+		}
+		dests[p.Name] = webhook.Destination{URL: p.Webhook.URL, Key: key, PreviousKey: prev, Client: client}
 		allowed[p.Name] = httpapi.ParseCallbackPrefixes(p.Webhook.Allow)
 	}
 	m, err := webhook.NewMetrics(d.reg)

@@ -235,3 +235,44 @@ func TestCallbackSecretRotation(t *testing.T) {
 		t.Errorf("%d deliveries the endpoint holding the previous secret could not verify", hook.bad)
 	}
 }
+
+// A producer's own webhook.allow_networks replaces webhooks.allow_networks
+// for its callbacks alone: listed there, its loopback receiver is reached
+// while another producer's is refused; listed globally, a producer whose
+// own list leaves loopback out is refused while the other falls back to
+// the global list and is reached.
+func TestCallbackNetworksPerProducer(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		global, own   []string
+		notifyReached bool
+	}{
+		{"own list only", nil, []string{"127.0.0.0/8"}, true},
+		{"global list, own narrower", []string{"127.0.0.0/8"}, []string{"10.0.0.0/8"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			hook, own := newHookReceiver(t), newHookReceiver(t)
+			h := start(t, embeddedMode, func(cfg *config.Config) {
+				cfg.Producers[0].Webhook = config.WebhookConfig{URL: hook.srv.URL + "/hook", Secret: testWebhookSecret, AllowNetworks: tc.own}
+				cfg.Producers[1].Webhook = config.WebhookConfig{Secret: testWebhookSecret, Allow: []string{own.srv.URL + "/otp/"}}
+				cfg.Webhooks.AllowNetworks = tc.global
+			})
+			wantStatus(t, h.post("/v1/messages", keyNotify, msg("transactional")), http.StatusAccepted)
+			wantStatus(t, h.post("/v1/otp", keyLogin, map[string]any{"to": "+819012345678", "body": "code 4711",
+				"callback_url": own.srv.URL + "/otp/x"}), http.StatusOK)
+			reached, refused := own, hook
+			if tc.notifyReached {
+				reached, refused = hook, own
+			}
+			eventually(t, "one event delivered and one refused", func() bool {
+				r := h.get("/metrics", "")
+				return len(reached.events()) == 1 && strings.Contains(string(r.body), `smsgw_callbacks_attempts_total{outcome="refused"}`) &&
+					!strings.Contains(string(r.body), `smsgw_callbacks_attempts_total{outcome="refused"} 0`)
+			})
+			if n := len(refused.events()); n != 0 {
+				t.Fatalf("the receiver outside its producer's networks got %d events", n)
+			}
+		})
+	}
+}

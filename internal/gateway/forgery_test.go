@@ -47,7 +47,7 @@ func TestInboundReplay(t *testing.T) {
 				if l := h.suppressionsOf(t); len(l) != 1 || l[0].Source != "recipient" {
 					t.Fatalf("a replayed START lifted the STOP: %+v", l)
 				}
-				wantProblem(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusUnprocessableEntity, httpapi.KindSuppressed, "to")
+				wantSuppressedLater(t, h, h.post("/v1/messages", keyNotify, msg("marketing")))
 				mv := metricValues(h.metrics(), "smsgw_inbound_total")
 				for kind, want := range map[string]float64{"replayed": 1, "opt_in": 1, "opt_out": 2} {
 					if got := mv[`smsgw_inbound_total{adapter="`+a.name+`",kind="`+kind+`"}`]; got != want {
@@ -135,7 +135,7 @@ func TestInboundRecut(t *testing.T) {
 			a.ok(t, a.post(h, inboundFrom, "STOP", true))
 			text := "STARTFrom" + inboundFrom + "FromCity"
 			sid := twilioInbound(attacker, text)
-			captured := url.Values{"MessageSid": {sid}, "AccountSid": {"AC0123"}, "From": {attacker}, "To": {"+15005550006"},
+			captured := url.Values{"MessageSid": {sid}, "AccountSid": {"AC0123456789abcdef0123456789abcdef"}, "From": {attacker}, "To": {"+15005550006"},
 				"Body": {text}, "NumMedia": {"0"}}
 			sig := twilio.Signature(twilioToken, twilioPublic, captured)
 			post := func(f url.Values) reply {
@@ -156,9 +156,9 @@ func TestInboundRecut(t *testing.T) {
 			// A second capture, its text built for a name given twice.
 			text2 := "STARTFrom" + inboundFrom
 			sid2 := twilioInbound(attacker, text2)
-			captured2 := url.Values{"MessageSid": {sid2}, "AccountSid": {"AC0123"}, "From": {attacker}, "To": {"+15005550006"},
+			captured2 := url.Values{"MessageSid": {sid2}, "AccountSid": {"AC0123456789abcdef0123456789abcdef"}, "From": {attacker}, "To": {"+15005550006"},
 				"Body": {text2}, "NumMedia": {"0"}}
-			twice := url.Values{"MessageSid": {sid2}, "AccountSid": {"AC0123"}, "From": {inboundFrom, attacker}, "To": {"+15005550006"},
+			twice := url.Values{"MessageSid": {sid2}, "AccountSid": {"AC0123456789abcdef0123456789abcdef"}, "From": {inboundFrom, attacker}, "To": {"+15005550006"},
 				"Body": {"START"}, "NumMedia": {"0"}}
 			sig2 := twilio.Signature(twilioToken, twilioPublic, captured2)
 			if twilio.Signature(twilioToken, twilioPublic, twice) != sig2 {

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -327,6 +329,36 @@ func checkSpec(t testing.TB, hr *http.Request, r reply) {
 	if err := openapi3filter.ValidateResponse(context.Background(), in); err != nil {
 		t.Errorf("%s %s → %d does not match api/openapi.yaml: %v\nbody: %s", hr.Method, hr.URL.Path, r.status, err, r.body)
 	}
+	if undeclared := undeclaredHeaders(route.Operation, r); len(undeclared) > 0 {
+		t.Errorf("%s %s → %d sends headers api/openapi.yaml does not declare for it: %v", hr.Method, hr.URL.Path, r.status, undeclared)
+	}
+}
+
+// plumbing are the headers of HTTP itself, which no answer of the spec
+// declares; every other header an answer carries must be declared on it.
+var plumbing = []string{"Content-Type", "Content-Length", "Date", "Cache-Control", "Vary", "Transfer-Encoding", "Connection"}
+
+// undeclaredHeaders lists the headers of r that op's answer for r.status
+// does not declare.
+func undeclaredHeaders(op *openapi3.Operation, r reply) []string {
+	resp := op.Responses.Status(r.status)
+	if resp == nil {
+		resp = op.Responses.Default()
+	}
+	if resp == nil || resp.Value == nil {
+		return nil // an undocumented status: ValidateResponse reports it
+	}
+	var out []string
+	for name := range r.header {
+		if slices.Contains(plumbing, name) {
+			continue
+		}
+		if !slices.ContainsFunc(slices.Collect(maps.Keys(resp.Value.Headers)), func(d string) bool { return strings.EqualFold(d, name) }) {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func (h *harness) post(path, key string, body any, header ...string) reply {

@@ -169,8 +169,8 @@ func serveTwilioMessage(w http.ResponseWriter, r *http.Request) bool {
 	}
 	sid, _ := strings.CutSuffix(r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:], ".json")
 	m, ok := twilioMessages.Load(sid)
-	if u, p, auth := r.BasicAuth(); !ok || !auth || u != "AC0123" || p == "" ||
-		!strings.HasPrefix(r.URL.Path, "/2010-04-01/Accounts/AC0123/Messages/") {
+	if u, p, auth := r.BasicAuth(); !ok || !auth || u != "AC0123456789abcdef0123456789abcdef" || p == "" ||
+		!strings.HasPrefix(r.URL.Path, "/2010-04-01/Accounts/AC0123456789abcdef0123456789abcdef/Messages/") {
 		http.NotFound(w, r)
 		return true
 	}
@@ -209,7 +209,7 @@ func TestTwilioReceipts(t *testing.T) {
 		c.Provider.Kind = "twilio"
 		c.Provider.HTTP.URL = srv.URL
 		c.Provider.ReceiptURL = public
-		c.Provider.Twilio = twilio.Settings{AccountSID: "AC0123", AuthToken: token, From: "+15005550006"}
+		c.Provider.Twilio = twilio.Settings{AccountSID: "AC0123456789abcdef0123456789abcdef", AuthToken: token, From: "+15005550006"}
 	})
 	v := h.sendAndWait(t)
 	fake.mu.Lock()
@@ -219,7 +219,7 @@ func TestTwilioReceipts(t *testing.T) {
 	if err != nil || u.Query().Get("smsgw_ref") != v.ID || !strings.HasPrefix(callback, public+"?") {
 		t.Fatalf("StatusCallback %q: want %s?smsgw_ref=%s", callback, public, v.ID)
 	}
-	form := url.Values{"MessageSid": {v.ProviderMessageID}, "MessageStatus": {"delivered"}, "AccountSid": {"AC0123"}}
+	form := url.Values{"MessageSid": {v.ProviderMessageID}, "MessageStatus": {"delivered"}, "AccountSid": {"AC0123456789abcdef0123456789abcdef"}}
 	post := func(sig string) reply {
 		return h.do(req{method: http.MethodPost, path: "/v1/receipts/twilio?" + u.RawQuery, body: form.Encode(),
 			header: map[string]string{"Content-Type": "application/x-www-form-urlencoded", twilio.HeaderSignature: sig}})

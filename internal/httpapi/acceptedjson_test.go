@@ -21,16 +21,7 @@ func TestMarshalAcceptedAgrees(t *testing.T) {
 		time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC), now.In(time.FixedZone("odd", -(3*3600 + 30*60 + 15)))}
 	strs := []string{"", "01JN5V6Q8Z3X4Y5W6V7U8T9S0R", "queued", "scheduled", "GSM-7", "UCS-2", "a<b", "a&b", `q"uote`, `back\slash`, "tab\t", "é", "\u2028", "\xff", "~ !"}
 	for range 5000 {
-		a := AcceptedMessage{
-			ID: strs[rng.IntN(len(strs))], Status: sms.Status(strs[rng.IntN(len(strs))]), Class: sms.Class(rng.IntN(4)),
-			Segments: rng.IntN(20) - 2, Encoding: strs[rng.IntN(len(strs))], EstimatedSendAt: times[rng.IntN(len(times))],
-		}
-		if rng.IntN(2) == 0 {
-			a.SendAt = &times[rng.IntN(len(times))]
-		}
-		if rng.IntN(2) == 0 {
-			a.ExpiresAt = &times[rng.IntN(len(times))]
-		}
+		a := randomAccepted(rng, times, strs)
 		got, gerr := marshalAccepted(&a)
 		want, werr := json.Marshal(&a)
 		if (gerr == nil) != (werr == nil) || !bytes.Equal(got, want) {
@@ -42,4 +33,20 @@ func TestMarshalAcceptedAgrees(t *testing.T) {
 	if !state.PlainJSON(a.ID) || !a.Class.Valid() || testing.AllocsPerRun(100, func() { _, _ = marshalAccepted(&a) }) > 1 {
 		t.Fatal("the common answer does not take the short path")
 	}
+}
+
+// randomAccepted is an accepted message's answer made of strs and times,
+// each field drawn at random (send_at and expires_at half the time).
+func randomAccepted(rng *rand.Rand, times []time.Time, strs []string) AcceptedMessage {
+	a := AcceptedMessage{
+		ID: strs[rng.IntN(len(strs))], Status: sms.Status(strs[rng.IntN(len(strs))]), Class: sms.Class(rng.IntN(4)),
+		Segments: rng.IntN(20) - 2, Encoding: strs[rng.IntN(len(strs))], EstimatedSendAt: times[rng.IntN(len(times))],
+	}
+	if rng.IntN(2) == 0 {
+		a.SendAt = &times[rng.IntN(len(times))]
+	}
+	if rng.IntN(2) == 0 {
+		a.ExpiresAt = &times[rng.IntN(len(times))]
+	}
+	return a
 }

@@ -38,6 +38,9 @@ type Producer struct {
 	// previous is the producer's previous key while its key is rotated
 	// (producers[].previous_key); nil: none.
 	previous *PreviousKey
+	// Keyed is the quota of requests with an Idempotency-Key
+	// (producers[].max_keyed_per_day; keyed.go).
+	Keyed limiter.Rate
 }
 
 // previousKeyLogEvery is the most often the use of one principal's
@@ -238,6 +241,7 @@ func NewAuthenticator(cfg config.Config, previousUses *prometheus.CounterVec) *A
 			hash:           p.KeyHash(),
 			Ingress:        limiter.Rate{PerSecond: p.Rate, Burst: p.Burst},
 			MaxOutstanding: p.MaxOutstanding,
+			Keyed:          p.KeyedRate(),
 			senders:        normalizedSenders(p.Senders),
 			unicodeCtl:     p.AllowUnicodeControls,
 			webhook:        p.Webhook.URL != "",
@@ -256,9 +260,16 @@ func NewAuthenticator(cfg config.Config, previousUses *prometheus.CounterVec) *A
 	return a
 }
 
-// bearer returns the SHA-256 of the request's bearer key, or false.
+// bearer returns the SHA-256 of the request's bearer key, or false; false
+// too for a request with more than one Authorization field, which a proxy
+// in front may read otherwise than we would (one key authenticated there,
+// another acted on here).
 func bearer(r *http.Request) ([32]byte, bool) {
-	h := r.Header.Get("Authorization")
+	vals := r.Header.Values("Authorization")
+	if len(vals) != 1 {
+		return [32]byte{}, false
+	}
+	h := vals[0]
 	scheme, key, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return [32]byte{}, false

@@ -154,6 +154,10 @@ func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, p *Producer,
 			s.Log.WarnContext(ctx, "idempotency: store answer", "err", err)
 		}
 	}()
+	if err := s.admitKeyed(ctx, p); err != nil { // producers[].max_keyed_per_day (keyed.go)
+		s.WriteError(w, r, err)
+		return
+	}
 	res, err := run(ctx, key)
 	if err != nil {
 		s.WriteError(w, r, err)
@@ -185,6 +189,11 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request, a *state.Answer,
 		s.WriteError(w, r, errorf(kindKeyReused, "this Idempotency-Key was first used with a different request; use a new key for a new request"))
 		return
 	}
+	a, err := expandForm(a)
+	if err != nil {
+		s.WriteError(w, r, fmt.Errorf("idempotency: stored answer: %w", err))
+		return
+	}
 	body, err := answerBody(a)
 	if err != nil {
 		s.WriteError(w, r, fmt.Errorf("idempotency: stored answer: %w", err))
@@ -205,6 +214,9 @@ const compactMin = 512
 // smaller: a batch answer repeats the same problem for many items, so it
 // shrinks many times over, and the store (memory, or Redis) holds that.
 func compactAnswer(a *state.Answer) *state.Answer {
+	if c := compactForm(a); c != a {
+		return c // an accepted message's: its compact form (answerform.go)
+	}
 	if len(a.Body) < compactMin {
 		return a
 	}

@@ -59,7 +59,7 @@ func (s *Server) postInbound(w http.ResponseWriter, r *http.Request) {
 		s.webhookRefused(w, r, "message", err)
 		return
 	}
-	kind := o.KindOf(in.Text)
+	kind := o.KindOf(in.Text, vendorKeywords[in.Keyword])
 	switch {
 	case kind == admission.InboundOther:
 	case !o.Cfg.Enabled:
@@ -82,6 +82,10 @@ func (s *Server) postInbound(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
+
+// vendorKeywords are the kinds of the vendors' own readings of a message
+// (provider.Inbound.Keyword).
+var vendorKeywords = map[string]string{provider.KeywordOptOut: admission.InboundOptOut, provider.KeywordOptIn: admission.InboundOptIn}
 
 // keywordFailure is why a keyword was not applied: the kind counted and
 // the error answered (nil: acknowledged like an applied one).

@@ -57,6 +57,14 @@ func (s *Server) acceptOneTrip(w http.ResponseWriter, r *http.Request, p *Produc
 		s.WriteError(w, r, err)
 		return
 	}
+	if idem != "" {
+		if err := s.admitKeyed(ctx, p); err != nil { // producers[].max_keyed_per_day (keyed.go)
+			if !s.replayStored(w, r, p, idem, v.msg.RequestHash) {
+				s.WriteError(w, r, err)
+			}
+			return
+		}
+	}
 	m, ch := req.m, req.ch
 	res, err := s.OneTrip.Enq.EnqueueChecked(ctx, queue.Checked{Message: m, Checks: ch})
 	if err != nil {
@@ -141,7 +149,8 @@ func (s *Server) prepareOneTrip(ctx context.Context, p *Producer, v validated, i
 		return nil, err
 	}
 	ch := &req.ch
-	ch.SuppressionKey, ch.SuppressionID = s.OneTrip.Sup.IndexKey(), sid
+	// No suppression lookup at accept: the take ends a message to a
+	// listed number (admission.Protector.Check says why).
 	ch.MaxOutstanding = max(p.MaxOutstanding, 0)
 	ch.TakenHere = s.Notifier != nil && s.Notifier.TakesHere(req.m.Class)
 	interval, burst, err := limiter.KeyArgs(p.Name, p.Ingress, 1)

@@ -40,6 +40,7 @@ const (
 	kindKeyReused          ProblemKind = "idempotency-key-reused"   // 422: same Idempotency-Key, different request
 	KindRateLimited        ProblemKind = "rate-limited"             // 429: ingress GCRA
 	kindTooManyQueued      ProblemKind = "too-many-outstanding"     // 429: max_outstanding
+	kindTooManyKeyed       ProblemKind = "too-many-keyed-requests"  // 429: max_keyed_per_day
 	kindExpiresBeforeSend  ProblemKind = "would-expire-before-send" // 429: TTL shorter than the backlog ahead
 	kindRejected           ProblemKind = "rejected-by-provider"     // 422: the provider refused the message for good
 	KindCallbackNotAllowed ProblemKind = "callback-url-not-allowed" // 422: callback_url under none of the producer's webhook.allow prefixes
@@ -60,7 +61,7 @@ const (
 
 // AllKinds lists every Kind, for creating metric label sets at zero.
 var AllKinds = []ProblemKind{KindInvalid, kindUnauthorized, kindForbidden, KindNotFound, kindMethodNotAllowed,
-	kindInFlight, kindTooLarge, kindUnsupportedMedia, kindKeyReused, KindRateLimited, kindTooManyQueued,
+	kindInFlight, kindTooLarge, kindUnsupportedMedia, kindKeyReused, KindRateLimited, kindTooManyQueued, kindTooManyKeyed,
 	kindExpiresBeforeSend, kindRejected, KindCallbackNotAllowed, kindUnavailable, kindInternal, KindBadSignature, kindNotCancelable,
 	KindDestinationNotAllowed, KindNumberTypeBlocked, KindSuppressed, KindOTPNumberLimited, KindRangeHeld, KindSuppressionsFull, kindAuthThrottled}
 
@@ -89,6 +90,7 @@ var kindInfo = map[ProblemKind]struct {
 	kindKeyReused:          {http.StatusUnprocessableEntity, "Idempotency-Key reused with a different request"},
 	KindRateLimited:        {http.StatusTooManyRequests, "Ingress rate limit exceeded"},
 	kindTooManyQueued:      {http.StatusTooManyRequests, "Too many messages outstanding"},
+	kindTooManyKeyed:       {http.StatusTooManyRequests, "Too many requests with an Idempotency-Key today"},
 	kindExpiresBeforeSend:  {http.StatusTooManyRequests, "Message would expire before its turn"},
 	kindRejected:           {http.StatusUnprocessableEntity, "The provider rejected the message"},
 	KindCallbackNotAllowed: {http.StatusUnprocessableEntity, "callback_url is not allowed for this producer"},
@@ -285,10 +287,15 @@ func (s *Server) writeProblem(w http.ResponseWriter, p problem, e *apiError) {
 // without logging or counting it.
 func problemFor(r *http.Request, e *apiError) problem {
 	info := kindInfo[e.Kind]
-	switch info.status {
-	case http.StatusConflict, http.StatusTooManyRequests, http.StatusServiceUnavailable:
+	switch {
+	case info.status == http.StatusTooManyRequests, info.status == http.StatusServiceUnavailable, e.Kind == kindInFlight:
 		// The contract promises Retry-After on these, at least 1 s.
 		e.RetryAfter = max(e.RetryAfter, time.Second)
+	case info.status == http.StatusConflict:
+		// The other conflicts (not-cancelable, suppression-list-full) last
+		// until something else changes: a Retry-After would have a
+		// client that honours it retry for ever.
+		e.RetryAfter = 0
 	}
 	p := problem{
 		Type:      ProblemTypeBase + string(e.Kind),
@@ -338,6 +345,12 @@ func (s *Server) problemOf(r *http.Request, err error) (problem, *apiError) {
 	e := toError(err)
 	if _, ok := kindInfo[e.Kind]; !ok {
 		e = &apiError{Kind: kindInternal, Err: err}
+	}
+	var noSlot dispatch.NoSlotError
+	if errors.As(err, &noSlot) && noSlot.Paused() && s.Pause != nil {
+		// The dispatcher asks again every fraction of a second during an
+		// operator's pause; a client is told the rest of a timed pause.
+		e.RetryAfter = max(e.RetryAfter, s.Pause.Left())
 	}
 	p := problemFor(r, e)
 	if e.Kind == kindInternal {

@@ -109,6 +109,11 @@ func (s *Server) Router(public, admin bool) chi.Router {
 		writeRaw(w, "application/yaml", http.StatusOK, api.OpenAPI)
 	})
 
+	if public {
+		// POST /send is POST /v1/messages under the name the producers'
+		// contract gives it: the same chain, the same handler.
+		r.With(s.limitBody, s.authProducer, s.gateBody).Post("/send", s.postMessage)
+	}
 	r.Route("/v1", func(r chi.Router) {
 		r.Use(s.limitBody)
 		if public {

@@ -50,7 +50,7 @@ var allowed = map[string][]string{
 	"internal/provider/twilio":       {"internal/provider", "internal/provider/httpprov", "internal/sms"},
 	"internal/provider/vonage":       {"internal/provider", "internal/provider/httpprov", "internal/sms"},
 	"internal/provider/sim":          {"internal/provider", "internal/provider/httpprov", "internal/sms"},
-	"internal/provider/providertest": {"internal/provider", "internal/sms"},
+	"internal/provider/providertest": {"internal/provider", "internal/provider/httpprov", "internal/sms"},
 
 	// The send loop.
 	"internal/dispatch": {"internal/limiter", "internal/logsample", "internal/tick", "internal/provider", "internal/queue", "internal/sms"},

@@ -28,11 +28,24 @@ type Inbound struct {
 	// body. The gateway remembers the ids it applied and applies none
 	// twice.
 	ProviderID string
+	// Keyword is the vendor's own reading of Text, where it sends one:
+	// KeywordOptOut or KeywordOptIn when the text was one of the account's
+	// opt-out or opt-in keywords at the vendor (Twilio's OptOutType, which
+	// covers keywords the account added, in any language, such as ARRET),
+	// "" otherwise. The vendor then acts on it itself (Twilio refuses every
+	// later send with 21610): the gateway applies it as its own keyword.
+	Keyword string
 	// At is when the vendor received the message, where it signs a time
 	// (Vonage, generic: checked against the replay window); zero where it
 	// signs none (Twilio: ConfirmInbound gives it).
 	At time.Time
 }
+
+// The vendor's readings of an inbound message's text (Inbound.Keyword).
+const (
+	KeywordOptOut = "opt-out"
+	KeywordOptIn  = "opt-in"
+)
 
 // InboundParser is what an adapter that takes inbound messages adds to
 // Provider: the check of its vendor's signature on the inbound-message

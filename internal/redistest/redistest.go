@@ -298,6 +298,23 @@ func ClusterClient(t testing.TB, addrs []string) *redis.ClusterClient {
 	return c
 }
 
+// DeleteTagged removes every key of the shared Redis whose name starts
+// with tag (an account's keys), once a test is done with them. A failure is
+// logged, not failed: the keys carry the test's random prefix.
+func DeleteTagged(t testing.TB, tag string) {
+	c := redis.NewClient(&redis.Options{Addr: SharedAddr})
+	defer closeClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	keys, err := c.Keys(ctx, tag+"*").Result()
+	if err == nil && len(keys) > 0 {
+		err = c.Del(ctx, keys...).Err()
+	}
+	if err != nil {
+		t.Logf("redistest: delete the keys tagged %s: %v", tag, err)
+	}
+}
+
 // closeClient closes a client the test no longer needs; a failure to close
 // it is worth a log line, not a failed test.
 func closeClient(t testing.TB, c *redis.Client) {

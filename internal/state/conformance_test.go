@@ -1,7 +1,6 @@
 package state_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -59,7 +58,7 @@ func TestConformanceLocal(t *testing.T) {
 func TestConformanceRedis(t *testing.T) {
 	t.Parallel()
 	redistest.Addr(t)
-	statetest.Run(t, redisHarness(func(t *testing.T) redis.UniversalClient { return redistest.Client(t) }, deleteAccount))
+	statetest.Run(t, redisHarness(func(t *testing.T) redis.UniversalClient { return redistest.Client(t) }, func(t *testing.T, sp keyspace.Space) { redistest.DeleteTagged(t, sp.Tag()) }))
 }
 
 // TestConformanceCluster runs the suite against a real 3-master Redis
@@ -116,21 +115,6 @@ func redisHarness(client func(t *testing.T) redis.UniversalClient, cleanup func(
 				return state.NewRedisSuppressions(c, sp, maxEntries)
 			})
 		},
-	}
-}
-
-// deleteAccount removes every key of sp's account from the shared Redis.
-func deleteAccount(t *testing.T, sp keyspace.Space) {
-	c := redis.NewClient(&redis.Options{Addr: redistest.SharedAddr})
-	defer func() { _ = c.Close() }()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	keys, err := c.Keys(ctx, sp.Tag()+"*").Result()
-	if err == nil && len(keys) > 0 {
-		err = c.Del(ctx, keys...).Err()
-	}
-	if err != nil {
-		t.Logf("delete keys of %s: %v", sp.Account(), err)
 	}
 }
 

@@ -20,9 +20,14 @@ import (
 type Answer struct {
 	Hash     string `json:"h"`           // digest of the first request
 	Status   int    `json:"s"`           // HTTP status of the first answer
-	Body     []byte `json:"b"`           // its body
+	Body     []byte `json:"b,omitempty"` // its body (empty with Form)
 	Location string `json:"l,omitempty"` // its Location header
 	Deflated bool   `json:"z,omitempty"` // Body is DEFLATE-compressed (the caller's choice)
+	// Form, when not empty, is a compact form the caller rebuilds the
+	// body and Location from, byte for byte (an accepted message's answer:
+	// its id and a few fields, not its JSON); Body and Location are then
+	// empty.
+	Form string `json:"f,omitempty"`
 }
 
 // MaxAnswerBytes bounds one stored answer (its Size). Finish stores nothing
@@ -33,7 +38,7 @@ type Answer struct {
 const MaxAnswerBytes = 64 << 10
 
 // Size is what a stores for its key: the bytes of its fields.
-func (a *Answer) Size() int { return len(a.Hash) + len(a.Body) + len(a.Location) + 16 }
+func (a *Answer) Size() int { return len(a.Hash) + len(a.Body) + len(a.Location) + len(a.Form) + 16 }
 
 // Idempotency keeps first answers (for the store's window) and in-flight
 // locks, both by key: a digest the caller made, so no request text ever
@@ -201,21 +206,18 @@ func EncodeAnswer(a *Answer) ([]byte, error) {
 	if a == nil || a.Size() > MaxAnswerBytes {
 		return nil, nil
 	}
-	if !PlainJSON(a.Hash) || !PlainJSON(a.Location) {
+	if !PlainJSON(a.Hash) || !PlainJSON(a.Location) || !PlainJSON(a.Form) {
 		return json.Marshal(a)
 	}
 	// json.Marshal(a) without reflection, byte for byte
 	// (TestEncodeAnswerAgrees): every keyed accept stores one.
-	b := make([]byte, 0, 48+len(a.Hash)+base64.StdEncoding.EncodedLen(len(a.Body))+len(a.Location))
+	b := make([]byte, 0, 56+len(a.Hash)+base64.StdEncoding.EncodedLen(len(a.Body))+len(a.Location)+len(a.Form))
 	b = append(b, `{"h":"`...)
 	b = append(b, a.Hash...)
 	b = append(b, `","s":`...)
 	b = strconv.AppendInt(b, int64(a.Status), 10)
-	b = append(b, `,"b":`...)
-	if a.Body == nil {
-		b = append(b, "null"...)
-	} else {
-		b = append(b, '"')
+	if len(a.Body) > 0 {
+		b = append(b, `,"b":"`...)
 		b = base64.StdEncoding.AppendEncode(b, a.Body)
 		b = append(b, '"')
 	}
@@ -226,6 +228,11 @@ func EncodeAnswer(a *Answer) ([]byte, error) {
 	}
 	if a.Deflated {
 		b = append(b, `,"z":true`...)
+	}
+	if a.Form != "" {
+		b = append(b, `,"f":"`...)
+		b = append(b, a.Form...)
+		b = append(b, '"')
 	}
 	return append(b, '}'), nil
 }

@@ -78,29 +78,6 @@ if tonumber(s) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then 
 return 0
 `)
 
-// suppressLiftOlderScript is suppressLiftScript for an opt-in received at
-// ARGV[2] (stamp): an entry whose created_at (RFC 3339 in UTC, to the
-// second) is after it is kept (3). ARGV[3..] are the sources.
-var suppressLiftOlderScript = redis.NewScript(`
-local raw = redis.call('HGET', KEYS[1], ARGV[1])
-if not raw then return 0 end
-local ok, e = pcall(cjson.decode, raw)
-local source = 'operator'
-if ok and type(e) == 'table' and type(e.source) == 'string' and e.source ~= '' then source = e.source end
-for i = 3, #ARGV do
-  if ARGV[i] == source then
-    local c = ok and type(e) == 'table' and e.created_at
-    if type(c) == 'string' and string.len(c) >= 20 and string.sub(c, -1) == 'Z' and string.sub(c, 1, 19) > string.sub(ARGV[2], 1, 19) then
-      return 3
-    end
-    redis.call('ZREM', KEYS[2], ARGV[1])
-    redis.call('HDEL', KEYS[1], ARGV[1])
-    return 1
-  end
-end
-return 2
-`)
-
 // maxApplied is the bound of r's memory of applied messages.
 func (r *RedisSuppressions) maxApplied() int {
 	if r.appliedMax > 0 {
@@ -140,16 +117,7 @@ func (r *RedisSuppressions) LiftOlder(ctx context.Context, id string, at time.Ti
 	if err := checkLift(id, sources); err != nil {
 		return LiftAbsent, err
 	}
-	args := make([]any, 0, 2+len(sources))
-	args = append(args, id, stamp(at))
-	for _, s := range sources {
-		args = append(args, string(s))
-	}
-	n, err := suppressLiftOlderScript.Run(ctx, r.c, []string{r.k.suppressions(), r.k.suppressionIndex()}, args...).Int()
-	if err != nil {
-		return LiftAbsent, redisErr("lift", err)
-	}
-	return LiftResult(n), nil
+	return r.runLift(ctx, "lift", id, stamp(at), sources)
 }
 
 var (
@@ -247,45 +215,5 @@ func (l *LocalSuppressions) RememberApplied(ctx context.Context, key string) err
 
 // LiftOlder implements Suppressions, in one transaction.
 func (l *LocalSuppressions) LiftOlder(ctx context.Context, id string, at time.Time, sources ...SuppressionSource) (LiftResult, error) {
-	if err := checkLift(id, sources); err != nil {
-		return LiftAbsent, err
-	}
-	if err := ctx.Err(); err != nil {
-		return LiftAbsent, localErr("lift", err)
-	}
-	res := LiftAbsent
-	err := l.db.Update(func(tx *bolt.Tx) error {
-		bk := tx.Bucket(bSuppressed)
-		v := bk.Get([]byte(id))
-		if v == nil {
-			return nil
-		}
-		e, _ := readEntry(v)
-		switch {
-		case !containsSource(sources, e.Source.OrOperator()):
-			res = LiftKept
-			return nil
-		case !e.CreatedAt.IsZero() && stamp(e.CreatedAt) > stamp(at):
-			res = LiftNewer
-			return nil
-		}
-		res = LiftRemoved
-		if err := writeCount(tx, readCount(tx)-1); err != nil {
-			return err
-		}
-		return bk.Delete([]byte(id))
-	})
-	if err != nil {
-		return LiftAbsent, localErr("lift", err)
-	}
-	return res, nil
-}
-
-func containsSource(sources []SuppressionSource, s SuppressionSource) bool {
-	for _, x := range sources {
-		if x == s {
-			return true
-		}
-	}
-	return false
+	return l.liftAt(ctx, "lift", id, &at, sources)
 }

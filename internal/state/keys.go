@@ -18,8 +18,11 @@ func newKeys(sp keyspace.Space) keys {
 }
 
 // idemAnswer holds the first answer to one hashed idempotency key (STRING,
-// JSON Answer).
-func (k keys) idemAnswer(key string) string { return k.api + "idem:" + key }
+// JSON Answer). "ans:", not the "idem:" of releases before Answer.Form: a
+// replica of such a release would read a compact answer as an empty body;
+// under another name it finds none and rebuilds the answer from the
+// queue's message, as for an answer that expired.
+func (k keys) idemAnswer(key string) string { return k.api + "ans:" + key }
 
 // idemLock is the in-flight lock of the same (STRING, token).
 func (k keys) idemLock(key string) string { return k.api + "idemlock:" + key }

@@ -17,7 +17,7 @@ func TestKeyNamesUnchanged(t *testing.T) {
 	}
 	k := newKeys(sp)
 	for _, tc := range []struct{ got, want string }{
-		{k.idemAnswer("0a1b"), "{smsgw:acct}:api:idem:0a1b"},
+		{k.idemAnswer("0a1b"), "{smsgw:acct}:api:ans:0a1b"},
 		{k.idemLock("0a1b"), "{smsgw:acct}:api:idemlock:0a1b"},
 		{k.pause(), "{smsgw:acct}:api:pause"},
 		{k.counters(), "{smsgw:acct}:api:counters"},

@@ -1,11 +1,8 @@
 package state
 
 import (
-	"context"
 	"testing"
-	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
 	"smsgw/internal/keyspace"
@@ -29,16 +26,4 @@ func newSpace(t testing.TB) keyspace.Space {
 }
 
 // deleteKeys removes every key of sp's account from the shared Redis.
-func deleteKeys(t testing.TB, sp keyspace.Space) {
-	c := redis.NewClient(&redis.Options{Addr: redistest.SharedAddr})
-	defer func() { _ = c.Close() }()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	keys, err := c.Keys(ctx, sp.Tag()+"*").Result()
-	if err == nil && len(keys) > 0 {
-		err = c.Del(ctx, keys...).Err()
-	}
-	if err != nil {
-		t.Logf("delete keys of %s: %v", sp.Account(), err)
-	}
-}
+func deleteKeys(t testing.TB, sp keyspace.Space) { redistest.DeleteTagged(t, sp.Tag()) }

@@ -248,17 +248,24 @@ redis.call('ZADD', KEYS[2], 0, ARGV[1])
 return 1
 `)
 
-// suppressLiftScript removes one entry if its source is one of ARGV[2..]:
+// suppressLiftScript removes one entry if its source is one of ARGV[3..]:
 // KEYS as for add, ARGV[1] the id. An entry without a source is an
-// operator's. Returns 1 when removed, 0 when absent, 2 when kept.
+// operator's. With ARGV[2] (stamp, LiftOlder's opt-in time) not empty, an
+// entry whose created_at (RFC 3339 in UTC, to the second) is after it is
+// kept (3). Returns 1 when removed, 0 when absent, 2 when kept for its
+// source.
 var suppressLiftScript = redis.NewScript(`
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then return 0 end
 local ok, e = pcall(cjson.decode, raw)
 local source = 'operator'
 if ok and type(e) == 'table' and type(e.source) == 'string' and e.source ~= '' then source = e.source end
-for i = 2, #ARGV do
+for i = 3, #ARGV do
   if ARGV[i] == source then
+    local c = ok and type(e) == 'table' and e.created_at
+    if ARGV[2] ~= '' and type(c) == 'string' and string.len(c) >= 20 and string.sub(c, -1) == 'Z' and string.sub(c, 1, 19) > string.sub(ARGV[2], 1, 19) then
+      return 3
+    end
     redis.call('ZREM', KEYS[2], ARGV[1])
     redis.call('HDEL', KEYS[1], ARGV[1])
     return 1
@@ -319,8 +326,15 @@ func (r *RedisSuppressions) lift(ctx context.Context, what, id string, sources [
 	if err := checkLift(id, sources); err != nil {
 		return LiftAbsent, err
 	}
-	args := make([]any, 0, 1+len(sources))
-	args = append(args, id)
+	return r.runLift(ctx, what, id, "", sources)
+}
+
+// runLift runs suppressLiftScript for id and sources, keeping an entry
+// created after stamp unless it is empty; what names the operation in its
+// errors.
+func (r *RedisSuppressions) runLift(ctx context.Context, what, id, stamp string, sources []SuppressionSource) (LiftResult, error) {
+	args := make([]any, 0, 2+len(sources))
+	args = append(args, id, stamp)
 	for _, s := range sources {
 		args = append(args, string(s))
 	}
@@ -328,13 +342,7 @@ func (r *RedisSuppressions) lift(ctx context.Context, what, id string, sources [
 	if err != nil {
 		return LiftAbsent, redisErr(what, err)
 	}
-	switch n {
-	case 1:
-		return LiftRemoved, nil
-	case 2:
-		return LiftKept, nil
-	}
-	return LiftAbsent, nil
+	return LiftResult(n), nil
 }
 
 // IndexKey is the Redis HASH whose fields are the suppressed ids, for a
@@ -564,6 +572,12 @@ func (l *LocalSuppressions) Lift(ctx context.Context, id string, sources ...Supp
 
 // lift is Lift; what names the operation in its errors.
 func (l *LocalSuppressions) lift(ctx context.Context, what, id string, sources []SuppressionSource) (LiftResult, error) {
+	return l.liftAt(ctx, what, id, nil, sources)
+}
+
+// liftAt is lift that, with at (LiftOlder's opt-in time), keeps an
+// entry created after at, to the second (LiftNewer).
+func (l *LocalSuppressions) liftAt(ctx context.Context, what, id string, at *time.Time, sources []SuppressionSource) (LiftResult, error) {
 	if err := checkLift(id, sources); err != nil {
 		return LiftAbsent, err
 	}
@@ -578,8 +592,12 @@ func (l *LocalSuppressions) lift(ctx context.Context, what, id string, sources [
 			return nil
 		}
 		e, _ := readEntry(v) // unreadable: an operator's, as the script reads it
-		if !slices.Contains(sources, e.Source.OrOperator()) {
+		switch {
+		case !slices.Contains(sources, e.Source.OrOperator()):
 			res = LiftKept
+			return nil
+		case at != nil && !e.CreatedAt.IsZero() && stamp(e.CreatedAt) > stamp(*at):
+			res = LiftNewer
 			return nil
 		}
 		res = LiftRemoved

@@ -28,6 +28,9 @@ type Destination struct {
 	// then carries a signature with each, Key's first (Signatures). Nil:
 	// one signature.
 	PreviousKey []byte
+	// Client, when not nil, delivers to this destination in place of
+	// Config.Client: a producer's own allow_networks.
+	Client *http.Client
 }
 
 // Config configures a Deliverer.
@@ -338,10 +341,14 @@ func (d *Deliverer) attempt(ctx context.Context, id string, dest Destination, bo
 	req.Header.Set(HeaderID, id)
 	req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts.Unix(), 10))
 	req.Header.Set(HeaderSignature, Signatures(dest, id, ts, body))
-	resp, err := d.cfg.Client.Do(req)
+	client := d.cfg.Client
+	if dest.Client != nil {
+		client = dest.Client
+	}
+	resp, err := client.Do(req)
 	switch {
 	case err != nil && refusedErr(err):
-		return answer{outcome: OutcomeRefused, detail: "destination address not allowed (webhooks.allow_networks)"}
+		return answer{outcome: OutcomeRefused, detail: "destination address not allowed (allow_networks)"}
 	case err != nil && timeoutErr(err):
 		return answer{outcome: OutcomeTimeout, detail: "timeout"}
 	case err != nil:

@@ -169,10 +169,13 @@ func (p *Provider) send(ctx context.Context, hreq *http.Request) (provider.Resul
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		var eb ErrorResponse
 		_ = json.Unmarshal(body, &eb)
+		// The provider's error text is read for a suspension only, never
+		// kept: it may quote the number or the body in a form no scrub
+		// finds. What is kept is the status and a fixed text.
 		if resp.StatusCode == http.StatusForbidden && strings.Contains(strings.ToLower(eb.Error), "suspend") {
-			return provider.Result{}, Suspended(resp.StatusCode, resp.Header, now, eb.Error)
+			return provider.Result{}, Suspended(resp.StatusCode, resp.Header, now, "account suspended")
 		}
-		return provider.Result{}, StatusError(resp.StatusCode, resp.Header, now, eb.Error)
+		return provider.Result{}, StatusError(resp.StatusCode, resp.Header, now, "")
 	}
 	if rerr != nil {
 		return provider.Result{}, BadResponse(resp.StatusCode, rerr.Error())

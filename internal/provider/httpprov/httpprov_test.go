@@ -262,7 +262,7 @@ func TestLogsMaskNumbersAndSecrets(t *testing.T) {
 	}
 	defer p.CloseIdleConnections()
 	_, err = p.Send(context.Background(), &provider.Request{ID: sms.NewID(time.Now()), To: "+819012345678", Body: "x"})
-	if pe := provider.AsError(err); pe == nil || pe.Reason != provider.ReasonRejected || pe.Message != "invalid number" {
+	if pe := provider.AsError(err); pe == nil || pe.Reason != provider.ReasonRejected || pe.Message != "Bad Request" {
 		t.Fatalf("got %v", err)
 	}
 	out := buf.String()

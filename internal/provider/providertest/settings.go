@@ -1,9 +1,12 @@
 package providertest
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
+
+	"smsgw/internal/provider/httpprov"
 )
 
 // SettingsCase is one adapter's account settings and the keys of them that
@@ -27,6 +30,39 @@ func SettingsOneRule[S any](t *testing.T, name string, cases []SettingsCase[S], 
 		if got := settingKeys(build(tc.Settings)); !slices.Equal(got, prefixed(name, tc.Missing)) {
 			t.Errorf("New(%+v) named %v, want %v", tc.Settings, got, tc.Missing)
 		}
+	}
+}
+
+// BadSetting is an adapter's configuration with one bad connection
+// setting, and the key its New must name.
+type BadSetting[C any] struct {
+	Config C
+	Key    string
+}
+
+// NamesBadSetting checks that build (the adapter's New; it closes what it
+// built) refuses each configuration with a *httpprov.SettingError naming
+// its key.
+func NamesBadSetting[C any](t *testing.T, cases []BadSetting[C], build func(C) error) {
+	t.Helper()
+	for i, tc := range cases {
+		err := build(tc.Config)
+		var se *httpprov.SettingError
+		if !errors.As(err, &se) || se.Key != tc.Key {
+			t.Errorf("case %d: New = %v, want an error naming %s", i, err, tc.Key)
+		}
+	}
+}
+
+// Closing is an adapter's New as NamesBadSetting and SettingsOneRule call
+// it: what it built has its connections closed at once.
+func Closing[C any, P interface{ CloseIdleConnections() }](newAdapter func(C) (P, error)) func(C) error {
+	return func(cfg C) error {
+		p, err := newAdapter(cfg)
+		if err == nil {
+			p.CloseIdleConnections()
+		}
+		return err
 	}
 }
 

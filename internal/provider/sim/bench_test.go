@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"smsgw/internal/provider"
-	"smsgw/internal/provider/httpprov"
 	"smsgw/internal/provider/sim"
 	"smsgw/internal/sms"
 )
@@ -55,15 +54,7 @@ func BenchmarkHTTP(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer func() { _ = s.Close() }()
-	url, err := s.Start("127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	p, err := httpprov.New(httpprov.Config{URL: url + "/send"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer p.CloseIdleConnections()
+	p, _ := adapterTo(b, s, 0)
 	b.SetParallelism(8)
 	start := time.Now()
 	b.RunParallel(func(pb *testing.PB) {

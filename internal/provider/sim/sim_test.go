@@ -58,6 +58,22 @@ func newSim(t *testing.T, cfg sim.Config) *sim.Sim {
 	return s
 }
 
+// adapterTo starts s on a free port and returns the generic adapter
+// sending to it (timeout 0: the adapter's default) and s's address.
+func adapterTo(tb testing.TB, s *sim.Sim, timeout time.Duration) (*httpprov.Provider, string) {
+	tb.Helper()
+	url, err := s.Start("127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p, err := httpprov.New(httpprov.Config{URL: url + "/send", Timeout: timeout})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(p.CloseIdleConnections)
+	return p, url
+}
+
 var seq atomic.Int64
 
 // send posts one message to h in-process and returns the recorder.
@@ -372,15 +388,7 @@ func TestSlidingWindowUnderConcurrentBurst(t *testing.T) {
 	t.Parallel()
 	const limit = 40
 	s := newSim(t, sim.Config{Limit: limit, SuspendAfter: -1})
-	url, err := s.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := httpprov.New(httpprov.Config{URL: url + "/send"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.CloseIdleConnections()
+	p, _ := adapterTo(t, s, 0)
 	// The senders stop once the burst has pressed on the limit (the window
 	// filled and a send was refused) and more than a window has passed, or
 	// at the patience bound. They are told to stop, never cancelled: a send
@@ -431,15 +439,7 @@ func TestAdapterAgainstSim(t *testing.T) {
 	t.Parallel()
 	c := newClock(base)
 	s := newSim(t, sim.Config{Limit: 1, SuspendAfter: 1, SuspendFor: 90 * time.Second, Now: c.Now})
-	url, err := s.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := httpprov.New(httpprov.Config{URL: url + "/send"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.CloseIdleConnections()
+	p, _ := adapterTo(t, s, 0)
 	req := &provider.Request{ID: sms.NewID(time.Now()), To: "+819012345678", Body: "hi", Segments: 1, Class: sms.ClassOTP}
 	res, err := p.Send(context.Background(), req)
 	if err != nil || res.ProviderID != "sim-1" {
@@ -464,15 +464,7 @@ func TestAdapterAgainstSim(t *testing.T) {
 func TestFaults(t *testing.T) {
 	t.Parallel()
 	s := newSim(t, sim.Config{})
-	url, err := s.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := httpprov.New(httpprov.Config{URL: url + "/send", Timeout: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.CloseIdleConnections()
+	p, url := adapterTo(t, s, 300*time.Millisecond)
 	post := func(body string) {
 		t.Helper()
 		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url+"/control", bytes.NewBufferString(body))
@@ -538,15 +530,7 @@ func TestCloseReleasesHangingRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	url, err := s.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := httpprov.New(httpprov.Config{URL: url + "/send", Timeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.CloseIdleConnections()
+	p, _ := adapterTo(t, s, time.Minute)
 	errc := make(chan error, 1)
 	go func() {
 		_, err := p.Send(context.Background(), &provider.Request{ID: "x", To: "+819012345678", Body: "x"})

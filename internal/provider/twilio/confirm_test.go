@@ -147,12 +147,8 @@ func TestInboundURLFragment(t *testing.T) {
 	const token = "tok-0123456789abcdef"
 	const sid = "SM0123456789abcdef0123456789abcdef"
 	base := "https://sms.example.com/v1/inbound/twilio"
-	p, err := twilio.New(twilio.Config{Settings: twilio.Settings{AccountSID: "AC1", AuthToken: token, From: "ACME"},
-		InboundURL: base + "#rp=5xx&rc=3"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	form := url.Values{"MessageSid": {sid}, "AccountSid": {"AC1"}, "From": {"+14155550100"}, "To": {"+15005550006"}, "Body": {"STOP"}}
+	p := signedWith(t, token, twilio.Config{InboundURL: base + "#rp=5xx&rc=3"})
+	form := url.Values{"MessageSid": {sid}, "AccountSid": {"AC11111111111111111111111111111111"}, "From": {"+14155550100"}, "To": {"+15005550006"}, "Body": {"STOP"}}
 	for signed, ok := range map[string]bool{base: true, base + "#rp=5xx&rc=3": true, "https://other.example.com/v1/inbound/twilio": false} {
 		body := form.Encode()
 		r := httptest.NewRequestWithContext(t.Context(), "POST", "http://10.0.0.7:8080/v1/inbound/twilio", strings.NewReader(body))

@@ -42,8 +42,18 @@ func (p *Provider) ParseInbound(r *http.Request, raw []byte) (provider.Inbound, 
 	if from == "" {
 		return provider.Inbound{}, &provider.ReceiptError{Field: "From", Reason: "missing"}
 	}
-	return provider.Inbound{From: from, FromField: "From", Text: form.Get("Body"), ProviderID: sid}, nil
+	return provider.Inbound{From: from, FromField: "From", Text: form.Get("Body"), ProviderID: sid,
+		Keyword: optOutKeywords[form.Get("OptOutType")]}, nil
 }
+
+// optOutKeywords reads OptOutType, which Twilio adds to an incoming
+// message whose text was one of the opt-out (STOP) or opt-in (START)
+// keywords it handles for the account: the standard English ones and,
+// with Advanced Opt-Out on a messaging service, the account's own, in any
+// language ("Customize users' opt-in and opt-out experience with Advanced
+// Opt-Out", twilio.com/docs/messaging/tutorials/advanced-opt-out). Twilio
+// has then listed or unlisted the sender itself; HELP changes nothing.
+var optOutKeywords = map[string]string{"STOP": provider.KeywordOptOut, "START": provider.KeywordOptIn}
 
 // InboundAck implements provider.InboundAcker: an empty TwiML document,
 // so that Twilio sends no reply of ours (its own answer to STOP and START,

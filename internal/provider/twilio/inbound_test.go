@@ -20,13 +20,9 @@ func TestParseInbound(t *testing.T) {
 	const token = "tok-123"
 	public := "https://sms.example.com/v1/inbound/twilio"
 	receipts := "https://sms.example.com/v1/receipts/twilio"
-	p, err := twilio.New(twilio.Config{Settings: twilio.Settings{AccountSID: "AC1", AuthToken: token, From: "ACME"},
-		StatusCallback: receipts, InboundURL: public})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := signedWith(t, token, twilio.Config{StatusCallback: receipts, InboundURL: public})
 	const sid = "SM0123456789abcdef0123456789abcdef"
-	form := url.Values{"MessageSid": {sid}, "SmsSid": {sid}, "AccountSid": {"AC1"}, "From": {"+14155550100"},
+	form := url.Values{"MessageSid": {sid}, "SmsSid": {sid}, "AccountSid": {"AC11111111111111111111111111111111"}, "From": {"+14155550100"},
 		"To": {"+15005550006"}, "Body": {"Stop"}, "NumMedia": {"0"}}
 	parse := func(p *twilio.Provider, sig string, form url.Values) (provider.Inbound, error) {
 		body := form.Encode()
@@ -97,16 +93,13 @@ func TestParseInbound(t *testing.T) {
 			t.Errorf("%s: %v, want a problem naming it", field, err)
 		}
 	}
-	noFrom := url.Values{"MessageSid": {sid}, "AccountSid": {"AC1"}, "Body": {"STOP"}}
+	noFrom := url.Values{"MessageSid": {sid}, "AccountSid": {"AC11111111111111111111111111111111"}, "Body": {"STOP"}}
 	if _, err := parse(p, twilio.Signature(token, public, noFrom), noFrom); !errors.As(err, &re) || re.Field != "From" {
 		t.Errorf("no From: %v, want a problem naming From", err)
 	}
 	// Without provider.inbound_url nothing is believed, not even a message
 	// signed over the receipts' URL.
-	q, err := twilio.New(twilio.Config{Settings: twilio.Settings{AccountSID: "AC1", AuthToken: token, From: "ACME"}, StatusCallback: receipts})
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := signedWith(t, token, twilio.Config{StatusCallback: receipts})
 	if _, err := parse(q, twilio.Signature(token, receipts, form), form); !errors.Is(err, provider.ErrBadSignature) {
 		t.Errorf("no inbound URL: %v, want ErrBadSignature", err)
 	}
@@ -114,8 +107,34 @@ func TestParseInbound(t *testing.T) {
 	if ct != "text/xml" || string(body) != `<?xml version="1.0" encoding="UTF-8"?><Response/>` {
 		t.Errorf("ack %s %s, want an empty TwiML Response", ct, body)
 	}
-	if _, err := twilio.New(twilio.Config{Settings: twilio.Settings{AccountSID: "AC1", AuthToken: token, From: "ACME"},
+	if _, err := twilio.New(twilio.Config{Settings: twilio.Settings{AccountSID: "AC11111111111111111111111111111111", AuthToken: token, From: "ACME"},
 		InboundURL: "not a url"}); err == nil || !strings.Contains(err.Error(), "inbound_url") {
 		t.Errorf("a bad inbound URL: %v, want an error naming inbound_url", err)
+	}
+}
+
+// OptOutType, Twilio's own reading of the text, is the message's Keyword:
+// STOP an opt-out, START an opt-in; HELP, absent or unknown, none.
+func TestParseInboundOptOutType(t *testing.T) {
+	const token = "tok-123"
+	public := "https://sms.example.com/v1/inbound/twilio"
+	p := signedWith(t, token, twilio.Config{InboundURL: public})
+	for optOutType, want := range map[string]string{"STOP": provider.KeywordOptOut, "START": provider.KeywordOptIn, "HELP": "", "": "", "stop": ""} {
+		form := url.Values{"MessageSid": {"SM0123456789abcdef0123456789abcdef"}, "AccountSid": {"AC11111111111111111111111111111111"},
+			"From": {"+14155550100"}, "To": {"+15005550006"}, "Body": {"ARRET"}}
+		if optOutType != "" {
+			form.Set("OptOutType", optOutType)
+		}
+		body := form.Encode()
+		r := httptest.NewRequestWithContext(t.Context(), "POST", "http://10.0.0.7:8080/v1/inbound/twilio", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		r.Header.Set(twilio.HeaderSignature, twilio.Signature(token, public, form))
+		in, err := p.ParseInbound(r, []byte(body))
+		if err != nil {
+			t.Fatalf("OptOutType %q: %v", optOutType, err)
+		}
+		if in.Keyword != want || in.Text != "ARRET" {
+			t.Errorf("OptOutType %q: keyword %q, text %q; want %q", optOutType, in.Keyword, in.Text, want)
+		}
 	}
 }

@@ -111,11 +111,7 @@ func (p *Provider) ConfirmInbound(ctx context.Context, in provider.Inbound) (tim
 		return time.Time{}, errors.Join(provider.ErrConfirmUnavailable, err)
 	}
 	hreq.Header.Set("Accept", "application/json")
-	user := p.cfg.AccountSID
-	if p.cfg.APIKeySID != "" {
-		user = p.cfg.APIKeySID
-	}
-	hreq.SetBasicAuth(user, p.cfg.AuthToken)
+	hreq.SetBasicAuth(p.cfg.basicUser(), p.cfg.AuthToken)
 	resp, err := p.client.Do(hreq) //nolint:bodyclose // ReadBody closes it, on every path
 	if err != nil {
 		return time.Time{}, errors.Join(provider.ErrConfirmUnavailable, httpprov.TransportError(ctx, err))

@@ -12,6 +12,19 @@ import (
 	"smsgw/internal/sms"
 )
 
+// signedWith is the adapter with cfg on account AC1111… whose auth token,
+// the key of the webhooks' signatures, is token.
+func signedWith(t *testing.T, token string, cfg twilio.Config) *twilio.Provider {
+	t.Helper()
+	cfg.Settings = twilio.Settings{AccountSID: "AC11111111111111111111111111111111", AuthToken: token, From: "ACME"}
+	p, err := twilio.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.CloseIdleConnections)
+	return p
+}
+
 // TestSignatureVector: Twilio's documented example (auth token 12345).
 func TestSignatureVector(t *testing.T) {
 	params := url.Values{"CallSid": {"CA1234567890ABCDE"}, "Caller": {"+12349013030"}, "Digits": {"1234"},
@@ -25,13 +38,9 @@ func TestParseReceipt(t *testing.T) {
 	const token = "tok-123"
 	// Behind a proxy: Twilio calls the public URL, we see another host.
 	public := "https://sms.example.com/v1/receipts/twilio"
-	p, err := twilio.New(twilio.Config{Settings: twilio.Settings{AccountSID: "AC1", AuthToken: token, From: "ACME"},
-		StatusCallback: public})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := signedWith(t, token, twilio.Config{StatusCallback: public})
 	query := "smsgw_ref=" + url.QueryEscape("msg_01JD5ZQ8X2N4M7P9R3T6V8W0YA")
-	form := url.Values{"MessageSid": {"SM1"}, "MessageStatus": {"undelivered"}, "ErrorCode": {"30005"}, "AccountSid": {"AC1"}}
+	form := url.Values{"MessageSid": {"SM1"}, "MessageStatus": {"undelivered"}, "ErrorCode": {"30005"}, "AccountSid": {"AC11111111111111111111111111111111"}}
 	request := func(sig string, body string) (provider.Receipt, error) {
 		r := httptest.NewRequestWithContext(t.Context(), "POST", "http://10.0.0.7:8080/v1/receipts/twilio?"+query, strings.NewReader(body))
 		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
@@ -50,7 +59,7 @@ func TestParseReceipt(t *testing.T) {
 	if rc != want {
 		t.Fatalf("receipt %+v, want %+v", rc, want)
 	}
-	tampered := url.Values{"MessageSid": {"SM1"}, "MessageStatus": {"delivered"}, "ErrorCode": {"30005"}, "AccountSid": {"AC1"}}
+	tampered := url.Values{"MessageSid": {"SM1"}, "MessageStatus": {"delivered"}, "ErrorCode": {"30005"}, "AccountSid": {"AC11111111111111111111111111111111"}}
 	for name, c := range map[string][2]string{
 		"missing":      {"", form.Encode()},
 		"tampered":     {good, tampered.Encode()},

@@ -35,6 +35,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -88,13 +89,38 @@ const maxValidity = 36000 * time.Second
 // (provider.twilio.*).
 type Settings struct {
 	AccountSID          string `yaml:"account_sid"`           // AC...
-	AuthToken           string `yaml:"auth_token"`            // with Config.APIKeySID set, the API key's secret; never logged
+	AuthToken           string `yaml:"auth_token"`            // with APIKeySID set, the API key's secret; never logged
 	From                string `yaml:"from"`                  // sender when a request has none
 	MessagingServiceSID string `yaml:"messaging_service_sid"` // MG...: used when neither the request nor From gives a sender
+	// APIKeySID (SK...), when set, authenticates the API calls with that
+	// API key instead of the account: the key's SID and auth_token (its
+	// secret) as Basic credentials, the account still in the URL. Twilio
+	// signs webhooks with the account's auth token whatever key the
+	// requests use, so receipts and inbound messages then need
+	// webhook_auth_token.
+	APIKeySID string `yaml:"api_key_sid"`
 	// WebhookAuthToken is the account's auth token, which signs
 	// StatusCallbacks, when auth_token is an API key's secret; empty:
 	// auth_token. Never logged.
 	WebhookAuthToken string `yaml:"webhook_auth_token"`
+}
+
+// sidForm is the form of a Twilio resource SID: a two-letter prefix
+// naming its kind (AC an account, MG a messaging service, SK an API key)
+// and 32 hex digits, as Twilio's OpenAPI description gives it. A SID in
+// another form is refused at start-up: Twilio would answer every send 404
+// (20404, a wrong account) or 21xxx.
+var sidForm = regexp.MustCompile(`^[A-Z]{2}[0-9a-fA-F]{32}$`)
+
+// checkSID is the rule of one SID key: empty (checked by the caller when
+// required) or kind's two letters and 32 hex digits. The value is not
+// quoted: an API key's SID is half a credential.
+func checkSID(prefix, name, value, kind, letters string) error {
+	if value == "" || strings.HasPrefix(value, letters) && sidForm.MatchString(value) {
+		return nil
+	}
+	return &httpprov.SettingError{Key: httpprov.KeyPath(prefix, name),
+		Problem: "is not a Twilio " + kind + " SID (" + letters + " and 32 hex digits)"}
 }
 
 // Validate reports every problem of s, each an *httpprov.SettingError
@@ -107,6 +133,10 @@ func (s Settings) Validate(prefix string) error {
 	if s.AuthToken == "" {
 		errs = append(errs, httpprov.Required(prefix, "auth_token"))
 	}
+	errs = append(errs,
+		checkSID(prefix, "account_sid", s.AccountSID, "account", "AC"),
+		checkSID(prefix, "messaging_service_sid", s.MessagingServiceSID, "messaging service", "MG"),
+		checkSID(prefix, "api_key_sid", s.APIKeySID, "API key", "SK"))
 	// Twilio refuses a message with neither; a request's own sender is
 	// optional, so the account must have one to fall back on.
 	if s.From == "" && s.MessagingServiceSID == "" {
@@ -116,11 +146,43 @@ func (s Settings) Validate(prefix string) error {
 	return errors.Join(errs...)
 }
 
+// basicUser is the user of the API calls' Basic credentials: the API key
+// when one is set, else the account (auth_token is the password).
+func (s Settings) basicUser() string {
+	if s.APIKeySID != "" {
+		return s.APIKeySID
+	}
+	return s.AccountSID
+}
+
+// CheckWebhooks is the rule of the URLs Twilio is given (the adapter's
+// and the configuration's): statusCallback, sent as each message's
+// StatusCallback and checked under callbackKey, must be an absolute
+// http(s) URL whose host has no underscore (Twilio refuses such a
+// StatusCallback with 21609, every send); and with an API key (api_key_sid)
+// and either webhook URL set, webhook_auth_token must be set, since Twilio
+// signs webhooks with the account's auth token, never the key's secret.
+func (s Settings) CheckWebhooks(prefix, callbackKey, statusCallback, inboundURL string) error {
+	var errs []error
+	if statusCallback != "" {
+		if err := httpprov.CheckURL(callbackKey, statusCallback); err != nil {
+			errs = append(errs, err)
+		} else if u, _ := url.Parse(statusCallback); strings.Contains(u.Hostname(), "_") {
+			errs = append(errs, &httpprov.SettingError{Key: callbackKey,
+				Problem: "has an underscore in its host name, which Twilio refuses as a StatusCallback (error 21609): every send would fail"})
+		}
+	}
+	if s.APIKeySID != "" && s.WebhookAuthToken == "" && (statusCallback != "" || inboundURL != "") {
+		errs = append(errs, &httpprov.SettingError{Key: httpprov.KeyPath(prefix, "webhook_auth_token"),
+			Problem: "must be set with api_key_sid when receipts or inbound messages are taken: Twilio signs them with the account's auth token, not the API key's secret"})
+	}
+	return errors.Join(errs...)
+}
+
 // Config configures the Twilio adapter.
 type Config struct {
 	Settings
 	BaseURL        string // default https://api.twilio.com; tests point it at a fake
-	APIKeySID      string // optional SK...: authenticate with an API key instead of the account
 	StatusCallback string // optional delivery-report URL (provider.receipt_url); smsgw_ref=<message id> is appended; receipts are refused without it
 	// InboundURL is the public URL of the gateway's inbound endpoint
 	// (provider.inbound_url, .../v1/inbound/twilio), as configured for the
@@ -149,10 +211,8 @@ func New(cfg Config) (*Provider, error) {
 		cfg.BaseURL = defaultBaseURL
 	}
 	errs := []error{cfg.Settings.Validate("twilio"), //nolint:staticcheck // QF1008: the shared settings' check, by name
-		httpprov.CheckURL("twilio.base_url", cfg.BaseURL)}
-	if cfg.StatusCallback != "" {
-		errs = append(errs, httpprov.CheckURL("twilio.status_callback", cfg.StatusCallback))
-	}
+		httpprov.CheckURL("twilio.base_url", cfg.BaseURL),
+		cfg.Settings.CheckWebhooks("twilio", "twilio.status_callback", cfg.StatusCallback, cfg.InboundURL)} //nolint:staticcheck // QF1008: as above
 	if cfg.InboundURL != "" {
 		errs = append(errs, httpprov.CheckURL("twilio.inbound_url", cfg.InboundURL))
 	}
@@ -179,10 +239,8 @@ func (p *Provider) CloseIdleConnections() { p.client.CloseIdleConnections() }
 
 // apiError is Twilio's error body.
 type apiError struct {
-	Code     int    `json:"code"`
-	Message  string `json:"message"`
-	MoreInfo string `json:"more_info"`
-	Status   int    `json:"status"`
+	Code   int `json:"code"`
+	Status int `json:"status"`
 }
 
 // message is the part of the Message resource we read.
@@ -215,11 +273,7 @@ func (p *Provider) Send(ctx context.Context, req *provider.Request) (provider.Re
 	if err != nil {
 		return provider.Result{}, fmt.Errorf("twilio: build request: %w", err)
 	}
-	user := p.cfg.AccountSID
-	if p.cfg.APIKeySID != "" {
-		user = p.cfg.APIKeySID
-	}
-	hreq.SetBasicAuth(user, p.cfg.AuthToken)
+	hreq.SetBasicAuth(p.cfg.basicUser(), p.cfg.AuthToken)
 
 	res, err := p.send(ctx, hreq, req.From != "")
 	// Twilio quotes the number it refused (21211) and may quote the text.
@@ -255,10 +309,8 @@ func (p *Provider) send(ctx context.Context, hreq *http.Request, ownSender bool)
 func classify(resp *http.Response, body []byte, ownSender bool, now time.Time) *provider.Error {
 	var ae apiError
 	_ = json.Unmarshal(body, &ae)
-	msg := ae.Message
-	if ae.Code != 0 {
-		msg = fmt.Sprintf("twilio %d: %s", ae.Code, ae.Message)
-	}
+	// The code and its fixed text, never Twilio's message (codeText).
+	msg := codeMessage(ae.Code)
 	switch ae.Code {
 	case codeTooManyRequests:
 		pe := httpprov.StatusError(http.StatusTooManyRequests, resp.Header, now, msg)

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -153,7 +154,7 @@ func TestCodesAndSender(t *testing.T) {
 			writeError(w, tc.status, tc.code, "x")
 		}))
 		p, err := twilio.New(twilio.Config{BaseURL: srv.URL,
-			Settings: twilio.Settings{AccountSID: accountSID, AuthToken: authToken, MessagingServiceSID: "MG123"}})
+			Settings: twilio.Settings{AccountSID: accountSID, AuthToken: authToken, MessagingServiceSID: "MG0123456789abcdef0123456789abcdef"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,7 +164,7 @@ func TestCodesAndSender(t *testing.T) {
 			(tc.reason == provider.ReasonOptedOut && pe.Temporary) {
 			t.Errorf("%d/%d from %q: got %+v, want %s pausing %v", tc.status, tc.code, tc.from, pe, tc.reason, tc.retryAfter)
 		}
-		if tc.from == "" && (form.Get("MessagingServiceSid") != "MG123" || form.Has("From")) {
+		if tc.from == "" && (form.Get("MessagingServiceSid") != "MG0123456789abcdef0123456789abcdef" || form.Has("From")) {
 			t.Errorf("form %v: want MessagingServiceSid and no From", form)
 		}
 		p.CloseIdleConnections()
@@ -228,36 +229,103 @@ func TestSettingsOneRule(t *testing.T) {
 	providertest.SettingsOneRule(t, "twilio", []providertest.SettingsCase[twilio.Settings]{
 		{Settings: twilio.Settings{}, Missing: []string{"account_sid", "auth_token", "from"}},
 		{Settings: twilio.Settings{AccountSID: accountSID, From: "+15005550006"}, Missing: []string{"auth_token"}},
-		{Settings: twilio.Settings{AuthToken: authToken, MessagingServiceSID: "MG1"}, Missing: []string{"account_sid"}},
+		{Settings: twilio.Settings{AuthToken: authToken, MessagingServiceSID: "MG0123456789abcdef0123456789abcdef"}, Missing: []string{"account_sid"}},
 		{Settings: twilio.Settings{AccountSID: accountSID, AuthToken: authToken}, Missing: []string{"from"}},
-		{Settings: twilio.Settings{AccountSID: accountSID, AuthToken: authToken, MessagingServiceSID: "MG1"}, Missing: nil},
+		{Settings: twilio.Settings{AccountSID: accountSID, AuthToken: authToken, MessagingServiceSID: "MG0123456789abcdef0123456789abcdef"}, Missing: nil},
 		{Settings: twilio.Settings{AccountSID: accountSID, AuthToken: authToken, From: "ACME"}, Missing: nil},
 	}, twilio.Settings.Validate, func(s twilio.Settings) error {
-		p, err := twilio.New(twilio.Config{Settings: s, BaseURL: "http://127.0.0.1:1"})
-		if p != nil {
-			p.CloseIdleConnections()
-		}
-		return err
+		return providertest.Closing(twilio.New)(twilio.Config{Settings: s, BaseURL: "http://127.0.0.1:1"})
 	})
 }
 
 func TestNewRejectsBadURLs(t *testing.T) {
 	t.Parallel()
 	ok := twilio.Settings{AccountSID: accountSID, AuthToken: authToken, From: "ACME"}
+	providertest.NamesBadSetting(t, []providertest.BadSetting[twilio.Config]{
+		{Config: twilio.Config{Settings: ok, BaseURL: "not a url"}, Key: "twilio.base_url"},
+		{Config: twilio.Config{Settings: ok, BaseURL: "ftp://api.example"}, Key: "twilio.base_url"},
+		{Config: twilio.Config{Settings: ok, StatusCallback: "/relative/status"}, Key: "twilio.status_callback"},
+		{Config: twilio.Config{Settings: ok, Timeout: -time.Second}, Key: "twilio.timeout"},
+	}, providertest.Closing(twilio.New))
+}
+
+// With api_key_sid a send authenticates as the API key (its SID and
+// secret), the account still in the path.
+func TestSendWithAPIKey(t *testing.T) {
+	t.Parallel()
+	const keySID, keySecret = "SK0123456789abcdef0123456789abcdef", "key-secret-0123456789"
+	var user, pass string
+	var path string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		user, pass, _ = r.BasicAuth()
+		path = r.URL.Path
+		respond(w, providertest.Step{Kind: providertest.Accept, ProviderID: "SM1"})
+	}))
+	defer srv.Close()
+	p, err := twilio.New(twilio.Config{BaseURL: srv.URL,
+		Settings: twilio.Settings{AccountSID: accountSID, APIKeySID: keySID, AuthToken: keySecret, From: "ACME"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.CloseIdleConnections()
+	if _, err := p.Send(context.Background(), &provider.Request{ID: sms.NewID(time.Now()), To: "+819012345678", Body: "hi"}); err != nil {
+		t.Fatal(err)
+	}
+	if user != keySID || pass != keySecret || path != "/2010-04-01/Accounts/"+accountSID+"/Messages.json" {
+		t.Errorf("sent as %q:%q to %s, want the API key to the account's Messages", user, pass, path)
+	}
+}
+
+// SIDs in another form than Twilio's, a StatusCallback host with an
+// underscore (Twilio's 21609) and an API key without the account's token
+// for webhooks are refused by Validate and New alike, naming the key.
+func TestNewRefusesWhatTwilioWould(t *testing.T) {
+	t.Parallel()
+	ok := twilio.Settings{AccountSID: accountSID, AuthToken: authToken, From: "ACME"}
+	withKey := ok
+	withKey.APIKeySID = "SK0123456789abcdef0123456789abcdef"
 	for _, tc := range []struct {
-		cfg  twilio.Config
+		name string
+		edit func(*twilio.Config)
 		want string
 	}{
-		{twilio.Config{Settings: ok, BaseURL: "not a url"}, "twilio.base_url"},
-		{twilio.Config{Settings: ok, BaseURL: "ftp://api.example"}, "twilio.base_url"},
-		{twilio.Config{Settings: ok, StatusCallback: "/relative/status"}, "twilio.status_callback"},
-		{twilio.Config{Settings: ok, Timeout: -time.Second}, "twilio.timeout"},
+		{"short account", func(c *twilio.Config) { c.AccountSID = "AC123" }, "twilio.account_sid"},
+		{"not an account", func(c *twilio.Config) { c.AccountSID = "MG0123456789abcdef0123456789abcdef" }, "twilio.account_sid"},
+		{"not hex", func(c *twilio.Config) { c.AccountSID = "AC0123456789abcdef0123456789abcdez" }, "twilio.account_sid"},
+		{"service", func(c *twilio.Config) { c.MessagingServiceSID = "MG12" }, "twilio.messaging_service_sid"},
+		{"api key", func(c *twilio.Config) { c.APIKeySID = "AC0123456789abcdef0123456789abcdef" }, "twilio.api_key_sid"},
+		{"underscore", func(c *twilio.Config) { c.StatusCallback = "https://sms_gw.example.com/v1/receipts/twilio" }, "twilio.status_callback"},
+		{"api key, receipts", func(c *twilio.Config) { c.Settings = withKey; c.StatusCallback = callback }, "twilio.webhook_auth_token"},
+		{"api key, inbound", func(c *twilio.Config) { c.Settings = withKey; c.InboundURL = "https://gw.example/in" }, "twilio.webhook_auth_token"},
 	} {
-		_, err := twilio.New(tc.cfg)
+		cfg := twilio.Config{Settings: ok, BaseURL: "http://127.0.0.1:1"}
+		tc.edit(&cfg)
+		_, err := twilio.New(cfg)
 		var se *httpprov.SettingError
 		if !errors.As(err, &se) || se.Key != tc.want {
-			t.Errorf("New(base %q, callback %q, timeout %v) = %v, want an error naming %s",
-				tc.cfg.BaseURL, tc.cfg.StatusCallback, tc.cfg.Timeout, err, tc.want)
+			t.Errorf("%s: New = %v, want an error naming %s", tc.name, err, tc.want)
 		}
+		if strings.Contains(fmt.Sprint(err), "SK0123") || strings.Contains(fmt.Sprint(err), "AC0123") {
+			t.Errorf("%s: the error quotes a SID: %v", tc.name, err)
+		}
+	}
+	// Allowed: an API key with the account's token for webhooks, or
+	// without webhooks; the messaging service alone; SIDs in upper-case hex.
+	for _, s := range []twilio.Settings{
+		{AccountSID: accountSID, APIKeySID: withKey.APIKeySID, AuthToken: authToken, WebhookAuthToken: "acct-token", From: "ACME"},
+		{AccountSID: "AC0123456789ABCDEF0123456789ABCDEF", AuthToken: authToken, MessagingServiceSID: "MG0123456789abcdef0123456789abcdef"},
+	} {
+		p, err := twilio.New(twilio.Config{Settings: s, BaseURL: "http://127.0.0.1:1", StatusCallback: callback})
+		if err != nil {
+			t.Errorf("New(%+v): %v", s.APIKeySID, err)
+			continue
+		}
+		p.CloseIdleConnections()
+	}
+	p, err := twilio.New(twilio.Config{Settings: withKey, BaseURL: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Errorf("an API key without webhooks: %v", err)
+	} else {
+		p.CloseIdleConnections()
 	}
 }

@@ -60,7 +60,7 @@ func TestReceiptSignedURLForms(t *testing.T) {
 	t.Parallel()
 	const token = "tok-123"
 	query := "smsgw_ref=" + url.QueryEscape("msg_01JD5ZQ8X2N4M7P9R3T6V8W0YA")
-	form := url.Values{"MessageSid": {"SM1"}, "MessageStatus": {"delivered"}, "AccountSid": {"AC1"}}
+	form := url.Values{"MessageSid": {"SM1"}, "MessageStatus": {"delivered"}, "AccountSid": {"AC11111111111111111111111111111111"}}
 	for _, tc := range []struct {
 		configured string   // provider.receipt_url
 		signed     []string // URLs Twilio may have signed (without the query)
@@ -79,11 +79,7 @@ func TestReceiptSignedURLForms(t *testing.T) {
 			[]string{"http://sms.example.com:8080/v1/receipts/twilio"},
 			[]string{"http://sms.example.com/v1/receipts/twilio", "http://sms.example.com:8081/v1/receipts/twilio"}},
 	} {
-		p, err := twilio.New(twilio.Config{Settings: twilio.Settings{AccountSID: "AC1", AuthToken: token, From: "ACME"},
-			StatusCallback: tc.configured})
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := signedWith(t, token, twilio.Config{StatusCallback: tc.configured})
 		check := func(signedURL string) error {
 			body := form.Encode()
 			r := httptest.NewRequestWithContext(t.Context(), "POST", "http://10.0.0.7:8080/v1/receipts/twilio?"+query, strings.NewReader(body))
@@ -103,5 +99,41 @@ func TestReceiptSignedURLForms(t *testing.T) {
 			}
 		}
 		p.CloseIdleConnections()
+	}
+}
+
+// What a refusal keeps (the error's text, which becomes last_error, a dead
+// letter's reason, a callback's error) is the code and the gateway's fixed
+// text for it, never Twilio's message: an echo of the body cut short, or
+// re-encoded, passes any scrub. A code the adapter does not know keeps a
+// generic fixed text.
+func TestRefusalKeepsFixedText(t *testing.T) {
+	t.Parallel()
+	const to, body = "+819012345678", "Your login code is 482913. Never share it with anyone, including us."
+	for _, tc := range []struct {
+		code int
+		echo string
+		want string
+	}{
+		{21617, "Body too long: 'Your login code is 48291…'", "twilio 21617: the message body is too long"},
+		{21211, "Invalid To: %2B81%2090%201234%205678 (Your%20login%20code)", "twilio 21211: invalid To number"},
+		{39999, "Y o u r  l o g i n  c o d e  i s  4 8 2 9 1 3", "twilio 39999: error code not known to the gateway"},
+		{0, "Your login code is 482913", "Bad Request"},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			writeError(w, http.StatusBadRequest, tc.code, tc.echo)
+		}))
+		p, err := twilio.New(twilio.Config{BaseURL: srv.URL,
+			Settings: twilio.Settings{AccountSID: accountSID, AuthToken: authToken, From: "ACME"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = p.Send(context.Background(), &provider.Request{ID: sms.NewID(time.Now()), To: to, Body: body})
+		p.CloseIdleConnections()
+		srv.Close()
+		pe := provider.AsError(provider.Scrubbed(err, body))
+		if pe == nil || pe.Message != tc.want {
+			t.Errorf("code %d: kept %v, want the text %q", tc.code, err, tc.want)
+		}
 	}
 }

@@ -19,11 +19,7 @@ import (
 // a message without msisdn is a problem naming msisdn.
 func TestParseInbound(t *testing.T) {
 	now := time.Unix(1800000000, 0)
-	p, err := vonage.New(vonage.Config{Settings: vonage.Settings{APIKey: "k", APISecret: "s", From: "ACME",
-		SignatureSecret: "sig-secret", SignatureMethod: vonage.MethodSHA256}, Now: func() time.Time { return now }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := signedWith(t, vonage.MethodSHA256, func() time.Time { return now })
 	base := func() map[string]string {
 		return map[string]string{"api-key": "k", "msisdn": "447700900123", "to": "447700900000", "messageId": "0A0000001234ABCD",
 			"text": "stop", "type": "text", "keyword": "STOP", "message-timestamp": "2027-01-15 08:00:00",

@@ -86,6 +86,26 @@ func Signature(method, secret string, params map[string]string) string {
 // The DLR's msisdn is the recipient.
 const errOptedOut = "9"
 
+// temporaryCodes are the DLR err-codes Vonage's table ("Vonage SMS
+// Delivery Error Codes and Descriptions") ends with "Retry": 2 (absent
+// subscriber, temporary), 7 (handset busy), 8 (network error). The same
+// page says neither Vonage nor the operators try again unless another API
+// call is made, so the message is undelivered like any failed DLR: the
+// gateway does not send a message the provider took a second time (that
+// would be a new message, charged again, whose timing is the producer's
+// call). Its error code says the failure was temporary, so that the
+// producer can decide (last_error, the undelivered callback's error).
+var temporaryCodes = map[string]string{"2": "absent subscriber", "7": "handset busy", "8": "network error"}
+
+// errorCode is a DLR's err-code as the message's error: the code, and for
+// a temporary failure what it was and that a new send may be delivered.
+func errorCode(code string) string {
+	if what, ok := temporaryCodes[code]; ok {
+		return code + " (temporary: " + what + "; not resent, a new send may be delivered)"
+	}
+	return code
+}
+
 // dlrStatuses maps the DLR statuses that end a message; accepted,
 // buffered and unknown change nothing. expired (the handset stayed off
 // past the validity) and failed (the carrier could not deliver) are
@@ -174,7 +194,7 @@ func (p *Provider) ParseReceipt(r *http.Request, raw []byte) (provider.Receipt, 
 		code = ""
 	}
 	rc := provider.Receipt{ProviderID: id, Reference: ps["client-ref"], Status: dlrStatuses[word],
-		VendorStatus: vendor, ErrorCode: code}
+		VendorStatus: vendor, ErrorCode: errorCode(code)}
 	if code == errOptedOut && rc.Status != "" && ps["msisdn"] != "" {
 		rc.OptedOut, rc.Recipient = true, "+"+strings.TrimPrefix(ps["msisdn"], "+")
 	}

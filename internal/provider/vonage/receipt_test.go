@@ -18,6 +18,19 @@ import (
 	"smsgw/internal/sms"
 )
 
+// signedWith is the adapter whose webhooks are signed with the secret
+// "sig-secret" by method (empty: Vonage's default), its clock now.
+func signedWith(t *testing.T, method string, now func() time.Time) *vonage.Provider {
+	t.Helper()
+	p, err := vonage.New(vonage.Config{Settings: vonage.Settings{APIKey: "k", APISecret: "s", From: "ACME",
+		SignatureSecret: "sig-secret", SignatureMethod: method}, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.CloseIdleConnections)
+	return p
+}
+
 // TestSignatureString: the signed string, written out by hand from the
 // documented rule (sorted, "&k=v", '&' and '=' in values as '_').
 func TestSignatureString(t *testing.T) {
@@ -40,11 +53,7 @@ var signedAt = time.Unix(1700000000, 0)
 func TestParseReceipt(t *testing.T) {
 	for _, method := range vonage.Methods {
 		t.Run(method, func(t *testing.T) {
-			p, err := vonage.New(vonage.Config{Settings: vonage.Settings{APIKey: "k", APISecret: "s", From: "ACME",
-				SignatureSecret: "sig-secret", SignatureMethod: method}, Now: func() time.Time { return signedAt.Add(3 * time.Second) }})
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := signedWith(t, method, func() time.Time { return signedAt.Add(3 * time.Second) })
 			ps := map[string]string{"messageId": "0B00000012345678", "status": "expired", "err-code": "27",
 				"client-ref": "msg_01JD5ZQ8X2N4M7P9R3T6V8W0YA", "msisdn": "447700900000", "timestamp": "1700000000", "nonce": "n1"}
 			form := func(sig string) string {
@@ -88,11 +97,7 @@ func TestParseReceipt(t *testing.T) {
 // is given.
 func receiptFor(t *testing.T, now time.Time) func(ps map[string]string) (provider.Receipt, error) {
 	t.Helper()
-	p, err := vonage.New(vonage.Config{Settings: vonage.Settings{APIKey: "k", APISecret: "s", From: "ACME",
-		SignatureSecret: "sig-secret"}, Now: func() time.Time { return now }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := signedWith(t, "", func() time.Time { return now })
 	return func(ps map[string]string) (provider.Receipt, error) {
 		v := url.Values{}
 		for k, s := range ps {
@@ -205,5 +210,31 @@ func TestReceiptOptedOut(t *testing.T) {
 	// A status on the way changes nothing, err-code or not.
 	if rc, err := parse(ps("buffered", "9")); err != nil || rc.OptedOut {
 		t.Errorf("buffered: %+v, %v", rc, err)
+	}
+}
+
+// err-codes 2, 7 and 8, which Vonage's table ends with "Retry", end the
+// message undelivered like any failed DLR (neither Vonage nor the
+// operators try again, and the gateway does not send it twice), with an
+// error that says the failure was temporary; other codes are the code.
+func TestReceiptTemporaryCodes(t *testing.T) {
+	now := time.Unix(1800000000, 0)
+	parse := receiptFor(t, now)
+	ps := func(code string) map[string]string {
+		return map[string]string{"messageId": "aaaaaaaa-bbbb-cccc-dddd-0123456789ab", "status": "failed", "err-code": code,
+			"msisdn": "447700900000", "client-ref": "msg_01JD5ZQ8X2N4M7P9R3T6V8W0YA",
+			"timestamp": strconv.FormatInt(now.Unix(), 10), "nonce": "n1"}
+	}
+	for code, what := range map[string]string{"2": "absent subscriber", "7": "handset busy", "8": "network error"} {
+		rc, err := parse(ps(code))
+		if err != nil || rc.Status != sms.StatusUndelivered ||
+			rc.ErrorCode != code+" (temporary: "+what+"; not resent, a new send may be delivered)" {
+			t.Errorf("err-code %s: %+v, %v; want undelivered, a temporary %s", code, rc, err, what)
+		}
+	}
+	for _, code := range []string{"1", "3", "6", "99"} {
+		if rc, err := parse(ps(code)); err != nil || rc.Status != sms.StatusUndelivered || rc.ErrorCode != code {
+			t.Errorf("err-code %s: %+v, %v; want undelivered with the code", code, rc, err)
+		}
 	}
 }

@@ -161,14 +161,16 @@ func (p *Provider) CloseIdleConnections() { p.client.CloseIdleConnections() }
 type answer struct {
 	MessageCount string `json:"message-count"`
 	Messages     []part `json:"messages"`
-	// A request refused as a whole: {"error-code":"420","error-code-label":"..."}.
-	ErrorCode      string `json:"error-code"`
-	ErrorCodeLabel string `json:"error-code-label"`
+	// A request refused as a whole: {"error-code":"420","error-code-label":"..."};
+	// the label is the vendor's text, never kept (errorCodeMessage).
+	ErrorCode string `json:"error-code"`
 }
 
 type part struct {
 	Status    string `json:"status"`
 	MessageID string `json:"message-id"`
+	// ErrorText is read for a throttle's wait only, never kept
+	// (statusMessage).
 	ErrorText string `json:"error-text"`
 }
 
@@ -224,7 +226,8 @@ func (p *Provider) send(ctx context.Context, hreq *http.Request, ownSender bool)
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		// Gateway-level answers (429 from Vonage's edge, 5xx, 401) carry
 		// no per-message status.
-		return provider.Result{}, httpprov.StatusError(resp.StatusCode, resp.Header, now, problemTitle(body))
+		// The status's own text; never the body's title or error-text.
+		return provider.Result{}, httpprov.StatusError(resp.StatusCode, resp.Header, now, "")
 	}
 	if rerr != nil {
 		return provider.Result{}, httpprov.BadResponse(resp.StatusCode, rerr.Error())
@@ -258,7 +261,7 @@ func outcome(status int, parts []part, h http.Header, now time.Time, ownSender b
 		if refused == nil {
 			refused = classify(m.Status, m.ErrorText, h, now, ownSender)
 			refused.Status = status
-			refused.Message = httpprov.Safe(fmt.Sprintf("vonage status %s: %s", m.Status, m.ErrorText))
+			refused.Message = statusMessage(m.Status)
 			if len(parts) > 1 {
 				refused.Message = httpprov.Safe(fmt.Sprintf("part %d of %d: %s", i+1, len(parts), refused.Message))
 			}
@@ -280,10 +283,10 @@ func outcome(status int, parts []part, h http.Header, now time.Time, ownSender b
 // requestError is a 200 that refuses the request as a whole, with an
 // HTTP-like error-code: classified as that status would be.
 func requestError(status int, a answer, h http.Header, now time.Time) *provider.Error {
-	msg := fmt.Sprintf("vonage error-code %s: %s", a.ErrorCode, a.ErrorCodeLabel)
 	code, err := strconv.Atoi(a.ErrorCode)
+	msg := errorCodeMessage(code, err == nil && code >= 100 && code <= 999)
 	if err != nil || code < 400 || code > 599 {
-		return &provider.Error{Reason: provider.ReasonRejected, Status: status, Message: httpprov.Safe(msg)}
+		return &provider.Error{Reason: provider.ReasonRejected, Status: status, Message: msg}
 	}
 	pe := httpprov.StatusError(code, h, now, msg)
 	pe.Status = status
@@ -323,17 +326,4 @@ func classify(status, text string, h http.Header, now time.Time, ownSender bool)
 	// De-activated, and anything undocumented: this message will not go
 	// through as it is.
 	return &provider.Error{Reason: provider.ReasonRejected}
-}
-
-// problemTitle extracts a description from Vonage's RFC 7807 error bodies.
-func problemTitle(body []byte) string {
-	var pb struct {
-		Title     string `json:"title"`
-		ErrorText string `json:"error-text"`
-	}
-	_ = json.Unmarshal(body, &pb)
-	if pb.Title != "" {
-		return pb.Title
-	}
-	return pb.ErrorText
 }

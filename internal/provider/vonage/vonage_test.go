@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,7 +18,6 @@ import (
 	"go.uber.org/goleak"
 
 	"smsgw/internal/provider"
-	"smsgw/internal/provider/httpprov"
 	"smsgw/internal/provider/providertest"
 	"smsgw/internal/provider/vonage"
 	"smsgw/internal/sms"
@@ -204,30 +202,17 @@ func TestSettingsOneRule(t *testing.T) {
 		{Settings: vonage.Settings{APIKey: apiKey, APISecret: apiSecret}, Missing: []string{"from"}},
 		{Settings: vonage.Settings{APIKey: apiKey, APISecret: apiSecret, From: "ACME"}, Missing: nil},
 	}, vonage.Settings.Validate, func(s vonage.Settings) error {
-		p, err := vonage.New(vonage.Config{Settings: s, BaseURL: "http://127.0.0.1:1"})
-		if p != nil {
-			p.CloseIdleConnections()
-		}
-		return err
+		return providertest.Closing(vonage.New)(vonage.Config{Settings: s, BaseURL: "http://127.0.0.1:1"})
 	})
 }
 
 func TestNewRejectsBadConnection(t *testing.T) {
 	t.Parallel()
 	ok := vonage.Settings{APIKey: apiKey, APISecret: apiSecret, From: "ACME"}
-	for _, tc := range []struct {
-		cfg  vonage.Config
-		want string
-	}{
-		{vonage.Config{Settings: ok, BaseURL: "rest.nexmo.com"}, "vonage.base_url"},
-		{vonage.Config{Settings: ok, Timeout: -time.Second}, "vonage.timeout"},
-	} {
-		_, err := vonage.New(tc.cfg)
-		var se *httpprov.SettingError
-		if !errors.As(err, &se) || se.Key != tc.want {
-			t.Errorf("New(base %q, timeout %v) = %v, want an error naming %s", tc.cfg.BaseURL, tc.cfg.Timeout, err, tc.want)
-		}
-	}
+	providertest.NamesBadSetting(t, []providertest.BadSetting[vonage.Config]{
+		{Config: vonage.Config{Settings: ok, BaseURL: "rest.nexmo.com"}, Key: "vonage.base_url"},
+		{Config: vonage.Config{Settings: ok, Timeout: -time.Second}, Key: "vonage.timeout"},
+	}, providertest.Closing(vonage.New))
 }
 
 // answering is a fake SMS API that answers every send with body and keeps
@@ -332,9 +317,10 @@ func TestErrorCodeAnswer(t *testing.T) {
 		{"500", provider.ReasonUnavailable, true},
 		{"oops", provider.ReasonRejected, false},
 	} {
-		p, _ := answering(t, `{"error-code":"`+tc.code+`","error-code-label":"refused"}`)
+		p, _ := answering(t, `{"error-code":"`+tc.code+`","error-code-label":"refused: Your c0de is 4 8 2 9 1 3"}`)
 		pe := provider.AsError(send(p, "", 0))
-		if pe == nil || pe.Reason != tc.reason || pe.Temporary != tc.temporary || !strings.Contains(pe.Message, "refused") {
+		if pe == nil || pe.Reason != tc.reason || pe.Temporary != tc.temporary ||
+			!strings.HasPrefix(pe.Message, "vonage error-code") || strings.Contains(pe.Message, "refused") {
 			t.Errorf("error-code %s: %+v, want %s", tc.code, pe, tc.reason)
 		}
 	}
@@ -389,5 +375,42 @@ func TestTTLAndDefaultTimeout(t *testing.T) {
 	defer p.CloseIdleConnections()
 	if got := vonage.TimeoutOf(p); got != 10*time.Second {
 		t.Errorf("timeout %v, want 10s", got)
+	}
+}
+
+// What a refused part keeps is its status and the gateway's fixed text for
+// it, never Vonage's error-text: an echo of the body cut short or
+// re-encoded passes any scrub. An unknown status keeps a generic text; a
+// status that is not a short number is not echoed at all.
+func TestRefusalKeepsFixedText(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ status, text, want string }{
+		{"6", "Invalid Message: 'Your login code is 48291…'", "vonage status 6: invalid message"},
+		{"3", "Invalid to: %2B81%2090%201234%205678", "vonage status 3: invalid parameters"},
+		{"97", "Y o u r  l o g i n  c o d e", "vonage status 97: code not known to the gateway"},
+		{"Your code 482913", "x", "vonage status: code not known to the gateway"},
+	} {
+		b, _ := json.Marshal(map[string]any{"message-count": "1", "messages": []any{map[string]string{"status": tc.status, "error-text": tc.text}}})
+		p, _ := answering(t, string(b))
+		if pe := provider.AsError(send(p, "", 0)); pe == nil || pe.Message != tc.want {
+			t.Errorf("status %q: kept %+v, want the text %q", tc.status, pe, tc.want)
+		}
+	}
+}
+
+// An answer refused at Vonage's edge (a non-2xx with an RFC 7807 body)
+// keeps the HTTP status's own text, never the body's title.
+func TestEdgeRefusalKeepsStatusText(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		_, _ = io.WriteString(w, `{"title":"Invalid to: 81 90 1234 5678 'Your login c'","error-text":"x"}`)
+	}))
+	defer srv.Close()
+	p := newProvider(t, srv.URL, 0)
+	defer p.CloseIdleConnections()
+	if pe := provider.AsError(send(p, "", 0)); pe == nil || pe.Message != "Unprocessable Entity" {
+		t.Errorf("kept %+v, want the status's text", pe)
 	}
 }

@@ -24,44 +24,12 @@ type entry struct {
 	ParkedCode string
 }
 
-// record is the value of the msgs bucket. Its JSON names are the storage
-// schema, not sms.Message's: renaming a field of the domain type changes
-// nothing stored, and renaming a field here means still reading the old name.
-// Names are short (every page is fsynced); times are integer Unix
-// milliseconds, 0 (left out) for none, the resolution of the store's indexes.
-// The id is the key, not repeated in the record. The body and the full number
-// (and its suppression-list id) are fields of their own, so that a finished
-// record can drop them. A record always has "s"; a value without it is a
+// record is the value of the msgs bucket: the message's fields as both
+// backends store them (queue.Record, whose comment gives the schema's rules)
+// and the entry's bookkeeping. The id is the key. A value without "s" is a
 // legacy record (see legacyRecord).
 type record struct {
-	Producer  string `json:"p"`            // producer name; the out bucket counts by it
-	Class     uint8  `json:"c"`            // class code: 0 otp, 1 transactional, 2 marketing (queue.ClassCode)
-	To        string `json:"to,omitempty"` // recipient, E.164
-	NumberID  string `json:"ni,omitempty"` // the number's suppression-list id (sms.Message.NumberID); a take checks the list with it
-	From      string `json:"fr,omitempty"` // sender id
-	Body      string `json:"b,omitempty"`  // message text
-	Reference string `json:"r,omitempty"`  // the producer's own id
-	Segments  int    `json:"g,omitempty"`  // provider rate units the message costs
-
-	CallbackURL string `json:"cb,omitempty"` // the message's own callback_url
-	Callbacks   bool   `json:"w,omitempty"`  // status events wanted: every transition that ends or changes the story writes one to the outbox
-
-	IdempotencyKey string `json:"k,omitempty"` // the producer's Idempotency-Key
-	RequestHash    string `json:"h,omitempty"` // digest of the creating request
-
-	Created   int64 `json:"tc,omitempty"` // created
-	SendAt    int64 `json:"sa,omitempty"` // the producer's send_at
-	NotBefore int64 `json:"tb,omitempty"` // not taken before; rounded up to the ms
-	Expires   int64 `json:"te,omitempty"` // expiry
-	Updated   int64 `json:"tu,omitempty"` // last change
-	Sent      int64 `json:"ts,omitempty"` // sent
-
-	Status     string `json:"s"`            // status code: q queued, l sending (leased), s sent, f failed, x expired, v delivered, u undelivered, c canceled
-	Attempts   int    `json:"a,omitempty"`  // attempts spent
-	Crashes    int    `json:"x,omitempty"`  // sends that crashed their sender
-	LastError  string `json:"e,omitempty"`  // short, safe text of the last failure
-	ProviderID string `json:"pm,omitempty"` // the provider's message id
-	Dead       bool   `json:"d,omitempty"`  // a dead letter (status f)
+	queue.Record
 
 	Seq   uint64 `json:"sq"`           // entry.Seq
 	Due   int64  `json:"du"`           // entry.Due, ms
@@ -76,48 +44,27 @@ type record struct {
 
 // toRecord is e as stored.
 func toRecord(e *entry) (record, error) {
-	m := &e.Msg
-	class, err := queue.ClassCode(m.Class)
+	r, err := queue.ToRecord(&e.Msg)
 	if err != nil {
-		return record{}, fmt.Errorf("message %s: %w", m.ID, err)
-	}
-	status, err := queue.StatusCode(m.Status)
-	if err != nil {
-		return record{}, fmt.Errorf("message %s: %w", m.ID, err)
+		return record{}, err
 	}
 	parked, _ := queue.StatusCode(e.Parked) // "" for none
 	return record{
-		Producer: m.Producer, Class: class, To: m.To, NumberID: m.NumberID, From: m.From, Body: m.Body,
-		Reference: m.Reference, Segments: m.Segments, CallbackURL: m.CallbackURL, Callbacks: m.Callbacks,
-		IdempotencyKey: m.IdempotencyKey, RequestHash: m.RequestHash,
-		Created: queue.UnixMs(m.CreatedAt), SendAt: queue.UnixMs(m.SendAt), NotBefore: queue.UnixMsUp(m.NotBefore), Expires: queue.UnixMs(m.ExpiresAt),
-		Updated: queue.UnixMs(m.UpdatedAt), Sent: queue.UnixMs(m.SentAt),
-		Status: status, Attempts: m.Attempts, Crashes: m.Crashes, LastError: m.LastError, ProviderID: m.ProviderID, Dead: m.Dead,
-		Seq: e.Seq, Due: e.Due, Token: e.Token, Lease: e.Lease, Owner: e.Owner, At: e.At,
+		Record: r,
+		Seq:    e.Seq, Due: e.Due, Token: e.Token, Lease: e.Lease, Owner: e.Owner, At: e.At,
 		Parked: parked, ParkedCode: e.ParkedCode,
 	}, nil
 }
 
 // entry is the record of message id as the form operations work on.
 func (r *record) entry(id string) (*entry, error) {
-	class, ok := queue.CodeClass(r.Class)
-	if !ok {
-		return nil, fmt.Errorf("unknown class code %d", r.Class)
-	}
-	status, ok := queue.CodeStatus(r.Status)
-	if !ok {
-		return nil, fmt.Errorf("unknown status code %q", r.Status)
+	m, err := r.Message(id)
+	if err != nil {
+		return nil, err
 	}
 	parked, _ := queue.CodeStatus(r.Parked)
 	return &entry{
-		Msg: sms.Message{
-			ID: id, Producer: r.Producer, Class: class, To: r.To, NumberID: r.NumberID, From: r.From, Body: r.Body,
-			Reference: r.Reference, Segments: r.Segments, CallbackURL: r.CallbackURL, Callbacks: r.Callbacks,
-			IdempotencyKey: r.IdempotencyKey, RequestHash: r.RequestHash,
-			CreatedAt: queue.FromMs(r.Created), SendAt: queue.FromMs(r.SendAt), NotBefore: queue.FromMs(r.NotBefore), ExpiresAt: queue.FromMs(r.Expires),
-			UpdatedAt: queue.FromMs(r.Updated), SentAt: queue.FromMs(r.Sent),
-			Status: status, Attempts: r.Attempts, Crashes: r.Crashes, LastError: r.LastError, ProviderID: r.ProviderID, Dead: r.Dead,
-		},
+		Msg: *m,
 		Seq: r.Seq, Due: r.Due, Token: r.Token, Lease: r.Lease, Owner: r.Owner, At: r.At,
 		Parked: parked, ParkedCode: r.ParkedCode,
 	}, nil

@@ -11,6 +11,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"smsgw/internal/queue"
+	"smsgw/internal/queue/queuetest"
 	"smsgw/internal/sms"
 )
 
@@ -20,30 +21,7 @@ import (
 // stores it.
 func TestRecordKeepsEveryField(t *testing.T) {
 	e := &entry{Seq: 7, Due: 8, Token: "tok", Lease: 9, Owner: "w", At: 10}
-	v := reflect.ValueOf(&e.Msg).Elem()
-	base := time.Date(2026, 11, 30, 9, 0, 0, 123_000_000, time.UTC)
-	for i := range v.NumField() {
-		f, name := v.Field(i), v.Type().Field(i).Name
-		switch f.Interface().(type) {
-		case string:
-			f.SetString("x-" + name)
-		case int:
-			f.SetInt(int64(i + 1))
-		case bool:
-			f.SetBool(true)
-		case time.Time:
-			f.Set(reflect.ValueOf(base.Add(time.Duration(i) * time.Hour)))
-		case sms.Class:
-			f.Set(reflect.ValueOf(sms.ClassMarketing))
-		case sms.Status:
-			f.Set(reflect.ValueOf(sms.StatusFailed))
-		case sms.Encoding:
-			// Derived from the body while it is kept; only a final record
-			// (queue.EncodeFinal) stores it.
-		default:
-			t.Fatalf("sms.Message.%s is a %s: teach record (and this test) to store it", name, f.Type())
-		}
-	}
+	queuetest.FillEveryField(t, &e.Msg)
 	js, stored, err := encodeEntry(e)
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package embedded
 
 import (
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
@@ -12,37 +11,15 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"smsgw/internal/queue"
+	"smsgw/internal/queue/queuetest"
 	"smsgw/internal/sms"
 )
-
-// sizeMessages is how many messages BenchmarkStoredBytes stores.
-const sizeMessages = 5000
-
-// fullPace is the rate the stored messages are created at: the default
-// target_rps, the most the gateway sends. It spreads their ids' creation
-// times as a real run at full pace would (redisq groups final records by
-// creation second).
-const fullPace = 90
-
-// tenMinutes is how many messages a 10-minute run at full pace completes.
-const tenMinutes = 600 * fullPace
 
 // sizeStart is the creation time of message 0.
 var sizeStart = time.Now()
 
-// sizeMsg is a typical transactional message: a 110-character body, an
-// E.164 number and its suppression-list id (32 hex digits, as protection
-// computes it), a producer's reference, the default TTL (24 h), no
-// idempotency key; message i is created i/fullPace seconds after message 0.
-func sizeMsg(i int) *sms.Message {
-	now := sizeStart.Add(time.Duration(i) * time.Second / fullPace)
-	body := fmt.Sprintf("Your order %08d has shipped and will arrive tomorrow between 9:00 and 12:00. Track it in the app or reply STOP.", i)
-	return &sms.Message{
-		ID: sms.NewID(now), Producer: "shop-backend", Class: sms.ClassTransactional,
-		To: "+819012345678", NumberID: "5f1c0e39d2a84b7c91e6f3a0d4b82c57", Body: body[:110], Reference: fmt.Sprintf("order-%08d", i),
-		Segments: 1, CreatedAt: now.UTC(), ExpiresAt: now.UTC().Add(24 * time.Hour),
-	}
-}
+// sizeMsg is queuetest's typical message i at full pace.
+func sizeMsg(i int) *sms.Message { return queuetest.SizeMessage(sizeStart, i, queuetest.FullPace) }
 
 // storeSize is the file size and the bytes in use in the pages of the msgs
 // bucket and of every bucket (bbolt's own page statistics).
@@ -75,25 +52,18 @@ func measureStore(tb testing.TB, q *Queue) storeSize {
 
 // BenchmarkStoredBytes reports what one message costs the bbolt file: bytes
 // in use per message in the msgs bucket and in all buckets, and the file size
-// per message, once sizeMessages messages are queued, once all are sent
+// per message, once queuetest.SizeMessages messages are queued, once all are sent
 // (Take and Complete with a 34-character provider id) and once each has its
-// delivery receipt (what a completed message costs for the retention), and
-// from that the growth of a 10-minute run at full pace. Run it once:
+// delivery receipt (what a completed message costs for the retention), once
+// as many keyed messages are each accepted and canceled at once (what a
+// never-sent message keeps), and from that the growth of a 10-minute run at full pace. Run it once:
 //
 //	go test -run '^$' -bench StoredBytes -benchtime 1x ./internal/queue/embedded
 func BenchmarkStoredBytes(b *testing.B) {
-	var queued, sent, delivered storeSize
+	var queued, sent, delivered, canceled storeSize
 	for b.Loop() {
 		q := open(b, Config{})
-		for lo := 0; lo < sizeMessages; lo += maxBatch {
-			batch := make([]*sms.Message, 0, maxBatch)
-			for i := lo; i < min(lo+maxBatch, sizeMessages); i++ {
-				batch = append(batch, sizeMsg(i))
-			}
-			if _, err := q.EnqueueMany(b.Context(), batch); err != nil {
-				b.Fatal(err)
-			}
-		}
+		queuetest.EnqueueAll(b, q, queuetest.SizeMessages, maxBatch, sizeMsg)
 		queued = measureStore(b, q)
 		ids := sendAll(b, q)
 		sent = measureStore(b, q)
@@ -104,6 +74,23 @@ func BenchmarkStoredBytes(b *testing.B) {
 			}
 		}
 		delivered = measureStore(b, q)
+
+		// Accept-then-cancel, every message keyed as producers should
+		// send: what a never-sent message keeps (its final record and its
+		// key's mapping, for the retention and the idempotency window).
+		c := open(b, Config{})
+		for i := range queuetest.SizeMessages {
+			m := sizeMsg(i)
+			m.IdempotencyKey = fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i)
+			m.RequestHash = fmt.Sprintf("%064x", i)
+			if _, err := c.Enqueue(b.Context(), m); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := c.Cancel(b.Context(), m.ID, m.Producer); err != nil {
+				b.Fatal(err)
+			}
+		}
+		canceled = measureStore(b, c)
 	}
 	for _, m := range []struct {
 		unit string
@@ -112,14 +99,15 @@ func BenchmarkStoredBytes(b *testing.B) {
 		{"msgs-B/queued-msg", queued.msgs}, {"all-B/queued-msg", queued.all}, {"file-B/queued-msg", queued.file},
 		{"msgs-B/sent-msg", sent.msgs}, {"all-B/sent-msg", sent.all}, {"file-B/sent-msg", sent.file},
 		{"all-B/delivered-msg", delivered.all},
+		{"all-B/canceled-keyed-msg", canceled.all}, {"file-B/canceled-keyed-msg", canceled.file},
 	} {
-		b.ReportMetric(float64(m.v)/sizeMessages, m.unit)
+		b.ReportMetric(float64(m.v)/queuetest.SizeMessages, m.unit)
 	}
-	// A 10-minute run at full pace completes tenMinutes messages; what the
+	// A 10-minute run at full pace completes queuetest.TenMinutes messages; what the
 	// store keeps of them is their final records (computed from the bytes
 	// in use per delivered message; the file itself grows by pages and does
 	// not shrink, see docs/operations.md).
-	b.ReportMetric(float64(delivered.all)/sizeMessages*tenMinutes/1e6, "MB/10min-at-90/s")
+	b.ReportMetric(float64(delivered.all)/queuetest.SizeMessages*queuetest.TenMinutes/1e6, "MB/10min-at-90/s")
 }
 
 // sendAll takes and completes every message with eight workers, so that
@@ -141,9 +129,7 @@ func sendAll(b *testing.B, q *Queue) []string {
 					b.Error(err)
 					return
 				}
-				// A Twilio-like id of 34 characters, each its own (receipts index it).
-				o := queue.Outcome{Status: sms.StatusSent, ProviderID: fmt.Sprintf("SM%032x", sha256.Sum256([]byte(l.Message.ID)))[:34], Attempts: 1}
-				if err := q.Complete(b.Context(), l, o); err != nil {
+				if err := q.Complete(b.Context(), l, queuetest.SentOutcome(l.Message.ID)); err != nil {
 					b.Error(err)
 					return
 				}

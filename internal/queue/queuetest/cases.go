@@ -279,10 +279,8 @@ func testIdempotency(t *testing.T, h Harness) {
 }
 
 func testLeaseHeld(t *testing.T, h Harness) {
-	q := h.New(t)
 	m := newMsg("p", sms.ClassOTP)
-	mustEnqueue(t, q, m)
-	l := mustTake(t, q, opts())
+	q, l := takenAlone(t, h, m)
 	if l.Message.ID != m.ID || l.Message.Attempts != 0 {
 		t.Fatalf("took %+v", l.Message)
 	}
@@ -367,21 +365,10 @@ func testRecover(t *testing.T, h Harness) {
 // where it was taken from, ahead of what was queued after it (as Recover
 // does), ignoring After; what it spends and stores is as for any Requeue.
 func testRequeueKeepPlace(t *testing.T, h Harness) {
-	q := h.New(t)
-	ctx := t.Context()
-	a, b := newMsg("p", sms.ClassMarketing), newMsg("p", sms.ClassMarketing)
-	mustEnqueue(t, q, a, b)
-	l := mustTake(t, q, opts())
+	q, a, b, l := firstTaken(t, h, sms.ClassMarketing)
 	c := newMsg("p", sms.ClassMarketing)
 	mustEnqueue(t, q, c)
-	if err := q.Requeue(ctx, l, queue.RequeueOptions{KeepPlace: true, After: time.Hour, SpendAttempt: true, LastError: "held"}); err != nil {
-		t.Fatalf("Requeue: %v", err)
-	}
-	m := wantStatus(t, q, a.ID, sms.StatusQueued)
-	if m.Attempts != 1 || m.LastError != "held" {
-		t.Fatalf("after Requeue(keep place, spend): attempts %d, last error %q", m.Attempts, m.LastError)
-	}
-	allLost(t, q, l)
+	requeueSpent(t, q, l, queue.RequeueOptions{KeepPlace: true, After: time.Hour, LastError: "held"})
 	var got []string
 	for range 3 {
 		got = append(got, mustTake(t, q, opts()).Message.ID)
@@ -395,20 +382,9 @@ func testRequeueKeepPlace(t *testing.T, h Harness) {
 }
 
 func testRequeue(t *testing.T, h Harness) {
-	q := h.New(t)
+	q, a, b, l := firstTaken(t, h, sms.ClassMarketing)
 	ctx := t.Context()
-	a, b := newMsg("p", sms.ClassMarketing), newMsg("p", sms.ClassMarketing)
-	mustEnqueue(t, q, a, b)
-
-	l := mustTake(t, q, opts())
-	if err := q.Requeue(ctx, l, queue.RequeueOptions{SpendAttempt: true, LastError: "provider 503"}); err != nil {
-		t.Fatalf("Requeue: %v", err)
-	}
-	m := wantStatus(t, q, a.ID, sms.StatusQueued)
-	if m.Attempts != 1 || m.LastError != "provider 503" {
-		t.Fatalf("after Requeue(spend): attempts %d, last error %q", m.Attempts, m.LastError)
-	}
-	allLost(t, q, l)
+	requeueSpent(t, q, l, queue.RequeueOptions{LastError: "provider 503"})
 	// Requeued without delay: to the back of the line.
 	if got := mustTake(t, q, opts()).Message.ID; got != b.ID {
 		t.Fatalf("took %s, want %s ahead of the requeued %s", got, b.ID, a.ID)
@@ -432,7 +408,7 @@ func testRequeue(t *testing.T, h Harness) {
 	if w := mustEmpty(t, q, opts()); w <= 59*time.Minute || w > time.Hour+slack {
 		t.Fatalf("wait %v, want about 1h", w)
 	}
-	m = wantStatus(t, q, a.ID, sms.StatusQueued)
+	m := wantStatus(t, q, a.ID, sms.StatusQueued)
 	if m.NotBefore.Before(before.Add(time.Hour-time.Second)) || m.NotBefore.After(time.Now().Add(time.Hour+time.Second)) {
 		t.Fatalf("NotBefore %v, want about now+1h", m.NotBefore)
 	}
@@ -442,10 +418,8 @@ func testRequeue(t *testing.T, h Harness) {
 }
 
 func testRequeueAfter(t *testing.T, h Harness) {
-	q := h.New(t)
 	m := newMsg("p", sms.ClassOTP)
-	mustEnqueue(t, q, m)
-	l := mustTake(t, q, opts())
+	q, l := takenAlone(t, h, m)
 	due := time.Now().Add(300 * time.Millisecond)
 	if err := q.Requeue(t.Context(), l, queue.RequeueOptions{After: 300 * time.Millisecond}); err != nil {
 		t.Fatalf("Requeue: %v", err)
@@ -488,26 +462,14 @@ func testComplete(t *testing.T, h Harness) {
 			if again.Attempts != o.Attempts || again.ProviderID != o.ProviderID || again.LastError != o.Reason {
 				t.Fatalf("a stale ack changed the message: %+v", again)
 			}
-			mustEmpty(t, q, opts())
-			if n := outstanding(t, q, "p"); n != 0 {
-				t.Fatalf("Outstanding = %d after completion", n)
-			}
-			if n, err := q.Recover(ctx); err != nil || n != 0 {
-				t.Fatalf("Recover = %d, %v", n, err)
-			}
-			if err := q.RetryDead(ctx, m.ID); !errors.Is(err, queue.ErrNotFound) {
-				t.Fatalf("RetryDead of a completed message: %v, want ErrNotFound", err)
-			}
+			wantEnded(t, q, m.ID, "completed")
 		})
 	}
 }
 
 func testDeadLetters(t *testing.T, h Harness) {
-	q := h.New(t)
+	q, a, b, l := firstTaken(t, h, sms.ClassTransactional)
 	ctx := t.Context()
-	a, b := newMsg("p", sms.ClassTransactional), newMsg("p", sms.ClassTransactional)
-	mustEnqueue(t, q, a, b)
-	l := mustTake(t, q, opts())
 	if err := q.Dead(ctx, l, "gave up after 5", 5); err != nil {
 		t.Fatalf("Dead: %v", err)
 	}
@@ -919,10 +881,8 @@ func takeAllUnsent(t *testing.T, q queue.Queue, status map[string]sms.Status) in
 }
 
 func testContextCancelled(t *testing.T, h Harness) {
-	q := h.New(t)
 	m := newMsg("p", sms.ClassOTP)
-	mustEnqueue(t, q, m)
-	l := mustTake(t, q, opts())
+	q, l := takenAlone(t, h, m)
 	ctx := canceled()
 	start := time.Now()
 	calls := everyMethod(ctx, t, q, m, l)
@@ -973,10 +933,8 @@ func everyMethod(ctx context.Context, t *testing.T, q queue.Queue, m *sms.Messag
 }
 
 func testClosed(t *testing.T, h Harness) {
-	q := h.New(t)
 	m := newMsg("p", sms.ClassOTP)
-	mustEnqueue(t, q, m)
-	l := mustTake(t, q, opts())
+	q, l := takenAlone(t, h, m)
 	if err := q.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
@@ -996,8 +954,6 @@ func testClosed(t *testing.T, h Harness) {
 // masked number, yet Get still answers with everything else; an
 // idempotent retry still finds it and an enqueue of its id stores nothing.
 func testFinalRecord(t *testing.T, h Harness) {
-	q := h.New(t)
-	ctx := t.Context()
 	m := newMsg("p", sms.ClassTransactional)
 	m.Body = "こんにちは secret text"
 	m.From = "ACME"
@@ -1006,8 +962,8 @@ func testFinalRecord(t *testing.T, h Harness) {
 	m.IdempotencyKey = "k-final"
 	m.RequestHash = "0123456789abcdef0123456789abcdef"
 	m.ExpiresAt = m.CreatedAt.Add(time.Hour)
-	mustEnqueue(t, q, m)
-	l := mustTake(t, q, opts())
+	q, l := takenAlone(t, h, m)
+	ctx := t.Context()
 	if err := q.Complete(ctx, l, queue.Outcome{Status: sms.StatusSent, ProviderID: "SM-final", Attempts: 1}); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}

@@ -191,3 +191,58 @@ func canceled() context.Context {
 	cancel()
 	return ctx
 }
+
+// requeueSpent requeues l with o, spending an attempt, and checks that the
+// message is queued again with one attempt more and o.LastError stored, and
+// that l is lost.
+func requeueSpent(t *testing.T, q queue.Queue, l *queue.Leased, o queue.RequeueOptions) {
+	t.Helper()
+	o.SpendAttempt = true
+	if err := q.Requeue(t.Context(), l, o); err != nil {
+		t.Fatalf("Requeue: %v", err)
+	}
+	m := wantStatus(t, q, l.Message.ID, sms.StatusQueued)
+	if m.Attempts != l.Message.Attempts+1 || m.LastError != o.LastError {
+		t.Fatalf("after Requeue(%+v): attempts %d, last error %q; want %d, %q", o, m.Attempts, m.LastError, l.Message.Attempts+1, o.LastError)
+	}
+	allLost(t, q, l)
+}
+
+// firstTaken is a new queue of h holding two messages of producer p and
+// class c, a then b, with a taken (opts()).
+func firstTaken(t *testing.T, h Harness, c sms.Class) (q queue.Queue, a, b *sms.Message, l *queue.Leased) {
+	t.Helper()
+	q = h.New(t)
+	a, b = newMsg("p", c), newMsg("p", c)
+	mustEnqueue(t, q, a, b)
+	l = mustTake(t, q, opts())
+	if l.Message.ID != a.ID {
+		t.Fatalf("took %s, want the first queued, %s", l.Message.ID, a.ID)
+	}
+	return q, a, b, l
+}
+
+// wantEnded checks that message id of producer p, which ended (what: how),
+// left nothing behind: nothing to take, none outstanding, no lease to
+// recover, no dead letter to retry.
+func wantEnded(t *testing.T, q queue.Queue, id, what string) {
+	t.Helper()
+	mustEmpty(t, q, opts())
+	if n := outstanding(t, q, "p"); n != 0 {
+		t.Fatalf("Outstanding = %d after the %s message", n, what)
+	}
+	if n, err := q.Recover(t.Context()); err != nil || n != 0 {
+		t.Fatalf("Recover = %d, %v", n, err)
+	}
+	if err := q.RetryDead(t.Context(), id); !errors.Is(err, queue.ErrNotFound) {
+		t.Fatalf("RetryDead of a %s message: %v, want ErrNotFound", what, err)
+	}
+}
+
+// takenAlone is a new queue of h holding m alone, taken (opts()).
+func takenAlone(t *testing.T, h Harness, m *sms.Message) (queue.Queue, *queue.Leased) {
+	t.Helper()
+	q := h.New(t)
+	mustEnqueue(t, q, m)
+	return q, mustTake(t, q, opts())
+}

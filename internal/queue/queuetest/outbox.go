@@ -36,6 +36,22 @@ func outbox(t *testing.T, q queue.Queue) queue.Outbox {
 	return o
 }
 
+// fastPathOTP is an OTP of producer login that wants status events, as
+// the fast path sends it: its provider id is prefix and the end of its id.
+func fastPathOTP(prefix string) *sms.Message {
+	m := notified("login")
+	m.Class = sms.ClassOTP
+	m.ProviderID = prefix + m.ID[len(m.ID)-6:]
+	return m
+}
+
+// newOutbox is a new queue of h and its outbox.
+func newOutbox(t *testing.T, h Harness) (queue.Queue, queue.Outbox) {
+	t.Helper()
+	q := h.New(t)
+	return q, outbox(t, q)
+}
+
 // notified is a message that wants status events.
 func notified(producer string) *sms.Message {
 	m := newMsg(producer, sms.ClassTransactional)
@@ -56,6 +72,26 @@ func finish(t *testing.T, q queue.Queue, m *sms.Message, end func(l *queue.Lease
 	if err := end(l); err != nil {
 		t.Fatalf("end %s: %v", m.ID, err)
 	}
+}
+
+// finishSent enqueues m, takes it and completes it as sent with provider
+// id pid.
+func finishSent(t *testing.T, q queue.Queue, m *sms.Message, pid string) {
+	t.Helper()
+	finish(t, q, m, func(l *queue.Leased) error {
+		return q.Complete(t.Context(), l, queue.Outcome{Status: sms.StatusSent, ProviderID: pid, Attempts: 1})
+	})
+}
+
+// onlyEvent checks that o holds exactly one event, ready, and claims it.
+func onlyEvent(t *testing.T, o queue.Outbox) *queue.Event {
+	t.Helper()
+	wantOutbox(t, o, 1, 0)
+	evs := claimAll(t, o, "t", time.Hour)
+	if len(evs) != 1 {
+		t.Fatalf("claimed %d events, want 1", len(evs))
+	}
+	return evs[0].Event
 }
 
 func claimAll(t *testing.T, o queue.Outbox, owner string, lease time.Duration) []*queue.LeasedEvent {
@@ -87,13 +123,10 @@ func wantOutbox(t *testing.T, o queue.Outbox, backlog, dead int64) queue.OutboxS
 }
 
 func testOutboxEventPerTransition(t *testing.T, h Harness) {
-	q := h.New(t)
-	o := outbox(t, q)
+	q, o := newOutbox(t, h)
 	ctx := t.Context()
 	sent, failed, expired, dead, quiet := notified("p"), notified("p"), notified("p"), notified("p"), newMsg("p", sms.ClassTransactional)
-	finish(t, q, sent, func(l *queue.Leased) error {
-		return q.Complete(ctx, l, queue.Outcome{Status: sms.StatusSent, ProviderID: "pm-1", Attempts: 1})
-	})
+	finishSent(t, q, sent, "pm-1")
 	finish(t, q, failed, func(l *queue.Leased) error {
 		return q.Complete(ctx, l, queue.Outcome{Status: sms.StatusFailed, Reason: "provider refused: 400", Attempts: 1})
 	})
@@ -101,9 +134,7 @@ func testOutboxEventPerTransition(t *testing.T, h Harness) {
 		return q.Complete(ctx, l, queue.Outcome{Status: sms.StatusExpired, Reason: "ttl passed", Attempts: 0})
 	})
 	finish(t, q, dead, func(l *queue.Leased) error { return q.Dead(ctx, l, "5xx every time", 8) })
-	finish(t, q, quiet, func(l *queue.Leased) error {
-		return q.Complete(ctx, l, queue.Outcome{Status: sms.StatusSent, ProviderID: "pm-2", Attempts: 1})
-	})
+	finishSent(t, q, quiet, "pm-2")
 	s := wantOutbox(t, o, 4, 0)
 	if s.OldestAge < 0 || s.OldestAge > time.Hour {
 		t.Errorf("OldestAge %v", s.OldestAge)
@@ -144,12 +175,9 @@ func testOutboxEventPerTransition(t *testing.T, h Harness) {
 }
 
 func testOutboxClaimAck(t *testing.T, h Harness) {
-	q := h.New(t)
-	o := outbox(t, q)
+	q, o := newOutbox(t, h)
 	ctx := t.Context()
-	finish(t, q, notified("p"), func(l *queue.Leased) error {
-		return q.Complete(ctx, l, queue.Outcome{Status: sms.StatusSent, ProviderID: "pm", Attempts: 1})
-	})
+	finishSent(t, q, notified("p"), "pm")
 	evs := claimAll(t, o, "a", time.Hour)
 	if len(evs) != 1 {
 		t.Fatalf("claimed %d, want 1", len(evs))
@@ -172,8 +200,7 @@ func testOutboxClaimAck(t *testing.T, h Harness) {
 // passes, another claims the same event (same ID, same fields) and the
 // dead one's late ack fails.
 func testOutboxCrashRedelivers(t *testing.T, h Harness) {
-	q := h.New(t)
-	o := outbox(t, q)
+	q, o := newOutbox(t, h)
 	ctx := t.Context()
 	finish(t, q, notified("p"), func(l *queue.Leased) error { return q.Dead(ctx, l, "gone", 3) })
 	first := claimAll(t, o, "dies", 50*time.Millisecond)
@@ -201,12 +228,9 @@ func testOutboxCrashRedelivers(t *testing.T, h Harness) {
 }
 
 func testOutboxRetryBackoff(t *testing.T, h Harness) {
-	q := h.New(t)
-	o := outbox(t, q)
+	q, o := newOutbox(t, h)
 	ctx := t.Context()
-	finish(t, q, notified("p"), func(l *queue.Leased) error {
-		return q.Complete(ctx, l, queue.Outcome{Status: sms.StatusSent, ProviderID: "pm", Attempts: 1})
-	})
+	finishSent(t, q, notified("p"), "pm")
 	evs := claimAll(t, o, "a", time.Hour)
 	dead, err := o.RetryEvent(ctx, evs[0], queue.EventRetry{After: time.Hour, SpendAttempt: true, LastError: "503", MaxAge: 24 * time.Hour})
 	if err != nil || dead {
@@ -217,9 +241,7 @@ func testOutboxRetryBackoff(t *testing.T, h Harness) {
 	}
 	wantOutbox(t, o, 1, 0)
 
-	finish(t, q, notified("p"), func(l *queue.Leased) error {
-		return q.Complete(ctx, l, queue.Outcome{Status: sms.StatusSent, ProviderID: "pm", Attempts: 1})
-	})
+	finishSent(t, q, notified("p"), "pm")
 	evs = claimAll(t, o, "a", time.Hour)
 	if len(evs) != 1 {
 		t.Fatalf("claimed %d, want the new event only", len(evs))
@@ -244,13 +266,10 @@ func testOutboxRetryBackoff(t *testing.T, h Harness) {
 }
 
 func testOutboxDeadAfterMaxAge(t *testing.T, h Harness) {
-	q := h.New(t)
-	o := outbox(t, q)
+	q, o := newOutbox(t, h)
 	ctx := t.Context()
 	m := notified("p")
-	finish(t, q, m, func(l *queue.Leased) error {
-		return q.Complete(ctx, l, queue.Outcome{Status: sms.StatusSent, ProviderID: "pm", Attempts: 1})
-	})
+	finishSent(t, q, m, "pm")
 	evs := claimAll(t, o, "a", time.Hour)
 	dead, err := o.RetryEvent(ctx, evs[0], queue.EventRetry{After: 2 * time.Hour, SpendAttempt: true, LastError: "HTTP 500", MaxAge: time.Hour})
 	if err != nil || !dead {
@@ -296,12 +315,9 @@ func testOutboxDeadAfterMaxAge(t *testing.T, h Harness) {
 // written only with callbacks, and a second RecordSent of the id changes
 // nothing.
 func testRecordSent(t *testing.T, h Harness) {
-	q := h.New(t)
-	o := outbox(t, q)
+	q, o := newOutbox(t, h)
 	ctx := t.Context()
-	m := notified("login")
-	m.Class = sms.ClassOTP
-	m.ProviderID = "pm-otp-" + m.ID[len(m.ID)-6:]
+	m := fastPathOTP("pm-otp-")
 	if st, err := q.RecordSent(ctx, m); err != nil || st != sms.StatusSent {
 		t.Fatalf("RecordSent = %q, %v; want sent", st, err)
 	}
@@ -367,12 +383,9 @@ func testRecordSent(t *testing.T, h Harness) {
 // reports the receipt's status. A second such receipt is a duplicate; one
 // for an id older than the window is unknown, and parks nothing.
 func testRecordSentEarlyReceipt(t *testing.T, h Harness) {
-	q := h.New(t)
-	o := outbox(t, q)
+	q, o := newOutbox(t, h)
 	ctx := t.Context()
-	m := notified("login")
-	m.Class = sms.ClassOTP
-	m.ProviderID = "pm-early-" + m.ID[len(m.ID)-6:]
+	m := fastPathOTP("pm-early-")
 	if out, err := q.ApplyReceipt(ctx, queue.Receipt{Reference: m.ID, Status: sms.StatusUndelivered, ErrorCode: "30005"}); err != nil ||
 		out.Result != queue.ReceiptParked || out.Message != nil {
 		t.Fatalf("early receipt = %+v, %v; want parked without a message", out, err)
@@ -409,10 +422,7 @@ func testOutboxDurable(t *testing.T, h Harness) {
 		t.Skip("no Reopen")
 	}
 	q := h.New(t)
-	ctx := t.Context()
-	finish(t, q, notified("p"), func(l *queue.Leased) error {
-		return q.Complete(ctx, l, queue.Outcome{Status: sms.StatusSent, ProviderID: "pm", Attempts: 1})
-	})
+	finishSent(t, q, notified("p"), "pm")
 	before := claimAll(t, outbox(t, q), "a", time.Millisecond)
 	q = h.Reopen(t, q)
 	o := outbox(t, q)
@@ -432,9 +442,7 @@ func testOutboxConcurrentClaims(t *testing.T, h Harness) {
 	ctx := t.Context()
 	const n = 40
 	for range n {
-		finish(t, q, notified("p"), func(l *queue.Leased) error {
-			return q.Complete(ctx, l, queue.Outcome{Status: sms.StatusSent, ProviderID: "pm", Attempts: 1})
-		})
+		finishSent(t, q, notified("p"), "pm")
 	}
 	clients := []queue.Queue{q, q, q, q}
 	if h.MultiClient != nil {
@@ -478,13 +486,10 @@ func testOutboxConcurrentClaims(t *testing.T, h Harness) {
 // was recorded makes Complete write one event with the receipt's status,
 // and a cancel writes canceled.
 func testOutboxReceiptsAndCancel(t *testing.T, h Harness) {
-	q := h.New(t)
-	o := outbox(t, q)
+	q, o := newOutbox(t, h)
 	ctx := t.Context()
 	sent, parked, canceled := notified("p"), notified("p"), notified("p")
-	finish(t, q, sent, func(l *queue.Leased) error {
-		return q.Complete(ctx, l, queue.Outcome{Status: sms.StatusSent, ProviderID: "pm-1", Attempts: 1})
-	})
+	finishSent(t, q, sent, "pm-1")
 	for range 2 { // the second is a duplicate
 		if _, err := q.ApplyReceipt(ctx, queue.Receipt{Reference: sent.ID, ProviderID: "pm-1", Status: sms.StatusUndelivered, ErrorCode: "30003"}); err != nil {
 			t.Fatalf("ApplyReceipt: %v", err)
@@ -531,8 +536,7 @@ func testOutboxReceiptsAndCancel(t *testing.T, h Harness) {
 // the provider's id alone, still writes exactly one delivered event with
 // the message's callback URL and reference, and a repeated receipt none.
 func testOutboxReceiptAfterFinalRecord(t *testing.T, h Harness) {
-	q := h.New(t)
-	o := outbox(t, q)
+	q, o := newOutbox(t, h)
 	ctx := t.Context()
 	byRef, byPid := notified("p"), notified("p")
 	byPid.CallbackURL = "https://hooks.example/cb/2"

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"smsgw/internal/queue"
+	"smsgw/internal/queue/queuetest"
 	"smsgw/internal/redistest"
 	"smsgw/internal/sms"
 	"smsgw/internal/sms/smstest"
@@ -47,6 +48,15 @@ func compactNow(t testing.TB, q *Queue) int {
 			return total
 		}
 		total += n
+	}
+}
+
+// compactOne compacts every second of q that is due and fails unless that
+// is exactly one.
+func compactOne(t testing.TB, q *Queue) {
+	t.Helper()
+	if n := compactNow(t, q); n != 1 {
+		t.Fatalf("compacted %d seconds, want 1", n)
 	}
 }
 
@@ -126,9 +136,7 @@ func TestCompactedRecordsRead(t *testing.T) {
 		listBytes += len(el)
 	}
 
-	if n := compactNow(t, q); n != 1 {
-		t.Fatalf("compacted %d seconds, want 1", n)
-	}
+	compactOne(t, q)
 	if q.c.Exists(ctx, q.k.finAt(sec)).Val() != 0 || q.c.ZCard(ctx, q.k.finDue()).Val() != 0 {
 		t.Fatal("the LIST or its compaction entry is still there")
 	}
@@ -191,9 +199,7 @@ func receiptToCompacted(t *testing.T, q *Queue) {
 		t.Fatalf("ClaimEvents = %d, %v", len(evs), err)
 	}
 	sec := secondOf(t, ms[0].ID)
-	if n := compactNow(t, q); n != 1 {
-		t.Fatalf("compacted %d seconds, want 1", n)
-	}
+	compactOne(t, q)
 	blob := q.c.Get(ctx, q.k.finBlob(sec)).Val()
 
 	out, err := q.ApplyReceipt(ctx, queue.Receipt{Reference: ms[0].ID, Status: sms.StatusDelivered})
@@ -226,9 +232,7 @@ func receiptToCompacted(t *testing.T, q *Queue) {
 		}
 	}
 
-	if n := compactNow(t, q); n != 1 {
-		t.Fatalf("second compaction: %d seconds, want 1", n)
-	}
+	compactOne(t, q)
 	entries, err := decodeBlob(q.c.Get(ctx, q.k.finBlob(sec)).Val())
 	if err != nil || len(entries) != 3 {
 		t.Fatalf("merged blob: %d records, %v: want 3", len(entries), err)
@@ -269,9 +273,7 @@ func lateCompletion(t *testing.T, q *Queue) {
 		t.Fatal(err)
 	}
 	sec := secondOf(t, ms[0].ID)
-	if n := compactNow(t, q); n != 1 {
-		t.Fatalf("compacted %d seconds, want 1", n)
-	}
+	compactOne(t, q)
 	late := take(t, q, time.Hour)
 	if err := q.Complete(ctx, late, queue.Outcome{Status: sms.StatusExpired, Attempts: 0}); err != nil {
 		t.Fatal(err)
@@ -282,9 +284,7 @@ func lateCompletion(t *testing.T, q *Queue) {
 	if a, b := mustGet(t, q, first.Message.ID), mustGet(t, q, late.Message.ID); a.Status != sms.StatusSent || b.Status != sms.StatusExpired {
 		t.Fatalf("Get beside the blob: %s, %s", a.Status, b.Status)
 	}
-	if n := compactNow(t, q); n != 1 {
-		t.Fatalf("second compaction: %d seconds, want 1", n)
-	}
+	compactOne(t, q)
 	if a, b := mustGet(t, q, first.Message.ID), mustGet(t, q, late.Message.ID); a.Status != sms.StatusSent || b.Status != sms.StatusExpired {
 		t.Fatalf("Get after the merge: %s, %s", a.Status, b.Status)
 	}
@@ -317,9 +317,7 @@ func TestCompactedRecordsPruned(t *testing.T) {
 	ms := sameSecond(1)
 	send(t, q, ms[0], "SM-1")
 	sec := secondOf(t, ms[0].ID)
-	if n := compactNow(t, q); n != 1 {
-		t.Fatalf("compacted %d seconds, want 1", n)
-	}
+	compactOne(t, q)
 	if ttl := q.c.PTTL(ctx, q.k.finBlob(sec)).Val(); ttl <= 0 || ttl > retention {
 		t.Fatalf("blob's time to live %s, want (0, %s]", ttl, retention)
 	}
@@ -591,9 +589,7 @@ func TestCompactedRecordOfAnEarlierRelease(t *testing.T) {
 	late := smstest.MessageAt("p", sms.ClassTransactional, time.Unix(sec, 500e6))
 	send(t, q, late, "SM-late")
 	before := mustGet(t, q, id)
-	if n := compactNow(t, q); n != 1 {
-		t.Fatalf("compacted %d seconds, want 1", n)
-	}
+	compactOne(t, q)
 	if got := mustGet(t, q, id); !reflect.DeepEqual(got, before) {
 		t.Fatalf("Get of a compacted version 2 record\n got %+v\nwant %+v", got, before)
 	}
@@ -621,7 +617,7 @@ func TestCompactedRecordOfAnEarlierRelease(t *testing.T) {
 func BenchmarkBlobRecord(b *testing.B) {
 	var els []string
 	var ids []string
-	for i := range fullPace {
+	for i := range queuetest.FullPace {
 		m := sizeMsg(i)
 		m.ID = sms.NewID(sizeStart.Truncate(time.Second).Add(time.Duration(i*11) * time.Millisecond)) // all in one second
 		m.Status, m.Attempts = sms.StatusDelivered, 1

@@ -100,7 +100,12 @@ func TestConformanceCluster(t *testing.T) {
 }
 
 func newClient(t testing.TB, addr string) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: addr})
+	return clientWith(t, redis.Options{Addr: addr})
+}
+
+// clientWith is a client with options o, closed when the test ends.
+func clientWith(t testing.TB, o redis.Options) *redis.Client {
+	c := redis.NewClient(&o)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }

@@ -4,9 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
 	"smsgw/internal/queue"
@@ -159,8 +164,7 @@ func TestRedisRestart(t *testing.T) {
 func TestRedisDown(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t, redistest.ServerOptions{AppendOnly: true})
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-	t.Cleanup(func() { _ = c.Close() })
+	c := clientWith(t, redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	q := open(t, c, redistest.Prefix(t))
 	m := msg("p", sms.ClassOTP)
 	enqueue(t, q, m)
@@ -176,5 +180,195 @@ func TestRedisDown(t *testing.T) {
 	srv.Start()
 	if l := take(t, q, time.Minute); l.Message.ID != m.ID {
 		t.Fatalf("took %s after Redis came back, want %s", l.Message.ID, m.ID)
+	}
+}
+
+// TestEnqueueUnconfirmedMayBeStored: an enqueue whose script went out but
+// got no answer is ErrMaybeStored (the gateway must not answer "nothing was
+// queued"); one that never reached Redis, or that Redis refused, is not.
+func TestEnqueueUnconfirmedMayBeStored(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{Args: []string{"--enable-debug-command", "local"}})
+	c := clientWith(t, redis.Options{Addr: srv.Addr, ReadTimeout: 200 * time.Millisecond})
+	q := open(t, c, redistest.Prefix(t))
+	enqueue(t, q, msg("p", sms.ClassTransactional)) // the script is loaded
+
+	sleeper := clientWith(t, redis.Options{Addr: srv.Addr, ReadTimeout: 10 * time.Second})
+	slept := make(chan error, 1)
+	go func() { slept <- sleeper.Do(context.Background(), "DEBUG", "SLEEP", "1").Err() }()
+	probe := clientWith(t, redis.Options{Addr: srv.Addr, MaxRetries: -1, ReadTimeout: 50 * time.Millisecond})
+	for probe.Ping(t.Context()).Err() == nil {
+		time.Sleep(5 * time.Millisecond) // until the stall has begun
+	}
+	m := msg("p", sms.ClassTransactional)
+	if _, err := q.Enqueue(t.Context(), m); !errors.Is(err, queue.ErrMaybeStored) {
+		t.Fatalf("enqueue to a stalled Redis: %v, want ErrMaybeStored", err)
+	}
+	if err := <-slept; err != nil {
+		t.Fatal(err)
+	}
+	if got, err := q.Get(t.Context(), m.ID); err != nil || got.Status != sms.StatusQueued {
+		t.Fatalf("after the stall: %v, %v; want the message stored after all", got, err)
+	}
+
+	srv.Stop()
+	if _, err := q.Enqueue(t.Context(), msg("p", sms.ClassTransactional)); err == nil || errors.Is(err, queue.ErrMaybeStored) {
+		t.Fatalf("enqueue to a stopped Redis: %v, want an error that is not ErrMaybeStored", err)
+	}
+}
+
+// mayHaveRun's cases: what went out and got no answer may run; what never
+// went out, or that Redis answered, did not.
+func TestMayHaveRun(t *testing.T) {
+	t.Parallel()
+	timeout := &net.OpError{Op: "read", Net: "tcp", Err: &timeoutError{}}
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{timeout, true},
+		{fmt.Errorf("wrapped: %w", timeout), true},
+		{io.EOF, true},
+		{&net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}, true},
+		{&net.OpError{Op: "write", Net: "tcp", Err: syscall.EPIPE}, true},
+		{context.DeadlineExceeded, true},
+		{&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, false},
+		{&net.OpError{Op: "dial", Net: "tcp", Err: &timeoutError{}}, false},
+		{redis.ErrPoolTimeout, false},
+		{redis.ErrClosed, false},
+		{errors.New("unrelated"), false},
+	} {
+		if got := mayHaveRun(tc.err); got != tc.want {
+			t.Errorf("mayHaveRun(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+	// An error Redis answered: the script did not run (or ran and failed
+	// whole: a script is atomic).
+	c := redistest.Client(t)
+	err := c.Do(t.Context(), "NOSUCHCOMMAND").Err()
+	if err == nil || mayHaveRun(err) {
+		t.Errorf("mayHaveRun(%v) = true, want false for Redis's own answer", err)
+	}
+}
+
+type timeoutError struct{}
+
+func (*timeoutError) Error() string   { return "i/o timeout" }
+func (*timeoutError) Timeout() bool   { return true }
+func (*timeoutError) Temporary() bool { return true }
+
+// With WaitReplicas an enqueue returns only once a replica holds it: on a
+// master without a replica it fails with ErrNotReplicated (the message is
+// stored on the master alone, and the caller is told to retry), on a
+// master with one it succeeds.
+func TestEnqueueWaitsForReplicas(t *testing.T) {
+	master := redistest.StartServer(t, redistest.ServerOptions{})
+	c := newClient(t, master.Addr)
+	q, err := New(Config{Client: c, Account: redistest.Prefix(t), WaitReplicas: 1, WaitTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Close() })
+	ctx := context.Background()
+	if _, err := q.Enqueue(ctx, msg("p", sms.ClassOTP)); !errors.Is(err, queue.ErrNotReplicated) {
+		t.Fatalf("enqueue without a replica: %v, want ErrNotReplicated", err)
+	}
+	replica := redistest.StartServer(t, redistest.ServerOptions{Args: []string{"--replicaof", "127.0.0.1", strconv.Itoa(master.Port)}})
+	_ = replica
+	// Once the replica has synced, enqueues are confirmed.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := q.Enqueue(ctx, msg("p", sms.ClassOTP))
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, queue.ErrNotReplicated) || time.Now().After(deadline) {
+			t.Fatalf("enqueue with a replica: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestNewRejectsWaitWithoutTimeout(t *testing.T) {
+	if _, err := New(Config{Client: redistest.Client(t), Account: "a", WaitReplicas: 1}); err == nil {
+		t.Fatal("WaitReplicas without WaitTimeout accepted")
+	}
+}
+
+// On a Cluster the WAIT goes on the connection of the account's master,
+// where the enqueue ran: confirmed by that master's replica.
+func TestEnqueueWaitsForReplicasCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster with replicas")
+	}
+	cl := redistest.StartClusterWithReplicas(t, 0)
+	q, err := New(Config{Client: redistest.ClusterClient(t, cl.Addrs), Account: redistest.Prefix(t), WaitReplicas: 1, WaitTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Close() })
+	for range 3 {
+		if _, err := q.Enqueue(context.Background(), msg("p", sms.ClassMarketing)); err != nil {
+			t.Fatalf("enqueue on a Cluster with replicas: %v", err)
+		}
+	}
+}
+
+// TestDataLossDetected: Redis losing the account's data (a restart without
+// persistence, a FLUSHALL, a failover to an empty replica) looks to every
+// other call like an empty queue. The prune's epoch marker tells it apart:
+// the replica that finds the marker gone counts and logs the loss and
+// writes a new one; a replica that knew the old marker finds it changed
+// and counts it too; after that, nothing more is counted. A replica that
+// never saw a marker (the first start) counts nothing.
+func TestDataLossDetected(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	a := newShared(t)
+	b := open(t, redistest.Client(t), a.account)
+	lost := func(q *Queue) float64 {
+		var m dto.Metric
+		if err := q.m.dataLost.Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetCounter().GetValue()
+	}
+	recoverNow := func(q *Queue) {
+		t.Helper()
+		q.pruned.Store(0) // prune on this Recover, not a minute later
+		if _, err := q.Recover(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enqueue(t, a, msg("p", sms.ClassTransactional))
+	recoverNow(a)
+	recoverNow(b)
+	if lost(a) != 0 || lost(b) != 0 {
+		t.Fatalf("data lost counted at the first prunes: a %v, b %v", lost(a), lost(b))
+	}
+	first := *a.epoch.Load()
+	if *b.epoch.Load() != first || first == "" {
+		t.Fatalf("epochs a %q, b %q: want one marker shared", first, *b.epoch.Load())
+	}
+
+	// Redis loses the account's data (here: every key of the account).
+	deleteAccount(t, a.account)
+	recoverNow(a)
+	if lost(a) != 1 {
+		t.Fatalf("replica a counted %v losses after the data went, want 1", lost(a))
+	}
+	second := *a.epoch.Load()
+	if second == first {
+		t.Fatal("the marker was not written anew")
+	}
+	recoverNow(b)
+	if lost(b) != 1 || *b.epoch.Load() != second {
+		t.Errorf("replica b: %v losses, epoch %q; want 1 and the new marker %q", lost(b), *b.epoch.Load(), second)
+	}
+	recoverNow(a)
+	recoverNow(b)
+	if lost(a) != 1 || lost(b) != 1 {
+		t.Errorf("losses counted again with the data in place: a %v, b %v", lost(a), lost(b))
 	}
 }

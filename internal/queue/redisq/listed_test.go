@@ -33,8 +33,7 @@ func TestTakeListedRoundTrips(t *testing.T) {
 	producer := newShared(t)
 	s, add := redisSuppressions(t, producer)
 	s.Ended = func(*sms.Message) {}
-	c := redis.NewClient(&redis.Options{Addr: redistest.Addr(t)})
-	t.Cleanup(func() { _ = c.Close() })
+	c := newClient(t, redistest.Addr(t))
 	hook := &redistest.RoundTrips{}
 	c.AddHook(hook)
 	q := open(t, c, producer.account)
@@ -178,8 +177,7 @@ func TestTakeListedReceiptInWindow(t *testing.T) {
 	}
 	add(listed)
 
-	c := redis.NewClient(&redis.Options{Addr: redistest.Addr(t)})
-	t.Cleanup(func() { _ = c.Close() })
+	c := newClient(t, redistest.Addr(t))
 	c.AddHook(&beforePipeline{fn: func() {
 		out, err := producer.ApplyReceipt(ctx, queue.Receipt{Reference: m.ID, Status: sms.StatusDelivered})
 		if err != nil || out.Result != queue.ReceiptParked {

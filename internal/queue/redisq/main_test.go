@@ -56,19 +56,7 @@ func newShared(t testing.TB) *Queue {
 }
 
 // deleteAccount removes every key of account from the shared Redis.
-func deleteAccount(t testing.TB, account string) {
-	c := redis.NewClient(&redis.Options{Addr: redistest.SharedAddr})
-	defer func() { _ = c.Close() }()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	keys, err := c.Keys(ctx, newKeys(account).tag+"*").Result()
-	if err == nil && len(keys) > 0 {
-		err = c.Del(ctx, keys...).Err()
-	}
-	if err != nil {
-		t.Logf("delete keys of %s: %v", account, err)
-	}
-}
+func deleteAccount(t testing.TB, account string) { redistest.DeleteTagged(t, newKeys(account).tag) }
 
 // dump returns the whole state of q's account as sorted "key type value"
 // lines, so a test can compare a state before and after a call.

@@ -111,8 +111,7 @@ func TestWakeUpOnEnqueueCluster(t *testing.T) {
 // every class that the listener gives once Redis answers again.
 func TestWakeUpAfterReconnect(t *testing.T) {
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
-	t.Cleanup(func() { _ = c.Close() })
+	c := clientWith(t, redis.Options{Addr: srv.Addr, MaxRetries: -1})
 	q := open(t, c, redistest.Prefix(t))
 	l := listen(t, q)
 	n := l.waitFor(t, 0, sms.ClassMarketing)
@@ -168,8 +167,7 @@ func waitBlocked(t *testing.T, c *redis.Client, n int) {
 // thirty, and an idle fleet of 23 raced 23 takes for every message.)
 func TestWakeUpWakesOneListener(t *testing.T) {
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = c.Close() })
+	c := newClient(t, srv.Addr)
 	acct := redistest.Prefix(t)
 	var ls []*listener
 	for range 3 {
@@ -224,8 +222,7 @@ func TestWakeTokensBounded(t *testing.T) {
 // after wakeWait.
 func TestListenStopsAtOnce(t *testing.T) {
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = c.Close() })
+	c := newClient(t, srv.Addr)
 	l := listen(t, open(t, c, redistest.Prefix(t)))
 	waitBlocked(t, c, 1)
 	start := time.Now()
@@ -241,8 +238,7 @@ func TestListenStopsAtOnce(t *testing.T) {
 // and the listener takes it once ready.
 func TestListenOnlyWhenReady(t *testing.T) {
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = c.Close() })
+	c := newClient(t, srv.Addr)
 	q := open(t, c, redistest.Prefix(t))
 	idle := make(chan struct{})
 	asked := make(chan struct{}, 1)
@@ -305,8 +301,7 @@ func TestTakenHereWakesNobody(t *testing.T) {
 // next idle lane (ready with fresh) before it pops again.
 func TestBusyListenerHandsTokenOn(t *testing.T) {
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = c.Close() })
+	c := newClient(t, srv.Addr)
 	q := open(t, c, redistest.Prefix(t))
 	waiting := make(chan struct{}, 1)
 	popped := make(chan struct{}, 1)

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"smsgw/internal/queue"
+	"smsgw/internal/queue/queuetest"
 	"smsgw/internal/sms"
 )
 
@@ -22,30 +23,7 @@ import (
 func TestRecordKeepsEveryField(t *testing.T) {
 	t.Parallel()
 	m := &sms.Message{}
-	v := reflect.ValueOf(m).Elem()
-	base := time.Date(2026, 11, 30, 9, 0, 0, 123_000_000, time.UTC)
-	for i := range v.NumField() {
-		f, name := v.Field(i), v.Type().Field(i).Name
-		switch f.Interface().(type) {
-		case string:
-			f.SetString("x-" + name)
-		case int:
-			f.SetInt(int64(i + 1))
-		case bool:
-			f.SetBool(true)
-		case time.Time:
-			f.Set(reflect.ValueOf(base.Add(time.Duration(i) * time.Hour)))
-		case sms.Class:
-			f.Set(reflect.ValueOf(sms.ClassMarketing))
-		case sms.Status:
-			f.Set(reflect.ValueOf(sms.StatusFailed))
-		case sms.Encoding:
-			// Derived from the body while it is kept; only a final record
-			// (queue.EncodeFinal) stores it.
-		default:
-			t.Fatalf("sms.Message.%s is a %s: teach record (and this test) to store it", name, f.Type())
-		}
-	}
+	queuetest.FillEveryField(t, m)
 	r, err := toRecord(m)
 	if err != nil {
 		t.Fatal(err)
@@ -484,13 +462,7 @@ func TestDeadLettersPrunedAfterRetention(t *testing.T) {
 	if err := q.Complete(ctx, takeHour(t, q), queue.Outcome{Status: sms.StatusSent, ProviderID: "pm", Attempts: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := q.Get(ctx, old.ID); !errors.Is(err, queue.ErrNotFound) {
-		t.Fatalf("Get of a dead letter past the retention: %v, want ErrNotFound", err)
-	}
-	dl, err := q.DeadLetters(ctx, 10)
-	if err != nil || len(dl) != 1 || dl[0].ID != young.ID {
-		t.Fatalf("DeadLetters = %v, %v: want only %s", dl, err, young.ID)
-	}
+	onlyYoungDead(t, q, old, young, "Complete")
 }
 
 // TestReceiptsOnFinalRecords: a receipt for a sent message (by our id or by
@@ -722,13 +694,7 @@ func TestDeadLettersPrunedByRecover(t *testing.T) {
 	if _, err := q.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := q.Get(ctx, old.ID); !errors.Is(err, queue.ErrNotFound) {
-		t.Fatalf("Get of a dead letter past the retention after Recover: %v, want ErrNotFound", err)
-	}
-	dl, err := q.DeadLetters(ctx, 10)
-	if err != nil || len(dl) != 1 || dl[0].ID != young.ID {
-		t.Fatalf("DeadLetters = %v, %v: want only %s", dl, err, young.ID)
-	}
+	onlyYoungDead(t, q, old, young, "Recover")
 	// Within pruneEvery of the last prune, Recover does not prune again.
 	for start := time.Now(); time.Since(start) < 2*q.retention; {
 		time.Sleep(50 * time.Millisecond)
@@ -743,6 +709,19 @@ func TestDeadLettersPrunedByRecover(t *testing.T) {
 
 // oldAndYoungDead sets q's retention to 300 ms and makes two dead letters
 // of class c: old, past the retention, and young, within it.
+// onlyYoungDead checks that after (the call that pruned) left young the
+// only dead letter, old gone.
+func onlyYoungDead(t *testing.T, q *Queue, old, young *sms.Message, after string) {
+	t.Helper()
+	if _, err := q.Get(t.Context(), old.ID); !errors.Is(err, queue.ErrNotFound) {
+		t.Fatalf("Get of a dead letter past the retention after %s: %v, want ErrNotFound", after, err)
+	}
+	dl, err := q.DeadLetters(t.Context(), 10)
+	if err != nil || len(dl) != 1 || dl[0].ID != young.ID {
+		t.Fatalf("DeadLetters after %s = %v, %v: want only %s", after, dl, err, young.ID)
+	}
+}
+
 func oldAndYoungDead(t *testing.T, q *Queue, c sms.Class) (old, young *sms.Message) {
 	t.Helper()
 	q.retention = 300 * time.Millisecond

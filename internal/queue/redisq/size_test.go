@@ -13,21 +13,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"smsgw/internal/queue"
+	"smsgw/internal/queue/queuetest"
 	"smsgw/internal/redistest"
 	"smsgw/internal/sms"
 )
-
-// sizeMessages is how many messages BenchmarkStoredBytes stores.
-const sizeMessages = 5000
-
-// fullPace is the rate the stored messages are created at: the default
-// target_rps, the most the gateway sends. It spreads their ids' creation
-// times as a real run at full pace would (redisq groups final records by
-// creation second).
-const fullPace = 90
-
-// tenMinutes is how many messages a 10-minute run at full pace completes.
-const tenMinutes = 600 * fullPace
 
 // sizeStart is the creation time of message 0.
 var sizeStart = time.Now()
@@ -41,27 +30,12 @@ const contractPace = 100
 // in production.
 const anHour = 3600 * contractPace
 
-// sizeNumberID stands for the suppression-list id protection computes for
-// the number: 32 hex digits.
-const sizeNumberID = "5f1c0e39d2a84b7c91e6f3a0d4b82c57"
+// sizeMsg is queuetest's typical message i at full pace.
+func sizeMsg(i int) *sms.Message { return sizeMsgAt(i, queuetest.FullPace) }
 
-// sizeMsg is a typical transactional message: a 110-character body, an
-// E.164 number and its suppression-list id (32 hex digits, as protection
-// computes it), a producer's reference, the default TTL (24 h), no
-// idempotency key; message i is created i/fullPace seconds after message 0.
-func sizeMsg(i int) *sms.Message { return sizeMsgAt(i, fullPace) }
-
-// sizeMsgAt is sizeMsg(i) created at pace messages a second.
-func sizeMsgAt(i, pace int) *sms.Message {
-	now := sizeStart.Add(time.Duration(i) * time.Second / time.Duration(pace))
-	body := fmt.Sprintf("Your order %08d has shipped and will arrive tomorrow between 9:00 and 12:00. Track it in the app or reply STOP.", i)
-	return &sms.Message{
-		ID: sms.NewID(now), Producer: "shop-backend", Class: sms.ClassTransactional,
-		To: "+819012345678", NumberID: sizeNumberID,
-		Body: body[:110], Reference: fmt.Sprintf("order-%08d", i),
-		Segments: 1, CreatedAt: now.UTC(), ExpiresAt: now.UTC().Add(24 * time.Hour),
-	}
-}
+// sizeMsgAt is queuetest's typical message i created at pace messages a
+// second.
+func sizeMsgAt(i, pace int) *sms.Message { return queuetest.SizeMessage(sizeStart, i, pace) }
 
 // keyedMsg is sizeMsg(i) sent with an Idempotency-Key (a UUID's length):
 // the queue then also maps the key to the message for the idempotency
@@ -118,8 +92,8 @@ var keyKinds = []string{"fin:", "fz:", "px:", "pid:", "idem:"}
 // Compact does once a second has been quiet for CompactAfter):
 // B/compacted-msg is what a completed message costs from then on, the
 // steady state of the retention, and final-compacted-B the final records'
-// part of it. n is sizeMessages and a 10-minute run at
-// full pace (tenMinutes, whose delivered growth is the store's growth over
+// part of it. n is queuetest.SizeMessages and a 10-minute run at
+// full pace (queuetest.TenMinutes, whose delivered growth is the store's growth over
 // those 10 minutes); the "keyed" run sends each message with an
 // Idempotency-Key (its mapping to the message lives for the idempotency
 // window: idem-B); the "hour-at-1/s" and "hour-at-10/s" runs are an hour
@@ -135,9 +109,9 @@ func BenchmarkStoredBytes(b *testing.B) {
 		n    int
 		msg  func(int) *sms.Message
 	}{
-		{fmt.Sprint(sizeMessages), sizeMessages, sizeMsg},
-		{fmt.Sprint(tenMinutes), tenMinutes, sizeMsg},
-		{fmt.Sprintf("%d-keyed", sizeMessages), sizeMessages, keyedMsg},
+		{fmt.Sprint(queuetest.SizeMessages), queuetest.SizeMessages, sizeMsg},
+		{fmt.Sprint(queuetest.TenMinutes), queuetest.TenMinutes, sizeMsg},
+		{fmt.Sprintf("%d-keyed", queuetest.SizeMessages), queuetest.SizeMessages, keyedMsg},
 		// An hour at lower paces: fewer records share each second's key
 		// (and its blob) and each hour's index HASHes.
 		{"3600-hour-at-1/s", 3600, func(i int) *sms.Message { return sizeMsgAt(i, 1) }},
@@ -167,7 +141,7 @@ func BenchmarkStoredBytes(b *testing.B) {
 				b.ReportMetric(per(delivered.byKind["idem:"]), "idem-B/msg")
 			}
 			switch run.n {
-			case tenMinutes:
+			case queuetest.TenMinutes:
 				b.ReportMetric(float64(delivered.used)/1e6, "MB/10min-at-90/s")
 			case anHour:
 				b.ReportMetric(float64(delivered.used)/1e6, "MB/hour-at-100/s")
@@ -204,16 +178,7 @@ func storedBytes(b *testing.B, c *redis.Client, n int, msg func(int) *sms.Messag
 	base := usedMemory(b, c)
 	measure := func() storedSize { return storedSize{used: usedMemory(b, c) - base, byKind: memoryByKind(b, c, q)} }
 	var out [4]storedSize
-	batch := make([]*sms.Message, 0, maxBatch)
-	for i := range n {
-		batch = append(batch, msg(i))
-		if len(batch) == maxBatch || i == n-1 {
-			if _, err := q.EnqueueMany(ctx, batch); err != nil {
-				b.Fatal(err)
-			}
-			batch = batch[:0]
-		}
-	}
+	queuetest.EnqueueAll(b, q, n, maxBatch, msg)
 	out[0] = measure()
 	ids := make([]string, 0, n)
 	for range n {
@@ -221,9 +186,7 @@ func storedBytes(b *testing.B, c *redis.Client, n int, msg func(int) *sms.Messag
 		if err != nil {
 			b.Fatal(err)
 		}
-		// A Twilio-like id of 34 characters, each its own (receipts index it).
-		o := queue.Outcome{Status: sms.StatusSent, ProviderID: fmt.Sprintf("SM%032x", sha256.Sum256([]byte(l.Message.ID)))[:34], Attempts: 1}
-		if err := q.Complete(ctx, l, o); err != nil {
+		if err := q.Complete(ctx, l, queuetest.SentOutcome(l.Message.ID)); err != nil {
 			b.Fatal(err)
 		}
 		ids = append(ids, l.Message.ID)
