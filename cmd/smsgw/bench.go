@@ -13,45 +13,39 @@ import (
 	"smsgw/internal/provider/sim"
 )
 
-func init() {
-	register(command{name: "bench", usage: "what the provider sees under the old limiters and ours (--pods 16 --duration 5s --window both)", run: runBench})
-}
-
-// runBench runs the benchmark of docs/design.md section 8 and prints its table
+// benchCommand runs the benchmark of docs/design.md section 8 and prints its table
 // (or JSON with --json). It exits non-zero only when it cannot run (bad
 // flags, no Redis), never because of the figures.
-func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("bench", stderr)
+func benchCommand(fs *flag.FlagSet) runner {
 	f := benchFlagsOn(fs)
-	if code, ok := parseArgs(fs, args, stderr); !ok {
-		return code
-	}
-	cfg, err := f.config()
-	if err != nil {
-		complain(stderr, "smsgw bench: %v\n", err)
-		return 2
-	}
-	level := slog.LevelWarn
-	if *f.verbose {
-		level = slog.LevelInfo
-	}
-	cfg.Logger = newTextLogger(stderr, level)
+	return func(ctx context.Context, stdout, stderr io.Writer) int {
+		cfg, err := f.config()
+		if err != nil {
+			complain(stderr, "smsgw bench: %v\n", err)
+			return 2
+		}
+		level := slog.LevelWarn
+		if *f.verbose {
+			level = slog.LevelInfo
+		}
+		cfg.Logger = newTextLogger(stderr, level)
 
-	rep, err := bench.Run(ctx, cfg)
-	if err != nil {
-		complain(stderr, "smsgw bench: %v\n", err)
-		return 1
+		rep, err := bench.Run(ctx, cfg)
+		if err != nil {
+			complain(stderr, "smsgw bench: %v\n", err)
+			return 1
+		}
+		if *f.jsonOut {
+			err = bench.WriteJSON(stdout, rep)
+		} else {
+			err = bench.WriteTable(stdout, rep)
+		}
+		if err != nil {
+			complain(stderr, "smsgw bench: write: %v\n", err)
+			return 1
+		}
+		return 0
 	}
-	if *f.jsonOut {
-		err = bench.WriteJSON(stdout, rep)
-	} else {
-		err = bench.WriteTable(stdout, rep)
-	}
-	if err != nil {
-		complain(stderr, "smsgw bench: write: %v\n", err)
-		return 1
-	}
-	return 0
 }
 
 // benchFlags are the flags of smsgw bench.

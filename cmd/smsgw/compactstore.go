@@ -2,56 +2,44 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
-	"smsgw/internal/config"
 	"smsgw/internal/gateway"
 )
 
-func init() {
-	register(command{name: "compact-store", usage: "give back the disk an embedded store's file kept after a backlog (gateway stopped)", run: runCompactStore})
-}
-
-// runCompactStore rewrites the embedded store's file without its free
+// compactStoreCommand rewrites the embedded store's file without its free
 // pages (embedded.CompactFile). The store is named by --path, or by the
 // store.path of --config; a configuration on Redis has no file to compact.
-func runCompactStore(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("compact-store", stderr)
-	cfgPath := fs.String("config", os.Getenv("SMSGW_CONFIG"), "configuration file (YAML): its store.path is compacted")
+func compactStoreCommand(fs *flag.FlagSet) runner {
+	cfgPath := configFlag(fs, "configuration file (YAML): its store.path is compacted")
 	dir := fs.String("path", "", "the store directory (store.path); overrides --config")
 	wait := fs.Duration("lock-timeout", time.Second, "how long to wait for the store's lock (a running gateway holds it)")
-	if code, ok := parseArgs(fs, args, stderr); !ok {
-		return code
-	}
-	if *dir == "" {
-		if *cfgPath == "" {
-			complain(stderr, "smsgw compact-store: --path or --config is required\n")
-			return 2
+	return func(_ context.Context, stdout, stderr io.Writer) int {
+		if *dir == "" {
+			cfg, code := loadRequiredConfig(stderr, "compact-store", *cfgPath, "--path or --config")
+			if code != 0 {
+				return code
+			}
+			if cfg.Redis.Enabled() {
+				complain(stderr, "smsgw compact-store: %s keeps the queue in Redis (redis.addr is set); there is no store file to compact\n", *cfgPath)
+				return 2
+			}
+			*dir = cfg.Store.Path
 		}
-		cfg, err := config.LoadFile(*cfgPath)
+		res, err := gateway.CompactStore(*dir, *wait)
 		if err != nil {
-			complain(stderr, "%s: %v\n", *cfgPath, err)
+			complain(stderr, "smsgw compact-store: %v\n", err)
 			return 1
 		}
-		if cfg.Redis.Enabled() {
-			complain(stderr, "smsgw compact-store: %s keeps the queue in Redis (redis.addr is set); there is no store file to compact\n", *cfgPath)
-			return 2
+		if _, err := fmt.Fprintf(stdout, "%s: %s → %s (%d keys copied)\n", res.File, mib(res.Before), mib(res.After), res.Keys); err != nil {
+			complain(stderr, "smsgw compact-store: write: %v\n", err)
+			return 1
 		}
-		*dir = cfg.Store.Path
+		return 0
 	}
-	res, err := gateway.CompactStore(*dir, *wait)
-	if err != nil {
-		complain(stderr, "smsgw compact-store: %v\n", err)
-		return 1
-	}
-	if _, err := fmt.Fprintf(stdout, "%s: %s → %s (%d keys copied)\n", res.File, mib(res.Before), mib(res.After), res.Keys); err != nil {
-		complain(stderr, "smsgw compact-store: write: %v\n", err)
-		return 1
-	}
-	return 0
 }
 
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }

@@ -2,18 +2,14 @@ package main
 
 import (
 	"context"
+	"flag"
 	"io"
 	"time"
 
 	"smsgw/internal/demo"
 )
 
-func init() {
-	register(command{name: "demo", usage: "gateway + provider simulator + a campaign and an OTP trickle, dashboard on :8080", run: runDemo})
-}
-
-func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("demo", stderr)
+func demoCommand(fs *flag.FlagSet) runner {
 	var o demo.Options
 	fs.StringVar(&o.Listen, "listen", "127.0.0.1:8080", "gateway listen address (the demo keys are printed: keep it on loopback)")
 	fs.IntVar(&o.Campaign, "campaign", 3000, "marketing messages posted at start")
@@ -23,17 +19,16 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	duration := fs.Duration("duration", 0, "stop after this long (0: until Ctrl-C)")
 	fs.DurationVar(&o.Every, "summary-every", 2*time.Second, "interval of the terminal summary")
 	fs.BoolVar(&o.Verbose, "v", false, "gateway logs on stderr (info level)")
-	if code, ok := parseArgs(fs, args, stderr); !ok {
-		return code
+	return func(ctx context.Context, stdout, stderr io.Writer) int {
+		if *duration > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, *duration)
+			defer cancel()
+		}
+		if err := demo.Run(ctx, o, stdout, stderr); err != nil {
+			complain(stderr, "smsgw demo: %v\n", err)
+			return 1
+		}
+		return 0
 	}
-	if *duration > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, *duration)
-		defer cancel()
-	}
-	if err := demo.Run(ctx, o, stdout, stderr); err != nil {
-		complain(stderr, "smsgw demo: %v\n", err)
-		return 1
-	}
-	return 0
 }

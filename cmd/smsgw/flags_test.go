@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"io"
 	"strings"
 	"testing"
 )
@@ -58,4 +60,15 @@ func TestCommandsRefuseArguments(t *testing.T) {
 	if code := run([]string{"check-config", "--no-such-flag"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "no-such-flag") {
 		t.Errorf("bad flag: exit %d, stderr %q", code, errb.String())
 	}
+}
+
+// runCommand runs the command name as smsgw would, with ctx for the signal
+// context.
+func runCommand(ctx context.Context, name string, args []string, stdout, stderr io.Writer) int {
+	for _, c := range commands {
+		if c.name == name {
+			return c.exec(ctx, args, stdout, stderr)
+		}
+	}
+	panic("no command " + name)
 }

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -11,16 +12,37 @@ import (
 	"syscall"
 )
 
-// command is one subcommand. run gets the arguments after the subcommand's
-// name and returns the process exit code.
+// command is one subcommand. flags declares its flags on fs and returns
+// what runs once they are parsed; the parsing (-h, a bad flag, a stray
+// argument) is the same for every command and done in exec.
 type command struct {
 	name, usage string
-	run         func(ctx context.Context, args []string, stdout, stderr io.Writer) int
+	flags       func(fs *flag.FlagSet) runner
 }
 
-var commands []command
+// runner is a command with its flags parsed; it returns the process exit
+// code.
+type runner func(ctx context.Context, stdout, stderr io.Writer) int
 
-func register(c command) { commands = append(commands, c) }
+// commands are the subcommands, in the order the usage lists them.
+var commands = []command{
+	{name: "bench", usage: "what the provider sees under the old limiters and ours (--pods 16 --duration 5s --window both)", flags: benchCommand},
+	{name: "check-config", usage: "validate a configuration file (and SMSGW_* overrides) and exit", flags: checkConfigCommand},
+	{name: "compact-store", usage: "give back the disk an embedded store's file kept after a backlog (gateway stopped)", flags: compactStoreCommand},
+	{name: "demo", usage: "gateway + provider simulator + a campaign and an OTP trickle, dashboard on :8080", flags: demoCommand},
+	{name: "serve", usage: "run the gateway (--config smsgw.yaml; SMSGW_* variables override keys)", flags: serveCommand},
+	{name: "sim", usage: "run the provider simulator (--limit 100 --window sliding|fixed --offset 0.37)", flags: simCommand},
+}
+
+// exec parses args (those after the command's name) and runs the command.
+func (c command) exec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet(c, stderr)
+	r := c.flags(fs)
+	if code, ok := parseArgs(fs, args, stderr); !ok {
+		return code
+	}
+	return r(ctx, stdout, stderr)
+}
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
@@ -36,7 +58,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if c.name == args[0] {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return c.run(ctx, args[1:], stdout, stderr)
+			return c.exec(ctx, args[1:], stdout, stderr)
 		}
 	}
 	complain(stderr, "smsgw: unknown command %q\n\n", args[0])

@@ -2,36 +2,30 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 
 	"smsgw/internal/config"
 	"smsgw/internal/dashboard"
 	"smsgw/internal/gateway"
 )
 
-func init() {
-	register(command{name: "serve", usage: "run the gateway (--config smsgw.yaml; SMSGW_* variables override keys)", run: runServe})
-}
-
-// runServe loads the configuration, runs the gateway until ctx ends
+// serveCommand loads the configuration, runs the gateway until ctx ends
 // (SIGINT/SIGTERM) and stops it gracefully.
-func runServe(ctx context.Context, args []string, _, stderr io.Writer) int {
-	fs := newFlagSet("serve", stderr)
-	path := fs.String("config", os.Getenv("SMSGW_CONFIG"), "configuration file (YAML); empty: defaults and SMSGW_* variables only")
-	if code, ok := parseArgs(fs, args, stderr); !ok {
-		return code
+func serveCommand(fs *flag.FlagSet) runner {
+	path := configFlag(fs, "configuration file (YAML); empty: defaults and SMSGW_* variables only")
+	return func(ctx context.Context, _, stderr io.Writer) int {
+		cfg, err := config.LoadFile(*path)
+		if err != nil {
+			complain(stderr, "smsgw serve: %v\n", err)
+			return 1
+		}
+		log := newLogger(stderr, cfg.Log)
+		gateway.SetRedisLogger(log) // the Redis client's own lines as sampled JSON records, not plain text
+		return stopped(log, gateway.Run(ctx, cfg, gateway.Options{Logger: log, Dashboard: dashboard.Handler()}))
 	}
-	cfg, err := config.LoadFile(*path)
-	if err != nil {
-		complain(stderr, "smsgw serve: %v\n", err)
-		return 1
-	}
-	log := newLogger(stderr, cfg.Log)
-	gateway.SetRedisLogger(log) // the Redis client's own lines as sampled JSON records, not plain text
-	return stopped(log, gateway.Run(ctx, cfg, gateway.Options{Logger: log, Dashboard: dashboard.Handler()}))
 }
 
 // stopped logs how the gateway ended and returns the exit code. Sends cut

@@ -60,7 +60,7 @@ log: {level: info, format: json}
 	defer sigterm()
 	var stderr logtest.Buffer
 	code := make(chan int, 1)
-	go func() { code <- runServe(ctx, []string{"--config", path}, io.Discard, &stderr) }()
+	go func() { code <- runCommand(ctx, "serve", []string{"--config", path}, io.Discard, &stderr) }()
 
 	addr := ""
 	for deadline := time.Now().Add(10 * time.Second); addr == ""; {

@@ -14,59 +14,53 @@ import (
 	"smsgw/internal/provider/sim"
 )
 
-func init() {
-	register(command{name: "sim", usage: "run the provider simulator (--limit 100 --window sliding|fixed --offset 0.37)", run: runSim})
-}
-
-// runSim runs the provider simulator until ctx ends. The first line on
+// simCommand runs the provider simulator until ctx ends. The first line on
 // stdout is "sim listening on http://HOST:PORT", so a test that starts it
 // with --listen 127.0.0.1:0 can find it; on exit the final stats go to
 // stdout as JSON.
-func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("sim", stderr)
+func simCommand(fs *flag.FlagSet) runner {
 	f := simFlagsOn(fs)
-	if code, ok := parseArgs(fs, args, stderr); !ok {
-		return code
-	}
-	level := slog.LevelInfo
-	if f.verbose {
-		level = slog.LevelDebug
-	}
-	logger := newTextLogger(stderr, level)
-	cfg, err := f.config(logger)
-	if err != nil {
-		complain(stderr, "smsgw sim: %v\n", err)
-		return 2
-	}
-	s, err := sim.New(cfg)
-	if err != nil {
-		complain(stderr, "smsgw sim: %v\n", err)
-		return 2
-	}
-	url, err := s.Start(f.listen)
-	if err != nil {
-		complain(stderr, "smsgw sim: %v\n", err)
-		return 1
-	}
-	if _, err := fmt.Fprintf(stdout, "sim listening on %s\n", url); err != nil {
-		// Whoever started us reads the address from stdout: without it
-		// nobody can reach the simulator.
-		complain(stderr, "smsgw sim: write address: %v\n", err)
-		closeSim(s, logger)
-		return 1
-	}
-	logger.Info("sim started", "url", url, "send", url+"/send", "limit", f.limit, "window", f.window,
-		"offset", f.offset, "suspend_after", f.suspendAfter, "suspend_window", f.suspendWindow, "suspend_for", f.suspendFor)
+	return func(ctx context.Context, stdout, stderr io.Writer) int {
+		level := slog.LevelInfo
+		if f.verbose {
+			level = slog.LevelDebug
+		}
+		logger := newTextLogger(stderr, level)
+		cfg, err := f.config(logger)
+		if err != nil {
+			complain(stderr, "smsgw sim: %v\n", err)
+			return 2
+		}
+		s, err := sim.New(cfg)
+		if err != nil {
+			complain(stderr, "smsgw sim: %v\n", err)
+			return 2
+		}
+		url, err := s.Start(f.listen)
+		if err != nil {
+			complain(stderr, "smsgw sim: %v\n", err)
+			return 1
+		}
+		if _, err := fmt.Fprintf(stdout, "sim listening on %s\n", url); err != nil {
+			// Whoever started us reads the address from stdout: without it
+			// nobody can reach the simulator.
+			complain(stderr, "smsgw sim: write address: %v\n", err)
+			closeSim(s, logger)
+			return 1
+		}
+		logger.Info("sim started", "url", url, "send", url+"/send", "limit", f.limit, "window", f.window,
+			"offset", f.offset, "suspend_after", f.suspendAfter, "suspend_window", f.suspendWindow, "suspend_for", f.suspendFor)
 
-	<-ctx.Done()
-	closeSim(s, logger)
-	enc := json.NewEncoder(stdout)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(s.Stats()); err != nil {
-		complain(stderr, "smsgw sim: write stats: %v\n", err)
-		return 1
+		<-ctx.Done()
+		closeSim(s, logger)
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(s.Stats()); err != nil {
+			complain(stderr, "smsgw sim: write stats: %v\n", err)
+			return 1
+		}
+		return 0
 	}
-	return 0
 }
 
 // closeSim stops the simulator; a failure is logged, the stats still print.

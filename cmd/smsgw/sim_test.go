@@ -19,10 +19,10 @@ func TestSimCommand(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	pr, pw := io.Pipe()
-	var errb bytes.Buffer // written only by runSim; read after it returns
+	var errb bytes.Buffer // written only by the command; read after it returns
 	code := make(chan int, 1)
 	go func() {
-		code <- runSim(ctx, []string{"--listen", "127.0.0.1:0", "--limit", "2", "--suspend-after", "-1"}, pw, &errb)
+		code <- runCommand(ctx, "sim", []string{"--listen", "127.0.0.1:0", "--limit", "2", "--suspend-after", "-1"}, pw, &errb)
 		_ = pw.Close()
 	}()
 	out := bufio.NewReader(pr)
@@ -74,7 +74,7 @@ func TestSimCommandFlags(t *testing.T) {
 		{"--window", "tumbling"}, {"--offset", "1.5"}, {"--retry-after", "0"}, {"--fail-rate", "2"}, {"extra"},
 	} {
 		var out, errb bytes.Buffer
-		if c := runSim(context.Background(), append([]string{"--listen", "127.0.0.1:0"}, args...), &out, &errb); c != 2 {
+		if c := runCommand(context.Background(), "sim", append([]string{"--listen", "127.0.0.1:0"}, args...), &out, &errb); c != 2 {
 			t.Errorf("%v: exit %d, want 2", args, c)
 		}
 	}

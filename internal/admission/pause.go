@@ -41,6 +41,13 @@ type OperatorPause struct {
 	// read began before one of them may carry the state from before it,
 	// and is dropped: applied, it would undo the change until the next poll.
 	changes uint64
+
+	// scoped holds the pauses of one class (scopedpause.go); nil: none.
+	scoped state.ScopedPauses
+	scopes map[string]scopeCopy
+	// shelving: producers whose shelves are to be emptied once their
+	// pause ends (Lifted), each with how often its pause was seen.
+	shelving map[string]uint64
 }
 
 // pausePollEvery is how often a sending replica rereads the shared
@@ -65,6 +72,9 @@ type PauseState struct {
 	Paused bool       `json:"paused"`
 	Until  *time.Time `json:"until,omitempty"`
 	Reason string     `json:"reason,omitempty"`
+	// Scopes are the pauses of one class or one producer, beside the
+	// pause of everything (scopedpause.go).
+	Scopes []ScopeState `json:"scopes,omitempty"`
 }
 
 // State is the pause as this replica knows it.
@@ -72,10 +82,11 @@ func (p *OperatorPause) State() PauseState {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.now()
+	scopes := p.scopeStatesLocked(now)
 	if !p.on || (!p.until.IsZero() && !now.Before(p.until)) {
-		return PauseState{}
+		return PauseState{Scopes: scopes}
 	}
-	st := PauseState{Paused: true, Reason: p.reason}
+	st := PauseState{Paused: true, Reason: p.reason, Scopes: scopes}
 	if !p.until.IsZero() {
 		u := p.until.UTC()
 		st.Until = &u
@@ -122,11 +133,14 @@ func (p *OperatorPause) changeCount() uint64 {
 
 // setPolled records the shared state read by a poll that began after
 // change number seen, unless this process changed the state since.
-func (p *OperatorPause) setPolled(seen uint64, on bool, d time.Duration, reason string) {
+func (p *OperatorPause) setPolled(seen uint64, on bool, d time.Duration, reason string, scopes map[string]state.PauseStatus) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.changes == seen {
 		p.setLocked(on, d, reason)
+		if p.scoped != nil {
+			p.setScopesLocked(scopes)
+		}
 	}
 }
 
@@ -186,13 +200,17 @@ func (p *OperatorPause) freshen(ctx context.Context) {
 func (p *OperatorPause) refresh(ctx context.Context) error {
 	seen := p.changeCount()
 	st, err := p.store.Get(ctx)
+	var scopes map[string]state.PauseStatus
+	if err == nil && p.scoped != nil {
+		scopes, err = p.scoped.All(ctx)
+	}
 	p.mu.Lock()
 	p.failing = err != nil
 	p.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	p.setPolled(seen, st.On, st.Remaining, st.Reason)
+	p.setPolled(seen, st.On, st.Remaining, st.Reason, scopes)
 	return nil
 }
 

@@ -17,6 +17,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -121,45 +122,23 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() error {
-	if c.Pods == 0 {
-		c.Pods = DefaultPods
-	}
-	if c.Duration == 0 {
-		c.Duration = DefaultDuration
-	}
+	c.Pods = cmp.Or(c.Pods, DefaultPods)
+	c.Duration = cmp.Or(c.Duration, DefaultDuration)
 	if len(c.Windows) == 0 {
 		c.Windows = []sim.Window{sim.WindowSliding, sim.WindowFixed}
 	}
-	if c.RedisAddr == "" {
-		c.RedisAddr = DefaultRedisAddr
-	}
+	c.RedisAddr = cmp.Or(c.RedisAddr, DefaultRedisAddr)
 	if len(c.Strategies) == 0 {
 		c.Strategies = Strategies
 	}
-	if c.Contract == 0 {
-		c.Contract = DefaultContract
-	}
-	if c.Target == 0 {
-		c.Target = DefaultTarget
-	}
-	if c.Burst == 0 {
-		c.Burst = DefaultBurst
-	}
-	if c.Marketing == 0 {
-		c.Marketing = DefaultMarketing
-	}
-	if c.OTPRate == 0 {
-		c.OTPRate = DefaultOTPRate
-	}
-	if c.Skew == 0 {
-		c.Skew = DefaultSkew
-	}
-	if c.QueueDepth == 0 {
-		c.QueueDepth = DefaultQueueDepth
-	}
-	if c.StartPhase == 0 {
-		c.StartPhase = DefaultStartPhase
-	}
+	c.Contract = cmp.Or(c.Contract, DefaultContract)
+	c.Target = cmp.Or(c.Target, DefaultTarget)
+	c.Burst = cmp.Or(c.Burst, DefaultBurst)
+	c.Marketing = cmp.Or(c.Marketing, DefaultMarketing)
+	c.OTPRate = cmp.Or(c.OTPRate, DefaultOTPRate)
+	c.Skew = cmp.Or(c.Skew, DefaultSkew)
+	c.QueueDepth = cmp.Or(c.QueueDepth, DefaultQueueDepth)
+	c.StartPhase = cmp.Or(c.StartPhase, DefaultStartPhase)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

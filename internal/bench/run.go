@@ -18,6 +18,7 @@ import (
 	"smsgw/internal/provider/httpprov"
 	"smsgw/internal/provider/sim"
 	"smsgw/internal/sms"
+	"smsgw/internal/tick"
 )
 
 // message is one simulated SMS.
@@ -250,25 +251,10 @@ func waitPhase(ctx context.Context, phase time.Duration) error {
 	if at.Before(now) {
 		at = at.Add(time.Second)
 	}
-	if !sleepCtx(ctx, at.Sub(now)) {
+	if !tick.Sleep(ctx, at.Sub(now)) {
 		return fmt.Errorf("bench: interrupted: %w", ctx.Err())
 	}
 	return nil
-}
-
-// sleepCtx sleeps d unless ctx ends first; it reports whether d passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // traffic is the producers' side: a campaign FIFO kept full and an OTP
@@ -315,7 +301,7 @@ func (t *traffic) start(ctx context.Context, wg *sync.WaitGroup) {
 		var enq sync.WaitGroup
 		defer enq.Wait()
 		for k := 0; ; k++ {
-			if !sleepCtx(ctx, time.Until(start.Add(interval/2+time.Duration(k)*interval))) {
+			if !tick.Sleep(ctx, time.Until(start.Add(interval/2+time.Duration(k)*interval))) {
 				return
 			}
 			m := t.newMessage(sms.ClassOTP)
@@ -348,9 +334,9 @@ func newWorkers(cfg Config, st Strategy, prefix string, pods []*pod) ([]worker, 
 		case PerPod:
 			out = append(out, oldWorker(p, &localWindow{limit: cfg.Contract / 2, clock: p.clock}))
 		case RedisFixedWindow:
-			out = append(out, oldWorker(p, &getIncrWindow{limit: cfg.Contract, prefix: prefix, c: p.redis, clock: p.clock}))
+			out = append(out, oldWorker(p, &getIncrWindow{redisWindow{limit: cfg.Contract, prefix: prefix, c: p.redis, clock: p.clock}}))
 		case AtomicIncr:
-			out = append(out, oldWorker(p, &atomicWindow{limit: cfg.Contract, prefix: prefix, c: p.redis, clock: p.clock}))
+			out = append(out, oldWorker(p, &atomicWindow{redisWindow{limit: cfg.Contract, prefix: prefix, c: p.redis, clock: p.clock}}))
 		case GCRA:
 			lim, err := limiter.NewRedis(p.redis, prefix, limiter.Config{
 				Global:  limiter.Rate{PerSecond: cfg.Target, Burst: cfg.Burst},

@@ -11,6 +11,7 @@ import (
 	"smsgw/internal/limiter"
 	"smsgw/internal/provider"
 	"smsgw/internal/sms"
+	"smsgw/internal/tick"
 )
 
 // pacer is an old limiter: may this pod send one message now?
@@ -38,22 +39,27 @@ func (l *localWindow) allow(context.Context) bool {
 	return true
 }
 
-func windowKey(prefix string, clock func() time.Time) string {
-	return prefix + ":sms:" + strconv.FormatInt(clock().Unix(), 10)
-}
-
-// getIncrWindow is the old Redis counter: GET, then INCR, then EXPIRE, three
-// round trips; between the GET and the INCR every other pod may pass too.
-// A Redis error allows the send, as the old code did.
-type getIncrWindow struct {
+// redisWindow is what both old Redis counters share: a limit per second of
+// the pod's clock, counted in a key per second under prefix.
+type redisWindow struct {
 	limit  int
 	prefix string
 	c      *redis.Client
 	clock  func() time.Time
 }
 
+// key is the counter of the pod's current second.
+func (w *redisWindow) key() string {
+	return w.prefix + ":sms:" + strconv.FormatInt(w.clock().Unix(), 10)
+}
+
+// getIncrWindow is the old Redis counter: GET, then INCR, then EXPIRE, three
+// round trips; between the GET and the INCR every other pod may pass too.
+// A Redis error allows the send, as the old code did.
+type getIncrWindow struct{ redisWindow }
+
 func (g *getIncrWindow) allow(ctx context.Context) bool {
-	key := windowKey(g.prefix, g.clock)
+	key := g.key()
 	n, err := g.c.Get(ctx, key).Int()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return ctx.Err() == nil
@@ -68,15 +74,10 @@ func (g *getIncrWindow) allow(ctx context.Context) bool {
 
 // atomicWindow is INCR and EXPIRE in one MULTI: the count is exact, but the
 // window is a fixed second of the pod's clock.
-type atomicWindow struct {
-	limit  int
-	prefix string
-	c      *redis.Client
-	clock  func() time.Time
-}
+type atomicWindow struct{ redisWindow }
 
 func (a *atomicWindow) allow(ctx context.Context) bool {
-	key := windowKey(a.prefix, a.clock)
+	key := a.key()
 	var incr *redis.IntCmd
 	_, err := a.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		incr = p.Incr(ctx, key)
@@ -101,7 +102,7 @@ func oldWorker(p *pod, pc pacer) worker {
 				return
 			}
 			for !pc.allow(runCtx) {
-				if !sleepCtx(runCtx, oldSpin) {
+				if !tick.Sleep(runCtx, oldSpin) {
 					return
 				}
 			}
@@ -146,15 +147,15 @@ func (p *pod) deliverGCRA(runCtx, hardCtx context.Context, lim *limiter.Redis, m
 		d, err := lim.Reserve(runCtx, limiter.Request{Class: m.class.String(), Cost: 1, MaxWait: maxWait})
 		if err != nil {
 			p.log.Debug("bench: reserve failed", "err", err)
-			sleepCtx(runCtx, errBackoff)
+			tick.Sleep(runCtx, errBackoff)
 			continue
 		}
 		if !d.Allowed {
-			sleepCtx(runCtx, d.RetryAfter)
+			tick.Sleep(runCtx, d.RetryAfter)
 			continue
 		}
 		// The slot is ours: use it even if the run ends meanwhile.
-		if !sleepCtx(hardCtx, d.Delay) {
+		if !tick.Sleep(hardCtx, d.Delay) {
 			return
 		}
 		_, err = p.prov.Send(hardCtx, req)

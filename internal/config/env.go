@@ -34,10 +34,7 @@ func envPaths(v reflect.Value, prefix string, out map[string]reflect.Value) {
 		if name == "" || name == "-" {
 			continue
 		}
-		path := name
-		if prefix != "" {
-			path = prefix + "." + name
-		}
+		path := keyPath(prefix, name)
 		switch {
 		case f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeOf(time.Duration(0)):
 			out[path] = fv

@@ -56,13 +56,7 @@ func TestBadFixturesNameTheKey(t *testing.T) {
 
 // The defaults are the ones docs/configuration.md documents.
 func TestDefaultsMatchREADME(t *testing.T) {
-	cfg, err := Load([]byte(`
-provider: {url: "http://127.0.0.1:9100/send"}
-producers: [{name: app, key: "app-key-0123456789ab", classes: [otp], rate: 1, burst: 1}]
-`), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := valid(t) // only the keys without a default
 	if cfg.Provider.ContractRPS != 100 || cfg.Limits.TargetRPS != 90 || cfg.Limits.Burst != 5 ||
 		cfg.Limits.MaxSenders != 23 || cfg.Limits.Classes["marketing"].MaxRPS != 70 ||
 		cfg.Listen != ":8080" || cfg.Account != "main" || cfg.Provider.Kind != "http" ||

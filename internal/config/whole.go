@@ -33,10 +33,7 @@ func fractionsInIntegers(root *yaml.Node, t reflect.Type, line bool) []error {
 		case yaml.MappingNode:
 			for i := 0; i+1 < len(n.Content); i += 2 {
 				k, v := n.Content[i], n.Content[i+1]
-				p := k.Value
-				if path != "" {
-					p = path + "." + k.Value
-				}
+				p := keyPath(path, k.Value)
 				switch t.Kind() {
 				case reflect.Struct:
 					if ft, ok := yamlField(t, k.Value); ok {
@@ -49,7 +46,7 @@ func fractionsInIntegers(root *yaml.Node, t reflect.Type, line bool) []error {
 		case yaml.SequenceNode:
 			if t.Kind() == reflect.Slice || t.Kind() == reflect.Array {
 				for i, c := range n.Content {
-					walk(c, t.Elem(), fmt.Sprintf("%s[%d]", path, i))
+					walk(c, t.Elem(), itemPath(path, i))
 				}
 			}
 		case yaml.ScalarNode:

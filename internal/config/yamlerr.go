@@ -29,10 +29,7 @@ func nameKeysInYAMLError(data []byte, err error) string {
 		case yaml.MappingNode:
 			for i := 0; i+1 < len(n.Content); i += 2 {
 				k, v := n.Content[i], n.Content[i+1]
-				p := k.Value
-				if path != "" {
-					p = path + "." + k.Value
-				}
+				p := keyPath(path, k.Value)
 				val := ""
 				if v.Kind == yaml.ScalarNode {
 					val = v.Value
@@ -42,7 +39,7 @@ func nameKeysInYAMLError(data []byte, err error) string {
 			}
 		case yaml.SequenceNode:
 			for i, c := range n.Content {
-				walk(c, fmt.Sprintf("%s[%d]", path, i))
+				walk(c, itemPath(path, i))
 			}
 		}
 	}

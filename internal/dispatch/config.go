@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -41,6 +42,13 @@ const (
 	fallbackBurstWait = time.Second
 )
 
+// Holder tells whether an operator's pause holds a class, or a producer,
+// now.
+type Holder interface {
+	ClassHeld(ctx context.Context, c sms.Class) bool
+	ProducerHeld(ctx context.Context, producer string) bool
+}
+
 // Config configures a Dispatcher. Queue, Limiter, Provider, Owner and the
 // fields the gateway sets from its configuration (Workers, OTPWorkers,
 // Lease, MaxAttempts, BackoffBase, BackoffMax, CountSegments) are the
@@ -71,6 +79,15 @@ type Config struct {
 	// dispatcher's own. Zero (no Key, no Listed): takes do not read the
 	// list.
 	Suppression queue.Suppression
+	// Held reports the operator's class and producer pauses
+	// (admission.OperatorPause): a held class is left out of every take;
+	// a taken message of a held producer is set aside on its producer's
+	// shelf (queue.Shelver, with the Shelf that Shelf gives), once, and
+	// comes back when the pause ends (admission.ShelfKeeper); the OTP fast
+	// path answers no slot (paused) while its class or producer is held.
+	// nil: nothing is held.
+	Held  Holder
+	Shelf func(producer string) queue.Shelf
 
 	// Set by the caller from the gateway's configuration (dispatch.*,
 	// provider.count_segments); no defaults here.

@@ -171,6 +171,9 @@ func (d *Dispatcher) paceOne(ctx context.Context, ln *lane) time.Duration {
 	if len(classes) == 0 {
 		return next
 	}
+	if classes = d.unheld(ctx, classes); len(classes) == 0 {
+		return heldRetry
+	}
 	ln.empty.Store(false)
 	f, wait, err := d.take(ctx, ln, classes)
 	switch {
@@ -320,4 +323,23 @@ func (d *Dispatcher) idle(ctx context.Context, ln *lane, wait time.Duration) {
 	case <-ln.wake:
 	case <-ctx.Done():
 	}
+}
+
+// heldRetry is how soon a lane whose every class an operator holds asks
+// again; it bounds how long sending lags behind a resume on this replica.
+const heldRetry = 250 * time.Millisecond
+
+// unheld is classes without those an operator's class pause holds: their
+// messages stay in the queue, untouched, while the others flow.
+func (d *Dispatcher) unheld(ctx context.Context, classes []sms.Class) []sms.Class {
+	if d.cfg.Held == nil {
+		return classes
+	}
+	out := classes[:0]
+	for _, c := range classes {
+		if !d.cfg.Held.ClassHeld(ctx, c) {
+			out = append(out, c)
+		}
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"smsgw/internal/metricdef"
 	"smsgw/internal/provider"
 	"smsgw/internal/sms"
 )
@@ -42,10 +43,13 @@ const (
 	// Held through an operator pause: back in its place in line, to be
 	// taken again at once (the take reads the suppression list).
 	requeueAfterPause = "after_pause"
+	// Its producer is paused by an operator: set aside on the producer's
+	// shelf until the pause ends (Config.Held).
+	requeueProducerPaused = "producer_paused"
 )
 
 var requeueReasons = []string{requeueThrottled, requeueRetry, requeueRateWait, requeuePaused, requeueBreaker, requeueReleased,
-	requeueAuth, requeueQuiet, requeueCrashed, requeueLate, requeueUnconfirmed, requeueAfterPause}
+	requeueAuth, requeueQuiet, requeueCrashed, requeueLate, requeueUnconfirmed, requeueAfterPause, requeueProducerPaused}
 
 // Reservation results.
 const (
@@ -116,68 +120,28 @@ var latencyBuckets = []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, 
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
-		takes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "smsgw_dispatch_takes_total", Help: "Queue takes by lane and result (message, empty, error).",
-		}, []string{"lane", "result"}),
-		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "smsgw_dispatch_messages_total", Help: "Messages the send loop ended (leases, and messages a take ended suppressed), by class and outcome.",
-		}, []string{"class", "outcome"}),
-		requeues: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "smsgw_dispatch_requeues_total", Help: "Messages put back in the queue, by class and reason.",
-		}, []string{"class", "reason"}),
-		reservations: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "smsgw_dispatch_reservations_total", Help: "Limiter reservations by class and result.",
-		}, []string{"class", "result"}),
-		reserveDelay: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "smsgw_dispatch_reservation_delay_seconds", Help: "Delay of granted reservations (slept before sending).",
-			Buckets: latencyBuckets,
-		}, []string{"class"}),
-		sendDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "smsgw_dispatch_send_duration_seconds", Help: "Provider call duration by result.",
-			Buckets: latencyBuckets,
-		}, []string{"result"}),
-		queueToSend: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "smsgw_dispatch_queue_to_provider_seconds", Help: "From a message being ready in the queue to the provider call, by class.",
-			Buckets: latencyBuckets,
-		}, []string{"class"}),
-		throttles: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "smsgw_dispatch_provider_throttles_total", Help: "Provider 429s (throttles) seen by this process.",
-		}),
-		breakerRejects: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "smsgw_dispatch_breaker_rejections_total", Help: "Sends not attempted because the provider breaker was open.",
-		}),
-		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "smsgw_dispatch_in_flight_messages", Help: "Leased messages held by this process.",
-		}),
-		guardActive: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "smsgw_dispatch_suspension_guard_active", Help: "1 while the suspension guard slows sending down.",
-		}),
-		guardCount: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "smsgw_dispatch_suspension_guard_throttles", Help: "Provider 429s in the guard's rolling window (all replicas).",
-		}),
-		sendNow: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "smsgw_dispatch_send_now_total", Help: "OTP fast-path sends by result.",
-		}, []string{"result"}),
-		loopErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "smsgw_dispatch_loop_errors_total", Help: "Errors of the background loops and queue calls, by step.",
-		}, []string{"step"}),
-		senderPanics: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "smsgw_dispatch_sender_panics_total", Help: "Sends that crashed their sender (a recovered panic).",
-		}),
-		lateSlots: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "smsgw_dispatch_late_slots_total",
-			Help: "Limiter slots forfeited because this process would have started the send later than dispatch's late-slot bound after the slot (a stall), by class.",
-		}, []string{"class"}),
-		poison: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "smsgw_dispatch_poison_total", Help: "Messages made dead letters because sending them crashed dispatch.poison_after times.",
-		}),
+		takes:          metricdef.CounterVec("smsgw_dispatch_takes_total", "Queue takes by lane and result (message, empty, error).", "lane", "result"),
+		outcomes:       metricdef.CounterVec("smsgw_dispatch_messages_total", "Messages the send loop ended (leases, and messages a take ended suppressed), by class and outcome.", "class", "outcome"),
+		requeues:       metricdef.CounterVec("smsgw_dispatch_requeues_total", "Messages put back in the queue, by class and reason.", "class", "reason"),
+		reservations:   metricdef.CounterVec("smsgw_dispatch_reservations_total", "Limiter reservations by class and result.", "class", "result"),
+		reserveDelay:   metricdef.HistogramVec("smsgw_dispatch_reservation_delay_seconds", "Delay of granted reservations (slept before sending).", latencyBuckets, "class"),
+		sendDuration:   metricdef.HistogramVec("smsgw_dispatch_send_duration_seconds", "Provider call duration by result.", latencyBuckets, "result"),
+		queueToSend:    metricdef.HistogramVec("smsgw_dispatch_queue_to_provider_seconds", "From a message being ready in the queue to the provider call, by class.", latencyBuckets, "class"),
+		throttles:      metricdef.Counter("smsgw_dispatch_provider_throttles_total", "Provider 429s (throttles) seen by this process."),
+		breakerRejects: metricdef.Counter("smsgw_dispatch_breaker_rejections_total", "Sends not attempted because the provider breaker was open."),
+		inFlight:       metricdef.Gauge("smsgw_dispatch_in_flight_messages", "Leased messages held by this process."),
+		guardActive:    metricdef.Gauge("smsgw_dispatch_suspension_guard_active", "1 while the suspension guard slows sending down."),
+		guardCount:     metricdef.Gauge("smsgw_dispatch_suspension_guard_throttles", "Provider 429s in the guard's rolling window (all replicas)."),
+		sendNow:        metricdef.CounterVec("smsgw_dispatch_send_now_total", "OTP fast-path sends by result.", "result"),
+		loopErrors:     metricdef.CounterVec("smsgw_dispatch_loop_errors_total", "Errors of the background loops and queue calls, by step.", "step"),
+		senderPanics:   metricdef.Counter("smsgw_dispatch_sender_panics_total", "Sends that crashed their sender (a recovered panic)."),
+		lateSlots:      metricdef.CounterVec("smsgw_dispatch_late_slots_total", "Limiter slots forfeited because this process would have started the send later than dispatch's late-slot bound after the slot (a stall), by class.", "class"),
+		poison:         metricdef.Counter("smsgw_dispatch_poison_total", "Messages made dead letters because sending them crashed dispatch.poison_after times."),
 	}
-	for _, c := range []prometheus.Collector{m.takes, m.outcomes, m.requeues, m.reservations, m.reserveDelay,
+	if err := metricdef.Register(reg, m.takes, m.outcomes, m.requeues, m.reservations, m.reserveDelay,
 		m.sendDuration, m.queueToSend, m.throttles, m.breakerRejects, m.inFlight, m.guardActive, m.guardCount,
-		m.sendNow, m.loopErrors, m.senderPanics, m.poison, m.lateSlots} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("dispatch: register metrics: %w", err)
-		}
+		m.sendNow, m.loopErrors, m.senderPanics, m.poison, m.lateSlots); err != nil {
+		return nil, fmt.Errorf("dispatch: register metrics: %w", err)
 	}
 	m.createAtZero()
 	return m, nil

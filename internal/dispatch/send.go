@@ -9,6 +9,7 @@ import (
 
 	"smsgw/internal/provider"
 	"smsgw/internal/sms"
+	"smsgw/internal/tick"
 )
 
 // sendOne is a sender: it owns f and one slot of its lane until it returns.
@@ -146,17 +147,5 @@ func (d *Dispatcher) send(ctx context.Context, m *sms.Message, validity, waited 
 	return res, classify(err, stopping), err
 }
 
-// sleepCtx sleeps d; false when ctx ended first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
+// sleepCtx sleeps d; false when ctx ended first (tick.Sleep).
+func sleepCtx(ctx context.Context, d time.Duration) bool { return tick.Sleep(ctx, d) }

@@ -146,6 +146,9 @@ func (d *Dispatcher) nowSlot(ctx context.Context, m *sms.Message, deadline time.
 	if left := d.pauseLeft(); left > 0 {
 		return 0, d.noSlot(noSlotPaused, left)
 	}
+	if d.cfg.Held != nil && (d.cfg.Held.ClassHeld(ctx, m.Class) || d.cfg.Held.ProducerHeld(ctx, m.Producer)) {
+		return 0, d.noSlot(noSlotPaused, heldRetry)
+	}
 	cost := d.cost(m)
 	dec, err := d.reserveSlot(ctx, m.Class, cost, 1, deadline)
 	switch {

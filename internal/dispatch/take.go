@@ -169,8 +169,30 @@ func (d *Dispatcher) receivedCheck(f *flight) bool {
 	return true
 }
 
+// Step 2d: a message of a producer an operator paused is set aside on its
+// producer's shelf (queue.Shelver), keeping its place in line: a take
+// meets it once per pause, and it comes back when the pause ends. It
+// spends no attempt and no rate.
+func (d *Dispatcher) shelveCheck(f *flight) bool {
+	m := f.l.Message
+	if d.cfg.Held == nil || d.cfg.Shelf == nil || !d.cfg.Held.ProducerHeld(d.takeCtx, m.Producer) {
+		return false
+	}
+	sv, ok := d.cfg.Queue.(queue.Shelver)
+	if !ok {
+		return false
+	}
+	d.log.Debug("producer paused: set aside", "id", m.ID, "class", m.Class.String(), "producer", m.Producer)
+	d.m.requeues.WithLabelValues(m.Class.String(), requeueProducerPaused).Inc()
+	d.ack(f, "requeue", outcomeRequeued, func(ctx context.Context) error {
+		return sv.SetAside(ctx, f.l, d.cfg.Shelf(m.Producer))
+	})
+	return true
+}
+
 // gone reports whether f was ended or put back before reserving: already
-// at the provider (a receipt came), expired, or held for quiet hours.
+// at the provider (a receipt came), expired, set aside for its producer's
+// pause, or held for quiet hours.
 func (d *Dispatcher) gone(f *flight) bool {
-	return d.receivedCheck(f) || d.expireCheck(f) || d.holdCheck(f)
+	return d.receivedCheck(f) || d.expireCheck(f) || d.shelveCheck(f) || d.holdCheck(f)
 }

@@ -191,6 +191,7 @@ func dispatcherConfig(cfg config.Config, d deps, b *backend, prov provider.Provi
 	listed.OTP = cfg.Protection.SuppressOTP
 	return dispatch.Config{
 		Queue: b.queue, Limiter: admission.PausedLimiter{Limiter: b.limiter, P: b.pause}, Guard: b.guard,
+		Held: b.pause, Shelf: b.shelf,
 		Provider: prov, Owner: owner,
 		Workers: cfg.Dispatch.Workers, OTPWorkers: cfg.Dispatch.OTPWorkers,
 		Lease: cfg.Dispatch.Lease, MaxAttempts: cfg.Dispatch.MaxAttempts, PoisonAfter: cfg.Dispatch.PoisonAfter,

@@ -38,6 +38,7 @@ type backend struct {
 	ingress  limiter.KeyLimiter
 	idem     state.Idempotency
 	pause    *admission.OperatorPause
+	shelf    func(producer string) queue.Shelf // what a producer pause's set-aside checks (dispatch.Config.Shelf)
 	counters state.Counters
 	guard    dispatch.Guard
 	history  history.Store // the last 15 minutes of send figures
@@ -84,6 +85,12 @@ func newEmbeddedBackend(cfg config.Config, d deps) (_ *backend, err error) {
 		return nil, fmt.Errorf("gateway: idempotency store: %w", err)
 	}
 	b.pause = admission.NewOperatorPause(state.NewLocalPause(), d.now)
+	b.pause.SetScopes(state.NewLocalScopedPauses(), producerNames(cfg))
+	b.shelf = func(producer string) queue.Shelf {
+		scope := state.ProducerScope(producer)
+		return queue.Shelf{Held: func() bool { return b.pause.HeldNow(scope) }}
+	}
+	b.loops = append(b.loops, admission.NewShelfKeeper(b.pause, eq, admission.ShelfEvery, d.log))
 	if b.counters, err = state.NewLocalCounters(opsview.TotalsFields()); err != nil {
 		return nil, fmt.Errorf("gateway: counters: %w", err)
 	}
@@ -202,9 +209,20 @@ func (b *backend) redisState(cfg config.Config, d deps, client redis.UniversalCl
 		return nil, fmt.Errorf("gateway: operator pause: %w", err)
 	}
 	b.pause = admission.NewOperatorPause(ps, d.now)
+	sps, err := state.NewRedisScopedPauses(client, sp)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: operator pause: %w", err)
+	}
+	b.pause.SetScopes(sps, producerNames(cfg))
+	b.shelf = func(producer string) queue.Shelf {
+		return queue.Shelf{Key: sps.Key(), Field: state.ProducerScope(producer)}
+	}
 	pp := admission.NewPausePoller(b.pause, admission.PausePollEvery, d.log)
 	pp.T.Quiet, pp.T.QuietEvery = d.quiet, admission.PauseIdlePoll
 	b.loops = append(b.loops, pp)
+	if sv, ok := b.queue.(queue.Shelver); ok {
+		b.loops = append(b.loops, admission.NewShelfKeeper(b.pause, sv, admission.ShelfEvery, d.log))
+	}
 	if b.counters, err = state.NewRedisCounters(client, sp, opsview.TotalsFields()); err != nil {
 		return nil, fmt.Errorf("gateway: counters: %w", err)
 	}
@@ -242,4 +260,13 @@ func (b *backend) closeOnError(err *error, log *slog.Logger) {
 	if *err != nil {
 		_ = b.stops.run(log)
 	}
+}
+
+// producerNames are the configured producers' names.
+func producerNames(cfg config.Config) []string {
+	out := make([]string, 0, len(cfg.Producers))
+	for _, p := range cfg.Producers {
+		out = append(out, p.Name)
+	}
+	return out
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 
+	"smsgw/internal/admission"
 	"smsgw/internal/limiter"
 	"smsgw/internal/opsview"
 	"smsgw/internal/queue"
@@ -211,18 +212,24 @@ const maxPause = 24 * time.Hour
 // stats and on the dashboard).
 const maxPauseReason = 200
 
-func (s *Server) adminPause(w http.ResponseWriter, r *http.Request) {
+// decodeOptional reads an optional JSON body into v; false when it
+// answered the problem.
+func (s *Server) decodeOptional(w http.ResponseWriter, r *http.Request, v any) bool {
 	raw, err := readBody(r, true)
+	if err == nil && raw != nil {
+		err = decodeStrict(raw, v, "")
+	}
 	if err != nil {
 		s.WriteError(w, r, err)
-		return
+		return false
 	}
+	return true
+}
+
+func (s *Server) adminPause(w http.ResponseWriter, r *http.Request) {
 	var req pauseRequest
-	if raw != nil {
-		if err := decodeStrict(raw, &req, ""); err != nil {
-			s.WriteError(w, r, err)
-			return
-		}
+	if !s.decodeOptional(w, r, &req) {
+		return
 	}
 	var d time.Duration
 	if req.DurationSeconds != nil {
@@ -237,6 +244,21 @@ func (s *Server) adminPause(w http.ResponseWriter, r *http.Request) {
 		s.WriteError(w, r, e)
 		return
 	}
+	sc, e := s.pauseScope(req.Class, req.Producer)
+	if e != nil {
+		s.WriteError(w, r, e)
+		return
+	}
+	if sc != nil {
+		if err := s.Pause.PauseScope(r.Context(), *sc, d, req.Reason); err != nil {
+			s.WriteError(w, r, err)
+			return
+		}
+		s.Log.WarnContext(r.Context(), "part of the sending paused by operator", "class", sc.Class, "producer", sc.Producer,
+			"duration", d, "reason", req.Reason, "client_ip", clientIP(r.Context()))
+		writeJSON(w, s.Log, "application/json", http.StatusOK, s.Pause.State())
+		return
+	}
 	if err := s.Pause.Pause(r.Context(), d, req.Reason); err != nil {
 		s.WriteError(w, r, err)
 		return
@@ -245,7 +267,50 @@ func (s *Server) adminPause(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, s.Log, "application/json", http.StatusOK, s.Pause.State())
 }
 
+// pauseScope is the scope a pause or resume names (nil: everything), or
+// the problem naming the field: a class of the gateway's, or a producer of
+// its configuration, not both.
+func (s *Server) pauseScope(class, producer *string) (*admission.Scope, *apiError) {
+	switch {
+	case class != nil && producer != nil:
+		return nil, fieldError("producer", "name a class or a producer, not both")
+	case class != nil:
+		c, err := sms.ParseClass(*class)
+		if err != nil {
+			return nil, fieldError("class", "must be otp, transactional or marketing")
+		}
+		return &admission.Scope{Class: c.String()}, nil
+	case producer != nil:
+		for _, p := range s.Cfg.Producers {
+			if p.Name == *producer {
+				return &admission.Scope{Producer: p.Name}, nil
+			}
+		}
+		return nil, fieldError("producer", "must name a configured producer")
+	}
+	return nil, nil
+}
+
 func (s *Server) adminResume(w http.ResponseWriter, r *http.Request) {
+	var req resumeRequest
+	if !s.decodeOptional(w, r, &req) {
+		return
+	}
+	sc, e := s.pauseScope(req.Class, req.Producer)
+	if e != nil {
+		s.WriteError(w, r, e)
+		return
+	}
+	if sc != nil {
+		if err := s.Pause.ResumeScope(r.Context(), *sc); err != nil {
+			s.WriteError(w, r, err)
+			return
+		}
+		s.Log.WarnContext(r.Context(), "part of the sending resumed by operator", "class", sc.Class, "producer", sc.Producer,
+			"client_ip", clientIP(r.Context()))
+		writeJSON(w, s.Log, "application/json", http.StatusOK, s.Pause.State())
+		return
+	}
 	if err := s.Pause.Resume(r.Context()); err != nil {
 		s.WriteError(w, r, err)
 		return

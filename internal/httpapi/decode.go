@@ -51,6 +51,15 @@ type otpRequest struct {
 type pauseRequest struct {
 	DurationSeconds *float64 `json:"duration_seconds,omitempty"`
 	Reason          string   `json:"reason,omitempty"`
+	// Class or Producer pauses that part only (resumeRequest: resumes it).
+	Class    *string `json:"class,omitempty"`
+	Producer *string `json:"producer,omitempty"`
+}
+
+// resumeRequest is the optional body of POST /v1/admin/resume.
+type resumeRequest struct {
+	Class    *string `json:"class,omitempty"`
+	Producer *string `json:"producer,omitempty"`
 }
 
 // readBody checks the content type and reads the whole (size-limited) body.

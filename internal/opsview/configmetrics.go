@@ -1,10 +1,13 @@
 package opsview
 
 import (
+	"slices"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"smsgw/internal/admission"
 	"smsgw/internal/config"
+	"smsgw/internal/metricdef"
 	"smsgw/internal/sms"
 )
 
@@ -15,14 +18,11 @@ import (
 // is sent" alerts stay quiet while an operator stopped sending on purpose.
 func RegisterConfigMetrics(reg prometheus.Registerer, cfg config.Config, pause *admission.OperatorPause) error {
 	gauge := func(name, help string, v float64) prometheus.Collector {
-		g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+		g := metricdef.Gauge(name, help)
 		g.Set(v)
 		return g
 	}
-	caps := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "smsgw_config_class_max_rate_per_second",
-		Help: "limits.classes.<class>.max_rps, or limits.target_rps for a class without a cap.",
-	}, []string{"class"})
+	caps := metricdef.GaugeVec("smsgw_config_class_max_rate_per_second", "limits.classes.<class>.max_rps, or limits.target_rps for a class without a cap.", "class")
 	for _, c := range sms.Classes {
 		v := cfg.Limits.TargetRPS
 		if cl, ok := cfg.Limits.Classes[c.String()]; ok && cl.MaxRPS > 0 {
@@ -39,7 +39,29 @@ func RegisterConfigMetrics(reg prometheus.Registerer, cfg config.Config, pause *
 		}
 		return 0
 	})
-	for _, c := range []prometheus.Collector{
+	// One series per class and per configured producer: bounded by the
+	// configuration.
+	held := func(name, help, label, value string, match func(admission.ScopeState) bool) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: prometheus.Labels{label: value}},
+			func() float64 {
+				if slices.ContainsFunc(pause.HeldScopes(), match) {
+					return 1
+				}
+				return 0
+			})
+	}
+	classPaused := make([]prometheus.Collector, 0, len(sms.Classes)+len(cfg.Producers))
+	for _, c := range sms.Classes {
+		classPaused = append(classPaused, held("smsgw_admin_paused_class",
+			"1 while an operator pause of this class (POST /v1/admin/pause with a class) holds, as this replica last read it.",
+			"class", c.String(), func(s admission.ScopeState) bool { return s.Class == c.String() }))
+	}
+	for _, p := range cfg.Producers {
+		classPaused = append(classPaused, held("smsgw_admin_paused_producer",
+			"1 while an operator pause of this producer (POST /v1/admin/pause with a producer) holds, as this replica last read it.",
+			"producer", p.Name, func(s admission.ScopeState) bool { return s.Producer == p.Name }))
+	}
+	if err := metricdef.Register(reg, append([]prometheus.Collector{
 		gauge("smsgw_config_contract_rate_per_second", "provider.contract_rps: the provider's hard limit.", cfg.Provider.ContractRPS),
 		gauge("smsgw_config_target_rate_per_second", "limits.target_rps: the rate smsgw paces every replica together to.", cfg.Limits.TargetRPS),
 		caps,
@@ -51,10 +73,8 @@ func RegisterConfigMetrics(reg prometheus.Registerer, cfg config.Config, pause *
 		gauge("smsgw_config_default_ttl_seconds", "messages.default_ttl: the TTL of a message whose producer sets none (0: none).",
 			cfg.Messages.DefaultTTL.Seconds()),
 		paused,
-	} {
-		if err := reg.Register(c); err != nil {
-			return err
-		}
+	}, classPaused...)...); err != nil {
+		return err
 	}
 	return nil
 }

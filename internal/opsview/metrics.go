@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"smsgw/internal/dispatch"
+	"smsgw/internal/metricdef"
 	"smsgw/internal/provider"
 	"smsgw/internal/sms"
 )
@@ -41,54 +42,21 @@ var otpOutcomes = []string{"sent", "no_slot", "unknown", "unavailable", "rejecte
 // at zero for each of kinds.
 func NewAPIMetrics(reg prometheus.Registerer, kinds []string) (*APIMetrics, error) {
 	m := &APIMetrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "smsgw_http_requests_total", Help: "HTTP requests by route pattern, method and status code.",
-		}, []string{"route", "method", "code"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "smsgw_http_request_duration_seconds", Help: "HTTP request latency by route pattern.",
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5},
-		}, []string{"route"}),
-		Rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "smsgw_api_rejections_total", Help: "Requests (and batch items) refused, by problem kind.",
-		}, []string{"kind"}),
-		Accepted: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "smsgw_api_accepted_total", Help: "Messages queued, by class.",
-		}, []string{"class"}),
-		Replays: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "smsgw_api_idempotent_replays_total", Help: "Requests answered with a stored first answer.",
-		}),
-		AnswersNotKept: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "smsgw_api_idempotent_answers_not_kept_total",
-			Help: "Batch answers not kept for replay: larger than their store budget (1 KiB per accepted item, compressed); a replay runs the batch again.",
-		}),
-		OTPRecordFailed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "smsgw_api_otp_record_failures_total",
-			Help: "OTPs the fast path sent whose sent record could not be stored (given up after retries, or a stop): their status, receipts and callbacks are not kept.",
-		}),
-		OTPRecordRetried: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "smsgw_api_otp_record_retries_total",
-			Help: "Writes of fast-path OTPs' sent records the store could not take (down or slow), tried again later.",
-		}),
-		otpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "smsgw_api_otp_duration_seconds", Help: "POST /v1/otp time in the send path, by outcome.",
-			Buckets: []float64{.001, .0025, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5},
-		}, []string{"outcome"}),
-		otpStep: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "smsgw_api_otp_step_seconds", Help: "POST /v1/otp time by step of the fast path (decode, idempotency, protect, ingress, reserve, wait, provider).",
-			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1},
-		}, []string{"step"}),
-		IngressFallback: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "smsgw_api_ingress_fallback_total", Help: "Ingress decisions taken locally because Redis failed.",
-		}),
-		PreviousKeys: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "smsgw_auth_previous_key_total",
-			Help: "Requests authenticated with a previous key (producers[].previous_key, admin.previous_key) while it is rotated, by principal (a producer's name, or admin); once it stays flat the previous key can be removed.",
-		}, []string{"principal"}),
+		requests:         metricdef.CounterVec("smsgw_http_requests_total", "HTTP requests by route pattern, method and status code.", "route", "method", "code"),
+		duration:         metricdef.HistogramVec("smsgw_http_request_duration_seconds", "HTTP request latency by route pattern.", []float64{.0005, .001, .0025, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5}, "route"),
+		Rejected:         metricdef.CounterVec("smsgw_api_rejections_total", "Requests (and batch items) refused, by problem kind.", "kind"),
+		Accepted:         metricdef.CounterVec("smsgw_api_accepted_total", "Messages queued, by class.", "class"),
+		Replays:          metricdef.Counter("smsgw_api_idempotent_replays_total", "Requests answered with a stored first answer."),
+		AnswersNotKept:   metricdef.Counter("smsgw_api_idempotent_answers_not_kept_total", "Batch answers not kept for replay: larger than their store budget (1 KiB per accepted item, compressed); a replay runs the batch again."),
+		OTPRecordFailed:  metricdef.Counter("smsgw_api_otp_record_failures_total", "OTPs the fast path sent whose sent record could not be stored (given up after retries, or a stop): their status, receipts and callbacks are not kept."),
+		OTPRecordRetried: metricdef.Counter("smsgw_api_otp_record_retries_total", "Writes of fast-path OTPs' sent records the store could not take (down or slow), tried again later."),
+		otpDuration:      metricdef.HistogramVec("smsgw_api_otp_duration_seconds", "POST /v1/otp time in the send path, by outcome.", []float64{.001, .0025, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5}, "outcome"),
+		otpStep:          metricdef.HistogramVec("smsgw_api_otp_step_seconds", "POST /v1/otp time by step of the fast path (decode, idempotency, protect, ingress, reserve, wait, provider).", []float64{.00005, .0001, .00025, .0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1}, "step"),
+		IngressFallback:  metricdef.Counter("smsgw_api_ingress_fallback_total", "Ingress decisions taken locally because Redis failed."),
+		PreviousKeys:     metricdef.CounterVec("smsgw_auth_previous_key_total", "Requests authenticated with a previous key (producers[].previous_key, admin.previous_key) while it is rotated, by principal (a producer's name, or admin); once it stays flat the previous key can be removed.", "principal"),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.Rejected, m.Accepted, m.Replays, m.AnswersNotKept, m.otpDuration, m.OTPRecordFailed, m.OTPRecordRetried, m.otpStep, m.IngressFallback, m.PreviousKeys} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	if err := metricdef.Register(reg, m.requests, m.duration, m.Rejected, m.Accepted, m.Replays, m.AnswersNotKept, m.otpDuration, m.OTPRecordFailed, m.OTPRecordRetried, m.otpStep, m.IngressFallback, m.PreviousKeys); err != nil {
+		return nil, err
 	}
 	var err error
 	if m.Receipts, err = newReceiptMetrics(reg, time.Now); err != nil {

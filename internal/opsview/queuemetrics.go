@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"smsgw/internal/logsample"
+	"smsgw/internal/metricdef"
 	"smsgw/internal/queue"
 	"smsgw/internal/sms"
 )
@@ -37,20 +38,15 @@ type QueueCollector struct {
 func NewQueueCollector(q queue.Queue, log *slog.Logger) *QueueCollector {
 	return &QueueCollector{
 		q: q, log: log, timeout: 2 * time.Second,
-		depth: prometheus.NewDesc("smsgw_queue_messages",
-			"Messages in the queue by class and state (ready, scheduled, leased, dead).", []string{"class", "state"}, nil),
-		oldest: prometheus.NewDesc("smsgw_queue_oldest_age_seconds",
-			"How long the oldest due message of a class has waited.", []string{"class"}, nil),
-		up: prometheus.NewDesc("smsgw_queue_stats_up",
-			"1 when the last scrape could read the queue's statistics, 0 when the store did not answer.", nil, nil),
+		depth:  metricdef.Desc("smsgw_queue_messages", "Messages in the queue by class and state (ready, scheduled, leased, dead).", "class", "state"),
+		oldest: metricdef.Desc("smsgw_queue_oldest_age_seconds", "How long the oldest due message of a class has waited.", "class"),
+		up:     metricdef.Desc("smsgw_queue_stats_up", "1 when the last scrape could read the queue's statistics, 0 when the store did not answer."),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *QueueCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.depth
-	ch <- c.oldest
-	ch <- c.up
+	metricdef.Describe(ch, c.depth, c.oldest, c.up)
 }
 
 // Collect implements prometheus.Collector: one queue read per scrape.

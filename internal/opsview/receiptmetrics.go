@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"smsgw/internal/metricdef"
 	"smsgw/internal/sms"
 )
 
@@ -55,34 +56,17 @@ type ratioBucket struct {
 
 func newReceiptMetrics(reg prometheus.Registerer, now func() time.Time) (*receiptMetrics, error) {
 	m := &receiptMetrics{
-		Receipts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "smsgw_receipts_total", Help: "Signed provider receipts received, by adapter and the status they report.",
-		}, []string{"adapter", "status"}),
-		Unknown: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "smsgw_receipts_unknown_total", Help: "Signed receipts that matched no stored message (pruned, an OTP of the fast path whose record was not stored, or not ours).",
-		}, []string{"adapter"}),
-		Early: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "smsgw_receipts_early_total", Help: "Receipts that came before the send was recorded: kept on the message and applied when it is.",
-		}, []string{"adapter"}),
-		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "smsgw_receipt_outcomes_total",
-			Help: "Messages a receipt moved (or will move, parked until the send is recorded) to a final status, by class; the delivery ratio is delivered over all.",
-		}, []string{"class", "status"}),
-		Latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "smsgw_receipt_latency_seconds", Help: "Time from sent to the delivered receipt, by class.",
-			Buckets: []float64{.5, 1, 2, 5, 10, 30, 60, 120, 300, 900, 3600, 4 * 3600},
-		}, []string{"class"}),
-		signatures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "smsgw_receipt_signatures_total",
-			Help: "Receipts whose signature checked, by adapter and the secret that checked it: current, or previous while provider.previous_receipt_secret is set; once previous stays flat it can be removed.",
-		}, []string{"adapter", "secret"}),
-		now:     now,
-		buckets: map[sms.Class]*[ratioWindow]ratioBucket{},
+		Receipts:   metricdef.CounterVec("smsgw_receipts_total", "Signed provider receipts received, by adapter and the status they report.", "adapter", "status"),
+		Unknown:    metricdef.CounterVec("smsgw_receipts_unknown_total", "Signed receipts that matched no stored message (pruned, an OTP of the fast path whose record was not stored, or not ours).", "adapter"),
+		Early:      metricdef.CounterVec("smsgw_receipts_early_total", "Receipts that came before the send was recorded: kept on the message and applied when it is.", "adapter"),
+		outcomes:   metricdef.CounterVec("smsgw_receipt_outcomes_total", "Messages a receipt moved (or will move, parked until the send is recorded) to a final status, by class; the delivery ratio is delivered over all.", "class", "status"),
+		Latency:    metricdef.HistogramVec("smsgw_receipt_latency_seconds", "Time from sent to the delivered receipt, by class.", []float64{.5, 1, 2, 5, 10, 30, 60, 120, 300, 900, 3600, 4 * 3600}, "class"),
+		signatures: metricdef.CounterVec("smsgw_receipt_signatures_total", "Receipts whose signature checked, by adapter and the secret that checked it: current, or previous while provider.previous_receipt_secret is set; once previous stays flat it can be removed.", "adapter", "secret"),
+		now:        now,
+		buckets:    map[sms.Class]*[ratioWindow]ratioBucket{},
 	}
-	for _, c := range []prometheus.Collector{m.Receipts, m.Unknown, m.Early, m.outcomes, m.Latency, m.signatures} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	if err := metricdef.Register(reg, m.Receipts, m.Unknown, m.Early, m.outcomes, m.Latency, m.signatures); err != nil {
+		return nil, err
 	}
 	for _, a := range rotatingAdapters {
 		m.signatures.WithLabelValues(a, secretPrevious)

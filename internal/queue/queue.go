@@ -363,3 +363,39 @@ type Notifier interface {
 	// false when ctx ends first: Listen takes news only then.
 	Listen(ctx context.Context, wake func(sms.Class) bool, ready func(ctx context.Context, fresh bool) bool)
 }
+
+// Shelver is implemented by a backend that can set aside the messages of
+// a producer an operator paused: such a message leaves its class's line
+// for the producer's shelf, once, and a take never meets it again until
+// Restore puts it back at the place it was taken from. The cost of a take
+// does not depend on how many messages are on shelves.
+type Shelver interface {
+	// SetAside ends l's lease without spending an attempt and puts the
+	// message on its producer's shelf, keeping its place in line (its
+	// ready time and order), unless sh says the producer is no longer
+	// paused: then it goes back to its place in line at once. The check
+	// and the move are one atomic step, so that a message set aside after
+	// the pause was lifted is never left on the shelf.
+	SetAside(ctx context.Context, l *Leased, sh Shelf) error
+	// Restore puts up to max messages from producer's shelf back to the
+	// places in line they were taken from, and returns how many it took
+	// off the shelf (0: the shelf is empty). A message canceled while on
+	// the shelf is dropped from it (taken off, not put back).
+	Restore(ctx context.Context, producer string, max int) (int, error)
+}
+
+// Shelf says whether a producer is still paused, as SetAside checks it.
+// The pause is the gateway's (internal/state, which no queue imports); a
+// backend reads it through the field of its kind.
+type Shelf struct {
+	// Key is the Redis HASH of scoped pauses (state.RedisScopedPauses) and
+	// Field the producer's scope in it; redisq reads them in its script.
+	// Key must carry the queue's account hash tag.
+	Key, Field string
+	// Held reports whether the producer is paused; the embedded queue asks
+	// it inside its transaction.
+	Held func() bool
+}
+
+// MaxRestore is the most messages one Restore step moves.
+const MaxRestore = 500

@@ -83,10 +83,7 @@ func checkIdem(ctx context.Context, key string, d time.Duration) error {
 	if !ValidKey(key) {
 		return ErrInvalidKey
 	}
-	if d < time.Millisecond {
-		return fmt.Errorf("state: duration %s must be at least 1ms", d)
-	}
-	return nil
+	return checkDuration("duration", d)
 }
 
 // RedisIdempotency keeps answers and locks in Redis under the account's
@@ -105,8 +102,8 @@ func NewRedisIdempotency(c redis.UniversalClient, sp keyspace.Space, window time
 	if err := checkRedis(c, sp); err != nil {
 		return nil, err
 	}
-	if window < time.Millisecond {
-		return nil, fmt.Errorf("state: idempotency window %s must be at least 1ms", window)
+	if err := checkDuration("idempotency window", window); err != nil {
+		return nil, err
 	}
 	return &RedisIdempotency{c: c, keys: newKeys(sp), window: window}, nil
 }
@@ -331,8 +328,8 @@ type localLock struct {
 // NewLocalIdempotency returns an in-memory store keeping answers for window
 // and at most cap answers and cap locks (0: DefaultLocalAnswers).
 func NewLocalIdempotency(window time.Duration, cap int) (*LocalIdempotency, error) {
-	if window < time.Millisecond {
-		return nil, fmt.Errorf("state: idempotency window %s must be at least 1ms", window)
+	if err := checkDuration("idempotency window", window); err != nil {
+		return nil, err
 	}
 	if cap < 0 {
 		return nil, fmt.Errorf("state: idempotency cap %d must be >= 0", cap)

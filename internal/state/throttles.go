@@ -23,9 +23,12 @@ type Throttles interface {
 	Count(ctx context.Context) (int, error)
 }
 
-func checkWindow(window time.Duration) error {
-	if window < time.Millisecond {
-		return fmt.Errorf("state: throttle window %s must be at least 1ms", window)
+// checkDuration is the check of every store's durations (a window, a
+// lock's or an answer's lifetime): Redis keeps them in whole milliseconds.
+// what names the duration in the error.
+func checkDuration(what string, d time.Duration) error {
+	if d < time.Millisecond {
+		return fmt.Errorf("state: %s %s must be at least 1ms", what, d)
 	}
 	return nil
 }
@@ -46,7 +49,7 @@ func NewRedisThrottles(c redis.UniversalClient, sp keyspace.Space, window time.D
 	if err := checkRedis(c, sp); err != nil {
 		return nil, err
 	}
-	if err := checkWindow(window); err != nil {
+	if err := checkDuration("throttle window", window); err != nil {
 		return nil, err
 	}
 	return &RedisThrottles{c: c, key: newKeys(sp).throttles(), window: window}, nil
@@ -110,7 +113,7 @@ var _ Throttles = (*LocalThrottles)(nil)
 
 // NewLocalThrottles returns an empty in-memory window.
 func NewLocalThrottles(window time.Duration) (*LocalThrottles, error) {
-	if err := checkWindow(window); err != nil {
+	if err := checkDuration("throttle window", window); err != nil {
 		return nil, err
 	}
 	return &LocalThrottles{window: window, now: time.Now}, nil

@@ -49,3 +49,19 @@ func (t *Ticker) Start(ctx context.Context, every time.Duration, runOnce func(co
 
 // Halt stops the loop and waits for it; false when it was not running.
 func (t *Ticker) Halt() bool { return t.run.Stop() }
+
+// Sleep sleeps d unless ctx ends first; it reports whether d passed (a d
+// of zero or less passes at once while ctx is live).
+func Sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

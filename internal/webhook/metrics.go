@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"smsgw/internal/logsample"
+	"smsgw/internal/metricdef"
 	"smsgw/internal/queue"
 )
 
@@ -24,23 +25,10 @@ type Metrics struct {
 // every label set at zero.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
-		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "smsgw_callbacks_attempts_total",
-			Help: "Status callback delivery attempts by outcome: delivered (2xx), rejected (other status), gone (410: given up at once), timeout, error, refused (address not allowed).",
-		}, []string{"outcome"}),
-		deferred: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "smsgw_callbacks_deferred_total",
-			Help: "Status callbacks put back without an attempt because their endpoint was busy or its breaker open.",
-		}, []string{"reason"}),
-		dead: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "smsgw_callbacks_dead_total",
-			Help: "Status callbacks given up by this replica: after webhooks.max_age, or at once when the endpoint answered 410 Gone.",
-		}),
-		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "smsgw_callbacks_attempt_duration_seconds",
-			Help:    "Time of one status callback delivery attempt.",
-			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
-		}),
+		attempts: metricdef.CounterVec("smsgw_callbacks_attempts_total", "Status callback delivery attempts by outcome: delivered (2xx), rejected (other status), gone (410: given up at once), timeout, error, refused (address not allowed).", "outcome"),
+		deferred: metricdef.CounterVec("smsgw_callbacks_deferred_total", "Status callbacks put back without an attempt because their endpoint was busy or its breaker open.", "reason"),
+		dead:     metricdef.Counter("smsgw_callbacks_dead_total", "Status callbacks given up by this replica: after webhooks.max_age, or at once when the endpoint answered 410 Gone."),
+		duration: metricdef.Histogram("smsgw_callbacks_attempt_duration_seconds", "Time of one status callback delivery attempt.", []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}),
 	}
 	for _, o := range Outcomes {
 		m.attempts.WithLabelValues(o)
@@ -49,10 +37,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		m.deferred.WithLabelValues(r)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.attempts, m.deferred, m.dead, m.duration} {
-			if err := reg.Register(c); err != nil {
-				return nil, err
-			}
+		if err := metricdef.Register(reg, m.attempts, m.deferred, m.dead, m.duration); err != nil {
+			return nil, err
 		}
 	}
 	return m, nil
@@ -81,19 +67,14 @@ type backlogCollector struct {
 func NewBacklogCollector(o queue.Outbox, log *slog.Logger) prometheus.Collector {
 	return &backlogCollector{
 		o: o, log: log,
-		backlog: prometheus.NewDesc("smsgw_callbacks_backlog",
-			"Status callbacks not yet delivered (due, waiting for a retry, or being delivered).", nil, nil),
-		oldest: prometheus.NewDesc("smsgw_callbacks_oldest_age_seconds",
-			"Age of the oldest status callback not yet delivered.", nil, nil),
-		dead: prometheus.NewDesc("smsgw_callbacks_dead_events",
-			"Status callbacks given up and listed at GET /v1/admin/callbacks/dead.", nil, nil),
+		backlog: metricdef.Desc("smsgw_callbacks_backlog", "Status callbacks not yet delivered (due, waiting for a retry, or being delivered)."),
+		oldest:  metricdef.Desc("smsgw_callbacks_oldest_age_seconds", "Age of the oldest status callback not yet delivered."),
+		dead:    metricdef.Desc("smsgw_callbacks_dead_events", "Status callbacks given up and listed at GET /v1/admin/callbacks/dead."),
 	}
 }
 
 func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.backlog
-	ch <- c.oldest
-	ch <- c.dead
+	metricdef.Describe(ch, c.backlog, c.oldest, c.dead)
 }
 
 func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {

@@ -153,6 +153,31 @@ function el(tag, attrs, ...children) {
 
 // ---- rendering -------------------------------------------------------
 
+// scopeName names a pause of one class or one producer.
+function scopeName(p) {
+  return p.class ? `class ${p.class}` : `producer ${p.producer}`;
+}
+
+// renderScopes lists the pauses of one class or producer, each with its
+// own resume button.
+function renderScopes(s) {
+  const list = $('scoped-pauses');
+  list.replaceChildren();
+  for (const p of s.pause?.scopes || []) {
+    const li = document.createElement('li');
+    const until = p.until ? `until ${fmtClock(p.until)}` : 'until resumed';
+    li.textContent = `${scopeName(p)} paused ${until}${p.reason ? ` · “${p.reason}”` : ''} `;
+    const b = document.createElement('button');
+    b.type = 'button';
+    b.className = 'primary';
+    b.textContent = `Resume ${scopeName(p)}`;
+    b.dataset.scope = p.class ? `class:${p.class}` : `producer:${p.producer}`;
+    b.addEventListener('click', () => act(b, 'resume', p.class ? { class: p.class } : { producer: p.producer }, `${scopeName(p)} resumed.`));
+    li.append(b);
+    list.append(li);
+  }
+}
+
 function tile(name, st, value, detail) {
   $('tile-' + name).dataset.state = st;
   $('st-' + name).textContent = value;
@@ -236,9 +261,12 @@ function renderTiles(s, now, rate) {
   else if (backlog > 0 || rate > 0) tile('sending', 'ok', 'YES', `${fmtInt(backlog)} queued · ${rateText}`);
   else tile('sending', 'ok', 'IDLE', `queue empty · ${rateText}`);
 
+  const scopes = s.pause?.scopes || [];
   if (paused) {
     const until = s.pause.until ? `until ${fmtClock(s.pause.until)} (${fmtSecs(Math.max(0, (Date.parse(s.pause.until) - now) / 1000))} left)` : 'until resumed';
     tile('pause', 'bad', 'PAUSED', until + (s.pause.reason ? ` · “${s.pause.reason}”` : ''));
+  } else if (scopes.length > 0) {
+    tile('pause', 'warn', 'PARTLY', scopes.map(scopeName).join(', ') + ' paused; the rest flows');
   } else {
     tile('pause', 'ok', 'NO', 'sending allowed');
   }
@@ -259,7 +287,7 @@ function renderTiles(s, now, rate) {
   const o503 = otp503Of(s);
   const refusedRecently = otp503Growing(o503, now);
   const waiting = otpQueued === null ? 'queue unavailable' : otpQueued ? fmtInt(otpQueued) + ' queued' : 'none waiting';
-  if (paused) tile('otp', 'bad', 'BLOCKED', 'paused: POST /v1/otp answers 503');
+  if (paused || scopes.some((p) => p.class === 'otp')) tile('otp', 'bad', 'BLOCKED', 'paused: POST /v1/otp answers 503');
   else if (refusedRecently) {
     tile('otp', 'bad', 'BLOCKED', `POST /v1/otp answers 503 (${fmtInt(o503.total)} so far${o503.scope === 'replica' ? ' on this replica' : ''}) · ${p99Text}`);
   } else if (holdMs > 0) tile('otp', 'warn', 'HELD', `provider 429 hold, ${fmtMs(holdMs)} left`);
@@ -615,6 +643,7 @@ function render() {
   renderProtection(s);
   renderReplica(s);
   renderDead(s, state.dead, state.deadErr);
+  renderScopes(s);
   const paused = s.pause?.paused === true;
   $('resume').disabled = !paused;
   $('pause-start').textContent = paused ? 'Change the pause…' : 'Pause sending…';
@@ -855,12 +884,27 @@ function init() {
     const body = {};
     const reason = $('pause-reason').value.trim();
     const secs = Number($('pause-duration').value);
+    const scope = $('pause-scope').value;
+    let what = 'Sending';
+    if (scope.startsWith('class:')) {
+      body.class = scope.slice('class:'.length);
+      what = `Class ${body.class}`;
+    } else if (scope === 'producer') {
+      body.producer = $('pause-producer').value.trim();
+      what = `Producer ${body.producer}`;
+    }
     if (reason) body.reason = reason;
     if (secs > 0) body.duration_seconds = secs;
-    if (await act($('pause-confirm'), 'pause', body, 'Sending paused on every replica.')) {
+    if (await act($('pause-confirm'), 'pause', body, `${what} paused on every replica.`)) {
       form.hidden = true;
       $('pause-reason').value = '';
+      $('pause-producer').value = '';
+      $('pause-scope').value = '';
+      $('pause-producer-field').hidden = true;
     }
+  });
+  $('pause-scope').addEventListener('change', () => {
+    $('pause-producer-field').hidden = $('pause-scope').value !== 'producer';
   });
   $('resume').addEventListener('click', () => act($('resume'), 'resume', undefined, 'Sending resumed.'));
   $('lookup-form').addEventListener('submit', (e) => {

@@ -195,3 +195,45 @@ func LogSendFailure(log *slog.Logger, vendor string, req *provider.Request, err 
 			"reason", pe.Reason, "status", pe.Status, "error", pe.Message)
 	}
 }
+
+// FormSend is one send of a vendor adapter: a form POST to its SMS API.
+type FormSend struct {
+	Vendor   string // the adapter's name, for errors and the log
+	Client   *http.Client
+	Endpoint string
+	Timeout  time.Duration // the per-attempt timeout (WithTimeout)
+	Log      *slog.Logger
+	// Authorize, when not nil, adds the account's credentials to the request.
+	Authorize func(*http.Request)
+}
+
+// Do posts form for req within the timeout and hands the answer to read:
+// the response (its body already read and closed), the body, and the error
+// of reading it, which read reports where it needs the body. A transport
+// failure is classified by TransportError. A failed send is logged with
+// LogSendFailure, so every adapter scrubs and logs its failures alike.
+func (s FormSend) Do(ctx context.Context, req *provider.Request, form url.Values,
+	read func(resp *http.Response, body []byte, readErr error) (provider.Result, error)) (provider.Result, error) {
+	res, err := s.post(ctx, form, read)
+	LogSendFailure(s.Log, s.Vendor, req, err)
+	return res, err
+}
+
+func (s FormSend) post(ctx context.Context, form url.Values,
+	read func(resp *http.Response, body []byte, readErr error) (provider.Result, error)) (provider.Result, error) {
+	ctx, cancel := WithTimeout(ctx, s.Timeout)
+	defer cancel()
+	hreq, err := FormPost(ctx, s.Endpoint, form)
+	if err != nil {
+		return provider.Result{}, fmt.Errorf("%s: build request: %w", s.Vendor, err)
+	}
+	if s.Authorize != nil {
+		s.Authorize(hreq)
+	}
+	resp, err := s.Client.Do(hreq) //nolint:bodyclose // ReadBody closes it, on every path
+	if err != nil {
+		return provider.Result{}, TransportError(ctx, err)
+	}
+	body, rerr := ReadBody(resp)
+	return read(resp, body, rerr)
+}

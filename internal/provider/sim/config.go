@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -99,9 +100,7 @@ func (f Faults) validate() error {
 }
 
 func (c *Config) setDefaults() error {
-	if c.Window == "" {
-		c.Window = WindowSliding
-	}
+	c.Window = cmp.Or(c.Window, WindowSliding)
 	if c.Window != WindowSliding && c.Window != WindowFixed {
 		return fmt.Errorf("sim: window %q: want sliding or fixed", c.Window)
 	}
@@ -111,18 +110,10 @@ func (c *Config) setDefaults() error {
 	if c.RetryAfter < 0 || c.SuspendWindow < 0 || c.SuspendFor < 0 {
 		return fmt.Errorf("sim: retry_after, suspend_window and suspend_for must not be negative")
 	}
-	if c.RetryAfter == 0 {
-		c.RetryAfter = DefaultRetryAfter
-	}
-	if c.SuspendAfter == 0 {
-		c.SuspendAfter = DefaultSuspendAfter
-	}
-	if c.SuspendWindow == 0 {
-		c.SuspendWindow = DefaultSuspendWindow
-	}
-	if c.SuspendFor == 0 {
-		c.SuspendFor = DefaultSuspendFor
-	}
+	c.RetryAfter = cmp.Or(c.RetryAfter, DefaultRetryAfter)
+	c.SuspendAfter = cmp.Or(c.SuspendAfter, DefaultSuspendAfter)
+	c.SuspendWindow = cmp.Or(c.SuspendWindow, DefaultSuspendWindow)
+	c.SuspendFor = cmp.Or(c.SuspendFor, DefaultSuspendFor)
 	if err := c.Faults.validate(); err != nil {
 		return fmt.Errorf("sim: faults: %w", err)
 	}

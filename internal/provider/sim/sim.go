@@ -33,6 +33,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"smsgw/internal/tick"
 )
 
 // Record is one accepted send.
@@ -352,15 +354,16 @@ func (s *Sim) wait(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
 		return true
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-	case <-s.done:
-	}
-	return false
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return tick.Sleep(ctx, d)
 }
 
 // hang blocks until the client gives up or the sim closes.

@@ -105,14 +105,14 @@ func (p *Provider) ConfirmInbound(ctx context.Context, in provider.Inbound) (tim
 	}
 	ctx, cancel := httpprov.WithTimeout(ctx, min(p.cfg.Timeout, confirmTimeout))
 	defer cancel()
-	u := strings.TrimSuffix(p.endpoint, ".json") + "/" + in.ProviderID + ".json"
+	u := strings.TrimSuffix(p.send.Endpoint, ".json") + "/" + in.ProviderID + ".json"
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodGet, u, http.NoBody)
 	if err != nil {
 		return time.Time{}, errors.Join(provider.ErrConfirmUnavailable, err)
 	}
 	hreq.Header.Set("Accept", "application/json")
-	hreq.SetBasicAuth(p.cfg.basicUser(), p.cfg.AuthToken)
-	resp, err := p.client.Do(hreq) //nolint:bodyclose // ReadBody closes it, on every path
+	p.send.Authorize(hreq)
+	resp, err := p.send.Client.Do(hreq) //nolint:bodyclose // ReadBody closes it, on every path
 	if err != nil {
 		return time.Time{}, errors.Join(provider.ErrConfirmUnavailable, httpprov.TransportError(ctx, err))
 	}

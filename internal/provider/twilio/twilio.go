@@ -28,10 +28,10 @@
 package twilio
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -197,19 +197,15 @@ type Config struct {
 
 // Provider sends through Twilio.
 type Provider struct {
-	cfg      Config
-	endpoint string
-	client   *http.Client
-	log      *slog.Logger
+	cfg  Config
+	send httpprov.FormSend // the POST of a send: its endpoint, credentials, client, timeout and log
 }
 
 var _ provider.Provider = (*Provider)(nil)
 
 // New validates cfg and returns the adapter.
 func New(cfg Config) (*Provider, error) {
-	if cfg.BaseURL == "" {
-		cfg.BaseURL = defaultBaseURL
-	}
+	cfg.BaseURL = cmp.Or(cfg.BaseURL, defaultBaseURL)
 	errs := []error{cfg.Settings.Validate("twilio"), //nolint:staticcheck // QF1008: the shared settings' check, by name
 		httpprov.CheckURL("twilio.base_url", cfg.BaseURL),
 		cfg.Settings.CheckWebhooks("twilio", "twilio.status_callback", cfg.StatusCallback, cfg.InboundURL)} //nolint:staticcheck // QF1008: as above
@@ -219,23 +215,21 @@ func New(cfg Config) (*Provider, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = DefaultTimeout
-	}
-	c, err := httpprov.Setup("twilio", cfg.Timeout, cfg.Client, cfg.Logger)
+	c, err := httpprov.Setup("twilio", cmp.Or(cfg.Timeout, DefaultTimeout), cfg.Client, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
 	cfg.Timeout = c.Timeout
-	return &Provider{cfg: cfg, client: c.Client, log: c.Logger,
-		endpoint: strings.TrimRight(cfg.BaseURL, "/") + "/2010-04-01/Accounts/" + url.PathEscape(cfg.AccountSID) + "/Messages.json"}, nil
+	endpoint := strings.TrimRight(cfg.BaseURL, "/") + "/2010-04-01/Accounts/" + url.PathEscape(cfg.AccountSID) + "/Messages.json"
+	return &Provider{cfg: cfg, send: httpprov.FormSend{Vendor: "twilio", Client: c.Client, Endpoint: endpoint, Timeout: c.Timeout, Log: c.Logger,
+		Authorize: func(r *http.Request) { r.SetBasicAuth(cfg.basicUser(), cfg.AuthToken) }}}, nil
 }
 
 // Name implements provider.Provider.
 func (p *Provider) Name() string { return "twilio" }
 
 // CloseIdleConnections releases idle keep-alive connections.
-func (p *Provider) CloseIdleConnections() { p.client.CloseIdleConnections() }
+func (p *Provider) CloseIdleConnections() { p.send.Client.CloseIdleConnections() }
 
 // apiError is Twilio's error body.
 type apiError struct {
@@ -267,28 +261,17 @@ func (p *Provider) Send(ctx context.Context, req *provider.Request) (provider.Re
 		// Whole seconds, rounded down (never past the TTL), at least 1.
 		form.Set("ValidityPeriod", strconv.Itoa(max(1, int(v/time.Second))))
 	}
-	ctx, cancel := httpprov.WithTimeout(ctx, p.cfg.Timeout)
-	defer cancel()
-	hreq, err := httpprov.FormPost(ctx, p.endpoint, form)
-	if err != nil {
-		return provider.Result{}, fmt.Errorf("twilio: build request: %w", err)
-	}
-	hreq.SetBasicAuth(p.cfg.basicUser(), p.cfg.AuthToken)
-
-	res, err := p.send(ctx, hreq, req.From != "")
-	// Twilio quotes the number it refused (21211) and may quote the text.
-	httpprov.LogSendFailure(p.log, "twilio", req, err)
-	return res, err
+	// The failure logged is scrubbed: Twilio quotes the number it refused
+	// (21211) and may quote the text.
+	ownSender := req.From != ""
+	return p.send.Do(ctx, req, form, func(resp *http.Response, body []byte, rerr error) (provider.Result, error) {
+		return readAnswer(resp, body, rerr, ownSender)
+	})
 }
 
-// send makes the call; ownSender says the request named its own From (not
-// the account's).
-func (p *Provider) send(ctx context.Context, hreq *http.Request, ownSender bool) (provider.Result, error) {
-	resp, err := p.client.Do(hreq) //nolint:bodyclose // ReadBody closes it, on every path
-	if err != nil {
-		return provider.Result{}, httpprov.TransportError(ctx, err)
-	}
-	body, rerr := httpprov.ReadBody(resp)
+// readAnswer reads Twilio's answer to a send; ownSender says the request named
+// its own From (not the account's).
+func readAnswer(resp *http.Response, body []byte, rerr error, ownSender bool) (provider.Result, error) {
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return provider.Result{}, classify(resp, body, ownSender, time.Now())
 	}

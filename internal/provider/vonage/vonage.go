@@ -22,6 +22,7 @@
 package vonage
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -117,19 +118,15 @@ type Config struct {
 
 // Provider sends through Vonage.
 type Provider struct {
-	cfg      Config
-	endpoint string
-	client   *http.Client
-	log      *slog.Logger
+	cfg  Config
+	send httpprov.FormSend // the POST of a send: its endpoint, client, timeout and log
 }
 
 var _ provider.Provider = (*Provider)(nil)
 
 // New validates cfg and returns the adapter.
 func New(cfg Config) (*Provider, error) {
-	if cfg.BaseURL == "" {
-		cfg.BaseURL = defaultBaseURL
-	}
+	cfg.BaseURL = cmp.Or(cfg.BaseURL, defaultBaseURL)
 	//nolint:staticcheck // QF1008: the shared settings' check, by name
 	if err := errors.Join(cfg.Settings.Validate("vonage"), httpprov.CheckURL("vonage.base_url", cfg.BaseURL)); err != nil {
 		return nil, err
@@ -140,13 +137,13 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	c, err := httpprov.Setup("vonage", cfg.Timeout, cfg.Client, cfg.Logger)
+	c, err := httpprov.Setup("vonage", cmp.Or(cfg.Timeout, DefaultTimeout), cfg.Client, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
 	cfg.Timeout = c.Timeout
-	return &Provider{cfg: cfg, client: c.Client, log: c.Logger,
-		endpoint: strings.TrimRight(cfg.BaseURL, "/") + "/sms/json"}, nil
+	endpoint := strings.TrimRight(cfg.BaseURL, "/") + "/sms/json"
+	return &Provider{cfg: cfg, send: httpprov.FormSend{Vendor: "vonage", Client: c.Client, Endpoint: endpoint, Timeout: c.Timeout, Log: c.Logger}}, nil
 }
 
 // Name implements provider.Provider.
@@ -156,7 +153,7 @@ func (p *Provider) Name() string { return "vonage" }
 func (p *Provider) now() time.Time { return p.cfg.Now() }
 
 // CloseIdleConnections releases idle keep-alive connections.
-func (p *Provider) CloseIdleConnections() { p.client.CloseIdleConnections() }
+func (p *Provider) CloseIdleConnections() { p.send.Client.CloseIdleConnections() }
 
 type answer struct {
 	MessageCount string `json:"message-count"`
@@ -202,26 +199,15 @@ func (p *Provider) Send(ctx context.Context, req *provider.Request) (provider.Re
 		// our TTL, above the maximum Vonage stops earlier.
 		form.Set("ttl", strconv.FormatInt(min(max(req.Validity, minTTL), maxTTL).Milliseconds(), 10))
 	}
-	ctx, cancel := httpprov.WithTimeout(ctx, p.cfg.Timeout)
-	defer cancel()
-	hreq, err := httpprov.FormPost(ctx, p.endpoint, form)
-	if err != nil {
-		return provider.Result{}, fmt.Errorf("vonage: build request: %w", err)
-	}
-
-	res, err := p.send(ctx, hreq, req.From != "")
-	httpprov.LogSendFailure(p.log, "vonage", req, err)
-	return res, err
+	ownSender := req.From != ""
+	return p.send.Do(ctx, req, form, func(resp *http.Response, body []byte, rerr error) (provider.Result, error) {
+		return readAnswer(resp, body, rerr, ownSender)
+	})
 }
 
-// send makes the call; ownSender says the request named its own sender
-// (not the account's).
-func (p *Provider) send(ctx context.Context, hreq *http.Request, ownSender bool) (provider.Result, error) {
-	resp, err := p.client.Do(hreq) //nolint:bodyclose // ReadBody closes it, on every path
-	if err != nil {
-		return provider.Result{}, httpprov.TransportError(ctx, err)
-	}
-	body, rerr := httpprov.ReadBody(resp)
+// readAnswer reads Vonage's answer to a send; ownSender says the request named
+// its own sender (not the account's).
+func readAnswer(resp *http.Response, body []byte, rerr error, ownSender bool) (provider.Result, error) {
 	now := time.Now()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		// Gateway-level answers (429 from Vonage's edge, 5xx, 401) carry

@@ -3,6 +3,7 @@ package embedded
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"smsgw/internal/metricdef"
 	"smsgw/internal/queue"
 )
 
@@ -16,28 +17,11 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
-		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "smsgw_queue_embedded_commit_duration_seconds",
-			Help:    "Time of one group commit of the embedded store, fsync included.",
-			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, 1},
-		}),
-		commitOps: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "smsgw_queue_embedded_commit_ops",
-			Help:    "Operations sharing one group commit (one fsync).",
-			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512},
-		}),
-		commitErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "smsgw_queue_embedded_commit_errors_total",
-			Help: "Group commits that failed (storage errors).",
-		}),
-		recovered: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "smsgw_queue_embedded_recovered_total",
-			Help: "Expired leases handed back to the ready queue.",
-		}),
-		pruned: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "smsgw_queue_embedded_pruned_total",
-			Help: "Terminal messages deleted after the retention.",
-		}),
+		commitSeconds: metricdef.Histogram("smsgw_queue_embedded_commit_duration_seconds", "Time of one group commit of the embedded store, fsync included.", []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, 1}),
+		commitOps:     metricdef.Histogram("smsgw_queue_embedded_commit_ops", "Operations sharing one group commit (one fsync).", []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512}),
+		commitErrors:  metricdef.Counter("smsgw_queue_embedded_commit_errors_total", "Group commits that failed (storage errors)."),
+		recovered:     metricdef.Counter("smsgw_queue_embedded_recovered_total", "Expired leases handed back to the ready queue."),
+		pruned:        metricdef.Counter("smsgw_queue_embedded_pruned_total", "Terminal messages deleted after the retention."),
 	}
 	if reg == nil {
 		return m, nil

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"smsgw/internal/metricdef"
 	"smsgw/internal/queue"
 )
 
@@ -35,23 +36,10 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "smsgw_queue_redis_op_duration_seconds",
-			Help:    "Time of one Redis queue operation (one script or pipeline).",
-			Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, 1},
-		}, []string{"op"}),
-		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "smsgw_queue_redis_errors_total",
-			Help: "Redis queue operations that failed (Redis or decoding errors; not empty, lease lost or not found).",
-		}, []string{"op"}),
-		compactions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "smsgw_queue_redis_compactions_total",
-			Help: "Creation seconds of final records a compaction read, by result: compacted, changed (written since the read: left for a later pass), gone (nothing left to compact), unreadable. All but compacted are reads that compacted nothing.",
-		}, []string{"result"}),
-		dataLost: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "smsgw_queue_redis_data_lost_total",
-			Help: "Times this replica found the account's data gone from Redis (restarted without persistence, flushed, or failed over to an empty replica): messages, pauses, idempotency keys and suppressions written before are lost.",
-		}),
+		duration:    metricdef.HistogramVec("smsgw_queue_redis_op_duration_seconds", "Time of one Redis queue operation (one script or pipeline).", []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, 1}, "op"),
+		errors:      metricdef.CounterVec("smsgw_queue_redis_errors_total", "Redis queue operations that failed (Redis or decoding errors; not empty, lease lost or not found).", "op"),
+		compactions: metricdef.CounterVec("smsgw_queue_redis_compactions_total", "Creation seconds of final records a compaction read, by result: compacted, changed (written since the read: left for a later pass), gone (nothing left to compact), unreadable. All but compacted are reads that compacted nothing.", "result"),
+		dataLost:    metricdef.Counter("smsgw_queue_redis_data_lost_total", "Times this replica found the account's data gone from Redis (restarted without persistence, flushed, or failed over to an empty replica): messages, pauses, idempotency keys and suppressions written before are lost."),
 	}
 	for _, op := range ops {
 		m.duration.WithLabelValues(op)

@@ -98,15 +98,16 @@ func (q *Queue) Outstanding(ctx context.Context, producer string) (_ int64, err 
 // statsScript reads every class's depth at one instant of the Redis clock.
 //
 // KEYS[1..3] ready ZSETs, KEYS[4..6] lease ZSETs, KEYS[7..9] dead ZSETs, all
-// in sms.Classes order.
-// Returns {now µs, then per class: ready, scheduled, leased, dead, score of
-// the first ready message (-1 if none)}.
+// in sms.Classes order, KEYS[10] the shelved HASH (shelf.go); ARGV[1..3]
+// the classes' names in that order.
+// Returns {now µs, then per class: ready (with the messages on shelves),
+// scheduled, leased, dead, score of the first ready message (-1 if none)}.
 var statsScript = redis.NewScript(luaPrelude + `
 local now = now_us()
 local out = {now}
 for i = 1, 3 do
   local ready = redis.call('ZCOUNT', KEYS[i], '-inf', now)
-  out[#out + 1] = ready
+  out[#out + 1] = ready + (tonumber(redis.call('HGET', KEYS[10], ARGV[i])) or 0)
   out[#out + 1] = redis.call('ZCOUNT', KEYS[i], '(' .. fmt_us(now), '+inf')
   out[#out + 1] = redis.call('ZCARD', KEYS[3 + i])
   out[#out + 1] = redis.call('ZCARD', KEYS[6 + i])
@@ -127,8 +128,8 @@ func (q *Queue) Stats(ctx context.Context) (_ map[sms.Class]queue.ClassStats, er
 	}
 	start := time.Now()
 	defer func() { q.m.observe("read", start, err) }()
-	keys := slices.Concat(q.k.perClass(q.k.ready), q.k.perClass(q.k.lease), q.k.perClass(q.k.dead))
-	reply, err := statsScript.Run(ctx, q.c, keys).Int64Slice()
+	keys := slices.Concat(q.k.perClass(q.k.ready), q.k.perClass(q.k.lease), q.k.perClass(q.k.dead), []string{q.k.shelved()})
+	reply, err := statsScript.Run(ctx, q.c, keys, sms.ClassOTP.String(), sms.ClassTransactional.String(), sms.ClassMarketing.String()).Int64Slice()
 	if err != nil {
 		return nil, fmt.Errorf("redisq: stats: %w", err)
 	}

@@ -707,7 +707,7 @@ func TestDeadLettersPrunedByRecover(t *testing.T) {
 	}
 }
 
-// oldAndYoungDead sets q's retention to 300 ms and makes two dead letters
+// oldAndYoungDead sets q's retention to 1.5 s and makes two dead letters
 // of class c: old, past the retention, and young, within it.
 // onlyYoungDead checks that after (the call that pruned) left young the
 // only dead letter, old gone.
@@ -724,14 +724,16 @@ func onlyYoungDead(t *testing.T, q *Queue, old, young *sms.Message, after string
 
 func oldAndYoungDead(t *testing.T, q *Queue, c sms.Class) (old, young *sms.Message) {
 	t.Helper()
-	q.retention = 300 * time.Millisecond
+	// Long enough that young stays within the retention while a busy
+	// machine runs the caller's next steps.
+	q.retention = 1500 * time.Millisecond
 	old, young = msg("p", c), msg("p", c)
 	enqueue(t, q, old)
 	if err := q.Dead(t.Context(), takeHour(t, q), "gave up", 8); err != nil {
 		t.Fatal(err)
 	}
 	// Wait for the state "old is past the retention" on the Redis clock.
-	for start := time.Now(); time.Since(start) < 2*q.retention; {
+	for start := time.Now(); time.Since(start) < q.retention+200*time.Millisecond; {
 		time.Sleep(50 * time.Millisecond)
 	}
 	enqueue(t, q, young)
