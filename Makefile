@@ -23,9 +23,16 @@ DEPS = bash scripts/ensure-deps.sh
 # work keeps busy, make test TEST_P=1 runs one test binary at a time.
 # testtimes prints each package's result as it ends, every failed test's
 # output, the skipped tests, and the slowest packages and tests.
+# go test's own vet pass is off (-vet=off): make vet has just run every
+# go vet analyzer on the same packages, tests included.
+# TEST_FIRST: the packages that take longest (the end-to-end suite, then
+# the gateway's), named before ./... so that go test builds and starts
+# them first instead of running them alone at the end (./... is in path
+# order, tests/ last); go test runs each package once.
+TEST_FIRST ?= ./tests/ ./internal/gateway/
 test: vet alerts-check
 	$(DEPS) redis chromium promtool helm
-	$(GO) run ./internal/testtimes -- $(GO) test -race -count=1 $(if $(TEST_P),-p $(TEST_P)) -timeout $(TEST_TIMEOUT) -json ./...
+	$(GO) run ./internal/testtimes -- $(GO) test -race -count=1 -vet=off $(if $(TEST_P),-p $(TEST_P)) -timeout $(TEST_TIMEOUT) -json $(TEST_FIRST) ./...
 
 # Unit tests only (no multi-process end-to-end suite).
 test-short: alerts-check

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -49,7 +50,7 @@ func simCommand(fs *flag.FlagSet) runner {
 			return 1
 		}
 		logger.Info("sim started", "url", url, "send", url+"/send", "limit", f.limit, "window", f.window,
-			"offset", f.offset, "suspend_after", f.suspendAfter, "suspend_window", f.suspendWindow, "suspend_for", f.suspendFor)
+			"offset", f.offset, "senders", len(cfg.Senders), "suspend_after", f.suspendAfter, "suspend_window", f.suspendWindow, "suspend_for", f.suspendFor)
 
 		<-ctx.Done()
 		closeSim(s, logger)
@@ -72,7 +73,7 @@ func closeSim(s *sim.Sim, logger *slog.Logger) {
 
 // simFlags are the flags of smsgw sim.
 type simFlags struct {
-	listen, window                             string
+	listen, window, senders                    string
 	limit, suspendAfter, failStatus            int
 	offset, retryAfter                         float64
 	failRate, timeoutRate, lostReplyRate       float64
@@ -91,6 +92,7 @@ func simFlagsOn(fs *flag.FlagSet) *simFlags {
 	f := &simFlags{}
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:9100", "address to listen on (port 0: any free port)")
 	fs.IntVar(&f.limit, "limit", 100, "units (messages or segments) accepted per second; 0: unlimited")
+	fs.StringVar(&f.senders, "senders", "", "per-sender limits, units per second in a sliding window: FROM=N,... (e.g. Mkt1=3,Mkt2=40); over one, a 429 whose body says \"scope\": \"sender\"")
 	fs.StringVar(&f.window, "window", "sliding", "how a second is measured: sliding (any trailing 1 s) or fixed (1 s windows starting --offset past each second)")
 	fs.Float64Var(&f.offset, "offset", 0.37, "fixed windows: start of each window past the second, in seconds [0, 1)")
 	fs.Float64Var(&f.retryAfter, "retry-after", 1, "Retry-After of a 429, in seconds (rounded up)")
@@ -124,8 +126,13 @@ func (f *simFlags) config(logger *slog.Logger) (sim.Config, error) {
 	if f.retryAfter <= 0 {
 		return sim.Config{}, fmt.Errorf("--retry-after %v: want > 0 seconds", f.retryAfter)
 	}
+	senders, err := parseSenders(f.senders)
+	if err != nil {
+		return sim.Config{}, err
+	}
 	return sim.Config{
 		Limit:          f.limit,
+		Senders:        senders,
 		Window:         sim.Window(f.window),
 		Offset:         time.Duration(f.offset * float64(time.Second)),
 		RetryAfter:     time.Duration(f.retryAfter * float64(time.Second)),
@@ -139,6 +146,31 @@ func (f *simFlags) config(logger *slog.Logger) (sim.Config, error) {
 		Logger:   logger,
 		Receipts: receiptsConfig(f.receiptURLs, f.receiptSecret, f.receiptDelay, f.undelivered, f.duplicates, f.early),
 	}, nil
+}
+
+// parseSenders reads --senders: FROM=N pairs, comma-separated. Its errors
+// name the flag and the entry's position, not the sender (a long code is a
+// phone number).
+func parseSenders(v string) (map[string]int, error) {
+	if v == "" {
+		return nil, nil
+	}
+	out := map[string]int{}
+	for i, pair := range strings.Split(v, ",") {
+		from, n, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		limit, err := strconv.Atoi(n)
+		switch {
+		case !ok || from == "" || err != nil:
+			return nil, fmt.Errorf("--senders: entry %d: want FROM=N", i+1)
+		case limit < 1:
+			return nil, fmt.Errorf("--senders: entry %d: limit %d: want >= 1", i+1, limit)
+		}
+		if _, dup := out[from]; dup {
+			return nil, fmt.Errorf("--senders: entry %d: a sender given twice", i+1)
+		}
+		out[from] = limit
+	}
+	return out, nil
 }
 
 // receiptsConfig is the simulator's receipts from its flags; the secret

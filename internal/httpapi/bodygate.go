@@ -119,6 +119,7 @@ func (s *Server) gateBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := producerFrom(r.Context())
 		if wait := s.Edge.BodyGate.held(p, time.Now()); wait > 0 {
+			refuseUnread(w)
 			s.WriteError(w, r, admission.RateLimited(p.asSender(), wait))
 			return
 		}
@@ -128,12 +129,21 @@ func (s *Server) gateBody(next http.Handler) http.Handler {
 		}
 		release, err := s.Edge.BodyGate.reserve(p, n)
 		if err != nil {
+			refuseUnread(w)
 			s.WriteError(w, r, err)
 			return
 		}
 		defer release()
 		next.ServeHTTP(w, r)
 	})
+}
+
+// refuseUnread marks an answer given without reading the request's body:
+// the connection closes after it. Otherwise net/http reads (and discards)
+// up to 256 KB of the unread body before it sends the answer, which then
+// waits for a slow or stalled body until http.read_timeout.
+func refuseUnread(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
 }
 
 // InFlightOf is the bytes reserved for the producer named name.

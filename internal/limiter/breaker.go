@@ -31,8 +31,22 @@ import (
 const redisRetryEvery = time.Second
 
 // callerShare: a Redis call takes at most 1/callerShare of the time its
-// caller has left before its deadline.
+// caller has left before its deadline, or minRedisCall when that is more
+// and the caller can spare it.
 const callerShare = 8
+
+// minRedisCall is the least time a Redis call must have had for its
+// timeout to say that Redis stopped answering. A decision is one round trip
+// on a warm connection, but a fresh one (the pool grows under load, and
+// go-redis drops every connection a call timed out on) first dials and
+// runs its handshake (HELLO, CLIENT commands) under the call's context,
+// and a Redis that does not hold the script yet (started, restarted or
+// failed over) answers EVALSHA with NOSCRIPT before the EVAL: five round
+// trips. A caller that cannot spare minRedisCall still gets its share of
+// its deadline, but the timeout of so short a call opens no breaker: that
+// caller alone is refused (errCallerHurried), not its whole replica sent
+// to the fallback rate for redisRetryEvery.
+const minRedisCall = 250 * time.Millisecond
 
 // defaultRedisTimeout bounds one Redis call when the caller sets none.
 const defaultRedisTimeout = 500 * time.Millisecond
@@ -40,6 +54,15 @@ const defaultRedisTimeout = 500 * time.Millisecond
 // errCallerGone marks a Redis call that failed because the caller's context
 // ended: it says nothing about Redis, so the breaker ignores it.
 var errCallerGone = errors.New("limiter: caller context done")
+
+// errCallerHurried marks a Redis call that timed out within the short
+// share of a caller that could not spare minRedisCall: it says nothing
+// about Redis either, so the breaker ignores it, and the limiters refuse
+// that caller rather than grant locally beside the shared schedule (the
+// replica's other callers still decide on Redis, and the two together
+// could exceed the limit). It is a deadline error (a net.Error that
+// times out): the caller's answer is a 503 with Retry-After.
+var errCallerHurried = fmt.Errorf("limiter: no answer from redis within the caller's time: %w", context.DeadlineExceeded)
 
 // breakerConfig shapes a breaker.
 type breakerConfig struct {
@@ -76,7 +99,9 @@ func newBreaker(cfg breakerConfig) *breaker {
 		IsSuccessful: func(err error) bool {
 			return err == nil || errors.Is(err, ErrCostExceedsBurst)
 		},
-		IsExcluded:    func(err error) bool { return errors.Is(err, errCallerGone) },
+		IsExcluded: func(err error) bool {
+			return errors.Is(err, errCallerGone) || errors.Is(err, errCallerHurried)
+		},
 		OnStateChange: b.onStateChange,
 	})
 	return b
@@ -131,24 +156,40 @@ func (b *breaker) probe(ctx context.Context, call func(context.Context) error) {
 // the breaker is open it returns at once with gobreaker.ErrOpenState (or
 // ErrTooManyRequests while another caller probes).
 //
-// A caller with a deadline gives Redis at most an eighth of the time it
-// has left (callerShare): when Redis has just stopped answering, the call
-// fails while the caller can still be decided locally (an OTP's deadline
-// held two Redis timeouts, the ingress quota's and the send limiter's,
-// and the slot the fallback then granted came too late).
+// A caller with a deadline gives Redis an eighth of the time it has left
+// (callerShare), and at least minRedisCall while that leaves it an eighth:
+// when Redis has just stopped answering, the call fails while the caller
+// can still be decided locally (an OTP's deadline held two Redis timeouts,
+// the ingress quota's and the send limiter's, and the slot the fallback
+// then granted came too late). A call cut shorter than minRedisCall by its
+// caller's deadline that times out is no verdict on Redis: do returns
+// errCallerHurried.
 func (b *breaker) do(ctx context.Context, call func(context.Context) error) error {
-	timeout := b.cfg.timeout
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = min(timeout, time.Until(dl)/callerShare)
-	}
+	timeout, verdict := b.callTimeout(ctx)
 	_, err := b.cb.Execute(func() (struct{}, error) {
 		cctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		err := call(cctx)
-		if err != nil && ctx.Err() != nil {
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
 			return struct{}{}, fmt.Errorf("%w: %w", errCallerGone, err)
+		case !verdict && cctx.Err() != nil:
+			return struct{}{}, errCallerHurried
 		}
 		return struct{}{}, err
 	})
 	return err
+}
+
+// callTimeout is how long one Redis call of a caller with ctx may take, and
+// whether its timeout says that Redis stopped answering.
+func (b *breaker) callTimeout(ctx context.Context) (time.Duration, bool) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return b.cfg.timeout, true
+	}
+	left := time.Until(dl)
+	timeout := min(b.cfg.timeout, max(minRedisCall, left/callerShare), left-left/callerShare)
+	return timeout, timeout >= min(minRedisCall, b.cfg.timeout)
 }

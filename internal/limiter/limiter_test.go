@@ -78,7 +78,13 @@ import (
 //	hasty-probes-redis [TestSharedHastyNeverProbes]
 //	  shared.go: `if !req.Hasty || s.Mode() != ModeFallback {` -> `if true {`
 //	redis-call-past-callers-share [TestSharedRedisCallLeavesTheCallerTime]
-//	  breaker.go: `timeout = min(timeout, time.Until(dl)/callerShare)` -> `timeout = min(timeout, time.Until(dl))`
+//	  breaker.go: `timeout := min(b.cfg.timeout, max(minRedisCall, left/callerShare), left-left/callerShare)` -> `timeout := min(b.cfg.timeout, left)`
+//	redis-call-below-the-minimum [TestSharedFreshConnectionDecidesOnRedis]
+//	  breaker.go: `max(minRedisCall, left/callerShare)` -> `left/callerShare`
+//	hurried-caller-opens-the-breaker [TestSharedHurriedCallerKeepsTheReplicaShared]
+//	  breaker.go: `return timeout, timeout >= min(minRedisCall, b.cfg.timeout)` -> `return timeout, true`
+//	hurried-caller-granted-locally [TestSharedHurriedCallerKeepsTheReplicaShared]
+//	  shared.go: `return Decision{}, fmt.Errorf("limiter: reserve: %w", err)` -> `_ = err`
 //	fallback-wait-from-now [TestSharedRedisCallLeavesTheCallerTime]
 //	  shared.go: `req.MaxWait = max(0, req.MaxWait-time.Since(asked))` -> `req.MaxWait = max(0, req.MaxWait-time.Since(asked)*0)`
 //	local-skip-pause [TestLocalPause]

@@ -122,7 +122,9 @@ var errHastyFallback = errors.New("limiter: redis lost; a hasty request is decid
 
 // Reserve decides on Redis, or locally at the fallback rate when Redis
 // cannot answer. A pause this process knows of holds in either mode. In
-// fallback a hasty request (Request.Hasty) does not try Redis. The
+// fallback a hasty request (Request.Hasty) does not try Redis. A caller
+// too hurried for a Redis call to be a verdict (breaker.go) whose call
+// timed out gets an error that wraps context.DeadlineExceeded. The
 // fallback's slot is at most MaxWait from when the caller asked: the time
 // a failed Redis call took is not granted twice.
 func (s *Shared) Reserve(ctx context.Context, req Request) (Decision, error) {
@@ -157,6 +159,8 @@ func (s *Shared) Reserve(ctx context.Context, req Request) (Decision, error) {
 		return Decision{}, err
 	case ctx.Err() != nil:
 		return Decision{}, fmt.Errorf("limiter: reserve: %w", ctx.Err())
+	case errors.Is(err, errCallerHurried):
+		return Decision{}, fmt.Errorf("limiter: reserve: %w", err)
 	}
 	s.log.Debug("limiter: deciding locally", "err", err)
 	req.MaxWait = max(0, req.MaxWait-time.Since(asked))

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -204,7 +205,8 @@ func TestSharedFallbackAndRecovery(t *testing.T) {
 }
 
 // TestSharedRetriesRedisAtMostOncePerSecond: while Redis is down, callers
-// decide locally and only one probe a second reaches Redis.
+// decide locally and only one probe a second reaches Redis. The bound is
+// counted on the time the decisions took, however slow the machine.
 func TestSharedRetriesRedisAtMostOncePerSecond(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
@@ -213,20 +215,18 @@ func TestSharedRetriesRedisAtMostOncePerSecond(t *testing.T) {
 	f.calls.n.Store(0)
 	start := time.Now()
 	calls := 0
-	for time.Since(start) < 2200*time.Millisecond {
+	// At least 100 decisions over at least 2.2 s: two probes' worth.
+	for calls < 100 || time.Since(start) < 2200*time.Millisecond {
 		if _, err := f.shared.Reserve(bg, Request{Cost: 1}); err != nil {
 			t.Fatal(err)
 		}
 		calls++
 		time.Sleep(5 * time.Millisecond)
 	}
-	// The first failure, then one probe per second: 3 in 2.2 s.
-	if n := f.calls.n.Load(); n > 4 {
-		t.Fatalf("%d Redis attempts for %d decisions in 2.2s, want at most one a second", n, calls)
-	}
-	// Decisions meanwhile do not wait on Redis (≥ 5 ms apart: ≤ 440).
-	if calls < 100 {
-		t.Fatalf("only %d decisions in 2.2s: callers waited on a dead Redis", calls)
+	took := time.Since(start)
+	// The first failure, then at most one probe per second begun.
+	if n, most := f.calls.n.Load(), 2+int64(took/redisRetryEvery); n > most {
+		t.Fatalf("%d Redis attempts for %d decisions in %s, want at most %d: one a second", n, calls, took, most)
 	}
 }
 
@@ -415,5 +415,109 @@ func TestSharedRedisCallLeavesTheCallerTime(t *testing.T) {
 	}
 	if d.Allowed && time.Since(asked)+d.Delay > 600*time.Millisecond+50*time.Millisecond {
 		t.Fatalf("granted a slot %s after the caller asked; want none later than its MaxWait 600ms", time.Since(asked)+d.Delay)
+	}
+}
+
+// slowRedis makes every command and pipeline of a client wait d first (a
+// distant or busy Redis), or until the command's context ends.
+type slowRedis struct{ d time.Duration }
+
+func (h slowRedis) wait(ctx context.Context) error {
+	t := time.NewTimer(h.d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+func (h slowRedis) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h slowRedis) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if err := h.wait(ctx); err != nil {
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h slowRedis) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if err := h.wait(ctx); err != nil {
+			return err
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// newDeadlineShared returns a Shared limiter (fallback at half the rate)
+// on a client with the gateway's options (a context's deadline bounds each
+// command) and hooks.
+func newDeadlineShared(t *testing.T, addr string, cfg Config, hooks ...redis.Hook) *Shared {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, DialerRetries: 1})
+	t.Cleanup(func() { _ = c.Close() })
+	for _, h := range hooks {
+		c.AddHook(h)
+	}
+	r, err := NewRedis(c, redistest.Prefix(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewShared(SharedConfig{Redis: r, MaxSenders: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestSharedFreshConnectionDecidesOnRedis: every Redis command takes
+// 25 ms, and the first decision runs on a fresh connection of a Redis that
+// does not hold the script yet: the dial's handshake and the NOSCRIPT
+// answer before the EVAL make it about five round trips, which an eighth
+// of a 600 ms deadline (75 ms) does not hold. The call gets minRedisCall
+// instead, Redis decides, and the replica stays on the shared schedule.
+func TestSharedFreshConnectionDecidesOnRedis(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	s := newDeadlineShared(t, srv.Addr, Config{Global: Rate{PerSecond: 100, Burst: 4}}, slowRedis{d: 25 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(bg, 600*time.Millisecond)
+	defer cancel()
+	d, err := s.Reserve(ctx, Request{Cost: 1, MaxWait: 100 * time.Millisecond})
+	if err != nil || !d.Allowed || d.Mode != ModeShared {
+		t.Fatalf("first decision on a fresh connection, 25 ms a command: %+v %v; want a grant from Redis", d, err)
+	}
+	if m := s.Mode(); m != ModeShared {
+		t.Fatalf("mode %s after Redis answered; want shared", m)
+	}
+}
+
+// TestSharedHurriedCallerKeepsTheReplicaShared: Redis stops answering and
+// a caller with 280 ms left reserves. Its call gets 245 ms (it keeps an
+// eighth), less than minRedisCall: the timeout says nothing about Redis,
+// so the breaker stays closed for the others, and that caller is refused
+// with a deadline error (its answer a 503), not granted a local slot
+// beside the shared schedule the others still use.
+func TestSharedHurriedCallerKeepsTheReplicaShared(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	s := newDeadlineShared(t, srv.Addr, Config{Global: Rate{PerSecond: 100, Burst: 4}})
+	if d, err := s.Reserve(bg, Request{Cost: 1}); err != nil || d.Mode != ModeShared {
+		t.Fatalf("with Redis up: %+v %v", d, err)
+	}
+	srv.Freeze()
+	t.Cleanup(srv.Thaw)
+	ctx, cancel := context.WithTimeout(bg, 280*time.Millisecond)
+	defer cancel()
+	d, err := s.Reserve(ctx, Request{Cost: 1, MaxWait: time.Second})
+	if !errors.Is(err, context.DeadlineExceeded) || d.Allowed {
+		t.Fatalf("hurried caller with Redis frozen: %+v %v; want no slot and a deadline error", d, err)
+	}
+	if m := s.Mode(); m != ModeShared {
+		t.Fatalf("mode %s after a hurried caller's call timed out; want the breaker closed for the others", m)
+	}
+	if st := s.br.cb.State(); st != gobreaker.StateClosed {
+		t.Fatalf("breaker %s; want closed", st)
 	}
 }

@@ -80,7 +80,8 @@ func (s *SharedKeys) Probe(ctx context.Context) { s.br.probe(ctx, s.redis.reacha
 
 // Allow decides cost units for key at rate r on Redis, or locally when
 // Redis cannot answer (at once, without a Redis call, while the breaker is
-// open).
+// open). A caller too hurried for a Redis call to be a verdict (breaker.go)
+// whose call timed out gets an error that wraps context.DeadlineExceeded.
 func (s *SharedKeys) Allow(ctx context.Context, key string, r Rate, cost int) (KeyDecision, error) {
 	if _, err := checkKeyRequest(key, r, cost); err != nil {
 		return KeyDecision{}, err
@@ -96,6 +97,8 @@ func (s *SharedKeys) Allow(ctx context.Context, key string, r Rate, cost int) (K
 		return d, nil
 	case ctx.Err() != nil:
 		return KeyDecision{}, fmt.Errorf("limiter: allow: %w", ctx.Err())
+	case errors.Is(err, errCallerHurried):
+		return KeyDecision{}, fmt.Errorf("limiter: allow: %w", err)
 	}
 	if s.onLocal != nil {
 		s.onLocal()

@@ -6,7 +6,11 @@
 // when they fail or SURVIVED when they pass. It exits non-zero when any
 // mutant survived or could not be applied or built.
 //
-//	go run ./internal/limiter/mutate [-pkg ./internal/limiter] [-only name]
+// Mutants run -j at a time (each its own build and test binary), their
+// verdicts printed in the list's order; go vet is left to make vet (it
+// would run again on every mutant's build).
+//
+//	go run ./internal/limiter/mutate [-pkg ./internal/limiter] [-only name] [-j 2]
 package main
 
 import (
@@ -50,6 +54,7 @@ func run() int {
 	only := flag.String("only", "", "run only the mutant with this name")
 	timeout := flag.Duration("timeout", 3*time.Minute, "time limit of one mutant's test run")
 	verbose := flag.Bool("v", false, "show how each killed mutant failed")
+	jobs := flag.Int("j", 2, "how many mutants to build and test at once")
 	flag.Parse()
 
 	dir, err := filepath.Abs(*pkg)
@@ -92,11 +97,15 @@ func run() int {
 	}
 
 	failed := 0
-	for i, m := range mutants {
-		if !try(dir, filepath.Join(tmp, fmt.Sprint(i)), m, *timeout, *verbose) {
+	tryAll(dir, tmp, mutants, *timeout, max(1, *jobs), func(v verdict) {
+		fmt.Print(v.report)
+		if *verbose && v.killed {
+			fmt.Println(v.detail)
+		}
+		if !v.killed {
 			failed++
 		}
-	}
+	})
 	fmt.Printf("%d mutants, %d killed, %d survived or invalid\n", len(mutants), len(mutants)-failed, failed)
 	if failed > 0 {
 		return 1
@@ -104,29 +113,52 @@ func run() int {
 	return 0
 }
 
-// try applies one mutant in an overlay under tmp, runs its tests and prints
-// the verdict. It reports whether the mutant was killed.
-func try(dir, tmp string, m mutant, timeout time.Duration, verbose bool) bool {
+// verdict is one mutant's result: its report line(s), and how its tests
+// failed when it was killed.
+type verdict struct {
+	killed         bool
+	report, detail string
+}
+
+// tryAll tries every mutant, jobs at a time, and hands their verdicts to
+// emit in the order of mutants, each as soon as it and every one before it
+// are known.
+func tryAll(dir, tmp string, mutants []mutant, timeout time.Duration, jobs int, emit func(verdict)) {
+	out := make([]verdict, len(mutants))
+	done := make([]chan struct{}, len(mutants))
+	sem := make(chan struct{}, jobs)
+	for i, m := range mutants {
+		done[i] = make(chan struct{})
+		go func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			out[i] = try(dir, filepath.Join(tmp, fmt.Sprint(i)), m, timeout)
+			close(done[i])
+		}()
+	}
+	for i := range done {
+		<-done[i]
+		emit(out[i])
+	}
+}
+
+// try applies one mutant in an overlay under tmp, runs its tests and
+// returns the verdict.
+func try(dir, tmp string, m mutant, timeout time.Duration) verdict {
 	overlay, err := apply(dir, tmp, m)
 	if err != nil {
-		fmt.Printf("INVALID   %-34s %v\n", m.name, err)
-		return false
+		return verdict{report: fmt.Sprintf("INVALID   %-34s %v\n", m.name, err)}
 	}
 	start := time.Now()
 	ok, out := goTest(dir, overlay, m.tests, timeout)
 	switch {
 	case buildFailed(out):
-		fmt.Printf("INVALID   %-34s does not build:\n%s\n", m.name, indent(out))
-		return false
+		return verdict{report: fmt.Sprintf("INVALID   %-34s does not build:\n%s\n", m.name, indent(out))}
 	case ok:
-		fmt.Printf("SURVIVED  %-34s %s passed (%s)\n", m.name, strings.Join(m.tests, ","), time.Since(start).Round(time.Second))
-		return false
+		return verdict{report: fmt.Sprintf("SURVIVED  %-34s %s passed (%s)\n", m.name, strings.Join(m.tests, ","), time.Since(start).Round(time.Second))}
 	}
-	fmt.Printf("KILLED    %-34s by %s (%s)\n", m.name, strings.Join(m.tests, ","), time.Since(start).Round(time.Second))
-	if verbose {
-		fmt.Println(indent(failures(out)))
-	}
-	return true
+	return verdict{killed: true, detail: indent(failures(out)),
+		report: fmt.Sprintf("KILLED    %-34s by %s (%s)\n", m.name, strings.Join(m.tests, ","), time.Since(start).Round(time.Second))}
 }
 
 // parse reads the mutation list: a "// mutation list" comment, then mutant
@@ -211,7 +243,7 @@ func apply(pkgDir, dir string, m mutant) (string, error) {
 }
 
 func goTest(pkgDir, overlay string, tests []string, timeout time.Duration) (bool, string) {
-	args := []string{"test", "-count=1", "-timeout", timeout.String(), "-run", "^(" + strings.Join(tests, "|") + ")$"}
+	args := []string{"test", "-count=1", "-vet=off", "-timeout", timeout.String(), "-run", "^(" + strings.Join(tests, "|") + ")$"}
 	if overlay != "" {
 		args = append(args, "-overlay", overlay)
 	}

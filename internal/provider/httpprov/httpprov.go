@@ -58,7 +58,14 @@ type SendResponse struct {
 // ErrorResponse is the JSON body of an error answer.
 type ErrorResponse struct {
 	Error string `json:"error"`
+	// Scope, on a 429, says whose limit it was: ScopeSender for the
+	// sender's (the send's "from"); anything else, or none, the account's.
+	// The adapter does not read it yet: every 429 pauses the account.
+	Scope string `json:"scope,omitempty"`
 }
+
+// ScopeSender is the Scope of a 429 that only the send's sender is over.
+const ScopeSender = "sender"
 
 // Config configures the generic adapter. URL and Token are its Settings.
 type Config struct {

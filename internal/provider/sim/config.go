@@ -41,6 +41,13 @@ type Config struct {
 	Window Window        // default WindowSliding
 	Offset time.Duration // WindowFixed: where windows start past each second, in [0, 1s)
 
+	// Senders limits each sender (a send's "from") to so many units per
+	// second, in a sliding window, as real providers limit a long code,
+	// a toll-free number or a short code. A send over its sender's limit
+	// is answered 429 with Retry-After and {"scope": "sender"}; a send must
+	// fit both its sender's limit and the account's. 0: no sender limit.
+	Senders map[string]int
+
 	// RetryAfter is sent with a rate-limit 429 (rounded up to whole
 	// seconds); default 1 s.
 	RetryAfter time.Duration
@@ -114,6 +121,9 @@ func (c *Config) setDefaults() error {
 	c.SuspendAfter = cmp.Or(c.SuspendAfter, DefaultSuspendAfter)
 	c.SuspendWindow = cmp.Or(c.SuspendWindow, DefaultSuspendWindow)
 	c.SuspendFor = cmp.Or(c.SuspendFor, DefaultSuspendFor)
+	if err := validateSenders(c.Senders); err != nil {
+		return fmt.Errorf("sim: %w", err)
+	}
 	if err := c.Faults.validate(); err != nil {
 		return fmt.Errorf("sim: faults: %w", err)
 	}

@@ -100,6 +100,11 @@ func (s *Sim) handleSend(w http.ResponseWriter, r *http.Request) {
 		log.Debug("sim: 429", "to", sms.MaskPhone(req.To), "reference", req.Reference)
 		w.Header().Set("Retry-After", seconds(retry))
 		writeJSON(w, http.StatusTooManyRequests, httpprov.ErrorResponse{Error: "rate limit exceeded"})
+	case throttledSender:
+		log.Debug("sim: 429 for the sender", "from", sms.MaskPhone(req.From), "reference", req.Reference)
+		w.Header().Set("Retry-After", seconds(retry))
+		writeJSON(w, http.StatusTooManyRequests, httpprov.ErrorResponse{Error: "sender rate limit exceeded",
+			Scope: httpprov.ScopeSender})
 	case replayed:
 		log.Debug("sim: idempotent replay", "reference", req.Reference, "id", rec.ID)
 		writeJSON(w, http.StatusOK, httpprov.SendResponse{ID: rec.ID})

@@ -5,7 +5,9 @@
 // It speaks the generic protocol (package httpprov): POST /send with
 // {"to","from","body","reference","segments","class"}, answering 200
 // {"id":"sim-N"}. A send costs "segments" units (1 when absent or < 1).
-// Over the limit it answers 429 with Retry-After; more than SuspendAfter 429s
+// Over the limit it answers 429 with Retry-After. Config.Senders limits
+// senders (the "from") as well: over a sender's limit, or while a sender is
+// throttled, the 429's body says {"scope": "sender"}. More than SuspendAfter 429s
 // in a rolling SuspendWindow suspend the account (403 {"error":"account
 // suspended"} with Retry-After) for SuspendFor. A rejected send changes no
 // counter of the limit.
@@ -16,7 +18,7 @@
 //	GET  /accepted  every accepted send (Record) as JSON, in acceptance order
 //	POST /reset     forget all sends, 429s and suspension; faults back to Config
 //	GET  /control   current faults
-//	POST /control   change faults at run time (Control, JSON)
+//	POST /control   change faults at run time (Control, JSON), or throttle one sender
 //	GET  /healthz
 package sim
 
@@ -34,6 +36,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"smsgw/internal/sms"
 	"smsgw/internal/tick"
 )
 
@@ -70,16 +73,17 @@ type Sim struct {
 	mu          sync.Mutex
 	limit       int
 	faults      Faults
-	throttleEnd time.Time // throttle_all: every send is 429 until then
-	recent      []unitAt  // sliding: accepts in the trailing second, oldest first
-	recentSum   int
-	fixedIdx    int64 // fixed: index of the current window
+	throttleEnd time.Time     // throttle_all: every send is 429 until then
+	recent      slidingWindow // sliding: the account's trailing second
+	fixedIdx    int64         // fixed: index of the current window
 	fixedSum    int
 	tooMany     []time.Time // 429 times within the suspension window, oldest first
 	suspendEnd  time.Time
 	records     []Record
 	refs        map[string]int
-	idem        map[string]string // Idempotency-Key -> provider id of its first accept
+	idem        map[string]string  // Idempotency-Key -> provider id of its first accept
+	senders     map[string]*sender // the configured senders and at most MaxSeenSenders more
+	otherSends  int                // accepts from senders past that bound
 	counters    counters
 	nextID      uint64
 
@@ -124,7 +128,7 @@ func (s *Sim) resetLocked() {
 	s.limit = s.cfg.Limit
 	s.faults = s.cfg.Faults
 	s.throttleEnd = time.Time{}
-	s.recent, s.recentSum = nil, 0
+	s.recent = slidingWindow{}
 	s.fixedIdx, s.fixedSum = math.MinInt64, 0
 	s.tooMany = nil
 	s.suspendEnd = time.Time{}
@@ -132,6 +136,8 @@ func (s *Sim) resetLocked() {
 	s.refs = map[string]int{}
 	s.idem = map[string]string{}
 	s.counters = counters{}
+	s.resetSendersLocked()
+	s.otherSends = 0
 }
 
 // Reset forgets every send, 429 and suspension and restores the faults and
@@ -143,7 +149,8 @@ func (s *Sim) Reset() {
 }
 
 // Control is a run-time change of faults (POST /control). Nil fields are left
-// as they are; Clear first removes every fault, throttle_all included.
+// as they are; Clear first removes every fault, throttle_all and every
+// sender's throttle included.
 type Control struct {
 	Clear          bool      `json:"clear,omitempty"`
 	Latency        *Duration `json:"latency,omitempty"`
@@ -153,7 +160,10 @@ type Control struct {
 	TimeoutRate    *float64  `json:"timeout_rate,omitempty"`
 	LostReplyRate  *float64  `json:"lost_reply_rate,omitempty"`
 	ThrottleAllFor *Duration `json:"throttle_all_for,omitempty"` // answer 429 to every send for this long, from now
-	Limit          *int      `json:"limit,omitempty"`            // change the contract's limit (0: unlimited)
+	// ThrottleSender answers the sender-scoped 429 to every send from one
+	// sender for a while, from now (0: lift it).
+	ThrottleSender *SenderThrottle `json:"throttle_sender,omitempty"`
+	Limit          *int            `json:"limit,omitempty"` // change the contract's limit (0: unlimited)
 }
 
 // ControlState is the answer to GET/POST /control.
@@ -161,6 +171,8 @@ type ControlState struct {
 	Faults       Faults    `json:"faults"`
 	Limit        int       `json:"limit"`
 	ThrottledTil time.Time `json:"throttled_until,omitzero"`
+	// SendersThrottled is when each throttled sender's throttle ends.
+	SendersThrottled map[string]time.Time `json:"senders_throttled_until,omitempty"`
 }
 
 // Apply changes faults at run time.
@@ -195,9 +207,26 @@ func (s *Sim) Apply(c Control) error {
 	if c.ThrottleAllFor != nil && *c.ThrottleAllFor < 0 {
 		return fmt.Errorf("sim: control: throttle_all_for must not be negative")
 	}
+	var throttled *sender
+	if t := c.ThrottleSender; t != nil {
+		if t.For < 0 {
+			return fmt.Errorf("sim: control: throttle_sender.for must not be negative")
+		}
+		if throttled = s.senderLocked(t.From); throttled == nil {
+			return fmt.Errorf("sim: control: throttle_sender.from: empty, or more than %d senders seen", MaxSeenSenders)
+		}
+	}
 	s.faults = f
 	if c.Clear {
 		s.throttleEnd = time.Time{}
+		for _, p := range s.senders {
+			p.throttleEnd = time.Time{}
+		}
+	}
+	if throttled != nil {
+		throttled.throttleEnd = s.now().Add(time.Duration(c.ThrottleSender.For))
+		s.cfg.Logger.Info("sim: throttling one sender", "from", sms.MaskPhone(c.ThrottleSender.From),
+			"for", time.Duration(c.ThrottleSender.For))
 	}
 	if c.Limit != nil {
 		s.limit = *c.Limit
@@ -212,7 +241,17 @@ func (s *Sim) Apply(c Control) error {
 func (s *Sim) controlState() ControlState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return ControlState{Faults: s.faults, Limit: s.limit, ThrottledTil: s.throttleEnd}
+	st := ControlState{Faults: s.faults, Limit: s.limit, ThrottledTil: s.throttleEnd}
+	now := s.now()
+	for from, p := range s.senders {
+		if now.Before(p.throttleEnd) {
+			if st.SendersThrottled == nil {
+				st.SendersThrottled = map[string]time.Time{}
+			}
+			st.SendersThrottled[from] = p.throttleEnd
+		}
+	}
+	return st
 }
 
 // Accepted returns a copy of every accepted send, in acceptance order.
@@ -228,6 +267,7 @@ type outcome int
 const (
 	accepted outcome = iota
 	throttled
+	throttledSender // the sender's limit or throttle: a 429 with "scope": "sender"
 	suspended
 	replayed // an Idempotency-Key seen before: the first answer again
 )
@@ -252,9 +292,29 @@ func (s *Sim) decide(rec Record) (outcome, time.Duration, Record) {
 		s.tooManyLocked(now)
 		return throttled, max(s.cfg.RetryAfter, s.throttleEnd.Sub(now)), rec
 	}
-	if s.limit > 0 && !s.admitLocked(now, rec.Units) {
+	from := s.senderLocked(rec.From)
+	if from != nil && now.Before(from.throttleEnd) {
+		from.rejected429++
+		s.tooManyLocked(now)
+		return throttledSender, max(s.cfg.RetryAfter, from.throttleEnd.Sub(now)), rec
+	}
+	if s.limit > 0 && !s.accountFitsLocked(now, rec.Units) {
 		s.tooManyLocked(now)
 		return throttled, s.cfg.RetryAfter, rec
+	}
+	if from != nil && !from.fits(now, rec.Units) {
+		from.rejected429++
+		s.tooManyLocked(now)
+		return throttledSender, s.cfg.RetryAfter, rec
+	}
+	// Both limits passed: only now does the send count toward either.
+	if s.limit > 0 {
+		s.accountAddLocked(now, rec.Units)
+	}
+	if from != nil {
+		from.add(now, rec.Units)
+	} else if rec.From != "" {
+		s.otherSends++
 	}
 	if id, ok := s.idem[rec.key]; ok && rec.key != "" && !s.cfg.NoIdempotency {
 		// A retry of a send already accepted (the gateway lost the answer):
@@ -281,8 +341,9 @@ func (s *Sim) decide(rec Record) (outcome, time.Duration, Record) {
 	return accepted, 0, rec
 }
 
-// admitLocked applies the window and, on success, counts the units.
-func (s *Sim) admitLocked(now time.Time, units int) bool {
+// accountFitsLocked applies the account's window: whether units more
+// stay within its limit. It counts nothing (accountAddLocked does).
+func (s *Sim) accountFitsLocked(now time.Time, units int) bool {
 	if s.cfg.Window == WindowFixed {
 		n := now.UnixNano() - int64(s.cfg.Offset)
 		idx := n / int64(time.Second)
@@ -292,26 +353,19 @@ func (s *Sim) admitLocked(now time.Time, units int) bool {
 		if idx != s.fixedIdx {
 			s.fixedIdx, s.fixedSum = idx, 0
 		}
-		if s.fixedSum+units > s.limit {
-			return false
-		}
+		return s.fixedSum+units <= s.limit
+	}
+	return s.recent.fits(now, units, s.limit)
+}
+
+// accountAddLocked counts an accept in the account's window, after
+// accountFitsLocked said yes at the same now.
+func (s *Sim) accountAddLocked(now time.Time, units int) {
+	if s.cfg.Window == WindowFixed {
 		s.fixedSum += units
-		return true
+		return
 	}
-	// Sliding: an accept at a stays in the window (now-1s, now] while
-	// now-a < 1s.
-	drop := 0
-	for drop < len(s.recent) && now.Sub(s.recent[drop].at) >= time.Second {
-		s.recentSum -= s.recent[drop].units
-		drop++
-	}
-	s.recent = s.recent[drop:]
-	if s.recentSum+units > s.limit {
-		return false
-	}
-	s.recent = append(s.recent, unitAt{now, units})
-	s.recentSum += units
-	return true
+	s.recent.add(now, units)
 }
 
 // tooManyLocked counts a 429 toward suspension and suspends the account when

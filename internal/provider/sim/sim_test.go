@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -467,19 +466,8 @@ func TestFaults(t *testing.T) {
 	p, url := adapterTo(t, s, 300*time.Millisecond)
 	post := func(body string) {
 		t.Helper()
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url+"/control", bytes.NewBufferString(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("control %s: %d", body, resp.StatusCode)
+		if status, _ := postJSON(t, url, "/control", body, nil); status != 200 {
+			t.Fatalf("control %s: %d", body, status)
 		}
 	}
 	sendOne := func() (provider.Result, error) {

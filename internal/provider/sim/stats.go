@@ -13,7 +13,7 @@ type Stats struct {
 
 	Accepted      int `json:"accepted"`       // messages accepted
 	AcceptedUnits int `json:"accepted_units"` // units (segments) accepted
-	Rejected429   int `json:"rejected_429"`   // rate-limit and throttle-all answers
+	Rejected429   int `json:"rejected_429"`   // rate-limit and throttle-all answers, the senders' included
 	Rejected403   int `json:"rejected_403"`   // answers while suspended
 	Failed5xx     int `json:"failed_5xx"`     // injected failures
 	Timeouts      int `json:"timeouts"`       // injected hangs (not accepted)
@@ -29,6 +29,12 @@ type Stats struct {
 	// MaxMessagesInAny1s is the same in messages.
 	MaxInAny1s         int `json:"max_in_any_1s"`
 	MaxMessagesInAny1s int `json:"max_messages_in_any_1s"`
+
+	// Senders is, per sender (a send's "from"), what its limit saw: every
+	// configured sender and at most MaxSeenSenders others. OtherSenders
+	// counts the accepts from senders past that bound.
+	Senders      map[string]SenderStats `json:"senders"`
+	OtherSenders int                    `json:"other_senders"`
 
 	Duplicates int `json:"duplicates"` // accepts whose reference was accepted before
 	// Replays are sends whose Idempotency-Key was accepted before: answered
@@ -70,9 +76,19 @@ func (s *Sim) Stats() Stats {
 		Failed5xx: s.counters.failed5xx, Timeouts: s.counters.timeouts,
 		LostReplies: s.counters.lostReplies, BadRequests: s.counters.badRequests,
 		Suspensions: s.counters.suspensions, Replays: s.counters.replays}
-	if now := s.now(); now.Before(s.suspendEnd) {
+	now := s.now()
+	if now.Before(s.suspendEnd) {
 		st.Suspended, st.SuspendedUntil = true, s.suspendEnd
 	}
+	st.Senders = make(map[string]SenderStats, len(s.senders))
+	for from, p := range s.senders {
+		ss := SenderStats{Limit: p.limit, Rejected429: p.rejected429}
+		if now.Before(p.throttleEnd) {
+			ss.ThrottledTil = p.throttleEnd
+		}
+		st.Senders[from] = ss
+	}
+	st.OtherSenders = s.otherSends
 	s.mu.Unlock()
 
 	st.ReceiptsPosted, st.ReceiptsFailed, st.ReceiptsDropped = s.rcpt.Load().stats()
@@ -101,6 +117,7 @@ func (s *Sim) Stats() Stats {
 	// this sort is a no-op unless a test clock went backwards.
 	slices.SortStableFunc(recs, func(a, b Record) int { return a.At.Compare(b.At) })
 	st.MaxInAny1s, st.MaxMessagesInAny1s = maxInAnySecond(recs)
+	senderStats(st.Senders, recs)
 	if len(recs) > 0 {
 		st.FirstAccept, st.LastAccept = recs[0].At, recs[len(recs)-1].At
 		if span := st.LastAccept.Sub(st.FirstAccept); span > 0 && len(recs) > 1 {
@@ -127,6 +144,29 @@ func maxInAnySecond(recs []Record) (units, msgs int) {
 		msgs = max(msgs, j-i+1)
 	}
 	return units, msgs
+}
+
+// senderStats adds to each tracked sender its accepts and its most units
+// in any (t-1s, t], from recs sorted by At.
+func senderStats(senders map[string]SenderStats, recs []Record) {
+	if len(senders) == 0 {
+		return
+	}
+	per := map[string][]Record{}
+	for _, r := range recs {
+		if _, ok := senders[r.From]; ok {
+			per[r.From] = append(per[r.From], r)
+		}
+	}
+	for from, rs := range per {
+		ss := senders[from]
+		ss.Accepted = len(rs)
+		for _, r := range rs {
+			ss.AcceptedUnits += r.Units
+		}
+		ss.MaxInAny1s, _ = maxInAnySecond(rs)
+		senders[from] = ss
+	}
 }
 
 func summarize(ds []time.Duration) Latency {
