@@ -32,6 +32,9 @@ const (
 	RejectRangeHeld    RejectKind = "range-held"               // protection.prefix_alarm.hold
 	RejectExpires      RejectKind = "would-expire-before-send" // TTL shorter than the backlog ahead
 	RejectUnavailable  RejectKind = "unavailable"              // a store admission needs is down or slow
+	RejectInvalid      RejectKind = "invalid"                  // a field out of its bounds at admission (send_at)
+	RejectOutstanding  RejectKind = "too-many-outstanding"     // the producer's max_outstanding
+	RejectRateLimited  RejectKind = "rate-limited"             // the producer's ingress GCRA
 )
 
 // rejectField names one request field a rejection is about.

@@ -24,7 +24,7 @@ func invalidBatch(n int) map[string]any {
 // compact, far smaller than the body sent.
 func TestRefusedBatchNotAmplified(t *testing.T) {
 	h := start(t, embeddedMode, nil)
-	store := h.app.srv.Idem.(*state.LocalIdempotency)
+	store := h.app.srv.Store.Idem.(*state.LocalIdempotency)
 	for i := range 3 {
 		r := h.post("/v1/messages/batch", keyNotify, invalidBatch(1000), "Idempotency-Key", "refused-"+strconv.Itoa(i))
 		wantStatus(t, r, http.StatusOK)

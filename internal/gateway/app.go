@@ -152,19 +152,19 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	if a.srv, err = newServer(cfg, d, gath, b, a.disp, live, opts.Dashboard); err != nil {
 		return nil, err
 	}
-	a.srv.Protect, a.srv.OptOuts = protect, optOuts
-	live.Totals.Refused = a.srv.Protect.Refused
-	if a.srv.History, err = opsview.NewHistoryView(b.history, b.scope, b.queue, a.disp.Snapshot, d.metrics.Accepted, d.quiet.Idle, d.log); err != nil {
+	a.srv.Admit.Protect, a.srv.Hooks.OptOuts = protect, optOuts
+	live.Totals.Refused = protect.Refused
+	if a.srv.Ops.History, err = opsview.NewHistoryView(b.history, b.scope, b.queue, a.disp.Snapshot, d.metrics.Accepted, d.quiet.Idle, d.log); err != nil {
 		return nil, err
 	}
-	if a.srv.Callbacks, err = newCallbacks(cfg, d, b, owner); err != nil {
+	if a.srv.Hooks.Callbacks, err = newCallbacks(cfg, d, b, owner); err != nil {
 		return nil, err
 	}
 	if rp, ok := a.prov.(provider.ReceiptParser); ok {
-		a.srv.Receipts = rp
+		a.srv.Hooks.Receipts = rp
 	}
 	if ip, ok := a.prov.(provider.InboundParser); ok {
-		a.srv.Inbound = ip
+		a.srv.Hooks.Inbound = ip
 	}
 	if cfg.Admin.Listen == "" {
 		a.http = newHTTPServer(cfg, a.srv.Routes(), d.log)
@@ -236,21 +236,24 @@ func ownerName(owner string) string {
 func newServer(cfg config.Config, d deps, gath prometheus.Gatherer, b *backend, disp *dispatch.Dispatcher, live *opsview.LiveStats,
 	dashboard http.Handler) (*httpapi.Server, error) {
 	s := &httpapi.Server{
-		Cfg: cfg, Log: d.log, Now: d.now, Metrics: d.metrics, Gatherer: gath,
-		Auth: httpapi.NewAuthenticator(cfg, d.metrics.PreviousKeys), AuthThrottle: httpapi.NewAuthThrottle(time.Now), Dashboard: dashboard, Quiet: cfg.QuietPolicy(),
-		Queue: b.queue, Enq: b.enq, OneTrip: b.oneTrip, Limiter: b.limiter, Ingress: &httpapi.Ingress{Keys: b.ingress}, Idem: b.idem,
-		Pause: b.pause, Checks: b.checks, OTP: disp, Notifier: disp, Live: live,
-		BodyGate: httpapi.NewBodyGate(cfg.HTTP.BodyBytesInFlight, cfg.HTTP.BodyBytesInFlightPerProducer, cfg.HTTP.MaxBodyBytes),
+		Cfg: cfg, Log: d.log, Now: d.now, Metrics: d.metrics, Dispatch: disp,
+		Store: httpapi.Stores{Queue: b.queue, Idem: b.idem},
+		Ops:   httpapi.OpsView{Limiter: b.limiter, Pause: b.pause, Live: live, Gatherer: gath, Dashboard: dashboard, Checks: b.checks},
+		Edge: httpapi.Edge{Auth: httpapi.NewAuthenticator(cfg, d.metrics.PreviousKeys), AuthThrottle: httpapi.NewAuthThrottle(time.Now),
+			BodyGate: httpapi.NewBodyGate(cfg.HTTP.BodyBytesInFlight, cfg.HTTP.BodyBytesInFlightPerProducer, cfg.HTTP.MaxBodyBytes)},
 	}
 	s.OTPRecords.Init()
-	s.ETA = &admission.ETAEstimator{Q: b.queue, Lim: b.limiter, Pause: b.pause, Cfg: cfg, Now: d.now, Log: d.log, Refresh: admission.ETARefresh,
-		Quiet: s.Quiet, Slowdown: disp.Slowdown}
+	quiet := cfg.QuietPolicy()
+	s.Admit = &admission.Pipeline{Quiet: quiet, Queue: b.queue, Ingress: b.ingress, Enq: b.enq, Script: b.script,
+		TakesHere: disp.TakesHere, TargetRPS: cfg.Limits.TargetRPS, Log: d.log,
+		ETA: &admission.ETAEstimator{Q: b.queue, Lim: b.limiter, Pause: b.pause, Cfg: cfg, Now: d.now, Log: d.log, Refresh: admission.ETARefresh,
+			Quiet: quiet, Slowdown: disp.Slowdown}}
 	for _, p := range cfg.HTTP.TrustedProxies {
 		pr, err := netip.ParsePrefix(p)
 		if err != nil {
 			return nil, fmt.Errorf("gateway: http.trusted_proxies: %w", err)
 		}
-		s.Trusted = append(s.Trusted, pr.Masked())
+		s.Edge.Trusted = append(s.Edge.Trusted, pr.Masked())
 	}
 	return s, nil
 }
@@ -420,7 +423,7 @@ func (a *App) Start(ctx context.Context) error {
 
 // loops are the backend's loops and the stats totals, in start order.
 func (a *App) loops() []loop {
-	return append(a.b.loops[:len(a.b.loops):len(a.b.loops)], a.srv.Live.Totals, a.srv.History.Rec, a.srv.Callbacks)
+	return append(a.b.loops[:len(a.b.loops):len(a.b.loops)], a.srv.Ops.Live.Totals, a.srv.Ops.History.Rec, a.srv.Hooks.Callbacks)
 }
 
 // Addr is the address the App listens on ("" before Start).

@@ -32,8 +32,8 @@ type backend struct {
 	mode     string // "embedded" | "redis"
 	scope    string // of the counters: scopeProcess | scopeShared
 	queue    queue.Queue
-	enq      admission.Enqueuer // the queue, or a coalescer in front of it
-	oneTrip  *httpapi.OneTrip   // Redis: single messages admitted and stored in one round trip
+	enq      admission.Enqueuer     // the queue, or a coalescer in front of it
+	script   *admission.ScriptStore // Redis: single messages admitted and stored in one round trip
 	limiter  limiter.Limiter
 	ingress  limiter.KeyLimiter
 	idem     state.Idempotency
@@ -165,7 +165,7 @@ func newRedisBackend(cfg config.Config, d deps) (_ *backend, err error) {
 	if !ok1 || !ok2 {
 		return nil, fmt.Errorf("gateway: redis mode without the redis idempotency store and suppression list")
 	}
-	b.oneTrip = &httpapi.OneTrip{Enq: co, Idem: idem, Sup: sup, Keys: keys}
+	b.script = &admission.ScriptStore{Enq: co, Idem: idem, Keys: keys}
 	b.listed = queue.Suppression{Key: sup.IndexKey()} // read inside the take script, under the account's hash tag
 	return b, b.finish(cfg, window)
 }

@@ -135,7 +135,7 @@ func TestBodyBytesInFlightBounded(t *testing.T) {
 		t.Fatalf("body of %d bytes", len(body))
 	}
 	first := h.postPiped("/v1/messages/batch", keyNotify, size)
-	eventually(t, "the first body's bytes reserved", func() bool { return h.app.srv.BodyGate.InFlightOf("notify") == size })
+	eventually(t, "the first body's bytes reserved", func() bool { return h.app.srv.Edge.BodyGate.InFlightOf("notify") == size })
 
 	for _, tc := range []struct{ key, names string }{
 		{keyNotify, "http.body_bytes_in_flight_per_producer"},
@@ -152,7 +152,7 @@ func TestBodyBytesInFlightBounded(t *testing.T) {
 		}
 	}
 	second := h.postPiped("/v1/messages/batch", keyCapped, size)
-	eventually(t, "the second body's bytes reserved", func() bool { return h.app.srv.BodyGate.InFlightOf("capped") == size })
+	eventually(t, "the second body's bytes reserved", func() bool { return h.app.srv.Edge.BodyGate.InFlightOf("capped") == size })
 	otp, err := json.Marshal(otpBody())
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +174,7 @@ func TestBodyBytesInFlightBounded(t *testing.T) {
 		}
 	}
 	wantStatus(t, h.post("/v1/messages/batch", keyNotify, body), http.StatusOK)
-	if n := h.app.srv.BodyGate.InFlightOf("notify") + h.app.srv.BodyGate.InFlightOf("capped"); n != 0 {
+	if n := h.app.srv.Edge.BodyGate.InFlightOf("notify") + h.app.srv.Edge.BodyGate.InFlightOf("capped"); n != 0 {
 		t.Errorf("%d bytes still reserved after every answer", n)
 	}
 }

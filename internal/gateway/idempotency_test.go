@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"smsgw/internal/admission"
 	"smsgw/internal/config"
 	"smsgw/internal/httpapi"
 	"smsgw/internal/provider/sim"
@@ -65,16 +66,16 @@ func TestIdempotencyInFlight(t *testing.T) {
 		t.Run(string(m), func(t *testing.T) {
 			t.Parallel()
 			h := start(t, m, nil)
-			p, _ := h.app.srv.Auth.ProducerFor(config.Producer{Key: keyNotify}.KeyHash())
+			p, _ := h.app.srv.Edge.Auth.ProducerFor(config.Producer{Key: keyNotify}.KeyHash())
 			path, scope := "/v1/messages", "message"
 			var body any = msg("transactional")
 			if m == redisMode {
 				path, scope = "/v1/messages/batch", "batch"
 				body = map[string]any{"messages": []any{msg("transactional")}}
 			}
-			k := httpapi.IdemKey(p.Name, scope, "slow-first")
+			k := admission.IdemKey(p.Name, scope, "slow-first")
 			// Hold the lock as a first request still in progress would.
-			_, token, err := h.app.srv.Idem.Acquire(context.Background(), k, time.Minute)
+			_, token, err := h.app.srv.Store.Idem.Acquire(context.Background(), k, time.Minute)
 			if err != nil || token == "" {
 				t.Fatalf("acquire: %q %v", token, err)
 			}
@@ -83,7 +84,7 @@ func TestIdempotencyInFlight(t *testing.T) {
 			if r.header.Get("Retry-After") != "1" {
 				t.Errorf("Retry-After %q", r.header.Get("Retry-After"))
 			}
-			if err := h.app.srv.Idem.Finish(context.Background(), k, token, nil); err != nil {
+			if err := h.app.srv.Store.Idem.Finish(context.Background(), k, token, nil); err != nil {
 				t.Fatal(err)
 			}
 			r = h.post(path, keyNotify, body, "Idempotency-Key", "slow-first")
@@ -210,7 +211,7 @@ func TestIdempotencySurvivesRestart(t *testing.T) {
 // let a retry across an upgrade queue a second message.
 func TestIdemKeyStable(t *testing.T) {
 	t.Parallel()
-	if got, want := httpapi.IdemKey("notify", "message", "order-9"), "2fa6f4fcfa9fa4ac7d325921d9f75074db7ef67a"; got != want {
+	if got, want := admission.IdemKey("notify", "message", "order-9"), "2fa6f4fcfa9fa4ac7d325921d9f75074db7ef67a"; got != want {
 		t.Errorf("idemKey = %s, want %s", got, want)
 	}
 }

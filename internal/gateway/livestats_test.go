@@ -134,8 +134,8 @@ func TestStatsNeverCountAheadOfTheQueue(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			hooked := &statsHookQueue{Queue: app.srv.Queue}
-			app.srv.Queue = hooked // before Start: no handler runs yet
+			hooked := &statsHookQueue{Queue: app.srv.Store.Queue}
+			app.srv.Store.Queue = hooked // before Start: no handler runs yet
 			if err := app.Start(t.Context()); err != nil {
 				t.Fatal(err)
 			}
@@ -159,7 +159,7 @@ func TestStatsNeverCountAheadOfTheQueue(t *testing.T) {
 			hook := func() {
 				ran.Store(true)
 				close(prov.release) // the send fails; MaxAttempts 1 makes it a dead letter
-				if !waitFor(func() bool { return app.srv.Live.Snap().Classes[sms.ClassMarketing].Dead == 1 }) {
+				if !waitFor(func() bool { return app.srv.Ops.Live.Snap().Classes[sms.ClassMarketing].Dead == 1 }) {
 					t.Error("timed out waiting for the dead letter to be counted")
 				}
 			}

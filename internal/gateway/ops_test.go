@@ -143,7 +143,7 @@ func TestAdminPauseIsShared(t *testing.T) {
 }
 
 func TestClientIPFromTrustedProxiesOnly(t *testing.T) {
-	s := &httpapi.Server{Trusted: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::1/128")}}
+	s := &httpapi.Server{Edge: httpapi.Edge{Trusted: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::1/128")}}}
 	for _, tc := range []struct {
 		remote, xff, want string
 	}{

@@ -203,7 +203,7 @@ func TestStatsQueueDownLeavesOutClassesOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	app.srv.Queue = failingStatsQueue{app.srv.Queue} // before Start: no handler runs yet
+	app.srv.Store.Queue = failingStatsQueue{app.srv.Store.Queue} // before Start: no handler runs yet
 	if err := app.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}

@@ -74,20 +74,20 @@ func (s *Server) readShared(ctx context.Context) sharedReads {
 		// a dead letter ended between the two reads was counted but still
 		// shown leased. Without the counters there are no classes to show,
 		// so the queue is not read.
-		if out.tot, _, out.since, out.totErr = s.Live.Totals.Read(ctx); out.totErr != nil {
+		if out.tot, _, out.since, out.totErr = s.Ops.Live.Totals.Read(ctx); out.totErr != nil {
 			return
 		}
-		if out.queue, out.queueErr = s.Queue.Stats(ctx); out.queueErr != nil {
+		if out.queue, out.queueErr = s.Store.Queue.Stats(ctx); out.queueErr != nil {
 			out.queueErr = fmt.Errorf("queue stats: %w", out.queueErr)
 		}
 	})
 	wg.Go(func() {
-		if out.outbox, out.outboxErr = s.Callbacks.Outbox.OutboxStats(ctx); out.outboxErr != nil {
+		if out.outbox, out.outboxErr = s.Hooks.Callbacks.Outbox.OutboxStats(ctx); out.outboxErr != nil {
 			out.outboxErr = fmt.Errorf("outbox stats: %w", out.outboxErr)
 		}
 	})
 	wg.Go(func() {
-		if out.suppressions, out.suppressionErr = s.Protect.Sup.Count(ctx); out.suppressionErr != nil {
+		if out.suppressions, out.suppressionErr = s.Admit.Protect.Sup.Count(ctx); out.suppressionErr != nil {
 			out.suppressionErr = fmt.Errorf("suppressions: %w", out.suppressionErr)
 		}
 	})
@@ -109,7 +109,7 @@ func (s *Server) adminStats(w http.ResponseWriter, r *http.Request) {
 		lsErr error
 		wg    sync.WaitGroup
 	)
-	wg.Go(func() { ls, lsErr = s.Limiter.State(ctx) })
+	wg.Go(func() { ls, lsErr = s.Ops.Limiter.State(ctx) })
 	sh := s.readShared(ctx)
 	wg.Wait()
 	if lsErr != nil {
@@ -117,7 +117,7 @@ func (s *Server) adminStats(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	out := opsview.StatsResponse{Unavailable: []string{}, Pause: s.Pause.State()}
+	out := opsview.StatsResponse{Unavailable: []string{}, Pause: s.Ops.Pause.State()}
 	var failed []error
 	miss := func(section string, errs ...error) {
 		out.Unavailable = append(out.Unavailable, section)
@@ -144,7 +144,7 @@ func (s *Server) adminStats(w http.ResponseWriter, r *http.Request) {
 		miss(SectionClasses) // its reason is the counters', logged once below
 	}
 	if counted {
-		out.Counters = &opsview.CountersInfo{Scope: s.Live.Totals.Scope, Since: sh.since.UTC()}
+		out.Counters = &opsview.CountersInfo{Scope: s.Ops.Live.Totals.Scope, Since: sh.since.UTC()}
 	} else {
 		miss(SectionCounters, sh.totErr)
 	}
@@ -159,9 +159,9 @@ func (s *Server) adminStats(w http.ResponseWriter, r *http.Request) {
 		miss(SectionProtection, sh.suppressionErr)
 	}
 
-	snap := s.Live.Snap()
+	snap := s.Ops.Live.Snap()
 	g := s.Cfg.Dispatch.SuspensionGuard
-	out.Provider = opsview.ProviderStats{Name: s.Live.ProviderName, RateScope: s.Live.Totals.Scope,
+	out.Provider = opsview.ProviderStats{Name: s.Ops.Live.ProviderName, RateScope: s.Ops.Live.Totals.Scope,
 		TargetRPS: s.Cfg.Limits.TargetRPS, ContractRPS: s.Cfg.Provider.ContractRPS,
 		ThrottledInWindow: snap.GuardCount, GuardActivateAt: snap.GuardActivateAt,
 		SuspendAfter: g.Threshold, WindowSeconds: g.Window.Seconds(), GuardActive: snap.GuardActive}
@@ -169,15 +169,15 @@ func (s *Server) adminStats(w http.ResponseWriter, r *http.Request) {
 	if counted {
 		// The rate is sampled from the stored totals: while they cannot be
 		// read it is the rate from before, not a current figure.
-		rate := s.Live.Totals.Rate()
+		rate := s.Ops.Live.Totals.Rate()
 		out.Provider.SentPerSecond, out.Provider.ThrottledTotal = &rate, &tot.Throttled
 		out.OTP.UnavailableTotal = &tot.OTPRefused
 	}
-	if q, n := s.Live.OTP.Quantiles(0.5, 0.99); n > 0 {
+	if q, n := s.Ops.Live.OTP.Quantiles(0.5, 0.99); n > 0 {
 		p50, p99 := ms(q[0]), ms(q[1])
 		out.OTP.LatencyP50MS, out.OTP.LatencyP99MS, out.OTP.LatencySamples = &p50, &p99, n
 	}
-	rep := s.Live.Replica
+	rep := s.Ops.Live.Replica
 	out.Replica = opsview.ReplicaStats{Owner: rep.Owner, StartedAt: rep.Started.UTC(), UptimeSeconds: s.Now().Sub(rep.Started).Seconds(),
 		Mode: rep.Mode, LimiterMode: string(ls.Mode)}
 	out.Limiter = opsview.LimiterStats{Mode: string(ls.Mode), PauseRemainingMS: ls.PauseRemaining.Milliseconds(), Keys: []opsview.LimiterKey{}}
@@ -250,21 +250,21 @@ func (s *Server) adminPause(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if sc != nil {
-		if err := s.Pause.PauseScope(r.Context(), *sc, d, req.Reason); err != nil {
+		if err := s.Ops.Pause.PauseScope(r.Context(), *sc, d, req.Reason); err != nil {
 			s.WriteError(w, r, err)
 			return
 		}
 		s.Log.WarnContext(r.Context(), "part of the sending paused by operator", "class", sc.Class, "producer", sc.Producer,
 			"duration", d, "reason", req.Reason, "client_ip", clientIP(r.Context()))
-		writeJSON(w, s.Log, "application/json", http.StatusOK, s.Pause.State())
+		writeJSON(w, s.Log, "application/json", http.StatusOK, s.Ops.Pause.State())
 		return
 	}
-	if err := s.Pause.Pause(r.Context(), d, req.Reason); err != nil {
+	if err := s.Ops.Pause.Pause(r.Context(), d, req.Reason); err != nil {
 		s.WriteError(w, r, err)
 		return
 	}
 	s.Log.WarnContext(r.Context(), "sending paused by operator", "duration", d, "reason", req.Reason, "client_ip", clientIP(r.Context()))
-	writeJSON(w, s.Log, "application/json", http.StatusOK, s.Pause.State())
+	writeJSON(w, s.Log, "application/json", http.StatusOK, s.Ops.Pause.State())
 }
 
 // pauseScope is the scope a pause or resume names (nil: everything), or
@@ -302,21 +302,21 @@ func (s *Server) adminResume(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if sc != nil {
-		if err := s.Pause.ResumeScope(r.Context(), *sc); err != nil {
+		if err := s.Ops.Pause.ResumeScope(r.Context(), *sc); err != nil {
 			s.WriteError(w, r, err)
 			return
 		}
 		s.Log.WarnContext(r.Context(), "part of the sending resumed by operator", "class", sc.Class, "producer", sc.Producer,
 			"client_ip", clientIP(r.Context()))
-		writeJSON(w, s.Log, "application/json", http.StatusOK, s.Pause.State())
+		writeJSON(w, s.Log, "application/json", http.StatusOK, s.Ops.Pause.State())
 		return
 	}
-	if err := s.Pause.Resume(r.Context()); err != nil {
+	if err := s.Ops.Pause.Resume(r.Context()); err != nil {
 		s.WriteError(w, r, err)
 		return
 	}
 	s.Log.WarnContext(r.Context(), "sending resumed by operator", "client_ip", clientIP(r.Context()))
-	writeJSON(w, s.Log, "application/json", http.StatusOK, s.Pause.State())
+	writeJSON(w, s.Log, "application/json", http.StatusOK, s.Ops.Pause.State())
 }
 
 // AdminMessage is a message as an operator sees it: the recipient masked,
@@ -379,7 +379,7 @@ func (s *Server) adminDeadLetters(w http.ResponseWriter, r *http.Request) {
 		s.WriteError(w, r, perr)
 		return
 	}
-	ms, err := s.Queue.DeadLetters(r.Context(), limit)
+	ms, err := s.Store.Queue.DeadLetters(r.Context(), limit)
 	if err != nil {
 		s.WriteError(w, r, fmt.Errorf("dead letters: %w", err))
 		return
@@ -402,11 +402,11 @@ func (s *Server) adminRetryDead(w http.ResponseWriter, r *http.Request) {
 		s.WriteError(w, r, errorf(KindNotFound, "no such dead letter"))
 		return
 	}
-	if err := s.Queue.RetryDead(r.Context(), id); err != nil {
+	if err := s.Store.Queue.RetryDead(r.Context(), id); err != nil {
 		s.WriteError(w, r, fmt.Errorf("retry dead letter %s: %w", id, err))
 		return
 	}
-	m, err := s.Queue.Get(r.Context(), id)
+	m, err := s.Store.Queue.Get(r.Context(), id)
 	if err == nil {
 		s.notify(m.Class)
 	}

@@ -341,7 +341,7 @@ func (s *Server) authProducer(next http.Handler) http.Handler {
 			s.WriteError(w, r, errorf(kindUnauthorized, "send Authorization: Bearer <key>"))
 			return
 		}
-		p, prev := s.Auth.ProducerFor(h)
+		p, prev := s.Edge.Auth.ProducerFor(h)
 		if p == nil {
 			s.authFailed(w, r, "unknown producer key")
 			return
@@ -360,9 +360,9 @@ func (s *Server) authAdmin(next http.Handler) http.Handler {
 			s.WriteError(w, r, errorf(kindUnauthorized, "send Authorization: Bearer <admin key>"))
 			return
 		}
-		ok, prev := s.Auth.isAdmin(h)
+		ok, prev := s.Edge.Auth.isAdmin(h)
 		if !ok {
-			if p, _ := s.Auth.ProducerFor(h); p != nil {
+			if p, _ := s.Edge.Auth.ProducerFor(h); p != nil {
 				s.WriteError(w, r, errorf(kindForbidden, "this endpoint needs the admin key"))
 				return
 			}
@@ -389,13 +389,18 @@ func (s *Server) authFailed(w http.ResponseWriter, r *http.Request, what string)
 // would pass); the WARN line what is sampled.
 func (s *Server) failedAuth(w http.ResponseWriter, r *http.Request, what, valid string, answer error) {
 	ip := clientIP(r.Context())
-	if wait := s.AuthThrottle.fail(ip); wait > 0 {
+	if wait := s.Edge.AuthThrottle.fail(ip); wait > 0 {
 		s.WriteError(w, r, &apiError{Kind: kindAuthThrottled, RetryAfter: wait,
 			Detail: "too many failed authentications from this address; retry after the Retry-After seconds with " + valid})
 		return
 	}
-	if ok, left := s.AuthThrottle.sampleLog(); ok {
+	if ok, left := s.Edge.AuthThrottle.sampleLog(); ok {
 		s.Log.WarnContext(r.Context(), what, "path", logPath(r), "client_ip", ip, "not_logged_since_last", left)
 	}
 	s.WriteError(w, r, answer)
+}
+
+// asSender is what admission knows of p.
+func (p *Producer) asSender() admission.Sender {
+	return admission.Sender{Name: p.Name, MaxOutstanding: p.MaxOutstanding, Ingress: p.Ingress, Webhook: p.webhook}
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"smsgw/internal/admission"
 	"smsgw/internal/limiter"
 )
 
@@ -117,16 +118,16 @@ func (g *BodyGate) reserve(p *Producer, n int64) (release func(), err error) {
 func (s *Server) gateBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := producerFrom(r.Context())
-		if wait := s.BodyGate.held(p, time.Now()); wait > 0 {
+		if wait := s.Edge.BodyGate.held(p, time.Now()); wait > 0 {
 			refuseUnread(w)
-			s.WriteError(w, r, rateLimited(p, wait))
+			s.WriteError(w, r, admission.RateLimited(p.asSender(), wait))
 			return
 		}
 		n := r.ContentLength
 		if n < 0 {
-			n = s.BodyGate.maxBody // chunked: as much as it may be
+			n = s.Edge.BodyGate.maxBody // chunked: as much as it may be
 		}
-		release, err := s.BodyGate.reserve(p, n)
+		release, err := s.Edge.BodyGate.reserve(p, n)
 		if err != nil {
 			refuseUnread(w)
 			s.WriteError(w, r, err)

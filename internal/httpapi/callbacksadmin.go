@@ -57,7 +57,7 @@ func (s *Server) adminDeadCallbacks(w http.ResponseWriter, r *http.Request) {
 		s.WriteError(w, r, perr)
 		return
 	}
-	evs, err := s.Callbacks.Outbox.DeadEvents(r.Context(), limit)
+	evs, err := s.Hooks.Callbacks.Outbox.DeadEvents(r.Context(), limit)
 	if err != nil {
 		s.WriteError(w, r, fmt.Errorf("dead callbacks: %w", err))
 		return
@@ -83,7 +83,7 @@ func (s *Server) adminRetryCallback(w http.ResponseWriter, r *http.Request) {
 		s.WriteError(w, r, errorf(KindNotFound, "no such dead callback"))
 		return
 	}
-	if err := s.Callbacks.Outbox.RetryDeadEvent(r.Context(), id); err != nil {
+	if err := s.Hooks.Callbacks.Outbox.RetryDeadEvent(r.Context(), id); err != nil {
 		if errors.Is(err, queue.ErrNotFound) {
 			s.WriteError(w, r, errorf(KindNotFound, "no such dead callback"))
 			return
@@ -91,6 +91,6 @@ func (s *Server) adminRetryCallback(w http.ResponseWriter, r *http.Request) {
 		s.WriteError(w, r, fmt.Errorf("retry dead callback: %w", err))
 		return
 	}
-	s.Callbacks.D.Wake()
+	s.Hooks.Callbacks.D.Wake()
 	writeJSON(w, s.Log, "application/json", http.StatusAccepted, retriedCallback{ID: id})
 }

@@ -2,8 +2,6 @@ package httpapi
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"smsgw/internal/admission"
 	"smsgw/internal/config"
 	"smsgw/internal/httpapi/fastdecode"
 	"smsgw/internal/sms"
@@ -325,7 +324,7 @@ func (s *Server) validateMessage(req *messageRequest, class sms.Class, prefix st
 		} else if sendAt.IsZero() {
 			// Given, the zero instant is in the past like any other time;
 			// from here on the zero time means "no send_at".
-			errs = append(errs, *sendAtPast(prefix))
+			errs = append(errs, fieldProblem{prefix + "send_at", admission.SendAtPast})
 		}
 	}
 	ttl := s.Cfg.Messages.DefaultTTL
@@ -358,7 +357,7 @@ func (s *Server) validateMessage(req *messageRequest, class sms.Class, prefix st
 
 		CallbackURL: req.CallbackURL,
 	}
-	m.RequestHash = requestHash(m, ttl)
+	m.RequestHash = admission.RequestHash(m, ttl)
 	return validated{msg: m, segments: seg, ttl: ttl}, nil
 }
 
@@ -389,37 +388,4 @@ func parseClass(name, prefix string) (sms.Class, *fieldProblem) {
 		return 0, &fieldProblem{prefix + "class", "must be one of otp, transactional, marketing"}
 	}
 	return c, nil
-}
-
-// requestHash digests the canonical request (normalized number, every
-// field that changes what is sent), so a replay under the same
-// Idempotency-Key with another body is told apart.
-func requestHash(m *sms.Message, ttl time.Duration) string {
-	var ttlBuf [20]byte
-	fields := [...]string{"v1", m.Class.String(), m.To, m.From, m.Body, m.Reference,
-		string(strconv.AppendInt(ttlBuf[:0], int64(ttl/time.Second), 10)), "", "", "", ""}
-	n := 7
-	if !m.SendAt.IsZero() {
-		// only when set, so that the digest of every request without it
-		// stays what earlier releases stored.
-		fields[n], fields[n+1] = "send_at", m.SendAt.Format(time.RFC3339Nano)
-		n += 2
-	}
-	if m.CallbackURL != "" {
-		fields[n], fields[n+1] = "callback_url", m.CallbackURL
-		n += 2
-	}
-	// One buffer, one digest: the same bytes as writing each part in turn.
-	size := 0
-	for _, f := range fields[:n] {
-		size += 21 + len(f)
-	}
-	buf := make([]byte, 0, size)
-	for _, f := range fields[:n] {
-		buf = strconv.AppendInt(buf, int64(len(f)), 10)
-		buf = append(buf, ':')
-		buf = append(buf, f...)
-	}
-	sum := sha256.Sum256(buf)
-	return hex.EncodeToString(sum[:])
 }

@@ -39,7 +39,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	checks := map[string]string{}
 	var failed []error
-	for _, c := range s.Checks {
+	for _, c := range s.Ops.Checks {
 		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 		err := c.Check(ctx)
 		cancel()

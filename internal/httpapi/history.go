@@ -26,10 +26,10 @@ func paceOf(p history.Pace) opsview.PaceStats {
 
 func (s *Server) adminHistory(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	now, err := s.History.Store.Now(ctx)
+	now, err := s.Ops.History.Store.Now(ctx)
 	var series history.Series
 	if err == nil {
-		series, err = s.History.Store.Read(ctx, now)
+		series, err = s.Ops.History.Store.Read(ctx, now)
 	}
 	if err != nil {
 		s.WriteError(w, r, &apiError{Kind: kindUnavailable, Detail: "the history store did not answer",
@@ -37,7 +37,7 @@ func (s *Server) adminHistory(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n := len(series.Samples)
-	out := opsview.HistoryResponse{Scope: s.History.Scope, StepSeconds: series.Step.Seconds(),
+	out := opsview.HistoryResponse{Scope: s.Ops.History.Scope, StepSeconds: series.Step.Seconds(),
 		Start: series.Start.UTC(), End: series.End().UTC(), Throttled: make([]int64, n),
 		Sent: map[string][]int64{}, Accepted: map[string][]int64{}, Queued: map[string][]*int64{},
 		Limits: opsview.HistoryLimits{ContractRPS: s.Cfg.Provider.ContractRPS, TargetRPS: s.Cfg.Limits.TargetRPS,

@@ -1,17 +1,13 @@
 package httpapi
 
 import (
-	"bytes"
-	"compress/flate"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
 	"net/http"
-	"strconv"
 	"time"
 
+	"smsgw/internal/admission"
+	"smsgw/internal/httpapi/accepted"
 	"smsgw/internal/state"
 )
 
@@ -26,7 +22,7 @@ import (
 //
 // The answer store is a state.Idempotency: Redis (shared by replicas) or,
 // in embedded mode, this process's memory, bounded by a count and by bytes.
-// Answers are stored compressed (compactAnswer), one answer is at most
+// Answers are stored compressed (state.CompactAnswer), one answer is at most
 // state.MaxAnswerBytes (a larger one is not stored), a batch answer at most
 // answerBytesPerAccepted per accepted item (each paid one unit of ingress
 // quota), and a batch refused whole is not stored at all and costs one
@@ -43,21 +39,6 @@ const (
 	// maxIdempotencyKeyLen bounds the Idempotency-Key header.
 	maxIdempotencyKeyLen = 255
 )
-
-// idemStore keeps first answers and in-flight locks.
-type idemStore = state.Idempotency
-
-// IdemKey names one (producer, scope, Idempotency-Key) without letting any
-// header text into a store key: 40 hex digits (state.ValidKey).
-func IdemKey(producer, scope, key string) string {
-	buf := make([]byte, 0, 64+len(producer)+len(scope)+len(key))
-	for _, s := range []string{producer, scope, key} {
-		buf = strconv.AppendInt(buf, int64(len(s)), 10)
-		buf = append(append(buf, ':'), s...)
-	}
-	sum := sha256.Sum256(buf)
-	return hex.EncodeToString(sum[:20])
-}
 
 // validIdempotencyKey: 1..255 printable ASCII characters.
 func validIdempotencyKey(k string) bool {
@@ -131,8 +112,8 @@ func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, p *Producer,
 		s.writeResponse(w, r, res, err)
 		return
 	}
-	k := IdemKey(p.Name, scope, key)
-	first, token, err := s.Idem.Acquire(ctx, k, idemLockTTL)
+	k := admission.IdemKey(p.Name, scope, key)
+	first, token, err := s.Store.Idem.Acquire(ctx, k, idemLockTTL)
 	if err != nil {
 		s.WriteError(w, r, fmt.Errorf("idempotency: acquire: %w", err))
 		return
@@ -150,7 +131,7 @@ func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, p *Producer,
 		// The lock is released even when the client has gone away.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
-		if err := s.Idem.Finish(ctx, k, token, stored); err != nil {
+		if err := s.Store.Idem.Finish(ctx, k, token, stored); err != nil {
 			s.Log.WarnContext(ctx, "idempotency: store answer", "err", err)
 		}
 	}()
@@ -189,12 +170,12 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request, a *state.Answer,
 		s.WriteError(w, r, errorf(kindKeyReused, "this Idempotency-Key was first used with a different request; use a new key for a new request"))
 		return
 	}
-	a, err := expandForm(a)
+	a, err := accepted.Expand(a)
 	if err != nil {
 		s.WriteError(w, r, fmt.Errorf("idempotency: stored answer: %w", err))
 		return
 	}
-	body, err := answerBody(a)
+	body, err := state.AnswerBody(a)
 	if err != nil {
 		s.WriteError(w, r, fmt.Errorf("idempotency: stored answer: %w", err))
 		return
@@ -207,40 +188,13 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request, a *state.Answer,
 	writeRaw(w, "application/json", a.Status, append(body, '\n'))
 }
 
-// compactMin is the body size from which a stored answer is compressed.
-const compactMin = 512
-
-// compactAnswer stores a's body DEFLATE-compressed when that makes it
-// smaller: a batch answer repeats the same problem for many items, so it
-// shrinks many times over, and the store (memory, or Redis) holds that.
+// compactAnswer is the form an answer is stored in: an accepted
+// message's compact form (answerform.go), else state.CompactAnswer.
 func compactAnswer(a *state.Answer) *state.Answer {
-	if c := compactForm(a); c != a {
-		return c // an accepted message's: its compact form (answerform.go)
+	if c := accepted.Compact(a); c != a {
+		return c
 	}
-	if len(a.Body) < compactMin {
-		return a
-	}
-	var buf bytes.Buffer
-	zw, err := flate.NewWriter(&buf, flate.BestSpeed)
-	if err != nil {
-		return a
-	}
-	if _, err := zw.Write(a.Body); err != nil || zw.Close() != nil || buf.Len() >= len(a.Body) {
-		return a
-	}
-	c := *a
-	c.Body, c.Deflated = buf.Bytes(), true
-	return &c
-}
-
-// answerBody is the body a stored answer replays.
-func answerBody(a *state.Answer) ([]byte, error) {
-	if !a.Deflated {
-		return a.Body, nil
-	}
-	// A stored body was at most the request's own answer; bound the
-	// inflation all the same.
-	return io.ReadAll(io.LimitReader(flate.NewReader(bytes.NewReader(a.Body)), 64<<20))
+	return state.CompactAnswer(a)
 }
 
 func (s *Server) writeResponse(w http.ResponseWriter, r *http.Request, res *response, err error) {

@@ -36,18 +36,18 @@ const MaxInboundBytes = MaxReceiptBytes
 // empty TwiML document for Twilio) so that no vendor retries it.
 func (s *Server) postInbound(w http.ResponseWriter, r *http.Request) {
 	adapter := chi.URLParam(r, "adapter")
-	if adapter != s.Cfg.Provider.Kind || s.Inbound == nil || s.OptOuts == nil {
+	if adapter != s.Cfg.Provider.Kind || s.Hooks.Inbound == nil || s.Hooks.OptOuts == nil {
 		s.WriteError(w, r, errorf(KindNotFound, "this gateway takes no inbound messages for adapter "+maskID(adapter)))
 		return
 	}
-	o := s.OptOuts
+	o := s.Hooks.OptOuts
 	count := func(kind string) { o.Inbound.WithLabelValues(adapter, kind).Inc() }
 	raw, err := s.readWebhook(w, r, MaxInboundBytes)
 	if err != nil {
 		s.WriteError(w, r, err)
 		return
 	}
-	in, err := s.Inbound.ParseInbound(r, raw)
+	in, err := s.Hooks.Inbound.ParseInbound(r, raw)
 	if err != nil {
 		var re *provider.ReceiptError
 		switch {
@@ -75,7 +75,7 @@ func (s *Server) postInbound(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	count(kind)
-	if a, ok := s.Inbound.(provider.InboundAcker); ok {
+	if a, ok := s.Hooks.Inbound.(provider.InboundAcker); ok {
 		ct, body := a.InboundAck()
 		writeRaw(w, ct, http.StatusOK, body)
 		return
@@ -96,7 +96,7 @@ type keywordFailure struct {
 
 // applyKeyword applies an opt-out or opt-in keyword from in's sender.
 func (s *Server) applyKeyword(r *http.Request, adapter, kind string, in provider.Inbound) *keywordFailure {
-	o, ctx := s.OptOuts, r.Context()
+	o, ctx := s.Hooks.OptOuts, r.Context()
 	from, err := sms.ParseE164(in.From)
 	if err != nil {
 		return &keywordFailure{admission.InboundMalformed, fieldError(in.FromField, "must be the sender's number in E.164")}
@@ -117,7 +117,7 @@ func (s *Server) applyKeyword(r *http.Request, adapter, kind string, in provider
 
 // applyAdmitted changes the list for an admitted keyword from from.
 func (s *Server) applyAdmitted(r *http.Request, adapter, kind, from, masked string, adm admittedKeyword) *keywordFailure {
-	o, ctx := s.OptOuts, r.Context()
+	o, ctx := s.Hooks.OptOuts, r.Context()
 	if kind == admission.InboundOptOut {
 		id, added, err := o.Suppress(ctx, from, state.SourceRecipient, "opted out by text message ("+adapter+")")
 		switch {

@@ -44,7 +44,7 @@ type admittedKeyword struct {
 // nil failure with the message's key and time, or why not. A replay is a
 // failure without an error: acknowledged like any signed message.
 func (s *Server) admitKeyword(ctx context.Context, adapter string, in provider.Inbound) (admittedKeyword, *keywordFailure) {
-	o := s.OptOuts
+	o := s.Hooks.OptOuts
 	key, err := o.AppliedKey(ctx, adapter, in.ProviderID)
 	if err != nil {
 		return admittedKeyword{}, unavailableKeyword(err, "the suppression list is unavailable: nothing was recorded; send it again")
@@ -57,7 +57,7 @@ func (s *Server) admitKeyword(ctx context.Context, adapter string, in provider.I
 	case seen:
 		return admittedKeyword{}, &keywordFailure{kind: admission.InboundReplayed}
 	}
-	if c, ok := s.Inbound.(provider.InboundConfirmer); ok {
+	if c, ok := s.Hooks.Inbound.(provider.InboundConfirmer); ok {
 		at, err := c.ConfirmInbound(ctx, in)
 		switch {
 		case errors.Is(err, provider.ErrConfirmUnavailable):

@@ -22,10 +22,10 @@ func keyedLimiterKey(p *Producer) string { return "keyed\x00" + p.Name }
 
 // admitKeyed charges one keyed request to p's quota.
 func (s *Server) admitKeyed(ctx context.Context, p *Producer) error {
-	if s.Ingress == nil || s.Ingress.Keys == nil || p.Keyed.Burst < 1 {
+	if s.Admit == nil || s.Admit.Ingress == nil || p.Keyed.Burst < 1 {
 		return nil
 	}
-	d, err := s.Ingress.Keys.Allow(ctx, keyedLimiterKey(p), p.Keyed, 1)
+	d, err := s.Admit.Ingress.Allow(ctx, keyedLimiterKey(p), p.Keyed, 1)
 	if err != nil {
 		return fmt.Errorf("keyed-request limiter: %w", err)
 	}

@@ -7,28 +7,15 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
+	"smsgw/internal/admission"
 	"smsgw/internal/config"
 	"smsgw/internal/dispatch"
-	"smsgw/internal/logsample"
+	"smsgw/internal/httpapi/otprecords"
 	"smsgw/internal/sms"
 	"smsgw/internal/state"
 )
-
-// otpSender sends one message synchronously (the dispatcher).
-type otpSender interface {
-	SendNow(ctx context.Context, m *sms.Message, deadline time.Duration) (dispatch.SendNowResult, error)
-}
-
-// notifier wakes the send loop after an enqueue (the dispatcher), and
-// says beforehand whether an idle lane of this process will take the
-// message at once (then no other replica is woken for it).
-type notifier interface {
-	Notify(c sms.Class)
-	TakesHere(c sms.Class) bool
-}
 
 // OTPSent is the answer of POST /v1/otp once the provider took the message.
 type OTPSent struct {
@@ -104,7 +91,7 @@ func (s *Server) postOTP(w http.ResponseWriter, r *http.Request) {
 		steps.Mark(dispatch.StepIdempotency)
 		// The fast path queues nothing: the check here is the only one
 		// (a queued message's take checks the suppression list again).
-		_, held, err := s.protectOne(ctx, sms.ClassOTP, v.msg.To)
+		held, err := s.Admit.ProtectOTP(ctx, p.asSender(), v.msg.To)
 		if err != nil {
 			return nil, deadlineSpent(ctx, err)
 		}
@@ -121,7 +108,7 @@ func (s *Server) postOTP(w http.ResponseWriter, r *http.Request) {
 		steps.Mark(dispatch.StepIngress)
 		// Stamped with the arrival time: the provider's view of latency
 		// (the id's time) starts when the request arrived.
-		m := s.stamp(v, p, "", arrived)
+		m := s.Admit.Stamp(*v.msg, p.asSender(), "", v.ttl, arrived)
 		m.ExpiresAt = due.UTC()
 		unknown, err := s.otpUnknownID(ctx, p, key, v.msg.RequestHash)
 		if err != nil {
@@ -138,7 +125,7 @@ func (s *Server) postOTP(w http.ResponseWriter, r *http.Request) {
 		m.Attempts = unknown.tries + 1 // this attempt, the record's count if it is sent
 		steps.Mark(dispatch.StepIdempotency)
 		start := time.Now()
-		res, err := s.OTP.SendNow(dispatch.WithSteps(rctx, steps), m, left)
+		res, err := s.Dispatch.SendNow(dispatch.WithSteps(rctx, steps), m, left)
 		s.Metrics.OTP(err, time.Since(start))
 		s.Metrics.OTPSteps(steps)
 		w.Header().Set("Server-Timing", steps.ServerTiming())
@@ -166,91 +153,18 @@ func (s *Server) postOTP(w http.ResponseWriter, r *http.Request) {
 // a suppressed number) is answered as it is.
 func deadlineSpent(ctx context.Context, err error) error {
 	var ae *apiError
-	if err == nil || ctx.Err() == nil || !errors.Is(context.Cause(ctx), context.DeadlineExceeded) || errors.As(err, &ae) {
+	var rj *admission.Rejection
+	if err == nil || ctx.Err() == nil || !errors.Is(context.Cause(ctx), context.DeadlineExceeded) || errors.As(err, &ae) ||
+		errors.As(err, &rj) && rj.Kind != admission.RejectUnavailable {
 		return err
 	}
 	return &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err,
 		Detail: "the deadline passed before a send slot was reserved (the gateway's store answered slowly); nothing was sent or queued"}
 }
 
-// OTPRecords tracks the status records of fast-path OTPs written in the
-// background (after their answer, or retried while the store is down), so
-// that a stopping App waits for them before it closes the store, and
-// bounds how many are in flight.
-type OTPRecords struct {
-	Mu      sync.Mutex
-	Closing bool // set by close: no more goroutines start
-	wg      sync.WaitGroup
-	Slots   chan struct{}     // one per record in flight
-	failed  logsample.Sampler // samples the log of records given up
-	retried logsample.Sampler // samples the log of records put off
-	// Ctx ends when close gives up waiting: writes in flight end with it.
-	Ctx    context.Context
-	cancel context.CancelFunc
-	// stopping is closed by close: a record that fails then is given up
-	// instead of waiting for the next try.
-	stopping chan struct{}
-}
-
-// Init readies the table of OTP records still to write.
-func (r *OTPRecords) Init() {
-	r.Slots = make(chan struct{}, maxOTPRecordsInFlight)
-	r.Ctx, r.cancel = context.WithCancel(context.Background())
-	r.stopping = make(chan struct{})
-}
-
-// Start reserves a slot for a background write; false when closing or
-// when every slot is taken.
-func (r *OTPRecords) Start() bool {
-	r.Mu.Lock()
-	defer r.Mu.Unlock()
-	if r.Closing {
-		return false
-	}
-	select {
-	case r.Slots <- struct{}{}:
-		r.wg.Add(1)
-		return true
-	default:
-		return false
-	}
-}
-
-// Done marks one OTP record written or given up.
-func (r *OTPRecords) Done() {
-	<-r.Slots
-	r.wg.Done()
-}
-
-// Close stops new background writes and gives up retrying, then waits for
-// the writes in flight, or until ctx ends: then it cuts them short and
-// waits for them to return (they end with r.ctx), so nothing it started
-// outlives it.
-func (r *OTPRecords) Close(ctx context.Context) {
-	r.Mu.Lock()
-	if !r.Closing {
-		r.Closing = true
-		close(r.stopping)
-	}
-	r.Mu.Unlock()
-	ended := make(chan struct{})
-	go func() {
-		r.wg.Wait()
-		close(ended)
-	}()
-	select {
-	case <-ended:
-	case <-ctx.Done():
-		r.cancel()
-		<-ended
-	}
-	r.cancel()
-}
-
-// maxOTPRecordsInFlight bounds the records written in the background;
-// past it a record is not written (counted and logged): the answers of
-// OTPs do not wait for a store that slow.
-const maxOTPRecordsInFlight = 256
+// OTPRecords tracks the fast-path OTP records written in the background
+// (otprecords).
+type OTPRecords = otprecords.Records
 
 // otpRecordTimeout bounds one record's write.
 const otpRecordTimeout = 5 * time.Second
@@ -278,7 +192,7 @@ func (s *Server) recordOTP(ctx context.Context, m *sms.Message, providerID strin
 		if err == nil {
 			return
 		}
-		if !DependencyDown(err) && !maybeStored(err) {
+		if !DependencyDown(err) && !admission.MaybeStored(err) {
 			s.otpRecordGivenUp(&sent, err)
 			return
 		}
@@ -309,7 +223,7 @@ func (s *Server) retryOTPRecord(sent *sms.Message, now bool) {
 				}
 				return
 			}
-			if !DependencyDown(err) && !maybeStored(err) {
+			if !DependencyDown(err) && !admission.MaybeStored(err) {
 				s.otpRecordGivenUp(sent, err)
 				return
 			}
@@ -320,7 +234,7 @@ func (s *Server) retryOTPRecord(sent *sms.Message, now bool) {
 		}
 		if err != nil {
 			s.Metrics.OTPRecordRetried.Inc()
-			if n, ok := r.retried.Add(s.Now(), unknownLogEvery); ok {
+			if n, ok := r.Retried.Add(s.Now(), unknownLogEvery); ok {
 				s.Log.Warn("storing fast-path OTPs as sent failed; retrying until the store answers",
 					"count", n, "id", sent.ID, "producer", sent.Producer, "err", err)
 			}
@@ -328,7 +242,7 @@ func (s *Server) retryOTPRecord(sent *sms.Message, now bool) {
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
-		case <-r.stopping:
+		case <-r.Stopping():
 			t.Stop()
 			if err == nil {
 				err = errOTPRecordsBusy
@@ -344,7 +258,7 @@ func (s *Server) retryOTPRecord(sent *sms.Message, now bool) {
 func (s *Server) writeOTPRecord(ctx context.Context, sent *sms.Message) error {
 	wctx, cancel := context.WithTimeout(ctx, otpRecordTimeout)
 	defer cancel()
-	st, err := s.Queue.RecordSent(wctx, sent)
+	st, err := s.Store.Queue.RecordSent(wctx, sent)
 	if err != nil {
 		return err
 	}
@@ -353,8 +267,8 @@ func (s *Server) writeOTPRecord(ctx context.Context, sent *sms.Message) error {
 		// now: its outcome counts now
 		s.Metrics.Receipts.Outcome(sms.ClassOTP, st)
 	}
-	if sent.Callbacks && s.Callbacks != nil {
-		s.Callbacks.D.Wake()
+	if sent.Callbacks && s.Hooks.Callbacks != nil {
+		s.Hooks.Callbacks.D.Wake()
 	}
 	return nil
 }
@@ -362,7 +276,7 @@ func (s *Server) writeOTPRecord(ctx context.Context, sent *sms.Message) error {
 // otpRecordGivenUp counts and (sampled) logs a record not stored.
 func (s *Server) otpRecordGivenUp(sent *sms.Message, err error) {
 	s.Metrics.OTPRecordFailed.Inc()
-	if n, ok := s.OTPRecords.failed.Add(s.Now(), unknownLogEvery); ok {
+	if n, ok := s.OTPRecords.Failed.Add(s.Now(), unknownLogEvery); ok {
 		s.Log.Warn("storing fast-path OTPs as sent failed: their status, receipts and callbacks are not kept",
 			"count", n, "id", sent.ID, "producer", sent.Producer, "err", err)
 	}
@@ -414,8 +328,8 @@ func (s *Server) otpUnknownID(ctx context.Context, p *Producer, key, hash string
 	if key == "" {
 		return otpUnknown{}, nil
 	}
-	u := otpUnknown{key: IdemKey(p.Name, "otp-unknown", key), hash: hash}
-	a, token, err := s.Idem.Acquire(ctx, u.key, idemLockTTL)
+	u := otpUnknown{key: admission.IdemKey(p.Name, "otp-unknown", key), hash: hash}
+	a, token, err := s.Store.Idem.Acquire(ctx, u.key, idemLockTTL)
 	if err != nil {
 		return otpUnknown{}, fmt.Errorf("idempotency: otp id: %w", err)
 	}
@@ -442,7 +356,7 @@ func (u otpUnknown) finish(ctx context.Context, s *Server, id string, err error)
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	if ferr := s.Idem.Finish(ctx, u.key, u.token, keep); ferr != nil {
+	if ferr := s.Store.Idem.Finish(ctx, u.key, u.token, keep); ferr != nil {
 		s.Log.WarnContext(ctx, "idempotency: keep the otp id", "err", ferr)
 	}
 }

@@ -185,6 +185,9 @@ var rejectionKinds = map[admission.RejectKind]ProblemKind{
 	admission.RejectRangeHeld:    KindRangeHeld,
 	admission.RejectExpires:      kindExpiresBeforeSend,
 	admission.RejectUnavailable:  kindUnavailable,
+	admission.RejectInvalid:      KindInvalid,
+	admission.RejectOutstanding:  kindTooManyQueued,
+	admission.RejectRateLimited:  KindRateLimited,
 }
 
 // fromRejection is the one place an admission refusal becomes an answer.
@@ -205,6 +208,7 @@ func fromRejection(r *admission.Rejection) *apiError {
 func toError(err error) *apiError {
 	var e *apiError
 	var rj *admission.Rejection
+	var sf *admission.StoreFailed
 	var ve *sms.ValidationError
 	var mbe *http.MaxBytesError
 	var noSlot dispatch.NoSlotError
@@ -240,7 +244,9 @@ func toError(err error) *apiError {
 			Detail: "the provider failed (" + string(pe.Reason) + "); nothing was queued"}
 	case errors.Is(err, queue.ErrNotFound):
 		return &apiError{Kind: KindNotFound, Detail: "no such message", Err: err}
-	case maybeStored(err): // a batch: the items' ids are not known to the client
+	case admission.MaybeStored(err) && errors.As(err, &sf): // one message: its id is named
+		return &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err, Extra: map[string]any{"id": sf.ID}, Detail: maybeQueuedDetail}
+	case admission.MaybeStored(err): // a batch: the items' ids are not known to the client
 		return &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err, Detail: maybeQueuedDetail}
 	case errors.Is(err, queue.ErrClosed):
 		return &apiError{Kind: kindUnavailable, Detail: "the gateway is shutting down", RetryAfter: time.Second, Err: err}
@@ -347,10 +353,10 @@ func (s *Server) problemOf(r *http.Request, err error) (problem, *apiError) {
 		e = &apiError{Kind: kindInternal, Err: err}
 	}
 	var noSlot dispatch.NoSlotError
-	if errors.As(err, &noSlot) && noSlot.Paused() && s.Pause != nil {
+	if errors.As(err, &noSlot) && noSlot.Paused() && s.Ops.Pause != nil {
 		// The dispatcher asks again every fraction of a second during an
 		// operator's pause; a client is told the rest of a timed pause.
-		e.RetryAfter = max(e.RetryAfter, s.Pause.Left())
+		e.RetryAfter = max(e.RetryAfter, s.Ops.Pause.Left())
 	}
 	p := problemFor(r, e)
 	if e.Kind == kindInternal {

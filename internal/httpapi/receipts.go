@@ -81,7 +81,7 @@ func webhookError(what string, err error) error {
 // answered 204, matched or not, so a vendor never retries one in a storm.
 func (s *Server) postReceipt(w http.ResponseWriter, r *http.Request) {
 	adapter := chi.URLParam(r, "adapter")
-	if adapter != s.Cfg.Provider.Kind || s.Receipts == nil {
+	if adapter != s.Cfg.Provider.Kind || s.Hooks.Receipts == nil {
 		s.WriteError(w, r, errorf(KindNotFound, "this gateway takes no receipts for adapter "+maskID(adapter)))
 		return
 	}
@@ -90,7 +90,7 @@ func (s *Server) postReceipt(w http.ResponseWriter, r *http.Request) {
 		s.WriteError(w, r, err)
 		return
 	}
-	rc, err := s.Receipts.ParseReceipt(r, raw)
+	rc, err := s.Hooks.Receipts.ParseReceipt(r, raw)
 	var re *provider.ReceiptError
 	if err == nil || errors.As(err, &re) {
 		s.Metrics.Receipts.Signed(adapter, rc.PreviousSecret)
@@ -113,7 +113,7 @@ func (s *Server) postReceipt(w http.ResponseWriter, r *http.Request) {
 		s.WriteError(w, r, fieldError("provider_message_id", err.Error()))
 		return
 	}
-	out, err := s.Queue.ApplyReceipt(r.Context(), q)
+	out, err := s.Store.Queue.ApplyReceipt(r.Context(), q)
 	if err != nil {
 		s.WriteError(w, r, &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err,
 			Detail: "the store did not take the receipt; send it again"})
@@ -153,7 +153,7 @@ func (s *Server) postReceipt(w http.ResponseWriter, r *http.Request) {
 // (applying it twice changes nothing); a recipient that is not a number is
 // logged, not refused: the receipt itself was taken.
 func (s *Server) receiptOptedOut(r *http.Request, adapter string, rc provider.Receipt) error {
-	err := s.OptOuts.OptOutFor(r.Context(), rc.Recipient,
+	err := s.Hooks.OptOuts.OptOutFor(r.Context(), rc.Recipient,
 		"the provider reported that the recipient opted out ("+adapter+" receipt, error "+rc.ErrorCode+")")
 	var ve *sms.ValidationError
 	switch {

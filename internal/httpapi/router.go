@@ -26,58 +26,85 @@ import (
 	"smsgw/api"
 	"smsgw/internal/admission"
 	"smsgw/internal/config"
+	"smsgw/internal/dispatch"
 	"smsgw/internal/limiter"
 	"smsgw/internal/logsample"
 	"smsgw/internal/opsview"
 	"smsgw/internal/provider"
 	"smsgw/internal/queue"
 	"smsgw/internal/sms"
+	"smsgw/internal/state"
 )
 
-// Server holds what the handlers need. It is built by New and never
+// Server holds what the handlers need: the configuration, the log and the
+// clock, and a few collaborators, each one job. It is built once and never
 // changes after, except the readiness flag.
 type Server struct {
-	Cfg          config.Config
-	Log          *slog.Logger
-	Now          func() time.Time
-	Queue        queue.Queue
-	Enq          admission.Enqueuer
-	OneTrip      *OneTrip // Redis mode: see onetrip.go
-	Limiter      limiter.Limiter
-	Ingress      *Ingress
-	Idem         idemStore
-	OTP          otpSender
-	Notifier     notifier
-	Auth         *Authenticator
-	AuthThrottle *AuthThrottle
-	ETA          *admission.ETAEstimator
-	Quiet        sms.QuietPolicy
-	Pause        *admission.OperatorPause
-	Live         *opsview.LiveStats
-	History      *opsview.HistoryView
-	Callbacks    *Callbacks
-	Protect      *admission.Protector
-	Metrics      *opsview.APIMetrics
-	Gatherer     prometheus.Gatherer
-	Dashboard    http.Handler
-	Checks       []ReadyCheck
-	Receipts     provider.ReceiptParser // the provider's receipt check; nil: receipts refused
-	Inbound      provider.InboundParser // the provider's inbound-message check; nil: inbound messages refused
-	OptOuts      *admission.OptOuts     // recipients' opt-outs and opt-ins (inbound.go)
-	unknownLog   logsample.Sampler      // unmatched receipts
-	OTPRecords   OTPRecords
-	Trusted      []netip.Prefix
-	Stopping     atomic.Bool
+	Cfg     config.Config
+	Log     *slog.Logger
+	Now     func() time.Time
+	Metrics *opsview.APIMetrics
 
+	Admit    *admission.Pipeline // whether a message is accepted: admission.Order on its executor
+	Store    Stores              // messages and first answers
+	Dispatch Dispatcher          // the send loop: the OTP fast path, and its wake-ups
+	Ops      OpsView             // what operators read and do
+	Edge     Edge                // who may call, and how much body they may send
+	Hooks    ProviderHooks       // what the provider and producers' callbacks exchange with us
+
+	OTPRecords OTPRecords
+	Stopping   atomic.Bool
+
+	unknownLog logsample.Sampler // unmatched receipts
 	// webhookBodyLog samples the receipts and inbound messages whose body
 	// was over the bound or cut short (readWebhook).
 	webhookBodyLog logsample.Sampler
-
-	// BodyGate bounds the message routes' bodies before they are read
-	// (bodygate.go).
-	BodyGate *BodyGate
 	// readyLog samples the failed readiness checks: /readyz takes no key.
 	readyLog logsample.Sampler
+}
+
+// Stores are the stores the handlers read and write besides admission's.
+type Stores struct {
+	Queue queue.Queue
+	Idem  state.Idempotency // first answers and in-flight locks (idempotency.go)
+}
+
+// Dispatcher is the send loop as the API uses it: one OTP sent now, and a
+// wake-up after an enqueue (TakesHere: an idle lane of this process takes
+// the class at once, so no other replica is woken for it).
+type Dispatcher interface {
+	SendNow(ctx context.Context, m *sms.Message, deadline time.Duration) (dispatch.SendNowResult, error)
+	Notify(c sms.Class)
+	TakesHere(c sms.Class) bool
+}
+
+// OpsView is what the operator routes read and do.
+type OpsView struct {
+	Limiter   limiter.Limiter
+	Pause     *admission.OperatorPause
+	Live      *opsview.LiveStats
+	History   *opsview.HistoryView
+	Gatherer  prometheus.Gatherer
+	Dashboard http.Handler
+	Checks    []ReadyCheck
+}
+
+// Edge is who may call and how much they may send: keys, the failed-key
+// throttle, the body gate (bodygate.go), the trusted proxies.
+type Edge struct {
+	Auth         *Authenticator
+	AuthThrottle *AuthThrottle
+	BodyGate     *BodyGate
+	Trusted      []netip.Prefix
+}
+
+// ProviderHooks are the provider's webhooks and what they feed: receipts,
+// inbound messages (opt-outs), and producers' status callbacks.
+type ProviderHooks struct {
+	Receipts  provider.ReceiptParser // the provider's receipt check; nil: receipts refused
+	Inbound   provider.InboundParser // the provider's inbound-message check; nil: inbound messages refused
+	OptOuts   *admission.OptOuts     // recipients' opt-outs and opt-ins (inbound.go)
+	Callbacks *Callbacks
 }
 
 // Routes builds the chi router of every route. Every route here must be a
@@ -103,7 +130,7 @@ func (s *Server) Router(public, admin bool) chi.Router {
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
 	if admin {
-		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.Gatherer, promhttp.HandlerOpts{}))
+		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.Ops.Gatherer, promhttp.HandlerOpts{}))
 	}
 	r.Get("/openapi.yaml", func(w http.ResponseWriter, r *http.Request) {
 		writeRaw(w, "application/yaml", http.StatusOK, api.OpenAPI)
@@ -148,11 +175,11 @@ func (s *Server) Router(public, admin bool) chi.Router {
 			r.Delete("/suppressions/{number}", s.adminRemoveSuppression)
 		})
 	})
-	if admin && s.Dashboard != nil {
+	if admin && s.Ops.Dashboard != nil {
 		r.Get("/dashboard", func(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, "/dashboard/", http.StatusMovedPermanently)
 		})
-		r.Handle("/dashboard/*", s.Dashboard) // served with the full path
+		r.Handle("/dashboard/*", s.Ops.Dashboard) // served with the full path
 	}
 	return r
 }
@@ -243,7 +270,7 @@ func (s *Server) ResolveClientIP(r *http.Request) string {
 
 func (s *Server) isTrusted(a netip.Addr) bool {
 	a = a.Unmap()
-	for _, p := range s.Trusted {
+	for _, p := range s.Edge.Trusted {
 		if p.Contains(a) {
 			return true
 		}

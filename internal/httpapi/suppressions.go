@@ -100,7 +100,7 @@ func (s *Server) adminAddSuppression(w http.ResponseWriter, r *http.Request) {
 	}
 	e := state.Suppression{ID: id, Masked: sms.MaskPhone(to), Reason: req.Reason, CreatedAt: s.Now().UTC().Truncate(time.Second),
 		Source: state.SourceOperator}
-	added, err := s.Protect.Sup.Add(r.Context(), e)
+	added, err := s.Admit.Protect.Sup.Add(r.Context(), e)
 	switch {
 	case errors.Is(err, state.ErrSuppressionsFull):
 		s.WriteError(w, r, &apiError{Kind: KindSuppressionsFull, Err: err,
@@ -145,7 +145,7 @@ func (s *Server) adminRemoveSuppression(w http.ResponseWriter, r *http.Request) 
 		s.WriteError(w, r, fieldError("number", "must be an E.164 number or a suppression id"))
 		return
 	}
-	removed, err := s.Protect.Sup.Remove(r.Context(), id)
+	removed, err := s.Admit.Protect.Sup.Remove(r.Context(), id)
 	if err != nil {
 		s.WriteError(w, r, admission.SuppressionsUnavailable(err))
 		return
@@ -174,12 +174,12 @@ func (s *Server) adminListSuppressions(w http.ResponseWriter, r *http.Request) {
 		s.WriteError(w, r, fieldError("after", "must be the next of a previous page"))
 		return
 	}
-	page, err := s.Protect.Sup.List(r.Context(), after, limit)
+	page, err := s.Admit.Protect.Sup.List(r.Context(), after, limit)
 	if err != nil {
 		s.WriteError(w, r, admission.SuppressionsUnavailable(err))
 		return
 	}
-	total, err := s.Protect.Sup.Count(r.Context())
+	total, err := s.Admit.Protect.Sup.Count(r.Context())
 	if err != nil {
 		s.WriteError(w, r, admission.SuppressionsUnavailable(err))
 		return
@@ -196,7 +196,7 @@ func (s *Server) adminListSuppressions(w http.ResponseWriter, r *http.Request) {
 
 // suppressionID is the id of number e164 under the account's key.
 func (s *Server) suppressionID(ctx context.Context, e164 string) (string, error) {
-	key, err := s.Protect.NumberKey(ctx, false)
+	key, err := s.Admit.Protect.NumberKey(ctx, false)
 	if err != nil {
 		return "", admission.SuppressionsUnavailable(err)
 	}

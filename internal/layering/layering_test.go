@@ -68,8 +68,12 @@ var allowed = map[string][]string{
 
 	// The HTTP edge and handlers.
 	"internal/httpapi/fastdecode": {},
+	// An accepted message's answer: its body, JSON and stored form.
+	"internal/httpapi/accepted": {"internal/sms", "internal/state"},
+	// The fast-path OTP records written in the background.
+	"internal/httpapi/otprecords": {"internal/logsample"},
 	"internal/httpapi": {"api", "internal/admission", "internal/config", "internal/dispatch", "internal/history",
-		"internal/httpapi/fastdecode", "internal/limiter", "internal/logsample", "internal/opsview", "internal/provider",
+		"internal/httpapi/accepted", "internal/httpapi/fastdecode", "internal/httpapi/otprecords", "internal/limiter", "internal/logsample", "internal/opsview", "internal/provider",
 		"internal/queue", "internal/sms", "internal/state", "internal/webhook"},
 
 	// Status callbacks to producers: the outbox and HTTP, nothing of sending.

@@ -23,8 +23,10 @@ import (
 // A refusal stores nothing and charges nothing. Key names are the callers'
 // (the idempotency store's, the suppression list's, the ingress limiter's)
 // and must share the queue's account hash tag. A zero field skips its
-// check. The embedded store has no such call: the gateway runs the same
-// checks in the same order in its process, where they cost no round trip.
+// check. These are the InScript rows of admission.Order, the one
+// admission order; the embedded store has no such call: admission's
+// in-process executor runs the same rows one by one, where they cost no
+// round trip, and one conformance suite runs both.
 type Checks struct {
 	AnswerKey string        // where a first answer is kept; "" none
 	Answer    []byte        // stored under AnswerKey when the message is stored

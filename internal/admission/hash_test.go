@@ -1,4 +1,4 @@
-package httpapi
+package admission
 
 import (
 	"crypto/sha256"
@@ -11,7 +11,7 @@ import (
 	"smsgw/internal/sms"
 )
 
-// referenceRequestHash is requestHash as it was first written (each part
+// referenceRequestHash is RequestHash as it was first written (each part
 // written to the digest in turn): digests stored by earlier releases must
 // still match.
 func referenceRequestHash(m *sms.Message, ttl time.Duration) string {
@@ -44,7 +44,7 @@ func TestRequestHashUnchanged(t *testing.T) {
 			m.CallbackURL = strs[rng.IntN(len(strs))]
 		}
 		ttl := time.Duration(rng.Int64N(1e6)) * time.Millisecond
-		if got, want := requestHash(m, ttl), referenceRequestHash(m, ttl); got != want {
+		if got, want := RequestHash(m, ttl), referenceRequestHash(m, ttl); got != want {
 			t.Fatalf("%+v ttl %v: %s, want %s", m, ttl, got, want)
 		}
 	}

@@ -1,4 +1,4 @@
-package httpapi
+package accepted
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ import (
 //	<id> <status> <class> <segments> <encoding> <estimated_send_at, Unix ms> <send_at or -> <expires_at or ->
 //
 // (send_at and expires_at as the body writes them). A replay rebuilds
-// the body (marshalAccepted) and the Location from it; the form is kept
+// the body (Marshal) and the Location from it; the form is kept
 // only when that rebuild gives the first answer's bytes exactly, checked
 // when it is made, so a replay is byte for byte the first answer. About a
 // third of the JSON's bytes, and no base64 of them (docs/operations.md,
@@ -26,7 +26,7 @@ import (
 
 // acceptedForm is a's compact form, or "" when a is not an accepted
 // message's answer the form rebuilds exactly (then the answer is kept as
-// it is). It reads the body in marshalAccepted's layout without
+// it is). It reads the body in Marshal's layout without
 // reflection (every keyed accept stores one); any other body, however
 // valid, is kept whole.
 func acceptedForm(a *state.Answer) string {
@@ -80,7 +80,7 @@ func acceptedForm(a *state.Answer) string {
 var none = []byte("-")
 
 // bodyReader reads an accepted message's body member by member, in
-// marshalAccepted's order; ok turns false at the first surprise.
+// Marshal's order; ok turns false at the first surprise.
 type bodyReader struct {
 	b  []byte
 	ok bool
@@ -142,7 +142,7 @@ func fromForm(form string) (body []byte, loc string, err error) {
 	if err1 != nil || err2 != nil || err3 != nil {
 		return nil, "", errBadForm
 	}
-	m := AcceptedMessage{ID: f[0], Status: sms.Status(f[1]), Class: cls, Segments: seg, Encoding: f[4],
+	m := Message{ID: f[0], Status: sms.Status(f[1]), Class: cls, Segments: seg, Encoding: f[4],
 		EstimatedSendAt: time.UnixMilli(ms).UTC()}
 	for i, dst := range []**time.Time{&m.SendAt, &m.ExpiresAt} {
 		if s := f[6+i]; s != "-" {
@@ -153,13 +153,13 @@ func fromForm(form string) (body []byte, loc string, err error) {
 			*dst = &t
 		}
 	}
-	body, err = marshalAccepted(&m)
-	return body, location(m.ID), err
+	body, err = Marshal(&m)
+	return body, Location(m.ID), err
 }
 
-// compactForm is a with its accepted message's body in the compact form,
+// Compact is a with its accepted message's body in the compact form,
 // when it rebuilds exactly; a itself otherwise.
-func compactForm(a *state.Answer) *state.Answer {
+func Compact(a *state.Answer) *state.Answer {
 	form := acceptedForm(a)
 	if form == "" {
 		return a
@@ -169,9 +169,9 @@ func compactForm(a *state.Answer) *state.Answer {
 	return &c
 }
 
-// expandForm is a with the body and Location its form rebuilds; a itself
+// Expand is a with the body and Location its form rebuilds; a itself
 // when it has no form.
-func expandForm(a *state.Answer) (*state.Answer, error) {
+func Expand(a *state.Answer) (*state.Answer, error) {
 	if a.Form == "" {
 		return a, nil
 	}

@@ -1,4 +1,4 @@
-package httpapi
+package accepted
 
 import (
 	"bytes"
@@ -26,11 +26,11 @@ func TestAnswerFormRebuildsExactly(t *testing.T) {
 	formed := 0
 	for range 5000 {
 		a := randomAccepted(rng, times, strs)
-		body, err := marshalBody(a)
+		body, err := Marshal(&a)
 		if err != nil {
 			continue
 		}
-		first := &state.Answer{Hash: "h", Status: 202, Body: body, Location: location(a.ID)}
+		first := &state.Answer{Hash: "h", Status: 202, Body: body, Location: Location(a.ID)}
 		kept := compactAnswer(first)
 		if kept.Form != "" {
 			formed++
@@ -43,11 +43,11 @@ func TestAnswerFormRebuildsExactly(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		back, err := expandForm(stored)
+		back, err := Expand(stored)
 		if err != nil {
 			t.Fatalf("%+v: %v", a, err)
 		}
-		got, err := answerBody(back)
+		got, err := state.AnswerBody(back)
 		if err != nil || !bytes.Equal(got, body) || back.Location != first.Location || back.Status != 202 {
 			t.Fatalf("%+v (form %q):\n got %s %q (%v)\nwant %s %q", a, kept.Form, got, back.Location, err, body, first.Location)
 		}
@@ -61,11 +61,11 @@ func TestAnswerFormRebuildsExactly(t *testing.T) {
 		{ID: sms.NewID(now), Class: sms.ClassTransactional, Body: "Your order has shipped and will arrive tomorrow between 9:00 and 12:00."},
 		{ID: sms.NewID(now), Class: sms.ClassMarketing, Body: "Spring sale", SendAt: now.Add(time.Hour).Truncate(time.Second), ExpiresAt: now.Add(3 * time.Hour)},
 	} {
-		body, err := marshalAccepted(new(acceptedOf(m, now.Add(time.Second), now)))
+		body, err := Marshal(new(Of(m, now.Add(time.Second), now)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		first := &state.Answer{Hash: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", Status: 202, Body: body, Location: location(m.ID)}
+		first := &state.Answer{Hash: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", Status: 202, Body: body, Location: Location(m.ID)}
 		whole, _ := state.EncodeAnswer(first)
 		compact, _ := state.EncodeAnswer(compactAnswer(first))
 		if compactAnswer(first).Form == "" || 2*len(compact) > len(whole) {
@@ -80,4 +80,13 @@ func TestAnswerFormRebuildsExactly(t *testing.T) {
 			t.Errorf("body %q kept as %+v", body, got)
 		}
 	}
+}
+
+// compactAnswer is how the answer store keeps an answer: its compact
+// form when it has one, else deflated when that is smaller.
+func compactAnswer(a *state.Answer) *state.Answer {
+	if c := Compact(a); c != a {
+		return c
+	}
+	return state.CompactAnswer(a)
 }
