@@ -73,6 +73,7 @@ type breakerConfig struct {
 	back    string        // logged at Info when Redis answers again
 	onOpen  func()        // optional; runs under the breaker's lock when it opens
 	onMode  func(Mode)    // optional; every mode change (metrics)
+	outage  *Outage       // optional; told of every failure that opens the breaker
 }
 
 // breaker runs Redis calls under the policy above and knows the mode.
@@ -109,6 +110,9 @@ func newBreaker(cfg breakerConfig) *breaker {
 
 // onStateChange runs under the breaker's lock: it only records and logs.
 func (b *breaker) onStateChange(_ string, from, to gobreaker.State) {
+	if to == gobreaker.StateOpen {
+		b.cfg.outage.Failed()
+	}
 	switch {
 	case from == gobreaker.StateClosed && to == gobreaker.StateOpen:
 		if b.cfg.onOpen != nil {
@@ -136,6 +140,13 @@ func (b *breaker) Mode() Mode {
 	// passed; the mode stays fallback until a probe succeeds.
 	_ = b.cb.State()
 	return b.mode.Load().(Mode)
+}
+
+// hastyLocal tells whether a hasty request is decided locally without a
+// Redis call: this breaker is open, or another Redis user of the process
+// failed within redisRetryEvery (Outage).
+func (b *breaker) hastyLocal(hasty bool) bool {
+	return hasty && (b.Mode() == ModeFallback || b.cfg.outage.Recent())
 }
 
 // probe runs call through the breaker only while the mode is fallback,
@@ -185,11 +196,24 @@ func (b *breaker) do(ctx context.Context, call func(context.Context) error) erro
 // callTimeout is how long one Redis call of a caller with ctx may take, and
 // whether its timeout says that Redis stopped answering.
 func (b *breaker) callTimeout(ctx context.Context) (time.Duration, bool) {
+	return CallTimeout(ctx, b.cfg.timeout)
+}
+
+// CallTimeout is how long one Redis call of a caller with ctx may take when
+// a call alone may take up to limit, and whether its timeout says that
+// Redis stopped answering: the share of the caller's deadline of the
+// breaker policy above (an eighth of the time left, at least minRedisCall
+// while that leaves the caller an eighth). Every store a caller with a
+// deadline meets before its decision (the OTP's per-number count, the
+// ingress quota, the send limiter) bounds its Redis calls with it, so that
+// a Redis that stops answering leaves the caller the time to be decided
+// locally.
+func CallTimeout(ctx context.Context, limit time.Duration) (time.Duration, bool) {
 	dl, ok := ctx.Deadline()
 	if !ok {
-		return b.cfg.timeout, true
+		return limit, true
 	}
 	left := time.Until(dl)
-	timeout := min(b.cfg.timeout, max(minRedisCall, left/callerShare), left-left/callerShare)
-	return timeout, timeout >= min(minRedisCall, b.cfg.timeout)
+	timeout := min(limit, max(minRedisCall, left/callerShare), left-left/callerShare)
+	return timeout, timeout >= min(minRedisCall, limit)
 }
