@@ -87,18 +87,11 @@ func (s *Server) postOTP(w http.ResponseWriter, r *http.Request) {
 	rctx := r.Context()
 	pctx, cancel := context.WithDeadline(rctx, due)
 	defer cancel()
-	s.idempotent(w, r.WithContext(pctx), p, "otp", v.msg.RequestHash, func(ctx context.Context, key string) (resp *response, err error) {
+	s.idempotent(w, r.WithContext(pctx), p, "otp", v.msg.RequestHash, func(ctx context.Context, key string) (*response, error) {
 		steps.Mark(dispatch.StepIdempotency)
-		// A refusal before the send tells which step took the time too.
-		defer func() {
-			if err != nil && w.Header().Get("Server-Timing") == "" {
-				w.Header().Set("Server-Timing", steps.ServerTiming())
-			}
-		}()
 		// The fast path queues nothing: the check here is the only one
 		// (a queued message's take checks the suppression list again).
 		held, err := s.Admit.ProtectOTP(ctx, p.asSender(), v.msg.To)
-		steps.Mark(dispatch.StepProtect)
 		if err != nil {
 			return nil, deadlineSpent(ctx, err)
 		}
@@ -108,11 +101,11 @@ func (s *Server) postOTP(w http.ResponseWriter, r *http.Request) {
 				held.GiveBack(rctx, s.Log)
 			}
 		}()
-		_, err = s.admitIngress(ctx, w, p, 1)
-		steps.Mark(dispatch.StepIngress)
-		if err != nil {
+		steps.Mark(dispatch.StepProtect)
+		if _, err := s.admitIngress(ctx, w, p, 1); err != nil {
 			return nil, deadlineSpent(ctx, err)
 		}
+		steps.Mark(dispatch.StepIngress)
 		// Stamped with the arrival time: the provider's view of latency
 		// (the id's time) starts when the request arrived.
 		m := s.Admit.Stamp(*v.msg, p.asSender(), "", v.ttl, arrived)
