@@ -73,7 +73,7 @@ type breakerConfig struct {
 	back    string        // logged at Info when Redis answers again
 	onOpen  func()        // optional; runs under the breaker's lock when it opens
 	onMode  func(Mode)    // optional; every mode change (metrics)
-	outage  *Outage       // optional; told of every failure that opens the breaker
+	outage  *Outage       // optional; told of every failed call, joined while another user failed
 }
 
 // breaker runs Redis calls under the policy above and knows the mode.
@@ -110,9 +110,6 @@ func newBreaker(cfg breakerConfig) *breaker {
 
 // onStateChange runs under the breaker's lock: it only records and logs.
 func (b *breaker) onStateChange(_ string, from, to gobreaker.State) {
-	if to == gobreaker.StateOpen {
-		b.cfg.outage.Failed()
-	}
 	switch {
 	case from == gobreaker.StateClosed && to == gobreaker.StateOpen:
 		if b.cfg.onOpen != nil {
@@ -142,11 +139,19 @@ func (b *breaker) Mode() Mode {
 	return b.mode.Load().(Mode)
 }
 
-// hastyLocal tells whether a hasty request is decided locally without a
-// Redis call: this breaker is open, or another Redis user of the process
-// failed within redisRetryEvery (Outage).
-func (b *breaker) hastyLocal(hasty bool) bool {
-	return hasty && (b.Mode() == ModeFallback || b.cfg.outage.Recent())
+// errOutageElsewhere opens a breaker that joins the process's outage.
+var errOutageElsewhere = errors.New("limiter: another redis user of this process failed within a second")
+
+// joinOutage opens this breaker, while it is closed, when another Redis
+// user of the process failed within redisRetryEvery (Outage): the replica
+// meets a Redis that stopped answering once, not once per limiter, and
+// this limiter's fallback starts as after a failure of its own (onOpen).
+// Joining records no failure, so breakers never keep each other open:
+// each finds Redis back with its own probe.
+func (b *breaker) joinOutage() {
+	if b.cfg.outage.Recent() && b.cb.State() == gobreaker.StateClosed {
+		_, _ = b.cb.Execute(func() (struct{}, error) { return struct{}{}, errOutageElsewhere })
+	}
 }
 
 // probe runs call through the breaker only while the mode is fallback,
@@ -176,6 +181,7 @@ func (b *breaker) probe(ctx context.Context, call func(context.Context) error) {
 // caller's deadline that times out is no verdict on Redis: do returns
 // errCallerHurried.
 func (b *breaker) do(ctx context.Context, call func(context.Context) error) error {
+	b.joinOutage()
 	timeout, verdict := b.callTimeout(ctx)
 	_, err := b.cb.Execute(func() (struct{}, error) {
 		cctx, cancel := context.WithTimeout(ctx, timeout)
@@ -187,6 +193,8 @@ func (b *breaker) do(ctx context.Context, call func(context.Context) error) erro
 			return struct{}{}, fmt.Errorf("%w: %w", errCallerGone, err)
 		case !verdict && cctx.Err() != nil:
 			return struct{}{}, errCallerHurried
+		case !errors.Is(err, ErrCostExceedsBurst):
+			b.cfg.outage.Failed()
 		}
 		return struct{}{}, err
 	})

@@ -76,7 +76,7 @@ import (
 //	ignore-local-pause [TestSharedPauseHoldsWhenRedisDies]
 //	  shared.go: `if rem := s.fallback.pauseRemaining(); rem > 0 {` -> `if rem := s.fallback.pauseRemaining(); rem > time.Hour {`
 //	hasty-probes-redis [TestSharedHastyNeverProbes]
-//	  shared.go: `if !s.br.hastyLocal(req.Hasty) {` -> `if true {`
+//	  shared.go: `if !req.Hasty || s.Mode() != ModeFallback {` -> `if true {`
 //	redis-call-past-callers-share [TestSharedRedisCallLeavesTheCallerTime]
 //	  breaker.go: `timeout := min(limit, max(minRedisCall, left/callerShare), left-left/callerShare)` -> `timeout := min(limit, left)`
 //	redis-call-below-the-minimum [TestSharedFreshConnectionDecidesOnRedis]
@@ -132,7 +132,7 @@ import (
 //	reach-not-kept-local [TestLocalClockStepBack]
 //	  local.go: `	l.globalTAT = tats[0]` -> `	if out == granted { l.globalTAT = tats[0] }`
 //	outage-not-told [TestOutageSharedByTheReplicasRedisUsers]
-//	  breaker.go: `		b.cfg.outage.Failed()` -> `		_ = b`
+//	  breaker.go: `			b.cfg.outage.Failed()` -> `			_ = b`
 //	outage-not-recorded [TestOutageSharedByTheReplicasRedisUsers]
 //	  outage.go: `o.failed.Store(time.Now().UnixNano())` -> `_ = o`
 //	outage-never-recent [TestOutageSharedByTheReplicasRedisUsers]
@@ -143,10 +143,10 @@ import (
 //	  outage.go: `	if o != nil {` -> `	if true {`
 //	outage-nil-recent [TestSharedKeysOutage]
 //	  outage.go: `	if o == nil {` -> `	if false {`
-//	hasty-ignores-outage [TestOutageSharedByTheReplicasRedisUsers]
-//	  breaker.go: `return hasty && (b.Mode() == ModeFallback || b.cfg.outage.Recent())` -> `return hasty && b.Mode() == ModeFallback`
-//	ingress-ignores-outage [TestOutageSharedByTheReplicasRedisUsers]
-//	  sharedkeys.go: `if !s.br.cfg.outage.Recent() {` -> `if true {`
+//	outage-not-joined [TestOutageSharedByTheReplicasRedisUsers]
+//	  breaker.go: `	if b.cfg.outage.Recent() && b.cb.State() == gobreaker.StateClosed {` -> `	if false {`
+//	outage-not-joined-by-calls [TestOutageSharedByTheReplicasRedisUsers]
+//	  breaker.go: `	b.joinOutage()` -> `	_ = b`
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)

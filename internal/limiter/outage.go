@@ -8,10 +8,11 @@ import (
 // Outage is what one process knows of its Redis across the limiters and
 // stores that share it: when a call last failed. A replica meets a Redis
 // that stopped answering once, not once per store: while a failure is
-// recent (within redisRetryEvery, the breaker's own retry period) a hasty
-// request (Request.Hasty) is decided locally without a Redis call, and so
-// are the producer ingress quotas (SharedKeys); the breakers' probes and
-// every other caller still find Redis back. A nil *Outage knows nothing.
+// recent (within redisRetryEvery, the breaker's own retry period) every
+// closed breaker sharing the Outage opens without a call of its own
+// (breaker.joinOutage), so the send limiter's hasty requests
+// (Request.Hasty) and the producer ingress quotas are decided locally at
+// once; each breaker's probe finds Redis back. A nil *Outage knows nothing.
 // Safe for concurrent use.
 type Outage struct {
 	failed atomic.Int64 // Unix ns of the last failure; 0: none (long ago)

@@ -10,13 +10,13 @@ import (
 )
 
 // TestOutageSharedByTheReplicasRedisUsers: one process meets a Redis that
-// stopped answering once, not once per limiter. The send limiter's
-// failure opens its breaker and tells the process's Outage; the ingress
-// limiter then decides locally without a Redis call, and so does a hasty
-// reservation of a second send limiter whose own breaker is still closed;
-// a caller that may wait still asks Redis (it is how the replica finds
-// Redis back). Once no failure is recent, the ingress limiter asks Redis
-// again.
+// stopped answering once, not once per limiter. The send limiter's failed
+// call tells the process's Outage; the ingress limiter and a second send
+// limiter, whose breakers are still closed, then open them without a
+// Redis call of their own and decide locally at once (an OTP's reservation
+// and its producer's quota). Once Redis answers, each finds it back with
+// its own probe, and joining never kept a breaker open: with no recent
+// failure the ingress limiter asks Redis again.
 func TestOutageSharedByTheReplicasRedisUsers(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
@@ -71,24 +71,33 @@ func TestOutageSharedByTheReplicasRedisUsers(t *testing.T) {
 	if n := calls.n.Load(); n != 0 {
 		t.Fatalf("%d Redis calls after the process found Redis gone; want none", n)
 	}
-	if second.Mode() != ModeShared {
-		t.Fatalf("second limiter's mode %s; want its breaker closed (no call of its own failed)", second.Mode())
+	if second.Mode() != ModeFallback || keys.Mode() != ModeFallback {
+		t.Fatalf("modes %s and %s after another limiter's failure; want both joined (fallback)", second.Mode(), keys.Mode())
 	}
 	srv.Thaw()
-	// A caller that may wait decides on Redis again.
-	if d, err := second.Reserve(bg, Request{Cost: 1, MaxWait: time.Second}); err != nil || d.Mode != ModeShared {
-		t.Fatalf("waiting caller with Redis back: %+v %v", d, err)
-	}
-	for end := time.Now().Add(5 * time.Second); o.Recent(); time.Sleep(10 * time.Millisecond) {
+	// A caller that may wait decides on Redis again once the breaker lets
+	// it probe.
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		d, err := second.Reserve(bg, Request{Cost: 1, MaxWait: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Mode == ModeShared {
+			break
+		}
 		if time.Now().After(end) {
-			t.Fatal("the Outage still reports a failure 5 s after the last one")
+			t.Fatal("the second limiter still in fallback 5 s after Redis came back")
 		}
 	}
-	calls.n.Store(0)
-	if _, err := keys.Allow(bg, "p", Rate{PerSecond: 10, Burst: 2}, 1); err != nil {
-		t.Fatal(err)
+	for end := time.Now().Add(5 * time.Second); keys.Mode() != ModeShared; time.Sleep(10 * time.Millisecond) {
+		if _, err := keys.Allow(bg, "p", Rate{PerSecond: 10, Burst: 2}, 1); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(end) {
+			t.Fatal("the ingress limiter still in fallback 5 s after Redis came back")
+		}
 	}
-	if calls.n.Load() == 0 {
-		t.Fatal("ingress decided locally with no recent failure; want Redis asked")
+	if o.Recent() {
+		t.Fatal("the Outage reports a recent failure with every breaker closed again")
 	}
 }

@@ -125,9 +125,10 @@ func (s *Shared) onRedis(ctx context.Context, call func(context.Context) error) 
 var errHastyFallback = errors.New("limiter: redis lost; a hasty request is decided locally")
 
 // Reserve decides on Redis, or locally at the fallback rate when Redis
-// cannot answer. A pause this process knows of holds in either mode. In
-// fallback, or while another Redis user of the process failed recently
-// (Outage), a hasty request (Request.Hasty) does not try Redis. A caller
+// cannot answer. A pause this process knows of holds in either mode. While
+// another Redis user of the process failed recently (Outage) the breaker
+// opens without a call of its own (breaker.joinOutage). In fallback a
+// hasty request (Request.Hasty) does not try Redis. A caller
 // too hurried for a Redis call to be a verdict (breaker.go) whose call
 // timed out gets an error that wraps context.DeadlineExceeded. The
 // fallback's slot is at most MaxWait from when the caller asked: the time
@@ -144,7 +145,7 @@ func (s *Shared) Reserve(ctx context.Context, req Request) (Decision, error) {
 	var d Decision
 	asked := time.Now()
 	err := errHastyFallback
-	if !s.br.hastyLocal(req.Hasty) {
+	if !req.Hasty || s.Mode() != ModeFallback {
 		err = s.onRedis(ctx, func(ctx context.Context) error {
 			var err error
 			d, err = s.redis.Reserve(ctx, req)

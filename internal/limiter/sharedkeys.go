@@ -83,23 +83,19 @@ func (s *SharedKeys) Probe(ctx context.Context) { s.br.probe(ctx, s.redis.reacha
 
 // Allow decides cost units for key at rate r on Redis, or locally when
 // Redis cannot answer (at once, without a Redis call, while the breaker is
-// open, or while a Redis user of the process failed within
-// redisRetryEvery (Outage): a courtesy limit never waits on a Redis the
-// replica already found dead). A caller too hurried for a Redis call to be a verdict (breaker.go)
+// open; it opens without a call of its own while another Redis user of
+// the process failed within redisRetryEvery, Outage). A caller too hurried for a Redis call to be a verdict (breaker.go)
 // whose call timed out gets an error that wraps context.DeadlineExceeded.
 func (s *SharedKeys) Allow(ctx context.Context, key string, r Rate, cost int) (KeyDecision, error) {
 	if _, err := checkKeyRequest(key, r, cost); err != nil {
 		return KeyDecision{}, err
 	}
 	var d KeyDecision
-	err := errHastyFallback
-	if !s.br.cfg.outage.Recent() {
-		err = s.br.do(ctx, func(ctx context.Context) error {
-			var err error
-			d, err = s.redis.Allow(ctx, key, r, cost)
-			return err
-		})
-	}
+	err := s.br.do(ctx, func(ctx context.Context) error {
+		var err error
+		d, err = s.redis.Allow(ctx, key, r, cost)
+		return err
+	})
 	switch {
 	case err == nil:
 		return d, nil
