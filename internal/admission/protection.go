@@ -467,13 +467,21 @@ func (p *Protector) NumberKey(ctx context.Context, cachedOnly bool) ([]byte, err
 // store and answer: 32 hex digits of HMAC-SHA256(key, number).
 func NumberID(key []byte, e164 string) string {
 	h := numberHasherFor(key)
-	m := h.pool.Get().(hash.Hash)
-	m.Reset()
-	m.Write([]byte(e164))
-	var sum [sha256.Size]byte
-	out := m.Sum(sum[:0])
+	m := h.pool.Get().(*numberMAC)
+	m.mac.Reset()
+	m.in = append(m.in[:0], e164...)
+	m.mac.Write(m.in)
+	id := hex.EncodeToString(m.mac.Sum(m.sum[:0])[:16])
 	h.pool.Put(m)
-	return hex.EncodeToString(out[:16])
+	return id
+}
+
+// numberMAC is one keyed HMAC with its input and output buffers, so that
+// hashing a number allocates nothing but the id.
+type numberMAC struct {
+	mac hash.Hash
+	in  []byte
+	sum [sha256.Size]byte
 }
 
 // numberHasher keeps HMACs keyed with one key for reuse: keying one
@@ -481,7 +489,7 @@ func NumberID(key []byte, e164 string) string {
 // key (the account's) but while the shared store is down.
 type numberHasher struct {
 	key  []byte
-	pool sync.Pool // of hash.Hash keyed with key
+	pool sync.Pool // of *numberMAC keyed with key
 }
 
 var lastNumberHasher atomic.Pointer[numberHasher]
@@ -492,7 +500,7 @@ func numberHasherFor(key []byte) *numberHasher {
 	}
 	k := bytes.Clone(key)
 	h := &numberHasher{key: k}
-	h.pool.New = func() any { return hmac.New(sha256.New, k) }
+	h.pool.New = func() any { return &numberMAC{mac: hmac.New(sha256.New, k)} }
 	lastNumberHasher.Store(h)
 	return h
 }

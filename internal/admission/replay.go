@@ -16,7 +16,8 @@ import (
 // IdemKey names one (producer, scope, Idempotency-Key) without letting any
 // header text into a store key: 40 hex digits (state.ValidKey).
 func IdemKey(producer, scope, key string) string {
-	buf := make([]byte, 0, 64+len(producer)+len(scope)+len(key))
+	var stack [256]byte // the usual key fits: no allocation but the name
+	buf := stack[:0]
 	for _, s := range []string{producer, scope, key} {
 		buf = strconv.AppendInt(buf, int64(len(s)), 10)
 		buf = append(append(buf, ':'), s...)
@@ -48,7 +49,11 @@ func RequestHash(m *sms.Message, ttl time.Duration) string {
 	for _, f := range fields[:n] {
 		size += 21 + len(f)
 	}
-	buf := make([]byte, 0, size)
+	var stack [512]byte // the usual request fits: no allocation but the digest
+	buf := stack[:0]
+	if size > len(stack) {
+		buf = make([]byte, 0, size)
+	}
 	for _, f := range fields[:n] {
 		buf = strconv.AppendInt(buf, int64(len(f)), 10)
 		buf = append(buf, ':')

@@ -2,13 +2,17 @@ package dispatch
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"smsgw/internal/limiter"
 	"smsgw/internal/provider"
+	"smsgw/internal/provider/sim"
 	"smsgw/internal/queue"
 	"smsgw/internal/sms"
 )
@@ -130,5 +134,331 @@ func TestRetryNotHeldByThePoll(t *testing.T) {
 	enqueue(t, q, m)
 	if got := waitTerminal(t, q, m.ID)[m.ID]; got.Status != sms.StatusSent || got.Attempts != 2 {
 		t.Fatalf("message %s after %d attempts, want sent on the second", got.Status, got.Attempts)
+	}
+}
+
+// A marketing message accepted before the recipient's quiet hours began
+// (20:59 in Tokyo) and taken after (21:01) waits for their end without
+// spending an attempt or calling the provider; one whose TTL ends before
+// the morning is expired at once; transactional is never held.
+func TestQuietHoursHoldAtTake(t *testing.T) {
+	t.Parallel()
+	tokyo, err := time.LoadLocation("Asia/Tokyo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := time.Date(2025, 1, 15, 21, 1, 0, 0, tokyo)
+	morning := time.Date(2025, 1, 16, 8, 0, 0, 0, tokyo)
+	a := newAccount(t)
+	q := a.queue(t, nil)
+	var mu sync.Mutex
+	var sent []string
+	prov := funcProvider(func(ctx context.Context, req *provider.Request) (provider.Result, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		sent = append(sent, req.ID)
+		return provider.Result{ProviderID: "p-" + req.ID}, nil
+	})
+	held, short, tx := newMsg(sms.ClassMarketing), newMsg(sms.ClassMarketing), newMsg(sms.ClassTransactional)
+	short.ExpiresAt = clock.Add(time.Hour) // ends at 22:01, long before 08:00
+	enqueue(t, q, held, short, tx)
+	policy := sms.QuietPolicy{sms.ClassMarketing: {From: 21 * 60, To: 8 * 60}}
+	d, _ := newDispatcher(t, Config{Queue: q, Limiter: a.limiter(t, nil, defaultLimits), Provider: prov,
+		Now: func() time.Time { return clock }, Hold: policy.Hold})
+
+	got := waitTerminal(t, q, tx.ID, short.ID)
+	if got[tx.ID].Status != sms.StatusSent {
+		t.Errorf("transactional: %s, want sent (never held)", got[tx.ID].Status)
+	}
+	if m := got[short.ID]; m.Status != sms.StatusExpired || m.Attempts != 0 {
+		t.Errorf("marketing whose TTL ends at night: %s after %d attempts, want expired without one", m.Status, m.Attempts)
+	}
+	var m *sms.Message
+	waitUntil(t, "the held message put back", func() bool {
+		m, err = q.Get(context.Background(), held.ID)
+		return err == nil && m.Status == sms.StatusQueued && !m.NotBefore.IsZero()
+	})
+	// The queue runs on its own clock (Redis); the hold is the time left
+	// until 08:00 on the dispatcher's.
+	wait := morning.Sub(clock)
+	if left := time.Until(m.NotBefore); left < wait-time.Minute || left > wait+time.Minute {
+		t.Errorf("held until %s from now, want about %s (08:00 in Tokyo)", left, wait)
+	}
+	if m.Attempts != 0 || m.LastError != "" {
+		t.Errorf("held message: attempts %d, last error %q; want none", m.Attempts, m.LastError)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range sent {
+		if id != tx.ID {
+			t.Errorf("the provider got %s during quiet hours", id)
+		}
+	}
+	if n := value(d.m.requeues.WithLabelValues("marketing", requeueQuiet)); n != 1 {
+		t.Errorf("quiet-hours requeues: %v, want 1", n)
+	}
+}
+
+// slowAnswers is a limiter whose grants arrive late while stall is set:
+// as when this process is starved between asking for a slot and sending.
+type slowAnswers struct {
+	limiter.Limiter
+	stall atomic.Int64 // ns each grant is held back
+}
+
+func (s *slowAnswers) Reserve(ctx context.Context, req limiter.Request) (limiter.Decision, error) {
+	d, err := s.Limiter.Reserve(ctx, req)
+	if n := s.stall.Load(); n > 0 {
+		time.Sleep(time.Duration(n))
+	}
+	return d, err
+}
+
+// TestLateSlotForfeited: a grant that arrives later than LateSlot after it
+// was asked for is not used (the slot may have been at the ask); the
+// message goes back without spending an attempt and is sent once grants
+// come in time. The fast path reserves once more, then answers no slot.
+func TestLateSlotForfeited(t *testing.T) {
+	t.Parallel()
+	acct := newAccount(t)
+	s, p, _ := startSim(t, sim.Config{})
+	lim := &slowAnswers{Limiter: acct.limiter(t, nil, limiter.Config{Global: limiter.Rate{PerSecond: 1000, Burst: 5}})}
+	lim.stall.Store(int64(80 * time.Millisecond))
+	q := acct.queue(t, nil)
+	d, _ := newDispatcher(t, Config{Queue: q, Limiter: lim, Provider: p, LateSlot: 30 * time.Millisecond})
+
+	_, err := d.SendNow(context.Background(), newMsg(sms.ClassOTP), time.Second)
+	var noSlot NoSlotError
+	if !errors.As(err, &noSlot) {
+		t.Fatalf("fast path with late grants: %v, want NoSlotError", err)
+	}
+
+	m := newMsg(sms.ClassTransactional)
+	enqueue(t, q, m)
+	d.Notify(sms.ClassTransactional)
+	late := d.m.lateSlots.WithLabelValues("transactional")
+	waitUntil(t, "a queued message's late slot to be forfeited", func() bool { return value(late) >= 3 })
+	if v := value(d.m.lateSlots.WithLabelValues("otp")); v != 2 {
+		t.Errorf("fast path: %v late slots, want 2 (a second reservation)", v)
+	}
+	if n := len(s.Accepted()); n != 0 {
+		t.Fatalf("the provider got %d sends from late slots", n)
+	}
+	lim.stall.Store(0)
+	got := waitTerminal(t, q, m.ID)[m.ID]
+	if got.Status != sms.StatusSent || got.Attempts != 1 {
+		t.Errorf("after the stall: status %s, attempts %d; want sent at the first attempt", got.Status, got.Attempts)
+	}
+	if _, err := d.SendNow(context.Background(), newMsg(sms.ClassOTP), time.Second); err != nil {
+		t.Errorf("fast path once grants are in time: %v", err)
+	}
+}
+
+// TestLateSlotFor: the bound is the contract's margin in time at the
+// target rate (100/s contract, 90/s target, burst 5: 5 units, 55.5 ms),
+// never below MinLateSlot.
+func TestLateSlotFor(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		contract, target float64
+		burst            int
+		want             time.Duration
+	}{
+		{100, 90, 5, 55_555_555},
+		{100, 50, 10, 800 * time.Millisecond},
+		{100, 95, 5, MinLateSlot},
+		{100, 0, 5, MinLateSlot},
+	} {
+		if got := LateSlotFor(tc.contract, tc.target, tc.burst); got != tc.want {
+			t.Errorf("LateSlotFor(%g, %g, %d) = %v, want %v", tc.contract, tc.target, tc.burst, got, tc.want)
+		}
+	}
+}
+
+// burstSwitch is a limiter whose largest grantable cost can be changed,
+// as the Redis-down fallback's burst (1 with many replicas) gives way to
+// the shared burst when Redis is back. It records the costs it granted.
+type burstSwitch struct {
+	limiter.Limiter
+	max     atomic.Int64
+	mu      sync.Mutex
+	granted []int
+}
+
+func (b *burstSwitch) Reserve(ctx context.Context, req limiter.Request) (limiter.Decision, error) {
+	if int64(req.Cost) > b.max.Load() {
+		return limiter.Decision{}, limiter.ErrCostExceedsBurst
+	}
+	d, err := b.Limiter.Reserve(ctx, req)
+	if err == nil && d.Allowed {
+		b.mu.Lock()
+		b.granted = append(b.granted, req.Cost)
+		b.mu.Unlock()
+	}
+	return d, err
+}
+
+// largest is the largest cost granted since the last call.
+func (b *burstSwitch) largest() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m := 0
+	for _, c := range b.granted {
+		m = max(m, c)
+	}
+	b.granted = nil
+	return m
+}
+
+// TestLearnedBatchCapRecovers: batches learned to be too big while the
+// limiter's burst was 1 (the fallback's) grow back to BulkBatch once the
+// burst is back, instead of staying at one message per reservation for the
+// life of the process.
+func TestLearnedBatchCapRecovers(t *testing.T) {
+	t.Parallel()
+	acct := newAccount(t)
+	_, p, _ := startSim(t, sim.Config{})
+	lim := &burstSwitch{Limiter: acct.limiter(t, nil, limiter.Config{Global: limiter.Rate{PerSecond: 1000, Burst: 5}})}
+	lim.max.Store(1)
+	q := acct.queue(t, nil)
+	d, _ := newDispatcher(t, Config{Queue: q, Limiter: lim, Provider: p, LearnedCapTTL: 50 * time.Millisecond})
+	batch := func() []string {
+		ids := enqueueN(t, q, 8, sms.ClassTransactional)
+		d.Notify(sms.ClassTransactional)
+		return ids
+	}
+	waitTerminal(t, q, batch()...)
+	if c := lim.largest(); c != 1 {
+		t.Fatalf("largest cost granted with burst 1: %d", c)
+	}
+	lim.max.Store(5) // the full burst is back
+	waitUntil(t, "a reservation of more than one message again", func() bool {
+		waitTerminal(t, q, batch()...)
+		return lim.largest() > 1
+	})
+}
+
+// A learned cap keeps the smaller of two, and is forgotten after its ttl.
+func TestLearnedCapsExpire(t *testing.T) {
+	t.Parallel()
+	var l learnedCaps
+	i := classIndex(sms.ClassMarketing)
+	l.lower(i, 3, time.Hour)
+	l.lower(i, 4, time.Hour)
+	if c := l.get(i); c != 3 {
+		t.Errorf("cap %d after 3 then 4, want 3", c)
+	}
+	l.lower(i, 0, time.Hour)
+	if c := l.get(i); c != 1 {
+		t.Errorf("cap %d after 0, want at least 1", c)
+	}
+	j := classIndex(sms.ClassTransactional)
+	if c := l.get(j); c != 0 {
+		t.Errorf("another class has cap %d", c)
+	}
+	l.lower(j, 2, 0) // a cap learned with no time to live is already gone
+	if c := l.get(j); c != 0 {
+		t.Errorf("cap %d after its ttl, want 0 (none)", c)
+	}
+}
+
+// An idle replica takes a message another process enqueued when the queue
+// announces it, not at its next poll: with polls of an hour the message
+// still goes. (Before the wake-up listener it waited for the poll.)
+func TestIdleReplicaWokenByAnotherProcessEnqueue(t *testing.T) {
+	acct := newAccount(t)
+	sent := make(chan string, 4)
+	p := funcProvider(func(_ context.Context, req *provider.Request) (provider.Result, error) {
+		sent <- req.ID
+		return provider.Result{ProviderID: "p-" + req.ID}, nil
+	})
+	d, _ := newDispatcher(t, Config{Queue: acct.queue(t, nil), Limiter: acct.limiter(t, nil, defaultLimits), Provider: p,
+		OTPWorkers: 1, OTPPoll: time.Hour, BulkPoll: time.Hour})
+	other := acct.queue(t, nil) // another process: it never calls d.Notify
+	// Both lanes took twice and found nothing: once at start, once on
+	// the wake-up every class gets when the listener subscribes. They
+	// sleep now until a wake-up (or the hour's poll).
+	waitUntil(t, "both lanes idle", func() bool {
+		return value(d.m.takes.WithLabelValues(laneOTP, takeEmpty)) >= 2 && value(d.m.takes.WithLabelValues(laneBulk, takeEmpty)) >= 2
+	})
+	for _, c := range []sms.Class{sms.ClassOTP, sms.ClassMarketing} {
+		m := newMsg(c)
+		enqueue(t, other, m)
+		select {
+		case id := <-sent:
+			if id != m.ID {
+				t.Fatalf("sent %s, want %s", id, m.ID)
+			}
+		case <-time.After(patience):
+			t.Fatalf("%s message enqueued elsewhere not sent within %s: the idle replica was not woken", c, patience)
+		}
+	}
+}
+
+// A message this process hands back because it stops wakes an idle
+// replica at once: the other replica, polling only hourly, sends it.
+// (Before, it waited for the other's poll.)
+func TestStopHandsBackToIdleReplica(t *testing.T) {
+	acct := newAccount(t)
+	holding := make(chan string, 1)
+	stuck := funcProvider(func(ctx context.Context, req *provider.Request) (provider.Result, error) {
+		holding <- req.ID
+		<-ctx.Done() // the stop cuts this send short
+		return provider.Result{}, ctx.Err()
+	})
+	a, _ := newDispatcher(t, Config{Queue: acct.queue(t, nil), Limiter: acct.limiter(t, nil, defaultLimits), Provider: stuck,
+		OTPWorkers: 1, OTPPoll: time.Hour, BulkPoll: time.Hour})
+	m := newMsg(sms.ClassTransactional)
+	enqueue(t, acct.queue(t, nil), m)
+	select {
+	case <-holding:
+	case <-time.After(patience):
+		t.Fatal("the first replica never called the provider")
+	}
+	sent := make(chan string, 1)
+	b, _ := newDispatcher(t, Config{Queue: acct.queue(t, nil), Limiter: acct.limiter(t, nil, defaultLimits),
+		Provider: funcProvider(func(_ context.Context, req *provider.Request) (provider.Result, error) {
+			sent <- req.ID
+			return provider.Result{ProviderID: "p-" + req.ID}, nil
+		}),
+		OTPWorkers: 1, OTPPoll: time.Hour, BulkPoll: time.Hour})
+	waitUntil(t, "the second replica idle", func() bool {
+		return value(b.m.takes.WithLabelValues(laneBulk, takeEmpty)) >= 2
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := a.Stop(ctx); err == nil {
+		t.Fatal("Stop did not cut the send short")
+	}
+	select {
+	case id := <-sent:
+		if id != m.ID {
+			t.Fatalf("sent %s, want %s", id, m.ID)
+		}
+	case <-time.After(patience):
+		t.Fatal("the message handed back at stop was not sent by the idle replica: nobody was woken")
+	}
+}
+
+// TakesHere: true while a lane serving the class found its queue empty and
+// waits (the API then wakes it and no other replica), false once the
+// dispatcher stopped.
+func TestTakesHere(t *testing.T) {
+	acct := newAccount(t)
+	d, _ := newDispatcher(t, Config{Queue: acct.queue(t, nil), Limiter: acct.limiter(t, nil, defaultLimits),
+		Provider: funcProvider(func(_ context.Context, req *provider.Request) (provider.Result, error) {
+			return provider.Result{ProviderID: "p-" + req.ID}, nil
+		}),
+		OTPWorkers: 1, OTPPoll: time.Hour, BulkPoll: time.Hour})
+	waitUntil(t, "both lanes idle", func() bool { return d.TakesHere(sms.ClassOTP) && d.TakesHere(sms.ClassMarketing) })
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	if err := d.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range sms.Classes {
+		if d.TakesHere(c) {
+			t.Errorf("a stopped dispatcher says it takes %s", c)
+		}
 	}
 }

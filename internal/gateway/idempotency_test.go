@@ -3,7 +3,11 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"io"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -213,5 +217,121 @@ func TestIdemKeyStable(t *testing.T) {
 	t.Parallel()
 	if got, want := admission.IdemKey("notify", "message", "order-9"), "2fa6f4fcfa9fa4ac7d325921d9f75074db7ef67a"; got != want {
 		t.Errorf("idemKey = %s, want %s", got, want)
+	}
+}
+
+// postKeys posts body to path with the Idempotency-Key header once per
+// key (the harness's header map holds one value a name).
+func (h *harness) postKeys(path, key string, body any, idemKeys ...string) reply {
+	h.t.Helper()
+	raw, err := json.Marshal(body)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	hr, err := http.NewRequestWithContext(h.t.Context(), http.MethodPost, h.base+path, bytes.NewReader(raw))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	hr.Header.Set("Authorization", "Bearer "+key)
+	for _, k := range idemKeys {
+		hr.Header.Add("Idempotency-Key", k)
+	}
+	resp, err := h.client.Do(hr)
+	if err != nil {
+		h.t.Fatalf("POST %s: %v", path, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	out := reply{status: resp.StatusCode, header: resp.Header, body: b}
+	checkSpec(h.t, hr, out)
+	return out
+}
+
+// An Idempotency-Key sent twice is a 400 naming the header, on every
+// endpoint that takes one, whether the values differ or not: nothing is
+// sent, queued or kept under either key, so a later request with one of
+// them is answered as a first request.
+func TestIdempotencyKeyTwiceRefused(t *testing.T) {
+	otpBody := map[string]any{"to": "+819012345678", "body": "code 1234"}
+	for _, m := range modes {
+		t.Run(string(m), func(t *testing.T) {
+			t.Parallel()
+			h := start(t, m, nil)
+			cases := []struct {
+				path, key string
+				body      any
+				ok        int
+			}{
+				{"/v1/messages", keyNotify, msg("transactional"), http.StatusAccepted},
+				{"/v1/messages/batch", keyNotify, map[string]any{"messages": []any{msg("transactional")}}, http.StatusOK},
+				{"/v1/otp", keyLogin, otpBody, http.StatusOK},
+			}
+			for _, c := range cases {
+				for _, keys := range [][]string{{"k-first", "k-second"}, {"k-same", "k-same"}} {
+					r := h.postKeys(c.path, c.key, c.body, keys...)
+					wantProblem(t, r, http.StatusBadRequest, httpapi.KindInvalid, "Idempotency-Key")
+				}
+			}
+			if n := len(h.sim.Accepted()); n != 0 {
+				t.Errorf("%d sends after refused requests", n)
+			}
+			if st := h.stats(); st.Classes["transactional"].Ready+st.Classes["transactional"].Leased != 0 {
+				t.Errorf("refused requests queued messages: %+v", st.Classes["transactional"])
+			}
+			for _, c := range cases {
+				for _, k := range []string{"k-first", "k-second", "k-same"} {
+					r := h.postKeys(c.path, c.key, c.body, k)
+					wantStatus(t, r, c.ok)
+					if r.header.Get("Idempotent-Replayed") != "" {
+						t.Errorf("%s with key %s: replayed an answer kept for a refused request", c.path, k)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestKeyedRequestsBounded, in both modes, through real HTTP: what a
+// producer can make the gateway keep for the idempotency window is
+// bounded by producers[].max_keyed_per_day. Within it, keyed requests
+// (single and batch) are accepted; past it a keyed request with a new key
+// is 429 too-many-keyed-requests naming the key and the header, with
+// Retry-After; a retry of a key already answered
+// still gets its first answer, byte for byte, and a request without a key
+// is accepted. Another producer has its own bound.
+func TestKeyedRequestsBounded(t *testing.T) {
+	for _, m := range modes {
+		t.Run(string(m), func(t *testing.T) {
+			t.Parallel()
+			h := start(t, m, func(c *config.Config) { c.Producers[0].MaxKeyedPerDay = 3 })
+			keyed := func(key string) reply {
+				return h.post("/v1/messages", keyNotify, msg("transactional"), "Idempotency-Key", key)
+			}
+			first := keyed("order-1")
+			wantStatus(t, first, http.StatusAccepted)
+			wantStatus(t, keyed("order-2"), http.StatusAccepted)
+			b := h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": []any{msg("transactional")}}, "Idempotency-Key", "batch-1")
+			wantStatus(t, b, http.StatusOK)
+
+			over := keyed("order-3")
+			p := wantProblem(t, over, http.StatusTooManyRequests, httpapi.ProblemKind("too-many-keyed-requests"), "Idempotency-Key")
+			if d, _ := p["detail"].(string); !strings.Contains(d, "producers[].max_keyed_per_day") {
+				t.Errorf("detail %q does not name the key", d)
+			}
+			if ra, err := strconv.Atoi(over.header.Get("Retry-After")); err != nil || ra < 1 {
+				t.Errorf("Retry-After %q", over.header.Get("Retry-After"))
+			}
+			again := keyed("order-1")
+			wantStatus(t, again, http.StatusAccepted)
+			if string(again.body) != string(first.body) || again.header.Get("Idempotent-Replayed") != "true" {
+				t.Errorf("retry of an answered key: %s (replayed %q), first %s", again.body, again.header.Get("Idempotent-Replayed"), first.body)
+			}
+			wantStatus(t, h.post("/v1/messages", keyNotify, msg("transactional")), http.StatusAccepted)
+			wantStatus(t, h.post("/v1/messages", keyLogin, msg("otp"), "Idempotency-Key", "order-3"), http.StatusAccepted)
+		})
 	}
 }

@@ -9,9 +9,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"smsgw/internal/admission"
 	"smsgw/internal/config"
@@ -488,6 +491,291 @@ func TestOTPEarlyReceipt(t *testing.T) {
 				if got := mv[series]; got != want {
 					t.Errorf("%s = %v, want %v", series, got, want)
 				}
+			}
+		})
+	}
+}
+
+const keyLogin2 = "login2-key-0123456789" // a second producer of OTPs
+
+// TestOTPCapIsPerProducer: protection.otp_per_number counts each producer's
+// OTPs to a number apart. One producer that uses up a number's allowance
+// gets 429 otp-number-limited for it; another producer still reaches that
+// number (one producer, or a leaked key, cannot lock a number out for every
+// other producer), and its own allowance is counted as the first's was.
+// Both stores, through HTTP.
+func TestOTPCapIsPerProducer(t *testing.T) {
+	for _, m := range modes {
+		t.Run(string(m), func(t *testing.T) {
+			t.Parallel()
+			h := start(t, m, func(c *config.Config) {
+				c.Protection.OTPPerNumber.Limit = 2
+				c.Producers = append(c.Producers, config.Producer{Name: "login2", Key: keyLogin2,
+					Classes: []string{"otp"}, Rate: 50, Burst: 100})
+			})
+			const to = "+819055500001"
+			for range 2 {
+				wantStatus(t, h.post("/v1/otp", keyLogin, otpBody("to", to, "deadline_ms", 5000)), http.StatusOK)
+			}
+			p := wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", to, "deadline_ms", 5000)), http.StatusTooManyRequests, httpapi.KindOTPNumberLimited, "")
+			if d, _ := p["detail"].(string); !strings.Contains(d, "from one producer") {
+				t.Errorf("detail %q does not say the limit is per producer", d)
+			}
+			for range 2 {
+				wantStatus(t, h.post("/v1/otp", keyLogin2, otpBody("to", to, "deadline_ms", 5000)), http.StatusOK)
+			}
+			wantProblem(t, h.post("/v1/otp", keyLogin2, otpBody("to", to, "deadline_ms", 5000)), http.StatusTooManyRequests, httpapi.KindOTPNumberLimited, "")
+			eventually(t, "four OTPs at the provider", func() bool { return len(h.sim.Accepted()) == 4 })
+		})
+	}
+}
+
+// TestOTPCapOnByDefault: with the shipped defaults an OTP flood to one
+// number stops at protection.otp_per_number's default.
+func TestOTPCapOnByDefault(t *testing.T) {
+	t.Parallel()
+	h := start(t, embeddedMode, func(c *config.Config) {
+		c.Protection.OTPPerNumber = config.Default().Protection.OTPPerNumber
+	})
+	if config.DefaultOTPPerNumber < 1 {
+		t.Fatal("the per-number OTP cap is off by default")
+	}
+	const to = "+819055500002"
+	codes := map[int]int{}
+	for range config.DefaultOTPPerNumber + 5 {
+		codes[h.post("/v1/otp", keyLogin, otpBody("to", to, "deadline_ms", 5000)).status]++
+	}
+	if codes[http.StatusOK] != config.DefaultOTPPerNumber || codes[http.StatusTooManyRequests] != 5 {
+		t.Fatalf("answers %v, want %d × 200 and 5 × 429", codes, config.DefaultOTPPerNumber)
+	}
+}
+
+// TestOTPDeadlineBoundsStoreSteps: deadline_ms bounds the whole fast
+// path, the Redis steps before the send too (the idempotency lock, the
+// ingress quota). With Redis stalled for longer than the deadline and
+// redis.timeout long, the answer is a 503 with Retry-After while Redis
+// still sleeps, and nothing is sent then or later. Before, those steps
+// waited for Redis (up to redis.timeout, times go-redis's retries): the
+// answer came after Redis woke, far past the deadline.
+func TestOTPDeadlineBoundsStoreSteps(t *testing.T) {
+	srv := redistest.StartServer(t, redistest.ServerOptions{Args: []string{"--enable-debug-command", "local"}})
+	s := newSim(t, sim.Config{})
+	cfg := testConfig(t, redisMode, s.URL())
+	cfg.Redis.Addr = srv.Addr
+	cfg.Redis.Timeout = 10 * time.Second // longer than the stall: only the deadline can end the wait
+	h := startWith(t, cfg, s)
+	wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
+
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 20 * time.Second})
+	defer func() { _ = c.Close() }()
+	probe := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ReadTimeout: 100 * time.Millisecond})
+	defer func() { _ = probe.Close() }()
+	for _, key := range []string{"", "otp-stall-1"} {
+		t.Run("key="+key, func(t *testing.T) {
+			// idle connections in the pool: the step's command goes out
+			// on one and waits for Redis's answer.
+			var wg sync.WaitGroup
+			for range 4 {
+				wg.Go(func() { h.get("/v1/messages/none", keyLogin) })
+			}
+			wg.Wait()
+			if err := probe.Ping(t.Context()).Err(); err != nil {
+				t.Fatal(err)
+			}
+			slept := make(chan error, 1)
+			go func() { slept <- c.Do(context.Background(), "DEBUG", "SLEEP", "4").Err() }()
+			eventually(t, "Redis to stall", func() bool { return probe.Ping(t.Context()).Err() != nil })
+			var header []string
+			if key != "" {
+				header = []string{"Idempotency-Key", key}
+			}
+			r := h.post("/v1/otp", keyLogin, otpBody("deadline_ms", 300), header...)
+			var woke error
+			select {
+			case woke = <-slept:
+				t.Errorf("the OTP with deadline_ms 300 was answered (%d) only after Redis woke from a 4 s stall", r.status)
+				slept <- woke
+			default:
+			}
+			wantStatus(t, r, http.StatusServiceUnavailable)
+			var p struct {
+				Detail string `json:"detail"`
+			}
+			if err := json.Unmarshal(r.body, &p); err != nil {
+				t.Fatal(err)
+			}
+			if r.header.Get("Retry-After") == "" || strings.Contains(p.Detail, "may") {
+				t.Errorf("503 past the deadline: detail %q, Retry-After %q; want a Retry-After and no 'may have been sent'",
+					p.Detail, r.header.Get("Retry-After"))
+			}
+			t.Logf("detail: %s", p.Detail)
+			if err := <-slept; err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	// Redis is back: the next OTP goes out, and only it did.
+	wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
+	eventually(t, "the OTP after the stall sent", func() bool { return s.Stats().Accepted >= 2 })
+	if got := s.Stats().Accepted; got != 2 {
+		t.Errorf("the provider accepted %d OTPs, want 2 (the ones answered 503 must not be sent)", got)
+	}
+}
+
+// TestOTPUnknownKeepsID: an OTP whose outcome is
+// unknown (the provider did not answer within the deadline) keeps its id
+// under the request's Idempotency-Key, so the retry reaches the provider
+// with the same idempotency key and reference, and the provider can drop
+// the duplicate.
+func TestOTPUnknownKeepsID(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	h, refs := otpRefProvider(t, func(n int, _ http.ResponseWriter, r *http.Request) bool {
+		if n > 2 {
+			return false
+		}
+		select { // no answer within the caller's deadline
+		case <-r.Context().Done():
+		case <-release:
+		}
+		return true
+	})
+
+	var id string
+	for i := range 2 {
+		r := h.post("/v1/otp", keyLogin, otpBody("deadline_ms", 300), "Idempotency-Key", "login-42")
+		wantStatus(t, r, http.StatusServiceUnavailable)
+		got, _ := r.problem(t)["id"].(string)
+		if got == "" {
+			t.Fatalf("attempt %d: the unknown outcome's problem does not name the message id: %s", i+1, r.body)
+		}
+		if i > 0 && got != id {
+			t.Errorf("attempt %d used id %s, the first %s", i+1, got, id)
+		}
+		id = got
+	}
+	third := h.post("/v1/otp", keyLogin, otpBody("deadline_ms", 2000), "Idempotency-Key", "login-42")
+	wantStatus(t, third, http.StatusOK)
+	var sent httpapi.OTPSent
+	third.json(t, &sent)
+	if seen := refs(); len(seen) != 3 || seen[0] != seen[1] || seen[1] != seen[2] {
+		t.Fatalf("the provider saw %v; want the same reference and key three times", seen)
+	}
+	if sent.ID != id {
+		t.Errorf("the retry sent %s, the first attempts %s", sent.ID, id)
+	}
+	var v httpapi.MessageView
+	eventually(t, "the sent OTP stored", func() bool {
+		g := h.get("/v1/messages/"+sent.ID, keyLogin)
+		if g.status != http.StatusOK {
+			return false
+		}
+		g.json(t, &v)
+		return true
+	})
+	if v.Status != sms.StatusSent || v.Attempts != 3 {
+		t.Errorf("the OTP's record: status %s, attempts %d; want sent after 3 attempts", v.Status, v.Attempts)
+	}
+}
+
+// TestOTPDroppedConnectionKeepsID: a provider connection dropped after the
+// request was read is an unknown outcome, not "nothing was sent": the
+// retry under the same Idempotency-Key reaches the provider with the same
+// id, so a provider that honours the key drops it (an audit saw a second
+// otp under a new id).
+func TestOTPDroppedConnectionKeepsID(t *testing.T) {
+	h, refs := otpRefProvider(t, func(n int, w http.ResponseWriter, _ *http.Request) bool {
+		if n > 1 {
+			return false
+		}
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			_ = conn.Close()
+		}
+		return true
+	})
+	first := h.post("/v1/otp", keyLogin, otpBody("deadline_ms", 2000), "Idempotency-Key", "login-77")
+	wantStatus(t, first, http.StatusServiceUnavailable)
+	id, _ := first.problem(t)["id"].(string)
+	if id == "" {
+		t.Errorf("the dropped connection's problem does not name the message id: %s", first.body)
+	}
+	second := h.post("/v1/otp", keyLogin, otpBody("deadline_ms", 2000), "Idempotency-Key", "login-77")
+	wantStatus(t, second, http.StatusOK)
+	var sent httpapi.OTPSent
+	second.json(t, &sent)
+	if seen := refs(); len(seen) < 2 || seen[0] != seen[len(seen)-1] || sent.ID != id {
+		t.Fatalf("the provider saw %v and the retry sent %s; want every attempt under %s", seen, sent.ID, id)
+	}
+}
+
+// otpRefProvider starts an embedded-mode gateway whose provider records
+// the reference and Idempotency-Key of every send it gets; fail handles
+// the nth (from 1) and returns true when it answered it, else the send is
+// accepted. refs returns what was recorded.
+func otpRefProvider(t *testing.T, fail func(n int, w http.ResponseWriter, r *http.Request) bool) (*harness, func() []string) {
+	t.Helper()
+	var mu sync.Mutex
+	var seen []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct{ Reference string }
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		mu.Lock()
+		seen = append(seen, req.Reference+"/"+r.Header.Get("Idempotency-Key"))
+		n := len(seen)
+		mu.Unlock()
+		if fail(n, w, r) {
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"id":"p-1"}`))
+	}))
+	t.Cleanup(srv.Close)
+	cfg := testConfig(t, embeddedMode, newSim(t, sim.Config{}).URL())
+	cfg.Provider.HTTP.URL = srv.URL
+	return startWith(t, cfg, nil), func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), seen...)
+	}
+}
+
+const keyTrickle = "trickle-key-0123456789" // otp, one request and then almost no quota
+
+// TestOTPRefusedNotCounted: protection.otp_per_number counts only the OTPs
+// the gateway let through, and each producer has its own count for a
+// number. A producer refused by its ingress quota (on the fast path, the
+// queued path and in a batch) leaves nothing counted against the number,
+// and whatever one producer sends to a number, another producer still has
+// its whole limit for it (an audit once used one producer's refused
+// requests to lock a number out for every other); the limit itself holds.
+func TestOTPRefusedNotCounted(t *testing.T) {
+	for _, m := range modes {
+		t.Run(string(m), func(t *testing.T) {
+			t.Parallel()
+			s := newSim(t, sim.Config{})
+			cfg := testConfig(t, m, s.URL())
+			cfg.Producers = append(cfg.Producers,
+				config.Producer{Name: "trickle", Key: keyTrickle, Classes: []string{"otp"}, Rate: 0.0001, Burst: 1})
+			cfg.Protection.OTPPerNumber = config.OTPPerNumberConfig{Limit: 2, Window: time.Hour}
+			h := startWith(t, cfg, s)
+			const to = "+819055500001"
+
+			wantStatus(t, h.post("/v1/otp", keyTrickle, otpBody("to", to)), http.StatusOK) // 1 of 2
+			for range 4 {
+				wantProblem(t, h.post("/v1/otp", keyTrickle, otpBody("to", to)), http.StatusTooManyRequests, httpapi.KindRateLimited, "")
+				wantProblem(t, h.post("/v1/messages", keyTrickle, msg("otp", "to", to)), http.StatusTooManyRequests, httpapi.KindRateLimited, "")
+			}
+			wantProblem(t, h.post("/v1/messages/batch", keyTrickle, map[string]any{"messages": []any{msg("otp", "to", to), msg("otp", "to", to)}}),
+				http.StatusTooManyRequests, httpapi.KindRateLimited, "")
+
+			// another producer has its whole limit for the number, and no third
+			for range 2 {
+				wantStatus(t, h.post("/v1/otp", keyLogin, otpBody("to", to)), http.StatusOK)
+			}
+			wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", to)), http.StatusTooManyRequests, httpapi.KindOTPNumberLimited, "")
+			wantProblem(t, h.post("/v1/messages", keyLogin, msg("otp", "to", to)), http.StatusTooManyRequests, httpapi.KindOTPNumberLimited, "")
+			if n := len(s.Accepted()); n != 3 {
+				t.Errorf("the provider received %d OTPs, want 3", n)
 			}
 		})
 	}

@@ -26,15 +26,14 @@ import (
 // form): Limit is the burst, Remaining what could pass now, Reset the
 // seconds until the full burst is back.
 func setRateLimitHeaders(w http.ResponseWriter, r limiter.Rate, d limiter.KeyDecision) {
-	h := w.Header()
-	h.Set("RateLimit-Limit", strconv.Itoa(r.Burst))
-	h.Set("RateLimit-Remaining", strconv.Itoa(max(0, d.Remaining)))
 	reset := int64(0)
 	if d.ResetAfter > 0 {
 		reset = ceilSeconds(d.ResetAfter)
 	}
-	h.Set("RateLimit-Reset", strconv.FormatInt(reset, 10))
+	setHeaders(w.Header(), &rateLimitHeaders, strconv.Itoa(r.Burst), strconv.Itoa(max(0, d.Remaining)), strconv.FormatInt(reset, 10))
 }
+
+var rateLimitHeaders = [3]string{"Ratelimit-Limit", "Ratelimit-Remaining", "Ratelimit-Reset"} // canonical, as Header.Set stores them
 
 // admitIngress is admission's ingress step for n messages (a batch's, an
 // OTP's) with its headers: how many were granted (n, or fewer for a

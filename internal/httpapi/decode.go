@@ -292,6 +292,9 @@ type validated struct {
 func (s *Server) validateMessage(req *messageRequest, class sms.Class, prefix string) (validated, []fieldProblem) {
 	var errs []fieldProblem
 	add := func(err error) {
+		if err == nil {
+			return // before errors.As: its target would cost an allocation per field
+		}
 		var ve *sms.ValidationError
 		if errors.As(err, &ve) {
 			errs = append(errs, fieldProblem{prefix + ve.Field, ve.Reason})

@@ -146,6 +146,9 @@ func (s *Server) admitted(w http.ResponseWriter, p *Producer, d admission.Decisi
 	if d.Ingress != nil {
 		setRateLimitHeaders(w, p.Ingress, *d.Ingress)
 	}
+	if err == nil {
+		return
+	}
 	var rj *admission.Rejection
 	if errors.As(err, &rj) && rj.Kind == admission.RejectRateLimited {
 		s.Edge.BodyGate.refusedFor(p, rj.RetryAfter, time.Now())

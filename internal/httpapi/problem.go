@@ -396,10 +396,17 @@ func writeJSON(w http.ResponseWriter, log *slog.Logger, contentType string, stat
 }
 
 func writeRaw(w http.ResponseWriter, contentType string, status int, b []byte) {
-	h := w.Header()
-	h.Set("Content-Type", contentType)
-	h.Set("Content-Length", strconv.Itoa(len(b)))
-	h.Set("Cache-Control", "no-store")
+	setHeaders(w.Header(), &rawHeaders, contentType, strconv.Itoa(len(b)), "no-store")
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
+}
+
+var rawHeaders = [3]string{"Content-Type", "Content-Length", "Cache-Control"}
+
+// setHeaders sets three headers as Header.Set would, with one allocation
+// for their values instead of one each: every answer sets them. The names
+// must be canonical (http.CanonicalHeaderKey).
+func setHeaders(h http.Header, names *[3]string, a, b, c string) {
+	v := &[3]string{a, b, c}
+	h[names[0]], h[names[1]], h[names[2]] = v[0:1:1], v[1:2:2], v[2:3:3]
 }

@@ -117,7 +117,7 @@ func (s *Server) Routes() http.Handler { return s.Router(true, true) }
 // serves them on two listeners.
 func (s *Server) Router(public, admin bool) chi.Router {
 	r := chi.NewRouter()
-	r.Use(s.RequestID, s.clientIP, s.instrument, s.Recoverer) // clientIP first: the access log names it
+	r.Use(s.RequestID, s.instrument, s.Recoverer) // RequestID first: the access log names the id and the client
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		s.WriteError(w, r, errorf(KindNotFound, "no such route"))
 	})
@@ -201,8 +201,11 @@ func allowed(routes chi.Routes, path string) []string {
 }
 
 // RequestID takes the caller's X-Request-Id when it is short and plain (it
-// ends up in logs), otherwise makes one, and echoes it on the answer.
-// chi's RequestID would accept any header value.
+// ends up in logs), otherwise makes one, and echoes it on the answer; it
+// also records the client address (ResolveClientIP). Both go into the
+// request's context as one value, so a request pays for one context and
+// one copy of the request, not two. chi's RequestID would accept any
+// header value.
 func (s *Server) RequestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get(middleware.RequestIDHeader)
@@ -210,9 +213,26 @@ func (s *Server) RequestID(next http.Handler) http.Handler {
 			id = rand.Text()[:20]
 		}
 		w.Header().Set(middleware.RequestIDHeader, id)
-		ctx := context.WithValue(r.Context(), middleware.RequestIDKey, id)
+		ctx := &edgeContext{Context: r.Context(), id: id, ip: s.ResolveClientIP(r)}
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
+}
+
+// edgeContext carries the request id (under chi's key, for
+// middleware.GetReqID) and the client address (clientIP).
+type edgeContext struct {
+	context.Context
+	id, ip string
+}
+
+func (c *edgeContext) Value(key any) any {
+	switch key {
+	case middleware.RequestIDKey:
+		return c.id
+	case clientIPKey{}:
+		return c.ip
+	}
+	return c.Context.Value(key)
 }
 
 // Recoverer turns a handler panic into a logged 500 instead of a dropped
@@ -232,16 +252,6 @@ func (s *Server) Recoverer(next http.Handler) http.Handler {
 }
 
 type clientIPKey struct{}
-
-// clientIP records the client address: the peer, or, when the peer is a
-// trusted proxy, the right-most X-Forwarded-For entry that is not itself a
-// trusted proxy. Everything left of that could be written by the client.
-func (s *Server) clientIP(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ip := s.ResolveClientIP(r)
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), clientIPKey{}, ip)))
-	})
-}
 
 // ResolveClientIP is the client address of r: the peer, or the right-most
 // untrusted X-Forwarded-For hop behind a trusted proxy.
@@ -278,7 +288,10 @@ func (s *Server) isTrusted(a netip.Addr) bool {
 	return false
 }
 
-// clientIP returns the client address the request was attributed to.
+// clientIP returns the client address the request was attributed to: the
+// peer, or, when the peer is a trusted proxy, the right-most
+// X-Forwarded-For entry that is not itself a trusted proxy (everything
+// left of that could be written by the client).
 func clientIP(ctx context.Context) string {
 	ip, _ := ctx.Value(clientIPKey{}).(string)
 	return ip

@@ -15,22 +15,7 @@ import (
 // one without touching another), end a timed scope on time, refuse a bad
 // scope, and (Redis) every handle reads what another set.
 func TestScopedPauses(t *testing.T) {
-	redistest.Addr(t)
-	sp, err := keyspace.New(redistest.Prefix(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { redistest.DeleteTagged(t, sp.Tag()) })
-	r1, err := state.NewRedisScopedPauses(redistest.Client(t), sp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r2, err := state.NewRedisScopedPauses(redistest.Client(t), sp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	local := state.NewLocalScopedPauses()
-	for name, p := range map[string][2]state.ScopedPauses{"local": {local, local}, "redis": {r1, r2}} {
+	for name, p := range scopedPauseKinds(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			set, read := p[0], p[1]
@@ -87,19 +72,10 @@ func TestScopedPauses(t *testing.T) {
 // TestScopedPausesBounded: no more than state.MaxScopedPauses scopes at once; a
 // scope already paused may still be replaced.
 func TestScopedPausesBounded(t *testing.T) {
-	redistest.Addr(t)
-	sp, err := keyspace.New(redistest.Prefix(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { redistest.DeleteTagged(t, sp.Tag()) })
-	rp, err := state.NewRedisScopedPauses(redistest.Client(t), sp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, p := range map[string]state.ScopedPauses{"local": state.NewLocalScopedPauses(), "redis": rp} {
+	for name, kind := range scopedPauseKinds(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
+			p := kind[0]
 			for i := range state.MaxScopedPauses {
 				if err := p.Set(ctx, "s"+strconv.Itoa(i), 0, ""); err != nil {
 					t.Fatal(err)
@@ -113,4 +89,25 @@ func TestScopedPausesBounded(t *testing.T) {
 			}
 		})
 	}
+}
+
+// scopedPauseKinds returns both kinds of scoped pauses, each as two handles
+// of one store: the local store twice, and two Redis handles, each on its
+// own client, of one fresh account deleted when the test ends.
+func scopedPauseKinds(t *testing.T) map[string][2]state.ScopedPauses {
+	t.Helper()
+	redistest.Addr(t)
+	sp, err := keyspace.New(redistest.Prefix(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { redistest.DeleteTagged(t, sp.Tag()) })
+	var r [2]state.ScopedPauses
+	for i := range r {
+		if r[i], err = state.NewRedisScopedPauses(redistest.Client(t), sp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	local := state.NewLocalScopedPauses()
+	return map[string][2]state.ScopedPauses{"local": {local, local}, "redis": r}
 }

@@ -24,6 +24,7 @@
 package embedded
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -95,15 +96,9 @@ func Open(cfg Config) (*Queue, error) {
 	if cfg.Path == "" {
 		return nil, errors.New("queue: embedded: store path is empty")
 	}
-	if cfg.Retention == 0 {
-		cfg.Retention = defaultRetention
-	}
-	if cfg.IdempotencyWindow == 0 {
-		cfg.IdempotencyWindow = defaultIdemWindow
-	}
-	if cfg.LockTimeout == 0 {
-		cfg.LockTimeout = defaultLockTimeout
-	}
+	cfg.Retention = cmp.Or(cfg.Retention, defaultRetention)
+	cfg.IdempotencyWindow = cmp.Or(cfg.IdempotencyWindow, defaultIdemWindow)
+	cfg.LockTimeout = cmp.Or(cfg.LockTimeout, defaultLockTimeout)
 	if cfg.Retention < 0 || cfg.IdempotencyWindow < 0 || cfg.LockTimeout < 0 {
 		return nil, errors.New("queue: embedded: negative retention, idempotency window or lock timeout")
 	}

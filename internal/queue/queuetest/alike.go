@@ -39,9 +39,7 @@ func init() {
 func testParkedReceiptHandedOut(t *testing.T, h Harness) {
 	q := h.New(t)
 	ctx := t.Context()
-	m := newMsg("p", sms.ClassTransactional)
-	mustEnqueue(t, q, m)
-	l := mustTake(t, q, opts(sms.ClassTransactional))
+	m, l := enqueueTake(t, q, sms.ClassTransactional)
 	if l.Receipt != "" {
 		t.Fatalf("a message without a receipt handed out with %q", l.Receipt)
 	}
@@ -84,9 +82,7 @@ func testEmptyReasonKeepsLastError(t *testing.T, h Harness) {
 	ctx := t.Context()
 	retried := func() *queue.Leased {
 		t.Helper()
-		m := newMsg("p", sms.ClassMarketing)
-		mustEnqueue(t, q, m)
-		l := mustTake(t, q, opts(sms.ClassMarketing))
+		_, l := enqueueTake(t, q, sms.ClassMarketing)
 		if err := q.Requeue(ctx, l, queue.RequeueOptions{SpendAttempt: true, LastError: "provider 503"}); err != nil {
 			t.Fatalf("Requeue: %v", err)
 		}

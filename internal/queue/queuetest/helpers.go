@@ -38,6 +38,15 @@ func mustEnqueue(t *testing.T, q queue.Queue, ms ...*sms.Message) {
 	}
 }
 
+// enqueueTake enqueues a new message of producer "p" and class c and takes
+// from c.
+func enqueueTake(t *testing.T, q queue.Queue, c sms.Class) (*sms.Message, *queue.Leased) {
+	t.Helper()
+	m := newMsg("p", c)
+	mustEnqueue(t, q, m)
+	return m, mustTake(t, q, opts(c))
+}
+
 func mustTake(t *testing.T, q queue.Queue, o queue.TakeOptions) *queue.Leased {
 	t.Helper()
 	l, _, err := q.Take(t.Context(), o)

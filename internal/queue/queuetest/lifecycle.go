@@ -49,9 +49,7 @@ func applyReceipt(t *testing.T, q queue.Queue, r queue.Receipt, want queue.Recei
 
 func sendOne(t *testing.T, q queue.Queue, pid string) *sms.Message {
 	t.Helper()
-	m := newMsg("p", sms.ClassTransactional)
-	mustEnqueue(t, q, m)
-	l := mustTake(t, q, opts(sms.ClassTransactional))
+	m, l := enqueueTake(t, q, sms.ClassTransactional)
 	if err := q.Complete(t.Context(), l, queue.Outcome{Status: sms.StatusSent, ProviderID: pid, Attempts: 1}); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
@@ -111,9 +109,7 @@ func testReceiptEarly(t *testing.T, h Harness) {
 	q := h.New(t)
 	ctx := t.Context()
 	// while sending: parked, then applied by Complete
-	a := newMsg("p", sms.ClassOTP)
-	mustEnqueue(t, q, a)
-	la := mustTake(t, q, opts(sms.ClassOTP))
+	a, la := enqueueTake(t, q, sms.ClassOTP)
 	got := applyReceipt(t, q, queue.Receipt{Reference: a.ID, Status: sms.StatusDelivered}, queue.ReceiptParked)
 	if got.Status != sms.StatusSending {
 		t.Fatalf("parked receipt changed the status to %s", got.Status)
@@ -130,9 +126,7 @@ func testReceiptEarly(t *testing.T, h Harness) {
 
 	// while queued again after an unknown outcome: parked through the
 	// requeue, applied by the next Complete
-	b := newMsg("p", sms.ClassOTP)
-	mustEnqueue(t, q, b)
-	lb := mustTake(t, q, opts(sms.ClassOTP))
+	b, lb := enqueueTake(t, q, sms.ClassOTP)
 	if err := q.Requeue(ctx, lb, queue.RequeueOptions{SpendAttempt: true, LastError: "timeout"}); err != nil {
 		t.Fatalf("Requeue: %v", err)
 	}
@@ -147,9 +141,7 @@ func testReceiptEarly(t *testing.T, h Harness) {
 	}
 
 	// a parked receipt does not override a failure the send records
-	c := newMsg("p", sms.ClassOTP)
-	mustEnqueue(t, q, c)
-	lc := mustTake(t, q, opts(sms.ClassOTP))
+	c, lc := enqueueTake(t, q, sms.ClassOTP)
 	applyReceipt(t, q, queue.Receipt{Reference: c.ID, Status: sms.StatusDelivered}, queue.ReceiptParked)
 	if err := q.Complete(ctx, lc, queue.Outcome{Status: sms.StatusFailed, Reason: "rejected", Attempts: 1}); err != nil {
 		t.Fatalf("Complete: %v", err)
@@ -299,9 +291,7 @@ func testReceiptDurable(t *testing.T, h Harness) {
 	q := h.New(t)
 	a := sendOne(t, q, "pm-durable-"+newMsg("x", 0).ID)
 	pid := mustGet(t, q, a.ID).ProviderID
-	b := newMsg("p", sms.ClassOTP)
-	mustEnqueue(t, q, b)
-	lb := mustTake(t, q, opts(sms.ClassOTP))
+	b, lb := enqueueTake(t, q, sms.ClassOTP)
 	applyReceipt(t, q, queue.Receipt{Reference: b.ID, Status: sms.StatusUndelivered}, queue.ReceiptParked)
 	q = h.Reopen(t, q)
 	applyReceipt(t, q, queue.Receipt{ProviderID: pid, Status: sms.StatusDelivered}, queue.ReceiptApplied)

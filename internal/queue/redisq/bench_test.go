@@ -2,6 +2,8 @@ package redisq
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"strconv"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"smsgw/internal/queue"
 	"smsgw/internal/redistest"
 	"smsgw/internal/sms"
+	"smsgw/internal/state"
 )
 
 // countedQueue is a queue on the shared Redis whose client counts round trips.
@@ -19,14 +22,7 @@ func countedQueue(tb testing.TB) (*Queue, *redistest.RoundTrips) {
 	c := newClient(tb, redistest.Addr(tb))
 	h := &redistest.RoundTrips{}
 	c.AddHook(h)
-	account := redistest.Prefix(tb)
-	tb.Cleanup(func() { deleteAccount(tb, account) })
-	q, err := New(Config{Client: c, Account: account})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = q.Close() })
-	return q, h
+	return newWith(tb, Config{Client: c, Logger: slog.New(slog.DiscardHandler)}), h
 }
 
 // deliver is what the send loop does with the queue for one message.
@@ -199,4 +195,49 @@ func BenchmarkEnqueueCheckedBatch(b *testing.B) {
 func redisCommands(b *testing.B, c *redis.Client) int64 {
 	_, total := redistest.CommandStats(b, c)
 	return total
+}
+
+// BenchmarkTakePastShelf is one delivery's queue work (Take + Complete)
+// with a paused producer's backlog on its shelf ahead of it in line: a
+// take costs the same however many messages wait on the shelf.
+func BenchmarkTakePastShelf(b *testing.B) {
+	for _, shelved := range []int{0, 5000} {
+		b.Run(fmt.Sprintf("shelved=%d", shelved), func(b *testing.B) {
+			q, h := countedQueue(b)
+			ctx := context.Background()
+			p := scopedPauses(b, q)
+			scope := state.ProducerScope("paused")
+			if err := p.Set(ctx, scope, 0, ""); err != nil {
+				b.Fatal(err)
+			}
+			for n := shelved; n > 0; {
+				batch := make([]*sms.Message, min(n, maxBatch))
+				for i := range batch {
+					batch[i] = msg("paused", sms.ClassMarketing)
+				}
+				if _, err := q.EnqueueMany(ctx, batch); err != nil {
+					b.Fatal(err)
+				}
+				n -= len(batch)
+			}
+			for range shelved {
+				l, _, err := q.Take(ctx, queue.TakeOptions{Owner: "bench", Lease: time.Minute})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := q.SetAside(ctx, l, queue.Shelf{Key: p.Key(), Field: scope}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			fill(b, q, b.N+1)
+			deliver(b, q) // script cache warm
+			start := h.N()
+			b.ResetTimer()
+			for range b.N {
+				deliver(b, q)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(h.N()-start)/float64(b.N), "roundtrips/op")
+		})
+	}
 }

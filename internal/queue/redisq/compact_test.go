@@ -24,15 +24,8 @@ import (
 // is due for compaction as soon as it is written.
 func newCompacting(t testing.TB, cfg Config) *Queue {
 	t.Helper()
-	account := redistest.Prefix(t)
-	t.Cleanup(func() { deleteAccount(t, account) })
-	cfg.Client, cfg.Account, cfg.Logger, cfg.CompactAfter = redistest.Client(t), account, testLogger(t), time.Nanosecond
-	q, err := New(cfg)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	t.Cleanup(func() { _ = q.Close() })
-	return q
+	cfg.CompactAfter = time.Nanosecond
+	return newWith(t, cfg)
 }
 
 // compactNow compacts every due second of q and returns how many.
@@ -86,6 +79,21 @@ func send(t testing.TB, q *Queue, m *sms.Message, pid string) {
 	if err := q.Complete(context.Background(), l, queue.Outcome{Status: sms.StatusSent, ProviderID: pid, Attempts: 1}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// mergedBlob merges els into blob as a compaction does and returns the
+// entries and the new blob.
+func mergedBlob(t testing.TB, blob string, els []string) ([]blobEntry, string) {
+	t.Helper()
+	entries, err := mergeBlob(blob, els)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := encodeBlob(entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return entries, out
 }
 
 func mustGet(t testing.TB, q *Queue, id string) *sms.Message {
@@ -177,16 +185,31 @@ func TestCompactedRecordsRead(t *testing.T) {
 	}
 }
 
-// TestReceiptToCompactedRecord: a receipt by reference or by provider id
-// reaches a compacted record (which goes back into the LIST, newer than
-// the blob's), writes its event, and a later compaction merges it; a
-// duplicate receipt on a compacted record writes nothing. Run on Redis
-// and on a Redis Cluster (TestCompactedCluster).
-func TestReceiptToCompactedRecord(t *testing.T) {
-	t.Parallel()
-	receiptToCompacted(t, newCompacting(t, Config{}))
+// compactedCases are the cases of a compacted second, run on Redis
+// (TestCompactedSecond) and on a Redis Cluster (TestCompactedCluster).
+var compactedCases = []struct {
+	name string
+	run  func(t *testing.T, q *Queue)
+}{
+	{"receipt", receiptToCompacted},
+	{"late completion", lateCompletion},
 }
 
+// TestCompactedSecond runs compactedCases, each on a queue of its own.
+func TestCompactedSecond(t *testing.T) {
+	t.Parallel()
+	for _, tc := range compactedCases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.run(t, newCompacting(t, Config{}))
+		})
+	}
+}
+
+// receiptToCompacted: a receipt by reference or by provider id reaches a
+// compacted record (which goes back into the LIST, newer than the blob's),
+// writes its event, and a later compaction merges it; a duplicate receipt
+// on a compacted record writes nothing.
 func receiptToCompacted(t *testing.T, q *Queue) {
 	ctx := t.Context()
 	ms := sameSecond(3)
@@ -256,14 +279,9 @@ func receiptToCompacted(t *testing.T, q *Queue) {
 	}
 }
 
-// TestLateCompletionIntoCompactedSecond: a message that completes into a
-// second compacted already starts a LIST beside the blob; both are read,
-// and the next compaction merges them.
-func TestLateCompletionIntoCompactedSecond(t *testing.T) {
-	t.Parallel()
-	lateCompletion(t, newCompacting(t, Config{}))
-}
-
+// lateCompletion: a message that completes into a second compacted
+// already starts a LIST beside the blob; both are read, and the next
+// compaction merges them.
 func lateCompletion(t *testing.T, q *Queue) {
 	ctx := t.Context()
 	ms := sameSecond(2)
@@ -364,14 +382,7 @@ func TestCompactionRacesReceipt(t *testing.T) {
 		send(t, q, ms[1], "SM-b")
 		sec := secondOf(t, ms[0].ID)
 		els := q.c.LRange(ctx, q.k.finAt(sec), 0, -1).Val()
-		entries, err := mergeBlob("", els)
-		if err != nil {
-			t.Fatal(err)
-		}
-		blob, err := encodeBlob(entries)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, blob := mergedBlob(t, "", els)
 		if out, err := q.ApplyReceipt(ctx, queue.Receipt{Reference: ms[0].ID, Status: sms.StatusDelivered}); err != nil || out.Result != queue.ReceiptApplied {
 			t.Fatalf("receipt = %+v, %v", out, err)
 		}
@@ -492,17 +503,13 @@ func TestCompactedCluster(t *testing.T) {
 		t.Skip("starts a Redis Cluster")
 	}
 	addrs := redistest.StartCluster(t)
-	q, err := New(Config{Client: redistest.ClusterClient(t, addrs), Account: redistest.Prefix(t), Logger: testLogger(t),
-		CompactAfter: time.Nanosecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = q.Close() })
+	q := openWith(t, Config{Client: redistest.ClusterClient(t, addrs), Account: redistest.Prefix(t), CompactAfter: time.Nanosecond})
 	if _, ok := q.c.(*redis.ClusterClient); !ok {
 		t.Fatal("not a cluster client")
 	}
-	t.Run("receipt", func(t *testing.T) { receiptToCompacted(t, q) })
-	t.Run("late completion", func(t *testing.T) { lateCompletion(t, q) })
+	for _, tc := range compactedCases {
+		t.Run(tc.name, func(t *testing.T) { tc.run(t, q) })
+	}
 	t.Run("claim", func(t *testing.T) { compactClaimOnCluster(t, q) })
 }
 
@@ -521,14 +528,7 @@ func TestBlobCodec(t *testing.T) {
 	if els[1] != b[4:]+"\x1f"+v2 {
 		t.Fatalf("element of a version 2 record: %q", els[1])
 	}
-	entries, err := mergeBlob("", els)
-	if err != nil {
-		t.Fatal(err)
-	}
-	blob, err := encodeBlob(entries)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, blob := mergedBlob(t, "", els)
 	for _, tc := range []struct{ id, rec string }{{a, v3}, {b, v2}, {c, v3}} {
 		rec, found, err := blobRecord(blob, tc.id)
 		if err != nil || !found || rec != tc.rec {
@@ -629,14 +629,7 @@ func BenchmarkBlobRecord(b *testing.B) {
 		}
 		els, ids = append(els, listElement(m.ID, rec)), append(ids, m.ID)
 	}
-	entries, err := mergeBlob("", els)
-	if err != nil {
-		b.Fatal(err)
-	}
-	blob, err := encodeBlob(entries)
-	if err != nil {
-		b.Fatal(err)
-	}
+	entries, blob := mergedBlob(b, "", els)
 	b.Run("present", func(b *testing.B) {
 		for b.Loop() {
 			if _, found, err := blobRecord(blob, ids[len(ids)/2]); !found || err != nil {

@@ -26,20 +26,14 @@ import (
 // zero one: the default).
 func compactReplicas(t testing.TB, n int, claims ...time.Duration) []*Queue {
 	t.Helper()
-	account := redistest.Prefix(t)
-	t.Cleanup(func() { deleteAccount(t, account) })
+	account := freshAccount(t)
 	out := make([]*Queue, n)
 	for i := range out {
-		cfg := Config{Client: redistest.Client(t), Account: account, Logger: testLogger(t), CompactAfter: time.Nanosecond}
+		cfg := Config{Client: redistest.Client(t), Account: account, CompactAfter: time.Nanosecond}
 		if i < len(claims) {
 			cfg.CompactClaim = claims[i]
 		}
-		q, err := New(cfg)
-		if err != nil {
-			t.Fatalf("New: %v", err)
-		}
-		t.Cleanup(func() { _ = q.Close() })
-		out[i] = q
+		out[i] = openWith(t, cfg)
 	}
 	return out
 }
@@ -284,14 +278,7 @@ func TestCompactClaimRacesWrite(t *testing.T) {
 	if err != nil || len(els) != 1 || blob != "" {
 		t.Fatalf("readFinal = %d elements, %q, %v", len(els), blob, err)
 	}
-	entries, err := mergeBlob(blob, els)
-	if err != nil {
-		t.Fatal(err)
-	}
-	newBlob, err := encodeBlob(entries)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, newBlob := mergedBlob(t, blob, els)
 	// ... the second message completes into the second meanwhile ...
 	late := take(t, other, time.Hour)
 	if err := other.Complete(ctx, late, queue.Outcome{Status: sms.StatusSent, ProviderID: "SM-2", Attempts: 1}); err != nil {
@@ -316,7 +303,7 @@ func TestCompactClaimRacesWrite(t *testing.T) {
 		t.Fatalf("Compact after the write = %d, %v: want the second compacted", n, err)
 	}
 	assertCompacted(t, other, []int64{sec}, []string{ms[0].ID, ms[1].ID})
-	entries, err = decodeBlob(other.c.Get(ctx, other.k.finBlob(sec)).Val())
+	entries, err := decodeBlob(other.c.Get(ctx, other.k.finBlob(sec)).Val())
 	if err != nil || len(entries) != 2 {
 		t.Fatalf("blob of %d records, %v: want 2", len(entries), err)
 	}
@@ -326,11 +313,7 @@ func TestCompactClaimRacesWrite(t *testing.T) {
 // disjoint, and every second is compacted (TestCompactedCluster).
 func compactClaimOnCluster(t *testing.T, a *Queue) {
 	ctx := t.Context()
-	b, err := New(Config{Client: a.c, Account: a.account, Logger: testLogger(t), CompactAfter: time.Nanosecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
+	b := openWith(t, Config{Client: a.c, Account: a.account, CompactAfter: time.Nanosecond})
 	compactNow(t, a) // what the subtests before left
 	ids, secs := dueSeconds(t, a, 4, 1)
 	gotA, errA := a.claimDue(ctx, 2)

@@ -36,13 +36,7 @@ func TestNewRejects(t *testing.T) {
 func TestRetention(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	account := redistest.Prefix(t)
-	t.Cleanup(func() { deleteAccount(t, account) })
-	q, err := New(Config{Client: redistest.Client(t), Account: account, Retention: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = q.Close() }()
+	q := newWith(t, Config{Retention: 100 * time.Millisecond})
 	a, b := msg("p", sms.ClassOTP), msg("p", sms.ClassOTP)
 	enqueue(t, q, a, b)
 	if err := q.Complete(ctx, take(t, q, time.Hour), queue.Outcome{Status: sms.StatusSent, Attempts: 1}); err != nil {
@@ -66,13 +60,7 @@ func TestRetention(t *testing.T) {
 // TestIdempotencyWindow: after the window the same key makes a new message.
 func TestIdempotencyWindow(t *testing.T) {
 	t.Parallel()
-	account := redistest.Prefix(t)
-	t.Cleanup(func() { deleteAccount(t, account) })
-	q, err := New(Config{Client: redistest.Client(t), Account: account, IdempotencyWindow: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = q.Close() }()
+	q := newWith(t, Config{IdempotencyWindow: 100 * time.Millisecond})
 	first, second := msg("p", sms.ClassOTP), msg("p", sms.ClassOTP)
 	first.IdempotencyKey, second.IdempotencyKey = "k", "k"
 	enqueue(t, q, first)
@@ -88,13 +76,9 @@ func TestIdempotencyWindow(t *testing.T) {
 func TestMetrics(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewPedanticRegistry()
-	account := redistest.Prefix(t)
-	t.Cleanup(func() { deleteAccount(t, account) })
+	account := freshAccount(t)
 	c := redistest.Client(t)
-	q, err := New(Config{Client: c, Account: account, Registerer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := openWith(t, Config{Client: c, Account: account, Registerer: reg})
 	enqueue(t, q, msg("p", sms.ClassOTP))
 	take(t, q, time.Minute)
 	_ = q.Close()

@@ -187,9 +187,7 @@ func TestConformanceCompacted(t *testing.T) {
 	addr := redistest.Addr(t)
 	queuetest.Run(t, queuetest.Harness{
 		New: func(t *testing.T) queue.Queue {
-			account := redistest.Prefix(t)
-			t.Cleanup(func() { deleteAccount(t, account) })
-			return openCompacting(t, redistest.Client(t), account)
+			return openCompacting(t, redistest.Client(t), freshAccount(t))
 		},
 		Reopen: func(t *testing.T, q queue.Queue) queue.Queue {
 			old := q.(compacting)
@@ -207,4 +205,44 @@ func TestConformanceCompacted(t *testing.T) {
 			return redisSuppressions(t, q.(compacting).Queue)
 		},
 	})
+}
+
+// TestShelf runs the set-aside cases; the pause is the gateway's scoped
+// pause in Redis (state.RedisScopedPauses), which the script reads.
+func TestShelf(t *testing.T) {
+	t.Parallel()
+	redistest.Addr(t)
+	queuetest.RunShelf(t, queuetest.ShelfHarness{
+		New: func(t *testing.T) queue.Queue { return newShared(t) },
+		Pause: func(t *testing.T, q queue.Queue, producer string, on bool) queue.Shelf {
+			p := scopedPauses(t, q.(*Queue))
+			scope := state.ProducerScope(producer)
+			var err error
+			if on {
+				err = p.Set(t.Context(), scope, 0, "")
+			} else {
+				err = p.Clear(t.Context(), scope)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			return queue.Shelf{Key: p.Key(), Field: scope}
+		},
+	})
+}
+
+// scopedPauses returns the gateway's scoped pauses of q's account
+// (state.RedisScopedPauses), whose HASH is deleted when the test ends.
+func scopedPauses(tb testing.TB, q *Queue) *state.RedisScopedPauses {
+	tb.Helper()
+	sp, err := keyspace.New(q.account)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p, err := state.NewRedisScopedPauses(q.c, sp)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = q.c.Del(context.Background(), p.Key()).Err() })
+	return p
 }

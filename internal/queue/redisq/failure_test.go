@@ -265,11 +265,7 @@ func (*timeoutError) Temporary() bool { return true }
 func TestEnqueueWaitsForReplicas(t *testing.T) {
 	master := redistest.StartServer(t, redistest.ServerOptions{})
 	c := newClient(t, master.Addr)
-	q, err := New(Config{Client: c, Account: redistest.Prefix(t), WaitReplicas: 1, WaitTimeout: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = q.Close() })
+	q := openWith(t, Config{Client: c, Account: redistest.Prefix(t), WaitReplicas: 1, WaitTimeout: 50 * time.Millisecond})
 	ctx := context.Background()
 	if _, err := q.Enqueue(ctx, msg("p", sms.ClassOTP)); !errors.Is(err, queue.ErrNotReplicated) {
 		t.Fatalf("enqueue without a replica: %v, want ErrNotReplicated", err)
@@ -303,11 +299,7 @@ func TestEnqueueWaitsForReplicasCluster(t *testing.T) {
 		t.Skip("starts a Redis Cluster with replicas")
 	}
 	cl := redistest.StartClusterWithReplicas(t, 0)
-	q, err := New(Config{Client: redistest.ClusterClient(t, cl.Addrs), Account: redistest.Prefix(t), WaitReplicas: 1, WaitTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = q.Close() })
+	q := openWith(t, Config{Client: redistest.ClusterClient(t, cl.Addrs), Account: redistest.Prefix(t), WaitReplicas: 1, WaitTimeout: 2 * time.Second})
 	for range 3 {
 		if _, err := q.Enqueue(context.Background(), msg("p", sms.ClassMarketing)); err != nil {
 			t.Fatalf("enqueue on a Cluster with replicas: %v", err)

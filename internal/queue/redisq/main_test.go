@@ -37,7 +37,17 @@ func (w tWriter) Write(p []byte) (int, error) {
 // open returns a queue of account over c, closed when the test ends.
 func open(t testing.TB, c redis.UniversalClient, account string) *Queue {
 	t.Helper()
-	q, err := New(Config{Client: c, Account: account, Logger: testLogger(t)})
+	return openWith(t, Config{Client: c, Account: account})
+}
+
+// openWith returns New(cfg), closed when the test ends; a cfg without a
+// Logger logs to the test log.
+func openWith(t testing.TB, cfg Config) *Queue {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(t)
+	}
+	q, err := New(cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -45,14 +55,30 @@ func open(t testing.TB, c redis.UniversalClient, account string) *Queue {
 	return q
 }
 
+// freshAccount returns an account on the shared Redis whose keys are
+// deleted when the test ends.
+func freshAccount(t testing.TB) string {
+	account := redistest.Prefix(t)
+	t.Cleanup(func() { deleteAccount(t, account) })
+	return account
+}
+
+// newWith returns a queue of cfg on the shared Redis under a fresh account
+// (cfg's Client, if any, is kept), closed and deleted when the test ends.
+func newWith(t testing.TB, cfg Config) *Queue {
+	t.Helper()
+	if cfg.Client == nil {
+		cfg.Client = redistest.Client(t)
+	}
+	cfg.Account = freshAccount(t)
+	return openWith(t, cfg)
+}
+
 // newShared returns a queue on the shared Redis under a fresh account whose
 // keys are deleted when the test ends.
 func newShared(t testing.TB) *Queue {
 	t.Helper()
-	c := redistest.Client(t)
-	account := redistest.Prefix(t)
-	t.Cleanup(func() { deleteAccount(t, account) })
-	return open(t, c, account)
+	return newWith(t, Config{})
 }
 
 // deleteAccount removes every key of account from the shared Redis.

@@ -27,11 +27,7 @@ func TestCheckPersistence(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartServer(t, tc.opts)
 			var logs logtest.Buffer
-			q, err := New(Config{Client: newClient(t, srv.Addr), Account: "a", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = q.Close() }()
+			q := openWith(t, Config{Client: newClient(t, srv.Addr), Account: "a", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 			got, err := q.CheckPersistence(t.Context())
 			if err != nil || got != tc.want {
 				t.Fatalf("CheckPersistence = %v, %v: want %v", got, err, tc.want)

@@ -454,15 +454,10 @@ func TestLegacyMessages(t *testing.T) {
 // within it stays.
 func TestDeadLettersPrunedAfterRetention(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	q := newShared(t)
-	old, young := oldAndYoungDead(t, q, sms.ClassOTP)
-	sent := msg("p", sms.ClassOTP)
-	enqueue(t, q, sent)
-	if err := q.Complete(ctx, takeHour(t, q), queue.Outcome{Status: sms.StatusSent, ProviderID: "pm", Attempts: 1}); err != nil {
-		t.Fatal(err)
-	}
-	onlyYoungDead(t, q, old, young, "Complete")
+	deadPruned(t, sms.ClassOTP, "Complete", func(q *Queue) error {
+		enqueue(t, q, msg("p", sms.ClassOTP))
+		return q.Complete(t.Context(), takeHour(t, q), queue.Outcome{Status: sms.StatusSent, ProviderID: "pm", Attempts: 1})
+	})
 }
 
 // TestReceiptsOnFinalRecords: a receipt for a sent message (by our id or by
@@ -689,12 +684,10 @@ func TestReceiptOnSentRecordInMsgs(t *testing.T) {
 func TestDeadLettersPrunedByRecover(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	q := newShared(t)
-	old, young := oldAndYoungDead(t, q, sms.ClassMarketing)
-	if _, err := q.Recover(ctx); err != nil {
-		t.Fatal(err)
-	}
-	onlyYoungDead(t, q, old, young, "Recover")
+	q := deadPruned(t, sms.ClassMarketing, "Recover", func(q *Queue) error {
+		_, err := q.Recover(ctx)
+		return err
+	})
 	// Within pruneEvery of the last prune, Recover does not prune again.
 	for start := time.Now(); time.Since(start) < 2*q.retention; {
 		time.Sleep(50 * time.Millisecond)
@@ -707,8 +700,20 @@ func TestDeadLettersPrunedByRecover(t *testing.T) {
 	}
 }
 
-// oldAndYoungDead sets q's retention to 1.5 s and makes two dead letters
-// of class c: old, past the retention, and young, within it.
+// deadPruned makes an old and a young dead letter of class c on a queue
+// of its own (oldAndYoungDead), runs prune (the call named by) and checks
+// that it left only the young one; it returns the queue.
+func deadPruned(t *testing.T, c sms.Class, by string, prune func(q *Queue) error) *Queue {
+	t.Helper()
+	q := newShared(t)
+	old, young := oldAndYoungDead(t, q, c)
+	if err := prune(q); err != nil {
+		t.Fatalf("%s: %v", by, err)
+	}
+	onlyYoungDead(t, q, old, young, by)
+	return q
+}
+
 // onlyYoungDead checks that after (the call that pruned) left young the
 // only dead letter, old gone.
 func onlyYoungDead(t *testing.T, q *Queue, old, young *sms.Message, after string) {
@@ -722,6 +727,8 @@ func onlyYoungDead(t *testing.T, q *Queue, old, young *sms.Message, after string
 	}
 }
 
+// oldAndYoungDead sets q's retention to 1.5 s and makes two dead letters
+// of class c: old, past the retention, and young, within it.
 func oldAndYoungDead(t *testing.T, q *Queue, c sms.Class) (old, young *sms.Message) {
 	t.Helper()
 	// Long enough that young stays within the retention while a busy

@@ -23,6 +23,7 @@
 package redisq
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -114,18 +115,10 @@ func New(cfg Config) (*Queue, error) {
 	if cfg.Retention < 0 || cfg.IdempotencyWindow < 0 || cfg.CompactAfter < 0 || cfg.CompactClaim < 0 {
 		return nil, errors.New("redisq: Retention, IdempotencyWindow, CompactAfter and CompactClaim must not be negative")
 	}
-	if cfg.CompactAfter == 0 {
-		cfg.CompactAfter = DefaultCompactAfter
-	}
-	if cfg.CompactClaim == 0 {
-		cfg.CompactClaim = DefaultCompactClaim
-	}
-	if cfg.Retention == 0 {
-		cfg.Retention = DefaultRetention
-	}
-	if cfg.IdempotencyWindow == 0 {
-		cfg.IdempotencyWindow = DefaultIdempotencyWindow
-	}
+	cfg.CompactAfter = cmp.Or(cfg.CompactAfter, DefaultCompactAfter)
+	cfg.CompactClaim = cmp.Or(cfg.CompactClaim, DefaultCompactClaim)
+	cfg.Retention = cmp.Or(cfg.Retention, DefaultRetention)
+	cfg.IdempotencyWindow = cmp.Or(cfg.IdempotencyWindow, DefaultIdempotencyWindow)
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

@@ -38,6 +38,13 @@ func diff(before, after []string) []string {
 	return out
 }
 
+// leasedDiff is the diff of a Take that leased id of the class named
+// class: out of the class's ready set, into its lease set and the leases.
+func leasedDiff(class, id string) []string {
+	return []string{"+lease:" + class + "{" + id + "}", "+leases[" + id + "]", "+msgs[" + id + "]",
+		"-msgs[" + id + "]", "-ready:" + class + "{SEQ:" + id + "}"}
+}
+
 // TestTakeState seeds a state, calls Take and compares everything that
 // changed in Redis with what the script's contract says may change.
 func TestTakeState(t *testing.T) {
@@ -51,23 +58,15 @@ func TestTakeState(t *testing.T) {
 		wantDiff func(s seeded) []string
 	}{
 		{
-			name:   "highest class first",
-			wantID: func(s seeded) string { return s.otp.ID },
-			wantDiff: func(s seeded) []string {
-				id := s.otp.ID
-				return []string{"+lease:otp{" + id + "}", "+leases[" + id + "]", "+msgs[" + id + "]",
-					"-msgs[" + id + "]", "-ready:otp{SEQ:" + id + "}"}
-			},
+			name:     "highest class first",
+			wantID:   func(s seeded) string { return s.otp.ID },
+			wantDiff: func(s seeded) []string { return leasedDiff("otp", s.otp.ID) },
 		},
 		{
-			name:    "caller's class order",
-			classes: []sms.Class{sms.ClassMarketing, sms.ClassOTP},
-			wantID:  func(s seeded) string { return s.mkt.ID },
-			wantDiff: func(s seeded) []string {
-				id := s.mkt.ID
-				return []string{"+lease:marketing{" + id + "}", "+leases[" + id + "]", "+msgs[" + id + "]",
-					"-msgs[" + id + "]", "-ready:marketing{SEQ:" + id + "}"}
-			},
+			name:     "caller's class order",
+			classes:  []sms.Class{sms.ClassMarketing, sms.ClassOTP},
+			wantID:   func(s seeded) string { return s.mkt.ID },
+			wantDiff: func(s seeded) []string { return leasedDiff("marketing", s.mkt.ID) },
 		},
 		{
 			name:     "only a scheduled message",

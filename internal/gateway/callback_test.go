@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"maps"
@@ -14,6 +15,7 @@ import (
 
 	"smsgw/internal/config"
 	"smsgw/internal/httpapi"
+	"smsgw/internal/provider/sim"
 	"smsgw/internal/webhook"
 )
 
@@ -272,6 +274,252 @@ func TestCallbackNetworksPerProducer(t *testing.T) {
 			})
 			if n := len(refused.events()); n != 0 {
 				t.Fatalf("the receiver outside its producer's networks got %d events", n)
+			}
+		})
+	}
+}
+
+// callbackPathProducers gives notify two allow prefixes, one ending with a
+// slash and one without, and login one for its OTPs.
+func callbackPathProducers(cfg *config.Config) {
+	cfg.Producers[0].Webhook = config.WebhookConfig{Secret: testWebhookSecret,
+		Allow: []string{"http://127.0.0.1:18999/cb/", "https://notify.example/hook", "https://sms.example/"}}
+	cfg.Producers[1].Webhook = config.WebhookConfig{Secret: testWebhookSecret,
+		Allow: []string{"http://127.0.0.1:18999/otp/"}}
+}
+
+// A callback_url is matched against the allow prefixes by scheme, host and
+// path segments, not as a string: dot segments (raw, percent-encoded in any
+// case, double-encoded, or with a path parameter), encoded slashes and
+// backslashes are a 400 naming callback_url, since they could leave the
+// prefix on the receiving server; a path that only shares the prefix's
+// characters (/cbx under /cb/, /hook-admin under /hook), another port,
+// scheme or host (compared in any ASCII case) is a 422. Single, batch and OTP alike.
+func TestCallbackURLPathEscapeRefused(t *testing.T) {
+	const base = "http://127.0.0.1:18999"
+	malformed := []string{
+		base + "/cb/../admin/secret",
+		base + "/cb/%2e%2e/admin2",
+		base + "/cb/%2E%2E/admin2",
+		base + "/cb/.%2e/admin2",
+		base + "/cb/%2e./admin2",
+		base + "/cb/./x",
+		base + "/cb/%2e/x",
+		base + "/cb/x/..",
+		base + "/cb/..;/admin",
+		base + "/cb/%252e%252e/admin",
+		base + "/cb/a%2fb",
+		base + "/cb%2fx",
+		base + "/cb/..%2Fadmin",
+		base + "/cb/..%5cadmin",
+		base + "/cb/..%5Cadmin",
+		base + `/cb/..\admin`,
+		"http://user:pw@127.0.0.1:18999/cb/x",
+	}
+	notAllowed := []string{
+		base + "/cbx",
+		base + "/cb",
+		base + "/admin/cb/x",
+		"http://127.0.0.1:18998/cb/x",
+		"https://127.0.0.1:18999/cb/x",
+		"http://127.0.0.1/cb/x",
+		"https://notify.example/hookx",
+		"https://notify.example/hook-admin",
+		"https://notify.example.evil.test/hook",
+		"https://notify.example/hoo",
+		"https://\u017fms.example/x", // long s: the same as "s" to Unicode case folding, not to DNS
+	}
+	allowed := []string{
+		base + "/cb/",
+		base + "/cb/x?token=SECRET&next=../../admin",
+		base + "/cb/a/b.json",
+		base + "/cb/...",
+		base + "/cb/%7Euser/x",
+		"HTTP://127.0.0.1:18999/cb/x",
+		"https://NOTIFY.example/hook",
+		"https://notify.example/hook",
+		"https://notify.example/hook/",
+		"https://notify.example/hook/orders/17",
+		"https://notify.example/hook?o=17",
+		"https://sms.example",
+		"https://SMS.EXAMPLE/x",
+	}
+	for _, m := range modes {
+		t.Run(string(m), func(t *testing.T) {
+			t.Parallel()
+			h := start(t, m, callbackPathProducers)
+			for _, u := range malformed {
+				r := h.post("/v1/messages", keyNotify, msg("transactional", "callback_url", u))
+				if r.status != http.StatusBadRequest {
+					t.Errorf("%s: status %d, want 400; body %s", u, r.status, r.body)
+					continue
+				}
+				if f := r.fields(t); !slices.Equal(f, []string{"callback_url"}) {
+					t.Errorf("%s: fields %v, want [callback_url]", u, f)
+				}
+			}
+			for _, u := range notAllowed {
+				r := h.post("/v1/messages", keyNotify, msg("transactional", "callback_url", u))
+				if r.status != http.StatusUnprocessableEntity {
+					t.Errorf("%s: status %d, want 422; body %s", u, r.status, r.body)
+					continue
+				}
+				if p := r.problem(t); p["type"] != httpapi.ProblemTypeBase+string(httpapi.KindCallbackNotAllowed) {
+					t.Errorf("%s: problem %v, want %s", u, p, httpapi.KindCallbackNotAllowed)
+				}
+			}
+			for _, u := range allowed {
+				r := h.post("/v1/messages", keyNotify, msg("transactional", "callback_url", u))
+				if r.status != http.StatusAccepted {
+					t.Errorf("%s: status %d, want 202; body %s", u, r.status, r.body)
+				}
+			}
+
+			// A batch refuses the item, naming it, and keeps the others.
+			r := h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": []any{
+				msg("transactional", "callback_url", base+"/cb/ok"),
+				msg("transactional", "callback_url", base+"/cb/%2e%2e/admin2"),
+				msg("transactional", "callback_url", base+"/cbx"),
+			}})
+			wantStatus(t, r, http.StatusOK)
+			var br struct{ Accepted, Rejected int }
+			r.json(t, &br)
+			if br.Accepted != 1 || br.Rejected != 2 {
+				t.Errorf("batch accepted %d rejected %d, want 1 and 2: %s", br.Accepted, br.Rejected, r.body)
+			}
+
+			// The OTP endpoint applies the same rule.
+			otp := func(u string) reply {
+				return h.post("/v1/otp", keyLogin, map[string]any{"to": "+819012345678", "body": "code 1234", "callback_url": u})
+			}
+			wantProblem(t, otp(base+"/otp/../admin"), http.StatusBadRequest, httpapi.KindInvalid, "callback_url")
+			wantProblem(t, otp(base+"/otpx"), http.StatusUnprocessableEntity, httpapi.KindCallbackNotAllowed, "callback_url")
+			wantStatus(t, otp(base+"/otp/x"), http.StatusOK)
+		})
+	}
+}
+
+// TestCallbackURLCheckedAtDelivery: a message's callback_url is checked
+// again before each delivery attempt, as the API would check it now. Its
+// events are not sent (retried until max_age, then dead: "no destination
+// configured or allowed") when the producer's webhook.allow no longer
+// covers it: the configuration was
+// narrowed after the message was accepted, or an earlier release accepted
+// a path that climbs out of its prefix.
+func TestCallbackURLCheckedAtDelivery(t *testing.T) {
+	own := newHookReceiver(t)
+	own.mu.Lock()
+	own.fail = true // the first replica's attempts fail: the event stays pending
+	own.mu.Unlock()
+	s := newSim(t, sim.Config{})
+	cfg := testConfig(t, embeddedMode, s.URL())
+	cfg.Producers[0].Webhook = config.WebhookConfig{Secret: testWebhookSecret, Allow: []string{own.srv.URL + "/cb/"}}
+	cfg.Webhooks.AllowNetworks = []string{"127.0.0.0/8"}
+	cfg.Webhooks.BackoffBase, cfg.Webhooks.BackoffMax = 20*time.Millisecond, 50*time.Millisecond
+	first := startWith(t, cfg, s)
+	wantStatus(t, first.post("/v1/messages", keyNotify, msg("transactional", "callback_url", own.srv.URL+"/cb/x?token=t1")),
+		http.StatusAccepted)
+	eventually(t, "a failed attempt", func() bool { return len(own.events()) == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := first.app.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	attempts := 0
+	for _, bodies := range own.events() {
+		attempts += len(bodies)
+	}
+	own.mu.Lock()
+	own.fail = false
+	own.mu.Unlock()
+
+	// the same store, the prefix narrowed to another path; the event is
+	// retried (another replica of a rolling change might have the
+	// prefix) until max_age, which it is past already
+	cfg.Producers[0].Webhook.Allow = []string{own.srv.URL + "/other/"}
+	cfg.Webhooks.MaxAge = time.Millisecond
+	second := startWith(t, cfg, s)
+	var dead struct {
+		Events []struct {
+			LastError string `json:"last_error"`
+		} `json:"events"`
+	}
+	eventually(t, "the event dead", func() bool {
+		r := second.get("/v1/admin/callbacks/dead", keyAdmin)
+		wantStatus(t, r, http.StatusOK)
+		r.json(t, &dead)
+		return len(dead.Events) == 1
+	})
+	if !strings.Contains(dead.Events[0].LastError, "allowed") {
+		t.Errorf("dead event's last error %q, want it to say the destination is not allowed", dead.Events[0].LastError)
+	}
+	n := 0
+	for _, bodies := range own.events() {
+		n += len(bodies)
+	}
+	if n != attempts {
+		t.Errorf("the receiver got %d attempts after the prefix was narrowed (%d before)", n-attempts, attempts)
+	}
+}
+
+// The admin API shows a message's callback_url as its scheme and host
+// only, in GET /v1/admin/messages/{id} and in the dead letters: its path
+// and query may carry the producer's token. The producer's own GET shows
+// it whole.
+func TestAdminViewHidesCallbackURL(t *testing.T) {
+	const (
+		secret = "SECRET-TOKEN-42"
+		cb     = "https://notify.example/cb/orders/17?token=" + secret
+		origin = "https://notify.example"
+	)
+	for _, m := range modes {
+		t.Run(string(m), func(t *testing.T) {
+			t.Parallel()
+			h := start(t, m, func(cfg *config.Config) {
+				callbackProducers(cfg)
+				cfg.Dispatch.MaxAttempts = 1
+			})
+			// Every send fails for now: with max_attempts 1 the message is a
+			// dead letter.
+			fail := 1.0
+			if err := h.sim.Apply(sim.Control{FailRate: &fail}); err != nil {
+				t.Fatal(err)
+			}
+			a := accepted(t, h.post("/v1/messages", keyNotify, msg("transactional", "callback_url", cb)))
+
+			own := h.get("/v1/messages/"+a.ID, keyNotify)
+			wantStatus(t, own, http.StatusOK)
+			var v httpapi.MessageView
+			own.json(t, &v)
+			if v.CallbackURL != cb {
+				t.Errorf("producer's GET shows callback_url %q, want %q", v.CallbackURL, cb)
+			}
+
+			adm := h.get("/v1/admin/messages/"+a.ID, keyAdmin)
+			wantStatus(t, adm, http.StatusOK)
+			var am httpapi.AdminMessage
+			adm.json(t, &am)
+			if am.CallbackURL != origin || am.Producer != "notify" {
+				t.Errorf("admin GET shows callback_url %q producer %q, want %q and notify", am.CallbackURL, am.Producer, origin)
+			}
+			if s := string(adm.body); strings.Contains(s, secret) || strings.Contains(s, "/cb/orders") {
+				t.Errorf("admin GET shows the callback path or token: %s", s)
+			}
+
+			var dl httpapi.DeadLettersResponse
+			var body string
+			eventually(t, "the dead letter", func() bool {
+				r := h.get("/v1/admin/dead-letters", keyAdmin)
+				wantStatus(t, r, http.StatusOK)
+				r.json(t, &dl)
+				body = string(r.body)
+				return len(dl.Messages) == 1
+			})
+			if d := dl.Messages[0]; d.ID != a.ID || d.CallbackURL != origin {
+				t.Errorf("dead letter %s shows callback_url %q, want %s with %q", d.ID, d.CallbackURL, a.ID, origin)
+			}
+			if strings.Contains(body, secret) || strings.Contains(body, "/cb/orders") {
+				t.Errorf("dead letters show the callback path or token: %s", body)
 			}
 		})
 	}
