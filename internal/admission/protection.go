@@ -39,6 +39,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"smsgw/internal/config"
+	"smsgw/internal/limiter"
 	"smsgw/internal/sms"
 	"smsgw/internal/state"
 )
@@ -82,15 +83,21 @@ type Protector struct {
 	localKey  []byte
 	local     *state.LocalNumberLimits
 	fallbacks prometheus.Counter
-	down      atomic.Int64 // unix ns until which OTPs skip the shared stores
-	lastWarn  atomic.Int64 // unix ns of the last fallback WARN
+	// Outage is this process's knowledge of Redis failures, shared with
+	// the limiters (limiter.Outage): while a failure is recent OTPs skip
+	// the shared stores, and a failure here makes the limiters skip Redis
+	// for the OTP too. NewProtector gives it one of its own; replace it
+	// before the first check.
+	Outage   *limiter.Outage
+	lastWarn atomic.Int64 // unix ns of the last fallback WARN
 }
 
 // NewProtector builds the protection check from its configuration and stores.
 func NewProtector(cfg config.ProtectionConfig, numbers state.NumberLimits, sup state.Suppressions,
 	reg prometheus.Registerer, log *slog.Logger, now func() time.Time) (*Protector, error) {
 	p := &Protector{cfg: cfg, countries: map[string]bool{}, blocked: map[sms.NumberType]bool{},
-		numbers: numbers, Sup: sup, log: log, localKey: make([]byte, 32), local: state.NewLocalNumberLimits(0)}
+		numbers: numbers, Sup: sup, log: log, localKey: make([]byte, 32), local: state.NewLocalNumberLimits(0),
+		Outage: &limiter.Outage{}}
 	_, _ = rand.Read(p.localKey)
 	for _, c := range cfg.Countries {
 		p.countries[c] = true
@@ -161,7 +168,9 @@ func (p *Protector) Check(ctx context.Context, cls sms.Class, ts []Target) ([]*R
 	}
 	ids := make([]string, len(rest))
 	down := cls == sms.ClassOTP && p.sharedDown()
-	key, err := p.NumberKey(ctx, down)
+	kctx, cancel := otpStoreCall(ctx, cls)
+	key, err := p.NumberKey(kctx, down)
+	cancel()
 	shared := err == nil && !down
 	own := false // the ids are this process's, not the list's
 	switch {
@@ -251,7 +260,9 @@ const giveBackTimeout = 2 * time.Second
 // on the suppression list. An OTP skips a failing list (the fast path
 // keeps sending); other classes get the store's failure.
 func (p *Protector) checkSuppressed(ctx context.Context, cls sms.Class, ts []Target, rest []int, ids []string, out []*Rejection) error {
-	listed, err := p.Sup.Contains(ctx, ids)
+	sctx, cancel := otpStoreCall(ctx, cls)
+	listed, err := p.Sup.Contains(sctx, ids)
+	cancel()
 	switch {
 	case err != nil && cls != sms.ClassOTP:
 		return unavailable("suppression list", err)
@@ -311,7 +322,9 @@ func (p *Protector) checkOTPPerNumber(ctx context.Context, cls sms.Class, ts []T
 				store = p.numbers
 			}
 			key := otpCapKey(ts[i].Producer, ids[k])
-			ticket, after, err := store.Take(ctx, key, lim.Limit, lim.Window)
+			tctx, cancel := otpStoreCall(ctx, cls)
+			ticket, after, err := store.Take(tctx, key, lim.Limit, lim.Window)
+			cancel()
 			if err != nil && shared {
 				p.fellBack(ctx, err)
 				shared = false // the rest of a batch does not wait on the store again
@@ -360,25 +373,37 @@ func (p *Protector) checkDestination(cls sms.Class, t Target) *Rejection {
 	return nil
 }
 
-// errSharedDown stands for a shared store that failed less than
-// sharedRetry ago: OTPs do not wait on it again meanwhile.
+// errSharedDown stands for a shared store that failed less than a second
+// ago (limiter.Outage): OTPs do not wait on it again meanwhile, as the
+// limiter's breaker skips Redis: an OTP must not wait out a Redis timeout
+// on every request.
 var errSharedDown = errors.New("the shared store failed less than a second ago")
 
-// sharedRetry is how long OTPs skip the shared stores after a failure, as
-// the limiter's breaker skips Redis: an OTP must not wait out a Redis
-// timeout on every request.
-const sharedRetry = time.Second
+// otpStoreCall bounds one shared-store call of an OTP's check as the send
+// limiter bounds its Redis calls (limiter.CallTimeout): a store that stops
+// answering takes an eighth of the OTP's deadline (at least 250 ms), not
+// all of it, and the OTP is then checked by this process alone and still
+// has the time to be sent at the fallback rate. Other classes wait for the
+// store as long as their request may.
+func otpStoreCall(ctx context.Context, cls sms.Class) (context.Context, context.CancelFunc) {
+	dl, ok := ctx.Deadline()
+	if cls != sms.ClassOTP || !ok {
+		return ctx, func() {}
+	}
+	d, _ := limiter.CallTimeout(ctx, time.Until(dl))
+	return context.WithTimeout(ctx, d)
+}
 
-func (p *Protector) sharedDown() bool { return time.Now().UnixNano() < p.down.Load() }
+func (p *Protector) sharedDown() bool { return p.Outage.Recent() }
 
-// fellBack counts one OTP decision taken locally, marks the shared stores
-// down for sharedRetry after a real failure, and warns at most once every
+// fellBack counts one OTP decision taken locally, records a real failure
+// in the process's Outage, and warns at most once every
 // fallbackWarnEvery.
 func (p *Protector) fellBack(ctx context.Context, err error) {
 	p.fallbacks.Inc()
 	now := time.Now().UnixNano()
 	if !errors.Is(err, errSharedDown) {
-		p.down.Store(now + int64(sharedRetry))
+		p.Outage.Failed()
 	}
 	last := p.lastWarn.Load()
 	if now-last >= int64(fallbackWarnEvery) && p.lastWarn.CompareAndSwap(last, now) {

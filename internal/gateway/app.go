@@ -131,6 +131,9 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	if err != nil {
 		return nil, err
 	}
+	if b.outage != nil {
+		protect.Outage = b.outage
+	}
 	optOuts, err := admission.NewOptOuts(cfg.Protection.OptOut, protect, d.reg, d.log, d.now, opsview.ReceiptAdapters)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: opt-out metrics: %w", err)

@@ -47,7 +47,10 @@ type backend struct {
 	// listed is the suppression list as the send loop's takes read it
 	// (queue.Suppression): the list's HASH in the take script with
 	// Redis, the list's own file asked in the take transaction embedded.
-	listed  queue.Suppression
+	listed queue.Suppression
+	// outage is what the process knows of Redis failures, shared by the
+	// limiters and the OTP's protection check (limiter.Outage).
+	outage  *limiter.Outage
 	checks  []httpapi.ReadyCheck
 	loops   []loop            // started by Start in order
 	persist *PersistenceCheck // Redis only: asked once by Start
@@ -120,7 +123,7 @@ func newEmbeddedBackend(cfg config.Config, d deps) (_ *backend, err error) {
 // client but contacts nothing: Start asks Redis whether it persists the
 // queue (persistenceCheck says what happens when it cannot).
 func newRedisBackend(cfg config.Config, d deps) (_ *backend, err error) {
-	b := &backend{mode: "redis", scope: opsview.ScopeShared}
+	b := &backend{mode: "redis", scope: opsview.ScopeShared, outage: &limiter.Outage{}}
 	defer b.closeOnError(&err, d.log)
 	sp, err := keyspace.New(cfg.Account)
 	if err != nil {
@@ -179,7 +182,7 @@ func (b *backend) redisLimiters(cfg config.Config, d deps, client redis.Universa
 		return fmt.Errorf("gateway: limiter: %w", err)
 	}
 	send, err := limiter.NewShared(limiter.SharedConfig{Redis: rl, Config: lcfg, MaxSenders: cfg.Limits.MaxSenders,
-		Logger: d.log, Registerer: d.reg, RedisTimeout: cfg.Redis.Timeout})
+		Logger: d.log, Registerer: d.reg, RedisTimeout: cfg.Redis.Timeout, Outage: b.outage})
 	if err != nil {
 		return fmt.Errorf("gateway: limiter: %w", err)
 	}
@@ -188,7 +191,7 @@ func (b *backend) redisLimiters(cfg config.Config, d deps, client redis.Universa
 		return fmt.Errorf("gateway: ingress limiter: %w", err)
 	}
 	ingress, err := limiter.NewSharedKeys(limiter.SharedKeysConfig{Redis: keys, Logger: d.log, Registerer: d.reg,
-		RedisTimeout: cfg.Redis.Timeout, OnLocal: d.metrics.IngressFallback.Inc})
+		RedisTimeout: cfg.Redis.Timeout, OnLocal: d.metrics.IngressFallback.Inc, Outage: b.outage})
 	if err != nil {
 		return fmt.Errorf("gateway: ingress limiter: %w", err)
 	}

@@ -73,6 +73,7 @@ type breakerConfig struct {
 	back    string        // logged at Info when Redis answers again
 	onOpen  func()        // optional; runs under the breaker's lock when it opens
 	onMode  func(Mode)    // optional; every mode change (metrics)
+	outage  *Outage       // optional; told of every failed call, joined while another user failed
 }
 
 // breaker runs Redis calls under the policy above and knows the mode.
@@ -138,6 +139,21 @@ func (b *breaker) Mode() Mode {
 	return b.mode.Load().(Mode)
 }
 
+// errOutageElsewhere opens a breaker that joins the process's outage.
+var errOutageElsewhere = errors.New("limiter: another redis user of this process failed within a second")
+
+// joinOutage opens this breaker, while it is closed, when another Redis
+// user of the process failed within redisRetryEvery (Outage): the replica
+// meets a Redis that stopped answering once, not once per limiter, and
+// this limiter's fallback starts as after a failure of its own (onOpen).
+// Joining records no failure, so breakers never keep each other open:
+// each finds Redis back with its own probe.
+func (b *breaker) joinOutage() {
+	if b.cfg.outage.Recent() && b.cb.State() == gobreaker.StateClosed {
+		_, _ = b.cb.Execute(func() (struct{}, error) { return struct{}{}, errOutageElsewhere })
+	}
+}
+
 // probe runs call through the breaker only while the mode is fallback,
 // so that a limiter nobody asks (a replica with nothing to send, no
 // producer posting) still learns that Redis is back, and its mode gauge
@@ -165,6 +181,7 @@ func (b *breaker) probe(ctx context.Context, call func(context.Context) error) {
 // caller's deadline that times out is no verdict on Redis: do returns
 // errCallerHurried.
 func (b *breaker) do(ctx context.Context, call func(context.Context) error) error {
+	b.joinOutage()
 	timeout, verdict := b.callTimeout(ctx)
 	_, err := b.cb.Execute(func() (struct{}, error) {
 		cctx, cancel := context.WithTimeout(ctx, timeout)
@@ -176,6 +193,8 @@ func (b *breaker) do(ctx context.Context, call func(context.Context) error) erro
 			return struct{}{}, fmt.Errorf("%w: %w", errCallerGone, err)
 		case !verdict && cctx.Err() != nil:
 			return struct{}{}, errCallerHurried
+		case !errors.Is(err, ErrCostExceedsBurst):
+			b.cfg.outage.Failed()
 		}
 		return struct{}{}, err
 	})
@@ -185,11 +204,24 @@ func (b *breaker) do(ctx context.Context, call func(context.Context) error) erro
 // callTimeout is how long one Redis call of a caller with ctx may take, and
 // whether its timeout says that Redis stopped answering.
 func (b *breaker) callTimeout(ctx context.Context) (time.Duration, bool) {
+	return CallTimeout(ctx, b.cfg.timeout)
+}
+
+// CallTimeout is how long one Redis call of a caller with ctx may take when
+// a call alone may take up to limit, and whether its timeout says that
+// Redis stopped answering: the share of the caller's deadline of the
+// breaker policy above (an eighth of the time left, at least minRedisCall
+// while that leaves the caller an eighth). Every store a caller with a
+// deadline meets before its decision (the OTP's per-number count, the
+// ingress quota, the send limiter) bounds its Redis calls with it, so that
+// a Redis that stops answering leaves the caller the time to be decided
+// locally.
+func CallTimeout(ctx context.Context, limit time.Duration) (time.Duration, bool) {
 	dl, ok := ctx.Deadline()
 	if !ok {
-		return b.cfg.timeout, true
+		return limit, true
 	}
 	left := time.Until(dl)
-	timeout := min(b.cfg.timeout, max(minRedisCall, left/callerShare), left-left/callerShare)
-	return timeout, timeout >= min(minRedisCall, b.cfg.timeout)
+	timeout := min(limit, max(minRedisCall, left/callerShare), left-left/callerShare)
+	return timeout, timeout >= min(minRedisCall, limit)
 }

@@ -78,11 +78,11 @@ import (
 //	hasty-probes-redis [TestSharedHastyNeverProbes]
 //	  shared.go: `if !req.Hasty || s.Mode() != ModeFallback {` -> `if true {`
 //	redis-call-past-callers-share [TestSharedRedisCallLeavesTheCallerTime]
-//	  breaker.go: `timeout := min(b.cfg.timeout, max(minRedisCall, left/callerShare), left-left/callerShare)` -> `timeout := min(b.cfg.timeout, left)`
+//	  breaker.go: `timeout := min(limit, max(minRedisCall, left/callerShare), left-left/callerShare)` -> `timeout := min(limit, left)`
 //	redis-call-below-the-minimum [TestSharedFreshConnectionDecidesOnRedis]
 //	  breaker.go: `max(minRedisCall, left/callerShare)` -> `left/callerShare`
 //	hurried-caller-opens-the-breaker [TestSharedHurriedCallerKeepsTheReplicaShared]
-//	  breaker.go: `return timeout, timeout >= min(minRedisCall, b.cfg.timeout)` -> `return timeout, true`
+//	  breaker.go: `return timeout, timeout >= min(minRedisCall, limit)` -> `return timeout, true`
 //	hurried-caller-granted-locally [TestSharedHurriedCallerKeepsTheReplicaShared]
 //	  shared.go: `return Decision{}, fmt.Errorf("limiter: reserve: %w", err)` -> `_ = err`
 //	fallback-wait-from-now [TestSharedRedisCallLeavesTheCallerTime]
@@ -131,6 +131,22 @@ import (
 //	  gcra.go: `gcraReach(now+reachMicros, tats[i], p)` -> `gcraReach(now+reachMicros, tats[i], params{})`
 //	reach-not-kept-local [TestLocalClockStepBack]
 //	  local.go: `	l.globalTAT = tats[0]` -> `	if out == granted { l.globalTAT = tats[0] }`
+//	outage-not-told [TestOutageSharedByTheReplicasRedisUsers]
+//	  breaker.go: `			b.cfg.outage.Failed()` -> `			_ = b`
+//	outage-not-recorded [TestOutageSharedByTheReplicasRedisUsers]
+//	  outage.go: `o.failed.Store(time.Now().UnixNano())` -> `_ = o`
+//	outage-never-recent [TestOutageSharedByTheReplicasRedisUsers]
+//	  outage.go: `return time.Now().UnixNano()-o.failed.Load() < int64(redisRetryEvery)` -> `return false`
+//	outage-recent-forever [TestOutageSharedByTheReplicasRedisUsers]
+//	  outage.go: `time.Now().UnixNano()-o.failed.Load() < int64(redisRetryEvery)` -> `true`
+//	outage-nil-failed [TestSharedFallbackAndRecovery]
+//	  outage.go: `	if o != nil {` -> `	if true {`
+//	outage-nil-recent [TestSharedKeysOutage]
+//	  outage.go: `	if o == nil {` -> `	if false {`
+//	outage-not-joined [TestOutageSharedByTheReplicasRedisUsers]
+//	  breaker.go: `	if b.cfg.outage.Recent() && b.cb.State() == gobreaker.StateClosed {` -> `	if false {`
+//	outage-not-joined-by-calls [TestOutageSharedByTheReplicasRedisUsers]
+//	  breaker.go: `	b.joinOutage()` -> `	_ = b`
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)

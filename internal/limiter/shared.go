@@ -25,6 +25,9 @@ type SharedConfig struct {
 	// RedisTimeout bounds one Redis call; past it the call counts as a
 	// failure and the decision is taken locally. Zero: 500 ms.
 	RedisTimeout time.Duration
+	// Outage is the process's knowledge of Redis failures, shared with
+	// its other Redis users; nil: this limiter's own breaker only.
+	Outage *Outage
 }
 
 // Shared is the limiter of a replica that shares Redis with others. It
@@ -69,6 +72,7 @@ func NewShared(cfg SharedConfig) (*Shared, error) {
 		// The fallback starts with its burst spent: the shared schedule
 		// has just been sending at full rate.
 		onOpen: fallback.spend,
+		outage: cfg.Outage,
 		onMode: func(m Mode) {
 			if s.metrics != nil {
 				s.metrics.setMode(m)
@@ -121,8 +125,10 @@ func (s *Shared) onRedis(ctx context.Context, call func(context.Context) error) 
 var errHastyFallback = errors.New("limiter: redis lost; a hasty request is decided locally")
 
 // Reserve decides on Redis, or locally at the fallback rate when Redis
-// cannot answer. A pause this process knows of holds in either mode. In
-// fallback a hasty request (Request.Hasty) does not try Redis. A caller
+// cannot answer. A pause this process knows of holds in either mode. While
+// another Redis user of the process failed recently (Outage) the breaker
+// opens without a call of its own (breaker.joinOutage). In fallback a
+// hasty request (Request.Hasty) does not try Redis. A caller
 // too hurried for a Redis call to be a verdict (breaker.go) whose call
 // timed out gets an error that wraps context.DeadlineExceeded. The
 // fallback's slot is at most MaxWait from when the caller asked: the time

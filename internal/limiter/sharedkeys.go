@@ -22,6 +22,9 @@ type SharedKeysConfig struct {
 	// OnLocal, when set, runs for every decision taken locally because
 	// Redis failed or the breaker is open.
 	OnLocal func()
+	// Outage is the process's knowledge of Redis failures, shared with
+	// its other Redis users; nil: this limiter's own breaker only.
+	Outage *Outage
 }
 
 // SharedKeys is the producer ingress limiter of a replica that shares Redis
@@ -58,7 +61,7 @@ func NewSharedKeys(cfg SharedKeysConfig) (*SharedKeys, error) {
 		setModeGauge(gauge, ModeShared)
 	}
 	s.br = newBreaker(breakerConfig{
-		name: "ingress-redis", timeout: cfg.RedisTimeout, log: cfg.Logger,
+		name: "ingress-redis", timeout: cfg.RedisTimeout, log: cfg.Logger, outage: cfg.Outage,
 		lost: "ingress limiter: redis unavailable, deciding producer quotas locally",
 		back: "ingress limiter: redis is back, deciding producer quotas on the shared schedule",
 		onMode: func(m Mode) {
@@ -80,7 +83,8 @@ func (s *SharedKeys) Probe(ctx context.Context) { s.br.probe(ctx, s.redis.reacha
 
 // Allow decides cost units for key at rate r on Redis, or locally when
 // Redis cannot answer (at once, without a Redis call, while the breaker is
-// open). A caller too hurried for a Redis call to be a verdict (breaker.go)
+// open; it opens without a call of its own while another Redis user of
+// the process failed within redisRetryEvery, Outage). A caller too hurried for a Redis call to be a verdict (breaker.go)
 // whose call timed out gets an error that wraps context.DeadlineExceeded.
 func (s *SharedKeys) Allow(ctx context.Context, key string, r Rate, cost int) (KeyDecision, error) {
 	if _, err := checkKeyRequest(key, r, cost); err != nil {
