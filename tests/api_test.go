@@ -17,10 +17,7 @@ func TestIdempotencyKeyAcrossReplicaProcesses(t *testing.T) {
 	skipShort(t)
 	sim := startSim(t, "--limit", "100")
 	acct := redistest.Prefix(t)
-	var gws []*gwProc
-	for i := 0; i < 3; i++ {
-		gws = append(gws, startGateway(t, "gw"+string(rune('a'+i)), gwOptions{RedisAddr: redistest.Addr(t), Account: acct, SimURL: sim.URL}))
-	}
+	gws := startFleet(t, 3, gwOptions{RedisAddr: redistest.Addr(t), Account: acct, SimURL: sim.URL})
 	body := message{To: phone(42), Body: "Your parcel arrives today", Class: "transactional"}
 	var ids []string
 	for i, gw := range gws {
@@ -96,14 +93,8 @@ func TestOTPFastPathDuringCampaign(t *testing.T) {
 	skipShort(t)
 	sim := startSim(t, "--limit", "100")
 	acct := redistest.Prefix(t)
-	var gws []*gwProc
-	for i := 0; i < 3; i++ {
-		gws = append(gws, startGateway(t, "gw"+string(rune('a'+i)), gwOptions{RedisAddr: redistest.Addr(t), Account: acct, SimURL: sim.URL}))
-	}
-	var campaign []string
-	for i, gw := range gws {
-		campaign = append(campaign, postBatch(t, gw, keyMarketing, "marketing", i*400, 400)...)
-	}
+	gws := startFleet(t, 3, gwOptions{RedisAddr: redistest.Addr(t), Account: acct, SimURL: sim.URL})
+	campaign := postCampaign(t, gws, 1200)
 	sim.WaitAccepted(t, 100, 30*time.Second) // the campaign is running
 	ok, refused, steps := otpFastPathTimed(t, gws, 100, 80*time.Millisecond)
 	st := sim.Stats(t)
@@ -131,10 +122,7 @@ func TestOTPWithRedisDown(t *testing.T) {
 	rs := redistest.StartServer(t, redistest.ServerOptions{AppendOnly: true})
 	sim := startSim(t, "--limit", "100")
 	acct := redistest.Prefix(t)
-	var gws []*gwProc
-	for i := 0; i < 2; i++ {
-		gws = append(gws, startGateway(t, "gw"+string(rune('a'+i)), gwOptions{RedisAddr: rs.Addr, Account: acct, SimURL: sim.URL}))
-	}
+	gws := startFleet(t, 2, gwOptions{RedisAddr: rs.Addr, Account: acct, SimURL: sim.URL})
 	rs.Kill()
 	// The fallback rate is 90/23 ≈ 3.9/s per process with a burst of 1, so
 	// space the requests to what two processes may send.

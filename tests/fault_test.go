@@ -16,14 +16,8 @@ func TestReplicaKilledMidCampaign(t *testing.T) {
 	skipShort(t)
 	sim := startSim(t, "--limit", "100", "--window", "sliding")
 	acct := redistest.Prefix(t)
-	var gws []*gwProc
-	for i := 0; i < 3; i++ {
-		gws = append(gws, startGateway(t, "gw"+string(rune('a'+i)), gwOptions{RedisAddr: redistest.Addr(t), Account: acct, SimURL: sim.URL, Lease: 2 * time.Second}))
-	}
-	var ids []string
-	for i, gw := range gws {
-		ids = append(ids, postBatch(t, gw, keyMarketing, "marketing", i*150, 150)...)
-	}
+	gws := startFleet(t, 3, gwOptions{RedisAddr: redistest.Addr(t), Account: acct, SimURL: sim.URL, Lease: 2 * time.Second})
+	ids := postCampaign(t, gws, 450)
 	// 250 are left when the replica dies: 3.5 s at marketing's cap, past
 	// the 2 s lease of what it held.
 	sim.WaitAccepted(t, 200, 30*time.Second)
@@ -47,14 +41,8 @@ func TestProviderThrottlesEverything(t *testing.T) {
 	skipShort(t)
 	sim := startSim(t, "--limit", "100", "--window", "sliding")
 	acct := redistest.Prefix(t)
-	var gws []*gwProc
-	for i := 0; i < 3; i++ {
-		gws = append(gws, startGateway(t, "gw"+string(rune('a'+i)), gwOptions{RedisAddr: redistest.Addr(t), Account: acct, SimURL: sim.URL}))
-	}
-	var ids []string
-	for i, gw := range gws {
-		ids = append(ids, postBatch(t, gw, keyMarketing, "marketing", i*100, 100)...)
-	}
+	gws := startFleet(t, 3, gwOptions{RedisAddr: redistest.Addr(t), Account: acct, SimURL: sim.URL})
+	ids := postCampaign(t, gws, 300)
 	// 200 are left when the throttle starts: sends are under way in it.
 	sim.WaitAccepted(t, 100, 30*time.Second)
 	sim.Control(t, `{"throttle_all_for":"3s"}`)
@@ -79,14 +67,8 @@ func TestRedisRestartLosesNothing(t *testing.T) {
 	rs := redistest.StartServer(t, redistest.ServerOptions{AppendOnly: true})
 	sim := startSim(t, "--limit", "100", "--window", "sliding")
 	acct := redistest.Prefix(t)
-	var gws []*gwProc
-	for i := 0; i < 2; i++ {
-		gws = append(gws, startGateway(t, "gw"+string(rune('a'+i)), gwOptions{RedisAddr: rs.Addr, Account: acct, SimURL: sim.URL, Lease: 3 * time.Second}))
-	}
-	var ids []string
-	for i, gw := range gws {
-		ids = append(ids, postBatch(t, gw, keyMarketing, "marketing", i*300, 300)...)
-	}
+	gws := startFleet(t, 2, gwOptions{RedisAddr: rs.Addr, Account: acct, SimURL: sim.URL, Lease: 3 * time.Second})
+	ids := postCampaign(t, gws, 600)
 	// 450 are left when Redis stops, sent after it is back.
 	sim.WaitAccepted(t, 150, 30*time.Second)
 	rs.Stop()

@@ -252,14 +252,7 @@ type fleetRun struct {
 func runFleetCampaign(t *testing.T, sim *simProc, gws []*gwProc, campaign int, during func()) *fleetRun {
 	t.Helper()
 	r := &fleetRun{steps: otpSteps{}}
-	per := campaign / len(gws)
-	for i, gw := range gws {
-		n := per
-		if i == len(gws)-1 {
-			n = campaign - per*(len(gws)-1)
-		}
-		r.campaign = append(r.campaign, postBatch(t, gw, keyMarketing, "marketing", i*per, n)...)
-	}
+	r.campaign = postCampaign(t, gws, campaign)
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {

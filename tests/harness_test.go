@@ -4,7 +4,6 @@
 package tests
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -20,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"smsgw/internal/testclient"
 )
 
 var smsgwBin string
@@ -240,19 +241,8 @@ func (s *simProc) Accepted(t *testing.T) []simRecord {
 
 func (s *simProc) Control(t *testing.T, body string) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.URL+"/control", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("sim control %s: %d %s", body, resp.StatusCode, b)
+	if resp := testclient.PostJSON(t, s.URL+"/control", body); resp.Status != http.StatusOK {
+		t.Fatalf("sim control %s: %d %s", body, resp.Status, resp.Body)
 	}
 }
 
@@ -274,20 +264,11 @@ func (s *simProc) WaitAccepted(t *testing.T, n int, d time.Duration) simStats {
 
 func getJSON(t *testing.T, url string, v any) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
-	if err != nil {
-		t.Fatal(err)
+	resp := testclient.Do(t, nil, testclient.New(t, http.MethodGet, url, ""))
+	if resp.Status != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", url, resp.Status, resp.Body)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+	if err := json.Unmarshal(resp.Body, v); err != nil {
 		t.Fatalf("GET %s: decode: %v", url, err)
 	}
 }
@@ -373,23 +354,13 @@ func post(t *testing.T, url, key string, body any, hdr ...string) postResult {
 	b, _ := json.Marshal(body)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(b))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+key)
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("POST %s: %v", url, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	rb, _ := io.ReadAll(resp.Body)
+	req := testclient.New(t, http.MethodPost, url, string(b), append([]string{"Authorization", "Bearer " + key}, hdr...)...)
+	resp := testclient.Do(t, nil, req.WithContext(ctx))
 	var v struct {
 		ID string `json:"id"`
 	}
-	_ = json.Unmarshal(rb, &v)
-	return postResult{Status: resp.StatusCode, ID: v.ID, Body: rb, Header: resp.Header}
+	_ = json.Unmarshal(resp.Body, &v)
+	return postResult{Status: resp.Status, ID: v.ID, Body: resp.Body, Header: resp.Header}
 }
 
 // message is a producer request body.
@@ -401,6 +372,22 @@ type message struct {
 
 // phone returns a valid Japanese mobile number, distinct for each i.
 func phone(i int) string { return "+8190" + fmt.Sprintf("%08d", 10000000+i%90000000) }
+
+// postCampaign posts a marketing campaign of n messages spread evenly over
+// the gateways (the last takes the remainder) and returns the accepted ids.
+func postCampaign(t *testing.T, gws []*gwProc, n int) []string {
+	t.Helper()
+	var ids []string
+	per := n / len(gws)
+	for i, gw := range gws {
+		k := per
+		if i == len(gws)-1 {
+			k = n - per*(len(gws)-1)
+		}
+		ids = append(ids, postBatch(t, gw, keyMarketing, "marketing", i*per, k)...)
+	}
+	return ids
+}
 
 // postBatch posts n messages of class with the key through /v1/messages/batch
 // and returns the accepted ids.

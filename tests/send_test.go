@@ -28,14 +28,7 @@ type campaignRun struct {
 func runCampaign(t *testing.T, sim *simProc, gws []*gwProc, campaign int) *campaignRun {
 	t.Helper()
 	r := &campaignRun{sim: sim, gws: gws}
-	per := campaign / len(gws)
-	for i, gw := range gws {
-		n := per
-		if i == len(gws)-1 {
-			n = campaign - per*(len(gws)-1)
-		}
-		r.campaign = append(r.campaign, postBatch(t, gw, keyMarketing, "marketing", i*per, n)...)
-	}
+	r.campaign = postCampaign(t, gws, campaign)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -291,10 +284,7 @@ func TestThreeReplicasSlidingWindow(t *testing.T) {
 	skipShort(t)
 	sim := startSim(t, "--limit", "100", "--window", "sliding")
 	acct := redistest.Prefix(t)
-	var gws []*gwProc
-	for i := 0; i < 3; i++ {
-		gws = append(gws, startGateway(t, "gw"+string(rune('a'+i)), gwOptions{RedisAddr: redistest.Addr(t), Account: acct, SimURL: sim.URL}))
-	}
+	gws := startFleet(t, 3, gwOptions{RedisAddr: redistest.Addr(t), Account: acct, SimURL: sim.URL})
 	r := runCampaign(t, sim, gws, campaignSize)
 	checkContract(t, r, 100)
 }
@@ -305,10 +295,7 @@ func TestFiveReplicasFixedWindowOffset(t *testing.T) {
 	skipShort(t)
 	sim := startSim(t, "--limit", "100", "--window", "fixed", "--offset", "0.37")
 	acct := redistest.Prefix(t)
-	var gws []*gwProc
-	for i := 0; i < 5; i++ {
-		gws = append(gws, startGateway(t, "gw"+string(rune('a'+i)), gwOptions{RedisAddr: redistest.Addr(t), Account: acct, SimURL: sim.URL}))
-	}
+	gws := startFleet(t, 5, gwOptions{RedisAddr: redistest.Addr(t), Account: acct, SimURL: sim.URL})
 	r := runCampaign(t, sim, gws, campaignSize)
 	checkContract(t, r, 100)
 }

@@ -20,6 +20,7 @@ import (
 	"smsgw/internal/config"
 	"smsgw/internal/dispatch"
 	"smsgw/internal/logtest"
+	"smsgw/internal/testclient"
 )
 
 // A SIGTERM whose shutdown_timeout passes while a send is in progress cuts
@@ -76,20 +77,10 @@ log: {level: info, format: json}
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+addr+"/v1/messages",
-		strings.NewReader(`{"to":"+819012345678","body":"hello","class":"transactional"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer app-key-0123456789ab")
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("POST /v1/messages: %d", resp.StatusCode)
+	req := testclient.New(t, http.MethodPost, "http://"+addr+"/v1/messages",
+		`{"to":"+819012345678","body":"hello","class":"transactional"}`, "Authorization", "Bearer app-key-0123456789ab")
+	if resp := testclient.Do(t, nil, req); resp.Status != http.StatusAccepted {
+		t.Fatalf("POST /v1/messages: %d", resp.Status)
 	}
 	http.DefaultClient.CloseIdleConnections()
 	select {

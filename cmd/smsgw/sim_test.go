@@ -12,6 +12,7 @@ import (
 
 	"smsgw/internal/provider/httpprov"
 	"smsgw/internal/provider/sim"
+	"smsgw/internal/testclient"
 )
 
 // startSim runs smsgw sim with args and returns its address, and a function
@@ -54,20 +55,10 @@ func startSim(t *testing.T, args ...string) (string, func() sim.Stats) {
 // the 429's scope.
 func simSend(t *testing.T, url, from string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url+"/send",
-		strings.NewReader(`{"to":"+819012345678","body":"hi","reference":"r1","from":"`+from+`"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
+	resp := testclient.PostJSON(t, url+"/send", `{"to":"+819012345678","body":"hi","reference":"r1","from":"`+from+`"}`)
 	var e httpprov.ErrorResponse
-	_ = json.NewDecoder(resp.Body).Decode(&e) // a 200 has no scope
-	return resp.StatusCode, e.Scope
+	_ = json.Unmarshal(resp.Body, &e) // a 200 has no scope
+	return resp.Status, e.Scope
 }
 
 // smsgw sim serves the generic protocol, enforces --limit, and prints its

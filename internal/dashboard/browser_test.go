@@ -1,12 +1,9 @@
 package dashboard_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +20,7 @@ import (
 	"smsgw/internal/provider/sim"
 	"smsgw/internal/redistest"
 	"smsgw/internal/sms"
+	"smsgw/internal/testclient"
 )
 
 const (
@@ -126,37 +124,21 @@ admin: {key: %q}
 // call makes one API request and decodes a JSON answer into out (if set).
 func (s *stack) call(t *testing.T, method, path, key string, body, out any) int {
 	t.Helper()
-	var rd io.Reader
+	var text string
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			t.Fatal(err)
 		}
-		rd = bytes.NewReader(b)
+		text = string(b)
 	}
-	req, err := http.NewRequestWithContext(t.Context(), method, s.base+path, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+key)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = res.Body.Close() }()
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out != nil && res.StatusCode < 300 {
-		if err := json.Unmarshal(b, out); err != nil {
-			t.Fatalf("%s %s: %v in %s", method, path, err, b)
+	res := testclient.Do(t, nil, testclient.New(t, method, s.base+path, text, "Authorization", "Bearer "+key))
+	if out != nil && res.Status < 300 {
+		if err := json.Unmarshal(res.Body, out); err != nil {
+			t.Fatalf("%s %s: %v in %s", method, path, err, res.Body)
 		}
 	}
-	return res.StatusCode
+	return res.Status
 }
 
 type stats struct {

@@ -1,7 +1,6 @@
 package dashboard_test
 
 import (
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -9,6 +8,7 @@ import (
 	"testing"
 
 	"smsgw/internal/dashboard"
+	"smsgw/internal/testclient"
 )
 
 // TestRangeIgnored: the page's files are served whole whatever Range asks.
@@ -21,23 +21,12 @@ func TestRangeIgnored(t *testing.T) {
 	t.Cleanup(srv.Close)
 	get := func(rng string) (int, http.Header, []byte) {
 		t.Helper()
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+"/dashboard/app.js", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		req := testclient.New(t, http.MethodGet, srv.URL+"/dashboard/app.js", "")
 		if rng != "" {
 			req.Header.Set("Range", rng)
 		}
-		resp, err := srv.Client().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = resp.Body.Close() }()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.StatusCode, resp.Header, b
+		resp := testclient.Do(t, srv.Client(), req)
+		return resp.Status, resp.Header, resp.Body
 	}
 	status, header, want := get("")
 	if status != http.StatusOK || len(want) == 0 {

@@ -1,7 +1,6 @@
 package dashboard_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"net/http"
 	"testing"
@@ -10,6 +9,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"smsgw/internal/provider/httpprov"
+	"smsgw/internal/testclient"
 )
 
 // postReceipt posts one signed receipt of the generic protocol.
@@ -19,19 +19,10 @@ func (s *stack) postReceipt(t *testing.T, ref, status string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.base+"/v1/receipts/http", bytes.NewReader(b))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(httpprov.HeaderReceiptSignature, httpprov.SignReceipt(receiptSecret, b))
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = res.Body.Close()
-	if res.StatusCode != http.StatusNoContent {
-		t.Fatalf("receipt: %d", res.StatusCode)
+	req := testclient.New(t, http.MethodPost, s.base+"/v1/receipts/http", string(b),
+		httpprov.HeaderReceiptSignature, httpprov.SignReceipt(receiptSecret, b))
+	if res := testclient.Do(t, nil, req); res.Status != http.StatusNoContent {
+		t.Fatalf("receipt: %d", res.Status)
 	}
 }
 

@@ -27,6 +27,7 @@ var allowed = map[string][]string{
 	"internal/gcra":        {}, // the GCRA in Lua, shared by the limiter and the enqueue script
 	"internal/dashboard":   {},
 	"internal/redistest":   {},
+	"internal/testclient":  {}, // a test's HTTP request sent, read and closed in one call
 	"internal/layering":    {},
 	"internal/logsample":   {},
 	"internal/logtest":     {},

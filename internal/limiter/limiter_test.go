@@ -151,6 +151,24 @@ func newRedisLimiter(t *testing.T, cfg Config) (*Redis, *redis.Client, string) {
 	return r, client, account
 }
 
+// reserveN makes n reservations of req back to back and returns how many
+// were allowed and the last decision that was not (zero if none).
+func reserveN(t *testing.T, l Limiter, req Request, n int) (allowed int, denied Decision) {
+	t.Helper()
+	for range n {
+		d, err := l.Reserve(bg, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			allowed++
+		} else {
+			denied = d
+		}
+	}
+	return allowed, denied
+}
+
 // redisMicros is the current Redis time in µs.
 func redisMicros(t *testing.T, c redis.UniversalClient) int64 {
 	t.Helper()

@@ -29,18 +29,7 @@ func TestLocalIdleDoesNotBankCredit(t *testing.T) {
 	t.Parallel()
 	l, clock := newFakeLocal(t, Config{Global: Rate{PerSecond: 10, Burst: 3}})
 	clock.advance(time.Hour)
-	allowed := 0
-	var last Decision
-	for range 10 {
-		d, err := l.Reserve(bg, Request{Cost: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d.Allowed {
-			allowed++
-		}
-		last = d
-	}
+	allowed, last := reserveN(t, l, Request{Cost: 1}, 10)
 	if allowed != 3 {
 		t.Fatalf("after an hour idle %d units passed at once, want the burst 3", allowed)
 	}

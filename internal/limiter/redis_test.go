@@ -231,17 +231,7 @@ func TestIdleDoesNotBankCredit(t *testing.T) {
 	if err := client.Set(bg, r.keys.global(), redisMicros(t, client)-3600_000_000, time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}
-	allowed := 0
-	for range 8 {
-		d, err := r.Reserve(bg, Request{Cost: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d.Allowed {
-			allowed++
-		}
-	}
-	if allowed != 3 {
+	if allowed, _ := reserveN(t, r, Request{Cost: 1}, 8); allowed != 3 {
 		t.Fatalf("after an hour idle %d units passed at once, want the burst 3", allowed)
 	}
 }
@@ -254,19 +244,7 @@ func TestMarketingCapAndOTPHeadroom(t *testing.T) {
 	for name, l := range limiters(t, cfg) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			mkt := 0
-			var denied Decision
-			for range 6 {
-				d, err := l.Reserve(bg, Request{Class: "marketing", Cost: 1})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if d.Allowed {
-					mkt++
-				} else {
-					denied = d
-				}
-			}
+			mkt, denied := reserveN(t, l, Request{Class: "marketing", Cost: 1}, 6)
 			if mkt != 2 {
 				t.Fatalf("marketing got %d at once, want its cap's burst 2 (the global key had room for 6)", mkt)
 			}
@@ -275,17 +253,7 @@ func TestMarketingCapAndOTPHeadroom(t *testing.T) {
 			if denied.RetryAfter <= 300*time.Millisecond || denied.RetryAfter > 500*time.Millisecond {
 				t.Fatalf("marketing denied with retry after %s, want about 500ms", denied.RetryAfter)
 			}
-			otp := 0
-			for range 6 {
-				d, err := l.Reserve(bg, Request{Class: "otp", Cost: 1})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if d.Allowed {
-					otp++
-				}
-			}
-			if otp != 4 {
+			if otp, _ := reserveN(t, l, Request{Class: "otp", Cost: 1}, 6); otp != 4 {
 				t.Fatalf("OTP got %d while marketing was saturated, want the 4 left of the global burst", otp)
 			}
 		})

@@ -116,16 +116,25 @@ func newShared(t *testing.T, srv *redistest.Server, account string, cfg Config, 
 	f := &sharedFixture{srv: srv, logs: &logCounter{}, calls: &scriptCalls{}, reg: prometheus.NewRegistry(), account: account}
 	f.client = redis.NewClient(&redis.Options{Addr: srv.Addr})
 	f.client.AddHook(f.calls)
-	t.Cleanup(func() { _ = f.client.Close() })
-	r, err := NewRedis(f.client, account, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.shared, err = NewShared(SharedConfig{Redis: r, MaxSenders: maxSenders, Logger: slog.New(f.logs), Registerer: f.reg})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f.shared = sharedOn(t, f.client, account, cfg, SharedConfig{MaxSenders: maxSenders, Logger: slog.New(f.logs), Registerer: f.reg})
 	return f
+}
+
+// sharedOn returns a Shared limiter for account on client (closed when the
+// test ends), sc completed with the Redis limiter.
+func sharedOn(t *testing.T, client *redis.Client, account string, cfg Config, sc SharedConfig) *Shared {
+	t.Helper()
+	t.Cleanup(func() { _ = client.Close() })
+	r, err := NewRedis(client, account, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.Redis = r
+	s, err := NewShared(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // TestSharedFallbackAndRecovery: Redis killed → decisions come from the
@@ -457,19 +466,10 @@ func (h slowRedis) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 func newDeadlineShared(t *testing.T, addr string, cfg Config, hooks ...redis.Hook) *Shared {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, DialerRetries: 1})
-	t.Cleanup(func() { _ = c.Close() })
 	for _, h := range hooks {
 		c.AddHook(h)
 	}
-	r, err := NewRedis(c, redistest.Prefix(t), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := NewShared(SharedConfig{Redis: r, MaxSenders: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return sharedOn(t, c, redistest.Prefix(t), cfg, SharedConfig{MaxSenders: 2})
 }
 
 // TestSharedFreshConnectionDecidesOnRedis: every Redis command takes

@@ -3,7 +3,6 @@ package sim_test
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -11,6 +10,7 @@ import (
 
 	"smsgw/internal/provider/httpprov"
 	"smsgw/internal/provider/sim"
+	"smsgw/internal/testclient"
 )
 
 // answer is what a client sees of one send over HTTP.
@@ -40,26 +40,13 @@ func postJSON(t *testing.T, url, path, body string, out any) (int, http.Header) 
 	if body == "" {
 		method = http.MethodGet
 	}
-	req, err := http.NewRequestWithContext(t.Context(), method, url+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := testclient.Do(t, nil, testclient.New(t, method, url+path, body))
 	if out != nil {
-		if err := json.Unmarshal(b, out); err != nil {
-			t.Fatalf("%s %s: %d %s: %v", method, path, resp.StatusCode, b, err)
+		if err := json.Unmarshal(resp.Body, out); err != nil {
+			t.Fatalf("%s %s: %d %s: %v", method, path, resp.Status, resp.Body, err)
 		}
 	}
-	return resp.StatusCode, resp.Header
+	return resp.Status, resp.Header
 }
 
 // sendFrom sends one message from the sender from ("": none).
