@@ -17,6 +17,7 @@ type Step uint8
 // The steps, named in Order.
 const (
 	StepReplay      Step = iota // a first answer kept under the Idempotency-Key is replayed
+	StepKeyed                   // a keyed request spends a unit of the producer's max_keyed_per_day
 	StepSchedule                // send_at is within its bounds
 	StepProtect                 // destination, number type, range hold, OTPs per number
 	StepTTL                     // the TTL outlasts the backlog ahead (estimated_send_at)
@@ -55,8 +56,10 @@ type StepSpec struct {
 // read at accept for OTPs alone (with protection.suppress_otp; they are
 // sent at once): a queued message to a listed number is accepted like any
 // other and its take ends it, so the answer does not tell a producer which
-// numbers are listed. A keyed request also spends a unit of its producer's
-// max_keyed_per_day after the replay step (the HTTP layer's keyed.go).
+// numbers are listed. A request with an Idempotency-Key that is not a
+// replay spends a unit of its producer's max_keyed_per_day (StepKeyed,
+// ChargeKeyed), kept even when a later step refuses it: a retry whose first
+// answer is stored is answered from it whatever the bound.
 //
 // The in-process executor runs the steps one by one. The script executor
 // runs the InProcess rows here and hands the InScript rows to the queue's
@@ -68,6 +71,7 @@ type StepSpec struct {
 // order).
 var Order = [...]StepSpec{
 	{StepReplay, "replay", InScript, true},
+	{StepKeyed, "keyed", InScript, true},
 	{StepSchedule, "schedule", InProcess, false},
 	{StepProtect, "protect", InProcess, true},
 	{StepTTL, "ttl", InProcess, false},
@@ -82,7 +86,8 @@ type Sender struct {
 	Name           string
 	MaxOutstanding int64 // 0: unlimited
 	Ingress        limiter.Rate
-	Webhook        bool // a default callback URL: every message has callbacks
+	Keyed          limiter.Rate // max_keyed_per_day (burst 0: unbounded)
+	Webhook        bool         // a default callback URL: every message has callbacks
 }
 
 // Store is the queue as admission uses it: a producer's messages queued
@@ -212,6 +217,43 @@ func RateLimited(s Sender, retryAfter time.Duration) *Rejection {
 	return &Rejection{Kind: RejectRateLimited, RetryAfter: retryAfter,
 		Detail: fmt.Sprintf("producer %s may send %g messages/s with a burst of %d; retry after the Retry-After seconds",
 			s.Name, s.Ingress.PerSecond, s.Ingress.Burst)}
+}
+
+// A request with an Idempotency-Key makes the gateway keep its first
+// answer (and the queue its key's mapping) for the idempotency window,
+// whatever then happens to the message: a producer that keys every
+// request and cancels each would otherwise make the stores keep a day of
+// its ingress rate. max_keyed_per_day bounds it: a GCRA of that many a day
+// with a burst of as many, so at most about twice the bound is kept.
+
+// KeyedLimiterKey is the name of the producer's keyed-request quota beside
+// its ingress quota in the same limiter, so both executors share it
+// through Redis.
+func KeyedLimiterKey(producer string) string { return "keyed\x00" + producer }
+
+// TooManyKeyed refuses a keyed request of a sender over its
+// max_keyed_per_day.
+func TooManyKeyed(s Sender, retryAfter time.Duration) *Rejection {
+	return &Rejection{Kind: RejectTooManyKeyed, RetryAfter: max(retryAfter, time.Second),
+		Detail: fmt.Sprintf("producer %s may make %d requests with an Idempotency-Key a day (producers[].max_keyed_per_day); retry after the Retry-After seconds, or send without one",
+			s.Name, s.Keyed.Burst),
+		Fields: []rejectField{{"Idempotency-Key", "over producers[].max_keyed_per_day"}}}
+}
+
+// ChargeKeyed is StepKeyed in process: it charges one keyed request to the
+// sender's max_keyed_per_day.
+func (p *Pipeline) ChargeKeyed(ctx context.Context, s Sender) error {
+	if p.Ingress == nil || s.Keyed.Burst < 1 {
+		return nil
+	}
+	d, err := p.Ingress.Allow(ctx, KeyedLimiterKey(s.Name), s.Keyed, 1)
+	if err != nil {
+		return fmt.Errorf("keyed-request limiter: %w", err)
+	}
+	if d.Allowed {
+		return nil
+	}
+	return TooManyKeyed(s, d.RetryAfter)
 }
 
 // ItemRateLimited refuses one batch item beyond the sender's burst.

@@ -35,6 +35,7 @@ const (
 	RejectInvalid      RejectKind = "invalid"                  // a field out of its bounds at admission (send_at)
 	RejectOutstanding  RejectKind = "too-many-outstanding"     // the producer's max_outstanding
 	RejectRateLimited  RejectKind = "rate-limited"             // the producer's ingress GCRA
+	RejectTooManyKeyed RejectKind = "too-many-keyed-requests"  // the producer's max_keyed_per_day
 )
 
 // rejectField names one request field a rejection is about.

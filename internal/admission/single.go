@@ -166,6 +166,13 @@ func (sc *ScriptStore) store(ctx context.Context, p *Pipeline, r One, d Decision
 		return d, fmt.Errorf("ingress limiter: %w", err)
 	}
 	ch.IngressKey, ch.IngressInterval, ch.IngressBurst, ch.IngressCost = sc.Keys.KeyName(r.Sender.Name), interval, burst, 1
+	if r.Key != "" && r.Sender.Keyed.Burst >= 1 {
+		kn := KeyedLimiterKey(r.Sender.Name)
+		if ch.KeyedInterval, ch.KeyedBurst, err = limiter.KeyArgs(kn, r.Sender.Keyed, 1); err != nil {
+			return d, fmt.Errorf("keyed-request limiter: %w", err)
+		}
+		ch.KeyedKey = sc.Keys.KeyName(kn)
+	}
 	if r.AnswerKey != "" {
 		if ch.AnswerKey, err = sc.Idem.AnswerKey(r.AnswerKey); err != nil {
 			return d, err
@@ -188,6 +195,8 @@ func (sc *ScriptStore) store(ctx context.Context, p *Pipeline, r One, d Decision
 	case res.Replay != nil:
 		d.Replay = res.Replay
 		return d, nil
+	case res.Refused == queue.RefusedKeyed:
+		return d, TooManyKeyed(r.Sender, res.RetryAfter)
 	case res.Refused == queue.RefusedOutstanding:
 		return d, p.TooManyQueued(r.Sender, res.Outstanding)
 	case res.Refused == queue.RefusedIngress:

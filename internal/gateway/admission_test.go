@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -194,6 +195,8 @@ func TestAdmissionConformance(t *testing.T) {
 						c.Producers[i].Rate = 0.01 // burst 2, then one unit every 100 s
 					case "login":
 						c.Producers[i].Rate, c.Producers[i].Burst = 0.01, 1
+					case "notify":
+						c.Producers[i].MaxKeyedPerDay = 2
 					}
 				}
 			}, clock.now)
@@ -225,6 +228,26 @@ func TestAdmissionConformance(t *testing.T) {
 			}
 			wantProblem("key reused", h.post("/v1/messages", keyNotify, msg("marketing"), "Idempotency-Key", "conf-1"),
 				http.StatusUnprocessableEntity, "idempotency-key-reused")
+
+			// The keyed step, right after the replay: a second new key
+			// spends notify's max_keyed_per_day of 2, a third is refused
+			// naming the header and the config key; the replay and the
+			// reused key above spent nothing, and a retry of an answered
+			// key is still answered from its first answer.
+			wantStatus(t, h.post("/v1/messages", keyNotify, msg("transactional"), "Idempotency-Key", "conf-2"), http.StatusAccepted)
+			r = h.post("/v1/messages", keyNotify, msg("transactional"), "Idempotency-Key", "conf-3")
+			wantProblem("keyed quota", r, http.StatusTooManyRequests, "too-many-keyed-requests")
+			if d, _ := r.problem(t)["detail"].(string); !slices.Contains(r.fields(t), "Idempotency-Key") ||
+				!strings.Contains(d, "producers[].max_keyed_per_day") {
+				t.Errorf("keyed quota: fields %v, detail %q; want the header and the config key", r.fields(t), d)
+			}
+			if ra, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || ra < 1 {
+				t.Errorf("keyed quota: Retry-After %q", r.header.Get("Retry-After"))
+			}
+			again = h.post("/v1/messages", keyNotify, msg("transactional"), "Idempotency-Key", "conf-1")
+			if again.status != http.StatusAccepted || !bytes.Equal(again.body, first.body) {
+				t.Errorf("replay over the keyed quota: %d %s; want the first answer %s", again.status, again.body, first.body)
+			}
 
 			// A queued message to a listed number is accepted like any
 			// other (its take ends it): the answer tells nothing of the list.

@@ -39,7 +39,7 @@ type Producer struct {
 	// (producers[].previous_key); nil: none.
 	previous *PreviousKey
 	// Keyed is the quota of requests with an Idempotency-Key
-	// (producers[].max_keyed_per_day; keyed.go).
+	// (producers[].max_keyed_per_day; admission.StepKeyed).
 	Keyed limiter.Rate
 }
 
@@ -402,5 +402,5 @@ func (s *Server) failedAuth(w http.ResponseWriter, r *http.Request, what, valid 
 
 // asSender is what admission knows of p.
 func (p *Producer) asSender() admission.Sender {
-	return admission.Sender{Name: p.Name, MaxOutstanding: p.MaxOutstanding, Ingress: p.Ingress, Webhook: p.webhook}
+	return admission.Sender{Name: p.Name, MaxOutstanding: p.MaxOutstanding, Ingress: p.Ingress, Keyed: p.Keyed, Webhook: p.webhook}
 }

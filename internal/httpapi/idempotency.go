@@ -135,9 +135,11 @@ func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, p *Producer,
 			s.Log.WarnContext(ctx, "idempotency: store answer", "err", err)
 		}
 	}()
-	if err := s.admitKeyed(ctx, p); err != nil { // producers[].max_keyed_per_day (keyed.go)
-		s.WriteError(w, r, err)
-		return
+	if s.Admit != nil {
+		if err := s.Admit.ChargeKeyed(ctx, p.asSender()); err != nil { // admission.StepKeyed, after the replay
+			s.WriteError(w, r, err)
+			return
+		}
 	}
 	res, err := run(ctx, key)
 	if err != nil {

@@ -13,9 +13,9 @@ import (
 
 // acceptScripted answers a validated single message on the script
 // executor (Redis mode, admission.ScriptStore): the first-answer lookup of
-// its Idempotency-Key, the suppression list, max_outstanding, the ingress
-// GCRA, the enqueue and the answer all run in the queue's enqueue script,
-// in admission.Order. The answer is built before the script, so the
+// its Idempotency-Key, producers[].max_keyed_per_day, the suppression
+// list, max_outstanding, the ingress GCRA, the enqueue and the answer all
+// run in the queue's enqueue script, in admission.Order. The answer is built before the script, so the
 // script stores it with the message: a replay on any replica gets the same
 // bytes, and a retry that races the first request gets the first answer
 // (the script runs one at a time), never a second message.
@@ -25,14 +25,6 @@ func (s *Server) acceptScripted(w http.ResponseWriter, r *http.Request, p *Produ
 	if err != nil {
 		s.WriteError(w, r, err)
 		return
-	}
-	if idem != "" {
-		if err := s.admitKeyed(ctx, p); err != nil { // producers[].max_keyed_per_day (keyed.go), as on the in-process path
-			if !s.replayStored(w, r, p, idem, v.msg.RequestHash) {
-				s.WriteError(w, r, err)
-			}
-			return
-		}
 	}
 	now := s.Now()
 	one := admission.One{Sender: p.asSender(), Msg: v.msg, TTL: v.ttl, Key: idem}

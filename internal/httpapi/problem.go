@@ -188,6 +188,7 @@ var rejectionKinds = map[admission.RejectKind]ProblemKind{
 	admission.RejectInvalid:      KindInvalid,
 	admission.RejectOutstanding:  kindTooManyQueued,
 	admission.RejectRateLimited:  KindRateLimited,
+	admission.RejectTooManyKeyed: kindTooManyKeyed,
 }
 
 // fromRejection is the one place an admission refusal becomes an answer.

@@ -13,15 +13,18 @@ import (
 //
 //  1. a first answer stored under AnswerKey is returned (Replay), and
 //     nothing else happens;
-//  2. the message's number is on the suppression list: refused;
-//  3. the producer has MaxOutstanding messages queued or in flight: refused;
-//  4. the producer's ingress GCRA denies Cost: refused;
-//  5. the message is stored (or the one its idempotency key already names is
+//  2. the producer's keyed-request GCRA (KeyedKey) denies one unit:
+//     refused; granted, the unit stays spent whatever follows;
+//  3. the message's number is on the suppression list: refused;
+//  4. the producer has MaxOutstanding messages queued or in flight: refused;
+//  5. the producer's ingress GCRA denies Cost: refused;
+//  6. the message is stored (or the one its idempotency key already names is
 //     returned), and, when it is stored, Answer under AnswerKey for
 //     AnswerTTL.
 //
-// A refusal stores nothing and charges nothing. Key names are the callers'
-// (the idempotency store's, the suppression list's, the ingress limiter's)
+// A refusal stores nothing and charges nothing but the keyed unit. Key names are the callers'
+// (the idempotency store's, the suppression list's, the ingress limiter's,
+// which also names the keyed-request GCRA)
 // and must share the queue's account hash tag. A zero field skips its
 // check. These are the InScript rows of admission.Order, the one
 // admission order; the embedded store has no such call: admission's
@@ -34,6 +37,10 @@ type Checks struct {
 
 	SuppressionKey string // the HASH of suppressed number ids
 	SuppressionID  string // this message's number id in it
+
+	KeyedKey      string // the producer's keyed-request GCRA key ("" none); its cost is 1
+	KeyedInterval int64  // emission interval, µs
+	KeyedBurst    int64
 
 	MaxOutstanding int64 // 0: unlimited
 
@@ -60,6 +67,7 @@ type Refusal int
 // The refusals, in the order the checks run.
 const (
 	NotRefused         Refusal = iota // stored, or an existing message returned
+	RefusedKeyed                      // the producer's keyed-request GCRA denied
 	RefusedSuppressed                 // the number is on the suppression list
 	RefusedOutstanding                // the producer is at its max_outstanding
 	RefusedIngress                    // the producer's ingress GCRA denied
@@ -72,7 +80,7 @@ type Verdict struct {
 	Outstanding int64   // with RefusedOutstanding: the producer's count
 	// The ingress GCRA's decision (when IngressKey was set and it ran):
 	// remaining units and reset after, and with RefusedIngress the retry
-	// after.
+	// after; with RefusedKeyed, RetryAfter is the keyed GCRA's.
 	Ingress                bool
 	RetryAfter, ResetAfter time.Duration
 	Remaining              int

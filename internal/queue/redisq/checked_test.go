@@ -265,3 +265,39 @@ func TestEnqueueCheckedIngressClockStepBack(t *testing.T) {
 		t.Fatalf("one retry-after later: %+v", r)
 	}
 }
+
+// TestEnqueueCheckedKeyed: the keyed-request GCRA runs right after the
+// replay: over it a message is refused with the keyed GCRA's retry-after
+// and nothing is written, while a stored answer is still returned; a unit
+// it grants stays spent when a later check refuses.
+func TestEnqueueCheckedKeyed(t *testing.T) {
+	t.Parallel()
+	q := newShared(t)
+	keyed := func(answer string) queue.Checks {
+		ch := checksFor(q, 5, answer)
+		ch.KeyedKey, ch.KeyedInterval, ch.KeyedBurst = q.k.tag+"t:keyed", time.Hour.Microseconds(), 2
+		return ch
+	}
+	if r := enqueueChecked(t, q, smstest.Message("p", sms.ClassTransactional), keyed("a1")); r.Refused != queue.NotRefused || r.Message == nil {
+		t.Fatalf("first keyed: %+v", r)
+	}
+	// max_outstanding refuses after the keyed GCRA granted: its unit is spent.
+	ch := keyed("")
+	ch.AnswerKey = ""
+	ch.MaxOutstanding = 1
+	if r := enqueueChecked(t, q, smstest.Message("p", sms.ClassTransactional), ch); r.Refused != queue.RefusedOutstanding {
+		t.Fatalf("over max_outstanding: %+v", r)
+	}
+	ch.MaxOutstanding = 0
+	before := dump(t, q)
+	r := enqueueChecked(t, q, smstest.Message("p", sms.ClassTransactional), ch)
+	if r.Refused != queue.RefusedKeyed || r.Ingress || r.RetryAfter <= 30*time.Minute || r.RetryAfter > time.Hour || r.Message != nil {
+		t.Fatalf("over the keyed GCRA: %+v", r)
+	}
+	if after := dump(t, q); !slices.Equal(before, after) {
+		t.Fatalf("a keyed refusal wrote:\n%v\nwas\n%v", after, before)
+	}
+	if r := enqueueChecked(t, q, smstest.Message("p", sms.ClassTransactional), keyed("a2")); string(r.Replay) != "a1" {
+		t.Fatalf("replay over the keyed GCRA: %+v", r)
+	}
+}

@@ -40,17 +40,21 @@ const maxBatch = 1000
 // its TTL ms; index of the suppression HASH (0: none), the number's id;
 // max outstanding (0: none); index of the ingress GCRA key (0: none), its
 // interval µs, burst and cost; "1" when the message is taken by the
-// enqueuing process itself (queue.Checks.TakenHere), else "0".
+// enqueuing process itself (queue.Checks.TakenHere), else "0"; index of
+// the keyed-request GCRA key (0: none), its interval µs and burst (it runs
+// first of the checks, after the replay, through the same charge as the
+// ingress GCRA).
 // Returns one reply per message, in order, {kind, value, id, gcra}: kind 0
 // stored (value: the stored record, or "" unless ARGV[2] asked for it), 1 an existing message (its record),
 // 2 an existing final record, 3 its idempotency key names a first message
 // no longer in msgs (nothing stored or charged: the caller looks for the
 // first's final record, and enqueues again naming that id when there is
 // none), 4 a stored answer (value), 5 suppressed, 6 too many outstanding
-// (value: the count), 7 the ingress GCRA denied. gcra is gcra_allow's
-// answer when it ran, else empty.
+// (value: the count), 7 the ingress GCRA denied, 8 the keyed-request GCRA
+// denied. gcra is the ingress GCRA's answer when it ran (with 8: the keyed
+// one's), else empty.
 //
-// The sequence counter, the producers' outstanding counts and the ingress
+// The sequence counter, the producers' outstanding counts and the GCRA
 // keys' TATs are read at most once and written at most once per run
 // (gcra_step keeps a TAT between a batch's messages), so a batch of many
 // messages costs fewer commands than as many runs, and ends with the same
@@ -79,7 +83,27 @@ local function outstanding(p)
   if counts[p] == nil then counts[p] = tonumber(redis.call('HGET', KEYS[3], p) or '0') end
   return counts[p] + (adds[p] or 0)
 end
+-- charge runs the GCRA of KEYS[gk] (interval, burst, cost): granted,
+-- its TAT is written at the end of the run.
+local function charge(gk, interval, burst, cost)
+  local t = tats[KEYS[gk]]
+  if not t then
+    local stored = tonumber(redis.call('GET', KEYS[gk]) or '0')
+    t = {tat = gcra_reach(stored, interval, burst, now)}
+    t.dirty = t.tat < stored
+    tats[KEYS[gk]] = t
+  end
+  local d, new = gcra_step(t.tat, interval, burst, cost, now)
+  if not new then return false, d end
+  t.tat, t.dirty = new, true
+  return true, d
+end
 local function check(i, p)
+  local kk = tonumber(ARGV[i + 18])
+  if kk > 0 then
+    local ok, d = charge(kk, tonumber(ARGV[i + 19]), tonumber(ARGV[i + 20]), 1)
+    if not ok then return 8, '', d end
+  end
   local sk = tonumber(ARGV[i + 10])
   if sk > 0 and redis.call('HEXISTS', KEYS[sk], ARGV[i + 11]) == 1 then return 5, '', {} end
   local most = tonumber(ARGV[i + 12])
@@ -89,16 +113,8 @@ local function check(i, p)
   end
   local gk = tonumber(ARGV[i + 13])
   if gk > 0 then
-    local t = tats[KEYS[gk]]
-    if not t then
-      local stored = tonumber(redis.call('GET', KEYS[gk]) or '0')
-      t = {tat = gcra_reach(stored, tonumber(ARGV[i + 14]), tonumber(ARGV[i + 15]), now)}
-      t.dirty = t.tat < stored
-      tats[KEYS[gk]] = t
-    end
-    local d, new = gcra_step(t.tat, tonumber(ARGV[i + 14]), tonumber(ARGV[i + 15]), tonumber(ARGV[i + 16]), now)
-    if not new then return 7, '', d end
-    t.tat, t.dirty = new, true
+    local ok, d = charge(gk, tonumber(ARGV[i + 14]), tonumber(ARGV[i + 15]), tonumber(ARGV[i + 16]))
+    if not ok then return 7, '', d end
     return 0, '', d
   end
   return 0, '', {}
@@ -184,7 +200,7 @@ return out
 `)
 
 // argsPerMessage is how many ARGV entries enqueueScript takes per message.
-const argsPerMessage = 18
+const argsPerMessage = 21
 
 // Enqueue stores m; see queue.Queue.
 func (q *Queue) Enqueue(ctx context.Context, m *sms.Message) (queue.EnqueueResult, error) {
@@ -295,7 +311,7 @@ func (c *scriptCall) index(key string) int {
 
 // checkArgs appends the check arguments of ch (zeros for none).
 func (c *scriptCall) checkArgs(ch *queue.Checks) {
-	ak, sk, gk := 0, 0, 0
+	ak, sk, gk, kk := 0, 0, 0, 0
 	if ch.AnswerKey != "" {
 		ak = c.index(ch.AnswerKey)
 	}
@@ -305,25 +321,32 @@ func (c *scriptCall) checkArgs(ch *queue.Checks) {
 	if ch.IngressKey != "" {
 		gk = c.index(ch.IngressKey)
 	}
+	if ch.KeyedKey != "" {
+		kk = c.index(ch.KeyedKey)
+	}
 	here := "0"
 	if ch.TakenHere {
 		here = "1"
 	}
 	c.args = append(c.args, ak, string(ch.Answer), max(ch.AnswerTTL.Milliseconds(), 1), sk, ch.SuppressionID,
-		ch.MaxOutstanding, gk, ch.IngressInterval, ch.IngressBurst, ch.IngressCost, here)
+		ch.MaxOutstanding, gk, ch.IngressInterval, ch.IngressBurst, ch.IngressCost, here,
+		kk, ch.KeyedInterval, ch.KeyedBurst)
 }
 
 // checkKeys refuses check keys outside the queue's account tag: the
 // script would fail with CROSSSLOT on a Cluster, and another account's
 // keys are not this queue's to touch.
 func (q *Queue) checkKeys(ch *queue.Checks) error {
-	for _, k := range []string{ch.AnswerKey, ch.SuppressionKey, ch.IngressKey} {
+	for _, k := range []string{ch.AnswerKey, ch.SuppressionKey, ch.IngressKey, ch.KeyedKey} {
 		if k != "" && !strings.HasPrefix(k, q.acctTag) {
 			return fmt.Errorf("check key outside the account's hash tag")
 		}
 	}
 	if ch.IngressKey != "" && (ch.IngressInterval < 1 || ch.IngressBurst < 1 || ch.IngressCost < 1 || ch.IngressCost > ch.IngressBurst) {
 		return fmt.Errorf("ingress check: interval %d, burst %d, cost %d", ch.IngressInterval, ch.IngressBurst, ch.IngressCost)
+	}
+	if ch.KeyedKey != "" && (ch.KeyedInterval < 1 || ch.KeyedBurst < 1) {
+		return fmt.Errorf("keyed check: interval %d, burst %d", ch.KeyedInterval, ch.KeyedBurst)
 	}
 	return nil
 }
@@ -446,6 +469,9 @@ func readEnqueueReply(reply []any, sent []int, cs []queue.Checked, results []que
 			continue
 		case 7:
 			res.Refused = queue.RefusedIngress
+			continue
+		case 8: // the decision read is the keyed GCRA's
+			res.Refused, res.Ingress = queue.RefusedKeyed, false
 			continue
 		case 2:
 			m, err = queue.DecodeFinal(id, value)
