@@ -219,3 +219,21 @@ func (d *Dispatcher) record429(ctx context.Context) {
 	}
 	d.setGuardCount(n)
 }
+
+// Replies hears of every message sent, on both paths, from the sender it
+// went out from: the gateway records who last messaged the recipient from
+// that number, for replies. It must not block long and never fails the
+// send.
+type Replies interface {
+	Sent(ctx context.Context, m *sms.Message)
+}
+
+// sentTo tells Replies that m was sent.
+func (d *Dispatcher) sentTo(ctx context.Context, m *sms.Message) {
+	if d.cfg.Replies == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
+	defer cancel()
+	d.cfg.Replies.Sent(ctx, m)
+}

@@ -26,6 +26,7 @@ func (d *Dispatcher) outcome(f *flight, res provider.Result, err error, kind out
 	switch kind {
 	case kindSent:
 		d.complete(f, queue.Outcome{Status: sms.StatusSent, ProviderID: res.ProviderID, Attempts: attempts}, outcomeSent)
+		d.sentTo(d.runCtx, m)
 	case kindCanceled:
 		// We cut the send short; the provider may have it. The next
 		// attempt carries the same id.

@@ -100,6 +100,10 @@ func (d *Dispatcher) SendNow(ctx context.Context, m *sms.Message, deadline time.
 		return SendNowResult{}, d.nowFailure(m, kind, pause, err)
 	}
 	d.m.sendNow.WithLabelValues(nowSent).Inc()
+	if d.cfg.Replies != nil {
+		sent := *m
+		go d.sentTo(ctx, &sent) // off the OTP's path: its answer does not wait for the route
+	}
 	d.log.Debug("sent now", "id", m.ID, "to", sms.MaskPhone(m.To), "waited", waited)
 	return SendNowResult{ProviderID: res.ProviderID, Waited: waited}, nil
 }

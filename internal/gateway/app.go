@@ -142,6 +142,13 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	prov := opsview.ObservedProvider{Provider: a.prov, Now: d.now, OTP: otpLatency}
 	dcfg := dispatcherConfig(cfg, d, b, prov, owner)
 	dcfg.OptOuts = optOuts
+	replies, err := newReplies(cfg, d, b, protect, a.prov)
+	if err != nil {
+		return nil, err
+	}
+	if replies != nil {
+		dcfg.Replies = replies
+	}
 	if a.disp, err = dispatch.New(dcfg); err != nil {
 		return nil, fmt.Errorf("gateway: dispatcher: %w", err)
 	}
@@ -155,7 +162,7 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	if a.srv, err = newServer(cfg, d, gath, b, a.disp, live, opts.Dashboard); err != nil {
 		return nil, err
 	}
-	a.srv.Admit.Protect, a.srv.Hooks.OptOuts = protect, optOuts
+	a.srv.Admit.Protect, a.srv.Hooks.OptOuts, a.srv.Hooks.Replies = protect, optOuts, replies
 	live.Totals.Refused = protect.Refused
 	if a.srv.Ops.History, err = opsview.NewHistoryView(b.history, b.scope, b.queue, a.disp.Snapshot, d.metrics.Accepted, d.quiet.Idle, d.log); err != nil {
 		return nil, err

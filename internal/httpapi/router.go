@@ -104,6 +104,7 @@ type ProviderHooks struct {
 	Receipts  provider.ReceiptParser // the provider's receipt check; nil: receipts refused
 	Inbound   provider.InboundParser // the provider's inbound-message check; nil: inbound messages refused
 	OptOuts   *admission.OptOuts     // recipients' opt-outs and opt-ins (inbound.go)
+	Replies   *admission.Replies     // every signed inbound message, to the producer that last messaged its sender; nil: none
 	Callbacks *Callbacks
 }
 

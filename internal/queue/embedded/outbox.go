@@ -36,6 +36,12 @@ type eventRecord struct {
 	Token       string `json:"lt,omitempty"`
 	Dead        bool   `json:"d,omitempty"`
 	DeadAt      int64  `json:"td,omitempty"`
+	// A reply's event (replies.go): kind "r", the recipient's number, our
+	// number and the text; Message is the reply's id.
+	Kind string `json:"k,omitempty"`
+	From string `json:"fr,omitempty"`
+	To   string `json:"to,omitempty"`
+	Text string `json:"tx,omitempty"`
 }
 
 // addEvent is the one writer of the outbox: every transaction whose
@@ -109,6 +115,9 @@ func getEvent(tx *bolt.Tx, id string) (*eventRecord, error) {
 }
 
 func (r *eventRecord) event(id string) *queue.Event {
+	if r.Kind == replyKind {
+		return r.replyEvent(id)
+	}
 	class, ok := queue.CodeClass(r.Class)
 	if !ok {
 		class = sms.ClassOTP
