@@ -47,7 +47,7 @@ type Reply struct {
 	At   time.Time // when the vendor received it (else when the gateway did)
 }
 
-// ErrReplyInvalid: a reply or route key outside the bounds above.
+// ErrReplyInvalid is a reply or route key outside the bounds above.
 var ErrReplyInvalid = errors.New("queue: reply or route key out of bounds")
 
 // CheckReply is the rule every backend applies to AddReply.
