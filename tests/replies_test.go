@@ -126,6 +126,36 @@ func sendReplies(t *testing.T, gws []*gwProc, n, killAt int, kill func() []*gwPr
 	return retried
 }
 
+// replyRig is a producer endpoint (notify's webhook, failing every first
+// attempt), a simulator and the options of gateways on redisAddr (empty:
+// embedded) that take inbound messages signed with inboundSecret.
+func replyRig(t *testing.T, redisAddr, account string) (*hookSink, *simProc, gwOptions) {
+	t.Helper()
+	t.Setenv("SMSGW_PROVIDER_RECEIPT_SECRET", inboundSecret)
+	sink := newHookSink(t)
+	sim := startSim(t, "--limit", "100", "--window", "sliding")
+	ne, extra := callbackOptions(sink)
+	return sink, sim, gwOptions{RedisAddr: redisAddr, Account: account, SimURL: sim.URL, Lease: 2 * time.Second, NotifyExtra: ne, Extra: extra}
+}
+
+// messageRecipients has notify message recipients 0..n-1 through gw and
+// waits until each is sent and its status event delivered.
+func messageRecipients(t *testing.T, gw *gwProc, sim *simProc, sink *hookSink, n int) {
+	t.Helper()
+	postBatch(t, gw, keyTxn, "transactional", 0, n)
+	sim.WaitAccepted(t, n, 60*time.Second)
+	waitUntil(t, "every message's status event", 60*time.Second, func() bool { return sink.delivered() >= n })
+}
+
+// waitReplies waits until n replies were acknowledged by the producer,
+// then a second more for a late duplicate, and checks them.
+func (s *hookSink) waitReplies(t *testing.T, n int) {
+	t.Helper()
+	waitUntil(t, "every reply delivered", 60*time.Second, func() bool { _, acked := s.replyEvents(t); return acked == n })
+	time.Sleep(time.Second) // a late duplicate would arrive now
+	s.checkReplies(t, n)
+}
+
 // Two replicas on Redis: 40 recipients messaged by notify reply, half of
 // the replies through the replica that is killed with SIGKILL while it
 // delivers them (every first attempt refused by the producer's endpoint):
@@ -133,16 +163,10 @@ func sendReplies(t *testing.T, gws []*gwProc, n, killAt int, kill func() []*gwPr
 // signed, none lost.
 func TestRepliesSurviveAKilledReplica(t *testing.T) {
 	skipShort(t)
-	t.Setenv("SMSGW_PROVIDER_RECEIPT_SECRET", inboundSecret)
-	sink := newHookSink(t)
-	sim := startSim(t, "--limit", "100", "--window", "sliding")
-	ne, extra := callbackOptions(sink)
-	o := gwOptions{RedisAddr: redistest.Addr(t), Account: redistest.Prefix(t), SimURL: sim.URL, Lease: 2 * time.Second, NotifyExtra: ne, Extra: extra}
+	sink, sim, o := replyRig(t, redistest.Addr(t), redistest.Prefix(t))
 	a, b := startGateway(t, "gwa", o), startGateway(t, "gwb", o)
 	const n = 40
-	postBatch(t, a, keyTxn, "transactional", 0, n)
-	sim.WaitAccepted(t, n, 60*time.Second)
-	waitUntil(t, "every message's status event", 60*time.Second, func() bool { return sink.delivered() >= n })
+	messageRecipients(t, a, sim, sink, n)
 	start := time.Now()
 	pending := 0 // replies the gateways had acknowledged but the producer not yet, at the kill
 	retried := sendReplies(t, []*gwProc{a, b}, n, n/2+1, func() []*gwProc {
@@ -151,9 +175,7 @@ func TestRepliesSurviveAKilledReplica(t *testing.T) {
 		pending = n/2 + 2 - acked
 		return []*gwProc{a}
 	})
-	waitUntil(t, "every reply delivered", 60*time.Second, func() bool { _, acked := sink.replyEvents(t); return acked == n })
-	time.Sleep(time.Second) // a late duplicate would arrive now
-	sink.checkReplies(t, n)
+	sink.waitReplies(t, n)
 	t.Logf("redis, 2 replicas, gwb killed after reply %d with %d acknowledged replies not yet delivered: %d/%d replies delivered once in %s; %d posts the provider sent again",
 		n/2+1, pending, n, n, time.Since(start).Round(time.Millisecond), retried)
 }
@@ -163,17 +185,11 @@ func TestRepliesSurviveAKilledReplica(t *testing.T) {
 // answer: every reply reaches notify exactly once.
 func TestRepliesSurviveARestartEmbedded(t *testing.T) {
 	skipShort(t)
-	t.Setenv("SMSGW_PROVIDER_RECEIPT_SECRET", inboundSecret)
-	sink := newHookSink(t)
-	sim := startSim(t, "--limit", "100", "--window", "sliding")
-	ne, extra := callbackOptions(sink)
-	o := gwOptions{Account: "main", SimURL: sim.URL, Lease: 2 * time.Second, NotifyExtra: ne, Extra: extra}
+	sink, sim, o := replyRig(t, "", "main")
 	dir, addr := t.TempDir(), fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	gw := startGatewayIn(t, "gw1", addr, dir, o)
 	const n = 30
-	postBatch(t, gw, keyTxn, "transactional", 0, n)
-	sim.WaitAccepted(t, n, 60*time.Second)
-	waitUntil(t, "every message's status event", 60*time.Second, func() bool { return sink.delivered() >= n })
+	messageRecipients(t, gw, sim, sink, n)
 	start := time.Now()
 	pending := 0
 	retried := sendReplies(t, []*gwProc{gw}, n, n/2, func() []*gwProc {
@@ -183,9 +199,7 @@ func TestRepliesSurviveARestartEmbedded(t *testing.T) {
 		gw = startGatewayIn(t, "gw2", addr, dir, o)
 		return []*gwProc{gw}
 	})
-	waitUntil(t, "every reply delivered", 60*time.Second, func() bool { _, acked := sink.replyEvents(t); return acked == n })
-	time.Sleep(time.Second)
-	sink.checkReplies(t, n)
+	sink.waitReplies(t, n)
 	t.Logf("embedded, killed after reply %d with %d acknowledged replies not yet delivered, restarted: %d/%d replies delivered once in %s; %d posts sent again",
 		n/2, pending, n, n, time.Since(start).Round(time.Millisecond), retried)
 }

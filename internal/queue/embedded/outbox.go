@@ -67,7 +67,12 @@ func addEvent(tx *bolt.Tx, m *sms.Message, status sms.Status, code string, now i
 	if code != "" {
 		r.ErrorCode, r.ErrorReason = code, m.LastError
 	}
-	if err := putEvent(tx, id, &r); err != nil {
+	return putNewEvent(tx, id, &r, now)
+}
+
+// putNewEvent stores a new event r, due now and counted in the backlog.
+func putNewEvent(tx *bolt.Tx, id string, r *eventRecord, now int64) error {
+	if err := putEvent(tx, id, r); err != nil {
 		return err
 	}
 	if err := tx.Bucket(bCbDue).Put(timeKey(now, id), nil); err != nil {

@@ -93,17 +93,8 @@ func (q *Queue) AddReply(ctx context.Context, producer string, r queue.Reply) (b
 		id := queue.ReplyEventID(r.ID)
 		e := eventRecord{Kind: replyKind, Message: r.ID, Producer: producer, Status: string(queue.StatusReceived),
 			From: r.From, To: r.To, Text: r.Text, At: ms(r.At), AgeFrom: now, Due: now}
-		if err := putEvent(tx, id, &e); err != nil {
-			return err
-		}
-		if err := tx.Bucket(bCbDue).Put(timeKey(now, id), nil); err != nil {
-			return err
-		}
-		if err := addCount(tx.Bucket(bCounts), countBacklog, 1); err != nil {
-			return err
-		}
 		added = true
-		return tx.Bucket(bCbAge).Put(timeKey(now, id), nil)
+		return putNewEvent(tx, id, &e, now)
 	})
 	return added, err
 }
