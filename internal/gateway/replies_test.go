@@ -3,6 +3,7 @@ package gateway
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -150,5 +151,42 @@ func TestRepliesReachTheirProducer(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRepliesAfterOTPAndLaterSender: an OTP of the fast path records its
+// route too (off its answer's path: the reply is posted until it is
+// claimed), and a later message to the same recipient from the same
+// number by another producer takes the recipient's replies over.
+func TestRepliesAfterOTPAndLaterSender(t *testing.T) {
+	t.Parallel()
+	hookA, hookLogin := newHookReceiver(t), newHookReceiver(t)
+	h := start(t, embeddedMode, func(c *config.Config) {
+		replyProducers(hookA, hookA)(c)
+		c.Producers[1].Webhook = config.WebhookConfig{URL: hookLogin.srv.URL + "/hook", Secret: testWebhookSecret}
+		c.Producers[1].Senders = []string{replyNumber}
+	})
+	wantStatus(t, h.post("/v1/otp", keyLogin, otpBody("to", replyNobody, "from", replyNumber)), http.StatusOK)
+	n := 0
+	eventually(t, "the OTP recipient's reply forwarded", func() bool {
+		mv := metricValues(h.metrics(), "smsgw_replies_total")
+		if mv[`smsgw_replies_total{result="forwarded"}`] > 0 {
+			return true
+		}
+		n++
+		wantStatus(t, h.do(inboundReply("in-otp-"+strconv.Itoa(n), replyNobody, replyNumber, "Thanks")), http.StatusNoContent)
+		return false
+	})
+	eventually(t, "the OTP recipient's reply at login", func() bool { return len(hookLogin.replies(t)) == 1 })
+	sendAndWait(t, h, keyNotify, replyNobody)
+	wantStatus(t, h.do(inboundReply("in-later", replyNobody, replyNumber, "Got it")), http.StatusNoContent)
+	eventually(t, "the later reply at notify", func() bool { return len(hookA.replies(t)) == 1 })
+	for _, evs := range hookLogin.replies(t) {
+		if d := evs[0]["data"].(map[string]any); d["text"] != "Thanks" {
+			t.Errorf("login got %q: the reply after notify's message is notify's", d["text"])
+		}
+	}
+	if l := len(hookLogin.replies(t)); l != 1 {
+		t.Errorf("login got %d replies, want 1", l)
 	}
 }
