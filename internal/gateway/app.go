@@ -32,6 +32,7 @@ import (
 	"smsgw/internal/provider/httpprov"
 	"smsgw/internal/provider/twilio"
 	"smsgw/internal/provider/vonage"
+	"smsgw/internal/queue"
 	"smsgw/internal/sms"
 	"smsgw/internal/tick"
 )
@@ -248,9 +249,12 @@ func newServer(cfg config.Config, d deps, gath prometheus.Gatherer, b *backend, 
 	s.OTPRecords.Init()
 	quiet := cfg.QuietPolicy()
 	s.Admit = &admission.Pipeline{Quiet: quiet, Queue: b.queue, Ingress: b.ingress, Enq: b.enq, Script: b.script,
-		TakesHere: disp.TakesHere, TargetRPS: cfg.Limits.TargetRPS, Log: d.log,
+		TakesHere: disp.TakesHere, TargetRPS: cfg.Limits.TargetRPS, Log: d.log, CountSegments: cfg.Provider.CountSegments,
 		ETA: &admission.ETAEstimator{Q: b.queue, Lim: b.limiter, Pause: b.pause, Cfg: cfg, Now: d.now, Log: d.log, Refresh: admission.ETARefresh,
 			Quiet: quiet, Slowdown: disp.Slowdown}}
+	if bq, ok := b.queue.(queue.Budgets); ok { // an OTP's units (admission.StepBudget)
+		s.Admit.Budgets = bq
+	}
 	for _, p := range cfg.HTTP.TrustedProxies {
 		pr, err := netip.ParsePrefix(p)
 		if err != nil {
