@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -167,6 +168,73 @@ func TestBudgetExactUnderConcurrency(t *testing.T) {
 			}
 			if more != 10 {
 				t.Fatalf("after canceling 10 one-unit messages, %d more were accepted; want exactly 10", more)
+			}
+		})
+	}
+}
+
+// TestBudgetAdmission is the budget step of the admission order on both
+// executors: a batch accepts the items that fit, in order, each other item
+// refused with its own budget-exhausted problem; an OTP is charged at
+// accept, gets its units back when the provider refuses it, and is
+// refused over the budget with Retry-After to the reset of the budget's
+// own time zone.
+func TestBudgetAdmission(t *testing.T) {
+	for _, m := range modes {
+		t.Run(string(m), func(t *testing.T) {
+			t.Parallel()
+			h := start(t, m, func(c *config.Config) {
+				withBudget(5)(c)
+				for i := range c.Producers {
+					if c.Producers[i].Name == "login" {
+						c.Producers[i].Budget = config.BudgetConfig{MonthlyUnits: 1, Timezone: "Asia/Tokyo"}
+					}
+				}
+			})
+			two := msg("transactional", "body", twoSegments)
+			one := msg("transactional")
+			r := h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": []any{two, two, two, one, one}})
+			wantStatus(t, r, http.StatusOK) // some items accepted, some refused
+			var b httpapi.BatchResponse
+			r.json(t, &b)
+			var got []int
+			for _, it := range b.Results {
+				got = append(got, it.Status)
+			}
+			want := []int{http.StatusAccepted, http.StatusAccepted, http.StatusTooManyRequests, http.StatusAccepted, http.StatusTooManyRequests}
+			if !slices.Equal(got, want) {
+				t.Fatalf("batch item statuses %v; want %v (2+2 units, the third 2 over, 1 fits, then none)", got, want)
+			}
+			if !strings.Contains(string(r.body), "urn:smsgw:problem:budget-exhausted") {
+				t.Errorf("batch refusals are not budget-exhausted: %s", r.body)
+			}
+
+			// An OTP that is never sent (the operator's pause holds it
+			// past its deadline: 503, nothing sent) gives its unit back;
+			// the next is sent, then the month's budget is spent.
+			otp := map[string]any{"to": "+819012345678", "body": "Your code is 123456"}
+			wantStatus(t, h.post("/v1/admin/pause", keyAdmin, nil), http.StatusOK)
+			r = h.post("/v1/otp", keyLogin, otp)
+			if p := wantProblem(t, r, http.StatusServiceUnavailable, "unavailable", ""); !strings.Contains(p["detail"].(string), "paused") {
+				t.Fatalf("paused OTP: %v", p)
+			}
+			wantStatus(t, h.post("/v1/admin/resume", keyAdmin, nil), http.StatusOK)
+			var sent reply
+			eventually(t, "the resume", func() bool { // each OTP still paused gives its unit back too
+				sent = h.post("/v1/otp", keyLogin, otp)
+				return sent.status != http.StatusServiceUnavailable
+			})
+			wantStatus(t, sent, http.StatusOK)
+			r = h.post("/v1/otp", keyLogin, otp)
+			p := wantProblem(t, r, http.StatusTooManyRequests, "budget-exhausted", "")
+			if p["period"] != "monthly" {
+				t.Errorf("OTP refusal %v; want the monthly period", p)
+			}
+			tokyo, _ := time.LoadLocation("Asia/Tokyo")
+			now := time.Now().In(tokyo)
+			reset := time.Date(now.Year(), now.Month()+1, 1, 0, 0, 0, 0, tokyo)
+			if ra, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || (time.Until(reset)-time.Duration(ra)*time.Second).Abs() > time.Minute {
+				t.Errorf("Retry-After %q; want the time to %s", r.header.Get("Retry-After"), reset)
 			}
 		})
 	}
