@@ -60,7 +60,10 @@ type StepSpec struct {
 // numbers are listed. A request with an Idempotency-Key that is not a
 // replay spends a unit of its producer's max_keyed_per_day (StepKeyed,
 // ChargeKeyed), kept even when a later step refuses it: a retry whose first
-// answer is stored is answered from it whatever the bound.
+// answer is stored is answered from it whatever the bound. The budget
+// (StepBudget, budget.go) comes after the ingress GCRA: it is decided by
+// the store in the step that stores the message (in process too), so a
+// request it refuses has spent its ingress unit, never budget.
 //
 // The in-process executor runs the steps one by one. The script executor
 // runs the InProcess rows here and hands the InScript rows to the queue's

@@ -134,6 +134,15 @@ func TestBudgetExactUnderConcurrency(t *testing.T) {
 			t.Logf("%s: %d replicas, 8 clients: %d messages (%d of two segments) = %d units accepted",
 				m, len(replicas), len(accepted), twos, sumUnits(accepted))
 
+			// Every replica reports the shared count against the cap.
+			for _, rep := range replicas {
+				got := metricValues(rep.metrics(), "smsgw_producer_budget_used_units", "smsgw_producer_budget_limit_units")
+				if got[`smsgw_producer_budget_used_units{period="daily",producer="notify"}`] != budgetUnits ||
+					got[`smsgw_producer_budget_limit_units{period="daily",producer="notify"}`] != budgetUnits {
+					t.Errorf("budget metrics %v; want %d used of %d", got, budgetUnits, budgetUnits)
+				}
+			}
+
 			r := replicas[len(replicas)-1].post("/v1/messages", keyNotify, msg("transactional"))
 			p := wantProblem(t, r, http.StatusTooManyRequests, "budget-exhausted", "")
 			ra, err := strconv.Atoi(r.header.Get("Retry-After"))
