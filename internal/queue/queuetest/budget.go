@@ -44,11 +44,7 @@ func charged(units int, day int64) *sms.Message {
 
 func budgets(t *testing.T, q queue.Queue) queue.Budgets {
 	t.Helper()
-	b, ok := q.(queue.Budgets)
-	if !ok {
-		t.Fatalf("%T does not keep budgets (queue.Budgets)", q)
-	}
-	return b
+	return facet[queue.Budgets](t, q)
 }
 
 // wantUsed checks the counts of producer "p"'s periods d1 and m1.
@@ -138,10 +134,7 @@ func testBudgetGivenBack(t *testing.T, h Harness) {
 
 func testBudgetConcurrent(t *testing.T, h Harness) {
 	q := h.New(t)
-	handles := []queue.Queue{q}
-	if h.MultiClient != nil {
-		handles = append(handles, h.MultiClient(t, q, 3)...)
-	}
+	handles := handlesOn(t, h, q, 3)
 	const limit = 60
 	var mu sync.Mutex
 	stored := 0
