@@ -5,12 +5,10 @@ package httpapi
 // account's number (the provider posts it to POST /v1/inbound/{adapter})
 // is put on the list as the recipient's entry; an opt-in keyword takes
 // that entry off again, or one the provider's report of an opt-out made,
-// never an operator's. Every signed message, keyword or not, is first
-// forwarded to the producer that last messaged its sender from that
-// number (section 3, "Replies": a message.received event, durable before
-// the answer), or counted unclaimed and dropped; nothing of it is logged.
-// The number is never logged, counted or answered in clear: the list
-// keeps its keyed hash and its masked form, the log the masked form.
+// never an operator's. Every signed message is first forwarded as a reply
+// (inboundreply), else counted and dropped; nothing of it is logged. The
+// number is never logged, counted or answered in clear: the list keeps
+// its keyed hash and its masked form, the log the masked form.
 
 import (
 	"errors"
@@ -20,6 +18,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"smsgw/internal/admission"
+	"smsgw/internal/httpapi/inboundreply"
 	"smsgw/internal/provider"
 	"smsgw/internal/sms"
 	"smsgw/internal/state"
@@ -61,11 +60,13 @@ func (s *Server) postInbound(w http.ResponseWriter, r *http.Request) {
 		s.webhookRefused(w, r, "message", err)
 		return
 	}
-	// The reply first, durable before any 2xx: a keyword that fails
-	// after it is sent again by the vendor, and forwarded once.
-	if err := s.forwardReply(r, adapter, in); err != nil {
+	var wake func() // the reply first, durable before any 2xx: a keyword failing after it is sent again, forwarded once
+	if s.Hooks.Callbacks != nil {
+		wake = s.Hooks.Callbacks.D.Wake
+	}
+	if err := inboundreply.Forward(r.Context(), s.Hooks.Replies, wake, adapter, in); err != nil {
 		count(admission.InboundUnavailable)
-		s.WriteError(w, r, err)
+		s.WriteError(w, r, &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err, Detail: "the reply was not stored: send it again"})
 		return
 	}
 	kind := o.KindOf(in.Text, vendorKeywords[in.Keyword])
@@ -90,23 +91,6 @@ func (s *Server) postInbound(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// forwardReply writes in as a message.received event for its producer
-// (admission.Replies.Forward); an error is the 503 to answer.
-func (s *Server) forwardReply(r *http.Request, adapter string, in provider.Inbound) error {
-	if s.Hooks.Replies == nil {
-		return nil
-	}
-	added, err := s.Hooks.Replies.Forward(r.Context(), admission.InboundReply{Adapter: adapter, ProviderID: in.ProviderID,
-		From: in.From, To: in.To, Service: in.Service, Text: in.Text, At: in.At})
-	if err != nil {
-		return &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err, Detail: "the reply was not stored: send it again"}
-	}
-	if added && s.Hooks.Callbacks != nil {
-		s.Hooks.Callbacks.D.Wake()
-	}
-	return nil
 }
 
 // vendorKeywords are the kinds of the vendors' own readings of a message
