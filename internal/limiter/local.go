@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -20,7 +21,16 @@ type Local struct {
 	globalTAT  int64
 	classTAT   map[string]int64
 	pauseUntil int64
+	// senderTAT holds the limited senders' schedules (Config.Senders
+	// bounds it); senderPause every sender's pause end, at most
+	// MaxSenderPauses of them.
+	senderTAT   map[string]int64
+	senderPause map[string]int64
 }
+
+// MaxSenderPauses bounds the sender pauses one process keeps: past it, a
+// new pause first forgets the ended ones, then the one that ends first.
+const MaxSenderPauses = 4096
 
 var _ Limiter = (*Local)(nil)
 
@@ -41,11 +51,12 @@ func newLocal(cfg Config, clock func() int64) (*Local, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Local{clock: clock, mode: ModeLocal, cfg: cfg, c: c, classTAT: make(map[string]int64)}, nil
+	return &Local{clock: clock, mode: ModeLocal, cfg: cfg, c: c, classTAT: make(map[string]int64),
+		senderTAT: make(map[string]int64, len(c.senders)), senderPause: make(map[string]int64)}, nil
 }
 
-// Reserve decides r against the global key and, for a capped class, the
-// class key.
+// Reserve decides r against the global key, for a capped class the class
+// key and for a limited sender the sender's key.
 func (l *Local) Reserve(ctx context.Context, r Request) (Decision, error) {
 	r, err := checkRequest(r)
 	if err != nil {
@@ -64,13 +75,26 @@ func (l *Local) Reserve(ctx context.Context, r Request) (Decision, error) {
 		ps = append(ps, cp)
 		tats = append(tats, l.classTAT[r.Class])
 	}
-	if exceedsBurst(ps, int64(r.Cost)) {
+	sp, limited := l.c.senders[r.Sender]
+	sender := -1
+	if limited {
+		sender = len(ps)
+		ps = append(ps, sp)
+		tats = append(tats, l.senderTAT[r.Sender])
+	}
+	if exceedsBurst(ps, int64(r.Cost), sender) {
 		return Decision{}, ErrCostExceedsBurst
 	}
 	if l.pauseUntil > now {
 		return Decision{RetryAfter: micros(l.pauseUntil - now), Paused: true, Mode: l.mode}, nil
 	}
-	out, wait := step(now, tats, ps, int64(r.Cost), floorMicros(r.MaxWait), int64(r.Spare))
+	if until, ok := l.senderPause[r.Sender]; ok {
+		if until > now {
+			return Decision{RetryAfter: micros(until - now), SenderPaused: true, Mode: l.mode}, nil
+		}
+		delete(l.senderPause, r.Sender)
+	}
+	out, wait := step(now, tats, ps, int64(r.Cost), floorMicros(r.MaxWait), int64(r.Spare), sender)
 	if out == tooBig {
 		return Decision{}, ErrCostExceedsBurst
 	}
@@ -80,7 +104,12 @@ func (l *Local) Reserve(ctx context.Context, r Request) (Decision, error) {
 	if capped {
 		l.classTAT[r.Class] = tats[1]
 	}
+	if limited {
+		l.senderTAT[r.Sender] = tats[sender]
+	}
 	switch out {
+	case senderLate:
+		return Decision{RetryAfter: micros(wait), SenderLimited: true, Mode: l.mode}, nil
 	case tooLate:
 		return Decision{RetryAfter: micros(wait - floorMicros(r.MaxWait)), Mode: l.mode}, nil
 	case noRoom:
@@ -99,6 +128,45 @@ func (l *Local) Pause(ctx context.Context, d time.Duration) error {
 	defer l.mu.Unlock()
 	l.pauseUntil = max(l.pauseUntil, l.clock()+ceilMicros(d))
 	return nil
+}
+
+// PauseSender stops the Reserves of sender for d; it never shortens a
+// longer pause, and returns the pause in force.
+func (l *Local) PauseSender(ctx context.Context, sender string, d time.Duration) (time.Duration, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.clock()
+	until := max(l.senderPause[sender], now+ceilMicros(d))
+	if _, ok := l.senderPause[sender]; !ok && len(l.senderPause) >= MaxSenderPauses {
+		first, firstEnd := "", int64(math.MaxInt64)
+		for s, u := range l.senderPause {
+			switch {
+			case u <= now:
+				delete(l.senderPause, s)
+			case u < firstEnd:
+				first, firstEnd = s, u
+			}
+		}
+		if len(l.senderPause) >= MaxSenderPauses {
+			delete(l.senderPause, first)
+		}
+	}
+	l.senderPause[sender] = until
+	return micros(until - now), nil
+}
+
+// senderPauseRemaining is how long sender's local pause still holds.
+func (l *Local) senderPauseRemaining(sender string) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	until, ok := l.senderPause[sender]
+	if !ok {
+		return 0
+	}
+	return micros(max(0, until-l.clock()))
 }
 
 // Resume ends the pause at once: an operator's override (Pause itself
@@ -130,6 +198,9 @@ func (l *Local) spend() {
 	l.globalTAT = max(l.globalTAT, now+l.c.global.burst*l.c.global.interval)
 	for name, p := range l.c.classes {
 		l.classTAT[name] = max(l.classTAT[name], now+p.burst*p.interval)
+	}
+	for name, p := range l.c.senders {
+		l.senderTAT[name] = max(l.senderTAT[name], now+p.burst*p.interval)
 	}
 }
 
