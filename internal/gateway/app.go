@@ -292,6 +292,12 @@ func registry(opts Options) (prometheus.Registerer, prometheus.Gatherer, error) 
 // limiterConfig is the provider pacing of cfg.Limits.
 func limiterConfig(cfg config.Config) limiter.Config {
 	out := limiter.Config{Global: limiter.Rate{PerSecond: cfg.Limits.TargetRPS, Burst: cfg.Limits.Burst}}
+	for name, sl := range cfg.Limits.Senders {
+		if out.Senders == nil {
+			out.Senders = map[string]limiter.Rate{}
+		}
+		out.Senders[name] = limiter.Rate{PerSecond: sl.MaxRPS, Burst: config.SenderBurst(sl)}
+	}
 	for name, cl := range cfg.Limits.Classes {
 		if out.Classes == nil {
 			out.Classes = map[string]limiter.Rate{}

@@ -153,11 +153,11 @@ func exceedsBurst(ps []params, cost int64, sender int) bool {
 type outcome int
 
 const (
-	granted outcome = iota
-	tooLate         // the wait exceeds max_wait; wait-maxWait is the retry-after
-	tooBig          // cost > burst of a key: never grantable
-	noRoom          // the global key would keep less than the request's spare; the value is the retry-after
-	senderLate      // the sender's own key alone waits beyond max_wait; the value is the retry-after
+	granted    outcome = iota
+	tooLate            // the wait exceeds max_wait; wait-maxWait is the retry-after
+	tooBig             // cost > burst of a key: never grantable
+	noRoom             // the global key would keep less than the request's spare; the value is the retry-after
+	senderLate         // the sender's own key alone waits beyond max_wait; the value is the retry-after
 )
 
 // step is the GCRA decision over one or more keys, the Go twin of
