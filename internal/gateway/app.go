@@ -164,7 +164,7 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 		return nil, err
 	}
 	if rp, ok := a.prov.(provider.ReceiptParser); ok {
-		a.srv.Hooks.Receipts = rp
+		a.srv.Hooks.Receipts, a.srv.Hooks.Said = rp, a.disp.ProviderSaid
 	}
 	if ip, ok := a.prov.(provider.InboundParser); ok {
 		a.srv.Hooks.Inbound = ip

@@ -263,7 +263,7 @@ func outcome(status int, parts []part, h http.Header, now time.Time, ownSender b
 		return provider.Result{}, refused
 	}
 	return provider.Result{}, &provider.Error{Reason: provider.ReasonPartial, Status: status,
-		RetryAfter: refused.RetryAfter, Accepted: accepted, PartReason: refused.Reason,
+		RetryAfter: refused.RetryAfter, Accepted: accepted, PartReason: refused.Reason, Scope: refused.Scope,
 		Message: httpprov.Safe(fmt.Sprintf("%d of %d parts accepted (not sent again); %s", len(accepted), len(parts), refused.Message))}
 }
 
