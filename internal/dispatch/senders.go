@@ -250,8 +250,8 @@ type senderMetrics struct {
 	waits    *prometheus.CounterVec // sender, reason
 	pauses   *prometheus.CounterVec // sender, reason
 	reported *prometheus.CounterVec // scope
-	pause  *prometheus.Desc       // sender
-	d      *Dispatcher
+	pause    *prometheus.Desc       // sender
+	d        *Dispatcher
 }
 
 func newSenderMetrics(reg prometheus.Registerer, d *Dispatcher) (*senderMetrics, error) {
