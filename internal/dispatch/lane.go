@@ -206,7 +206,10 @@ func (d *Dispatcher) paceOne(ctx context.Context, ln *lane) time.Duration {
 	// Each sender's run of the batch is reserved on its own: a sender's
 	// limit or pause holds back that sender's messages only.
 	for _, batch := range bySender(d.fill(ctx, ln, f, &held)) {
-		sl, res := d.reserve(ctx, batch)
+		sl, res := slot{}, reserveSplit
+		if !d.senderLimited(batch) {
+			sl, res = d.reserve(ctx, batch)
+		}
 		switch res {
 		case reserveOK:
 			d.handOff(batch, sl, &held)

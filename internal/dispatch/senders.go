@@ -163,6 +163,15 @@ func bySender(batch []*flight) [][]*flight {
 	return out
 }
 
+// senderLimited reports whether a batch of one sender is more than one
+// message of a sender with a limit of its own: its messages are reserved
+// one by one, as the sender's key passes a cost above its burst only for
+// one message (limiter.Request.Sender).
+func (d *Dispatcher) senderLimited(batch []*flight) bool {
+	_, ok := d.cfg.Pacing.Senders[batch[0].l.Message.From]
+	return ok && len(batch) > 1
+}
+
 // senderScoped reports whether pe is an answer of the sender's scope that
 // pauses the sender: its throttle, its queue full at the vendor, or its
 // setup.
