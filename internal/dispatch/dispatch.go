@@ -10,6 +10,7 @@ import (
 
 	"github.com/sony/gobreaker/v2"
 
+	"smsgw/internal/limiter"
 	"smsgw/internal/logsample"
 	"smsgw/internal/provider"
 	"smsgw/internal/queue"
@@ -46,7 +47,7 @@ type Dispatcher struct {
 	// senderPauses is this process's copy of the senders' shared pauses,
 	// senderSpread when each sender's next put-back message is due
 	// (senders.go); sm their metrics.
-	senderPauses, senderSpread senderTimes
+	senderPauses, senderSpread limiter.SenderTimes
 	sm                         *senderMetrics
 	// busyAt is when this process last took a message or began a fast-path
 	// send (nanoseconds since epoch; 0: never). Idle tells the periodic

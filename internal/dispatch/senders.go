@@ -30,9 +30,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"math"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -47,53 +45,6 @@ import (
 // own.
 const senderOther = "other"
 
-// maxSenderState bounds the senders this process keeps a pause or a
-// spread for: past it, the ended ones are forgotten first, then the one
-// that ends first.
-const maxSenderState = limiter.MaxSenderPauses
-
-// senderTimes is a bounded map of sender to a time (UnixNano), safe for
-// concurrent use.
-type senderTimes struct {
-	mu sync.Mutex
-	at map[string]int64
-}
-
-// get is sender's time, 0 when none.
-func (s *senderTimes) get(sender string) int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.at[sender]
-}
-
-// update sets sender's time to f(its current time, 0 when none) and
-// returns it.
-func (s *senderTimes) update(sender string, now int64, f func(cur int64) int64) int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.at == nil {
-		s.at = make(map[string]int64)
-	}
-	cur, ok := s.at[sender]
-	if !ok && len(s.at) >= maxSenderState {
-		first, firstAt := "", int64(math.MaxInt64)
-		for k, t := range s.at {
-			switch {
-			case t <= now:
-				delete(s.at, k)
-			case t < firstAt:
-				first, firstAt = k, t
-			}
-		}
-		if len(s.at) >= maxSenderState {
-			delete(s.at, first)
-		}
-	}
-	v := f(cur)
-	s.at[sender] = v
-	return v
-}
-
 // senderLabel is the metric label of sender.
 func (d *Dispatcher) senderLabel(sender string) string {
 	if _, ok := d.cfg.Pacing.Senders[sender]; ok {
@@ -104,13 +55,13 @@ func (d *Dispatcher) senderLabel(sender string) string {
 
 // senderPauseLeft is how long this process knows sender to be paused.
 func (d *Dispatcher) senderPauseLeft(sender string) time.Duration {
-	return max(time.Duration(d.senderPauses.get(sender)-time.Now().UnixNano()), 0)
+	return max(time.Duration(d.senderPauses.Get(sender)-time.Now().UnixNano()), 0)
 }
 
 // pauseSenderLocal extends this process's copy of sender's pause to now+p.
 func (d *Dispatcher) pauseSenderLocal(sender string, p time.Duration) {
 	now := time.Now().UnixNano()
-	d.senderPauses.update(sender, now, func(cur int64) int64 { return max(cur, now+int64(p)) })
+	d.senderPauses.Update(sender, now, func(cur int64) int64 { return max(cur, now+int64(p)) })
 }
 
 // senderWait puts a batch of one sender back after the limiter denied it
@@ -136,7 +87,7 @@ func (d *Dispatcher) senderWait(batch []*flight, dec limiter.Decision) {
 		due := now.Add(dec.RetryAfter).UnixNano()
 		if interval > 0 {
 			step := int64(interval) * int64(d.cost(f.l.Message))
-			due = d.senderSpread.update(m.From, now.UnixNano(), func(cur int64) int64 { return max(cur, due) + step }) - step
+			due = d.senderSpread.Update(m.From, now.UnixNano(), func(cur int64) int64 { return max(cur, due) + step }) - step
 		}
 		d.requeue(f, time.Duration(due-now.UnixNano()), false, reason, "")
 	}
@@ -304,12 +255,10 @@ func (m *senderMetrics) Describe(ch chan<- *prometheus.Desc) { metricdef.Describ
 func (m *senderMetrics) Collect(ch chan<- prometheus.Metric) {
 	now := time.Now().UnixNano()
 	left := map[string]float64{}
-	m.d.senderPauses.mu.Lock()
-	for s, until := range m.d.senderPauses.at {
+	m.d.senderPauses.Each(func(s string, until int64) {
 		l := m.d.senderLabel(s)
 		left[l] = max(left[l], time.Duration(max(until-now, 0)).Seconds())
-	}
-	m.d.senderPauses.mu.Unlock()
+	})
 	for _, l := range m.labels() {
 		ch <- prometheus.MustNewConstMetric(m.pause, prometheus.GaugeValue, left[l], l)
 	}

@@ -164,9 +164,9 @@ import (
 //	skip-the-sender-pause-redis [TestSenderPauseHoldsOnlyItsSender]
 //	  redis.go: `if sender_pause > now then` -> `if false then`
 //	skip-the-sender-pause-local [TestSenderPauseHoldsOnlyItsSender]
-//	  local.go: `		if until > now {` -> `		if false {`
+//	  local.go: `if until := l.senderPause.Get(r.Sender); until > now {` -> `if until := l.senderPause.Get(r.Sender); false {`
 //	shorten-a-sender-pause-local [TestSenderPauseHoldsOnlyItsSender]
-//	  local.go: `until := max(l.senderPause[sender], now+ceilMicros(d))` -> `until := now + ceilMicros(d)`
+//	  local.go: `return max(cur, now+ceilMicros(d))` -> `return now + ceilMicros(d)`
 //	sender-keys-outside-the-tag [TestSenderKeysShareTheTagAndHideTheSender]
 //	  keys.go: `return k.tag + ":limiter:sender:" + hex.EncodeToString(sum[:10])` -> `return "limiter:sender:" + hex.EncodeToString(sum[:10])`
 //	sender-in-clear [TestSenderKeysShareTheTagAndHideTheSender]
@@ -174,7 +174,7 @@ import (
 //	sender-not-divided-in-fallback [TestSenderFallbackDividesAndKeepsPauses]
 //	  shared.go: `out.Senders[name] = div(r)` -> `out.Senders[name] = r`
 //	sender-burst-not-spent-in-fallback [TestSenderFallbackDividesAndKeepsPauses]
-//	  local.go: `l.senderTAT[name] = max(l.senderTAT[name], now+p.burst*p.interval)` -> `_ = p`
+//	  local.go: `l.senderTAT[name] = max(l.senderTAT[name], now+p.burst*p.interval)` -> `_, _ = name, p`
 //	sender-pause-not-kept-in-fallback [TestSenderFallbackDividesAndKeepsPauses]
 //	  shared.go: `_, _ = s.fallback.PauseSender(ctx, req.Sender, d.RetryAfter)` -> `_ = ctx`
 //	sender-pause-not-checked-locally [TestSenderFallbackDividesAndKeepsPauses]

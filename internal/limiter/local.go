@@ -2,7 +2,6 @@ package limiter
 
 import (
 	"context"
-	"math"
 	"slices"
 	"sync"
 	"time"
@@ -22,15 +21,10 @@ type Local struct {
 	classTAT   map[string]int64
 	pauseUntil int64
 	// senderTAT holds the limited senders' schedules (Config.Senders
-	// bounds it); senderPause every sender's pause end, at most
-	// MaxSenderPauses of them.
+	// bounds it); senderPause every sender's pause end.
 	senderTAT   map[string]int64
-	senderPause map[string]int64
+	senderPause SenderTimes
 }
-
-// MaxSenderPauses bounds the sender pauses one process keeps: past it, a
-// new pause first forgets the ended ones, then the one that ends first.
-const MaxSenderPauses = 4096
 
 var _ Limiter = (*Local)(nil)
 
@@ -52,7 +46,7 @@ func newLocal(cfg Config, clock func() int64) (*Local, error) {
 		return nil, err
 	}
 	return &Local{clock: clock, mode: ModeLocal, cfg: cfg, c: c, classTAT: make(map[string]int64),
-		senderTAT: make(map[string]int64, len(c.senders)), senderPause: make(map[string]int64)}, nil
+		senderTAT: make(map[string]int64, len(c.senders))}, nil
 }
 
 // Reserve decides r against the global key, for a capped class the class
@@ -88,11 +82,8 @@ func (l *Local) Reserve(ctx context.Context, r Request) (Decision, error) {
 	if l.pauseUntil > now {
 		return Decision{RetryAfter: micros(l.pauseUntil - now), Paused: true, Mode: l.mode}, nil
 	}
-	if until, ok := l.senderPause[r.Sender]; ok {
-		if until > now {
-			return Decision{RetryAfter: micros(until - now), SenderPaused: true, Mode: l.mode}, nil
-		}
-		delete(l.senderPause, r.Sender)
+	if until := l.senderPause.Get(r.Sender); until > now {
+		return Decision{RetryAfter: micros(until - now), SenderPaused: true, Mode: l.mode}, nil
 	}
 	out, wait := step(now, tats, ps, int64(r.Cost), floorMicros(r.MaxWait), int64(r.Spare), sender)
 	if out == tooBig {
@@ -136,34 +127,15 @@ func (l *Local) PauseSender(ctx context.Context, sender string, d time.Duration)
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	now := l.clock()
-	until := max(l.senderPause[sender], now+ceilMicros(d))
-	if _, ok := l.senderPause[sender]; !ok && len(l.senderPause) >= MaxSenderPauses {
-		first, firstEnd := "", int64(math.MaxInt64)
-		for s, u := range l.senderPause {
-			switch {
-			case u <= now:
-				delete(l.senderPause, s)
-			case u < firstEnd:
-				first, firstEnd = s, u
-			}
-		}
-		if len(l.senderPause) >= MaxSenderPauses {
-			delete(l.senderPause, first)
-		}
-	}
-	l.senderPause[sender] = until
+	until := l.senderPause.Update(sender, now, func(cur int64) int64 { return max(cur, now+ceilMicros(d)) })
 	return micros(until - now), nil
 }
 
 // senderPauseRemaining is how long sender's local pause still holds.
 func (l *Local) senderPauseRemaining(sender string) time.Duration {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	until, ok := l.senderPause[sender]
-	if !ok {
+	until := l.senderPause.Get(sender)
+	if until == 0 {
 		return 0
 	}
 	return micros(max(0, until-l.clock()))

@@ -297,38 +297,32 @@ func (r *Redis) Pause(ctx context.Context, d time.Duration) error {
 
 // pause returns the pause in force after the call.
 func (r *Redis) pause(ctx context.Context, d time.Duration) (time.Duration, error) {
-	us := ceilMicros(d)
-	if us <= 0 {
-		return 0, fmt.Errorf("limiter: pause %s must be > 0", d)
-	}
-	res, err := pauseScript.Run(ctx, r.client, []string{r.keys.pause()}, us).Int64Slice()
-	if err != nil {
-		return 0, fmt.Errorf("limiter: pause on redis: %w", err)
-	}
-	if len(res) != 2 {
-		return 0, fmt.Errorf("limiter: pause on redis: unexpected answer %v", res)
-	}
-	r.observe(res[1])
-	return micros(res[0]), nil
+	return r.pauseKey(ctx, r.keys.pause(), "pause", d)
 }
 
 // PauseSender stops every replica's Reserves of sender for d, measured on
 // Redis time, and returns the pause in force (never shortened).
 func (r *Redis) PauseSender(ctx context.Context, sender string, d time.Duration) (time.Duration, error) {
-	us := ceilMicros(d)
-	if us <= 0 {
-		return 0, fmt.Errorf("limiter: sender pause %s must be > 0", d)
-	}
 	key := r.keys.senderPause(sender)
 	if s, ok := r.senders[sender]; ok {
 		key = s.pause
 	}
+	return r.pauseKey(ctx, key, "sender pause", d)
+}
+
+// pauseKey runs pauseScript on key (the account's pause or a sender's)
+// and returns the pause in force after the call.
+func (r *Redis) pauseKey(ctx context.Context, key, what string, d time.Duration) (time.Duration, error) {
+	us := ceilMicros(d)
+	if us <= 0 {
+		return 0, fmt.Errorf("limiter: %s %s must be > 0", what, d)
+	}
 	res, err := pauseScript.Run(ctx, r.client, []string{key}, us).Int64Slice()
 	if err != nil {
-		return 0, fmt.Errorf("limiter: sender pause on redis: %w", err)
+		return 0, fmt.Errorf("limiter: %s on redis: %w", what, err)
 	}
 	if len(res) != 2 {
-		return 0, fmt.Errorf("limiter: sender pause on redis: unexpected answer %v", res)
+		return 0, fmt.Errorf("limiter: %s on redis: unexpected answer %v", what, res)
 	}
 	r.observe(res[1])
 	return micros(res[0]), nil
