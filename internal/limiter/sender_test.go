@@ -211,4 +211,25 @@ func TestSenderFallbackDividesAndKeepsPauses(t *testing.T) {
 	if d, err := a.Reserve(bg, Request{Cost: 1, Sender: "Mkt3", MaxWait: time.Second}); err != nil || !d.Allowed || d.Mode != ModeFallback {
 		t.Fatalf("another sender in fallback: %+v %v", d, err)
 	}
+	// A sender's pause set while Redis is down holds in this process.
+	if inForce, err := a.PauseSender(bg, "Mkt4", 3*time.Second); err != nil || inForce < 2*time.Second {
+		t.Fatalf("pause Mkt4 with Redis down: %s %v", inForce, err)
+	}
+	if d, err := a.Reserve(bg, Request{Cost: 1, Sender: "Mkt4", MaxWait: time.Second}); err != nil || !d.SenderPaused {
+		t.Fatalf("Mkt4, paused with Redis down: %+v %v", d, err)
+	}
+	// Redis back without the pause keys (no persistence): the pauses this
+	// process saw still hold until they end.
+	srv.Start()
+	deadline := time.Now().Add(2500 * time.Millisecond)
+	for b.Mode() != ModeShared {
+		if time.Now().After(deadline) {
+			t.Fatal("b not shared again")
+		}
+		b.Probe(bg)
+		time.Sleep(20 * time.Millisecond)
+	}
+	if d, err := b.Reserve(bg, Request{Cost: 1, Sender: "Mkt2"}); err != nil || !d.SenderPaused || d.Mode != ModeShared {
+		t.Fatalf("b on Redis back without Mkt2's pause key: %+v %v", d, err)
+	}
 }
