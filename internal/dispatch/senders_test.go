@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -146,5 +147,46 @@ func TestSenderLimitDoesNotHoldTheLane(t *testing.T) {
 	}
 	if got := value(d.sm.waits.WithLabelValues("Slow", requeueSenderLimit)); got < 1 {
 		t.Errorf("messages put back for the slow sender's limit: %v", got)
+	}
+}
+
+// TestSenderLimitedOTPWaitsWithinItsDeadline: OTPs that arrive together
+// from a sender with a limit of its own are each sent at the sender's
+// next slot within their deadline, not refused because the sender's key
+// never books ahead.
+func TestSenderLimitedOTPWaitsWithinItsDeadline(t *testing.T) {
+	t.Parallel()
+	acct := newAccount(t)
+	cfg := defaultLimits
+	cfg.Senders = map[string]limiter.Rate{"Auth": {PerSecond: 20, Burst: 1}}
+	var mu sync.Mutex
+	var at []time.Time
+	d := newSendNow(t, acct, acct.limiter(t, nil, cfg), funcProvider(func(_ context.Context, req *provider.Request) (provider.Result, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		at = append(at, time.Now())
+		return provider.Result{ProviderID: "p-" + req.ID}, nil
+	}))
+	var wg sync.WaitGroup
+	errs := make(chan error, 5)
+	for range 5 {
+		wg.Go(func() {
+			m := newMsg(sms.ClassOTP)
+			m.From = "Auth"
+			if _, err := d.SendNow(context.Background(), m, time.Second); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("an OTP from a limited sender refused: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+	if len(at) == 5 && at[4].Sub(at[0]) < 180*time.Millisecond {
+		t.Errorf("5 OTPs from a 20/s sender sent within %s, under 4 intervals", at[4].Sub(at[0]))
 	}
 }

@@ -152,6 +152,15 @@ func (d *Dispatcher) nowSlot(ctx context.Context, m *sms.Message, deadline time.
 	}
 	cost := d.cost(m)
 	dec, err := d.reserveSlot(ctx, m.Class, m.From, cost, 1, deadline)
+	for err == nil && dec.SenderLimited && dec.RetryAfter < deadline {
+		// The sender's key never books ahead: wait for its slot here,
+		// within the deadline, and ask again.
+		if !sleepCtx(ctx, dec.RetryAfter) {
+			return 0, d.noSlot(noSlotRate, dec.RetryAfter)
+		}
+		deadline -= dec.RetryAfter
+		dec, err = d.reserveSlot(ctx, m.Class, m.From, cost, 1, deadline)
+	}
 	switch {
 	case errors.Is(err, limiter.ErrCostExceedsBurst) && d.grantable(m.Class, cost):
 		return 0, d.noSlot(noSlotFallback, fallbackBurstWait)
