@@ -177,7 +177,7 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 		return nil, err
 	}
 	if rp, ok := a.prov.(provider.ReceiptParser); ok {
-		a.srv.Hooks.Receipts = rp
+		a.srv.Hooks.Receipts, a.srv.Hooks.Said = rp, a.disp.ProviderSaid
 	}
 	if ip, ok := a.prov.(provider.InboundParser); ok {
 		a.srv.Hooks.Inbound = ip
@@ -308,6 +308,12 @@ func registry(opts Options) (prometheus.Registerer, prometheus.Gatherer, error) 
 // limiterConfig is the provider pacing of cfg.Limits.
 func limiterConfig(cfg config.Config) limiter.Config {
 	out := limiter.Config{Global: limiter.Rate{PerSecond: cfg.Limits.TargetRPS, Burst: cfg.Limits.Burst}}
+	for name, sl := range cfg.Limits.Senders {
+		if out.Senders == nil {
+			out.Senders = map[string]limiter.Rate{}
+		}
+		out.Senders[name] = limiter.Rate{PerSecond: sl.MaxRPS, Burst: config.SenderBurst(sl)}
+	}
 	for name, cl := range cfg.Limits.Classes {
 		if out.Classes == nil {
 			out.Classes = map[string]limiter.Rate{}
