@@ -51,6 +51,8 @@ type Record struct {
 	LastError  string `json:"e,omitempty"`  // short, safe text of the last failure
 	ProviderID string `json:"pm,omitempty"` // the provider's message id
 	Dead       bool   `json:"d,omitempty"`  // a dead letter (status f)
+
+	BatchID string `json:"bt,omitempty"` // the batch request that created it (sms.Message.BatchID)
 }
 
 // ToRecord is m as stored.
@@ -68,6 +70,7 @@ func ToRecord(m *sms.Message) (Record, error) {
 		Reference: m.Reference, Segments: m.Segments, CallbackURL: m.CallbackURL, Callbacks: m.Callbacks,
 		IdempotencyKey: m.IdempotencyKey, RequestHash: m.RequestHash,
 		Status: status, Attempts: m.Attempts, Crashes: m.Crashes, LastError: m.LastError, ProviderID: m.ProviderID, Dead: m.Dead,
+		BatchID: m.BatchID,
 	}
 	for _, f := range r.times(m) {
 		*f.ms = UnixMs(*f.t)
@@ -107,6 +110,7 @@ func (r *Record) Message(id string) (*sms.Message, error) {
 		Reference: r.Reference, Segments: r.Segments, CallbackURL: r.CallbackURL, Callbacks: r.Callbacks,
 		IdempotencyKey: r.IdempotencyKey, RequestHash: r.RequestHash,
 		Status: status, Attempts: r.Attempts, Crashes: r.Crashes, LastError: r.LastError, ProviderID: r.ProviderID, Dead: r.Dead,
+		BatchID: r.BatchID,
 	}
 	for _, f := range r.times(m) {
 		*f.t = FromMs(*f.ms)

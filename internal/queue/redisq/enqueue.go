@@ -43,7 +43,8 @@ const maxBatch = 1000
 // enqueuing process itself (queue.Checks.TakenHere), else "0"; index of
 // the keyed-request GCRA key (0: none), its interval µs and burst (it runs
 // first of the checks, after the replay, through the same charge as the
-// ingress GCRA).
+// ingress GCRA); index in KEYS of its batch's index SET (0: none) and how
+// long to keep it, ms (see batch_add).
 // Returns one reply per message, in order, {kind, value, id, gcra}: kind 0
 // stored (value: the stored record, or "" unless ARGV[2] asked for it), 1 an existing message (its record),
 // 2 an existing final record, 3 its idempotency key names a first message
@@ -119,6 +120,15 @@ local function check(i, p)
   end
   return 0, '', {}
 end
+-- The batch index (queue.Batches): a message stored with a batch id
+-- joins its batch's SET (KEYS[bk]), which is kept, at the end of the run,
+-- at least keep ms from now.
+local batch_keep = {}
+local function batch_add(bk, id, keep)
+  if bk == 0 then return end
+  redis.call('SADD', KEYS[bk], id)
+  batch_keep[bk] = math.max(batch_keep[bk] or 0, tonumber(keep))
+end
 for i = 3, #ARGV, ` + strconv.Itoa(argsPerMessage) + ` do
   local id = ARGV[i]
   local ik = tonumber(ARGV[i + 4])
@@ -174,6 +184,7 @@ for i = 3, #ARGV, ` + strconv.Itoa(argsPerMessage) + ` do
       if not string.find(rec, '"tc":', 1, true) then js = js .. ',"tc":' .. tu end
       js = js .. ',"qm":"' .. member .. '"}'
       redis.call('HSET', KEYS[1], id, js)
+      batch_add(tonumber(ARGV[i + 21]), id, ARGV[i + 22])
       local rk = tonumber(ARGV[i + 3])
       redis.call('ZADD', KEYS[rk], now + tonumber(ARGV[i + 2]), member)
       if tonumber(ARGV[i + 2]) == 0 and ARGV[i + 17] == '0' and not woken[rk] then
@@ -186,6 +197,9 @@ for i = 3, #ARGV, ` + strconv.Itoa(argsPerMessage) + ` do
     end
   end
   out[#out + 1] = reply
+end
+for bk, keep in pairs(batch_keep) do
+  if redis.call('PTTL', KEYS[bk]) < keep then redis.call('PEXPIRE', KEYS[bk], keep) end
 end
 if seq and seq > seq0 then redis.call('INCRBY', KEYS[2], seq - seq0) end
 for p, n in pairs(adds) do redis.call('HINCRBY', KEYS[3], p, n) end
@@ -200,7 +214,7 @@ return out
 `)
 
 // argsPerMessage is how many ARGV entries enqueueScript takes per message.
-const argsPerMessage = 21
+const argsPerMessage = 23
 
 // Enqueue stores m; see queue.Queue.
 func (q *Queue) Enqueue(ctx context.Context, m *sms.Message) (queue.EnqueueResult, error) {
@@ -389,6 +403,7 @@ func (q *Queue) enqueueScript(ctx context.Context, cs []queue.Checked, results [
 		call.args = append(call.args, m.ID, js, strconv.FormatInt(delay, 10), call.index(q.k.ready(m.Class)), ik,
 			call.index(q.k.fin(m.ID)), gone[i])
 		call.checkArgs(&cs[i].Checks)
+		call.batchArgs(q, m, now)
 		sent = append(sent, i)
 	}
 	if len(sent) == 0 {

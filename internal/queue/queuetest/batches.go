@@ -1,0 +1,140 @@
+package queuetest
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"smsgw/internal/queue"
+	"smsgw/internal/sms"
+)
+
+// The batch index (queue.Batches): a backend that keeps one writes a
+// message's entry in the step that stores it, names only messages stored
+// (not one an idempotency key or a retried id answered), answers only the
+// producer that stored them (ErrNotFound to another, as for an unknown
+// batch), and keeps the entries while the messages are kept: after they
+// end, and across a reopen.
+func init() {
+	cases = append(cases,
+		testCase{"BatchIndex", testBatchIndex},
+		testCase{"BatchIndexOnlyStored", testBatchIndexOnlyStored},
+		testCase{"BatchIndexKeptAfterEnd", testBatchIndexKeptAfterEnd},
+	)
+}
+
+// batches is h's queue as a queue.Batches; the case is skipped for a
+// backend without the index.
+func batches(t *testing.T, q queue.Queue) queue.Batches {
+	t.Helper()
+	b, ok := q.(queue.Batches)
+	if !ok {
+		t.Skip("the backend keeps no batch index")
+	}
+	return b
+}
+
+// batchOf returns n new messages of producer in batch id.
+func batchOf(producer, id string, n int) []*sms.Message {
+	ms := make([]*sms.Message, n)
+	for i := range ms {
+		ms[i] = newMsg(producer, sms.ClassMarketing)
+		ms[i].BatchID = id
+	}
+	return ms
+}
+
+// wantBatch checks that producer's batch id names exactly want.
+func wantBatch(t *testing.T, b queue.Batches, producer, id string, want []*sms.Message) {
+	t.Helper()
+	got, err := b.BatchMessages(t.Context(), producer, id)
+	if err != nil {
+		t.Fatalf("BatchMessages(%s, %s): %v", producer, id, err)
+	}
+	slices.Sort(got)
+	w := ids(want)
+	slices.Sort(w)
+	if !slices.Equal(got, w) {
+		t.Fatalf("BatchMessages(%s, %s) = %d ids %v, want %d %v", producer, id, len(got), got, len(w), w)
+	}
+}
+
+func wantNoBatch(t *testing.T, b queue.Batches, producer, id string) {
+	t.Helper()
+	if got, err := b.BatchMessages(t.Context(), producer, id); !errors.Is(err, queue.ErrNotFound) {
+		t.Fatalf("BatchMessages(%s, %s) = %v, %v; want ErrNotFound", producer, id, got, err)
+	}
+}
+
+func testBatchIndex(t *testing.T, h Harness) {
+	q := h.New(t)
+	b := batches(t, q)
+	id := sms.NewBatchID(time.Now())
+	ms := batchOf("p", id, 5)
+	if _, err := q.EnqueueMany(t.Context(), ms[:3]); err != nil {
+		t.Fatal(err)
+	}
+	mustEnqueue(t, q, ms[3:]...) // a batch may be stored in several calls
+	other := batchOf("p", sms.NewBatchID(time.Now()), 1)
+	mustEnqueue(t, q, other...)
+	mustEnqueue(t, q, newMsg("p", sms.ClassMarketing)) // of no batch
+	wantBatch(t, b, "p", id, ms)
+	wantBatch(t, b, "p", other[0].BatchID, other)
+	wantNoBatch(t, b, "other-producer", id) // another producer's batch reads as missing
+	wantNoBatch(t, b, "p", sms.NewBatchID(time.Now()))
+	if got := mustGet(t, q, ms[0].ID).BatchID; got != id {
+		t.Errorf("Get: BatchID %q, want %q", got, id)
+	}
+	if h.Reopen != nil {
+		q = h.Reopen(t, q)
+		wantBatch(t, batches(t, q), "p", id, ms)
+	}
+}
+
+func testBatchIndexOnlyStored(t *testing.T, h Harness) {
+	q := h.New(t)
+	b := batches(t, q)
+	first := batchOf("p", sms.NewBatchID(time.Now()), 2)
+	for i, m := range first {
+		m.IdempotencyKey = "key #" + string(rune('0'+i))
+	}
+	mustEnqueue(t, q, first...)
+	// A retried batch: new ids and a new batch id, the same item keys.
+	retry := batchOf("p", sms.NewBatchID(time.Now()), 2)
+	for i, m := range retry {
+		m.IdempotencyKey = first[i].IdempotencyKey
+	}
+	res, err := q.EnqueueMany(t.Context(), append(retry, first[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		if !r.Existed || r.Message.BatchID != first[0].BatchID {
+			t.Fatalf("retry item %d: Existed %v, BatchID %q; want the first message, of batch %q", i, r.Existed, r.Message.BatchID, first[0].BatchID)
+		}
+	}
+	wantBatch(t, b, "p", first[0].BatchID, first)
+	wantNoBatch(t, b, "p", retry[0].BatchID)
+}
+
+func testBatchIndexKeptAfterEnd(t *testing.T, h Harness) {
+	q := h.New(t)
+	b := batches(t, q)
+	ms := batchOf("p", sms.NewBatchID(time.Now()), 3)
+	mustEnqueue(t, q, ms...)
+	if _, err := q.Cancel(t.Context(), ms[0].ID, "p"); err != nil {
+		t.Fatal(err)
+	}
+	l := mustTake(t, q, opts(sms.ClassMarketing))
+	if err := q.Complete(t.Context(), l, queue.Outcome{Status: sms.StatusSent, ProviderID: "pm-1", Attempts: 1}); err != nil {
+		t.Fatal(err)
+	}
+	wantBatch(t, b, "p", ms[0].BatchID, ms)
+	for _, m := range ms[:2] {
+		// a final record keeps its batch id
+		if got := mustGet(t, q, m.ID); got.BatchID != m.BatchID || !got.Status.Done() {
+			t.Errorf("%s: status %s, BatchID %q; want done, %q", m.ID, got.Status, got.BatchID, m.BatchID)
+		}
+	}
+}
