@@ -407,10 +407,13 @@ const MaxRestore = 500
 // its requests stored (a request holds at most 1,000) and is kept until
 // every message it names has passed its retention (BatchKeep).
 type Batches interface {
-	// BatchMessages returns the ids of the messages producer stored with
-	// batch id batch, in no set order; ErrNotFound when there are none
-	// (no such batch, another producer's, or past its retention).
-	BatchMessages(ctx context.Context, producer, batch string) ([]string, error)
+	// BatchMessages returns the messages producer stored with batch id
+	// batch, as Get returns each, in no set order (one whose retention
+	// has passed is left out); ErrNotFound when there are none (no such
+	// batch, another producer's, or past its retention). It reads them
+	// in a few steps, not one per message, and not as one snapshot: each
+	// message is as it was when it was read.
+	BatchMessages(ctx context.Context, producer, batch string) ([]*sms.Message, error)
 }
 
 // BatchKeep is how long after now a backend keeps the batch index entry of

@@ -63,31 +63,15 @@ const workers = 8
 
 // Get is GET /v1/batches/{id}.
 func (a *API) Get(w http.ResponseWriter, r *http.Request) {
-	id, ids, err := a.messages(r)
+	id, ms, err := a.messages(r)
 	if err != nil {
 		a.Fail(w, r, err)
 		return
 	}
 	now := a.Now()
-	v := View{ID: id, Counts: map[sms.Status]int{}}
-	var mu sync.Mutex
-	err = each(r.Context(), ids, func(ctx context.Context, mid string) error {
-		m, err := a.Queue.Get(ctx, mid)
-		if errors.Is(err, queue.ErrNotFound) {
-			return nil // past its retention: the index drops it soon
-		}
-		if err != nil {
-			return err
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		v.Total++
+	v := View{ID: id, Total: len(ms), Counts: map[sms.Status]int{}}
+	for _, m := range ms {
 		v.Counts[m.StatusAt(now)]++
-		return nil
-	})
-	if err != nil {
-		a.Fail(w, r, err)
-		return
 	}
 	a.OK(w, v)
 }
@@ -96,38 +80,54 @@ func (a *API) Get(w http.ResponseWriter, r *http.Request) {
 // sending is canceled, each by the queue's Cancel, the atomic step of
 // DELETE /v1/messages/{id}: against the send loop's take exactly one of
 // them wins, so a message is either canceled and never sent, or counted
-// not cancelable and sent at most once.
+// not cancelable and sent at most once. A message read done is counted as
+// read (a done message never changes back); the others (queued, or
+// sending, which a failed try may queue again) are each given to Cancel.
 func (a *API) Delete(w http.ResponseWriter, r *http.Request) {
-	id, ids, err := a.messages(r)
+	id, ms, err := a.messages(r)
 	if err != nil {
 		a.Fail(w, r, err)
 		return
 	}
-	producer := a.Producer(r)
-	now := a.Now()
+	producer, now := a.Producer(r), a.Now()
 	v := Canceled{ID: id, NotCancelable: map[sms.Status]int{}}
-	var mu sync.Mutex
-	canceled := 0
-	err = each(r.Context(), ids, func(ctx context.Context, mid string) error {
-		m, err := a.Queue.Cancel(ctx, mid, producer)
-		switch {
-		case errors.Is(err, queue.ErrNotFound):
-			return nil
-		case errors.Is(err, queue.ErrNotCancelable) && m != nil:
-		case err != nil:
-			return err
-		}
+	var (
+		mu       sync.Mutex
+		canceled int // by this call
+	)
+	count := func(m *sms.Message, byThis bool) {
 		mu.Lock()
 		defer mu.Unlock()
 		v.Total++
 		switch st := m.StatusAt(now); {
-		case err == nil:
+		case byThis:
 			v.Canceled++
 			canceled++
 		case st == sms.StatusCanceled:
 			v.Canceled++
 		default:
 			v.NotCancelable[st]++
+		}
+	}
+	var open []*sms.Message
+	for _, m := range ms {
+		if m.Status.Done() {
+			count(m, false)
+		} else {
+			open = append(open, m)
+		}
+	}
+	err = each(r.Context(), open, func(ctx context.Context, m *sms.Message) error {
+		c, err := a.Queue.Cancel(ctx, m.ID, producer)
+		switch {
+		case errors.Is(err, queue.ErrNotFound):
+			return nil
+		case errors.Is(err, queue.ErrNotCancelable) && c != nil:
+			count(c, false)
+		case err != nil:
+			return err
+		default:
+			count(c, true)
 		}
 		return nil
 	})
@@ -141,42 +141,42 @@ func (a *API) Delete(w http.ResponseWriter, r *http.Request) {
 	a.OK(w, v)
 }
 
-// messages reads the {id} route parameter and the ids of the producer's
-// messages of that batch.
-func (a *API) messages(r *http.Request) (string, []string, error) {
+// messages reads the {id} route parameter and the producer's messages of
+// that batch.
+func (a *API) messages(r *http.Request) (string, []*sms.Message, error) {
 	id := chi.URLParam(r, "id")
 	b, ok := a.Queue.(queue.Batches)
 	if !sms.ValidBatchID(id) || !ok {
 		return id, nil, ErrNotFound
 	}
-	ids, err := b.BatchMessages(r.Context(), a.Producer(r), id)
+	ms, err := b.BatchMessages(r.Context(), a.Producer(r), id)
 	if errors.Is(err, queue.ErrNotFound) {
 		return id, nil, ErrNotFound
 	}
-	return id, ids, err
+	return id, ms, err
 }
 
-// each runs fn for every id, workers at a time, and returns the first
-// error (the rest of the ids are then left alone).
-func each(ctx context.Context, ids []string, fn func(context.Context, string) error) error {
+// each runs fn for every message, workers at a time, and returns the
+// first error (the rest are then left alone).
+func each(ctx context.Context, ms []*sms.Message, fn func(context.Context, *sms.Message) error) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	next := make(chan string)
+	next := make(chan *sms.Message)
 	var wg sync.WaitGroup
-	for range min(workers, len(ids)) {
+	for range min(workers, len(ms)) {
 		wg.Go(func() {
-			for id := range next {
-				if err := fn(ctx, id); err != nil {
+			for m := range next {
+				if err := fn(ctx, m); err != nil {
 					cancel(err)
 				}
 			}
 		})
 	}
-	for _, id := range ids {
+	for _, m := range ms {
 		if ctx.Err() != nil {
 			break
 		}
-		next <- id
+		next <- m
 	}
 	close(next)
 	wg.Wait()

@@ -33,25 +33,32 @@ func putBatch(tx *bolt.Tx, m *sms.Message) error {
 	return tx.Bucket(bBatch).Put(append(batchPrefix(m.BatchID, m.Producer), m.ID...), nil)
 }
 
-// BatchMessages returns the ids of producer's messages of batch; see
-// queue.Batches.
-func (q *Queue) BatchMessages(ctx context.Context, producer, batch string) ([]string, error) {
-	var ids []string
+// BatchMessages returns producer's messages of batch, read in one
+// transaction; see queue.Batches.
+func (q *Queue) BatchMessages(ctx context.Context, producer, batch string) ([]*sms.Message, error) {
+	var ms []*sms.Message
 	prefix := batchPrefix(batch, producer)
 	err := q.view(ctx, func(tx *bolt.Tx) error {
+		ms = ms[:0]
 		c := tx.Bucket(bBatch).Cursor()
 		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-			ids = append(ids, string(k[len(prefix):]))
+			m, err := getMessage(tx, string(k[len(prefix):]))
+			if err != nil {
+				return err
+			}
+			if m != nil {
+				ms = append(ms, m)
+			}
 		}
 		return nil
 	})
-	if err == nil && len(ids) == 0 {
+	if err == nil && len(ms) == 0 {
 		err = queue.ErrNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("queue: batch %s: %w", batch, err)
 	}
-	return ids, nil
+	return ms, nil
 }
 
 // pruneBatches deletes up to one chunk of index entries whose message is

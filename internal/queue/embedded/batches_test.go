@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"smsgw/internal/queue"
 	"smsgw/internal/sms"
 )
@@ -34,7 +36,18 @@ func TestBatchIndexPrunedWithMessages(t *testing.T) {
 		if err != nil && !errors.Is(err, queue.ErrNotFound) {
 			t.Fatal(err)
 		}
-		return got
+		var out []string
+		for _, m := range got {
+			out = append(out, m.ID)
+		}
+		// the index itself, not only what it names
+		_ = q.view(ctx, func(tx *bolt.Tx) error {
+			if n := tx.Bucket(bBatch).Stats().KeyN; n != len(out) {
+				t.Errorf("the index holds %d entries for %d messages kept", n, len(out))
+			}
+			return nil
+		})
+		return out
 	}
 	clk.Add(48*time.Hour - time.Millisecond)
 	if _, err := q.Prune(ctx); err != nil {
