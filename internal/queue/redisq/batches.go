@@ -14,7 +14,7 @@ import (
 var _ queue.Batches = (*Queue)(nil)
 
 // batchArgs appends the batch index arguments of m to an enqueue script
-// run (enqueueScript: its batch's SET and how long to keep it, ms; 0 and
+// run (enqueueScript: its batch's LIST and how long to keep it, ms; 0 and
 // 0 for a message of no batch).
 func (c *scriptCall) batchArgs(q *Queue, m *sms.Message, now time.Time) {
 	if m.BatchID == "" {
@@ -57,7 +57,7 @@ func (q *Queue) BatchMessages(ctx context.Context, producer, batch string) (_ []
 	}
 	start := time.Now()
 	defer func() { q.m.observe("read", start, err) }()
-	ids, err := q.c.SMembers(ctx, q.k.batch(producer, batch)).Result()
+	ids, err := q.c.LRange(ctx, q.k.batch(producer, batch), 0, -1).Result()
 	if err != nil {
 		return nil, fmt.Errorf("redisq: batch %s: %w", batch, err)
 	}

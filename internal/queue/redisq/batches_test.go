@@ -9,7 +9,7 @@ import (
 	"smsgw/internal/sms/smstest"
 )
 
-// A batch's SET expires the retention after the last time its latest
+// A batch's LIST expires the retention after the last time its latest
 // message can still be queued (queue.BatchKeep), and a later message of the
 // batch only lengthens it: the index outlives every message it names.
 func TestBatchIndexExpiry(t *testing.T) {
@@ -31,13 +31,13 @@ func TestBatchIndexExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	if d := ttl(); d < 4*time.Hour-time.Minute || d > 4*time.Hour {
-		t.Fatalf("batch SET expires in %v, want 4 h (expiry 3 h + retention 1 h)", d)
+		t.Fatalf("batch LIST expires in %v, want 4 h (expiry 3 h + retention 1 h)", d)
 	}
 	if _, err := q.EnqueueMany(ctx, []*sms.Message{early}); err != nil {
 		t.Fatal(err)
 	}
 	if d := ttl(); d < 4*time.Hour-time.Minute {
-		t.Fatalf("a message of an earlier end shortened the batch SET to %v", d)
+		t.Fatalf("a message of an earlier end shortened the batch LIST to %v", d)
 	}
 	plain := smstest.Message("p", sms.ClassMarketing)
 	if _, err := q.Enqueue(ctx, plain); err != nil {

@@ -43,7 +43,7 @@ const maxBatch = 1000
 // enqueuing process itself (queue.Checks.TakenHere), else "0"; index of
 // the keyed-request GCRA key (0: none), its interval µs and burst (it runs
 // first of the checks, after the replay, through the same charge as the
-// ingress GCRA); index in KEYS of its batch's index SET (0: none) and how
+// ingress GCRA); index in KEYS of its batch's index LIST (0: none) and how
 // long to keep it, ms (see batch_add).
 // Returns one reply per message, in order, {kind, value, id, gcra}: kind 0
 // stored (value: the stored record, or "" unless ARGV[2] asked for it), 1 an existing message (its record),
@@ -121,12 +121,12 @@ local function check(i, p)
   return 0, '', {}
 end
 -- The batch index (queue.Batches): a message stored with a batch id
--- joins its batch's SET (KEYS[bk]), which is kept, at the end of the run,
+-- joins its batch's LIST (KEYS[bk]), which is kept, at the end of the run,
 -- at least keep ms from now.
 local batch_keep = {}
 local function batch_add(bk, id, keep)
   if bk == 0 then return end
-  redis.call('SADD', KEYS[bk], id)
+  redis.call('RPUSH', KEYS[bk], id)
   batch_keep[bk] = math.max(batch_keep[bk] or 0, tonumber(keep))
 end
 for i = 3, #ARGV, ` + strconv.Itoa(argsPerMessage) + ` do

@@ -79,7 +79,7 @@ func (k keys) finDue() string { return k.tag + "fz:due" }
 // with the window.
 func (k keys) early(id string) string { return k.tag + "early:" + id }
 
-// batch is the SET of the ids of the messages producer stored with batch
+// batch is the LIST of the ids of the messages producer stored with batch
 // id batch (queue.Batches), written by the enqueue script with them; it
 // expires queue.BatchKeep after the latest message it took in. Hashed like
 // idem, so that any producer name gives a bounded name.
