@@ -66,15 +66,23 @@ func TestBatchCancelRacesTheSendLoop(t *testing.T) {
 			if c.Canceled == 0 || notCancelable < 20 {
 				t.Fatalf("no race: canceled %d, not cancelable %v", c.Canceled, c.NotCancelable)
 			}
-			// every message not canceled is sent (sending ones finish)
-			eventually(t, "the sends in flight", func() bool { return len(h.sim.Accepted()) >= n-c.Canceled })
+			// every message not canceled is sent: wait for the sends in
+			// flight to be recorded, each message as stored (500 answers
+			// of GET /v1/messages/{id} would be most of the test's time)
+			var stored []*sms.Message
+			eventually(t, "the sends in flight", func() bool {
+				var err error
+				if stored, err = h.app.b.queue.(queue.Batches).BatchMessages(t.Context(), "notify", b.BatchID); err != nil {
+					t.Fatal(err)
+				}
+				for _, m := range stored {
+					if !m.Status.Done() {
+						return false
+					}
+				}
+				return true
+			})
 			sent := sentRefs(h.sim)
-			// each message as stored (500 answers of GET /v1/messages/{id}
-			// would be most of the test's time)
-			stored, err := h.app.b.queue.(queue.Batches).BatchMessages(t.Context(), "notify", b.BatchID)
-			if err != nil {
-				t.Fatal(err)
-			}
 			byID := map[string]*sms.Message{}
 			for _, m := range stored {
 				byID[m.ID] = m
