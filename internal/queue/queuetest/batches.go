@@ -36,18 +36,19 @@ func batches(t *testing.T, q queue.Queue) queue.Batches {
 	return b
 }
 
-// batchOf returns n new messages of producer in batch id.
-func batchOf(producer, id string, n int) []*sms.Message {
+// batchOf returns n new messages of producer "p" in batch id.
+func batchOf(id string, n int) []*sms.Message {
 	ms := make([]*sms.Message, n)
 	for i := range ms {
-		ms[i] = newMsg(producer, sms.ClassMarketing)
+		ms[i] = newMsg("p", sms.ClassMarketing)
 		ms[i].BatchID = id
 	}
 	return ms
 }
 
-// wantBatch checks that producer's batch id names exactly want.
-func wantBatch(t *testing.T, b queue.Batches, producer, id string, want []*sms.Message) {
+// wantBatch checks that producer "p"'s batch id names exactly want.
+func wantBatch(t *testing.T, b queue.Batches, id string, want []*sms.Message) {
+	const producer = "p"
 	t.Helper()
 	ms, err := b.BatchMessages(t.Context(), producer, id)
 	if err != nil {
@@ -78,16 +79,16 @@ func testBatchIndex(t *testing.T, h Harness) {
 	q := h.New(t)
 	b := batches(t, q)
 	id := sms.NewBatchID(time.Now())
-	ms := batchOf("p", id, 5)
+	ms := batchOf(id, 5)
 	if _, err := q.EnqueueMany(t.Context(), ms[:3]); err != nil {
 		t.Fatal(err)
 	}
 	mustEnqueue(t, q, ms[3:]...) // a batch may be stored in several calls
-	other := batchOf("p", sms.NewBatchID(time.Now()), 1)
+	other := batchOf(sms.NewBatchID(time.Now()), 1)
 	mustEnqueue(t, q, other...)
 	mustEnqueue(t, q, newMsg("p", sms.ClassMarketing)) // of no batch
-	wantBatch(t, b, "p", id, ms)
-	wantBatch(t, b, "p", other[0].BatchID, other)
+	wantBatch(t, b, id, ms)
+	wantBatch(t, b, other[0].BatchID, other)
 	wantNoBatch(t, b, "other-producer", id) // another producer's batch reads as missing
 	wantNoBatch(t, b, "p", sms.NewBatchID(time.Now()))
 	if got := mustGet(t, q, ms[0].ID).BatchID; got != id {
@@ -95,20 +96,20 @@ func testBatchIndex(t *testing.T, h Harness) {
 	}
 	if h.Reopen != nil {
 		q = h.Reopen(t, q)
-		wantBatch(t, batches(t, q), "p", id, ms)
+		wantBatch(t, batches(t, q), id, ms)
 	}
 }
 
 func testBatchIndexOnlyStored(t *testing.T, h Harness) {
 	q := h.New(t)
 	b := batches(t, q)
-	first := batchOf("p", sms.NewBatchID(time.Now()), 2)
+	first := batchOf(sms.NewBatchID(time.Now()), 2)
 	for i, m := range first {
 		m.IdempotencyKey = "key #" + string(rune('0'+i))
 	}
 	mustEnqueue(t, q, first...)
 	// A retried batch: new ids and a new batch id, the same item keys.
-	retry := batchOf("p", sms.NewBatchID(time.Now()), 2)
+	retry := batchOf(sms.NewBatchID(time.Now()), 2)
 	for i, m := range retry {
 		m.IdempotencyKey = first[i].IdempotencyKey
 	}
@@ -121,14 +122,14 @@ func testBatchIndexOnlyStored(t *testing.T, h Harness) {
 			t.Fatalf("retry item %d: Existed %v, BatchID %q; want the first message, of batch %q", i, r.Existed, r.Message.BatchID, first[0].BatchID)
 		}
 	}
-	wantBatch(t, b, "p", first[0].BatchID, first)
+	wantBatch(t, b, first[0].BatchID, first)
 	wantNoBatch(t, b, "p", retry[0].BatchID)
 }
 
 func testBatchIndexKeptAfterEnd(t *testing.T, h Harness) {
 	q := h.New(t)
 	b := batches(t, q)
-	ms := batchOf("p", sms.NewBatchID(time.Now()), 3)
+	ms := batchOf(sms.NewBatchID(time.Now()), 3)
 	mustEnqueue(t, q, ms...)
 	if _, err := q.Cancel(t.Context(), ms[0].ID, "p"); err != nil {
 		t.Fatal(err)
@@ -137,7 +138,7 @@ func testBatchIndexKeptAfterEnd(t *testing.T, h Harness) {
 	if err := q.Complete(t.Context(), l, queue.Outcome{Status: sms.StatusSent, ProviderID: "pm-1", Attempts: 1}); err != nil {
 		t.Fatal(err)
 	}
-	wantBatch(t, b, "p", ms[0].BatchID, ms) // a final record keeps its batch id
+	wantBatch(t, b, ms[0].BatchID, ms) // a final record keeps its batch id
 	got, err := b.BatchMessages(t.Context(), "p", ms[0].BatchID)
 	if err != nil {
 		t.Fatal(err)
