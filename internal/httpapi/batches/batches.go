@@ -57,7 +57,7 @@ type API struct {
 	CanceledBy func(n int)
 }
 
-// workers bounds the reads or cancels of one request in flight at once:
+// workers bounds the cancels of one request in flight at once:
 // a batch holds up to 1,000 messages, each one round trip on Redis.
 const workers = 8
 
