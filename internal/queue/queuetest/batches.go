@@ -25,15 +25,10 @@ func init() {
 	)
 }
 
-// batches is h's queue as a queue.Batches; the case is skipped for a
-// backend without the index.
+// batches is q as a queue.Batches, which every backend implements.
 func batches(t *testing.T, q queue.Queue) queue.Batches {
 	t.Helper()
-	b, ok := q.(queue.Batches)
-	if !ok {
-		t.Skip("the backend keeps no batch index")
-	}
-	return b
+	return facet[queue.Batches](t, q)
 }
 
 // batchOf returns n new messages of producer "p" in batch id.

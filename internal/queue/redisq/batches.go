@@ -13,6 +13,13 @@ import (
 
 var _ queue.Batches = (*Queue)(nil)
 
+// The batch arguments of enqueueScript come after the budget's: batchArg
+// is the offset of the first from a message's first argument.
+const (
+	batchArg            = 21 + budgetArgsPerMessage
+	batchArgsPerMessage = 2
+)
+
 // batchArgs appends the batch index arguments of m to an enqueue script
 // run (enqueueScript: its batch's LIST and how long to keep it, ms; 0 and
 // 0 for a message of no batch).
@@ -138,4 +145,3 @@ func (q *Queue) fromBlob(ctx context.Context, id string, blobs map[int64]string)
 	}
 	return []any{int64(3), blob}, nil
 }
-
