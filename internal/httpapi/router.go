@@ -6,6 +6,7 @@ package httpapi
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"smsgw/internal/httpapi/batches"
 	"smsgw/internal/httpapi/fastdecode"
 
 	"github.com/go-chi/chi/v5"
@@ -154,6 +156,9 @@ func (s *Server) Router(public, admin bool) chi.Router {
 				r.With(s.gateBody).Post("/messages/batch", s.postBatch)
 				r.Get("/messages/{id}", s.getMessage)
 				r.Delete("/messages/{id}", s.deleteMessage)
+				bt := s.batchAPI()
+				r.Get("/batches/{id}", bt.Get)
+				r.Delete("/batches/{id}", bt.Delete)
 				r.With(s.gateBody).Post("/otp", s.postOTP)
 			})
 			// No bearer key: each adapter checks its vendor's signature.
@@ -358,4 +363,17 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 				"request_id", middleware.GetReqID(r.Context()))
 		}
 	})
+}
+
+// batchAPI is GET and DELETE /v1/batches/{id} (internal/httpapi/batches).
+func (s *Server) batchAPI() *batches.API {
+	return &batches.API{Queue: s.Store.Queue, Now: s.Now, CanceledBy: func(n int) { s.Metrics.BatchCanceled.Add(float64(n)) },
+		Producer: func(r *http.Request) string { return producerFrom(r.Context()).Name },
+		OK:       func(w http.ResponseWriter, v any) { writeJSON(w, s.Log, "application/json", http.StatusOK, v) },
+		Fail: func(w http.ResponseWriter, r *http.Request, err error) {
+			if errors.Is(err, batches.ErrNotFound) {
+				err = errorf(KindNotFound, "no such batch")
+			}
+			s.WriteError(w, r, err)
+		}}
 }
