@@ -26,6 +26,7 @@ import (
 	"smsgw/internal/config"
 	"smsgw/internal/dispatch"
 	"smsgw/internal/httpapi"
+	"smsgw/internal/httpapi/auththrottle"
 	"smsgw/internal/limiter"
 	"smsgw/internal/opsview"
 	"smsgw/internal/provider"
@@ -255,7 +256,7 @@ func newServer(cfg config.Config, d deps, gath prometheus.Gatherer, b *backend, 
 		Cfg: cfg, Log: d.log, Now: d.now, Metrics: d.metrics, Dispatch: disp,
 		Store: httpapi.Stores{Queue: b.queue, Idem: b.idem},
 		Ops:   httpapi.OpsView{Limiter: b.limiter, Pause: b.pause, Live: live, Gatherer: gath, Dashboard: dashboard, Checks: b.checks},
-		Edge: httpapi.Edge{Auth: httpapi.NewAuthenticator(cfg, d.metrics.PreviousKeys), AuthThrottle: httpapi.NewAuthThrottle(time.Now),
+		Edge: httpapi.Edge{Auth: httpapi.NewAuthenticator(cfg, d.metrics.PreviousKeys), AuthThrottle: auththrottle.New(time.Now),
 			BodyGate: httpapi.NewBodyGate(cfg.HTTP.BodyBytesInFlight, cfg.HTTP.BodyBytesInFlightPerProducer, cfg.HTTP.MaxBodyBytes)},
 	}
 	s.OTPRecords.Init()

@@ -13,6 +13,7 @@ import (
 
 	"smsgw/internal/config"
 	"smsgw/internal/httpapi"
+	"smsgw/internal/httpapi/auththrottle"
 	"smsgw/internal/provider/sim"
 )
 
@@ -43,9 +44,9 @@ func TestAuthFailuresThrottled(t *testing.T) {
 	// The budget refills once a second: a loaded machine that takes
 	// seconds for the 40 requests earns them more 401s.
 	const refill = time.Second
-	allowed := httpapi.AuthFailBurst + int(time.Since(began)/refill) + 1
+	allowed := auththrottle.Burst + int(time.Since(began)/refill) + 1
 	if (counts[http.StatusTooManyRequests] == 0 && allowed < 40) || counts[http.StatusUnauthorized] > allowed {
-		t.Errorf("40 failed authentications: %v; want at most %d 401s (%d, and one per %s they took), then 429s", counts, allowed, httpapi.AuthFailBurst, refill)
+		t.Errorf("40 failed authentications: %v; want at most %d 401s (%d, and one per %s they took), then 429s", counts, allowed, auththrottle.Burst, refill)
 	}
 	if n := strings.Count(h.logs.String(), `"unknown `); n > 3 {
 		t.Errorf("%d WARN lines for 40 failures; want them sampled", n)
@@ -69,14 +70,14 @@ func TestAuthFailuresThrottledPerIPv6Prefix(t *testing.T) {
 	}
 	counts := map[int]int{}
 	began := time.Now()
-	for i := range 3 * httpapi.AuthFailBurst {
+	for i := range 3 * auththrottle.Burst {
 		counts[try(fmt.Sprintf("2001:db8:1:2:%x::%x", i, i+1))]++
 	}
 	// One more 401 per second the attempts took (a loaded machine).
-	allowed := httpapi.AuthFailBurst + int(time.Since(began)/time.Second) + 1
-	if counts[http.StatusUnauthorized] > allowed || (counts[http.StatusTooManyRequests] == 0 && allowed < 3*httpapi.AuthFailBurst) {
+	allowed := auththrottle.Burst + int(time.Since(began)/time.Second) + 1
+	if counts[http.StatusUnauthorized] > allowed || (counts[http.StatusTooManyRequests] == 0 && allowed < 3*auththrottle.Burst) {
 		t.Errorf("%d failures from distinct addresses of one /64: %v; want at most %d 401s, then 429s",
-			3*httpapi.AuthFailBurst, counts, allowed)
+			3*auththrottle.Burst, counts, allowed)
 	}
 	for _, other := range []string{"2001:db8:1:3::1", "::ffff:198.51.100.7", "198.51.100.8"} {
 		if got := try(other); got != http.StatusUnauthorized {
@@ -87,7 +88,7 @@ func TestAuthFailuresThrottledPerIPv6Prefix(t *testing.T) {
 	// once 198.51.100.7 is answered 429, so is its mapped form, unless the
 	// budget refilled (a second) in between on a loaded machine.
 	for n := 0; try("198.51.100.7") != http.StatusTooManyRequests; n++ {
-		if n > 10*httpapi.AuthFailBurst {
+		if n > 10*auththrottle.Burst {
 			t.Fatalf("198.51.100.7 is never throttled")
 		}
 	}
@@ -110,7 +111,7 @@ func TestAuthFailClient(t *testing.T) {
 		"":                     "",
 		"not an address":       "not an address",
 	} {
-		if got := httpapi.AuthFailClient(in); got != want {
+		if got := auththrottle.Client(in); got != want {
 			t.Errorf("authFailClient(%q) = %q, want %q", in, got, want)
 		}
 	}

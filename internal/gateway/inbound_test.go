@@ -16,6 +16,7 @@ import (
 
 	"smsgw/internal/config"
 	"smsgw/internal/httpapi"
+	"smsgw/internal/httpapi/auththrottle"
 	"smsgw/internal/provider/httpprov"
 	"smsgw/internal/provider/twilio"
 	"smsgw/internal/provider/vonage"
@@ -700,7 +701,7 @@ func TestInboundSignatureOracle(t *testing.T) {
 		t.Fatalf("a receipt's signature applied a STOP: %+v", l)
 	}
 	throttled := 0
-	for i := range 3 * httpapi.AuthFailBurst {
+	for i := range 3 * auththrottle.Burst {
 		guess := httpprov.SignInbound("guess-"+strconv.Itoa(i), raw)
 		path, header := "/v1/inbound/http", httpprov.HeaderInboundSignature
 		if i%2 == 1 {
@@ -719,7 +720,7 @@ func TestInboundSignatureOracle(t *testing.T) {
 		}
 	}
 	if throttled == 0 {
-		t.Fatalf("%d wrong signatures from one address, none throttled", 3*httpapi.AuthFailBurst)
+		t.Fatalf("%d wrong signatures from one address, none throttled", 3*auththrottle.Burst)
 	}
 	inboundAdapters[0].ok(t, inboundAdapters[0].post(h, inboundFrom, "STOP", true))
 	if l := h.suppressionsOf(t); len(l) != 1 {
@@ -727,8 +728,8 @@ func TestInboundSignatureOracle(t *testing.T) {
 	}
 	// One line a second at most: however slow the machine, far fewer than
 	// the failures.
-	if n := strings.Count(h.logs.String(), "provider webhook refused"); n < 1 || n > httpapi.AuthFailBurst {
-		t.Errorf("%d log lines for %d failed signatures; want them sampled", n, 3*httpapi.AuthFailBurst+1)
+	if n := strings.Count(h.logs.String(), "provider webhook refused"); n < 1 || n > auththrottle.Burst {
+		t.Errorf("%d log lines for %d failed signatures; want them sampled", n, 3*auththrottle.Burst+1)
 	}
 }
 

@@ -380,7 +380,7 @@ func (s *Server) authAdmin(next http.Handler) http.Handler {
 }
 
 // authFailed answers a request whose bearer key is unknown: 401, or 429
-// once its client address has failed too often (AuthThrottle); the WARN
+// once its client address has failed too often (auththrottle); the WARN
 // line is sampled.
 func (s *Server) authFailed(w http.ResponseWriter, r *http.Request, what string) {
 	s.failedAuth(w, r, what, "a valid key", errorf(kindUnauthorized, "unknown API key"))
@@ -392,12 +392,12 @@ func (s *Server) authFailed(w http.ResponseWriter, r *http.Request, what string)
 // would pass); the WARN line what is sampled.
 func (s *Server) failedAuth(w http.ResponseWriter, r *http.Request, what, valid string, answer error) {
 	ip := clientIP(r.Context())
-	if wait := s.Edge.AuthThrottle.fail(ip); wait > 0 {
+	if wait := s.Edge.AuthThrottle.Fail(ip); wait > 0 {
 		s.WriteError(w, r, &apiError{Kind: kindAuthThrottled, RetryAfter: wait,
 			Detail: "too many failed authentications from this address; retry after the Retry-After seconds with " + valid})
 		return
 	}
-	if ok, left := s.Edge.AuthThrottle.sampleLog(); ok {
+	if ok, left := s.Edge.AuthThrottle.SampleLog(); ok {
 		s.Log.WarnContext(r.Context(), what, "path", logPath(r), "client_ip", ip, "not_logged_since_last", left)
 	}
 	s.WriteError(w, r, answer)

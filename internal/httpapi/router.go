@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"smsgw/internal/httpapi/auththrottle"
 	"smsgw/internal/httpapi/batches"
 	"smsgw/internal/httpapi/fastdecode"
 
@@ -95,7 +96,7 @@ type OpsView struct {
 // throttle, the body gate (bodygate.go), the trusted proxies.
 type Edge struct {
 	Auth         *Authenticator
-	AuthThrottle *AuthThrottle
+	AuthThrottle *auththrottle.Table
 	BodyGate     *BodyGate
 	Trusted      []netip.Prefix
 }

@@ -75,10 +75,12 @@ var allowed = map[string][]string{
 	"internal/httpapi/otprecords": {"internal/logsample"},
 	// Every signed inbound message to the routing of replies.
 	"internal/httpapi/inboundreply": {"internal/admission", "internal/provider"},
+	// Failed authentications per client address.
+	"internal/httpapi/auththrottle": {},
 	// GET and DELETE /v1/batches/{id}: the queue's index of batches.
 	"internal/httpapi/batches": {"internal/queue", "internal/sms"},
 	"internal/httpapi": {"api", "internal/admission", "internal/config", "internal/dispatch", "internal/history",
-		"internal/httpapi/accepted", "internal/httpapi/batches", "internal/httpapi/fastdecode", "internal/httpapi/inboundreply", "internal/httpapi/otprecords", "internal/limiter", "internal/logsample", "internal/opsview", "internal/provider",
+		"internal/httpapi/accepted", "internal/httpapi/auththrottle", "internal/httpapi/batches", "internal/httpapi/fastdecode", "internal/httpapi/inboundreply", "internal/httpapi/otprecords", "internal/limiter", "internal/logsample", "internal/opsview", "internal/provider",
 		"internal/queue", "internal/sms", "internal/state", "internal/webhook"},
 
 	// Status callbacks to producers: the outbox and HTTP, nothing of sending.
@@ -91,7 +93,7 @@ var allowed = map[string][]string{
 		"internal/dispatch"},
 
 	// The application and what runs it.
-	"internal/gateway": {"api", "internal/admission", "internal/httpapi", "internal/opsview", "internal/tick", "internal/config", "internal/dispatch", "internal/keyspace", "internal/limiter", "internal/logsample",
+	"internal/gateway": {"api", "internal/admission", "internal/httpapi", "internal/httpapi/auththrottle", "internal/opsview", "internal/tick", "internal/config", "internal/dispatch", "internal/keyspace", "internal/limiter", "internal/logsample",
 		"internal/provider", "internal/provider/httpprov", "internal/provider/twilio", "internal/provider/vonage",
 		"internal/queue", "internal/queue/embedded", "internal/queue/redisq", "internal/sms", "internal/state",
 		"internal/history", "internal/webhook"},

@@ -1,4 +1,5 @@
-package httpapi
+// Package auththrottle throttles failed authentications per client address.
+package auththrottle
 
 import (
 	"math"
@@ -7,9 +8,9 @@ import (
 	"time"
 )
 
-// Failed authentications are throttled per client address (ClientIP: the
+// Failed authentications are throttled per client address (as the HTTP edge resolves it: the
 // peer, or the right-most untrusted X-Forwarded-For hop behind a trusted
-// proxy): each address may fail authFailBurst times at once and then once
+// proxy): each address may fail Burst times at once and then once
 // per authFailInterval; past that it is answered 429 with Retry-After
 // instead of 401, and nothing is logged. A valid key is never throttled.
 // The table is this process's, bounded by authFailMaxAddrs.
@@ -22,7 +23,7 @@ const (
 	// authFailV6Bits is the IPv6 prefix that counts as one client: the
 	// /64 a host or a home network gets (RFC 6177, RFC 7421).
 	authFailV6Bits   = 64
-	AuthFailBurst    = 10
+	Burst    = 10
 	authFailInterval = time.Second
 	authFailMaxAddrs = 10_000
 	// authLogEvery is the most often a failed authentication is logged
@@ -30,8 +31,8 @@ const (
 	authLogEvery = time.Second
 )
 
-// AuthThrottle is the table of failed authentications per client address.
-type AuthThrottle struct {
+// Table is the table of failed authentications per client address.
+type Table struct {
 	now func() time.Time
 
 	mu   sync.Mutex
@@ -42,15 +43,15 @@ type AuthThrottle struct {
 	suppressed int
 }
 
-// NewAuthThrottle is an empty failed-authentication table read through now.
-func NewAuthThrottle(now func() time.Time) *AuthThrottle {
-	return &AuthThrottle{now: now, tats: map[string]time.Time{}}
+// New is an empty failed-authentication table read through now.
+func New(now func() time.Time) *Table {
+	return &Table{now: now, tats: map[string]time.Time{}}
 }
 
-// fail charges one failed authentication to addr and returns 0 when it may
+// Fail charges one failed authentication to addr and returns 0 when it may
 // be answered (401), else how long until addr may fail again.
-func (a *AuthThrottle) fail(addr string) time.Duration {
-	addr = AuthFailClient(addr)
+func (a *Table) Fail(addr string) time.Duration {
+	addr = Client(addr)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := a.now()
@@ -59,7 +60,7 @@ func (a *AuthThrottle) fail(addr string) time.Duration {
 		tat = now
 	}
 	next := tat.Add(authFailInterval)
-	if allowAt := next.Add(-AuthFailBurst * authFailInterval); allowAt.After(now) {
+	if allowAt := next.Add(-Burst * authFailInterval); allowAt.After(now) {
 		return allowAt.Sub(now) // refused: nothing stored
 	}
 	if _, ok := a.tats[addr]; !ok && len(a.tats) >= authFailMaxAddrs {
@@ -72,7 +73,7 @@ func (a *AuthThrottle) fail(addr string) time.Duration {
 // prune drops the addresses whose budget is whole again and, if the table
 // is still full, arbitrary others: a dropped address only gets its budget
 // back early. Callers hold mu.
-func (a *AuthThrottle) prune(now time.Time) {
+func (a *Table) prune(now time.Time) {
 	for k, t := range a.tats {
 		if !t.After(now) {
 			delete(a.tats, k)
@@ -86,9 +87,9 @@ func (a *AuthThrottle) prune(now time.Time) {
 	}
 }
 
-// sampleLog reports whether this failure may be logged, and how many were
+// SampleLog reports whether this failure may be logged, and how many were
 // left out before it.
-func (a *AuthThrottle) sampleLog() (bool, int) {
+func (a *Table) SampleLog() (bool, int) {
 	a.logMu.Lock()
 	defer a.logMu.Unlock()
 	now := a.now()
@@ -101,10 +102,10 @@ func (a *AuthThrottle) sampleLog() (bool, int) {
 	return true, n
 }
 
-// AuthFailClient is the table's key for a client address: an IPv6
+// Client is the table's key for a client address: an IPv6
 // address's /64 (an IPv4-mapped one is its IPv4 address), any other text
 // as it is.
-func AuthFailClient(addr string) string {
+func Client(addr string) string {
 	ip, err := netip.ParseAddr(addr)
 	if err != nil {
 		return addr
