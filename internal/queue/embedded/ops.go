@@ -120,6 +120,9 @@ func (q *Queue) enqueueTx(tx *bolt.Tx, m *sms.Message, now time.Time) (queue.Enq
 	if err := addOut(tx, m.Producer, 1); err != nil {
 		return queue.EnqueueResult{}, err
 	}
+	if err := countUsage(tx, &r.Msg, "", 1); err != nil {
+		return queue.EnqueueResult{}, err
+	}
 	if ik != nil {
 		if err := idem.Put(ik, append(u64(nowMs), m.ID...)); err != nil {
 			return queue.EnqueueResult{}, err
@@ -378,6 +381,9 @@ func suppressTx(tx *bolt.Tx, r *entry, now time.Time) error {
 	r.Msg.Status = sms.StatusSuppressed
 	r.Msg.LastError = queue.ListedReason
 	r.Msg.UpdatedAt = now
+	if err := countUsage(tx, &r.Msg, sms.StatusSuppressed, 1); err != nil {
+		return err
+	}
 	_, err := finalize(tx, r, queue.EventErrorSuppressed, ms(now))
 	return err
 }
@@ -459,6 +465,10 @@ func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) 
 				return err
 			}
 		}
+		// Usage counts how the queue ended it (o.Status), not the receipt.
+		if err := countUsage(tx, &r.Msg, o.Status, 1); err != nil {
+			return err
+		}
 		// The event reports the status stored: a receipt parked before the
 		// send was recorded makes it delivered or undelivered at once.
 		_, err := finalize(tx, r, queue.EventErrorCode(r.Msg.Status, false), ms(now))
@@ -536,6 +546,9 @@ func (q *Queue) Dead(ctx context.Context, l *queue.Leased, reason string, attemp
 			return err
 		}
 		if err := addEvent(tx, &r.Msg, sms.StatusFailed, queue.EventErrorExhausted, nowMs); err != nil {
+			return err
+		}
+		if err := countUsage(tx, &r.Msg, sms.StatusFailed, 1); err != nil {
 			return err
 		}
 		return putEntry(tx, r)
@@ -647,7 +660,10 @@ func (q *Queue) prune(ctx context.Context) (int, error) {
 	if err != nil {
 		return n + m, err
 	}
-	return n + m, q.pruneEarly(ctx)
+	if err := q.pruneEarly(ctx); err != nil {
+		return n + m, err
+	}
+	return n + m, q.pruneUsage(ctx)
 }
 
 // pruneEarly deletes the early receipts (bEarly) of ids created longer
@@ -877,6 +893,10 @@ func (q *Queue) RetryDead(ctx context.Context, id string) error {
 			return err
 		}
 		if err := addOut(tx, r.Msg.Producer, 1); err != nil {
+			return err
+		}
+		// queued again: its failed end no longer counts
+		if err := countUsage(tx, &r.Msg, sms.StatusFailed, -1); err != nil {
 			return err
 		}
 		r.At = 0

@@ -43,7 +43,8 @@ const maxBatch = 1000
 // enqueuing process itself (queue.Checks.TakenHere), else "0"; index of
 // the keyed-request GCRA key (0: none), its interval µs and burst (it runs
 // first of the checks, after the replay, through the same charge as the
-// ingress GCRA).
+// ingress GCRA); then the usage count of a stored message (luaUsage): index
+// in KEYS of its usage HASH (0: none), its field, units and expiry ms.
 // Returns one reply per message, in order, {kind, value, id, gcra}: kind 0
 // stored (value: the stored record, or "" unless ARGV[2] asked for it), 1 an existing message (its record),
 // 2 an existing final record, 3 its idempotency key names a first message
@@ -68,7 +69,7 @@ const maxBatch = 1000
 // on KEYS[4] and trims the LIST to the newest wakeTokens: a refused or
 // delayed message, or one an idle lane of the enqueuing process takes,
 // wakes nobody else.
-var enqueueScript = redis.NewScript(luaPrelude + gcra.Lua + `
+var enqueueScript = redis.NewScript(luaPrelude + gcra.Lua + luaUsage + `
 local now = now_us()
 local out = {}
 local fins = {}
@@ -181,6 +182,9 @@ for i = 3, #ARGV, ` + strconv.Itoa(argsPerMessage) + ` do
         classes[#classes + 1] = string.match(KEYS[rk], 'ready:(%a+)$')
       end
       adds[p] = (adds[p] or 0) + 1
+      -- usage: the message is accepted
+      local uk = tonumber(ARGV[i + 21])
+      if uk > 0 then usage_add(KEYS[uk], ARGV[i + 22], ARGV[i + 23], 1, ARGV[i + 24]) end
       if ak > 0 and ARGV[i + 8] ~= '' then redis.call('SET', KEYS[ak], ARGV[i + 8], 'PX', ARGV[i + 9]) end
       if records then reply = {0, js, id, gcra} else reply = {0, '', id, gcra} end
     end
@@ -200,7 +204,7 @@ return out
 `)
 
 // argsPerMessage is how many ARGV entries enqueueScript takes per message.
-const argsPerMessage = 21
+const argsPerMessage = 25
 
 // Enqueue stores m; see queue.Queue.
 func (q *Queue) Enqueue(ctx context.Context, m *sms.Message) (queue.EnqueueResult, error) {
@@ -389,6 +393,7 @@ func (q *Queue) enqueueScript(ctx context.Context, cs []queue.Checked, results [
 		call.args = append(call.args, m.ID, js, strconv.FormatInt(delay, 10), call.index(q.k.ready(m.Class)), ik,
 			call.index(q.k.fin(m.ID)), gone[i])
 		call.checkArgs(&cs[i].Checks)
+		call.usageArgs(q.usageOf(m, ""))
 		sent = append(sent, i)
 	}
 	if len(sent) == 0 {
