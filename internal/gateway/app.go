@@ -251,6 +251,9 @@ func newServer(cfg config.Config, d deps, gath prometheus.Gatherer, b *backend, 
 		TakesHere: disp.TakesHere, TargetRPS: cfg.Limits.TargetRPS, Log: d.log,
 		ETA: &admission.ETAEstimator{Q: b.queue, Lim: b.limiter, Pause: b.pause, Cfg: cfg, Now: d.now, Log: d.log, Refresh: admission.ETARefresh,
 			Quiet: quiet, Slowdown: disp.Slowdown}}
+	if err := wireUsage(s, cfg, d, b); err != nil {
+		return nil, err
+	}
 	for _, p := range cfg.HTTP.TrustedProxies {
 		pr, err := netip.ParsePrefix(p)
 		if err != nil {

@@ -262,6 +262,9 @@ func (s *Server) writeOTPRecord(ctx context.Context, sent *sms.Message) error {
 	if err != nil {
 		return err
 	}
+	if st != "" && s.Admit.Units != nil {
+		s.Admit.Units(sent) // stored now: its units count once
+	}
 	if st.Receipt() {
 		// a receipt that came before the provider's answer, applied
 		// now: its outcome counts now

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"smsgw/internal/httpapi/fastdecode"
+	"smsgw/internal/httpapi/usageapi"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
@@ -87,6 +88,7 @@ type OpsView struct {
 	Gatherer  prometheus.Gatherer
 	Dashboard http.Handler
 	Checks    []ReadyCheck
+	Usage     *usageapi.Handler // GET /v1/usage and /v1/admin/usage; nil: not served
 }
 
 // Edge is who may call and how much they may send: keys, the failed-key
@@ -151,6 +153,9 @@ func (s *Server) Router(public, admin bool) chi.Router {
 				r.Get("/messages/{id}", s.getMessage)
 				r.Delete("/messages/{id}", s.deleteMessage)
 				r.With(s.gateBody).Post("/otp", s.postOTP)
+				if s.Ops.Usage != nil {
+					r.Get("/usage", s.Ops.Usage.Own)
+				}
 			})
 			// No bearer key: each adapter checks its vendor's signature.
 			r.Post("/receipts/{adapter}", s.postReceipt)
@@ -173,6 +178,9 @@ func (s *Server) Router(public, admin bool) chi.Router {
 			r.Get("/suppressions", s.adminListSuppressions)
 			r.Post("/suppressions", s.adminAddSuppression)
 			r.Delete("/suppressions/{number}", s.adminRemoveSuppression)
+			if s.Ops.Usage != nil {
+				r.Get("/usage", s.Ops.Usage.All)
+			}
 		})
 	})
 	if admin && s.Ops.Dashboard != nil {
