@@ -681,12 +681,21 @@ func (q *Queue) pruneEarly(ctx context.Context) error {
 		}
 		return nil
 	})
-	if err != nil || len(stale) == 0 {
+	if err != nil {
 		return err
 	}
+	return q.deleteKeys(ctx, bEarly, stale)
+}
+
+// deleteKeys deletes keys (found by a read) from bucket in one write
+// transaction; none: no transaction.
+func (q *Queue) deleteKeys(ctx context.Context, bucket []byte, keys [][]byte) error {
+	if len(keys) == 0 {
+		return nil
+	}
 	return q.update(ctx, func(tx *bolt.Tx) error {
-		b := tx.Bucket(bEarly)
-		for _, k := range stale {
+		b := tx.Bucket(bucket)
+		for _, k := range keys {
 			if err := b.Delete(k); err != nil {
 				return err
 			}

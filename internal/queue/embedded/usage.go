@@ -106,16 +106,8 @@ func (q *Queue) pruneUsage(ctx context.Context) error {
 		}
 		return nil
 	})
-	if err != nil || len(stale) == 0 {
+	if err != nil {
 		return err
 	}
-	return q.update(ctx, func(tx *bolt.Tx) error {
-		b := tx.Bucket(bUsage)
-		for _, k := range stale {
-			if err := b.Delete(k); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	return q.deleteKeys(ctx, bUsage, stale)
 }
