@@ -101,9 +101,10 @@ func UsageOf(m *sms.Message, st sms.Status) (UsageCount, bool) {
 // region, "001" for a non-geographic network, else UsageUnknownCountry —
 // a closed set.
 func UsageCountry(e164 string) string {
-	d := sms.DestinationOf(e164)
-	if sms.ValidRegion(d.Region) || d.Region == sms.RegionNonGeo {
-		return d.Region
+	// DestinationOf names only the regions of its compiled calling codes
+	// (or none): a closed set, read without loading more metadata.
+	if r := sms.DestinationOf(e164).Region; r != "" {
+		return r
 	}
 	return UsageUnknownCountry
 }
