@@ -32,7 +32,7 @@ func wireUsage(s *httpapi.Server, cfg config.Config, d deps, b *backend) error {
 	if err != nil {
 		return err
 	}
-	s.Admit.Units = units.Add
+	s.Admit.CountUnits = units.Add
 	s.Ops.Usage = &usageapi.Handler{Reader: reader, Producers: names, Retention: cfg.Messages.Retention, Now: d.now,
 		Producer: s.ProducerName, WriteError: s.WriteError}
 	return nil

@@ -352,15 +352,17 @@ func (q *Queue) Extend(ctx context.Context, l *queue.Leased, lease time.Duration
 // KEYS[7..9] the dead ZSETs, KEYS[10..13] the outbox (keys.outbox): the
 // message's event is written here, KEYS[14] the compaction ZSET
 // (keys.finDue: the final LIST's second is due for compaction once quiet),
-// KEYS[15] the message's usage HASH (luaUsage), KEYS[16] the provider id's
-// index HASH (sent with a provider id only).
+// KEYS[15] the provider id's index HASH (sent with a provider id only),
+// then the message's usage HASH (luaUsage, next to last), then (last) the
+// budget HASH (budget.go: an expired or suppressed message gives its
+// units back).
 // ARGV[1] id, ARGV[2] token, ARGV[3] status code (s, f, x or p), ARGV[4] the
 // final record before its times, ARGV[5] the id's creation time ms,
 // ARGV[6] retention µs, ARGV[7] how many old messages to prune at most,
 // ARGV[8] provider id, ARGV[9] reason (both for the event), ARGV[10] the
 // final record after its times, ARGV[11] the event's error code (empty:
 // the status's own, event_codes; "suppressed", queue.EventErrorSuppressed,
-// only from endListed), with KEYS[16]: ARGV[12] the index field,
+// only from endListed), with KEYS[15]: ARGV[12] the index field,
 // ARGV[13] its value, ARGV[14] the index HASH's time to live ms (else
 // empty); ARGV[15] the usage field, ARGV[16] its units, ARGV[17] its
 // expiry ms.
@@ -368,7 +370,7 @@ func (q *Queue) Extend(ctx context.Context, l *queue.Leased, lease time.Duration
 // and 2, changing nothing, when endListed's end (ARGV[11] "suppressed")
 // finds a receipt parked on the message: it came after the take script
 // leased the message, and the provider has it (endListed puts it back).
-var completeScript = redis.NewScript(luaPrelude + luaRecord + luaOutbox + luaUsage + luaCheckLease + `
+var completeScript = redis.NewScript(luaPrelude + luaRecord + luaOutbox + luaCheckLease + luaBudgetRefund + luaUsage + `
 local now = now_us()
 local m = cjson.decode(redis.call('HGET', KEYS[3], ARGV[1]))
 if ARGV[11] == 'suppressed' and m.rs then return 2 end
@@ -378,9 +380,9 @@ redis.call('HDEL', KEYS[3], ARGV[1])
 local rec = fin_times(ARGV[4], ARGV[10], ARGV[5], now, ARGV[3] == 's')
 if ARGV[3] == 's' then
   if m.rs then rec = fin_receipt(rec, m.rs, m.re) end
-  if KEYS[16] then
-    redis.call('HSET', KEYS[16], ARGV[12], ARGV[13])
-    redis.call('PEXPIRE', KEYS[16], ARGV[14])
+  if ARGV[12] ~= '' then
+    redis.call('HSET', KEYS[15], ARGV[12], ARGV[13])
+    redis.call('PEXPIRE', KEYS[15], ARGV[14])
   end
 end
 fin_append(KEYS[6], KEYS[14], ARGV[1], rec, ARGV[5], ARGV[6], now)
@@ -398,11 +400,12 @@ local code = event_codes[final]
 if ARGV[11] ~= '' then code = ARGV[11] end
 outbox_add({KEYS[10], KEYS[11], KEYS[12], KEYS[13]}, ARGV[1], m, event_words[final], code, now)
 -- usage: how the queue ended it (ARGV[3]), whatever a parked receipt says
-usage_add(KEYS[15], ARGV[15], ARGV[16], 1, ARGV[17])
+usage_add(KEYS[#KEYS - 1], ARGV[15], ARGV[16], 1, ARGV[17])
 local producer = get(m, 'p')
 if redis.call('HINCRBY', KEYS[5], producer, -1) <= 0 then
   redis.call('HDEL', KEYS[5], producer)
 end
+if ARGV[3] == 'x' or ARGV[3] == 'p' then budget_refund(KEYS[#KEYS], m) end -- unsent: budget.go
 local cutoff = now - tonumber(ARGV[6])
 for i = 4, 9 do
   if i ~= 5 and i ~= 6 then
@@ -465,7 +468,7 @@ func (q *Queue) completion(l *queue.Leased, o queue.Outcome, code string) (compl
 		q.k.fin(final.ID)}, q.k.perClass(q.k.dead)...)
 	keys = append(keys, q.k.outbox()...)
 	use := q.usageOf(l.Message, o.Status)
-	keys = append(keys, q.k.finDue(), use.key)
+	keys = append(keys, q.k.finDue())
 	args := []any{l.Message.ID, l.Token, status, head, created.UnixMilli(), us(q.retention), prunePerComplete,
 		o.ProviderID, o.Reason, tail, code}
 	if o.Status == sms.StatusSent && o.ProviderID != "" && len(o.ProviderID) <= queue.MaxReceiptField {
@@ -476,6 +479,7 @@ func (q *Queue) completion(l *queue.Leased, o queue.Outcome, code string) (compl
 		args = append(args, "", "", "")
 	}
 	args = append(args, use.field, use.units, use.ttl)
+	keys = append(keys, use.key, q.k.budget())
 	return completion{keys: keys, args: args}, nil
 }
 
