@@ -106,7 +106,11 @@ type ProviderHooks struct {
 	Receipts  provider.ReceiptParser // the provider's receipt check; nil: receipts refused
 	Inbound   provider.InboundParser // the provider's inbound-message check; nil: inbound messages refused
 	OptOuts   *admission.OptOuts     // recipients' opt-outs and opt-ins (inbound.go)
+	Replies   *admission.Replies     // every signed inbound message, to the producer that last messaged its sender; nil: none
 	Callbacks *Callbacks
+	// Said applies what a receipt says beyond its message
+	// (provider.Receipt.Said: a sender's or the account's pause).
+	Said func(ctx context.Context, pe *provider.Error, sender string) time.Duration
 }
 
 // Routes builds the chi router of every route. Every route here must be a

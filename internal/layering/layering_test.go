@@ -74,8 +74,10 @@ var allowed = map[string][]string{
 	// The fast-path OTP records written in the background.
 	"internal/httpapi/otprecords": {"internal/logsample"},
 	"internal/httpapi/usageapi":   {"internal/metricdef", "internal/queue", "internal/sms"},
+	// Every signed inbound message to the routing of replies.
+	"internal/httpapi/inboundreply": {"internal/admission", "internal/provider"},
 	"internal/httpapi": {"api", "internal/admission", "internal/config", "internal/dispatch", "internal/history",
-		"internal/httpapi/accepted", "internal/httpapi/fastdecode", "internal/httpapi/otprecords", "internal/httpapi/usageapi", "internal/limiter", "internal/logsample", "internal/opsview", "internal/provider",
+		"internal/httpapi/accepted", "internal/httpapi/fastdecode", "internal/httpapi/inboundreply", "internal/httpapi/otprecords", "internal/httpapi/usageapi", "internal/limiter", "internal/logsample", "internal/opsview", "internal/provider",
 		"internal/queue", "internal/sms", "internal/state", "internal/webhook"},
 
 	// Status callbacks to producers: the outbox and HTTP, nothing of sending.

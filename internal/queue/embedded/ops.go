@@ -666,6 +666,9 @@ func (q *Queue) prune(ctx context.Context) (int, error) {
 	if err != nil {
 		return n + m, err
 	}
+	if err := q.pruneReplies(ctx); err != nil {
+		return n + m, err
+	}
 	if err := q.pruneEarly(ctx); err != nil {
 		return n + m, err
 	}
