@@ -115,6 +115,9 @@ type Pipeline struct {
 	// message of a class other than OTP is admitted and stored in one
 	// round trip. nil: the in-process executor for everything.
 	Script *ScriptStore
+	// CountUnits counts the units of messages just stored (usage metrics);
+	// nil: none.
+	CountUnits func(ms ...*sms.Message)
 	// TakesHere says whether an idle lane of this process takes a message
 	// of the class at once (the dispatcher); nil: none does.
 	TakesHere func(sms.Class) bool
@@ -302,7 +305,12 @@ func (p *Pipeline) Charge(ctx context.Context, s Sender, n int) (int, limiter.Ke
 }
 
 // Accepted records messages just stored for the send-time estimate.
-func (p *Pipeline) Accepted(now time.Time, ms ...*sms.Message) { p.ETA.Accepted(now, ms...) }
+func (p *Pipeline) Accepted(now time.Time, ms ...*sms.Message) {
+	p.ETA.Accepted(now, ms...)
+	if p.CountUnits != nil {
+		p.CountUnits(ms...)
+	}
+}
 
 // ProtectOTP is the protect and suppressed steps for one OTP sent now
 // (POST /v1/otp) to the number in the field "to": it queues nothing, so

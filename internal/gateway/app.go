@@ -268,6 +268,9 @@ func newServer(cfg config.Config, d deps, gath prometheus.Gatherer, b *backend, 
 	if bq, ok := b.queue.(queue.Budgets); ok { // an OTP's units (admission.StepBudget)
 		s.Admit.Budgets = bq
 	}
+	if err := wireUsage(s, cfg, d, b); err != nil {
+		return nil, err
+	}
 	for _, p := range cfg.HTTP.TrustedProxies {
 		pr, err := netip.ParsePrefix(p)
 		if err != nil {

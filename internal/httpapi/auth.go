@@ -332,6 +332,9 @@ func (s *Server) previousKeyUsed(ctx context.Context, k *PreviousKey) {
 
 type producerKey struct{}
 
+// ProducerName is the name of the producer that authenticated r.
+func (s *Server) ProducerName(r *http.Request) string { return producerFrom(r.Context()).Name }
+
 func producerFrom(ctx context.Context) *Producer {
 	p, _ := ctx.Value(producerKey{}).(*Producer)
 	return p

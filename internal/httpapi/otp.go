@@ -273,6 +273,9 @@ func (s *Server) writeOTPRecord(ctx context.Context, sent *sms.Message) error {
 	if err != nil {
 		return err
 	}
+	if st != "" && s.Admit.CountUnits != nil {
+		s.Admit.CountUnits(sent) // stored now: its units count once
+	}
 	if st.Receipt() {
 		// a receipt that came before the provider's answer, applied
 		// now: its outcome counts now

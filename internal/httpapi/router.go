@@ -20,6 +20,7 @@ import (
 	"smsgw/internal/httpapi/auththrottle"
 	"smsgw/internal/httpapi/batches"
 	"smsgw/internal/httpapi/fastdecode"
+	"smsgw/internal/httpapi/usageapi"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
@@ -90,6 +91,7 @@ type OpsView struct {
 	Gatherer  prometheus.Gatherer
 	Dashboard http.Handler
 	Checks    []ReadyCheck
+	Usage     *usageapi.Handler // GET /v1/usage and /v1/admin/usage; nil: not served
 }
 
 // Edge is who may call and how much they may send: keys, the failed-key
@@ -161,6 +163,9 @@ func (s *Server) Router(public, admin bool) chi.Router {
 				r.Get("/batches/{id}", bt.Get)
 				r.Delete("/batches/{id}", bt.Delete)
 				r.With(s.gateBody).Post("/otp", s.postOTP)
+				if s.Ops.Usage != nil {
+					r.Get("/usage", s.Ops.Usage.Own)
+				}
 			})
 			// No bearer key: each adapter checks its vendor's signature.
 			r.Post("/receipts/{adapter}", s.postReceipt)
@@ -183,6 +188,9 @@ func (s *Server) Router(public, admin bool) chi.Router {
 			r.Get("/suppressions", s.adminListSuppressions)
 			r.Post("/suppressions", s.adminAddSuppression)
 			r.Delete("/suppressions/{number}", s.adminRemoveSuppression)
+			if s.Ops.Usage != nil {
+				r.Get("/usage", s.Ops.Usage.All)
+			}
 		})
 	})
 	if admin && s.Ops.Dashboard != nil {

@@ -73,6 +73,7 @@ var allowed = map[string][]string{
 	"internal/httpapi/accepted": {"internal/sms", "internal/state"},
 	// The fast-path OTP records written in the background.
 	"internal/httpapi/otprecords": {"internal/logsample"},
+	"internal/httpapi/usageapi":   {"internal/metricdef", "internal/queue", "internal/sms"},
 	// Every signed inbound message to the routing of replies.
 	"internal/httpapi/inboundreply": {"internal/admission", "internal/provider"},
 	// Failed authentications per client address.
@@ -80,7 +81,7 @@ var allowed = map[string][]string{
 	// GET and DELETE /v1/batches/{id}: the queue's index of batches.
 	"internal/httpapi/batches": {"internal/queue", "internal/sms"},
 	"internal/httpapi": {"api", "internal/admission", "internal/config", "internal/dispatch", "internal/history",
-		"internal/httpapi/accepted", "internal/httpapi/auththrottle", "internal/httpapi/batches", "internal/httpapi/fastdecode", "internal/httpapi/inboundreply", "internal/httpapi/otprecords", "internal/limiter", "internal/logsample", "internal/opsview", "internal/provider",
+		"internal/httpapi/accepted", "internal/httpapi/auththrottle", "internal/httpapi/batches", "internal/httpapi/fastdecode", "internal/httpapi/inboundreply", "internal/httpapi/otprecords", "internal/httpapi/usageapi", "internal/limiter", "internal/logsample", "internal/opsview", "internal/provider",
 		"internal/queue", "internal/sms", "internal/state", "internal/webhook"},
 
 	// Status callbacks to producers: the outbox and HTTP, nothing of sending.
@@ -93,7 +94,7 @@ var allowed = map[string][]string{
 		"internal/dispatch"},
 
 	// The application and what runs it.
-	"internal/gateway": {"api", "internal/admission", "internal/httpapi", "internal/httpapi/auththrottle", "internal/opsview", "internal/tick", "internal/config", "internal/dispatch", "internal/keyspace", "internal/limiter", "internal/logsample",
+	"internal/gateway": {"api", "internal/admission", "internal/httpapi", "internal/httpapi/auththrottle", "internal/httpapi/usageapi", "internal/opsview", "internal/tick", "internal/config", "internal/dispatch", "internal/keyspace", "internal/limiter", "internal/logsample",
 		"internal/provider", "internal/provider/httpprov", "internal/provider/twilio", "internal/provider/vonage",
 		"internal/queue", "internal/queue/embedded", "internal/queue/redisq", "internal/sms", "internal/state",
 		"internal/history", "internal/webhook"},

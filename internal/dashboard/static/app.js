@@ -21,6 +21,7 @@ const OTP_503_RECENT_MS = 10000; // BLOCKED while fast-path 503s grew this recen
 const MESSAGE_ID = /^msg_[0-9A-HJKMNP-TV-Z]{26}$/;
 const BACKLOG_SLOW_S = 300; // oldest ready message this old while not paused: sending is slow
 const HISTORY_MS = 5000; // the history has one step per 5 s: no need to ask more often
+const USAGE_MS = 30000; // usage counts whole days: asked every 30 s
 const DRAIN_SLOW_S = 6 * 3600; // a backlog that takes longer to drain is a problem (as the alert says)
 const SVG_NS = 'http://www.w3.org/2000/svg';
 // Relative to /dashboard/, so the page also works behind a path prefix.
@@ -61,6 +62,9 @@ const state = {
   history: null, // the last GET history answer
   historyAt: 0, // when it arrived
   historyErr: '',
+  usage: null, // the last GET usage answer
+  usageAt: 0,
+  usageErr: '',
 };
 
 // ---- key -------------------------------------------------------------
@@ -589,6 +593,29 @@ function renderDrain(h) {
   $('drain-classes').replaceChildren(...list);
 }
 
+// ---- usage: messages and units per producer and day ---------------------
+
+// renderUsage shows GET usage: one row per day, producer, class and
+// country, newest day first; the final statuses as "sent 2 (4 u)".
+function renderUsage() {
+  const u = state.usage;
+  $('usage-msg').textContent = state.usageErr ? `Usage not updated: ${state.usageErr}`
+    : u ? `From ${u.from} to ${u.to} (UTC days), every replica.` : '';
+  if (!u) return;
+  const td = (field, label, text) => el('td', { class: 'num', data: { field, label } }, text);
+  const rows = [...u.rows].reverse().map((r) => el('tr', { data: { day: r.day, producer: r.producer, class: r.class, country: r.country } },
+    el('th', { scope: 'row', data: { label: 'Day' } }, r.day),
+    el('td', { data: { field: 'producer', label: 'Producer' } }, r.producer),
+    el('td', { data: { field: 'class', label: 'Class' } }, r.class),
+    el('td', { data: { field: 'country', label: 'Country' } }, r.country),
+    td('messages', 'Accepted', fmtInt(r.accepted.messages)),
+    td('units', 'Units', fmtInt(r.accepted.units)),
+    el('td', { data: { field: 'final', label: 'Ended' } },
+      Object.entries(r.final).sort().map(([st, c]) => `${st} ${fmtInt(c.messages)} (${fmtInt(c.units)} u)`).join(', ') || '—')));
+  if (rows.length === 0) rows.push(el('tr', { class: 'empty' }, el('td', { colspan: '7' }, 'No messages in these days.')));
+  document.querySelector('#usage tbody').replaceChildren(...rows);
+}
+
 function renderHistory() {
   const h = state.history;
   $('history-msg').textContent = state.historyErr ? `History not updated: ${state.historyErr}` : h
@@ -702,8 +729,9 @@ async function poll() {
     // be read are shown as such beside the rest (with Redis down the stats
     // still answer with this replica's view; the dead letters do not).
     const history = Date.now() - state.historyAt < HISTORY_MS ? null : api('GET', 'history');
-    const [stats, dead, hist] = await Promise.allSettled([api('GET', 'stats'), api('GET', `dead-letters?limit=${DEAD_LIMIT}`), history]);
-    const refused = [stats, dead, hist].find((r) => r.status === 'rejected' && r.reason instanceof AuthError);
+    const usage = Date.now() - state.usageAt < USAGE_MS ? null : api('GET', 'usage');
+    const [stats, dead, hist, used] = await Promise.allSettled([api('GET', 'stats'), api('GET', `dead-letters?limit=${DEAD_LIMIT}`), history, usage]);
+    const refused = [stats, dead, hist, used].find((r) => r.status === 'rejected' && r.reason instanceof AuthError);
     if (refused) throw refused.reason;
     if (stats.status === 'rejected') throw stats.reason;
     if (session !== state.session) return;
@@ -716,6 +744,12 @@ async function poll() {
       Object.assign(state, { history: hist.value, historyAt: Date.now(), historyErr: '' });
     }
     if (history) renderHistory();
+    if (used.status === 'rejected') {
+      state.usageErr = used.reason.message;
+    } else if (used.value) {
+      Object.assign(state, { usage: used.value, usageAt: Date.now(), usageErr: '' });
+    }
+    if (usage) renderUsage();
     state.lastOK = Date.now();
     state.lastErr = '';
     state.lastStatus = 0;
@@ -817,7 +851,10 @@ function resetState() {
   Object.assign(state, {
     stats: null, dead: null, deadErr: '', deadSig: '', lastOK: 0, lastErr: '', lastStatus: 0, failures: 0, nextAt: 0, timer: 0,
     again: false, prevSent: null, rate: null, otp503: null, inflight: -1, history: null, historyAt: 0, historyErr: '',
+    usage: null, usageAt: 0, usageErr: '',
   });
+  document.querySelector('#usage tbody').replaceChildren();
+  $('usage-msg').textContent = '';
   for (const id of ['chart-rate', 'chart-backlog', 'chart-throttled', 'drain-classes']) $(id).replaceChildren();
   for (const id of ['now-rate', 'now-backlog', 'now-throttled', 'history-msg', 'history-scope']) $(id).textContent = '';
   $('drain').textContent = '—';

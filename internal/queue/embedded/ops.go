@@ -129,6 +129,9 @@ func (q *Queue) enqueueTx(tx *bolt.Tx, m *sms.Message, now time.Time) (queue.Enq
 	if err := putBatch(tx, m); err != nil {
 		return queue.EnqueueResult{}, err
 	}
+	if err := countUsage(tx, &r.Msg, "", 1); err != nil {
+		return queue.EnqueueResult{}, err
+	}
 	if ik != nil {
 		if err := idem.Put(ik, append(u64(nowMs), m.ID...)); err != nil {
 			return queue.EnqueueResult{}, err
@@ -387,6 +390,9 @@ func suppressTx(tx *bolt.Tx, r *entry, now time.Time) error {
 	r.Msg.Status = sms.StatusSuppressed
 	r.Msg.LastError = queue.ListedReason
 	r.Msg.UpdatedAt = now
+	if err := countUsage(tx, &r.Msg, sms.StatusSuppressed, 1); err != nil {
+		return err
+	}
 	_, err := finalize(tx, r, queue.EventErrorSuppressed, ms(now))
 	return err
 }
@@ -468,6 +474,10 @@ func (q *Queue) Complete(ctx context.Context, l *queue.Leased, o queue.Outcome) 
 				return err
 			}
 		}
+		// Usage counts how the queue ended it (o.Status), not the receipt.
+		if err := countUsage(tx, &r.Msg, o.Status, 1); err != nil {
+			return err
+		}
 		// The event reports the status stored: a receipt parked before the
 		// send was recorded makes it delivered or undelivered at once.
 		_, err := finalize(tx, r, queue.EventErrorCode(r.Msg.Status, false), ms(now))
@@ -545,6 +555,9 @@ func (q *Queue) Dead(ctx context.Context, l *queue.Leased, reason string, attemp
 			return err
 		}
 		if err := addEvent(tx, &r.Msg, sms.StatusFailed, queue.EventErrorExhausted, nowMs); err != nil {
+			return err
+		}
+		if err := countUsage(tx, &r.Msg, sms.StatusFailed, 1); err != nil {
 			return err
 		}
 		return putEntry(tx, r)
@@ -662,7 +675,10 @@ func (q *Queue) prune(ctx context.Context) (int, error) {
 	if err := q.pruneBatches(ctx); err != nil {
 		return n + m, err
 	}
-	return n + m, q.pruneEarly(ctx)
+	if err := q.pruneEarly(ctx); err != nil {
+		return n + m, err
+	}
+	return n + m, q.pruneUsage(ctx)
 }
 
 // pruneEarly deletes the early receipts (bEarly) of ids created longer
@@ -680,12 +696,21 @@ func (q *Queue) pruneEarly(ctx context.Context) error {
 		}
 		return nil
 	})
-	if err != nil || len(stale) == 0 {
+	if err != nil {
 		return err
 	}
+	return q.deleteKeys(ctx, bEarly, stale)
+}
+
+// deleteKeys deletes keys (found by a read) from bucket in one write
+// transaction; none: no transaction.
+func (q *Queue) deleteKeys(ctx context.Context, bucket []byte, keys [][]byte) error {
+	if len(keys) == 0 {
+		return nil
+	}
 	return q.update(ctx, func(tx *bolt.Tx) error {
-		b := tx.Bucket(bEarly)
-		for _, k := range stale {
+		b := tx.Bucket(bucket)
+		for _, k := range keys {
 			if err := b.Delete(k); err != nil {
 				return err
 			}
@@ -892,6 +917,10 @@ func (q *Queue) RetryDead(ctx context.Context, id string) error {
 			return err
 		}
 		if err := addOut(tx, r.Msg.Producer, 1); err != nil {
+			return err
+		}
+		// queued again: its failed end no longer counts
+		if err := countUsage(tx, &r.Msg, sms.StatusFailed, -1); err != nil {
 			return err
 		}
 		r.At = 0

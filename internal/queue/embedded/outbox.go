@@ -170,6 +170,13 @@ func (q *Queue) RecordSent(ctx context.Context, m *sms.Message) (sms.Status, err
 		if err := addEvent(tx, &sent, sent.Status, queue.EventErrorCode(sent.Status, false), ms(now)); err != nil {
 			return err
 		}
+		// accepted and sent in one step: it never was in the queue
+		if err := countUsage(tx, m, "", 1); err != nil {
+			return err
+		}
+		if err := countUsage(tx, m, sms.StatusSent, 1); err != nil {
+			return err
+		}
 		stored = sent.Status
 		return tx.Bucket(bFinal).Put(finalKey(sent.ID), []byte(v))
 	})

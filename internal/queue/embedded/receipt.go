@@ -181,6 +181,9 @@ func (q *Queue) Cancel(ctx context.Context, id, producer string) (*sms.Message, 
 		now := q.now()
 		r.Msg.Status = sms.StatusCanceled
 		r.Msg.UpdatedAt = now
+		if err := countUsage(tx, &r.Msg, sms.StatusCanceled, 1); err != nil {
+			return err
+		}
 		// As Complete; the answer is what reading the final record gives.
 		v, err := finalize(tx, r, "", ms(now))
 		if err != nil {

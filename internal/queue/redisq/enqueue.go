@@ -46,7 +46,9 @@ const maxBatch = 1000
 // ingress GCRA); the budget arguments (luaBudget, budget.go: the
 // producer's budget, checked after the ingress GCRA and charged with the
 // store); index in KEYS of its batch's index LIST (0: none) and how long to
-// keep it, ms (batch_add, batches.go).
+// keep it, ms (batch_add, batches.go); then the usage count of a stored
+// message (luaUsage): index in KEYS of its usage HASH (0: none), its field,
+// units and expiry ms.
 // Returns one reply per message, in order, {kind, value, id, gcra}: kind 0
 // stored (value: the stored record, or "" unless ARGV[2] asked for it), 1 an existing message (its record),
 // 2 an existing final record, 3 its idempotency key names a first message
@@ -71,7 +73,7 @@ const maxBatch = 1000
 // on KEYS[4] and trims the LIST to the newest wakeTokens: a refused or
 // delayed message, or one an idle lane of the enqueuing process takes,
 // wakes nobody else.
-var enqueueScript = redis.NewScript(luaPrelude + gcra.Lua + luaBudget + `
+var enqueueScript = redis.NewScript(luaPrelude + gcra.Lua + luaBudget + luaUsage + `
 local now = now_us()
 local out = {}
 local fins = {}
@@ -198,6 +200,10 @@ for i = 3, #ARGV, ` + strconv.Itoa(argsPerMessage) + ` do
       end
       adds[p] = (adds[p] or 0) + 1
       budget_charge(i, p)
+      -- usage: the message is accepted
+      local uo = i + ` + strconv.Itoa(usageArg) + `
+      local uk = tonumber(ARGV[uo])
+      if uk > 0 then usage_add(KEYS[uk], ARGV[uo + 1], ARGV[uo + 2], 1, ARGV[uo + 3]) end
       if ak > 0 and ARGV[i + 8] ~= '' then redis.call('SET', KEYS[ak], ARGV[i + 8], 'PX', ARGV[i + 9]) end
       if records then reply = {0, js, id, gcra} else reply = {0, '', id, gcra} end
     end
@@ -221,7 +227,11 @@ return out
 `)
 
 // argsPerMessage is how many ARGV entries enqueueScript takes per message.
-const argsPerMessage = 21 + budgetArgsPerMessage + batchArgsPerMessage
+const argsPerMessage = usageArg + 4
+
+// usageArg is the offset of a message's usage arguments (usageArgs) from
+// its first: after the budget's and the batch's.
+const usageArg = batchArg + batchArgsPerMessage
 
 // Enqueue stores m; see queue.Queue.
 func (q *Queue) Enqueue(ctx context.Context, m *sms.Message) (queue.EnqueueResult, error) {
@@ -412,6 +422,7 @@ func (q *Queue) enqueueScript(ctx context.Context, cs []queue.Checked, results [
 		call.checkArgs(&cs[i].Checks)
 		call.budgetArgs(q, m)
 		call.batchArgs(q, m, now)
+		call.usageArgs(q.usageOf(m, ""))
 		sent = append(sent, i)
 	}
 	if len(sent) == 0 {

@@ -353,8 +353,9 @@ func (q *Queue) Extend(ctx context.Context, l *queue.Leased, lease time.Duration
 // message's event is written here, KEYS[14] the compaction ZSET
 // (keys.finDue: the final LIST's second is due for compaction once quiet),
 // KEYS[15] the provider id's index HASH (sent with a provider id only),
-// then (last) the budget HASH (budget.go: an expired or suppressed
-// message gives its units back).
+// then the message's usage HASH (luaUsage, next to last), then (last) the
+// budget HASH (budget.go: an expired or suppressed message gives its
+// units back).
 // ARGV[1] id, ARGV[2] token, ARGV[3] status code (s, f, x or p), ARGV[4] the
 // final record before its times, ARGV[5] the id's creation time ms,
 // ARGV[6] retention µs, ARGV[7] how many old messages to prune at most,
@@ -362,12 +363,14 @@ func (q *Queue) Extend(ctx context.Context, l *queue.Leased, lease time.Duration
 // final record after its times, ARGV[11] the event's error code (empty:
 // the status's own, event_codes; "suppressed", queue.EventErrorSuppressed,
 // only from endListed), with KEYS[15]: ARGV[12] the index field,
-// ARGV[13] its value, ARGV[14] the index HASH's time to live ms.
+// ARGV[13] its value, ARGV[14] the index HASH's time to live ms (else
+// empty); ARGV[15] the usage field, ARGV[16] its units, ARGV[17] its
+// expiry ms.
 // Returns 1, 0 when the lease is not held, -1 when it is not in KEYS[1],
 // and 2, changing nothing, when endListed's end (ARGV[11] "suppressed")
 // finds a receipt parked on the message: it came after the take script
 // leased the message, and the provider has it (endListed puts it back).
-var completeScript = redis.NewScript(luaPrelude + luaRecord + luaOutbox + luaCheckLease + luaBudgetRefund + `
+var completeScript = redis.NewScript(luaPrelude + luaRecord + luaOutbox + luaCheckLease + luaBudgetRefund + luaUsage + `
 local now = now_us()
 local m = cjson.decode(redis.call('HGET', KEYS[3], ARGV[1]))
 if ARGV[11] == 'suppressed' and m.rs then return 2 end
@@ -377,7 +380,7 @@ redis.call('HDEL', KEYS[3], ARGV[1])
 local rec = fin_times(ARGV[4], ARGV[10], ARGV[5], now, ARGV[3] == 's')
 if ARGV[3] == 's' then
   if m.rs then rec = fin_receipt(rec, m.rs, m.re) end
-  if ARGV[12] then
+  if ARGV[12] ~= '' then
     redis.call('HSET', KEYS[15], ARGV[12], ARGV[13])
     redis.call('PEXPIRE', KEYS[15], ARGV[14])
   end
@@ -396,6 +399,8 @@ end
 local code = event_codes[final]
 if ARGV[11] ~= '' then code = ARGV[11] end
 outbox_add({KEYS[10], KEYS[11], KEYS[12], KEYS[13]}, ARGV[1], m, event_words[final], code, now)
+-- usage: how the queue ended it (ARGV[3]), whatever a parked receipt says
+usage_add(KEYS[#KEYS - 1], ARGV[15], ARGV[16], 1, ARGV[17])
 local producer = get(m, 'p')
 if redis.call('HINCRBY', KEYS[5], producer, -1) <= 0 then
   redis.call('HDEL', KEYS[5], producer)
@@ -462,6 +467,7 @@ func (q *Queue) completion(l *queue.Leased, o queue.Outcome, code string) (compl
 	keys := append([]string{q.k.lease(l.Message.Class), q.k.leases(), q.k.msgs(), q.k.done(), q.k.outstanding(),
 		q.k.fin(final.ID)}, q.k.perClass(q.k.dead)...)
 	keys = append(keys, q.k.outbox()...)
+	use := q.usageOf(l.Message, o.Status)
 	keys = append(keys, q.k.finDue())
 	args := []any{l.Message.ID, l.Token, status, head, created.UnixMilli(), us(q.retention), prunePerComplete,
 		o.ProviderID, o.Reason, tail, code}
@@ -469,8 +475,11 @@ func (q *Queue) completion(l *queue.Leased, o queue.Outcome, code string) (compl
 		key, field, value := q.k.pidIndexEntry(o.ProviderID, created, time.Now())
 		keys = append(keys, key)
 		args = append(args, field, value, (q.retention + pidGeneration).Milliseconds())
+	} else {
+		args = append(args, "", "", "")
 	}
-	keys = append(keys, q.k.budget())
+	args = append(args, use.field, use.units, use.ttl)
+	keys = append(keys, use.key, q.k.budget())
 	return completion{keys: keys, args: args}, nil
 }
 
@@ -539,10 +548,11 @@ func (q *Queue) Requeue(ctx context.Context, l *queue.Leased, o queue.RequeueOpt
 //
 // KEYS[1] lease ZSET of the class, KEYS[2] leases HASH, KEYS[3] msgs HASH,
 // KEYS[4] dead ZSET of the class, KEYS[5] outstanding HASH, KEYS[6..9] the
-// outbox (keys.outbox).
-// ARGV[1] id, ARGV[2] token, ARGV[3] reason, ARGV[4] attempts.
+// outbox (keys.outbox), KEYS[10] the message's usage HASH (luaUsage).
+// ARGV[1] id, ARGV[2] token, ARGV[3] reason, ARGV[4] attempts, ARGV[5..7]
+// the usage field, units and expiry ms.
 // Returns 1, 0 when the lease is not held, -1 when it is not in KEYS[1].
-var deadScript = redis.NewScript(luaPrelude + luaRecord + luaOutbox + luaCheckLease + `
+var deadScript = redis.NewScript(luaPrelude + luaRecord + luaOutbox + luaUsage + luaCheckLease + `
 local now = now_us()
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
@@ -555,6 +565,7 @@ if ARGV[3] ~= '' then set(m, 'e', ARGV[3]) end
 redis.call('HSET', KEYS[3], ARGV[1], cjson.encode(m))
 redis.call('ZADD', KEYS[4], now, ARGV[1])
 outbox_add({KEYS[6], KEYS[7], KEYS[8], KEYS[9]}, ARGV[1], m, 'failed', 'attempts_exhausted', now)
+usage_add(KEYS[10], ARGV[5], ARGV[6], 1, ARGV[7])
 local producer = get(m, 'p')
 if redis.call('HINCRBY', KEYS[5], producer, -1) <= 0 then
   redis.call('HDEL', KEYS[5], producer)
@@ -570,7 +581,10 @@ func (q *Queue) Dead(ctx context.Context, l *queue.Leased, reason string, attemp
 	start := time.Now()
 	defer func() { q.m.observe("dead", start, err) }()
 	keys := append([]string{q.k.lease(l.Message.Class), q.k.leases(), q.k.msgs(), q.k.dead(l.Message.Class), q.k.outstanding()}, q.k.outbox()...)
-	return q.leaseResult("dead", l, deadScript.Run(ctx, q.c, keys, l.Message.ID, l.Token, reason, attempts))
+	use := q.usageOf(l.Message, sms.StatusFailed)
+	keys = append(keys, use.key)
+	return q.leaseResult("dead", l, deadScript.Run(ctx, q.c, keys, l.Message.ID, l.Token, reason, attempts,
+		use.field, use.units, use.ttl))
 }
 
 func (q *Queue) beginLease(ctx context.Context, op string, l *queue.Leased) error {

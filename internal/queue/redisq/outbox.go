@@ -84,24 +84,30 @@ end
 //
 // KEYS[1] the final LIST of the id's creation second, KEYS[2] its blob
 // (compact.go), KEYS[3] the compaction ZSET, KEYS[4..7] the outbox,
-// KEYS[8] the id's early key (keys.early), KEYS[9] the provider id's index
-// HASH (with a provider id only). ARGV[1] id, ARGV[2] the final record
+// KEYS[8] the id's early key (keys.early), KEYS[9] the message's usage HASH
+// (luaUsage), KEYS[10] the provider id's index HASH (with a provider id
+// only). ARGV[1] id, ARGV[2] the final record
 // before its times, ARGV[3] after them, ARGV[4] the id's creation time ms,
 // ARGV[5] retention µs, ARGV[6] the record JSON for the event (w set: with
 // callbacks), ARGV[7] "1" when the caller found no record of the id in the
-// blob, with KEYS[9]: ARGV[8] the index field, ARGV[9] its value, ARGV[10]
-// the index HASH's time to live ms. Returns the status code stored (s, or
+// blob, with KEYS[10]: ARGV[8] the index field, ARGV[9] its value, ARGV[10]
+// the index HASH's time to live ms (else empty); ARGV[11] and ARGV[12] the
+// usage fields accepted and sent, ARGV[13] the units, ARGV[14] the expiry
+// ms. Returns the status code stored (s, or
 // the early receipt's), 0 when the id was stored already, -1 when the
 // second has a blob the caller has not looked in (the script cannot read
 // it).
-var recordSentScript = redis.NewScript(luaPrelude + luaOutbox + `
+var recordSentScript = redis.NewScript(luaPrelude + luaOutbox + luaUsage + `
 if fin_find(KEYS[1], ARGV[1]) then return 0 end
 if ARGV[7] ~= '1' and redis.call('EXISTS', KEYS[2]) == 1 then return -1 end
 local now = now_us()
-if KEYS[9] then
-  redis.call('HSET', KEYS[9], ARGV[8], ARGV[9])
-  redis.call('PEXPIRE', KEYS[9], ARGV[10])
+if KEYS[10] then
+  redis.call('HSET', KEYS[10], ARGV[8], ARGV[9])
+  redis.call('PEXPIRE', KEYS[10], ARGV[10])
 end
+-- usage: accepted and sent in one step (it never was in the queue)
+usage_add(KEYS[9], ARGV[11], ARGV[13], 1, ARGV[14])
+usage_add(KEYS[9], ARGV[12], ARGV[13], 1, ARGV[14])
 local rec = fin_times(ARGV[2], ARGV[3], ARGV[4], now, true)
 local m = cjson.decode(ARGV[6])
 local final = 's'
@@ -145,13 +151,17 @@ func (q *Queue) RecordSent(ctx context.Context, m *sms.Message) (_ sms.Status, e
 	start := time.Now()
 	defer func() { q.m.observe("record_sent", start, err) }()
 	keys := append([]string{q.k.fin(m.ID), q.k.finBlob(created.Unix()), q.k.finDue()}, q.k.outbox()...)
-	keys = append(keys, q.k.early(m.ID))
+	accepted, use := q.usageOf(m, ""), q.usageOf(m, sms.StatusSent)
+	keys = append(keys, q.k.early(m.ID), use.key)
 	args := []any{m.ID, head, tail, created.UnixMilli(), us(q.retention), raw, "0"}
 	if m.ProviderID != "" && len(m.ProviderID) <= queue.MaxReceiptField {
 		key, field, value := q.k.pidIndexEntry(m.ProviderID, created, time.Now())
 		keys = append(keys, key)
 		args = append(args, field, value, (q.retention + pidGeneration).Milliseconds())
+	} else {
+		args = append(args, "", "", "")
 	}
+	args = append(args, accepted.field, use.field, use.units, use.ttl)
 	for range maxExtractTries {
 		v, err := recordSentScript.Run(ctx, q.c, keys, args...).Result()
 		if err != nil {

@@ -264,10 +264,12 @@ func (q *Queue) DeadLetters(ctx context.Context, limit int) (_ []*sms.Message, e
 // its class.
 //
 // KEYS[1] msgs HASH, KEYS[2] dead ZSET of the class, KEYS[3] ready ZSET of the
-// class, KEYS[4] seq counter, KEYS[5] outstanding HASH.
-// ARGV[1] id.
+// class, KEYS[4] seq counter, KEYS[5] outstanding HASH, KEYS[6] the
+// message's usage HASH (luaUsage).
+// ARGV[1] id, ARGV[2..4] the usage field of its failed end, units and
+// expiry ms.
 // Returns 1, or 0 when id is not a dead letter of that class.
-var retryDeadScript = redis.NewScript(luaPrelude + luaRecord + `
+var retryDeadScript = redis.NewScript(luaPrelude + luaRecord + luaUsage + `
 if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return 0 end
 local now = now_us()
 local m = cjson.decode(redis.call('HGET', KEYS[1], ARGV[1]))
@@ -282,6 +284,8 @@ m.qm = member
 redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(m))
 redis.call('ZADD', KEYS[3], now, member)
 redis.call('HINCRBY', KEYS[5], get(m, 'p'), 1)
+-- usage: queued again, its failed end no longer counts
+usage_add(KEYS[6], ARGV[2], ARGV[3], -1, ARGV[4])
 return 1
 `)
 
@@ -295,8 +299,9 @@ func (q *Queue) RetryDead(ctx context.Context, id string) (err error) {
 	}
 	start := time.Now()
 	defer func() { q.m.observe("retry_dead", start, err) }()
-	keys := []string{q.k.msgs(), q.k.dead(m.Class), q.k.ready(m.Class), q.k.seq(), q.k.outstanding()}
-	n, err := retryDeadScript.Run(ctx, q.c, keys, id).Int()
+	use := q.usageOf(m, sms.StatusFailed)
+	keys := []string{q.k.msgs(), q.k.dead(m.Class), q.k.ready(m.Class), q.k.seq(), q.k.outstanding(), use.key}
+	n, err := retryDeadScript.Run(ctx, q.c, keys, id, use.field, use.units, use.ttl).Int()
 	if err != nil {
 		return fmt.Errorf("redisq: retry dead letter %s: %w", id, err)
 	}

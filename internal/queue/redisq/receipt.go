@@ -319,13 +319,15 @@ func (q *Queue) ApplyReceipt(ctx context.Context, r queue.Receipt) (_ queue.Rece
 // KEYS[1] msgs HASH, KEYS[2] outstanding HASH, KEYS[3..5] the ready ZSETs
 // in class-code order, KEYS[6..9] the outbox (keys.outbox: the canceled
 // event), KEYS[10] the final LIST, KEYS[11] the compaction ZSET, KEYS[12]
-// the budget HASH (the units go back: budget.go).
+// the budget HASH (the units go back: budget.go), KEYS[13] the message's
+// usage HASH (luaUsage).
 // ARGV[1] id, ARGV[2] producer, ARGV[3] the record read, ARGV[4] the final
 // record's head, ARGV[5] the id's creation time ms, ARGV[6] retention µs,
-// ARGV[7] the final record's tail.
+// ARGV[7] the final record's tail, ARGV[8..10] the usage field, units and
+// expiry ms.
 // Returns {0} gone, {2} changed since it was read, {1, final record}
 // canceled.
-var cancelScript = redis.NewScript(luaPrelude + luaRecord + luaOutbox + luaBudgetRefund + `
+var cancelScript = redis.NewScript(luaPrelude + luaRecord + luaOutbox + luaBudgetRefund + luaUsage + `
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then return {0} end
 if raw ~= ARGV[3] then return {2} end
@@ -338,6 +340,7 @@ redis.call('HDEL', KEYS[1], ARGV[1])
 local rec = fin_times(ARGV[4], ARGV[7], ARGV[5], now, false)
 fin_append(KEYS[10], KEYS[11], ARGV[1], rec, ARGV[5], ARGV[6], now)
 outbox_add({KEYS[6], KEYS[7], KEYS[8], KEYS[9]}, ARGV[1], m, 'canceled', '', now)
+usage_add(KEYS[13], ARGV[8], ARGV[9], 1, ARGV[10])
 if redis.call('HINCRBY', KEYS[2], ARGV[2], -1) <= 0 then
   redis.call('HDEL', KEYS[2], ARGV[2])
 end
@@ -397,7 +400,9 @@ func (q *Queue) Cancel(ctx context.Context, id, producer string) (_ *sms.Message
 		if err != nil {
 			return nil, fmt.Errorf("redisq: cancel: %w", err)
 		}
-		reply, err := cancelScript.Run(ctx, q.c, keys, id, producer, raw, head, created.UnixMilli(), us(q.retention), tail).Slice()
+		use := q.usageOf(m, sms.StatusCanceled)
+		reply, err := cancelScript.Run(ctx, q.c, append(keys, use.key), id, producer, raw, head, created.UnixMilli(),
+			us(q.retention), tail, use.field, use.units, use.ttl).Slice()
 		if err != nil {
 			return nil, fmt.Errorf("redisq: cancel %s: %w", id, err)
 		}
