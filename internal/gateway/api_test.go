@@ -49,42 +49,39 @@ func TestRoutesMatchSpec(t *testing.T) {
 }
 
 func TestPostMessageQueuesAndSends(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			h := start(t, m, nil)
-			before := time.Now()
-			r := h.post("/v1/messages", keyNotify, msg("transactional", "reference", "order-17", "from", "Shop"))
-			wantStatus(t, r, http.StatusAccepted)
-			var a httpapi.AcceptedMessage
-			r.json(t, &a)
-			if !sms.ValidID(a.ID) || a.Status != sms.StatusQueued || a.Class != sms.ClassTransactional || a.Segments != 1 || a.Encoding != "GSM-7" {
-				t.Fatalf("accepted %+v", a)
-			}
-			if loc := r.header.Get("Location"); loc != "/v1/messages/"+a.ID {
-				t.Errorf("Location %q", loc)
-			}
-			if a.EstimatedSendAt.Before(before.Add(-time.Second)) || a.EstimatedSendAt.After(time.Now().Add(5*time.Second)) {
-				t.Errorf("estimated_send_at %v is not about now", a.EstimatedSendAt)
-			}
-			if r.header.Get("RateLimit-Limit") != "5000" || r.header.Get("RateLimit-Remaining") == "" {
-				t.Errorf("RateLimit headers %v", r.header)
-			}
-			eventually(t, "the simulator to receive the message", func() bool { return sentRefs(h.sim)[a.ID] == 1 })
-			var v httpapi.MessageView
-			eventually(t, "status sent", func() bool {
-				g := h.get("/v1/messages/"+a.ID, keyNotify)
-				wantStatus(t, g, http.StatusOK)
-				g.json(t, &v)
-				return v.Status == sms.StatusSent
-			})
-			// Final: the number masked, no body kept.
-			if v.To != "+8190****5678" || v.From != "Shop" || v.Reference != "order-17" || v.ProviderMessageID == "" ||
-				v.SentAt == nil || v.Segments != 1 {
-				t.Errorf("status %+v", v)
-			}
+	eachMode(t, func(t *testing.T, m mode) {
+		h := start(t, m, nil)
+		before := time.Now()
+		r := h.post("/v1/messages", keyNotify, msg("transactional", "reference", "order-17", "from", "Shop"))
+		wantStatus(t, r, http.StatusAccepted)
+		var a httpapi.AcceptedMessage
+		r.json(t, &a)
+		if !sms.ValidID(a.ID) || a.Status != sms.StatusQueued || a.Class != sms.ClassTransactional || a.Segments != 1 || a.Encoding != "GSM-7" {
+			t.Fatalf("accepted %+v", a)
+		}
+		if loc := r.header.Get("Location"); loc != "/v1/messages/"+a.ID {
+			t.Errorf("Location %q", loc)
+		}
+		if a.EstimatedSendAt.Before(before.Add(-time.Second)) || a.EstimatedSendAt.After(time.Now().Add(5*time.Second)) {
+			t.Errorf("estimated_send_at %v is not about now", a.EstimatedSendAt)
+		}
+		if r.header.Get("RateLimit-Limit") != "5000" || r.header.Get("RateLimit-Remaining") == "" {
+			t.Errorf("RateLimit headers %v", r.header)
+		}
+		eventually(t, "the simulator to receive the message", func() bool { return sentRefs(h.sim)[a.ID] == 1 })
+		var v httpapi.MessageView
+		eventually(t, "status sent", func() bool {
+			g := h.get("/v1/messages/"+a.ID, keyNotify)
+			wantStatus(t, g, http.StatusOK)
+			g.json(t, &v)
+			return v.Status == sms.StatusSent
 		})
-	}
+		// Final: the number masked, no body kept.
+		if v.To != "+8190****5678" || v.From != "Shop" || v.Reference != "order-17" || v.ProviderMessageID == "" ||
+			v.SentAt == nil || v.Segments != 1 {
+			t.Errorf("status %+v", v)
+		}
+	})
 }
 
 func TestGetMessageOnlyOwn(t *testing.T) {

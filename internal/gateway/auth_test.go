@@ -212,96 +212,90 @@ func noKeysIn(t testing.TB, what, text string) {
 // principal's use is logged at INFO at most once a minute of the
 // gateway's clock, without the key.
 func TestPreviousKeyAuthenticates(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			var ahead atomic.Int64 // how far the gateway's clock runs ahead of the wall clock
-			now := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
-			s := newSim(t, sim.Config{})
-			cfg := testConfig(t, m, s.URL())
-			rotating(&cfg)
-			h := startOpts(t, cfg, s, Options{Now: now})
-			zero := metricValues(h.metrics(), "smsgw_auth_previous_key_total")
-			if len(zero) != 2 || zero[`smsgw_auth_previous_key_total{principal="notify"}`] != 0 || zero[`smsgw_auth_previous_key_total{principal="admin"}`] != 0 {
-				t.Errorf("before any request: %v, want the rotating principals' series at 0", zero)
-			}
+	eachMode(t, func(t *testing.T, m mode) {
+		var ahead atomic.Int64 // how far the gateway's clock runs ahead of the wall clock
+		now := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
+		s := newSim(t, sim.Config{})
+		cfg := testConfig(t, m, s.URL())
+		rotating(&cfg)
+		h := startOpts(t, cfg, s, Options{Now: now})
+		zero := metricValues(h.metrics(), "smsgw_auth_previous_key_total")
+		if len(zero) != 2 || zero[`smsgw_auth_previous_key_total{principal="notify"}`] != 0 || zero[`smsgw_auth_previous_key_total{principal="admin"}`] != 0 {
+			t.Errorf("before any request: %v, want the rotating principals' series at 0", zero)
+		}
 
-			cur := accepted(t, h.post("/v1/messages", keyNotify, msg("transactional")))
-			var old []httpapi.AcceptedMessage
-			for range 3 {
-				old = append(old, accepted(t, h.post("/v1/messages", keyNotifyOld, msg("transactional"))))
-			}
-			// The previous key's messages are notify's: its current key reads
-			// them, and the other way round.
-			wantStatus(t, h.get("/v1/messages/"+old[0].ID, keyNotify), http.StatusOK)
-			wantStatus(t, h.get("/v1/messages/"+cur.ID, keyNotifyOld), http.StatusOK)
-			wantStatus(t, h.get("/v1/messages/"+old[0].ID, keySlow), http.StatusNotFound)
-			wantStatus(t, h.post("/v1/messages", keyStranger, msg("transactional")), http.StatusUnauthorized)
-			wantStatus(t, h.post("/v1/messages", keyAdminOld, msg("transactional")), http.StatusUnauthorized)
-			accepted(t, h.post("/v1/messages", keySlow, msg("transactional"))) // a producer that is not rotating
+		cur := accepted(t, h.post("/v1/messages", keyNotify, msg("transactional")))
+		var old []httpapi.AcceptedMessage
+		for range 3 {
+			old = append(old, accepted(t, h.post("/v1/messages", keyNotifyOld, msg("transactional"))))
+		}
+		// The previous key's messages are notify's: its current key reads
+		// them, and the other way round.
+		wantStatus(t, h.get("/v1/messages/"+old[0].ID, keyNotify), http.StatusOK)
+		wantStatus(t, h.get("/v1/messages/"+cur.ID, keyNotifyOld), http.StatusOK)
+		wantStatus(t, h.get("/v1/messages/"+old[0].ID, keySlow), http.StatusNotFound)
+		wantStatus(t, h.post("/v1/messages", keyStranger, msg("transactional")), http.StatusUnauthorized)
+		wantStatus(t, h.post("/v1/messages", keyAdminOld, msg("transactional")), http.StatusUnauthorized)
+		accepted(t, h.post("/v1/messages", keySlow, msg("transactional"))) // a producer that is not rotating
 
-			wantStatus(t, h.get("/v1/admin/stats", keyAdmin), http.StatusOK)
-			wantStatus(t, h.get("/v1/admin/stats", keyAdminOld), http.StatusOK)
-			wantStatus(t, h.get("/v1/admin/stats", keyAdminOld), http.StatusOK)
-			wantStatus(t, h.get("/v1/admin/stats", keyStranger), http.StatusUnauthorized)
-			wantStatus(t, h.get("/v1/admin/stats", keyNotifyOld), http.StatusForbidden)
+		wantStatus(t, h.get("/v1/admin/stats", keyAdmin), http.StatusOK)
+		wantStatus(t, h.get("/v1/admin/stats", keyAdminOld), http.StatusOK)
+		wantStatus(t, h.get("/v1/admin/stats", keyAdminOld), http.StatusOK)
+		wantStatus(t, h.get("/v1/admin/stats", keyStranger), http.StatusUnauthorized)
+		wantStatus(t, h.get("/v1/admin/stats", keyNotifyOld), http.StatusForbidden)
 
-			// notify: 3 POSTs and 1 GET with its previous key; admin: 2 GETs.
-			want := map[string]float64{
-				`smsgw_auth_previous_key_total{principal="notify"}`: 4,
-				`smsgw_auth_previous_key_total{principal="admin"}`:  2,
+		// notify: 3 POSTs and 1 GET with its previous key; admin: 2 GETs.
+		want := map[string]float64{
+			`smsgw_auth_previous_key_total{principal="notify"}`: 4,
+			`smsgw_auth_previous_key_total{principal="admin"}`:  2,
+		}
+		got := metricValues(h.metrics(), "smsgw_auth_previous_key_total")
+		if len(got) != len(want) {
+			t.Errorf("series %v, want only those of the rotating principals %v", got, want)
+		}
+		for series, v := range want {
+			if got[series] != v {
+				t.Errorf("%s = %v, want %v", series, got[series], v)
 			}
-			got := metricValues(h.metrics(), "smsgw_auth_previous_key_total")
-			if len(got) != len(want) {
-				t.Errorf("series %v, want only those of the rotating principals %v", got, want)
-			}
-			for series, v := range want {
-				if got[series] != v {
-					t.Errorf("%s = %v, want %v", series, got[series], v)
-				}
-			}
-			lines := previousKeyLines(t, h.logs.String())
-			if len(lines["notify"]) != 1 || len(lines["admin"]) != 1 || len(lines) != 2 {
-				t.Errorf("previous-key lines %v, want one for notify and one for admin within the minute", lines)
-			}
+		}
+		lines := previousKeyLines(t, h.logs.String())
+		if len(lines["notify"]) != 1 || len(lines["admin"]) != 1 || len(lines) != 2 {
+			t.Errorf("previous-key lines %v, want one for notify and one for admin within the minute", lines)
+		}
 
-			// A minute later on the gateway's clock, the next use is logged
-			// again, with the uses left out since the last line.
-			ahead.Store(int64(time.Minute + time.Second))
-			wantStatus(t, h.get("/v1/messages/"+old[1].ID, keyNotifyOld), http.StatusOK)
-			wantStatus(t, h.get("/v1/admin/stats", keyAdmin), http.StatusOK) // the current key: no line
-			lines = previousKeyLines(t, h.logs.String())
-			if n := lines["notify"]; len(n) != 2 || n[0] != 1 || n[1] != 4 {
-				t.Errorf("notify's lines say %v uses, want [1 4] (the first use, then the three since)", n)
-			}
-			if n := lines["admin"]; len(n) != 1 {
-				t.Errorf("admin's lines say %v uses, want one line: no use of its previous key since", n)
-			}
-			noKeysIn(t, "the log", h.logs.String())
-			noKeysIn(t, "/metrics", h.metrics())
-		})
-	}
+		// A minute later on the gateway's clock, the next use is logged
+		// again, with the uses left out since the last line.
+		ahead.Store(int64(time.Minute + time.Second))
+		wantStatus(t, h.get("/v1/messages/"+old[1].ID, keyNotifyOld), http.StatusOK)
+		wantStatus(t, h.get("/v1/admin/stats", keyAdmin), http.StatusOK) // the current key: no line
+		lines = previousKeyLines(t, h.logs.String())
+		if n := lines["notify"]; len(n) != 2 || n[0] != 1 || n[1] != 4 {
+			t.Errorf("notify's lines say %v uses, want [1 4] (the first use, then the three since)", n)
+		}
+		if n := lines["admin"]; len(n) != 1 {
+			t.Errorf("admin's lines say %v uses, want one line: no use of its previous key since", n)
+		}
+		noKeysIn(t, "the log", h.logs.String())
+		noKeysIn(t, "/metrics", h.metrics())
+	})
 }
 
 // TestPreviousKeyRemoved: once the pods run a configuration without
 // previous_key (the rotation's last step), the old keys are 401 and the
 // new ones still work; the counter's series is gone with them.
 func TestPreviousKeyRemoved(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			before := start(t, m, rotating)
-			accepted(t, before.post("/v1/messages", keyNotifyOld, msg("transactional")))
-			wantStatus(t, before.get("/v1/admin/stats", keyAdminOld), http.StatusOK)
+	eachMode(t, func(t *testing.T, m mode) {
+		before := start(t, m, rotating)
+		accepted(t, before.post("/v1/messages", keyNotifyOld, msg("transactional")))
+		wantStatus(t, before.get("/v1/admin/stats", keyAdminOld), http.StatusOK)
 
-			after := start(t, m, nil)
-			wantStatus(t, after.post("/v1/messages", keyNotifyOld, msg("transactional")), http.StatusUnauthorized)
-			wantStatus(t, after.get("/v1/admin/stats", keyAdminOld), http.StatusUnauthorized)
-			accepted(t, after.post("/v1/messages", keyNotify, msg("transactional")))
-			wantStatus(t, after.get("/v1/admin/stats", keyAdmin), http.StatusOK)
-			if got := metricValues(after.metrics(), "smsgw_auth_previous_key_total"); len(got) != 0 {
-				t.Errorf("series without a rotation: %v", got)
-			}
-		})
-	}
+		after := start(t, m, nil)
+		wantStatus(t, after.post("/v1/messages", keyNotifyOld, msg("transactional")), http.StatusUnauthorized)
+		wantStatus(t, after.get("/v1/admin/stats", keyAdminOld), http.StatusUnauthorized)
+		accepted(t, after.post("/v1/messages", keyNotify, msg("transactional")))
+		wantStatus(t, after.get("/v1/admin/stats", keyAdmin), http.StatusOK)
+		if got := metricValues(after.metrics(), "smsgw_auth_previous_key_total"); len(got) != 0 {
+			t.Errorf("series without a rotation: %v", got)
+		}
+	})
 }

@@ -15,64 +15,61 @@ import (
 )
 
 func TestBatch(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			h := start(t, m, nil)
-			items := []any{
-				msg("marketing", "reference", "ok-0"),
-				msg("marketing", "to", "12345"),
-				msg("otp"), // not allowed for this producer
-				msg("transactional", "body", "a\x00b"),
-				msg("marketing", "priority", 1),
-				"not an object",
-				msg("transactional", "reference", "ok-6"),
+	eachMode(t, func(t *testing.T, m mode) {
+		h := start(t, m, nil)
+		items := []any{
+			msg("marketing", "reference", "ok-0"),
+			msg("marketing", "to", "12345"),
+			msg("otp"), // not allowed for this producer
+			msg("transactional", "body", "a\x00b"),
+			msg("marketing", "priority", 1),
+			"not an object",
+			msg("transactional", "reference", "ok-6"),
+		}
+		r := h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": items})
+		wantStatus(t, r, http.StatusOK)
+		var out httpapi.BatchResponse
+		r.json(t, &out)
+		if out.Accepted != 2 || out.Rejected != 5 || len(out.Results) != len(items) {
+			t.Fatalf("accepted %d rejected %d results %d", out.Accepted, out.Rejected, len(out.Results))
+		}
+		want := []struct {
+			status int
+			field  string
+		}{{202, ""}, {400, "messages[1].to"}, {403, ""}, {400, "messages[3].body"}, {400, "messages[4].priority"}, {400, "messages[5]"}, {202, ""}}
+		for i, w := range want {
+			res := out.Results[i]
+			if res.Index != i || res.Status != w.status {
+				t.Errorf("item %d: index %d status %d, want %d", i, res.Index, res.Status, w.status)
+				continue
 			}
-			r := h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": items})
-			wantStatus(t, r, http.StatusOK)
-			var out httpapi.BatchResponse
-			r.json(t, &out)
-			if out.Accepted != 2 || out.Rejected != 5 || len(out.Results) != len(items) {
-				t.Fatalf("accepted %d rejected %d results %d", out.Accepted, out.Rejected, len(out.Results))
-			}
-			want := []struct {
-				status int
-				field  string
-			}{{202, ""}, {400, "messages[1].to"}, {403, ""}, {400, "messages[3].body"}, {400, "messages[4].priority"}, {400, "messages[5]"}, {202, ""}}
-			for i, w := range want {
-				res := out.Results[i]
-				if res.Index != i || res.Status != w.status {
-					t.Errorf("item %d: index %d status %d, want %d", i, res.Index, res.Status, w.status)
-					continue
-				}
-				if w.status == 202 {
-					if res.Message == nil || res.Error != nil {
-						t.Errorf("item %d: %+v", i, res)
-					}
-					continue
-				}
-				if res.Error == nil || res.Message != nil || res.Error.Status != w.status {
+			if w.status == 202 {
+				if res.Message == nil || res.Error != nil {
 					t.Errorf("item %d: %+v", i, res)
-					continue
 				}
-				if w.field != "" && (len(res.Error.Errors) == 0 || res.Error.Errors[0].Field != w.field) {
-					t.Errorf("item %d names %v, want %s", i, res.Error.Errors, w.field)
-				}
+				continue
 			}
-			ids := map[string]bool{out.Results[0].Message.ID: true, out.Results[6].Message.ID: true}
-			eventually(t, "both accepted items sent", func() bool {
-				refs := sentRefs(h.sim)
-				n := 0
-				for id := range ids {
-					n += refs[id]
-				}
-				return n == 2
-			})
-			if n := len(h.sim.Accepted()); n != 2 {
-				t.Errorf("provider got %d sends, want 2", n)
+			if res.Error == nil || res.Message != nil || res.Error.Status != w.status {
+				t.Errorf("item %d: %+v", i, res)
+				continue
 			}
+			if w.field != "" && (len(res.Error.Errors) == 0 || res.Error.Errors[0].Field != w.field) {
+				t.Errorf("item %d names %v, want %s", i, res.Error.Errors, w.field)
+			}
+		}
+		ids := map[string]bool{out.Results[0].Message.ID: true, out.Results[6].Message.ID: true}
+		eventually(t, "both accepted items sent", func() bool {
+			refs := sentRefs(h.sim)
+			n := 0
+			for id := range ids {
+				n += refs[id]
+			}
+			return n == 2
 		})
-	}
+		if n := len(h.sim.Accepted()); n != 2 {
+			t.Errorf("provider got %d sends, want 2", n)
+		}
+	})
 }
 
 func TestBatchLimits(t *testing.T) {
@@ -130,52 +127,49 @@ func TestBatchOverBurst(t *testing.T) {
 // the batch again, the queue answering the accepted item with the same
 // message. An ordinary batch is still kept and replayed.
 func TestBatchAnswerBudget(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			h := start(t, m, nil)
-			items := []any{msg("transactional")}
-			for range 999 {
-				bad := msg("transactional")
-				bad["x"+rand.Text()+rand.Text()] = 1 // 53 characters nobody else chose
-				items = append(items, bad)
-			}
-			big := map[string]any{"messages": items}
-			first := h.post("/v1/messages/batch", keyNotify, big, "Idempotency-Key", "big-batch-1")
-			wantStatus(t, first, http.StatusOK)
-			var a, b httpapi.BatchResponse
-			first.json(t, &a)
-			if a.Accepted != 1 || a.Rejected != 999 {
-				t.Fatalf("accepted %d, rejected %d; want 1 and 999", a.Accepted, a.Rejected)
-			}
-			notKept := func() float64 {
-				return metricValues(h.metrics(), "smsgw_api_idempotent_answers_not_kept_total")["smsgw_api_idempotent_answers_not_kept_total"]
-			}
-			if n := notKept(); n != 1 {
-				t.Errorf("answers not kept: %v, want 1", n)
-			}
-			again := h.post("/v1/messages/batch", keyNotify, big, "Idempotency-Key", "big-batch-1")
-			wantStatus(t, again, http.StatusOK)
-			again.json(t, &b)
-			if again.header.Get("Idempotent-Replayed") != "" {
-				t.Error("a batch answer over its budget was replayed from the store")
-			}
-			if b.Accepted != 1 || b.Results[0].Message == nil || b.Results[0].Message.ID != a.Results[0].Message.ID {
-				t.Fatalf("the batch run again accepted %d, first item %+v; want the first message %s", b.Accepted, b.Results[0], a.Results[0].Message.ID)
-			}
+	eachMode(t, func(t *testing.T, m mode) {
+		h := start(t, m, nil)
+		items := []any{msg("transactional")}
+		for range 999 {
+			bad := msg("transactional")
+			bad["x"+rand.Text()+rand.Text()] = 1 // 53 characters nobody else chose
+			items = append(items, bad)
+		}
+		big := map[string]any{"messages": items}
+		first := h.post("/v1/messages/batch", keyNotify, big, "Idempotency-Key", "big-batch-1")
+		wantStatus(t, first, http.StatusOK)
+		var a, b httpapi.BatchResponse
+		first.json(t, &a)
+		if a.Accepted != 1 || a.Rejected != 999 {
+			t.Fatalf("accepted %d, rejected %d; want 1 and 999", a.Accepted, a.Rejected)
+		}
+		notKept := func() float64 {
+			return metricValues(h.metrics(), "smsgw_api_idempotent_answers_not_kept_total")["smsgw_api_idempotent_answers_not_kept_total"]
+		}
+		if n := notKept(); n != 1 {
+			t.Errorf("answers not kept: %v, want 1", n)
+		}
+		again := h.post("/v1/messages/batch", keyNotify, big, "Idempotency-Key", "big-batch-1")
+		wantStatus(t, again, http.StatusOK)
+		again.json(t, &b)
+		if again.header.Get("Idempotent-Replayed") != "" {
+			t.Error("a batch answer over its budget was replayed from the store")
+		}
+		if b.Accepted != 1 || b.Results[0].Message == nil || b.Results[0].Message.ID != a.Results[0].Message.ID {
+			t.Fatalf("the batch run again accepted %d, first item %+v; want the first message %s", b.Accepted, b.Results[0], a.Results[0].Message.ID)
+		}
 
-			small := map[string]any{"messages": []any{msg("transactional"), msg("transactional"), map[string]any{"to": "nope"}}}
-			wantStatus(t, h.post("/v1/messages/batch", keyNotify, small, "Idempotency-Key", "small-batch-1"), http.StatusOK)
-			r := h.post("/v1/messages/batch", keyNotify, small, "Idempotency-Key", "small-batch-1")
-			wantStatus(t, r, http.StatusOK)
-			if r.header.Get("Idempotent-Replayed") != "true" {
-				t.Errorf("an ordinary batch answer was not replayed: %s", fmt.Sprint(r.header))
-			}
-			if n := notKept(); n != 2 { // the big one, run twice
-				t.Errorf("answers not kept: %v, want 2", n)
-			}
-		})
-	}
+		small := map[string]any{"messages": []any{msg("transactional"), msg("transactional"), map[string]any{"to": "nope"}}}
+		wantStatus(t, h.post("/v1/messages/batch", keyNotify, small, "Idempotency-Key", "small-batch-1"), http.StatusOK)
+		r := h.post("/v1/messages/batch", keyNotify, small, "Idempotency-Key", "small-batch-1")
+		wantStatus(t, r, http.StatusOK)
+		if r.header.Get("Idempotent-Replayed") != "true" {
+			t.Errorf("an ordinary batch answer was not replayed: %s", fmt.Sprint(r.header))
+		}
+		if n := notKept(); n != 2 { // the big one, run twice
+			t.Errorf("answers not kept: %v, want 2", n)
+		}
+	})
 }
 
 // invalidBatch is a batch of n items that all fail validation.
@@ -279,36 +273,33 @@ func wantBodyRefused(t *testing.T, h *harness, r reply, field, needs, most, key 
 // refused at the door now, on every path that accepts a message, and
 // nothing is sent.
 func TestSegmentsBeyondBurstRefused(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			h := start(t, m, nil)
-			wantBodyRefused(t, h, h.post("/v1/messages", keyNotify, msg("transactional", "body", segmentsBody(7))),
-				"body", "needs 7 GSM-7 segments", "at most 5 per message", "limits.burst")
+	eachMode(t, func(t *testing.T, m mode) {
+		h := start(t, m, nil)
+		wantBodyRefused(t, h, h.post("/v1/messages", keyNotify, msg("transactional", "body", segmentsBody(7))),
+			"body", "needs 7 GSM-7 segments", "at most 5 per message", "limits.burst")
 
-			b := h.post("/v1/messages/batch", keyNotify, batchOf(2, func(i int) map[string]any {
-				return msg("transactional", "body", segmentsBody(5+i), "reference", "ok")
-			}))
-			wantStatus(t, b, http.StatusOK)
-			var out httpapi.BatchResponse
-			b.json(t, &out)
-			if out.Accepted != 1 || out.Rejected != 1 || out.Results[0].Status != http.StatusAccepted || out.Results[1].Status != http.StatusBadRequest {
-				t.Fatalf("batch of 5 and 6 segments: %+v, want the first accepted, the second refused", out)
-			}
-			if e := out.Results[1].Error; len(e.Errors) != 1 || e.Errors[0].Field != "messages[1].body" || !strings.Contains(e.Errors[0].Reason, "limits.burst") {
-				t.Errorf("batch item refused with %+v, want messages[1].body (limits.burst)", e.Errors)
-			}
+		b := h.post("/v1/messages/batch", keyNotify, batchOf(2, func(i int) map[string]any {
+			return msg("transactional", "body", segmentsBody(5+i), "reference", "ok")
+		}))
+		wantStatus(t, b, http.StatusOK)
+		var out httpapi.BatchResponse
+		b.json(t, &out)
+		if out.Accepted != 1 || out.Rejected != 1 || out.Results[0].Status != http.StatusAccepted || out.Results[1].Status != http.StatusBadRequest {
+			t.Fatalf("batch of 5 and 6 segments: %+v, want the first accepted, the second refused", out)
+		}
+		if e := out.Results[1].Error; len(e.Errors) != 1 || e.Errors[0].Field != "messages[1].body" || !strings.Contains(e.Errors[0].Reason, "limits.burst") {
+			t.Errorf("batch item refused with %+v, want messages[1].body (limits.burst)", e.Errors)
+		}
 
-			wantBodyRefused(t, h, h.post("/v1/otp", keyLogin, map[string]any{"to": "+819012345678", "body": segmentsBody(6)}),
-				"body", "needs 6 GSM-7 segments", "at most 5 per message", "limits.burst")
+		wantBodyRefused(t, h, h.post("/v1/otp", keyLogin, map[string]any{"to": "+819012345678", "body": segmentsBody(6)}),
+			"body", "needs 6 GSM-7 segments", "at most 5 per message", "limits.burst")
 
-			id := out.Results[0].Message.ID
-			eventually(t, "the 5-segment message sent", func() bool { return sentRefs(h.sim)[id] > 0 })
-			if refs := sentRefs(h.sim); len(refs) != 1 {
-				t.Errorf("the provider got %v, want only the 5-segment message", refs)
-			}
-		})
-	}
+		id := out.Results[0].Message.ID
+		eventually(t, "the 5-segment message sent", func() bool { return sentRefs(h.sim)[id] > 0 })
+		if refs := sentRefs(h.sim); len(refs) != 1 {
+			t.Errorf("the provider got %v, want only the 5-segment message", refs)
+		}
+	})
 }
 
 // A class burst below limits.burst bounds that class and is named; with

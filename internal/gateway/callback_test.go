@@ -34,63 +34,60 @@ func callbackProducers(cfg *config.Config) {
 // shown in GET; one under none is a 422 naming the field, on the single,
 // batch and OTP endpoints; a malformed one is a 400 naming it.
 func TestCallbackURLAllowed(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			h := start(t, m, callbackProducers)
-			ok := "https://notify.example/cb/orders?o=17"
-			r := h.post("/v1/messages", keyNotify, msg("transactional", "reference", "order-17", "callback_url", ok))
-			wantStatus(t, r, http.StatusAccepted)
-			var a httpapi.AcceptedMessage
-			r.json(t, &a)
-			g := h.get("/v1/messages/"+a.ID, keyNotify)
-			wantStatus(t, g, http.StatusOK)
-			var v httpapi.MessageView
-			g.json(t, &v)
-			if v.CallbackURL != ok || v.Reference != "order-17" {
-				t.Errorf("GET shows callback_url %q reference %q", v.CallbackURL, v.Reference)
-			}
-			stored, err := h.app.b.queue.Get(t.Context(), a.ID)
-			if err != nil || !stored.Callbacks || stored.CallbackURL != ok {
-				t.Errorf("stored %+v, %v: want callbacks on with the url", stored, err)
-			}
+	eachMode(t, func(t *testing.T, m mode) {
+		h := start(t, m, callbackProducers)
+		ok := "https://notify.example/cb/orders?o=17"
+		r := h.post("/v1/messages", keyNotify, msg("transactional", "reference", "order-17", "callback_url", ok))
+		wantStatus(t, r, http.StatusAccepted)
+		var a httpapi.AcceptedMessage
+		r.json(t, &a)
+		g := h.get("/v1/messages/"+a.ID, keyNotify)
+		wantStatus(t, g, http.StatusOK)
+		var v httpapi.MessageView
+		g.json(t, &v)
+		if v.CallbackURL != ok || v.Reference != "order-17" {
+			t.Errorf("GET shows callback_url %q reference %q", v.CallbackURL, v.Reference)
+		}
+		stored, err := h.app.b.queue.Get(t.Context(), a.ID)
+		if err != nil || !stored.Callbacks || stored.CallbackURL != ok {
+			t.Errorf("stored %+v, %v: want callbacks on with the url", stored, err)
+		}
 
-			for _, bad := range []string{"https://notify.example/other", "https://notify.example.evil.test/cb/"} {
-				r = h.post("/v1/messages", keyNotify, msg("transactional", "callback_url", bad))
-				wantStatus(t, r, http.StatusUnprocessableEntity)
-				if f := r.fields(t); !slices.Equal(f, []string{"callback_url"}) {
-					t.Errorf("fields %v, want callback_url", f)
-				}
-			}
-			r = h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": []any{
-				msg("transactional", "callback_url", ok), msg("transactional", "callback_url", "https://elsewhere.example/cb/"),
-			}})
-			wantStatus(t, r, http.StatusOK)
-			var br struct{ Accepted, Rejected int }
-			r.json(t, &br)
-			if br.Accepted != 1 || br.Rejected != 1 {
-				t.Errorf("batch accepted %d rejected %d, want 1 and 1", br.Accepted, br.Rejected)
-			}
-			r = h.post("/v1/messages", keyNotify, msg("transactional", "callback_url", "ftp://notify.example/cb/"))
-			wantStatus(t, r, http.StatusBadRequest)
-			if f := r.fields(t); !slices.Contains(f, "callback_url") {
-				t.Errorf("fields %v, want callback_url", f)
-			}
-			// login has no webhook at all: any callback_url is refused.
-			r = h.post("/v1/otp", keyLogin, map[string]any{"to": "+819012345678", "body": "code 1234", "callback_url": ok})
+		for _, bad := range []string{"https://notify.example/other", "https://notify.example.evil.test/cb/"} {
+			r = h.post("/v1/messages", keyNotify, msg("transactional", "callback_url", bad))
 			wantStatus(t, r, http.StatusUnprocessableEntity)
 			if f := r.fields(t); !slices.Equal(f, []string{"callback_url"}) {
-				t.Errorf("otp fields %v, want callback_url", f)
+				t.Errorf("fields %v, want callback_url", f)
 			}
-			// A message of a producer without a webhook wants no events.
-			r = h.post("/v1/messages", keySlow, msg("transactional"))
-			wantStatus(t, r, http.StatusAccepted)
-			r.json(t, &a)
-			if stored, err := h.app.b.queue.Get(t.Context(), a.ID); err != nil || stored.Callbacks {
-				t.Errorf("message without a destination: %+v, %v", stored, err)
-			}
-		})
-	}
+		}
+		r = h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": []any{
+			msg("transactional", "callback_url", ok), msg("transactional", "callback_url", "https://elsewhere.example/cb/"),
+		}})
+		wantStatus(t, r, http.StatusOK)
+		var br struct{ Accepted, Rejected int }
+		r.json(t, &br)
+		if br.Accepted != 1 || br.Rejected != 1 {
+			t.Errorf("batch accepted %d rejected %d, want 1 and 1", br.Accepted, br.Rejected)
+		}
+		r = h.post("/v1/messages", keyNotify, msg("transactional", "callback_url", "ftp://notify.example/cb/"))
+		wantStatus(t, r, http.StatusBadRequest)
+		if f := r.fields(t); !slices.Contains(f, "callback_url") {
+			t.Errorf("fields %v, want callback_url", f)
+		}
+		// login has no webhook at all: any callback_url is refused.
+		r = h.post("/v1/otp", keyLogin, map[string]any{"to": "+819012345678", "body": "code 1234", "callback_url": ok})
+		wantStatus(t, r, http.StatusUnprocessableEntity)
+		if f := r.fields(t); !slices.Equal(f, []string{"callback_url"}) {
+			t.Errorf("otp fields %v, want callback_url", f)
+		}
+		// A message of a producer without a webhook wants no events.
+		r = h.post("/v1/messages", keySlow, msg("transactional"))
+		wantStatus(t, r, http.StatusAccepted)
+		r.json(t, &a)
+		if stored, err := h.app.b.queue.Get(t.Context(), a.ID); err != nil || stored.Callbacks {
+			t.Errorf("message without a destination: %+v, %v", stored, err)
+		}
+	})
 }
 
 // hookReceiver is a producer's webhook endpoint on the loopback address.
@@ -137,63 +134,60 @@ func (r *hookReceiver) events() map[string][]string {
 // spec's StatusEvent, without the number or the text. A receiver on the
 // loopback address is reached only because allow_networks lists it.
 func TestCallbacksDelivered(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			hook, own := newHookReceiver(t), newHookReceiver(t)
-			h := start(t, m, func(cfg *config.Config) {
-				cfg.Producers[0].Webhook = config.WebhookConfig{URL: hook.srv.URL + "/hook", Secret: testWebhookSecret}
-				cfg.Producers[1].Webhook = config.WebhookConfig{Secret: testWebhookSecret, Allow: []string{own.srv.URL + "/otp/"}}
-				cfg.Webhooks.AllowNetworks = []string{"127.0.0.0/8"}
-			})
-			r := h.post("/v1/messages", keyNotify, msg("transactional", "reference", "order-9"))
-			wantStatus(t, r, http.StatusAccepted)
-			var a httpapi.AcceptedMessage
-			r.json(t, &a)
-			o := h.post("/v1/otp", keyLogin, map[string]any{"to": "+819012345678", "body": "code 4711", "reference": "login-3",
-				"callback_url": own.srv.URL + "/otp/x"})
-			wantStatus(t, o, http.StatusOK)
-			var sent httpapi.OTPSent
-			o.json(t, &sent)
-			eventually(t, "both events", func() bool { return len(hook.events()) == 1 && len(own.events()) == 1 })
-
-			doc, err := specDoc()
-			if err != nil {
-				t.Fatal(err)
-			}
-			schema := doc.Components.Schemas["StatusEvent"].Value
-			for want, rc := range map[string]*hookReceiver{a.ID: hook, sent.ID: own} {
-				for id, bodies := range rc.events() {
-					var ev map[string]any
-					if err := json.Unmarshal([]byte(bodies[0]), &ev); err != nil {
-						t.Fatal(err)
-					}
-					if err := schema.VisitJSON(ev); err != nil {
-						t.Errorf("event %s does not match StatusEvent: %v\n%s", id, err, bodies[0])
-					}
-					data := ev["data"].(map[string]any)
-					if ev["type"] != "message.sent" || data["id"] != want || data["provider_message_id"] == "" {
-						t.Errorf("event %s: %s", id, bodies[0])
-					}
-					if strings.Contains(bodies[0], "9012345678") || strings.Contains(bodies[0], "code 4711") {
-						t.Errorf("event %s carries the number or the text: %s", id, bodies[0])
-					}
-				}
-				if rc.bad != 0 {
-					t.Errorf("%d deliveries with a bad signature", rc.bad)
-				}
-			}
-			var st struct {
-				Callbacks *struct{ Backlog, Dead int64 } `json:"callbacks"` // absent: not read
-			}
-			eventually(t, "an empty outbox in the stats", func() bool {
-				s := h.get("/v1/admin/stats", keyAdmin)
-				wantStatus(t, s, http.StatusOK)
-				s.json(t, &st)
-				return st.Callbacks != nil && st.Callbacks.Backlog == 0
-			})
+	eachMode(t, func(t *testing.T, m mode) {
+		hook, own := newHookReceiver(t), newHookReceiver(t)
+		h := start(t, m, func(cfg *config.Config) {
+			cfg.Producers[0].Webhook = config.WebhookConfig{URL: hook.srv.URL + "/hook", Secret: testWebhookSecret}
+			cfg.Producers[1].Webhook = config.WebhookConfig{Secret: testWebhookSecret, Allow: []string{own.srv.URL + "/otp/"}}
+			cfg.Webhooks.AllowNetworks = []string{"127.0.0.0/8"}
 		})
-	}
+		r := h.post("/v1/messages", keyNotify, msg("transactional", "reference", "order-9"))
+		wantStatus(t, r, http.StatusAccepted)
+		var a httpapi.AcceptedMessage
+		r.json(t, &a)
+		o := h.post("/v1/otp", keyLogin, map[string]any{"to": "+819012345678", "body": "code 4711", "reference": "login-3",
+			"callback_url": own.srv.URL + "/otp/x"})
+		wantStatus(t, o, http.StatusOK)
+		var sent httpapi.OTPSent
+		o.json(t, &sent)
+		eventually(t, "both events", func() bool { return len(hook.events()) == 1 && len(own.events()) == 1 })
+
+		doc, err := specDoc()
+		if err != nil {
+			t.Fatal(err)
+		}
+		schema := doc.Components.Schemas["StatusEvent"].Value
+		for want, rc := range map[string]*hookReceiver{a.ID: hook, sent.ID: own} {
+			for id, bodies := range rc.events() {
+				var ev map[string]any
+				if err := json.Unmarshal([]byte(bodies[0]), &ev); err != nil {
+					t.Fatal(err)
+				}
+				if err := schema.VisitJSON(ev); err != nil {
+					t.Errorf("event %s does not match StatusEvent: %v\n%s", id, err, bodies[0])
+				}
+				data := ev["data"].(map[string]any)
+				if ev["type"] != "message.sent" || data["id"] != want || data["provider_message_id"] == "" {
+					t.Errorf("event %s: %s", id, bodies[0])
+				}
+				if strings.Contains(bodies[0], "9012345678") || strings.Contains(bodies[0], "code 4711") {
+					t.Errorf("event %s carries the number or the text: %s", id, bodies[0])
+				}
+			}
+			if rc.bad != 0 {
+				t.Errorf("%d deliveries with a bad signature", rc.bad)
+			}
+		}
+		var st struct {
+			Callbacks *struct{ Backlog, Dead int64 } `json:"callbacks"` // absent: not read
+		}
+		eventually(t, "an empty outbox in the stats", func() bool {
+			s := h.get("/v1/admin/stats", keyAdmin)
+			wantStatus(t, s, http.StatusOK)
+			s.json(t, &st)
+			return st.Callbacks != nil && st.Callbacks.Backlog == 0
+		})
+	})
 }
 
 // Without allow_networks the loopback receiver is never reached: the
@@ -344,59 +338,56 @@ func TestCallbackURLPathEscapeRefused(t *testing.T) {
 		"https://sms.example",
 		"https://SMS.EXAMPLE/x",
 	}
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			h := start(t, m, callbackPathProducers)
-			for _, u := range malformed {
-				r := h.post("/v1/messages", keyNotify, msg("transactional", "callback_url", u))
-				if r.status != http.StatusBadRequest {
-					t.Errorf("%s: status %d, want 400; body %s", u, r.status, r.body)
-					continue
-				}
-				if f := r.fields(t); !slices.Equal(f, []string{"callback_url"}) {
-					t.Errorf("%s: fields %v, want [callback_url]", u, f)
-				}
+	eachMode(t, func(t *testing.T, m mode) {
+		h := start(t, m, callbackPathProducers)
+		for _, u := range malformed {
+			r := h.post("/v1/messages", keyNotify, msg("transactional", "callback_url", u))
+			if r.status != http.StatusBadRequest {
+				t.Errorf("%s: status %d, want 400; body %s", u, r.status, r.body)
+				continue
 			}
-			for _, u := range notAllowed {
-				r := h.post("/v1/messages", keyNotify, msg("transactional", "callback_url", u))
-				if r.status != http.StatusUnprocessableEntity {
-					t.Errorf("%s: status %d, want 422; body %s", u, r.status, r.body)
-					continue
-				}
-				if p := r.problem(t); p["type"] != httpapi.ProblemTypeBase+string(httpapi.KindCallbackNotAllowed) {
-					t.Errorf("%s: problem %v, want %s", u, p, httpapi.KindCallbackNotAllowed)
-				}
+			if f := r.fields(t); !slices.Equal(f, []string{"callback_url"}) {
+				t.Errorf("%s: fields %v, want [callback_url]", u, f)
 			}
-			for _, u := range allowed {
-				r := h.post("/v1/messages", keyNotify, msg("transactional", "callback_url", u))
-				if r.status != http.StatusAccepted {
-					t.Errorf("%s: status %d, want 202; body %s", u, r.status, r.body)
-				}
+		}
+		for _, u := range notAllowed {
+			r := h.post("/v1/messages", keyNotify, msg("transactional", "callback_url", u))
+			if r.status != http.StatusUnprocessableEntity {
+				t.Errorf("%s: status %d, want 422; body %s", u, r.status, r.body)
+				continue
 			}
+			if p := r.problem(t); p["type"] != httpapi.ProblemTypeBase+string(httpapi.KindCallbackNotAllowed) {
+				t.Errorf("%s: problem %v, want %s", u, p, httpapi.KindCallbackNotAllowed)
+			}
+		}
+		for _, u := range allowed {
+			r := h.post("/v1/messages", keyNotify, msg("transactional", "callback_url", u))
+			if r.status != http.StatusAccepted {
+				t.Errorf("%s: status %d, want 202; body %s", u, r.status, r.body)
+			}
+		}
 
-			// A batch refuses the item, naming it, and keeps the others.
-			r := h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": []any{
-				msg("transactional", "callback_url", base+"/cb/ok"),
-				msg("transactional", "callback_url", base+"/cb/%2e%2e/admin2"),
-				msg("transactional", "callback_url", base+"/cbx"),
-			}})
-			wantStatus(t, r, http.StatusOK)
-			var br struct{ Accepted, Rejected int }
-			r.json(t, &br)
-			if br.Accepted != 1 || br.Rejected != 2 {
-				t.Errorf("batch accepted %d rejected %d, want 1 and 2: %s", br.Accepted, br.Rejected, r.body)
-			}
+		// A batch refuses the item, naming it, and keeps the others.
+		r := h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": []any{
+			msg("transactional", "callback_url", base+"/cb/ok"),
+			msg("transactional", "callback_url", base+"/cb/%2e%2e/admin2"),
+			msg("transactional", "callback_url", base+"/cbx"),
+		}})
+		wantStatus(t, r, http.StatusOK)
+		var br struct{ Accepted, Rejected int }
+		r.json(t, &br)
+		if br.Accepted != 1 || br.Rejected != 2 {
+			t.Errorf("batch accepted %d rejected %d, want 1 and 2: %s", br.Accepted, br.Rejected, r.body)
+		}
 
-			// The OTP endpoint applies the same rule.
-			otp := func(u string) reply {
-				return h.post("/v1/otp", keyLogin, map[string]any{"to": "+819012345678", "body": "code 1234", "callback_url": u})
-			}
-			wantProblem(t, otp(base+"/otp/../admin"), http.StatusBadRequest, httpapi.KindInvalid, "callback_url")
-			wantProblem(t, otp(base+"/otpx"), http.StatusUnprocessableEntity, httpapi.KindCallbackNotAllowed, "callback_url")
-			wantStatus(t, otp(base+"/otp/x"), http.StatusOK)
-		})
-	}
+		// The OTP endpoint applies the same rule.
+		otp := func(u string) reply {
+			return h.post("/v1/otp", keyLogin, map[string]any{"to": "+819012345678", "body": "code 1234", "callback_url": u})
+		}
+		wantProblem(t, otp(base+"/otp/../admin"), http.StatusBadRequest, httpapi.KindInvalid, "callback_url")
+		wantProblem(t, otp(base+"/otpx"), http.StatusUnprocessableEntity, httpapi.KindCallbackNotAllowed, "callback_url")
+		wantStatus(t, otp(base+"/otp/x"), http.StatusOK)
+	})
 }
 
 // TestCallbackURLCheckedAtDelivery: a message's callback_url is checked
@@ -472,55 +463,52 @@ func TestAdminViewHidesCallbackURL(t *testing.T) {
 		cb     = "https://notify.example/cb/orders/17?token=" + secret
 		origin = "https://notify.example"
 	)
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			h := start(t, m, func(cfg *config.Config) {
-				callbackProducers(cfg)
-				cfg.Dispatch.MaxAttempts = 1
-			})
-			// Every send fails for now: with max_attempts 1 the message is a
-			// dead letter.
-			fail := 1.0
-			if err := h.sim.Apply(sim.Control{FailRate: &fail}); err != nil {
-				t.Fatal(err)
-			}
-			a := accepted(t, h.post("/v1/messages", keyNotify, msg("transactional", "callback_url", cb)))
-
-			own := h.get("/v1/messages/"+a.ID, keyNotify)
-			wantStatus(t, own, http.StatusOK)
-			var v httpapi.MessageView
-			own.json(t, &v)
-			if v.CallbackURL != cb {
-				t.Errorf("producer's GET shows callback_url %q, want %q", v.CallbackURL, cb)
-			}
-
-			adm := h.get("/v1/admin/messages/"+a.ID, keyAdmin)
-			wantStatus(t, adm, http.StatusOK)
-			var am httpapi.AdminMessage
-			adm.json(t, &am)
-			if am.CallbackURL != origin || am.Producer != "notify" {
-				t.Errorf("admin GET shows callback_url %q producer %q, want %q and notify", am.CallbackURL, am.Producer, origin)
-			}
-			if s := string(adm.body); strings.Contains(s, secret) || strings.Contains(s, "/cb/orders") {
-				t.Errorf("admin GET shows the callback path or token: %s", s)
-			}
-
-			var dl httpapi.DeadLettersResponse
-			var body string
-			eventually(t, "the dead letter", func() bool {
-				r := h.get("/v1/admin/dead-letters", keyAdmin)
-				wantStatus(t, r, http.StatusOK)
-				r.json(t, &dl)
-				body = string(r.body)
-				return len(dl.Messages) == 1
-			})
-			if d := dl.Messages[0]; d.ID != a.ID || d.CallbackURL != origin {
-				t.Errorf("dead letter %s shows callback_url %q, want %s with %q", d.ID, d.CallbackURL, a.ID, origin)
-			}
-			if strings.Contains(body, secret) || strings.Contains(body, "/cb/orders") {
-				t.Errorf("dead letters show the callback path or token: %s", body)
-			}
+	eachMode(t, func(t *testing.T, m mode) {
+		h := start(t, m, func(cfg *config.Config) {
+			callbackProducers(cfg)
+			cfg.Dispatch.MaxAttempts = 1
 		})
-	}
+		// Every send fails for now: with max_attempts 1 the message is a
+		// dead letter.
+		fail := 1.0
+		if err := h.sim.Apply(sim.Control{FailRate: &fail}); err != nil {
+			t.Fatal(err)
+		}
+		a := accepted(t, h.post("/v1/messages", keyNotify, msg("transactional", "callback_url", cb)))
+
+		own := h.get("/v1/messages/"+a.ID, keyNotify)
+		wantStatus(t, own, http.StatusOK)
+		var v httpapi.MessageView
+		own.json(t, &v)
+		if v.CallbackURL != cb {
+			t.Errorf("producer's GET shows callback_url %q, want %q", v.CallbackURL, cb)
+		}
+
+		adm := h.get("/v1/admin/messages/"+a.ID, keyAdmin)
+		wantStatus(t, adm, http.StatusOK)
+		var am httpapi.AdminMessage
+		adm.json(t, &am)
+		if am.CallbackURL != origin || am.Producer != "notify" {
+			t.Errorf("admin GET shows callback_url %q producer %q, want %q and notify", am.CallbackURL, am.Producer, origin)
+		}
+		if s := string(adm.body); strings.Contains(s, secret) || strings.Contains(s, "/cb/orders") {
+			t.Errorf("admin GET shows the callback path or token: %s", s)
+		}
+
+		var dl httpapi.DeadLettersResponse
+		var body string
+		eventually(t, "the dead letter", func() bool {
+			r := h.get("/v1/admin/dead-letters", keyAdmin)
+			wantStatus(t, r, http.StatusOK)
+			r.json(t, &dl)
+			body = string(r.body)
+			return len(dl.Messages) == 1
+		})
+		if d := dl.Messages[0]; d.ID != a.ID || d.CallbackURL != origin {
+			t.Errorf("dead letter %s shows callback_url %q, want %s with %q", d.ID, d.CallbackURL, a.ID, origin)
+		}
+		if strings.Contains(body, secret) || strings.Contains(body, "/cb/orders") {
+			t.Errorf("dead letters show the callback path or token: %s", body)
+		}
+	})
 }

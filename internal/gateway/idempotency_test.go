@@ -19,45 +19,42 @@ import (
 )
 
 func TestIdempotencyKey(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			h := start(t, m, nil)
-			body := msg("transactional", "reference", "invoice-9")
-			first := h.post("/v1/messages", keyNotify, body, "Idempotency-Key", "order-9-confirmation")
-			wantStatus(t, first, http.StatusAccepted)
-			if first.header.Get("Idempotent-Replayed") != "" {
-				t.Error("first answer marked as replayed")
-			}
-			again := h.post("/v1/messages", keyNotify, body, "Idempotency-Key", "order-9-confirmation")
-			wantStatus(t, again, http.StatusAccepted)
-			if again.header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(first.body, again.body) ||
-				again.header.Get("Location") != first.header.Get("Location") {
-				t.Errorf("replay %s %v, want the first answer %s", again.body, again.header, first.body)
-			}
-			// The same key from another producer is another key.
-			other := h.post("/v1/messages", keySlow, body, "Idempotency-Key", "order-9-confirmation")
-			wantStatus(t, other, http.StatusAccepted)
-			if bytes.Equal(other.body, first.body) {
-				t.Error("another producer got this producer's answer")
-			}
-			changed := h.post("/v1/messages", keyNotify, msg("transactional", "reference", "invoice-10"), "Idempotency-Key", "order-9-confirmation")
-			wantStatus(t, changed, http.StatusUnprocessableEntity)
-			if p := changed.problem(t); p["type"] != httpapi.ProblemTypeBase+"idempotency-key-reused" {
-				t.Errorf("problem %v", p)
-			}
-			bad := h.post("/v1/messages", keyNotify, body, "Idempotency-Key", "")
-			wantStatus(t, bad, http.StatusBadRequest)
+	eachMode(t, func(t *testing.T, m mode) {
+		h := start(t, m, nil)
+		body := msg("transactional", "reference", "invoice-9")
+		first := h.post("/v1/messages", keyNotify, body, "Idempotency-Key", "order-9-confirmation")
+		wantStatus(t, first, http.StatusAccepted)
+		if first.header.Get("Idempotent-Replayed") != "" {
+			t.Error("first answer marked as replayed")
+		}
+		again := h.post("/v1/messages", keyNotify, body, "Idempotency-Key", "order-9-confirmation")
+		wantStatus(t, again, http.StatusAccepted)
+		if again.header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(first.body, again.body) ||
+			again.header.Get("Location") != first.header.Get("Location") {
+			t.Errorf("replay %s %v, want the first answer %s", again.body, again.header, first.body)
+		}
+		// The same key from another producer is another key.
+		other := h.post("/v1/messages", keySlow, body, "Idempotency-Key", "order-9-confirmation")
+		wantStatus(t, other, http.StatusAccepted)
+		if bytes.Equal(other.body, first.body) {
+			t.Error("another producer got this producer's answer")
+		}
+		changed := h.post("/v1/messages", keyNotify, msg("transactional", "reference", "invoice-10"), "Idempotency-Key", "order-9-confirmation")
+		wantStatus(t, changed, http.StatusUnprocessableEntity)
+		if p := changed.problem(t); p["type"] != httpapi.ProblemTypeBase+"idempotency-key-reused" {
+			t.Errorf("problem %v", p)
+		}
+		bad := h.post("/v1/messages", keyNotify, body, "Idempotency-Key", "")
+		wantStatus(t, bad, http.StatusBadRequest)
 
-			var a httpapi.AcceptedMessage
-			first.json(t, &a)
-			eventually(t, "the send", func() bool { return sentRefs(h.sim)[a.ID] == 1 })
-			time.Sleep(200 * time.Millisecond)
-			if n := len(h.sim.Accepted()); n != 2 {
-				t.Errorf("the provider got %d sends, want 2 (one per producer)", n)
-			}
-		})
-	}
+		var a httpapi.AcceptedMessage
+		first.json(t, &a)
+		eventually(t, "the send", func() bool { return sentRefs(h.sim)[a.ID] == 1 })
+		time.Sleep(200 * time.Millisecond)
+		if n := len(h.sim.Accepted()); n != 2 {
+			t.Errorf("the provider got %d sends, want 2 (one per producer)", n)
+		}
+	})
 }
 
 // TestIdempotencyInFlight: a retry that races the first request gets 409
@@ -66,37 +63,34 @@ func TestIdempotencyKey(t *testing.T) {
 // keeps the answer: TestIdempotencyRaceOneTrip); there the batch endpoint
 // shows the lock.
 func TestIdempotencyInFlight(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			h := start(t, m, nil)
-			p, _ := h.app.srv.Edge.Auth.ProducerFor(config.Producer{Key: keyNotify}.KeyHash())
-			path, scope := "/v1/messages", "message"
-			var body any = msg("transactional")
-			if m == redisMode {
-				path, scope = "/v1/messages/batch", "batch"
-				body = map[string]any{"messages": []any{msg("transactional")}}
-			}
-			k := admission.IdemKey(p.Name, scope, "slow-first")
-			// Hold the lock as a first request still in progress would.
-			_, token, err := h.app.srv.Store.Idem.Acquire(context.Background(), k, time.Minute)
-			if err != nil || token == "" {
-				t.Fatalf("acquire: %q %v", token, err)
-			}
-			r := h.post(path, keyNotify, body, "Idempotency-Key", "slow-first")
-			wantStatus(t, r, http.StatusConflict)
-			if r.header.Get("Retry-After") != "1" {
-				t.Errorf("Retry-After %q", r.header.Get("Retry-After"))
-			}
-			if err := h.app.srv.Store.Idem.Finish(context.Background(), k, token, nil); err != nil {
-				t.Fatal(err)
-			}
-			r = h.post(path, keyNotify, body, "Idempotency-Key", "slow-first")
-			if r.status != http.StatusAccepted && r.status != http.StatusOK {
-				t.Errorf("after the lock: status %d", r.status)
-			}
-		})
-	}
+	eachMode(t, func(t *testing.T, m mode) {
+		h := start(t, m, nil)
+		p, _ := h.app.srv.Edge.Auth.ProducerFor(config.Producer{Key: keyNotify}.KeyHash())
+		path, scope := "/v1/messages", "message"
+		var body any = msg("transactional")
+		if m == redisMode {
+			path, scope = "/v1/messages/batch", "batch"
+			body = map[string]any{"messages": []any{msg("transactional")}}
+		}
+		k := admission.IdemKey(p.Name, scope, "slow-first")
+		// Hold the lock as a first request still in progress would.
+		_, token, err := h.app.srv.Store.Idem.Acquire(context.Background(), k, time.Minute)
+		if err != nil || token == "" {
+			t.Fatalf("acquire: %q %v", token, err)
+		}
+		r := h.post(path, keyNotify, body, "Idempotency-Key", "slow-first")
+		wantStatus(t, r, http.StatusConflict)
+		if r.header.Get("Retry-After") != "1" {
+			t.Errorf("Retry-After %q", r.header.Get("Retry-After"))
+		}
+		if err := h.app.srv.Store.Idem.Finish(context.Background(), k, token, nil); err != nil {
+			t.Fatal(err)
+		}
+		r = h.post(path, keyNotify, body, "Idempotency-Key", "slow-first")
+		if r.status != http.StatusAccepted && r.status != http.StatusOK {
+			t.Errorf("after the lock: status %d", r.status)
+		}
+	})
 }
 
 // TestIdempotencyRaceOneTrip: in Redis mode, concurrent retries of one
@@ -257,42 +251,39 @@ func (h *harness) postKeys(path, key string, body any, idemKeys ...string) reply
 // them is answered as a first request.
 func TestIdempotencyKeyTwiceRefused(t *testing.T) {
 	otpBody := map[string]any{"to": "+819012345678", "body": "code 1234"}
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			h := start(t, m, nil)
-			cases := []struct {
-				path, key string
-				body      any
-				ok        int
-			}{
-				{"/v1/messages", keyNotify, msg("transactional"), http.StatusAccepted},
-				{"/v1/messages/batch", keyNotify, map[string]any{"messages": []any{msg("transactional")}}, http.StatusOK},
-				{"/v1/otp", keyLogin, otpBody, http.StatusOK},
+	eachMode(t, func(t *testing.T, m mode) {
+		h := start(t, m, nil)
+		cases := []struct {
+			path, key string
+			body      any
+			ok        int
+		}{
+			{"/v1/messages", keyNotify, msg("transactional"), http.StatusAccepted},
+			{"/v1/messages/batch", keyNotify, map[string]any{"messages": []any{msg("transactional")}}, http.StatusOK},
+			{"/v1/otp", keyLogin, otpBody, http.StatusOK},
+		}
+		for _, c := range cases {
+			for _, keys := range [][]string{{"k-first", "k-second"}, {"k-same", "k-same"}} {
+				r := h.postKeys(c.path, c.key, c.body, keys...)
+				wantProblem(t, r, http.StatusBadRequest, httpapi.KindInvalid, "Idempotency-Key")
 			}
-			for _, c := range cases {
-				for _, keys := range [][]string{{"k-first", "k-second"}, {"k-same", "k-same"}} {
-					r := h.postKeys(c.path, c.key, c.body, keys...)
-					wantProblem(t, r, http.StatusBadRequest, httpapi.KindInvalid, "Idempotency-Key")
+		}
+		if n := len(h.sim.Accepted()); n != 0 {
+			t.Errorf("%d sends after refused requests", n)
+		}
+		if st := h.stats(); st.Classes["transactional"].Ready+st.Classes["transactional"].Leased != 0 {
+			t.Errorf("refused requests queued messages: %+v", st.Classes["transactional"])
+		}
+		for _, c := range cases {
+			for _, k := range []string{"k-first", "k-second", "k-same"} {
+				r := h.postKeys(c.path, c.key, c.body, k)
+				wantStatus(t, r, c.ok)
+				if r.header.Get("Idempotent-Replayed") != "" {
+					t.Errorf("%s with key %s: replayed an answer kept for a refused request", c.path, k)
 				}
 			}
-			if n := len(h.sim.Accepted()); n != 0 {
-				t.Errorf("%d sends after refused requests", n)
-			}
-			if st := h.stats(); st.Classes["transactional"].Ready+st.Classes["transactional"].Leased != 0 {
-				t.Errorf("refused requests queued messages: %+v", st.Classes["transactional"])
-			}
-			for _, c := range cases {
-				for _, k := range []string{"k-first", "k-second", "k-same"} {
-					r := h.postKeys(c.path, c.key, c.body, k)
-					wantStatus(t, r, c.ok)
-					if r.header.Get("Idempotent-Replayed") != "" {
-						t.Errorf("%s with key %s: replayed an answer kept for a refused request", c.path, k)
-					}
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // TestKeyedRequestsBounded, in both modes, through real HTTP: what a
@@ -304,34 +295,31 @@ func TestIdempotencyKeyTwiceRefused(t *testing.T) {
 // still gets its first answer, byte for byte, and a request without a key
 // is accepted. Another producer has its own bound.
 func TestKeyedRequestsBounded(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			h := start(t, m, func(c *config.Config) { c.Producers[0].MaxKeyedPerDay = 3 })
-			keyed := func(key string) reply {
-				return h.post("/v1/messages", keyNotify, msg("transactional"), "Idempotency-Key", key)
-			}
-			first := keyed("order-1")
-			wantStatus(t, first, http.StatusAccepted)
-			wantStatus(t, keyed("order-2"), http.StatusAccepted)
-			b := h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": []any{msg("transactional")}}, "Idempotency-Key", "batch-1")
-			wantStatus(t, b, http.StatusOK)
+	eachMode(t, func(t *testing.T, m mode) {
+		h := start(t, m, func(c *config.Config) { c.Producers[0].MaxKeyedPerDay = 3 })
+		keyed := func(key string) reply {
+			return h.post("/v1/messages", keyNotify, msg("transactional"), "Idempotency-Key", key)
+		}
+		first := keyed("order-1")
+		wantStatus(t, first, http.StatusAccepted)
+		wantStatus(t, keyed("order-2"), http.StatusAccepted)
+		b := h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": []any{msg("transactional")}}, "Idempotency-Key", "batch-1")
+		wantStatus(t, b, http.StatusOK)
 
-			over := keyed("order-3")
-			p := wantProblem(t, over, http.StatusTooManyRequests, httpapi.ProblemKind("too-many-keyed-requests"), "Idempotency-Key")
-			if d, _ := p["detail"].(string); !strings.Contains(d, "producers[].max_keyed_per_day") {
-				t.Errorf("detail %q does not name the key", d)
-			}
-			if ra, err := strconv.Atoi(over.header.Get("Retry-After")); err != nil || ra < 1 {
-				t.Errorf("Retry-After %q", over.header.Get("Retry-After"))
-			}
-			again := keyed("order-1")
-			wantStatus(t, again, http.StatusAccepted)
-			if string(again.body) != string(first.body) || again.header.Get("Idempotent-Replayed") != "true" {
-				t.Errorf("retry of an answered key: %s (replayed %q), first %s", again.body, again.header.Get("Idempotent-Replayed"), first.body)
-			}
-			wantStatus(t, h.post("/v1/messages", keyNotify, msg("transactional")), http.StatusAccepted)
-			wantStatus(t, h.post("/v1/messages", keyLogin, msg("otp"), "Idempotency-Key", "order-3"), http.StatusAccepted)
-		})
-	}
+		over := keyed("order-3")
+		p := wantProblem(t, over, http.StatusTooManyRequests, httpapi.ProblemKind("too-many-keyed-requests"), "Idempotency-Key")
+		if d, _ := p["detail"].(string); !strings.Contains(d, "producers[].max_keyed_per_day") {
+			t.Errorf("detail %q does not name the key", d)
+		}
+		if ra, err := strconv.Atoi(over.header.Get("Retry-After")); err != nil || ra < 1 {
+			t.Errorf("Retry-After %q", over.header.Get("Retry-After"))
+		}
+		again := keyed("order-1")
+		wantStatus(t, again, http.StatusAccepted)
+		if string(again.body) != string(first.body) || again.header.Get("Idempotent-Replayed") != "true" {
+			t.Errorf("retry of an answered key: %s (replayed %q), first %s", again.body, again.header.Get("Idempotent-Replayed"), first.body)
+		}
+		wantStatus(t, h.post("/v1/messages", keyNotify, msg("transactional")), http.StatusAccepted)
+		wantStatus(t, h.post("/v1/messages", keyLogin, msg("otp"), "Idempotency-Key", "order-3"), http.StatusAccepted)
+	})
 }

@@ -335,93 +335,90 @@ func (f *optOutTwilio) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // next marketing and transactional messages to it are accepted and end
 // suppressed at their takes, spending no send. The recipient's START then lifts the provider's entry.
 func TestProviderOptOut(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			fake := &optOutTwilio{}
-			fake.optedOut.Store(true)
-			srv := httptest.NewServer(fake)
-			t.Cleanup(srv.Close)
-			hook := newHookReceiver(t)
-			h := start(t, m, func(c *config.Config) {
-				c.Provider.Kind = "twilio"
-				c.Provider.HTTP.URL = srv.URL
-				c.Provider.InboundURL = twilioPublic
-				c.Provider.Twilio = twilio.Settings{AccountSID: "AC0123456789abcdef0123456789abcdef", AuthToken: twilioToken, From: "+15005550006"}
-				c.Producers[0].Webhook = config.WebhookConfig{URL: hook.srv.URL + "/hook", Secret: testWebhookSecret}
-				c.Webhooks.AllowNetworks = []string{"127.0.0.0/8"}
-			})
-			a := accepted(t, h.post("/v1/messages", keyNotify, msg("marketing", "reference", "spring-sale",
-				"body", "Spring sale! Reply STOP to opt out")))
-			var v httpapi.MessageView
-			eventually(t, "the message suppressed", func() bool {
-				v = h.status(t, a.ID)
-				return v.Status.Done()
-			})
-			if v.Status != sms.StatusSuppressed || v.Attempts != 1 || v.To != "+8190****5678" ||
-				!strings.HasPrefix(v.LastError, "the recipient opted out at the provider: ") || !strings.Contains(v.LastError, "21610") {
-				t.Fatalf("GET %+v; want suppressed after one attempt, saying the recipient opted out", v)
-			}
-			if n := fake.toNumber.Load(); n != 1 {
-				t.Errorf("Twilio got %d sends to the number, want 1", n)
-			}
-			if dl := h.get("/v1/admin/dead-letters", keyAdmin); strings.Contains(string(dl.body), a.ID) {
-				t.Errorf("a suppressed message among the dead letters: %s", dl.body)
-			}
+	eachMode(t, func(t *testing.T, m mode) {
+		fake := &optOutTwilio{}
+		fake.optedOut.Store(true)
+		srv := httptest.NewServer(fake)
+		t.Cleanup(srv.Close)
+		hook := newHookReceiver(t)
+		h := start(t, m, func(c *config.Config) {
+			c.Provider.Kind = "twilio"
+			c.Provider.HTTP.URL = srv.URL
+			c.Provider.InboundURL = twilioPublic
+			c.Provider.Twilio = twilio.Settings{AccountSID: "AC0123456789abcdef0123456789abcdef", AuthToken: twilioToken, From: "+15005550006"}
+			c.Producers[0].Webhook = config.WebhookConfig{URL: hook.srv.URL + "/hook", Secret: testWebhookSecret}
+			c.Webhooks.AllowNetworks = []string{"127.0.0.0/8"}
+		})
+		a := accepted(t, h.post("/v1/messages", keyNotify, msg("marketing", "reference", "spring-sale",
+			"body", "Spring sale! Reply STOP to opt out")))
+		var v httpapi.MessageView
+		eventually(t, "the message suppressed", func() bool {
+			v = h.status(t, a.ID)
+			return v.Status.Done()
+		})
+		if v.Status != sms.StatusSuppressed || v.Attempts != 1 || v.To != "+8190****5678" ||
+			!strings.HasPrefix(v.LastError, "the recipient opted out at the provider: ") || !strings.Contains(v.LastError, "21610") {
+			t.Fatalf("GET %+v; want suppressed after one attempt, saying the recipient opted out", v)
+		}
+		if n := fake.toNumber.Load(); n != 1 {
+			t.Errorf("Twilio got %d sends to the number, want 1", n)
+		}
+		if dl := h.get("/v1/admin/dead-letters", keyAdmin); strings.Contains(string(dl.body), a.ID) {
+			t.Errorf("a suppressed message among the dead letters: %s", dl.body)
+		}
 
-			eventually(t, "the status event", func() bool { return len(hook.events()) == 1 })
-			doc, err := specDoc()
-			if err != nil {
+		eventually(t, "the status event", func() bool { return len(hook.events()) == 1 })
+		doc, err := specDoc()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for id, bodies := range hook.events() {
+			var ev map[string]any
+			if err := json.Unmarshal([]byte(bodies[0]), &ev); err != nil {
 				t.Fatal(err)
 			}
-			for id, bodies := range hook.events() {
-				var ev map[string]any
-				if err := json.Unmarshal([]byte(bodies[0]), &ev); err != nil {
-					t.Fatal(err)
-				}
-				if err := doc.Components.Schemas["StatusEvent"].Value.VisitJSON(ev); err != nil {
-					t.Errorf("event %s does not match StatusEvent: %v\n%s", id, err, bodies[0])
-				}
-				data := ev["data"].(map[string]any)
-				errObj, _ := data["error"].(map[string]any)
-				if ev["type"] != "message.suppressed" || data["id"] != a.ID || data["status"] != "suppressed" || data["reference"] != "spring-sale" ||
-					errObj == nil || errObj["code"] != "opted_out" || !strings.Contains(errObj["message"].(string), "opted out") {
-					t.Errorf("event %s: %s", id, bodies[0])
-				}
-				if strings.Contains(bodies[0], "9012345678") || strings.Contains(bodies[0], "Spring sale") {
-					t.Errorf("event %s carries the number or the text: %s", id, bodies[0])
-				}
+			if err := doc.Components.Schemas["StatusEvent"].Value.VisitJSON(ev); err != nil {
+				t.Errorf("event %s does not match StatusEvent: %v\n%s", id, err, bodies[0])
 			}
-			if hook.bad != 0 {
-				t.Errorf("%d deliveries with a bad signature", hook.bad)
+			data := ev["data"].(map[string]any)
+			errObj, _ := data["error"].(map[string]any)
+			if ev["type"] != "message.suppressed" || data["id"] != a.ID || data["status"] != "suppressed" || data["reference"] != "spring-sale" ||
+				errObj == nil || errObj["code"] != "opted_out" || !strings.Contains(errObj["message"].(string), "opted out") {
+				t.Errorf("event %s: %s", id, bodies[0])
 			}
+			if strings.Contains(bodies[0], "9012345678") || strings.Contains(bodies[0], "Spring sale") {
+				t.Errorf("event %s carries the number or the text: %s", id, bodies[0])
+			}
+		}
+		if hook.bad != 0 {
+			t.Errorf("%d deliveries with a bad signature", hook.bad)
+		}
 
-			l := h.suppressionsOf(t)
-			if len(l) != 1 || l[0].Source != "provider" || l[0].To != "+8190****5678" || !strings.Contains(l[0].Reason, "opted out") {
-				t.Fatalf("the list %+v; want the provider's entry", l)
-			}
-			wantSuppressedLater(t, h, h.post("/v1/messages", keyNotify, msg("marketing")))
-			wantSuppressedLater(t, h, h.post("/v1/messages", keyNotify, msg("transactional")))
-			if n := fake.toNumber.Load(); n != 1 {
-				t.Errorf("Twilio got %d sends to the number after it was suppressed, want still 1", n)
-			}
-			mv := metricValues(h.metrics(), "smsgw_dispatch_messages_total")
-			if got := mv[`smsgw_dispatch_messages_total{class="marketing",outcome="suppressed"}`]; got != 2 {
-				t.Errorf("suppressed outcomes %v, want 2 (the refused send, and the next marketing message ended at its take)", got)
-			}
+		l := h.suppressionsOf(t)
+		if len(l) != 1 || l[0].Source != "provider" || l[0].To != "+8190****5678" || !strings.Contains(l[0].Reason, "opted out") {
+			t.Fatalf("the list %+v; want the provider's entry", l)
+		}
+		wantSuppressedLater(t, h, h.post("/v1/messages", keyNotify, msg("marketing")))
+		wantSuppressedLater(t, h, h.post("/v1/messages", keyNotify, msg("transactional")))
+		if n := fake.toNumber.Load(); n != 1 {
+			t.Errorf("Twilio got %d sends to the number after it was suppressed, want still 1", n)
+		}
+		mv := metricValues(h.metrics(), "smsgw_dispatch_messages_total")
+		if got := mv[`smsgw_dispatch_messages_total{class="marketing",outcome="suppressed"}`]; got != 2 {
+			t.Errorf("suppressed outcomes %v, want 2 (the refused send, and the next marketing message ended at its take)", got)
+		}
 
-			// The recipient texts START (Twilio lifts its own block too): the
-			// provider's entry goes, and messages flow again.
-			fake.optedOut.Store(false)
-			tw := inboundAdapters[1]
-			tw.ok(t, tw.post(h, inboundFrom, "START", true))
-			if l := h.suppressionsOf(t); len(l) != 0 {
-				t.Fatalf("START left %+v", l)
-			}
-			b := accepted(t, h.post("/v1/messages", keyNotify, msg("marketing")))
-			eventually(t, "the next message sent", func() bool { return h.status(t, b.ID).Status == sms.StatusSent })
-		})
-	}
+		// The recipient texts START (Twilio lifts its own block too): the
+		// provider's entry goes, and messages flow again.
+		fake.optedOut.Store(false)
+		tw := inboundAdapters[1]
+		tw.ok(t, tw.post(h, inboundFrom, "START", true))
+		if l := h.suppressionsOf(t); len(l) != 0 {
+			t.Fatalf("START left %+v", l)
+		}
+		b := accepted(t, h.post("/v1/messages", keyNotify, msg("marketing")))
+		eventually(t, "the next message sent", func() bool { return h.status(t, b.ID).Status == sms.StatusSent })
+	})
 }
 
 // fakeVonage speaks the SMS API: every send is accepted (status 0).
@@ -447,38 +444,35 @@ func (f *fakeVonage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // the list as the provider's entry, so the next marketing message to it
 // ends suppressed, unsent.
 func TestVonageReceiptOptOut(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			fake := &fakeVonage{ids: map[string]string{}}
-			srv := httptest.NewServer(fake)
-			t.Cleanup(srv.Close)
-			h := start(t, m, func(c *config.Config) {
-				c.Provider.Kind = "vonage"
-				c.Provider.HTTP.URL = srv.URL
-				c.Provider.Vonage = vonage.Settings{APIKey: "key", APISecret: "api-secret", From: "ACME", SignatureSecret: vonageSecret}
-			})
-			v := h.sendAndWait(t)
-			ps := map[string]string{"messageId": v.ProviderMessageID, "status": "failed", "err-code": "9", "msisdn": "819012345678",
-				"to": "ACME", "client-ref": v.ID, "price": "0.00000000", "message-timestamp": time.Now().UTC().Format(time.DateTime),
-				"timestamp": strconv.FormatInt(time.Now().Unix(), 10), "nonce": "n9"}
-			form := url.Values{}
-			for k, s := range ps {
-				form.Set(k, s)
-			}
-			form.Set("sig", vonage.Signature(vonage.MethodMD5Hash, vonageSecret, ps))
-			wantStatus(t, h.do(req{method: http.MethodPost, path: "/v1/receipts/vonage", body: form.Encode(),
-				header: map[string]string{"Content-Type": "application/x-www-form-urlencoded"}}), http.StatusNoContent)
-			if got := h.status(t, v.ID); got.Status != sms.StatusUndelivered || got.LastError != "9" {
-				t.Fatalf("after the receipt: %s %q, want undelivered 9", got.Status, got.LastError)
-			}
-			l := h.suppressionsOf(t)
-			if len(l) != 1 || l[0].Source != "provider" || l[0].To != "+8190****5678" {
-				t.Fatalf("the list %+v; want the provider's entry", l)
-			}
-			wantSuppressedLater(t, h, h.post("/v1/messages", keyNotify, msg("marketing")))
+	eachMode(t, func(t *testing.T, m mode) {
+		fake := &fakeVonage{ids: map[string]string{}}
+		srv := httptest.NewServer(fake)
+		t.Cleanup(srv.Close)
+		h := start(t, m, func(c *config.Config) {
+			c.Provider.Kind = "vonage"
+			c.Provider.HTTP.URL = srv.URL
+			c.Provider.Vonage = vonage.Settings{APIKey: "key", APISecret: "api-secret", From: "ACME", SignatureSecret: vonageSecret}
 		})
-	}
+		v := h.sendAndWait(t)
+		ps := map[string]string{"messageId": v.ProviderMessageID, "status": "failed", "err-code": "9", "msisdn": "819012345678",
+			"to": "ACME", "client-ref": v.ID, "price": "0.00000000", "message-timestamp": time.Now().UTC().Format(time.DateTime),
+			"timestamp": strconv.FormatInt(time.Now().Unix(), 10), "nonce": "n9"}
+		form := url.Values{}
+		for k, s := range ps {
+			form.Set(k, s)
+		}
+		form.Set("sig", vonage.Signature(vonage.MethodMD5Hash, vonageSecret, ps))
+		wantStatus(t, h.do(req{method: http.MethodPost, path: "/v1/receipts/vonage", body: form.Encode(),
+			header: map[string]string{"Content-Type": "application/x-www-form-urlencoded"}}), http.StatusNoContent)
+		if got := h.status(t, v.ID); got.Status != sms.StatusUndelivered || got.LastError != "9" {
+			t.Fatalf("after the receipt: %s %q, want undelivered 9", got.Status, got.LastError)
+		}
+		l := h.suppressionsOf(t)
+		if len(l) != 1 || l[0].Source != "provider" || l[0].To != "+8190****5678" {
+			t.Fatalf("the list %+v; want the provider's entry", l)
+		}
+		wantSuppressedLater(t, h, h.post("/v1/messages", keyNotify, msg("marketing")))
+	})
 }
 
 // TestOptOutWhenListFull, for every adapter in both modes, through real
@@ -625,64 +619,61 @@ func TestInboundOlderStart(t *testing.T) {
 // the victim's number first, is refused by its form alone.)
 func TestInboundRecut(t *testing.T) {
 	const attacker = "+85550001111" // sorts after the victim, as the re-cut needs
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			a := inboundAdapters[1]
-			h := start(t, m, func(c *config.Config) { a.edit(t, c) })
-			a.ok(t, a.post(h, inboundFrom, "STOP", true))
-			text := "STARTFrom" + inboundFrom + "FromCity"
-			sid := twilioInbound(attacker, text)
-			captured := url.Values{"MessageSid": {sid}, "AccountSid": {"AC0123456789abcdef0123456789abcdef"}, "From": {attacker}, "To": {"+15005550006"},
-				"Body": {text}, "NumMedia": {"0"}}
-			sig := twilio.Signature(twilioToken, twilioPublic, captured)
-			post := func(f url.Values) reply {
-				if twilio.Signature(twilioToken, twilioPublic, f) != sig {
-					t.Fatalf("the re-cut form %v does not carry the captured signature: the test is wrong", f)
-				}
-				return h.do(req{method: http.MethodPost, path: "/v1/inbound/twilio", body: f.Encode(),
-					header: map[string]string{"Content-Type": "application/x-www-form-urlencoded", twilio.HeaderSignature: sig}})
+	eachMode(t, func(t *testing.T, m mode) {
+		a := inboundAdapters[1]
+		h := start(t, m, func(c *config.Config) { a.edit(t, c) })
+		a.ok(t, a.post(h, inboundFrom, "STOP", true))
+		text := "STARTFrom" + inboundFrom + "FromCity"
+		sid := twilioInbound(attacker, text)
+		captured := url.Values{"MessageSid": {sid}, "AccountSid": {"AC0123456789abcdef0123456789abcdef"}, "From": {attacker}, "To": {"+15005550006"},
+			"Body": {text}, "NumMedia": {"0"}}
+		sig := twilio.Signature(twilioToken, twilioPublic, captured)
+		post := func(f url.Values) reply {
+			if twilio.Signature(twilioToken, twilioPublic, f) != sig {
+				t.Fatalf("the re-cut form %v does not carry the captured signature: the test is wrong", f)
 			}
-			recut := func(edit func(url.Values)) url.Values {
-				f := url.Values{}
-				for k, v := range captured {
-					f[k] = append([]string(nil), v...)
-				}
-				edit(f)
-				return f
+			return h.do(req{method: http.MethodPost, path: "/v1/inbound/twilio", body: f.Encode(),
+				header: map[string]string{"Content-Type": "application/x-www-form-urlencoded", twilio.HeaderSignature: sig}})
+		}
+		recut := func(edit func(url.Values)) url.Values {
+			f := url.Values{}
+			for k, v := range captured {
+				f[k] = append([]string(nil), v...)
 			}
-			// A second capture, its text built for a name given twice.
-			text2 := "STARTFrom" + inboundFrom
-			sid2 := twilioInbound(attacker, text2)
-			captured2 := url.Values{"MessageSid": {sid2}, "AccountSid": {"AC0123456789abcdef0123456789abcdef"}, "From": {attacker}, "To": {"+15005550006"},
-				"Body": {text2}, "NumMedia": {"0"}}
-			twice := url.Values{"MessageSid": {sid2}, "AccountSid": {"AC0123456789abcdef0123456789abcdef"}, "From": {inboundFrom, attacker}, "To": {"+15005550006"},
-				"Body": {"START"}, "NumMedia": {"0"}}
-			sig2 := twilio.Signature(twilioToken, twilioPublic, captured2)
-			if twilio.Signature(twilioToken, twilioPublic, twice) != sig2 {
-				t.Fatalf("the re-cut form %v does not carry the captured signature: the test is wrong", twice)
+			edit(f)
+			return f
+		}
+		// A second capture, its text built for a name given twice.
+		text2 := "STARTFrom" + inboundFrom
+		sid2 := twilioInbound(attacker, text2)
+		captured2 := url.Values{"MessageSid": {sid2}, "AccountSid": {"AC0123456789abcdef0123456789abcdef"}, "From": {attacker}, "To": {"+15005550006"},
+			"Body": {text2}, "NumMedia": {"0"}}
+		twice := url.Values{"MessageSid": {sid2}, "AccountSid": {"AC0123456789abcdef0123456789abcdef"}, "From": {inboundFrom, attacker}, "To": {"+15005550006"},
+			"Body": {"START"}, "NumMedia": {"0"}}
+		sig2 := twilio.Signature(twilioToken, twilioPublic, captured2)
+		if twilio.Signature(twilioToken, twilioPublic, twice) != sig2 {
+			t.Fatalf("the re-cut form %v does not carry the captured signature: the test is wrong", twice)
+		}
+		wantProblem(t, h.do(req{method: http.MethodPost, path: "/v1/inbound/twilio", body: twice.Encode(),
+			header: map[string]string{"Content-Type": "application/x-www-form-urlencoded", twilio.HeaderSignature: sig2}}),
+			http.StatusBadRequest, httpapi.KindInvalid, "From")
+		wantProblem(t, post(recut(func(f url.Values) {
+			f.Set("Body", "START")
+			f.Set("From", inboundFrom)
+			f.Set("FromCity", "From"+attacker)
+		})),
+			http.StatusUnauthorized, httpapi.KindBadSignature, "")
+		if l := h.suppressionsOf(t); len(l) != 1 || l[0].Source != "recipient" {
+			t.Fatalf("a re-cut capture changed the victim's STOP: %+v", l)
+		}
+		a.ok(t, post(captured))
+		mv := metricValues(h.metrics(), "smsgw_inbound_total")
+		for kind, want := range map[string]float64{"malformed": 1, "unconfirmed": 1, "opt_in": 0, "other": 1} {
+			if got := mv[`smsgw_inbound_total{adapter="twilio",kind="`+kind+`"}`]; got != want {
+				t.Errorf("%s counted %v, want %v", kind, got, want)
 			}
-			wantProblem(t, h.do(req{method: http.MethodPost, path: "/v1/inbound/twilio", body: twice.Encode(),
-				header: map[string]string{"Content-Type": "application/x-www-form-urlencoded", twilio.HeaderSignature: sig2}}),
-				http.StatusBadRequest, httpapi.KindInvalid, "From")
-			wantProblem(t, post(recut(func(f url.Values) {
-				f.Set("Body", "START")
-				f.Set("From", inboundFrom)
-				f.Set("FromCity", "From"+attacker)
-			})),
-				http.StatusUnauthorized, httpapi.KindBadSignature, "")
-			if l := h.suppressionsOf(t); len(l) != 1 || l[0].Source != "recipient" {
-				t.Fatalf("a re-cut capture changed the victim's STOP: %+v", l)
-			}
-			a.ok(t, post(captured))
-			mv := metricValues(h.metrics(), "smsgw_inbound_total")
-			for kind, want := range map[string]float64{"malformed": 1, "unconfirmed": 1, "opt_in": 0, "other": 1} {
-				if got := mv[`smsgw_inbound_total{adapter="twilio",kind="`+kind+`"}`]; got != want {
-					t.Errorf("%s counted %v, want %v", kind, got, want)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // TestInboundSignatureOracle: a receipt's signature replayed as an inbound
@@ -738,46 +729,43 @@ func TestInboundSignatureOracle(t *testing.T) {
 // ARRET with OptOutType STOP lists the number at once, not after a send
 // fails with 21610; the opt-in with START lifts it; HELP changes nothing.
 func TestTwilioOptOutTypeIsAKeyword(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			twilioAdapter := inboundAdapters[1]
-			if twilioAdapter.name != "twilio" {
-				t.Fatalf("inboundAdapters[1] is %s", twilioAdapter.name)
+	eachMode(t, func(t *testing.T, m mode) {
+		twilioAdapter := inboundAdapters[1]
+		if twilioAdapter.name != "twilio" {
+			t.Fatalf("inboundAdapters[1] is %s", twilioAdapter.name)
+		}
+		h := start(t, m, func(c *config.Config) { twilioAdapter.edit(t, c) })
+		post := func(text, optOutType string) {
+			t.Helper()
+			form := url.Values{"MessageSid": {twilioInbound(inboundFrom, text)}, "AccountSid": {"AC0123456789abcdef0123456789abcdef"},
+				"From": {inboundFrom}, "To": {"+15005550006"}, "Body": {text}, "NumMedia": {"0"}}
+			if optOutType != "" {
+				form.Set("OptOutType", optOutType)
 			}
-			h := start(t, m, func(c *config.Config) { twilioAdapter.edit(t, c) })
-			post := func(text, optOutType string) {
-				t.Helper()
-				form := url.Values{"MessageSid": {twilioInbound(inboundFrom, text)}, "AccountSid": {"AC0123456789abcdef0123456789abcdef"},
-					"From": {inboundFrom}, "To": {"+15005550006"}, "Body": {text}, "NumMedia": {"0"}}
-				if optOutType != "" {
-					form.Set("OptOutType", optOutType)
-				}
-				twilioAdapter.ok(t, h.do(req{method: http.MethodPost, path: "/v1/inbound/twilio", body: form.Encode(),
-					header: map[string]string{"Content-Type": "application/x-www-form-urlencoded",
-						twilio.HeaderSignature: twilio.Signature(twilioToken, twilioPublic, form)}}))
-			}
-			post("ARRET", "") // not one of the gateway's keywords, and Twilio did not read it as one
-			if l := h.suppressionsOf(t); len(l) != 0 {
-				t.Fatalf("ARRET without OptOutType changed the list: %+v", l)
-			}
-			post("AIDE", "HELP")
-			if l := h.suppressionsOf(t); len(l) != 0 {
-				t.Fatalf("HELP changed the list: %+v", l)
-			}
-			post("ARRET", "STOP")
-			l := h.suppressionsOf(t)
-			if len(l) != 1 || l[0].Source != "recipient" {
-				t.Fatalf("after ARRET read by Twilio as STOP the list is %+v; want the recipient's entry", l)
-			}
-			wantSuppressedLater(t, h, h.post("/v1/messages", keyNotify, msg("marketing")))
-			post("REPRENDRE", "START")
-			if l := h.suppressionsOf(t); len(l) != 0 {
-				t.Fatalf("the opt-in Twilio read as START left %+v", l)
-			}
-			wantStatus(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusAccepted)
-		})
-	}
+			twilioAdapter.ok(t, h.do(req{method: http.MethodPost, path: "/v1/inbound/twilio", body: form.Encode(),
+				header: map[string]string{"Content-Type": "application/x-www-form-urlencoded",
+					twilio.HeaderSignature: twilio.Signature(twilioToken, twilioPublic, form)}}))
+		}
+		post("ARRET", "") // not one of the gateway's keywords, and Twilio did not read it as one
+		if l := h.suppressionsOf(t); len(l) != 0 {
+			t.Fatalf("ARRET without OptOutType changed the list: %+v", l)
+		}
+		post("AIDE", "HELP")
+		if l := h.suppressionsOf(t); len(l) != 0 {
+			t.Fatalf("HELP changed the list: %+v", l)
+		}
+		post("ARRET", "STOP")
+		l := h.suppressionsOf(t)
+		if len(l) != 1 || l[0].Source != "recipient" {
+			t.Fatalf("after ARRET read by Twilio as STOP the list is %+v; want the recipient's entry", l)
+		}
+		wantSuppressedLater(t, h, h.post("/v1/messages", keyNotify, msg("marketing")))
+		post("REPRENDRE", "START")
+		if l := h.suppressionsOf(t); len(l) != 0 {
+			t.Fatalf("the opt-in Twilio read as START left %+v", l)
+		}
+		wantStatus(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusAccepted)
+	})
 }
 
 // TestWebhookBodyLogsSampled, through real HTTP: the provider's endpoints

@@ -64,6 +64,18 @@ const (
 
 var modes = []mode{embeddedMode, redisMode}
 
+// eachMode runs fn as a parallel subtest for every store mode, named
+// after the mode.
+func eachMode(t *testing.T, fn func(t *testing.T, m mode)) {
+	t.Helper()
+	for _, m := range modes {
+		t.Run(string(m), func(t *testing.T) {
+			t.Parallel()
+			fn(t, m)
+		})
+	}
+}
+
 // testConfig is a valid configuration for m, listening on a free port,
 // sending to the simulator at simURL.
 func testConfig(t testing.TB, m mode, simURL string) config.Config {

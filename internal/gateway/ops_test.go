@@ -24,42 +24,39 @@ import (
 // TestReadyzUnreadyFromStop: /readyz answers 503 as soon as Stop begins,
 // while the listener still serves (DrainDelay), and 200 before.
 func TestReadyzUnreadyFromStop(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			s := newSim(t, sim.Config{})
-			cfg := testConfig(t, m, s.URL())
-			app, err := New(t.Context(), cfg, Options{DrainDelay: 2 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := app.Start(t.Context()); err != nil {
-				t.Fatal(err)
-			}
-			h := &harness{t: t, app: app, sim: s, base: "http://" + app.Addr(), cfg: cfg, client: &http.Client{Timeout: 5 * time.Second}}
-			r := h.get("/readyz", "")
-			wantStatus(t, r, http.StatusOK)
-			if !strings.Contains(string(r.body), `"store":"ok"`) || !strings.Contains(string(r.body), `"limiter":"ok"`) {
-				t.Errorf("readyz %s", r.body)
-			}
-			stopped := make(chan error, 1)
-			go func() { stopped <- app.Stop(context.Background()) }()
-			eventually(t, "readyz to turn unready", func() bool { return h.get("/readyz", "").status == http.StatusServiceUnavailable })
-			wantStatus(t, h.get("/healthz", ""), http.StatusOK) // still serving while draining
-			if err := <-stopped; err != nil {
-				t.Fatal(err)
-			}
-			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, h.base+"/healthz", nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if resp, err := http.DefaultClient.Do(req); err == nil {
-				_ = resp.Body.Close()
-				t.Error("still listening after Stop")
-			}
-			h.client.CloseIdleConnections()
-		})
-	}
+	eachMode(t, func(t *testing.T, m mode) {
+		s := newSim(t, sim.Config{})
+		cfg := testConfig(t, m, s.URL())
+		app, err := New(t.Context(), cfg, Options{DrainDelay: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := app.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		h := &harness{t: t, app: app, sim: s, base: "http://" + app.Addr(), cfg: cfg, client: &http.Client{Timeout: 5 * time.Second}}
+		r := h.get("/readyz", "")
+		wantStatus(t, r, http.StatusOK)
+		if !strings.Contains(string(r.body), `"store":"ok"`) || !strings.Contains(string(r.body), `"limiter":"ok"`) {
+			t.Errorf("readyz %s", r.body)
+		}
+		stopped := make(chan error, 1)
+		go func() { stopped <- app.Stop(context.Background()) }()
+		eventually(t, "readyz to turn unready", func() bool { return h.get("/readyz", "").status == http.StatusServiceUnavailable })
+		wantStatus(t, h.get("/healthz", ""), http.StatusOK) // still serving while draining
+		if err := <-stopped; err != nil {
+			t.Fatal(err)
+		}
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, h.base+"/healthz", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_ = resp.Body.Close()
+			t.Error("still listening after Stop")
+		}
+		h.client.CloseIdleConnections()
+	})
 }
 
 func TestAdminPauseStatsDeadLetters(t *testing.T) {
@@ -346,66 +343,63 @@ func waitHistory(t *testing.T, h *harness, what string, cond func(opsview.Histor
 // empty and follows real traffic: queued and fast-path sends, queued
 // messages, a provider 429 and the queue depth.
 func TestAdminHistory(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			h := start(t, m, nil)
-			wantStatus(t, h.get("/v1/admin/history", ""), http.StatusUnauthorized)
-			hr := h.history()
-			wantScope := map[mode]string{embeddedMode: opsview.ScopeProcess, redisMode: opsview.ScopeShared}[m]
-			if hr.Scope != wantScope || hr.StepSeconds != 5 || len(hr.Throttled) != 180 ||
-				!hr.End.Equal(hr.Start.Add(15*time.Minute)) || time.Since(hr.End) > time.Minute || time.Since(hr.End) < 0 {
-				t.Fatalf("scope %q, step %gs, %d steps, %s..%s: want %s, 5s, 180 steps ending now",
-					hr.Scope, hr.StepSeconds, len(hr.Throttled), hr.Start, hr.End, wantScope)
+	eachMode(t, func(t *testing.T, m mode) {
+		h := start(t, m, nil)
+		wantStatus(t, h.get("/v1/admin/history", ""), http.StatusUnauthorized)
+		hr := h.history()
+		wantScope := map[mode]string{embeddedMode: opsview.ScopeProcess, redisMode: opsview.ScopeShared}[m]
+		if hr.Scope != wantScope || hr.StepSeconds != 5 || len(hr.Throttled) != 180 ||
+			!hr.End.Equal(hr.Start.Add(15*time.Minute)) || time.Since(hr.End) > time.Minute || time.Since(hr.End) < 0 {
+			t.Fatalf("scope %q, step %gs, %d steps, %s..%s: want %s, 5s, 180 steps ending now",
+				hr.Scope, hr.StepSeconds, len(hr.Throttled), hr.Start, hr.End, wantScope)
+		}
+		if l := hr.Limits; l.ContractRPS != 100 || l.TargetRPS != 90 || len(l.ClassMaxRPS) != 1 || l.ClassMaxRPS["marketing"] != 70 {
+			t.Fatalf("limits %+v", l)
+		}
+		for _, c := range []string{"otp", "transactional", "marketing"} {
+			if len(hr.Sent[c]) != 180 || len(hr.Accepted[c]) != 180 || len(hr.Queued[c]) != 180 || sum(hr.Sent[c]) != 0 {
+				t.Fatalf("class %s: %d/%d/%d steps, %d sent", c, len(hr.Sent[c]), len(hr.Accepted[c]), len(hr.Queued[c]), sum(hr.Sent[c]))
 			}
-			if l := hr.Limits; l.ContractRPS != 100 || l.TargetRPS != 90 || len(l.ClassMaxRPS) != 1 || l.ClassMaxRPS["marketing"] != 70 {
-				t.Fatalf("limits %+v", l)
-			}
-			for _, c := range []string{"otp", "transactional", "marketing"} {
-				if len(hr.Sent[c]) != 180 || len(hr.Accepted[c]) != 180 || len(hr.Queued[c]) != 180 || sum(hr.Sent[c]) != 0 {
-					t.Fatalf("class %s: %d/%d/%d steps, %d sent", c, len(hr.Sent[c]), len(hr.Accepted[c]), len(hr.Queued[c]), sum(hr.Sent[c]))
-				}
-			}
+		}
 
-			for range 3 {
-				wantStatus(t, h.post("/v1/messages", keyNotify, msg("transactional")), http.StatusAccepted)
-			}
-			for range 2 {
-				wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
-			}
-			// The queued sends are done before the provider throttles, so
-			// the one 429 is the OTP's.
-			eventually(t, "the transactional sends", func() bool { return h.stats().Classes["transactional"].SentTotal == 3 })
-			for1s := sim.Duration(time.Second)
-			if err := h.sim.Apply(sim.Control{ThrottleAllFor: &for1s}); err != nil {
-				t.Fatal(err)
-			}
-			wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusServiceUnavailable)
-			hr = waitHistory(t, h, "3 transactional and 2 OTP sent, 3 queued, one 429", func(hr opsview.HistoryResponse) bool {
-				return sum(hr.Sent["transactional"]) == 3 && sum(hr.Sent["otp"]) == 2 &&
-					sum(hr.Accepted["transactional"]) == 3 && sum(hr.Throttled) == 1
-			})
-			if sum(hr.Accepted["otp"]) != 0 || sum(hr.Sent["marketing"]) != 0 {
-				t.Errorf("fast-path OTPs counted as queued (%d) or marketing sent (%d)", sum(hr.Accepted["otp"]), sum(hr.Sent["marketing"]))
-			}
-			var depths int
-			for _, q := range hr.Queued["transactional"] {
-				if q != nil {
-					depths++
-				}
-			}
-			if depths == 0 || hr.Drain == nil || hr.Drain.OverSeconds != 60 || len(hr.Drain.ByClass) != 3 {
-				t.Fatalf("%d steps with a queue depth, drain %+v", depths, hr.Drain)
-			}
-			// Everything was sent: the backlog is empty and drains in 0 s.
-			hr = waitHistory(t, h, "an empty backlog", func(hr opsview.HistoryResponse) bool {
-				return hr.Drain != nil && hr.Drain.Total.Backlog == 0
-			})
-			if d := hr.Drain.Total.DrainSeconds; d == nil || *d != 0 {
-				t.Errorf("an empty backlog drains in %v, want 0", d)
-			}
+		for range 3 {
+			wantStatus(t, h.post("/v1/messages", keyNotify, msg("transactional")), http.StatusAccepted)
+		}
+		for range 2 {
+			wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
+		}
+		// The queued sends are done before the provider throttles, so
+		// the one 429 is the OTP's.
+		eventually(t, "the transactional sends", func() bool { return h.stats().Classes["transactional"].SentTotal == 3 })
+		for1s := sim.Duration(time.Second)
+		if err := h.sim.Apply(sim.Control{ThrottleAllFor: &for1s}); err != nil {
+			t.Fatal(err)
+		}
+		wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusServiceUnavailable)
+		hr = waitHistory(t, h, "3 transactional and 2 OTP sent, 3 queued, one 429", func(hr opsview.HistoryResponse) bool {
+			return sum(hr.Sent["transactional"]) == 3 && sum(hr.Sent["otp"]) == 2 &&
+				sum(hr.Accepted["transactional"]) == 3 && sum(hr.Throttled) == 1
 		})
-	}
+		if sum(hr.Accepted["otp"]) != 0 || sum(hr.Sent["marketing"]) != 0 {
+			t.Errorf("fast-path OTPs counted as queued (%d) or marketing sent (%d)", sum(hr.Accepted["otp"]), sum(hr.Sent["marketing"]))
+		}
+		var depths int
+		for _, q := range hr.Queued["transactional"] {
+			if q != nil {
+				depths++
+			}
+		}
+		if depths == 0 || hr.Drain == nil || hr.Drain.OverSeconds != 60 || len(hr.Drain.ByClass) != 3 {
+			t.Fatalf("%d steps with a queue depth, drain %+v", depths, hr.Drain)
+		}
+		// Everything was sent: the backlog is empty and drains in 0 s.
+		hr = waitHistory(t, h, "an empty backlog", func(hr opsview.HistoryResponse) bool {
+			return hr.Drain != nil && hr.Drain.Total.Backlog == 0
+		})
+		if d := hr.Drain.Total.DrainSeconds; d == nil || *d != 0 {
+			t.Errorf("an empty backlog drains in %v, want 0", d)
+		}
+	})
 }
 
 // TestHistorySharedAcrossReplicas: with Redis every replica adds to the

@@ -61,95 +61,89 @@ func (h *harness) sendAndWait(t testing.TB) httpapi.MessageView {
 // forged or unsigned ones are 401 bad-signature and change nothing; a
 // receipt for no message of ours is counted, answered 204.
 func TestReceipts(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			h := start(t, m, func(c *config.Config) { c.Provider.ReceiptSecret = receiptSecret })
-			a, b := h.sendAndWait(t), h.sendAndWait(t)
+	eachMode(t, func(t *testing.T, m mode) {
+		h := start(t, m, func(c *config.Config) { c.Provider.ReceiptSecret = receiptSecret })
+		a, b := h.sendAndWait(t), h.sendAndWait(t)
 
-			for _, forged := range []string{"", "not-the-secret"} {
-				r := h.receipt(t, forged, httpprov.ReceiptBody{Reference: a.ID, Status: "undelivered"})
-				wantStatus(t, r, http.StatusUnauthorized)
-				if typ := r.problem(t)["type"]; typ != "urn:smsgw:problem:bad-signature" {
-					t.Fatalf("forged receipt: type %v", typ)
-				}
+		for _, forged := range []string{"", "not-the-secret"} {
+			r := h.receipt(t, forged, httpprov.ReceiptBody{Reference: a.ID, Status: "undelivered"})
+			wantStatus(t, r, http.StatusUnauthorized)
+			if typ := r.problem(t)["type"]; typ != "urn:smsgw:problem:bad-signature" {
+				t.Fatalf("forged receipt: type %v", typ)
 			}
-			if got := h.status(t, a.ID).Status; got != sms.StatusSent {
-				t.Fatalf("after forged receipts: %s, want sent", got)
-			}
+		}
+		if got := h.status(t, a.ID).Status; got != sms.StatusSent {
+			t.Fatalf("after forged receipts: %s, want sent", got)
+		}
 
-			wantStatus(t, h.receipt(t, receiptSecret, httpprov.ReceiptBody{Reference: a.ID, Status: "delivered", At: time.Now()}), http.StatusNoContent)
-			wantStatus(t, h.receipt(t, receiptSecret, httpprov.ReceiptBody{ProviderMessageID: b.ProviderMessageID, Status: "undelivered", ErrorCode: "EC9"}),
-				http.StatusNoContent)
-			for range 2 {
-				wantStatus(t, h.receipt(t, receiptSecret, httpprov.ReceiptBody{Reference: a.ID, Status: "delivered"}), http.StatusNoContent)
-				wantStatus(t, h.receipt(t, receiptSecret, httpprov.ReceiptBody{Reference: a.ID, Status: "failed"}), http.StatusNoContent)
-				wantStatus(t, h.receipt(t, receiptSecret, httpprov.ReceiptBody{ProviderMessageID: b.ProviderMessageID, Status: "delivered"}), http.StatusNoContent)
-			}
-			if got := h.status(t, a.ID); got.Status != sms.StatusDelivered {
-				t.Fatalf("a: %s, want delivered", got.Status)
-			}
-			if got := h.status(t, b.ID); got.Status != sms.StatusUndelivered || got.LastError != "EC9" {
-				t.Fatalf("b: %s %q, want undelivered EC9", got.Status, got.LastError)
-			}
-			wantStatus(t, h.receipt(t, receiptSecret, httpprov.ReceiptBody{ProviderMessageID: "pm-nobody", Status: "delivered"}), http.StatusNoContent)
-			bad := h.receipt(t, receiptSecret, httpprov.ReceiptBody{Reference: a.ID, Status: "read"})
-			wantStatus(t, bad, http.StatusBadRequest)
-			// only the configured adapter takes receipts.
-			wantStatus(t, h.do(req{method: http.MethodPost, path: "/v1/receipts/twilio", body: "MessageSid=SM1"}), http.StatusNotFound)
+		wantStatus(t, h.receipt(t, receiptSecret, httpprov.ReceiptBody{Reference: a.ID, Status: "delivered", At: time.Now()}), http.StatusNoContent)
+		wantStatus(t, h.receipt(t, receiptSecret, httpprov.ReceiptBody{ProviderMessageID: b.ProviderMessageID, Status: "undelivered", ErrorCode: "EC9"}),
+			http.StatusNoContent)
+		for range 2 {
+			wantStatus(t, h.receipt(t, receiptSecret, httpprov.ReceiptBody{Reference: a.ID, Status: "delivered"}), http.StatusNoContent)
+			wantStatus(t, h.receipt(t, receiptSecret, httpprov.ReceiptBody{Reference: a.ID, Status: "failed"}), http.StatusNoContent)
+			wantStatus(t, h.receipt(t, receiptSecret, httpprov.ReceiptBody{ProviderMessageID: b.ProviderMessageID, Status: "delivered"}), http.StatusNoContent)
+		}
+		if got := h.status(t, a.ID); got.Status != sms.StatusDelivered {
+			t.Fatalf("a: %s, want delivered", got.Status)
+		}
+		if got := h.status(t, b.ID); got.Status != sms.StatusUndelivered || got.LastError != "EC9" {
+			t.Fatalf("b: %s %q, want undelivered EC9", got.Status, got.LastError)
+		}
+		wantStatus(t, h.receipt(t, receiptSecret, httpprov.ReceiptBody{ProviderMessageID: "pm-nobody", Status: "delivered"}), http.StatusNoContent)
+		bad := h.receipt(t, receiptSecret, httpprov.ReceiptBody{Reference: a.ID, Status: "read"})
+		wantStatus(t, bad, http.StatusBadRequest)
+		// only the configured adapter takes receipts.
+		wantStatus(t, h.do(req{method: http.MethodPost, path: "/v1/receipts/twilio", body: "MessageSid=SM1"}), http.StatusNotFound)
 
-			mv := metricValues(string(h.get("/metrics", "").body), "smsgw_receipts_total", "smsgw_receipts_unknown_total",
-				"smsgw_receipt_outcomes_total", "smsgw_delivery_ratio", "smsgw_receipt_latency_seconds_count")
-			for series, want := range map[string]float64{
-				`smsgw_receipts_total{adapter="http",status="delivered"}`:                  6,
-				`smsgw_receipts_unknown_total{adapter="http"}`:                             1,
-				`smsgw_receipt_outcomes_total{class="transactional",status="delivered"}`:   1,
-				`smsgw_receipt_outcomes_total{class="transactional",status="undelivered"}`: 1,
-				`smsgw_delivery_ratio{class="transactional"}`:                              0.5,
-				`smsgw_receipt_latency_seconds_count{class="transactional"}`:               1,
-			} {
-				if mv[series] != want {
-					t.Errorf("%s = %v, want %v", series, mv[series], want)
-				}
+		mv := metricValues(string(h.get("/metrics", "").body), "smsgw_receipts_total", "smsgw_receipts_unknown_total",
+			"smsgw_receipt_outcomes_total", "smsgw_delivery_ratio", "smsgw_receipt_latency_seconds_count")
+		for series, want := range map[string]float64{
+			`smsgw_receipts_total{adapter="http",status="delivered"}`:                  6,
+			`smsgw_receipts_unknown_total{adapter="http"}`:                             1,
+			`smsgw_receipt_outcomes_total{class="transactional",status="delivered"}`:   1,
+			`smsgw_receipt_outcomes_total{class="transactional",status="undelivered"}`: 1,
+			`smsgw_delivery_ratio{class="transactional"}`:                              0.5,
+			`smsgw_receipt_latency_seconds_count{class="transactional"}`:               1,
+		} {
+			if mv[series] != want {
+				t.Errorf("%s = %v, want %v", series, mv[series], want)
 			}
-		})
-	}
+		}
+	})
 }
 
 // TestCancel: a producer cancels its own queued or scheduled message; a
 // sent or canceled one is 409 not-cancelable; another producer's is 404.
 func TestCancel(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			h := start(t, m, nil)
-			later := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
-			a := accepted(t, h.post("/v1/messages", keyNotify, msg("marketing", "send_at", later)))
-			del := func(id, key string) reply {
-				return h.do(req{method: http.MethodDelete, path: "/v1/messages/" + id, key: key})
-			}
-			wantStatus(t, del(a.ID, keySlow), http.StatusNotFound)
-			r := del(a.ID, keyNotify)
-			wantStatus(t, r, http.StatusOK)
-			var v httpapi.MessageView
-			r.json(t, &v)
-			if v.Status != sms.StatusCanceled {
-				t.Fatalf("DELETE answered %s", v.Status)
-			}
-			if got := h.status(t, a.ID).Status; got != sms.StatusCanceled {
-				t.Fatalf("GET after cancel: %s", got)
-			}
-			again := del(a.ID, keyNotify)
-			wantStatus(t, again, http.StatusConflict)
-			if typ := again.problem(t)["type"]; typ != "urn:smsgw:problem:not-cancelable" {
-				t.Fatalf("second cancel: type %v", typ)
-			}
-			sent := h.sendAndWait(t)
-			wantStatus(t, del(sent.ID, keyNotify), http.StatusConflict)
-			wantStatus(t, del("msg_01JD5ZQ8X2N4M7P9R3T6V8W0YA", keyNotify), http.StatusNotFound)
-			wantStatus(t, del("nonsense", keyNotify), http.StatusNotFound)
-		})
-	}
+	eachMode(t, func(t *testing.T, m mode) {
+		h := start(t, m, nil)
+		later := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+		a := accepted(t, h.post("/v1/messages", keyNotify, msg("marketing", "send_at", later)))
+		del := func(id, key string) reply {
+			return h.do(req{method: http.MethodDelete, path: "/v1/messages/" + id, key: key})
+		}
+		wantStatus(t, del(a.ID, keySlow), http.StatusNotFound)
+		r := del(a.ID, keyNotify)
+		wantStatus(t, r, http.StatusOK)
+		var v httpapi.MessageView
+		r.json(t, &v)
+		if v.Status != sms.StatusCanceled {
+			t.Fatalf("DELETE answered %s", v.Status)
+		}
+		if got := h.status(t, a.ID).Status; got != sms.StatusCanceled {
+			t.Fatalf("GET after cancel: %s", got)
+		}
+		again := del(a.ID, keyNotify)
+		wantStatus(t, again, http.StatusConflict)
+		if typ := again.problem(t)["type"]; typ != "urn:smsgw:problem:not-cancelable" {
+			t.Fatalf("second cancel: type %v", typ)
+		}
+		sent := h.sendAndWait(t)
+		wantStatus(t, del(sent.ID, keyNotify), http.StatusConflict)
+		wantStatus(t, del("msg_01JD5ZQ8X2N4M7P9R3T6V8W0YA", keyNotify), http.StatusNotFound)
+		wantStatus(t, del("nonsense", keyNotify), http.StatusNotFound)
+	})
 }
 
 // fakeTwilio answers Twilio's Messages endpoint with a new SID and keeps
@@ -298,50 +292,47 @@ func TestStaleVonageReceipt(t *testing.T) {
 // signed with it is 401.
 func TestReceiptPreviousSecret(t *testing.T) {
 	const previousSecret = "receipt-secret-old-0123"
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			h := start(t, m, func(c *config.Config) {
-				c.Provider.ReceiptSecret = receiptSecret
-				c.Provider.PreviousReceiptSecret = previousSecret
-			})
-			a, b := h.sendAndWait(t), h.sendAndWait(t)
-
-			forged := h.receipt(t, "an-unrelated-secret", httpprov.ReceiptBody{Reference: a.ID, Status: "undelivered"})
-			wantStatus(t, forged, http.StatusUnauthorized)
-			if typ := forged.problem(t)["type"]; typ != "urn:smsgw:problem:bad-signature" {
-				t.Fatalf("forged receipt: type %v", typ)
-			}
-			if got := h.status(t, a.ID).Status; got != sms.StatusSent {
-				t.Fatalf("after a forged receipt: %s, want sent", got)
-			}
-			wantStatus(t, h.receipt(t, previousSecret, httpprov.ReceiptBody{Reference: a.ID, Status: "delivered"}), http.StatusNoContent)
-			if got := h.status(t, a.ID).Status; got != sms.StatusDelivered {
-				t.Fatalf("after a receipt signed with the previous secret: %s, want delivered", got)
-			}
-			wantStatus(t, h.receipt(t, receiptSecret, httpprov.ReceiptBody{ProviderMessageID: b.ProviderMessageID, Status: "undelivered"}),
-				http.StatusNoContent)
-			if got := h.status(t, b.ID).Status; got != sms.StatusUndelivered {
-				t.Fatalf("after a receipt signed with the current secret: %s, want undelivered", got)
-			}
-			wantStatus(t, h.receipt(t, previousSecret, httpprov.ReceiptBody{Reference: a.ID, Status: "read"}), http.StatusBadRequest)
-
-			got := metricValues(h.metrics(), "smsgw_receipt_signatures_total")
-			for series, want := range map[string]float64{
-				`smsgw_receipt_signatures_total{adapter="http",secret="previous"}`: 2, // delivered, and the malformed one
-				`smsgw_receipt_signatures_total{adapter="http",secret="current"}`:  1,
-			} {
-				if got[series] != want {
-					t.Errorf("%s = %v, want %v", series, got[series], want)
-				}
-			}
-			if strings.Contains(h.logs.String(), previousSecret) || strings.Contains(h.logs.String(), receiptSecret) {
-				t.Error("a receipt secret in the log")
-			}
-
-			after := start(t, m, func(c *config.Config) { c.Provider.ReceiptSecret = receiptSecret })
-			wantStatus(t, after.receipt(t, previousSecret, httpprov.ReceiptBody{ProviderMessageID: "pm-1", Status: "delivered"}), http.StatusUnauthorized)
-			wantStatus(t, after.receipt(t, receiptSecret, httpprov.ReceiptBody{ProviderMessageID: "pm-1", Status: "delivered"}), http.StatusNoContent)
+	eachMode(t, func(t *testing.T, m mode) {
+		h := start(t, m, func(c *config.Config) {
+			c.Provider.ReceiptSecret = receiptSecret
+			c.Provider.PreviousReceiptSecret = previousSecret
 		})
-	}
+		a, b := h.sendAndWait(t), h.sendAndWait(t)
+
+		forged := h.receipt(t, "an-unrelated-secret", httpprov.ReceiptBody{Reference: a.ID, Status: "undelivered"})
+		wantStatus(t, forged, http.StatusUnauthorized)
+		if typ := forged.problem(t)["type"]; typ != "urn:smsgw:problem:bad-signature" {
+			t.Fatalf("forged receipt: type %v", typ)
+		}
+		if got := h.status(t, a.ID).Status; got != sms.StatusSent {
+			t.Fatalf("after a forged receipt: %s, want sent", got)
+		}
+		wantStatus(t, h.receipt(t, previousSecret, httpprov.ReceiptBody{Reference: a.ID, Status: "delivered"}), http.StatusNoContent)
+		if got := h.status(t, a.ID).Status; got != sms.StatusDelivered {
+			t.Fatalf("after a receipt signed with the previous secret: %s, want delivered", got)
+		}
+		wantStatus(t, h.receipt(t, receiptSecret, httpprov.ReceiptBody{ProviderMessageID: b.ProviderMessageID, Status: "undelivered"}),
+			http.StatusNoContent)
+		if got := h.status(t, b.ID).Status; got != sms.StatusUndelivered {
+			t.Fatalf("after a receipt signed with the current secret: %s, want undelivered", got)
+		}
+		wantStatus(t, h.receipt(t, previousSecret, httpprov.ReceiptBody{Reference: a.ID, Status: "read"}), http.StatusBadRequest)
+
+		got := metricValues(h.metrics(), "smsgw_receipt_signatures_total")
+		for series, want := range map[string]float64{
+			`smsgw_receipt_signatures_total{adapter="http",secret="previous"}`: 2, // delivered, and the malformed one
+			`smsgw_receipt_signatures_total{adapter="http",secret="current"}`:  1,
+		} {
+			if got[series] != want {
+				t.Errorf("%s = %v, want %v", series, got[series], want)
+			}
+		}
+		if strings.Contains(h.logs.String(), previousSecret) || strings.Contains(h.logs.String(), receiptSecret) {
+			t.Error("a receipt secret in the log")
+		}
+
+		after := start(t, m, func(c *config.Config) { c.Provider.ReceiptSecret = receiptSecret })
+		wantStatus(t, after.receipt(t, previousSecret, httpprov.ReceiptBody{ProviderMessageID: "pm-1", Status: "delivered"}), http.StatusUnauthorized)
+		wantStatus(t, after.receipt(t, receiptSecret, httpprov.ReceiptBody{ProviderMessageID: "pm-1", Status: "delivered"}), http.StatusNoContent)
+	})
 }

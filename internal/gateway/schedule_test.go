@@ -59,26 +59,23 @@ func batchOf(n int, item func(i int) map[string]any) map[string]any {
 // so that depth is never read again: only what this replica counts of its
 // own acceptances can refuse the message.
 func TestETACountsWhatThisReplicaAccepted(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			clock := newTestClock(time.Now())
-			h := startClock(t, m, nil, clock.now)
-			b := h.post("/v1/messages/batch", keyNotify, batchOf(httpapi.MaxBatch, func(int) map[string]any { return msg("marketing") }))
-			wantStatus(t, b, http.StatusOK)
-			r := h.post("/v1/messages", keyNotify, msg("marketing", "ttl_seconds", 1))
-			wantStatus(t, r, http.StatusTooManyRequests)
-			p := r.problem(t)
-			if p["type"] != httpapi.ProblemTypeBase+"would-expire-before-send" {
-				t.Fatalf("problem %v", p)
-			}
-			eta, _ := time.Parse(time.RFC3339Nano, p["estimated_send_at"].(string))
-			// 1,000 ahead at the 70/s marketing cap.
-			if wait := eta.Sub(clock.now()); math.Abs(wait.Seconds()-1000.0/70) > 1 {
-				t.Errorf("estimated wait %v, want about %.1fs", wait, 1000.0/70)
-			}
-		})
-	}
+	eachMode(t, func(t *testing.T, m mode) {
+		clock := newTestClock(time.Now())
+		h := startClock(t, m, nil, clock.now)
+		b := h.post("/v1/messages/batch", keyNotify, batchOf(httpapi.MaxBatch, func(int) map[string]any { return msg("marketing") }))
+		wantStatus(t, b, http.StatusOK)
+		r := h.post("/v1/messages", keyNotify, msg("marketing", "ttl_seconds", 1))
+		wantStatus(t, r, http.StatusTooManyRequests)
+		p := r.problem(t)
+		if p["type"] != httpapi.ProblemTypeBase+"would-expire-before-send" {
+			t.Fatalf("problem %v", p)
+		}
+		eta, _ := time.Parse(time.RFC3339Nano, p["estimated_send_at"].(string))
+		// 1,000 ahead at the 70/s marketing cap.
+		if wait := eta.Sub(clock.now()); math.Abs(wait.Seconds()-1000.0/70) > 1 {
+			t.Errorf("estimated wait %v, want about %.1fs", wait, 1000.0/70)
+		}
+	})
 }
 
 // Also found by a generated client: with a 204-message backlog the refusal said
@@ -89,72 +86,66 @@ func TestETACountsWhatThisReplicaAccepted(t *testing.T) {
 // back (the clock moves past the refresh); an operator pause keeps it
 // there, and counts in the estimate.
 func TestRetryHintCountsWhatTheBacklogCosts(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			clock := newTestClock(time.Now())
-			h := startClock(t, m, nil, clock.now)
-			wantStatus(t, h.post("/v1/admin/pause", keyAdmin, map[string]any{"duration_seconds": 60}), http.StatusOK)
-			body := strings.Repeat("Spring sale. ", 58) // 754 GSM-7 characters: 5 segments
-			b := h.post("/v1/messages/batch", keyNotify, batchOf(204, func(int) map[string]any { return msg("marketing", "body", body) }))
-			wantStatus(t, b, http.StatusOK)
-			clock.add(2 * admission.ETARefresh)
+	eachMode(t, func(t *testing.T, m mode) {
+		clock := newTestClock(time.Now())
+		h := startClock(t, m, nil, clock.now)
+		wantStatus(t, h.post("/v1/admin/pause", keyAdmin, map[string]any{"duration_seconds": 60}), http.StatusOK)
+		body := strings.Repeat("Spring sale. ", 58) // 754 GSM-7 characters: 5 segments
+		b := h.post("/v1/messages/batch", keyNotify, batchOf(204, func(int) map[string]any { return msg("marketing", "body", body) }))
+		wantStatus(t, b, http.StatusOK)
+		clock.add(2 * admission.ETARefresh)
 
-			r := h.post("/v1/messages", keyNotify, msg("marketing", "ttl_seconds", 1))
-			wantStatus(t, r, http.StatusTooManyRequests)
-			// Sent 60-0.5 s from now (the pause), then 1,020 units at 70/s;
-			// admitted once that is under the 1 s TTL.
-			want := 60 - 2*admission.ETARefresh.Seconds() + 204*5/70.0 - 1
-			ra, _ := strconv.Atoi(r.header.Get("Retry-After"))
-			if math.Abs(float64(ra)-want) > 1.5 {
-				t.Errorf("Retry-After %d s, want about %.1f s", ra, want)
-			}
-			if p := r.problem(t); p["retry_after_seconds"] != float64(ra) {
-				t.Errorf("retry_after_seconds %v, Retry-After %d", p["retry_after_seconds"], ra)
-			}
-		})
-	}
+		r := h.post("/v1/messages", keyNotify, msg("marketing", "ttl_seconds", 1))
+		wantStatus(t, r, http.StatusTooManyRequests)
+		// Sent 60-0.5 s from now (the pause), then 1,020 units at 70/s;
+		// admitted once that is under the 1 s TTL.
+		want := 60 - 2*admission.ETARefresh.Seconds() + 204*5/70.0 - 1
+		ra, _ := strconv.Atoi(r.header.Get("Retry-After"))
+		if math.Abs(float64(ra)-want) > 1.5 {
+			t.Errorf("Retry-After %d s, want about %.1f s", ra, want)
+		}
+		if p := r.problem(t); p["retry_after_seconds"] != float64(ra) {
+			t.Errorf("retry_after_seconds %v, Retry-After %d", p["retry_after_seconds"], ra)
+		}
+	})
 }
 
 // A message with send_at is scheduled until then: the answer, GET and the
 // estimate say so, and its TTL counts from send_at.
 func TestSendAtSchedules(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			clock := newTestClock(time.Now().Truncate(time.Second))
-			h := startClock(t, m, nil, clock.now)
-			at := clock.now().Add(time.Hour)
-			a := accepted(t, h.post("/v1/messages", keyNotify, msg("transactional", "send_at", at.Format(time.RFC3339), "ttl_seconds", 600)))
-			if a.Status != sms.StatusScheduled || a.SendAt == nil || !a.SendAt.Equal(at) {
-				t.Errorf("accepted %+v, want scheduled at %v", a, at)
-			}
-			if !a.EstimatedSendAt.Equal(at) {
-				t.Errorf("estimated_send_at %v, want send_at %v (nothing else is due then)", a.EstimatedSendAt, at)
-			}
-			if a.ExpiresAt == nil || !a.ExpiresAt.Equal(at.Add(10*time.Minute)) {
-				t.Errorf("expires_at %v, want send_at + ttl %v", a.ExpiresAt, at.Add(10*time.Minute))
-			}
-			var v httpapi.MessageView
-			g := h.get("/v1/messages/"+a.ID, keyNotify)
-			wantStatus(t, g, http.StatusOK)
-			g.json(t, &v)
-			if v.Status != sms.StatusScheduled || v.SendAt == nil || !v.SendAt.Equal(at) {
-				t.Errorf("GET %+v, want scheduled", v)
-			}
-			// Once send_at has passed on the gateway's clock it reads queued
-			// (the store's own clock still holds it: nothing is sent).
-			clock.add(time.Hour + time.Second)
-			g = h.get("/v1/messages/"+a.ID, keyNotify)
-			g.json(t, &v)
-			if v.Status != sms.StatusQueued {
-				t.Errorf("GET after send_at: %s, want queued", v.Status)
-			}
-			if n := len(h.sim.Accepted()); n != 0 {
-				t.Errorf("the provider got %d messages before their send_at", n)
-			}
-		})
-	}
+	eachMode(t, func(t *testing.T, m mode) {
+		clock := newTestClock(time.Now().Truncate(time.Second))
+		h := startClock(t, m, nil, clock.now)
+		at := clock.now().Add(time.Hour)
+		a := accepted(t, h.post("/v1/messages", keyNotify, msg("transactional", "send_at", at.Format(time.RFC3339), "ttl_seconds", 600)))
+		if a.Status != sms.StatusScheduled || a.SendAt == nil || !a.SendAt.Equal(at) {
+			t.Errorf("accepted %+v, want scheduled at %v", a, at)
+		}
+		if !a.EstimatedSendAt.Equal(at) {
+			t.Errorf("estimated_send_at %v, want send_at %v (nothing else is due then)", a.EstimatedSendAt, at)
+		}
+		if a.ExpiresAt == nil || !a.ExpiresAt.Equal(at.Add(10*time.Minute)) {
+			t.Errorf("expires_at %v, want send_at + ttl %v", a.ExpiresAt, at.Add(10*time.Minute))
+		}
+		var v httpapi.MessageView
+		g := h.get("/v1/messages/"+a.ID, keyNotify)
+		wantStatus(t, g, http.StatusOK)
+		g.json(t, &v)
+		if v.Status != sms.StatusScheduled || v.SendAt == nil || !v.SendAt.Equal(at) {
+			t.Errorf("GET %+v, want scheduled", v)
+		}
+		// Once send_at has passed on the gateway's clock it reads queued
+		// (the store's own clock still holds it: nothing is sent).
+		clock.add(time.Hour + time.Second)
+		g = h.get("/v1/messages/"+a.ID, keyNotify)
+		g.json(t, &v)
+		if v.Status != sms.StatusQueued {
+			t.Errorf("GET after send_at: %s, want queued", v.Status)
+		}
+		if n := len(h.sim.Accepted()); n != 0 {
+			t.Errorf("the provider got %d messages before their send_at", n)
+		}
+	})
 }
 
 func TestSendAtValidation(t *testing.T) {
@@ -213,34 +204,31 @@ func TestSendAtReplayAfterItPassed(t *testing.T) {
 // 10 s (700 at 70/s) after send_at, and with a TTL shorter than that it
 // is refused. What falls due later is not ahead of it.
 func TestScheduledETACountsWhatFallsDueBefore(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			clock := newTestClock(time.Now().Truncate(time.Second))
-			h := startClock(t, m, nil, clock.now)
-			at := clock.now().Add(2 * time.Hour)
-			sendAt := at.Format(time.RFC3339)
-			wantStatus(t, h.post("/v1/messages/batch", keyNotify, batchOf(700, func(int) map[string]any {
-				return msg("marketing", "send_at", sendAt)
-			})), http.StatusOK)
-			wantStatus(t, h.post("/v1/messages/batch", keyNotify, batchOf(300, func(int) map[string]any {
-				return msg("marketing", "send_at", at.Add(time.Hour).Format(time.RFC3339))
-			})), http.StatusOK)
-			clock.add(2 * admission.ETARefresh) // what is stored, not what this replica remembers
+	eachMode(t, func(t *testing.T, m mode) {
+		clock := newTestClock(time.Now().Truncate(time.Second))
+		h := startClock(t, m, nil, clock.now)
+		at := clock.now().Add(2 * time.Hour)
+		sendAt := at.Format(time.RFC3339)
+		wantStatus(t, h.post("/v1/messages/batch", keyNotify, batchOf(700, func(int) map[string]any {
+			return msg("marketing", "send_at", sendAt)
+		})), http.StatusOK)
+		wantStatus(t, h.post("/v1/messages/batch", keyNotify, batchOf(300, func(int) map[string]any {
+			return msg("marketing", "send_at", at.Add(time.Hour).Format(time.RFC3339))
+		})), http.StatusOK)
+		clock.add(2 * admission.ETARefresh) // what is stored, not what this replica remembers
 
-			a := accepted(t, h.post("/v1/messages", keyNotify, msg("marketing", "send_at", sendAt)))
-			if wait := a.EstimatedSendAt.Sub(at); math.Abs(wait.Seconds()-10) > 1 {
-				t.Errorf("estimated %v after send_at, want about 10s", wait)
-			}
-			r := h.post("/v1/messages", keyNotify, msg("marketing", "send_at", sendAt, "ttl_seconds", 5))
-			wantStatus(t, r, http.StatusTooManyRequests)
-			// Transactional goes before the campaign.
-			tx := accepted(t, h.post("/v1/messages", keyNotify, msg("transactional", "send_at", sendAt, "ttl_seconds", 5)))
-			if !tx.EstimatedSendAt.Equal(at) {
-				t.Errorf("transactional estimated %v, want %v", tx.EstimatedSendAt, at)
-			}
-		})
-	}
+		a := accepted(t, h.post("/v1/messages", keyNotify, msg("marketing", "send_at", sendAt)))
+		if wait := a.EstimatedSendAt.Sub(at); math.Abs(wait.Seconds()-10) > 1 {
+			t.Errorf("estimated %v after send_at, want about 10s", wait)
+		}
+		r := h.post("/v1/messages", keyNotify, msg("marketing", "send_at", sendAt, "ttl_seconds", 5))
+		wantStatus(t, r, http.StatusTooManyRequests)
+		// Transactional goes before the campaign.
+		tx := accepted(t, h.post("/v1/messages", keyNotify, msg("transactional", "send_at", sendAt, "ttl_seconds", 5)))
+		if !tx.EstimatedSendAt.Equal(at) {
+			t.Errorf("transactional estimated %v, want %v", tx.EstimatedSendAt, at)
+		}
+	})
 }
 
 // quiet hours at accept: marketing that arrives at night in the
@@ -294,29 +282,26 @@ func TestQuietHoursAtAccept(t *testing.T) {
 // a 400 naming send_at, on the single (in Redis mode the one-trip path) and
 // the batch endpoint, as a second later is.
 func TestSendAtZeroTimeRefused(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			h := start(t, m, nil)
-			for _, at := range []string{"0001-01-01T00:00:00Z", "0001-01-01T09:00:00+09:00", "0001-01-01T00:00:00.000Z", "0001-01-01T00:00:01Z"} {
-				r := h.post("/v1/messages", keyNotify, msg("transactional", "send_at", at))
-				if r.status != http.StatusBadRequest {
-					t.Errorf("send_at %s: status %d, want 400; body %s", at, r.status, r.body)
-				} else if f := r.fields(t); len(f) != 1 || f[0] != "send_at" {
-					t.Errorf("send_at %s: fields %v, want [send_at]", at, f)
-				}
-				b := h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": []any{msg("transactional", "send_at", at)}})
-				wantStatus(t, b, http.StatusOK)
-				var br httpapi.BatchResponse
-				b.json(t, &br)
-				if it := br.Results[0]; it.Status != http.StatusBadRequest || it.Error == nil ||
-					len(it.Error.Errors) != 1 || it.Error.Errors[0].Field != "messages[0].send_at" {
-					t.Errorf("send_at %s: batch item %+v, want 400 naming messages[0].send_at", at, it)
-				}
+	eachMode(t, func(t *testing.T, m mode) {
+		h := start(t, m, nil)
+		for _, at := range []string{"0001-01-01T00:00:00Z", "0001-01-01T09:00:00+09:00", "0001-01-01T00:00:00.000Z", "0001-01-01T00:00:01Z"} {
+			r := h.post("/v1/messages", keyNotify, msg("transactional", "send_at", at))
+			if r.status != http.StatusBadRequest {
+				t.Errorf("send_at %s: status %d, want 400; body %s", at, r.status, r.body)
+			} else if f := r.fields(t); len(f) != 1 || f[0] != "send_at" {
+				t.Errorf("send_at %s: fields %v, want [send_at]", at, f)
 			}
-			if n := len(h.sim.Accepted()); n != 0 {
-				t.Errorf("%d messages sent with a send_at in the past", n)
+			b := h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": []any{msg("transactional", "send_at", at)}})
+			wantStatus(t, b, http.StatusOK)
+			var br httpapi.BatchResponse
+			b.json(t, &br)
+			if it := br.Results[0]; it.Status != http.StatusBadRequest || it.Error == nil ||
+				len(it.Error.Errors) != 1 || it.Error.Errors[0].Field != "messages[0].send_at" {
+				t.Errorf("send_at %s: batch item %+v, want 400 naming messages[0].send_at", at, it)
 			}
-		})
-	}
+		}
+		if n := len(h.sim.Accepted()); n != 0 {
+			t.Errorf("%d messages sent with a send_at in the past", n)
+		}
+	})
 }

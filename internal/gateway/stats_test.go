@@ -43,85 +43,82 @@ func (h *harness) stats() opsview.StatsResponse {
 // starts at zero and moves with real traffic through the simulator: sends,
 // permanent failures, fast-path OTPs, a provider 429 and the 503 it causes.
 func TestStatsFiguresFollowTraffic(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			h := start(t, m, func(c *config.Config) { c.Dispatch.MaxAttempts = 1 })
-			st := h.stats()
-			for c, cs := range st.Classes {
-				if cs.SentTotal+cs.FailedTotal+cs.ExpiredTotal+cs.DeadTotal != 0 {
-					t.Errorf("class %s starts at %+v", c, cs)
-				}
+	eachMode(t, func(t *testing.T, m mode) {
+		h := start(t, m, func(c *config.Config) { c.Dispatch.MaxAttempts = 1 })
+		st := h.stats()
+		for c, cs := range st.Classes {
+			if cs.SentTotal+cs.FailedTotal+cs.ExpiredTotal+cs.DeadTotal != 0 {
+				t.Errorf("class %s starts at %+v", c, cs)
 			}
-			wantScope := map[mode]string{embeddedMode: opsview.ScopeProcess, redisMode: opsview.ScopeShared}[m]
-			wantLimiter := map[mode]string{embeddedMode: "local", redisMode: "shared"}[m]
-			pv := st.Provider
-			if st.Counters.Scope != wantScope || pv.RateScope != wantScope || pv.TargetRPS != 90 || pv.ContractRPS != 100 ||
-				pv.SuspendAfter != 300 || pv.WindowSeconds != 600 || pv.GuardActivateAt != 150 || pv.GuardActive ||
-				*pv.ThrottledTotal != 0 || pv.ThrottledInWindow != 0 || pv.Name == "" {
-				t.Errorf("fresh counters %+v provider %+v", st.Counters, pv)
-			}
-			if st.OTP.LatencyP99MS != nil || st.OTP.LatencySamples != 0 || *st.OTP.UnavailableTotal != 0 ||
-				st.OTP.ReplicaUnavailableTotal != 0 {
-				t.Errorf("fresh otp %+v", st.OTP)
-			}
-			rep := st.Replica
-			if rep.Owner == "" || rep.Mode != string(m) || rep.LimiterMode != wantLimiter || rep.UptimeSeconds < 0 ||
-				time.Since(rep.StartedAt) > time.Minute || time.Since(st.Counters.Since) > time.Minute {
-				t.Errorf("replica %+v counters %+v", rep, st.Counters)
-			}
+		}
+		wantScope := map[mode]string{embeddedMode: opsview.ScopeProcess, redisMode: opsview.ScopeShared}[m]
+		wantLimiter := map[mode]string{embeddedMode: "local", redisMode: "shared"}[m]
+		pv := st.Provider
+		if st.Counters.Scope != wantScope || pv.RateScope != wantScope || pv.TargetRPS != 90 || pv.ContractRPS != 100 ||
+			pv.SuspendAfter != 300 || pv.WindowSeconds != 600 || pv.GuardActivateAt != 150 || pv.GuardActive ||
+			*pv.ThrottledTotal != 0 || pv.ThrottledInWindow != 0 || pv.Name == "" {
+			t.Errorf("fresh counters %+v provider %+v", st.Counters, pv)
+		}
+		if st.OTP.LatencyP99MS != nil || st.OTP.LatencySamples != 0 || *st.OTP.UnavailableTotal != 0 ||
+			st.OTP.ReplicaUnavailableTotal != 0 {
+			t.Errorf("fresh otp %+v", st.OTP)
+		}
+		rep := st.Replica
+		if rep.Owner == "" || rep.Mode != string(m) || rep.LimiterMode != wantLimiter || rep.UptimeSeconds < 0 ||
+			time.Since(rep.StartedAt) > time.Minute || time.Since(st.Counters.Since) > time.Minute {
+			t.Errorf("replica %+v counters %+v", rep, st.Counters)
+		}
 
-			// Queued sends: 3 transactional sent; then, the provider
-			// failing, 1 marketing dead after its one attempt.
-			for range 3 {
-				wantStatus(t, h.post("/v1/messages", keyNotify, msg("transactional")), http.StatusAccepted)
-			}
-			// The fast path: two OTPs sent now.
-			for range 2 {
-				wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
-			}
-			eventually(t, "the sends counted", func() bool { return h.stats().Classes["transactional"].SentTotal == 3 })
-			fail := 1.0
-			if err := h.sim.Apply(sim.Control{FailRate: &fail}); err != nil {
-				t.Fatal(err)
-			}
-			wantStatus(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusAccepted)
-			// The stats handler reads the queue before the counters, so one
-			// answer may count a dead letter whose lease it saw a moment
-			// earlier: wait for an answer that shows both.
-			eventually(t, "the dead letter counted", func() bool {
-				st = h.stats()
-				return st.Classes["marketing"].DeadTotal == 1 && st.Classes["marketing"].Dead == 1
-			})
-			if err := h.sim.Apply(sim.Control{Clear: true}); err != nil {
-				t.Fatal(err)
-			}
-			if c := st.Classes["marketing"]; c.SentTotal != 0 || c.Dead != 1 || c.FailedTotal != 0 {
-				t.Errorf("marketing %+v, want 1 dead letter and nothing sent", c)
-			}
-			if c := st.Classes["otp"]; c.SentTotal != 2 || c.FailedTotal != 0 {
-				t.Errorf("otp %+v, want 2 sent (fast path)", c)
-			}
-			if st.OTP.LatencySamples != 2 || st.OTP.LatencyP50MS == nil || st.OTP.LatencyP99MS == nil ||
-				*st.OTP.LatencyP99MS < *st.OTP.LatencyP50MS || *st.OTP.LatencyP99MS <= 0 || *st.OTP.LatencyP99MS > 1000 {
-				t.Errorf("otp latency %+v", st.OTP)
-			}
-			eventually(t, "a send rate", func() bool { return *h.stats().Provider.SentPerSecond > 0 })
-
-			// The provider throttles: the OTP answers 503, the 429 is
-			// counted, and the guard's window holds it.
-			for1s := sim.Duration(time.Second)
-			if err := h.sim.Apply(sim.Control{ThrottleAllFor: &for1s}); err != nil {
-				t.Fatal(err)
-			}
-			wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusServiceUnavailable)
+		// Queued sends: 3 transactional sent; then, the provider
+		// failing, 1 marketing dead after its one attempt.
+		for range 3 {
+			wantStatus(t, h.post("/v1/messages", keyNotify, msg("transactional")), http.StatusAccepted)
+		}
+		// The fast path: two OTPs sent now.
+		for range 2 {
+			wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
+		}
+		eventually(t, "the sends counted", func() bool { return h.stats().Classes["transactional"].SentTotal == 3 })
+		fail := 1.0
+		if err := h.sim.Apply(sim.Control{FailRate: &fail}); err != nil {
+			t.Fatal(err)
+		}
+		wantStatus(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusAccepted)
+		// The stats handler reads the queue before the counters, so one
+		// answer may count a dead letter whose lease it saw a moment
+		// earlier: wait for an answer that shows both.
+		eventually(t, "the dead letter counted", func() bool {
 			st = h.stats()
-			if *st.Provider.ThrottledTotal != 1 || st.Provider.ThrottledInWindow != 1 || *st.OTP.UnavailableTotal != 1 ||
-				st.OTP.ReplicaUnavailableTotal != 1 {
-				t.Errorf("after one 429: provider %+v otp %+v", st.Provider, st.OTP)
-			}
+			return st.Classes["marketing"].DeadTotal == 1 && st.Classes["marketing"].Dead == 1
 		})
-	}
+		if err := h.sim.Apply(sim.Control{Clear: true}); err != nil {
+			t.Fatal(err)
+		}
+		if c := st.Classes["marketing"]; c.SentTotal != 0 || c.Dead != 1 || c.FailedTotal != 0 {
+			t.Errorf("marketing %+v, want 1 dead letter and nothing sent", c)
+		}
+		if c := st.Classes["otp"]; c.SentTotal != 2 || c.FailedTotal != 0 {
+			t.Errorf("otp %+v, want 2 sent (fast path)", c)
+		}
+		if st.OTP.LatencySamples != 2 || st.OTP.LatencyP50MS == nil || st.OTP.LatencyP99MS == nil ||
+			*st.OTP.LatencyP99MS < *st.OTP.LatencyP50MS || *st.OTP.LatencyP99MS <= 0 || *st.OTP.LatencyP99MS > 1000 {
+			t.Errorf("otp latency %+v", st.OTP)
+		}
+		eventually(t, "a send rate", func() bool { return *h.stats().Provider.SentPerSecond > 0 })
+
+		// The provider throttles: the OTP answers 503, the 429 is
+		// counted, and the guard's window holds it.
+		for1s := sim.Duration(time.Second)
+		if err := h.sim.Apply(sim.Control{ThrottleAllFor: &for1s}); err != nil {
+			t.Fatal(err)
+		}
+		wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusServiceUnavailable)
+		st = h.stats()
+		if *st.Provider.ThrottledTotal != 1 || st.Provider.ThrottledInWindow != 1 || *st.OTP.UnavailableTotal != 1 ||
+			st.OTP.ReplicaUnavailableTotal != 1 {
+			t.Errorf("after one 429: provider %+v otp %+v", st.Provider, st.OTP)
+		}
+	})
 }
 
 // TestStatsNeverCountAheadOfTheQueue: an outcome counted in a stats answer
@@ -130,60 +127,57 @@ func TestStatsFiguresFollowTraffic(t *testing.T) {
 // if the queue were read first); the answer must not show it counted while
 // the queue still shows the message leased.
 func TestStatsNeverCountAheadOfTheQueue(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			s := newSim(t, sim.Config{})
-			cfg := testConfig(t, m, s.URL())
-			cfg.Dispatch.MaxAttempts = 1
-			prov := &gatedProvider{entered: make(chan struct{}, 1), release: make(chan struct{})}
-			app, err := New(t.Context(), cfg, Options{Provider: prov})
-			if err != nil {
-				t.Fatal(err)
+	eachMode(t, func(t *testing.T, m mode) {
+		s := newSim(t, sim.Config{})
+		cfg := testConfig(t, m, s.URL())
+		cfg.Dispatch.MaxAttempts = 1
+		prov := &gatedProvider{entered: make(chan struct{}, 1), release: make(chan struct{})}
+		app, err := New(t.Context(), cfg, Options{Provider: prov})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hooked := &statsHookQueue{Queue: app.srv.Store.Queue}
+		app.srv.Store.Queue = hooked // before Start: no handler runs yet
+		if err := app.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := app.Stop(ctx); err != nil {
+				t.Errorf("Stop: %v", err)
 			}
-			hooked := &statsHookQueue{Queue: app.srv.Store.Queue}
-			app.srv.Store.Queue = hooked // before Start: no handler runs yet
-			if err := app.Start(t.Context()); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				if err := app.Stop(ctx); err != nil {
-					t.Errorf("Stop: %v", err)
-				}
-			})
-			h := &harness{t: t, app: app, sim: s, base: "http://" + app.Addr(), cfg: cfg,
-				client: &http.Client{Timeout: 20 * time.Second}}
-
-			wantStatus(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusAccepted)
-			select {
-			case <-prov.entered: // leased and at the provider
-			case <-time.After(15 * time.Second):
-				t.Fatal("timed out waiting for the send")
-			}
-			var ran atomic.Bool
-			hook := func() {
-				ran.Store(true)
-				close(prov.release) // the send fails; MaxAttempts 1 makes it a dead letter
-				if !waitFor(func() bool { return app.srv.Ops.Live.Snap().Classes[sms.ClassMarketing].Dead == 1 }) {
-					t.Error("timed out waiting for the dead letter to be counted")
-				}
-			}
-			hooked.after.Store(&hook)
-			c := h.stats().Classes["marketing"]
-			if !ran.Load() {
-				t.Fatal("the stats answer did not read the queue")
-			}
-			if c.DeadTotal > c.Dead {
-				t.Errorf("marketing %+v: a dead letter counted that the queue does not show", c)
-			}
-			eventually(t, "the dead letter in both figures", func() bool {
-				c = h.stats().Classes["marketing"]
-				return c.Dead == 1 && c.DeadTotal == 1 && c.Leased == 0
-			})
 		})
-	}
+		h := &harness{t: t, app: app, sim: s, base: "http://" + app.Addr(), cfg: cfg,
+			client: &http.Client{Timeout: 20 * time.Second}}
+
+		wantStatus(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusAccepted)
+		select {
+		case <-prov.entered: // leased and at the provider
+		case <-time.After(15 * time.Second):
+			t.Fatal("timed out waiting for the send")
+		}
+		var ran atomic.Bool
+		hook := func() {
+			ran.Store(true)
+			close(prov.release) // the send fails; MaxAttempts 1 makes it a dead letter
+			if !waitFor(func() bool { return app.srv.Ops.Live.Snap().Classes[sms.ClassMarketing].Dead == 1 }) {
+				t.Error("timed out waiting for the dead letter to be counted")
+			}
+		}
+		hooked.after.Store(&hook)
+		c := h.stats().Classes["marketing"]
+		if !ran.Load() {
+			t.Fatal("the stats answer did not read the queue")
+		}
+		if c.DeadTotal > c.Dead {
+			t.Errorf("marketing %+v: a dead letter counted that the queue does not show", c)
+		}
+		eventually(t, "the dead letter in both figures", func() bool {
+			c = h.stats().Classes["marketing"]
+			return c.Dead == 1 && c.DeadTotal == 1 && c.Leased == 0
+		})
+	})
 }
 
 // statsHookQueue runs after (once) right after the queue's figures were
@@ -515,21 +509,18 @@ func TestStatsRedisStalledAnswersWithinATimeout(t *testing.T) {
 // TestStatsWholeAnswer: with the store answering, unavailable is [] and
 // every section is there, in both modes.
 func TestStatsWholeAnswer(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			h := start(t, m, nil)
-			r, st, raw := h.statsAnswer()
-			wantStatus(t, r, http.StatusOK)
-			if !strings.Contains(string(r.body), `"unavailable":[]`) || st.Unavailable == nil || len(st.Unavailable) != 0 {
-				t.Errorf("unavailable %v in %s, want []", st.Unavailable, r.body)
-			}
-			wantSections(t, raw, st.Unavailable)
-			if len(st.Classes) != len(sms.Classes) {
-				t.Errorf("classes %v", st.Classes)
-			}
-		})
-	}
+	eachMode(t, func(t *testing.T, m mode) {
+		h := start(t, m, nil)
+		r, st, raw := h.statsAnswer()
+		wantStatus(t, r, http.StatusOK)
+		if !strings.Contains(string(r.body), `"unavailable":[]`) || st.Unavailable == nil || len(st.Unavailable) != 0 {
+			t.Errorf("unavailable %v in %s, want []", st.Unavailable, r.body)
+		}
+		wantSections(t, raw, st.Unavailable)
+		if len(st.Classes) != len(sms.Classes) {
+			t.Errorf("classes %v", st.Classes)
+		}
+	})
 }
 
 // TestStatsQueueDownLeavesOutClassesOnly: the queue's figures failing
