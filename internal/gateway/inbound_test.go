@@ -380,13 +380,7 @@ func TestProviderOptOut(t *testing.T) {
 			t.Fatal(err)
 		}
 		for id, bodies := range hook.events() {
-			var ev map[string]any
-			if err := json.Unmarshal([]byte(bodies[0]), &ev); err != nil {
-				t.Fatal(err)
-			}
-			if err := doc.Components.Schemas["StatusEvent"].Value.VisitJSON(ev); err != nil {
-				t.Errorf("event %s does not match StatusEvent: %v\n%s", id, err, bodies[0])
-			}
+			ev := statusEvent(t, doc, id, bodies[0])
 			data := ev["data"].(map[string]any)
 			errObj, _ := data["error"].(map[string]any)
 			if ev["type"] != "message.suppressed" || data["id"] != a.ID || data["status"] != "suppressed" || data["reference"] != "spring-sale" ||

@@ -211,6 +211,48 @@ func startOpts(t testing.TB, cfg config.Config, s *sim.Sim, opts Options) *harne
 	return h
 }
 
+// startApp starts app and stops it when t ends.
+func startApp(t testing.TB, app *App) {
+	t.Helper()
+	if err := app.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := app.Stop(ctx); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	})
+}
+
+// redisToStop is the configuration of a gateway on a Redis server of its
+// own (srv, to stop or kill), sending to s, whose Redis calls give up
+// after 200ms.
+func redisToStop(t testing.TB) (srv *redistest.Server, s *sim.Sim, cfg config.Config) {
+	t.Helper()
+	srv = redistest.StartServer(t, redistest.ServerOptions{})
+	s = newSim(t, sim.Config{})
+	cfg = testConfig(t, redisMode, s.URL())
+	cfg.Redis.Addr = srv.Addr
+	cfg.Redis.Timeout = 200 * time.Millisecond
+	return srv, s, cfg
+}
+
+// statusEvent decodes a callback body and checks it against the spec's
+// StatusEvent schema.
+func statusEvent(t testing.TB, doc *openapi3.T, id, body string) map[string]any {
+	t.Helper()
+	var ev map[string]any
+	if err := json.Unmarshal([]byte(body), &ev); err != nil {
+		t.Fatal(err)
+	}
+	if err := doc.Components.Schemas["StatusEvent"].Value.VisitJSON(ev); err != nil {
+		t.Errorf("event %s does not match StatusEvent: %v\n%s", id, err, body)
+	}
+	return ev
+}
+
 // with returns the harness reporting to t (for subtests).
 func (h *harness) with(t testing.TB) *harness {
 	c := *h

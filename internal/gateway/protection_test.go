@@ -24,7 +24,6 @@ import (
 	"smsgw/internal/httpapi"
 	"smsgw/internal/provider/sim"
 	"smsgw/internal/queue"
-	"smsgw/internal/redistest"
 	"smsgw/internal/sms"
 )
 
@@ -372,11 +371,7 @@ func TestPrefixAlarm(t *testing.T) {
 // answer 503 with Retry-After, never 500.
 func TestProtectionWithRedisDown(t *testing.T) {
 	t.Parallel()
-	srv := redistest.StartServer(t, redistest.ServerOptions{})
-	s := newSim(t, sim.Config{})
-	cfg := testConfig(t, redisMode, s.URL())
-	cfg.Redis.Addr = srv.Addr
-	cfg.Redis.Timeout = 200 * time.Millisecond
+	srv, s, cfg := redisToStop(t)
 	cfg.Protection.OTPPerNumber = config.OTPPerNumberConfig{Limit: 2, Window: time.Hour}
 	h := startWith(t, cfg, s)
 	const to = "+819055512345"
@@ -759,13 +754,7 @@ func TestSuppressedWhileQueued(t *testing.T) {
 				}
 				types := map[string]string{}
 				for id, bodies := range hook.events() {
-					var ev map[string]any
-					if err := json.Unmarshal([]byte(bodies[0]), &ev); err != nil {
-						t.Fatal(err)
-					}
-					if err := doc.Components.Schemas["StatusEvent"].Value.VisitJSON(ev); err != nil {
-						t.Errorf("event %s does not match StatusEvent: %v\n%s", id, err, bodies[0])
-					}
+					ev := statusEvent(t, doc, id, bodies[0])
 					data := ev["data"].(map[string]any)
 					types[data["id"].(string)] = ev["type"].(string)
 					if data["id"] != listed {

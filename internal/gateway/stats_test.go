@@ -140,16 +140,7 @@ func TestStatsNeverCountAheadOfTheQueue(t *testing.T) {
 		}
 		hooked := &statsHookQueue{Queue: app.srv.Store.Queue}
 		app.srv.Store.Queue = hooked // before Start: no handler runs yet
-		if err := app.Start(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := app.Stop(ctx); err != nil {
-				t.Errorf("Stop: %v", err)
-			}
-		})
+		startApp(t, app)
 		h := &harness{t: t, app: app, sim: s, base: "http://" + app.Addr(), cfg: cfg,
 			client: &http.Client{Timeout: 20 * time.Second}}
 
@@ -536,16 +527,7 @@ func TestStatsQueueDownLeavesOutClassesOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	app.srv.Store.Queue = failingStatsQueue{app.srv.Store.Queue} // before Start: no handler runs yet
-	if err := app.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := app.Stop(ctx); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	})
+	startApp(t, app)
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
 	h := &harness{t: t, app: app, sim: s, base: "http://" + app.Addr(), cfg: cfg, client: &http.Client{Transport: tr, Timeout: 20 * time.Second}}
