@@ -211,6 +211,21 @@ func startOpts(t testing.TB, cfg config.Config, s *sim.Sim, opts Options) *harne
 	return h
 }
 
+// twoReplicas starts two gateways on one Redis account (each with a store
+// directory of its own), sending to one simulator; edit, if not nil,
+// changes the configuration of both.
+func twoReplicas(t *testing.T, edit func(*config.Config)) (a, b *harness) {
+	t.Helper()
+	s := newSim(t, sim.Config{})
+	cfg := testConfig(t, redisMode, s.URL())
+	if edit != nil {
+		edit(&cfg)
+	}
+	a = startWith(t, cfg, s)
+	cfg.Store.Path = t.TempDir()
+	return a, startWith(t, cfg, s)
+}
+
 // startApp starts app and stops it when t ends.
 func startApp(t testing.TB, app *App) {
 	t.Helper()

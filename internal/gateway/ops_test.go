@@ -123,11 +123,7 @@ func TestAdminPauseStatsDeadLetters(t *testing.T) {
 // TestAdminPauseIsShared: a pause set on one replica stops sending on the
 // other; resume on the other lifts it everywhere.
 func TestAdminPauseIsShared(t *testing.T) {
-	s := newSim(t, sim.Config{})
-	cfg := testConfig(t, redisMode, s.URL())
-	a := startWith(t, cfg, s)
-	cfg.Store.Path = t.TempDir()
-	b := startWith(t, cfg, s)
+	a, b := twoReplicas(t, nil)
 	wantStatus(t, a.post("/v1/admin/pause", keyAdmin, nil), http.StatusOK)
 	eventually(t, "replica b to see the pause", func() bool {
 		var st opsview.StatsResponse
@@ -413,11 +409,7 @@ func TestAdminHistory(t *testing.T) {
 // replica that stops adds its last counts on the way out.
 func TestHistorySharedAcrossReplicas(t *testing.T) {
 	t.Parallel()
-	s := newSim(t, sim.Config{})
-	cfg := testConfig(t, redisMode, s.URL())
-	a := startWith(t, cfg, s)
-	cfg.Store.Path = t.TempDir()
-	b := startWith(t, cfg, s)
+	a, b := twoReplicas(t, nil)
 	for range 4 {
 		wantStatus(t, a.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
 	}

@@ -103,12 +103,9 @@ func TestProtectionDestination(t *testing.T) {
 // another number is unaffected.
 func TestOTPPerNumberAcrossReplicas(t *testing.T) {
 	t.Parallel()
-	s := newSim(t, sim.Config{})
-	cfg := testConfig(t, redisMode, s.URL())
-	cfg.Protection.OTPPerNumber = config.OTPPerNumberConfig{Limit: 3, Window: time.Hour}
-	a := startWith(t, cfg, s)
-	cfg.Store.Path = t.TempDir()
-	b := startWith(t, cfg, s)
+	a, b := twoReplicas(t, func(cfg *config.Config) {
+		cfg.Protection.OTPPerNumber = config.OTPPerNumberConfig{Limit: 3, Window: time.Hour}
+	})
 	const hammered = "+819055512345"
 	var mu sync.Mutex
 	codes := map[int]int{}
@@ -136,7 +133,7 @@ func TestOTPPerNumberAcrossReplicas(t *testing.T) {
 		t.Fatalf("answers %v, want 3 × 200 and 7 × 429", codes)
 	}
 	wantStatus(t, b.post("/v1/otp", keyLogin, otpBody("to", "+819055512346")), http.StatusOK)
-	if n := len(s.Accepted()); n != 4 {
+	if n := len(a.sim.Accepted()); n != 4 {
 		t.Fatalf("the provider received %d OTPs, want 4", n)
 	}
 	if logs := a.logs.String() + b.logs.String(); strings.Contains(logs, "9055512345") {

@@ -227,11 +227,7 @@ func waitFor(cond func() bool) bool {
 // account's totals, whichever replica sent; and a stopped replica's last
 // sends are not lost.
 func TestSharedCountersAcrossReplicas(t *testing.T) {
-	s := newSim(t, sim.Config{})
-	cfg := testConfig(t, redisMode, s.URL())
-	a := startWith(t, cfg, s)
-	cfg.Store.Path = t.TempDir()
-	b := startWith(t, cfg, s)
+	a, b := twoReplicas(t, nil)
 	wantStatus(t, a.post("/v1/admin/pause", keyAdmin, nil), http.StatusOK)
 	eventually(t, "b to see the pause", func() bool { return b.stats().Pause.Paused })
 	// Sent by a alone, on the fast path (b's dispatcher never sees them).
