@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -837,18 +836,7 @@ func (h *harness) postKeys(path, key string, body any, idemKeys ...string) reply
 	for _, k := range idemKeys {
 		hr.Header.Add("Idempotency-Key", k)
 	}
-	resp, err := h.client.Do(hr)
-	if err != nil {
-		h.t.Fatalf("POST %s: %v", path, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	out := reply{status: resp.StatusCode, header: resp.Header, body: b}
-	checkSpec(h.t, hr, out)
-	return out
+	return h.send(hr)
 }
 
 // An Idempotency-Key sent twice is a 400 naming the header, on every

@@ -349,9 +349,15 @@ func (h *harness) do(r req) reply {
 	for k, v := range r.header {
 		hr.Header.Set(k, v)
 	}
+	return h.send(hr)
+}
+
+// send sends hr and validates the answer against api/openapi.yaml.
+func (h *harness) send(hr *http.Request) reply {
+	h.t.Helper()
 	resp, err := h.client.Do(hr)
 	if err != nil {
-		h.t.Fatalf("%s %s: %v", r.method, r.path, err)
+		h.t.Fatalf("%s %s: %v", hr.Method, hr.URL.RequestURI(), err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	raw, err := io.ReadAll(resp.Body)
