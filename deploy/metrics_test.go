@@ -92,7 +92,8 @@ account: %s
 provider: {kind: http, url: %q, timeout: 2s}
 dispatch: {shutdown_timeout: 5s}
 producers:
-  - {name: notify, key: notify-key-0123456789, previous_key: notify-old-key-0123456789, classes: [transactional, marketing, otp], rate: 100, burst: 100}
+  - {name: notify, key: notify-key-0123456789, previous_key: notify-old-key-0123456789, classes: [transactional, marketing, otp], rate: 100, burst: 100,
+     budget: {daily_units: 1000, monthly_units: 20000}}
 admin: {key: admin-key-0123456789abcdef, previous_key: admin-old-key-0123456789}
 `, t.TempDir(), redistest.Prefix(t), redisLine, simURL+"/send"), nil)
 	if err != nil {

@@ -93,7 +93,7 @@ func (p *Pipeline) AdmitBatch(ctx context.Context, b Batch, now time.Time) (item
 	for _, i := range eligible[min(granted, len(eligible)):] {
 		items[i].Msg, items[i].Err = nil, ItemRateLimited(b.Sender)
 	}
-	return items, kd, p.storeItems(ctx, eligible[:min(granted, len(eligible))], items, now)
+	return items, kd, p.storeItems(ctx, b.Sender, eligible[:min(granted, len(eligible))], items, now)
 }
 
 func itemField(i int, name string) string { return "messages[" + strconv.Itoa(i) + "]." + name }
@@ -190,7 +190,7 @@ func (p *Pipeline) planItems(ctx context.Context, b Batch, now time.Time, open [
 }
 
 // storeItems is the store step: the eligible items in one call.
-func (p *Pipeline) storeItems(ctx context.Context, eligible []int, items []Item, now time.Time) error {
+func (p *Pipeline) storeItems(ctx context.Context, sender Sender, eligible []int, items []Item, now time.Time) error {
 	if len(eligible) == 0 {
 		return nil
 	}
@@ -203,7 +203,10 @@ func (p *Pipeline) storeItems(ctx context.Context, eligible []int, items []Item,
 		return fmt.Errorf("enqueue batch: %w", err)
 	}
 	for k, i := range eligible {
+		rj, over := overBudget(sender, results[k].Err, now) // StepBudget, decided by the store item by item
 		switch res := results[k]; {
+		case over:
+			items[i].Msg, items[i].Err = nil, rj
 		case res.Err != nil:
 			items[i].Err = fmt.Errorf("enqueue batch item %d: %w", i, res.Err)
 		case res.Existed:

@@ -24,6 +24,7 @@ const (
 	StepSuppressed              // an OTP's number is not on the suppression list (protection.suppress_otp)
 	StepOutstanding             // the producer is under its max_outstanding
 	StepIngress                 // the producer's ingress GCRA grants the message
+	StepBudget                  // the message's units fit the producer's daily and monthly budget (budget.go)
 	StepStore                   // the message is stored (or the one its key names returned)
 )
 
@@ -59,7 +60,10 @@ type StepSpec struct {
 // numbers are listed. A request with an Idempotency-Key that is not a
 // replay spends a unit of its producer's max_keyed_per_day (StepKeyed,
 // ChargeKeyed), kept even when a later step refuses it: a retry whose first
-// answer is stored is answered from it whatever the bound.
+// answer is stored is answered from it whatever the bound. The budget
+// (StepBudget, budget.go) comes after the ingress GCRA: it is decided by
+// the store in the step that stores the message (in process too), so a
+// request it refuses has spent its ingress unit, never budget.
 //
 // The in-process executor runs the steps one by one. The script executor
 // runs the InProcess rows here and hands the InScript rows to the queue's
@@ -78,6 +82,7 @@ var Order = [...]StepSpec{
 	{StepSuppressed, "suppressed", InProcess, true}, // OTPs only: a queued message's take ends it if listed
 	{StepOutstanding, "outstanding", InScript, false},
 	{StepIngress, "ingress", InScript, true},
+	{StepBudget, "budget", InScript, true}, // decided by the store with the store itself (queue/budget.go); an OTP's by ChargeOTP
 	{StepStore, "store", InScript, false},
 }
 
@@ -87,6 +92,7 @@ type Sender struct {
 	MaxOutstanding int64 // 0: unlimited
 	Ingress        limiter.Rate
 	Keyed          limiter.Rate // max_keyed_per_day (burst 0: unbounded)
+	Budget         Budget       // producers[].budget (budget.go)
 	Webhook        bool         // a default callback URL: every message has callbacks
 }
 
@@ -114,7 +120,13 @@ type Pipeline struct {
 	TakesHere func(sms.Class) bool
 	// TargetRPS paces a max_outstanding refusal's Retry-After.
 	TargetRPS float64
-	Log       *slog.Logger
+	// CountSegments: a message costs its segments in a budget
+	// (provider.count_segments), else one unit.
+	CountSegments bool
+	// Budgets charges and gives back an OTP's units (budget.go); nil:
+	// OTPs are not charged.
+	Budgets queue.Budgets
+	Log     *slog.Logger
 }
 
 // Scheduling bounds of send_at (api/openapi.yaml).
@@ -160,6 +172,7 @@ func invalidField(field, reason string) *Rejection {
 func (p *Pipeline) Stamp(m sms.Message, s Sender, key string, ttl time.Duration, now time.Time) *sms.Message {
 	m.ID = sms.NewID(now)
 	m.Producer = s.Name
+	m.Budget = p.charge(s.Budget, &m, now)
 	m.IdempotencyKey = key
 	m.CreatedAt = now.UTC()
 	m.Callbacks = s.Webhook || m.CallbackURL != ""

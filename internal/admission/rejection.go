@@ -36,6 +36,7 @@ const (
 	RejectOutstanding  RejectKind = "too-many-outstanding"     // the producer's max_outstanding
 	RejectRateLimited  RejectKind = "rate-limited"             // the producer's ingress GCRA
 	RejectTooManyKeyed RejectKind = "too-many-keyed-requests"  // the producer's max_keyed_per_day
+	RejectBudget       RejectKind = "budget-exhausted"         // the producer's daily or monthly budget
 )
 
 // rejectField names one request field a rejection is about.

@@ -130,6 +130,9 @@ func (p *Pipeline) storeInProcess(ctx context.Context, r One, d Decision, suppre
 		return d, err
 	}
 	res, err := p.Enq.Enqueue(ctx, d.Msg)
+	if rj, over := overBudget(r.Sender, err, now); over { // StepBudget, decided by the store
+		return d, rj
+	}
 	if err != nil {
 		stored = MaybeStored(err) // then the number's OTP count keeps it
 		return d, &StoreFailed{ID: d.Msg.ID, Err: err}
@@ -184,12 +187,15 @@ func (sc *ScriptStore) store(ctx context.Context, p *Pipeline, r One, d Decision
 	}
 	d.Scripted = true
 	res, err := sc.Enq.EnqueueChecked(ctx, queue.Checked{Message: d.Msg, Checks: ch})
-	if err != nil {
-		return d, &StoreFailed{ID: d.Msg.ID, Err: err}
-	}
 	if res.Ingress {
 		d.Ingress = &limiter.KeyDecision{Allowed: res.Refused == queue.NotRefused, Remaining: res.Remaining,
 			ResetAfter: res.ResetAfter, RetryAfter: res.RetryAfter}
+	}
+	if rj, over := overBudget(r.Sender, err, now); over { // StepBudget, in the script
+		return d, rj
+	}
+	if err != nil {
+		return d, &StoreFailed{ID: d.Msg.ID, Err: err}
 	}
 	switch {
 	case res.Replay != nil:

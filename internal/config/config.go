@@ -269,6 +269,9 @@ type Producer struct {
 	// Webhook is where the producer's status callbacks go; absent: none,
 	// unless a message names its own callback_url (under Webhook.Allow).
 	Webhook WebhookConfig `yaml:"webhook"`
+	// Budget caps the units the producer may spend a day and a month
+	// (budget.go); zero: no cap.
+	Budget BudgetConfig `yaml:"budget"`
 }
 
 // WebhookConfig is one producer's status callback destination (Standard

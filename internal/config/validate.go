@@ -336,6 +336,7 @@ func (c *Config) validateProducers(p *problems) {
 			checkRate(p, key+".max_keyed_per_day", "the keyed-request quota", pr.KeyedRate())
 		}
 		validateWebhook(p, key+".webhook", pr.Webhook)
+		validateBudget(p, key+".budget", pr.Budget)
 		seen := map[string]bool{}
 		for j, s := range pr.Senders {
 			k := fmt.Sprintf("%s.senders[%d]", key, j)

@@ -32,6 +32,7 @@ import (
 	"smsgw/internal/provider/httpprov"
 	"smsgw/internal/provider/twilio"
 	"smsgw/internal/provider/vonage"
+	"smsgw/internal/queue"
 	"smsgw/internal/sms"
 	"smsgw/internal/tick"
 )
@@ -116,6 +117,11 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	}()
 	if err := d.reg.Register(opsview.NewQueueCollector(b.queue, d.log)); err != nil {
 		return nil, fmt.Errorf("gateway: queue metrics: %w", err)
+	}
+	if bq, ok := b.queue.(queue.Budgets); ok { // producers[].budget, against its limits
+		if err := d.reg.Register(opsview.NewBudgetCollector(bq, cfg, d.now, d.log)); err != nil {
+			return nil, fmt.Errorf("gateway: budget metrics: %w", err)
+		}
 	}
 	if err := opsview.RegisterConfigMetrics(d.reg, cfg, b.pause); err != nil {
 		return nil, fmt.Errorf("gateway: config metrics: %w", err)
@@ -248,9 +254,12 @@ func newServer(cfg config.Config, d deps, gath prometheus.Gatherer, b *backend, 
 	s.OTPRecords.Init()
 	quiet := cfg.QuietPolicy()
 	s.Admit = &admission.Pipeline{Quiet: quiet, Queue: b.queue, Ingress: b.ingress, Enq: b.enq, Script: b.script,
-		TakesHere: disp.TakesHere, TargetRPS: cfg.Limits.TargetRPS, Log: d.log,
+		TakesHere: disp.TakesHere, TargetRPS: cfg.Limits.TargetRPS, Log: d.log, CountSegments: cfg.Provider.CountSegments,
 		ETA: &admission.ETAEstimator{Q: b.queue, Lim: b.limiter, Pause: b.pause, Cfg: cfg, Now: d.now, Log: d.log, Refresh: admission.ETARefresh,
 			Quiet: quiet, Slowdown: disp.Slowdown}}
+	if bq, ok := b.queue.(queue.Budgets); ok { // an OTP's units (admission.StepBudget)
+		s.Admit.Budgets = bq
+	}
 	for _, p := range cfg.HTTP.TrustedProxies {
 		pr, err := netip.ParsePrefix(p)
 		if err != nil {

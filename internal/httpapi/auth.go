@@ -41,6 +41,8 @@ type Producer struct {
 	// Keyed is the quota of requests with an Idempotency-Key
 	// (producers[].max_keyed_per_day; admission.StepKeyed).
 	Keyed limiter.Rate
+	// Budget is producers[].budget (admission.StepBudget).
+	Budget admission.Budget
 }
 
 // previousKeyLogEvery is the most often the use of one principal's
@@ -242,6 +244,7 @@ func NewAuthenticator(cfg config.Config, previousUses *prometheus.CounterVec) *A
 			Ingress:        limiter.Rate{PerSecond: p.Rate, Burst: p.Burst},
 			MaxOutstanding: p.MaxOutstanding,
 			Keyed:          p.KeyedRate(),
+			Budget:         admission.Budget{Daily: p.Budget.DailyUnits, Monthly: p.Budget.MonthlyUnits, Loc: p.Budget.Location()},
 			senders:        normalizedSenders(p.Senders),
 			unicodeCtl:     p.AllowUnicodeControls,
 			webhook:        p.Webhook.URL != "",
@@ -402,5 +405,5 @@ func (s *Server) failedAuth(w http.ResponseWriter, r *http.Request, what, valid 
 
 // asSender is what admission knows of p.
 func (p *Producer) asSender() admission.Sender {
-	return admission.Sender{Name: p.Name, MaxOutstanding: p.MaxOutstanding, Ingress: p.Ingress, Keyed: p.Keyed, Webhook: p.webhook}
+	return admission.Sender{Name: p.Name, MaxOutstanding: p.MaxOutstanding, Ingress: p.Ingress, Keyed: p.Keyed, Budget: p.Budget, Webhook: p.webhook}
 }

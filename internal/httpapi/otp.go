@@ -110,6 +110,17 @@ func (s *Server) postOTP(w http.ResponseWriter, r *http.Request) {
 		// (the id's time) starts when the request arrived.
 		m := s.Admit.Stamp(*v.msg, p.asSender(), "", v.ttl, arrived)
 		m.ExpiresAt = due.UTC()
+		giveBack, err := s.Admit.ChargeOTP(ctx, p.asSender(), m) // admission.StepBudget
+		if err != nil {
+			return nil, deadlineSpent(ctx, err)
+		}
+		if giveBack != nil {
+			defer func() {
+				if !mayHaveSent { // it never reached the provider: its units go back
+					giveBack()
+				}
+			}()
+		}
 		unknown, err := s.otpUnknownID(ctx, p, key, v.msg.RequestHash)
 		if err != nil {
 			return nil, deadlineSpent(ctx, err)

@@ -41,6 +41,7 @@ const (
 	KindRateLimited        ProblemKind = "rate-limited"             // 429: ingress GCRA
 	kindTooManyQueued      ProblemKind = "too-many-outstanding"     // 429: max_outstanding
 	kindTooManyKeyed       ProblemKind = "too-many-keyed-requests"  // 429: max_keyed_per_day
+	kindBudgetExhausted    ProblemKind = "budget-exhausted"         // 429: producers[].budget, daily or monthly
 	kindExpiresBeforeSend  ProblemKind = "would-expire-before-send" // 429: TTL shorter than the backlog ahead
 	kindRejected           ProblemKind = "rejected-by-provider"     // 422: the provider refused the message for good
 	KindCallbackNotAllowed ProblemKind = "callback-url-not-allowed" // 422: callback_url under none of the producer's webhook.allow prefixes
@@ -63,7 +64,7 @@ const (
 var AllKinds = []ProblemKind{KindInvalid, kindUnauthorized, kindForbidden, KindNotFound, kindMethodNotAllowed,
 	kindInFlight, kindTooLarge, kindUnsupportedMedia, kindKeyReused, KindRateLimited, kindTooManyQueued, kindTooManyKeyed,
 	kindExpiresBeforeSend, kindRejected, KindCallbackNotAllowed, kindUnavailable, kindInternal, KindBadSignature, kindNotCancelable,
-	KindDestinationNotAllowed, KindNumberTypeBlocked, KindSuppressed, KindOTPNumberLimited, KindRangeHeld, KindSuppressionsFull, kindAuthThrottled}
+	KindDestinationNotAllowed, KindNumberTypeBlocked, KindSuppressed, KindOTPNumberLimited, KindRangeHeld, KindSuppressionsFull, kindAuthThrottled, kindBudgetExhausted}
 
 // KindLabels is every problem kind, the label set of
 // smsgw_api_rejections_total.
@@ -91,6 +92,7 @@ var kindInfo = map[ProblemKind]struct {
 	KindRateLimited:        {http.StatusTooManyRequests, "Ingress rate limit exceeded"},
 	kindTooManyQueued:      {http.StatusTooManyRequests, "Too many messages outstanding"},
 	kindTooManyKeyed:       {http.StatusTooManyRequests, "Too many requests with an Idempotency-Key today"},
+	kindBudgetExhausted:    {http.StatusTooManyRequests, "The producer's budget for the period is spent"},
 	kindExpiresBeforeSend:  {http.StatusTooManyRequests, "Message would expire before its turn"},
 	kindRejected:           {http.StatusUnprocessableEntity, "The provider rejected the message"},
 	KindCallbackNotAllowed: {http.StatusUnprocessableEntity, "callback_url is not allowed for this producer"},
@@ -189,6 +191,7 @@ var rejectionKinds = map[admission.RejectKind]ProblemKind{
 	admission.RejectOutstanding:  kindTooManyQueued,
 	admission.RejectRateLimited:  KindRateLimited,
 	admission.RejectTooManyKeyed: kindTooManyKeyed,
+	admission.RejectBudget:       kindBudgetExhausted,
 }
 
 // fromRejection is the one place an admission refusal becomes an answer.

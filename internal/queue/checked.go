@@ -18,11 +18,16 @@ import (
 //  3. the message's number is on the suppression list: refused;
 //  4. the producer has MaxOutstanding messages queued or in flight: refused;
 //  5. the producer's ingress GCRA denies Cost: refused;
-//  6. the message is stored (or the one its idempotency key already names is
+//  6. the message's own budget charge (sms.Message.Budget, budget.go)
+//     would take a period of its producer's budget past its limit:
+//     refused (the result's Err is an *OverBudget), the ingress unit
+//     granted staying spent; a plain enqueue runs this check too;
+//  7. the message is stored (or the one its idempotency key already names is
 //     returned), and, when it is stored, Answer under AnswerKey for
-//     AnswerTTL.
+//     AnswerTTL, and its budget charge is added.
 //
-// A refusal stores nothing and charges nothing but the keyed unit. Key names are the callers'
+// A refusal stores nothing and charges nothing but the keyed unit (and,
+// refused by the budget, the ingress unit). Key names are the callers'
 // (the idempotency store's, the suppression list's, the ingress limiter's,
 // which also names the keyed-request GCRA)
 // and must share the queue's account hash tag. A zero field skips its

@@ -194,6 +194,10 @@ type Message struct {
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
 	RequestHash    string `json:"request_hash,omitempty"`
 
+	// Budget is the message's charge against its producer's budget
+	// (budget.go); the store keeps its units and period ids.
+	Budget Budget `json:"-"`
+
 	CreatedAt time.Time `json:"created_at"`
 	SendAt    time.Time `json:"send_at,omitzero"`    // the producer's send_at; zero: as soon as possible
 	NotBefore time.Time `json:"not_before,omitzero"` // not taken before this time

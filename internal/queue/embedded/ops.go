@@ -103,6 +103,12 @@ func (q *Queue) enqueueTx(tx *bolt.Tx, m *sms.Message, now time.Time) (queue.Enq
 	if stored, err := getMessage(tx, m.ID); err != nil || stored != nil {
 		return queue.EnqueueResult{Message: stored, Existed: stored != nil}, err
 	}
+	if err := chargeBudget(tx, m.Producer, m.Budget); err != nil { // budget.go
+		if _, over := err.(*queue.OverBudget); over {
+			return queue.EnqueueResult{Err: err}, nil
+		}
+		return queue.EnqueueResult{}, err
+	}
 	seq, err := tx.Bucket(bMsgs).NextSequence()
 	if err != nil {
 		return queue.EnqueueResult{}, err

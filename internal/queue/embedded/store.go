@@ -213,6 +213,9 @@ func finalize(tx *bolt.Tx, r *entry, code string, now int64) (string, error) {
 	if err := addEvent(tx, &r.Msg, r.Msg.Status, code, now); err != nil {
 		return "", err
 	}
+	if err := refundBudget(tx, &r.Msg); err != nil { // budget.go
+		return "", err
+	}
 	if err := tx.Bucket(bMsgs).Delete([]byte(r.Msg.ID)); err != nil {
 		return "", err
 	}

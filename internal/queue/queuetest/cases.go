@@ -745,10 +745,7 @@ func testConcurrentTakers(t *testing.T, h Harness) {
 // handles on one storage.
 func testConcurrentMultiClient(t *testing.T, h Harness) {
 	q := h.New(t)
-	handles := []queue.Queue{q}
-	if h.MultiClient != nil {
-		handles = append(handles, h.MultiClient(t, q, 3)...)
-	}
+	handles := handlesOn(t, h, q, 3)
 	const producers = 4
 	want := map[string]bool{}
 	batches := make([][]*sms.Message, producers)

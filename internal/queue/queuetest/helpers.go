@@ -255,3 +255,26 @@ func takenAlone(t *testing.T, h Harness, m *sms.Message) (queue.Queue, *queue.Le
 	mustEnqueue(t, q, m)
 	return q, mustTake(t, q, opts())
 }
+
+// handlesOn is q and, when the backend has MultiClient, n more handles on
+// its storage.
+func handlesOn(t *testing.T, h Harness, q queue.Queue, n int) []queue.Queue {
+	t.Helper()
+	handles := []queue.Queue{q}
+	if h.MultiClient != nil {
+		handles = append(handles, h.MultiClient(t, q, n)...)
+	}
+	return handles
+}
+
+// facet is q as the optional interface T of the queue seam (queue.Outbox,
+// queue.Budgets), which every backend implements.
+func facet[T any](t *testing.T, q queue.Queue) T {
+	t.Helper()
+	f, ok := q.(T)
+	if !ok {
+		var zero T
+		t.Fatalf("%T does not implement %T", q, &zero)
+	}
+	return f
+}

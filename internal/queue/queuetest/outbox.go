@@ -29,11 +29,7 @@ var outboxCases = []testCase{
 
 func outbox(t *testing.T, q queue.Queue) queue.Outbox {
 	t.Helper()
-	o, ok := q.(queue.Outbox)
-	if !ok {
-		t.Fatalf("%T does not implement queue.Outbox", q)
-	}
-	return o
+	return facet[queue.Outbox](t, q)
 }
 
 // fastPathOTP is an OTP of producer login that wants status events, as

@@ -43,7 +43,9 @@ const maxBatch = 1000
 // enqueuing process itself (queue.Checks.TakenHere), else "0"; index of
 // the keyed-request GCRA key (0: none), its interval µs and burst (it runs
 // first of the checks, after the replay, through the same charge as the
-// ingress GCRA).
+// ingress GCRA); the budget arguments (luaBudget, budget.go: the
+// producer's budget, checked after the ingress GCRA and charged with the
+// store).
 // Returns one reply per message, in order, {kind, value, id, gcra}: kind 0
 // stored (value: the stored record, or "" unless ARGV[2] asked for it), 1 an existing message (its record),
 // 2 an existing final record, 3 its idempotency key names a first message
@@ -51,7 +53,7 @@ const maxBatch = 1000
 // first's final record, and enqueues again naming that id when there is
 // none), 4 a stored answer (value), 5 suppressed, 6 too many outstanding
 // (value: the count), 7 the ingress GCRA denied, 8 the keyed-request GCRA
-// denied. gcra is the ingress GCRA's answer when it ran (with 8: the keyed
+// denied, 9 over the producer's budget (value: "<1 daily|2 monthly> <count>"). gcra is the ingress GCRA's answer when it ran (with 8: the keyed
 // one's), else empty.
 //
 // The sequence counter, the producers' outstanding counts and the GCRA
@@ -68,7 +70,7 @@ const maxBatch = 1000
 // on KEYS[4] and trims the LIST to the newest wakeTokens: a refused or
 // delayed message, or one an idle lane of the enqueuing process takes,
 // wakes nobody else.
-var enqueueScript = redis.NewScript(luaPrelude + gcra.Lua + `
+var enqueueScript = redis.NewScript(luaPrelude + gcra.Lua + luaBudget + `
 local now = now_us()
 local out = {}
 local fins = {}
@@ -112,12 +114,15 @@ local function check(i, p)
     if n >= most then return 6, tostring(n), {} end
   end
   local gk = tonumber(ARGV[i + 13])
+  local d = {}
   if gk > 0 then
-    local ok, d = charge(gk, tonumber(ARGV[i + 14]), tonumber(ARGV[i + 15]), tonumber(ARGV[i + 16]))
+    local ok
+    ok, d = charge(gk, tonumber(ARGV[i + 14]), tonumber(ARGV[i + 15]), tonumber(ARGV[i + 16]))
     if not ok then return 7, '', d end
-    return 0, '', d
   end
-  return 0, '', {}
+  local bp, used = budget_check(i, p) -- budget.go; the ingress unit granted stays spent
+  if bp ~= 0 then return 9, bp .. ' ' .. used, d end
+  return 0, '', d
 end
 for i = 3, #ARGV, ` + strconv.Itoa(argsPerMessage) + ` do
   local id = ARGV[i]
@@ -181,6 +186,7 @@ for i = 3, #ARGV, ` + strconv.Itoa(argsPerMessage) + ` do
         classes[#classes + 1] = string.match(KEYS[rk], 'ready:(%a+)$')
       end
       adds[p] = (adds[p] or 0) + 1
+      budget_charge(i, p)
       if ak > 0 and ARGV[i + 8] ~= '' then redis.call('SET', KEYS[ak], ARGV[i + 8], 'PX', ARGV[i + 9]) end
       if records then reply = {0, js, id, gcra} else reply = {0, '', id, gcra} end
     end
@@ -189,6 +195,7 @@ for i = 3, #ARGV, ` + strconv.Itoa(argsPerMessage) + ` do
 end
 if seq and seq > seq0 then redis.call('INCRBY', KEYS[2], seq - seq0) end
 for p, n in pairs(adds) do redis.call('HINCRBY', KEYS[3], p, n) end
+budget_write()
 for key, t in pairs(tats) do
   if t.dirty then gcra_set(key, t.tat, now) end
 end
@@ -200,7 +207,7 @@ return out
 `)
 
 // argsPerMessage is how many ARGV entries enqueueScript takes per message.
-const argsPerMessage = 21
+const argsPerMessage = 21 + budgetArgsPerMessage
 
 // Enqueue stores m; see queue.Queue.
 func (q *Queue) Enqueue(ctx context.Context, m *sms.Message) (queue.EnqueueResult, error) {
@@ -389,6 +396,7 @@ func (q *Queue) enqueueScript(ctx context.Context, cs []queue.Checked, results [
 		call.args = append(call.args, m.ID, js, strconv.FormatInt(delay, 10), call.index(q.k.ready(m.Class)), ik,
 			call.index(q.k.fin(m.ID)), gone[i])
 		call.checkArgs(&cs[i].Checks)
+		call.budgetArgs(q, m)
 		sent = append(sent, i)
 	}
 	if len(sent) == 0 {
@@ -469,6 +477,9 @@ func readEnqueueReply(reply []any, sent []int, cs []queue.Checked, results []que
 			continue
 		case 7:
 			res.Refused = queue.RefusedIngress
+			continue
+		case 9: // budget.go
+			res.Err = overBudget(value, cs[sent[j]].Message)
 			continue
 		case 8: // the decision read is the keyed GCRA's
 			res.Refused, res.Ingress = queue.RefusedKeyed, false

@@ -352,7 +352,9 @@ func (q *Queue) Extend(ctx context.Context, l *queue.Leased, lease time.Duration
 // KEYS[7..9] the dead ZSETs, KEYS[10..13] the outbox (keys.outbox): the
 // message's event is written here, KEYS[14] the compaction ZSET
 // (keys.finDue: the final LIST's second is due for compaction once quiet),
-// KEYS[15] the provider id's index HASH (sent with a provider id only).
+// KEYS[15] the provider id's index HASH (sent with a provider id only),
+// then (last) the budget HASH (budget.go: an expired or suppressed
+// message gives its units back).
 // ARGV[1] id, ARGV[2] token, ARGV[3] status code (s, f, x or p), ARGV[4] the
 // final record before its times, ARGV[5] the id's creation time ms,
 // ARGV[6] retention µs, ARGV[7] how many old messages to prune at most,
@@ -365,7 +367,7 @@ func (q *Queue) Extend(ctx context.Context, l *queue.Leased, lease time.Duration
 // and 2, changing nothing, when endListed's end (ARGV[11] "suppressed")
 // finds a receipt parked on the message: it came after the take script
 // leased the message, and the provider has it (endListed puts it back).
-var completeScript = redis.NewScript(luaPrelude + luaRecord + luaOutbox + luaCheckLease + `
+var completeScript = redis.NewScript(luaPrelude + luaRecord + luaOutbox + luaCheckLease + luaBudgetRefund + `
 local now = now_us()
 local m = cjson.decode(redis.call('HGET', KEYS[3], ARGV[1]))
 if ARGV[11] == 'suppressed' and m.rs then return 2 end
@@ -375,7 +377,7 @@ redis.call('HDEL', KEYS[3], ARGV[1])
 local rec = fin_times(ARGV[4], ARGV[10], ARGV[5], now, ARGV[3] == 's')
 if ARGV[3] == 's' then
   if m.rs then rec = fin_receipt(rec, m.rs, m.re) end
-  if KEYS[15] then
+  if ARGV[12] then
     redis.call('HSET', KEYS[15], ARGV[12], ARGV[13])
     redis.call('PEXPIRE', KEYS[15], ARGV[14])
   end
@@ -398,6 +400,7 @@ local producer = get(m, 'p')
 if redis.call('HINCRBY', KEYS[5], producer, -1) <= 0 then
   redis.call('HDEL', KEYS[5], producer)
 end
+if ARGV[3] == 'x' or ARGV[3] == 'p' then budget_refund(KEYS[#KEYS], m) end -- unsent: budget.go
 local cutoff = now - tonumber(ARGV[6])
 for i = 4, 9 do
   if i ~= 5 and i ~= 6 then
@@ -467,6 +470,7 @@ func (q *Queue) completion(l *queue.Leased, o queue.Outcome, code string) (compl
 		keys = append(keys, key)
 		args = append(args, field, value, (q.retention + pidGeneration).Milliseconds())
 	}
+	keys = append(keys, q.k.budget())
 	return completion{keys: keys, args: args}, nil
 }
 

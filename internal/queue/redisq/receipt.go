@@ -318,13 +318,14 @@ func (q *Queue) ApplyReceipt(ctx context.Context, r queue.Receipt) (_ queue.Rece
 //
 // KEYS[1] msgs HASH, KEYS[2] outstanding HASH, KEYS[3..5] the ready ZSETs
 // in class-code order, KEYS[6..9] the outbox (keys.outbox: the canceled
-// event), KEYS[10] the final LIST, KEYS[11] the compaction ZSET.
+// event), KEYS[10] the final LIST, KEYS[11] the compaction ZSET, KEYS[12]
+// the budget HASH (the units go back: budget.go).
 // ARGV[1] id, ARGV[2] producer, ARGV[3] the record read, ARGV[4] the final
 // record's head, ARGV[5] the id's creation time ms, ARGV[6] retention µs,
 // ARGV[7] the final record's tail.
 // Returns {0} gone, {2} changed since it was read, {1, final record}
 // canceled.
-var cancelScript = redis.NewScript(luaPrelude + luaRecord + luaOutbox + `
+var cancelScript = redis.NewScript(luaPrelude + luaRecord + luaOutbox + luaBudgetRefund + `
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then return {0} end
 if raw ~= ARGV[3] then return {2} end
@@ -340,6 +341,7 @@ outbox_add({KEYS[6], KEYS[7], KEYS[8], KEYS[9]}, ARGV[1], m, 'canceled', '', now
 if redis.call('HINCRBY', KEYS[2], ARGV[2], -1) <= 0 then
   redis.call('HDEL', KEYS[2], ARGV[2])
 end
+budget_refund(KEYS[12], m) -- budget.go
 return {1, rec}
 `)
 
@@ -365,7 +367,7 @@ func (q *Queue) Cancel(ctx context.Context, id, producer string) (_ *sms.Message
 		keys = append(keys, q.k.ready(c))
 	}
 	keys = append(keys, q.k.outbox()...)
-	keys = append(keys, q.k.fin(id), q.k.finDue())
+	keys = append(keys, q.k.fin(id), q.k.finDue(), q.k.budget())
 	for range cancelTries {
 		raw, err := q.c.HGet(ctx, q.k.msgs(), id).Result()
 		if errors.Is(err, redis.Nil) {
