@@ -18,6 +18,9 @@ type Batch struct {
 	Key    string // the request's Idempotency-Key; "" none
 	Msgs   []*sms.Message
 	TTLs   []time.Duration
+
+	// BatchID is stored with each of its messages (sms.Message.BatchID).
+	BatchID string
 }
 
 // Item is the outcome of one batch item admitted: Err its refusal, else
@@ -162,6 +165,7 @@ func (p *Pipeline) planItems(ctx context.Context, b Batch, now time.Time, open [
 			ik = b.Key + " #" + strconv.Itoa(i)
 		}
 		ms[k] = p.Stamp(*b.Msgs[i], b.Sender, ik, b.TTLs[i], now)
+		ms[k].BatchID = b.BatchID
 		if items[i].Msg != nil {
 			ms[k].NumberID = items[i].Msg.NumberID // a take checks the suppression list again with it
 		}

@@ -146,6 +146,16 @@ type LimitsConfig struct {
 	Burst      int                    `yaml:"burst"`
 	MaxSenders int                    `yaml:"max_senders"` // the most gateway processes that may ever run; fallback rate = target_rps / max_senders
 	Classes    map[string]ClassLimits `yaml:"classes"`
+	// Senders limits some senders (a send's "from": a number, an
+	// alphanumeric id or a Twilio Messaging Service SID) below the
+	// account's rate, as the provider limits them.
+	Senders map[string]SenderLimits `yaml:"senders"`
+}
+
+// SenderLimits is the provider's limit of one sender.
+type SenderLimits struct {
+	MaxRPS float64 `yaml:"max_rps"`
+	Burst  int     `yaml:"burst"` // 0: 1
 }
 
 // ClassLimits caps one class below the global rate.

@@ -18,7 +18,9 @@ import (
 const EnvPrefix = "SMSGW_"
 
 // envPaths lists every overridable key path of Config, as yaml paths
-// ("limits.classes.marketing.max_rps") mapped to the field.
+// ("limits.classes.marketing.max_rps") mapped to the field. The senders'
+// limits are one key (SMSGW_LIMITS_SENDERS='{Mkt1: {max_rps: 3}}'): a
+// sender's name is not an environment variable's.
 func envPaths(v reflect.Value, prefix string, out map[string]reflect.Value) {
 	t := v.Type()
 	for i := 0; i < t.NumField(); i++ {
@@ -39,7 +41,7 @@ func envPaths(v reflect.Value, prefix string, out map[string]reflect.Value) {
 		case f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeOf(time.Duration(0)):
 			out[path] = fv
 			envPaths(fv, path, out)
-		case f.Type.Kind() == reflect.Map && f.Type.Elem().Kind() == reflect.Struct:
+		case f.Type.Kind() == reflect.Map && f.Type.Elem().Kind() == reflect.Struct && path != "limits.senders":
 			out[path] = fv
 			// Maps keyed by class: every class name is a possible key.
 			for _, c := range sms.Classes {

@@ -199,6 +199,10 @@ func (c *Config) validateLimits(p *problems) {
 		r, ok := c.validateClass(p, name, l.Classes[name])
 		rates, ratesOK = append(rates, r), ratesOK && ok
 	}
+	for _, name := range slices.Sorted(maps.Keys(l.Senders)) {
+		r, ok := c.validateSender(p, name, l.Senders[name])
+		rates, ratesOK = append(rates, r), ratesOK && ok
+	}
 	if l.MaxSenders < 1 {
 		p.add("limits.max_senders", "must be >= 1")
 		return
@@ -243,6 +247,41 @@ func (c *Config) validateClass(p *problems, name string, cl ClassLimits) (limite
 	}
 	return r, false
 }
+
+// validateSender checks one sender's limit and returns its limiter rate,
+// and whether the rate is valid. The key shows a sender that looks like a
+// phone number masked.
+func (c *Config) validateSender(p *problems, name string, sl SenderLimits) (limiter.Rate, bool) {
+	l := c.Limits
+	shown := name
+	if strings.HasPrefix(name, "+") || name != "" && name[0] >= '0' && name[0] <= '9' {
+		shown = sms.MaskPhone(name)
+	}
+	key := "limits.senders." + shown
+	if name == "" {
+		p.add("limits.senders", "a sender with an empty name")
+	}
+	r := limiter.Rate{PerSecond: sl.MaxRPS, Burst: SenderBurst(sl)}
+	switch {
+	case sl.Burst < 0:
+		p.add(key+".burst", "must be >= 0 (0 means 1)")
+	case l.Burst >= 1 && sl.Burst > l.Burst:
+		p.add(key+".burst", "%d exceeds limits.burst %d: the account's limit comes first", sl.Burst, l.Burst)
+	}
+	switch {
+	case !positive(sl.MaxRPS):
+		p.add(key+".max_rps", "must be a number > 0")
+	case positive(l.TargetRPS) && sl.MaxRPS > l.TargetRPS:
+		p.add(key+".max_rps", "%g exceeds limits.target_rps %g: a sender's limit lies under the account's", sl.MaxRPS, l.TargetRPS)
+	case sl.Burst >= 0:
+		return r, checkRate(p, key+".max_rps", "the sender limit", r)
+	}
+	return r, false
+}
+
+// SenderBurst is the burst of a sender's limit: limits.senders.<sender>.burst,
+// 1 when unset.
+func SenderBurst(sl SenderLimits) int { return max(sl.Burst, 1) }
 
 // validateQuietHours: only marketing waits for the recipient's day; OTP
 // and transactional messages are exempt by the contract.

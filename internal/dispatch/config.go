@@ -70,6 +70,8 @@ type Config struct {
 	// gateway puts the number on the suppression list. nil: the message
 	// still ends suppressed, and nothing else happens.
 	OptOuts OptOuts
+	// Replies hears of every message sent (outcome.go); nil: nobody.
+	Replies Replies
 	// Suppression is the suppression list every take reads
 	// (queue.Suppression; the gateway sets Key in Redis mode, Listed in
 	// embedded mode, and OTP from protection.suppress_otp): a message

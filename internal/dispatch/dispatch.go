@@ -10,6 +10,7 @@ import (
 
 	"github.com/sony/gobreaker/v2"
 
+	"smsgw/internal/limiter"
 	"smsgw/internal/logsample"
 	"smsgw/internal/provider"
 	"smsgw/internal/queue"
@@ -43,6 +44,11 @@ type Dispatcher struct {
 	// do not send into it.
 	pausedUntil atomic.Int64
 	epoch       time.Time
+	// senderPauses is this process's copy of the senders' shared pauses,
+	// senderSpread when each sender's next put-back message is due
+	// (senders.go); sm their metrics.
+	senderPauses, senderSpread limiter.SenderTimes
+	sm                         *senderMetrics
 	// busyAt is when this process last took a message or began a fast-path
 	// send (nanoseconds since epoch; 0: never). Idle tells the periodic
 	// reads of shared state that they may slow down.
@@ -126,6 +132,9 @@ func New(cfg Config) (*Dispatcher, error) {
 		epoch:     time.Now(),
 	}
 	d.slowdown.Store(1)
+	if d.sm, err = newSenderMetrics(cfg.Registerer, d); err != nil {
+		return nil, err
+	}
 	if s := cfg.Suppression; s.Key != "" || s.Listed != nil {
 		s.Ended = d.listedEnded
 		d.suppression = &s

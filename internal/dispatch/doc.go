@@ -58,8 +58,11 @@
 //	                    │    ──temporary error, attempts left──▶ queued at now+backoff (attempt spent)
 //	                    │    ──temporary error, no attempts────▶ failed, dead letter
 //	                    │    ──429 / suspension───▶ queued at now+Retry-After (no attempt; every replica paused)
+//	                    │    ──the sender's 429, queue full or setup──▶ queued at now+Retry-After (no attempt;
+//	                    │                                                that sender paused on every replica; senders.go)
 //	                    │    ──credentials refused▶ queued at now+AuthPause (no attempt; every replica paused)
 //	                    │    ──limiter wait > HoldMax, breaker open, Stop──▶ queued (no attempt)
+//	                    │    ──its sender's limit or pause──▶ queued at the sender's next slot (no attempt; no class held)
 //	                    └────replica dies: lease expires, another replica's recoverer──▶ queued
 //
 // The suppression list is read at accept (the gateway's protection) and

@@ -203,15 +203,21 @@ func (d *Dispatcher) paceOne(ctx context.Context, ln *lane) time.Duration {
 	if d.gone(f) {
 		return 0
 	}
-	batch := d.fill(ctx, ln, f, &held)
-	sl, res := d.reserve(ctx, batch)
-	switch res {
-	case reserveOK:
-		d.handOff(batch, sl, &held)
-	case reserveSplit:
-		for _, f := range batch {
-			if sl, res := d.reserve(ctx, []*flight{f}); res == reserveOK {
-				d.handOff([]*flight{f}, sl, &held)
+	// Each sender's run of the batch is reserved on its own: a sender's
+	// limit or pause holds back that sender's messages only.
+	for _, batch := range bySender(d.fill(ctx, ln, f, &held)) {
+		sl, res := slot{}, reserveSplit
+		if !d.senderLimited(batch) {
+			sl, res = d.reserve(ctx, batch)
+		}
+		switch res {
+		case reserveOK:
+			d.handOff(batch, sl, &held)
+		case reserveSplit:
+			for _, f := range batch {
+				if sl, res := d.reserve(ctx, []*flight{f}); res == reserveOK {
+					d.handOff([]*flight{f}, sl, &held)
+				}
 			}
 		}
 	}

@@ -49,7 +49,8 @@ const (
 )
 
 var requeueReasons = []string{requeueThrottled, requeueRetry, requeueRateWait, requeuePaused, requeueBreaker, requeueReleased,
-	requeueAuth, requeueQuiet, requeueCrashed, requeueLate, requeueUnconfirmed, requeueAfterPause, requeueProducerPaused}
+	requeueAuth, requeueQuiet, requeueCrashed, requeueLate, requeueUnconfirmed, requeueAfterPause, requeueProducerPaused,
+	requeueSenderLimit, requeueSenderPaused}
 
 // Reservation results.
 const (

@@ -21,7 +21,7 @@ type outcomeKind int
 
 const (
 	kindSent      outcomeKind = iota // the provider took the message
-	kindThrottled                    // 429, suspension, vendor queue full: not taken; every replica pauses for the Retry-After
+	kindThrottled                    // 429, suspension, vendor queue full: not taken; every replica pauses for the Retry-After (the sender's scope: that sender only)
 	kindAuth                         // our credentials or the account's settings refused: not the message's fault; every replica pauses for AuthPause
 	kindTransient                    // 5xx, network: the provider did not take it
 	kindUnknown                      // timeout, unreadable 2xx, unclassified: the provider may have it
@@ -106,7 +106,8 @@ const AuthPause = time.Minute
 
 // Step 7: what the answer means for every replica. A throttle or refused
 // credentials pause this process and, through the limiter, every replica;
-// a 429 is recorded by the suspension guard. It returns the pause (0: none).
+// a 429 is recorded by the suspension guard. An answer of the sender's
+// scope pauses that sender alone (senderAnswered). It returns the pause (0: none).
 // The pause must land even when the caller's deadline is spent or a stop
 // is cutting sends short, so it gets a context of its own.
 //
@@ -128,6 +129,11 @@ func (d *Dispatcher) answered(ctx context.Context, kind outcomeKind, err error, 
 	if kind == kindOptedOut {
 		d.optedOut(ctx, pe, m)
 		return 0
+	}
+	if senderScoped(pe) {
+		// The sender's limit, queue or setup: that sender pauses, not
+		// the account (senders.go).
+		return d.senderAnswered(ctx, pe, m.From, m)
 	}
 	if kind == kindAuth {
 		return d.authFailed(ctx, pe, m)
@@ -218,4 +224,22 @@ func (d *Dispatcher) record429(ctx context.Context) {
 		return
 	}
 	d.setGuardCount(n)
+}
+
+// Replies hears of every message sent, on both paths, from the sender it
+// went out from: the gateway records who last messaged the recipient from
+// that number, for replies. It must not block long and never fails the
+// send.
+type Replies interface {
+	Sent(ctx context.Context, m *sms.Message)
+}
+
+// sentTo tells Replies that m was sent.
+func (d *Dispatcher) sentTo(ctx context.Context, m *sms.Message) {
+	if d.cfg.Replies == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
+	defer cancel()
+	d.cfg.Replies.Sent(ctx, m)
 }

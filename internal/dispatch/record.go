@@ -26,14 +26,20 @@ func (d *Dispatcher) outcome(f *flight, res provider.Result, err error, kind out
 	switch kind {
 	case kindSent:
 		d.complete(f, queue.Outcome{Status: sms.StatusSent, ProviderID: res.ProviderID, Attempts: attempts}, outcomeSent)
+		d.sentTo(d.runCtx, m)
 	case kindCanceled:
 		// We cut the send short; the provider may have it. The next
 		// attempt carries the same id.
 		d.abandon(f, "send cut short by stop")
-	case kindThrottled:
-		d.requeue(f, pause, false, requeueThrottled, lastError(err))
-	case kindAuth:
-		d.requeue(f, pause, false, requeueAuth, lastError(err))
+	case kindThrottled, kindAuth:
+		reason := requeueThrottled
+		switch {
+		case senderScoped(provider.AsError(err)):
+			reason = requeueSenderPaused
+		case kind == kindAuth:
+			reason = requeueAuth
+		}
+		d.requeue(f, pause, false, reason, lastError(err))
 	case kindRejected:
 		d.log.Info("permanent failure", "id", m.ID, "class", m.Class.String(), "to", sms.MaskPhone(m.To), "reason", sendResult(err, false), "err", err)
 		d.complete(f, queue.Outcome{Status: sms.StatusFailed, Reason: lastError(err), Attempts: attempts}, outcomeFailed)

@@ -63,7 +63,7 @@ func (d *Dispatcher) reserve(ctx context.Context, batch []*flight) (slot, reserv
 			cost += d.cost(f.l.Message)
 		}
 		asked := time.Now()
-		dec, err := d.reserveSlot(ctx, m.Class, cost, len(batch), d.maxWait(m))
+		dec, err := d.reserveSlot(ctx, m.Class, m.From, cost, len(batch), d.maxWait(m))
 		switch {
 		case errors.Is(err, limiter.ErrCostExceedsBurst) && len(batch) > 1:
 			d.lowerBatchCap(m.Class, cost-1)
@@ -96,6 +96,11 @@ func (d *Dispatcher) reserve(ctx context.Context, batch []*flight) (slot, reserv
 			return slot{}, reserveGone
 		case dec.Allowed:
 			return d.slotOf(asked, dec.Delay), reserveOK
+		case dec.SenderPaused, dec.SenderLimited:
+			// The sender's alone: its messages go back, due at its next
+			// slot; the lane takes the next message at once.
+			d.senderWait(batch, dec)
+			return slot{}, reserveGone
 		}
 		ln := batch[0].lane
 		now := time.Now()
@@ -205,14 +210,14 @@ func (l *learnedCaps) lower(i, c int, ttl time.Duration) {
 }
 
 // reserveSlot is the reservation both paths make: it asks the limiter for
-// the slot of n messages of class costing cost units in all, and counts the
+// the slot of n messages of class from sender costing cost units in all, and counts the
 // answer (smsgw_dispatch_reservations_total by result; the granted delay
 // once per message). A paused answer also pauses this process, so that
 // senders holding a slot granted earlier do not send into the pause. A
 // batch too big for the burst is not counted: the pacer splits it and its
 // messages are counted one by one.
-func (d *Dispatcher) reserveSlot(ctx context.Context, class sms.Class, cost, n int, maxWait time.Duration) (limiter.Decision, error) {
-	dec, err := d.reserveSlowed(ctx, class, cost, maxWait)
+func (d *Dispatcher) reserveSlot(ctx context.Context, class sms.Class, sender string, cost, n int, maxWait time.Duration) (limiter.Decision, error) {
+	dec, err := d.reserveSlowed(ctx, class, sender, cost, maxWait)
 	cls := class.String()
 	result := reserveGranted
 	switch {
@@ -241,7 +246,7 @@ func (d *Dispatcher) reserveSlot(ctx context.Context, class sms.Class, cost, n i
 // capped by the largest cost the limiter's burst accepts (learned from
 // ErrCostExceedsBurst): at the default burst 5 every message of 1 or 2
 // segments goes at half the rate, on every replica.
-func (d *Dispatcher) reserveSlowed(ctx context.Context, class sms.Class, cost int, maxWait time.Duration) (limiter.Decision, error) {
+func (d *Dispatcher) reserveSlowed(ctx context.Context, class sms.Class, sender string, cost int, maxWait time.Duration) (limiter.Decision, error) {
 	cls := class.String()
 	want := cost * int(d.slowdown.Load())
 	capIdx := classIndex(class)
@@ -250,7 +255,8 @@ func (d *Dispatcher) reserveSlowed(ctx context.Context, class sms.Class, cost in
 	}
 	want = max(want, cost)
 	for {
-		dec, err := d.cfg.Limiter.Reserve(ctx, limiter.Request{Class: cls, Cost: want, MaxWait: maxWait, Spare: spareFor(class), Hasty: class == sms.ClassOTP})
+		dec, err := d.cfg.Limiter.Reserve(ctx, limiter.Request{Class: cls, Cost: want, MaxWait: maxWait, Spare: spareFor(class), Hasty: class == sms.ClassOTP,
+			Sender: sender})
 		if errors.Is(err, limiter.ErrCostExceedsBurst) && want > cost {
 			want--
 			d.costCap.lower(capIdx, want, d.cfg.LearnedCapTTL)

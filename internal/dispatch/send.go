@@ -45,6 +45,12 @@ func (d *Dispatcher) sendOne(f *flight, sl slot, gate *batchGate, leader bool) {
 		d.requeue(f, left, false, requeuePaused, "")
 		return
 	}
+	if left := d.senderPauseLeft(m.From); left > 0 {
+		// Its sender was throttled after this slot was granted: one 429
+		// per sender and replica, not one per slot held.
+		d.requeue(f, left, false, requeueSenderPaused, "")
+		return
+	}
 	if f.lost.Load() {
 		d.log.Warn("lease lost before send; not sending", "id", m.ID)
 		d.untrack(f)

@@ -100,6 +100,10 @@ func (d *Dispatcher) SendNow(ctx context.Context, m *sms.Message, deadline time.
 		return SendNowResult{}, d.nowFailure(m, kind, pause, err)
 	}
 	d.m.sendNow.WithLabelValues(nowSent).Inc()
+	if d.cfg.Replies != nil {
+		sent := *m
+		go d.sentTo(ctx, &sent) // off the OTP's path: its answer does not wait for the route
+	}
 	d.log.Debug("sent now", "id", m.ID, "to", sms.MaskPhone(m.To), "waited", waited)
 	return SendNowResult{ProviderID: res.ProviderID, Waited: waited}, nil
 }
@@ -120,8 +124,9 @@ func (d *Dispatcher) nowSlotAndBreaker(ctx context.Context, m *sms.Message, dead
 		if !slept {
 			return nil, d.noSlot(noSlotRate, delay)
 		}
-		if left := d.pauseLeft(); left > 0 {
-			// A throttle or refused credentials paused us after this slot was granted.
+		if left := max(d.pauseLeft(), d.senderPauseLeft(m.From)); left > 0 {
+			// A throttle or refused credentials paused us (or the
+			// sender) after this slot was granted.
 			return nil, d.noSlot(noSlotPaused, left)
 		}
 		if d.late(d.slotOf(asked, delay), m.Class) {
@@ -150,7 +155,16 @@ func (d *Dispatcher) nowSlot(ctx context.Context, m *sms.Message, deadline time.
 		return 0, d.noSlot(noSlotPaused, heldRetry)
 	}
 	cost := d.cost(m)
-	dec, err := d.reserveSlot(ctx, m.Class, cost, 1, deadline)
+	dec, err := d.reserveSlot(ctx, m.Class, m.From, cost, 1, deadline)
+	for err == nil && dec.SenderLimited && dec.RetryAfter < deadline {
+		// The sender's key never books ahead: wait for its slot here,
+		// within the deadline, and ask again.
+		if !sleepCtx(ctx, dec.RetryAfter) {
+			return 0, d.noSlot(noSlotRate, dec.RetryAfter)
+		}
+		deadline -= dec.RetryAfter
+		dec, err = d.reserveSlot(ctx, m.Class, m.From, cost, 1, deadline)
+	}
 	switch {
 	case errors.Is(err, limiter.ErrCostExceedsBurst) && d.grantable(m.Class, cost):
 		return 0, d.noSlot(noSlotFallback, fallbackBurstWait)
@@ -162,7 +176,7 @@ func (d *Dispatcher) nowSlot(ctx context.Context, m *sms.Message, deadline time.
 		return 0, fmt.Errorf("dispatch: send now %s: reserve: %w", m.ID, errors.Join(NoSlotError{RetryAfter: provider.MinRetryAfter, Reason: noSlotRate}, err))
 	case dec.Allowed:
 		return dec.Delay, nil
-	case dec.Paused:
+	case dec.Paused, dec.SenderPaused:
 		return 0, d.noSlot(noSlotPaused, dec.RetryAfter)
 	}
 	return 0, d.noSlot(noSlotRate, dec.RetryAfter)

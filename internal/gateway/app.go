@@ -148,6 +148,13 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	prov := opsview.ObservedProvider{Provider: a.prov, Now: d.now, OTP: otpLatency}
 	dcfg := dispatcherConfig(cfg, d, b, prov, owner)
 	dcfg.OptOuts = optOuts
+	replies, err := newReplies(cfg, d, b, protect, a.prov)
+	if err != nil {
+		return nil, err
+	}
+	if replies != nil {
+		dcfg.Replies = replies
+	}
 	if a.disp, err = dispatch.New(dcfg); err != nil {
 		return nil, fmt.Errorf("gateway: dispatcher: %w", err)
 	}
@@ -161,7 +168,7 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	if a.srv, err = newServer(cfg, d, gath, b, a.disp, live, opts.Dashboard); err != nil {
 		return nil, err
 	}
-	a.srv.Admit.Protect, a.srv.Hooks.OptOuts = protect, optOuts
+	a.srv.Admit.Protect, a.srv.Hooks.OptOuts, a.srv.Hooks.Replies = protect, optOuts, replies
 	live.Totals.Refused = protect.Refused
 	if a.srv.Ops.History, err = opsview.NewHistoryView(b.history, b.scope, b.queue, a.disp.Snapshot, d.metrics.Accepted, d.quiet.Idle, d.log); err != nil {
 		return nil, err
@@ -170,7 +177,7 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 		return nil, err
 	}
 	if rp, ok := a.prov.(provider.ReceiptParser); ok {
-		a.srv.Hooks.Receipts = rp
+		a.srv.Hooks.Receipts, a.srv.Hooks.Said = rp, a.disp.ProviderSaid
 	}
 	if ip, ok := a.prov.(provider.InboundParser); ok {
 		a.srv.Hooks.Inbound = ip
@@ -301,6 +308,12 @@ func registry(opts Options) (prometheus.Registerer, prometheus.Gatherer, error) 
 // limiterConfig is the provider pacing of cfg.Limits.
 func limiterConfig(cfg config.Config) limiter.Config {
 	out := limiter.Config{Global: limiter.Rate{PerSecond: cfg.Limits.TargetRPS, Burst: cfg.Limits.Burst}}
+	for name, sl := range cfg.Limits.Senders {
+		if out.Senders == nil {
+			out.Senders = map[string]limiter.Rate{}
+		}
+		out.Senders[name] = limiter.Rate{PerSecond: sl.MaxRPS, Burst: config.SenderBurst(sl)}
+	}
 	for name, cl := range cfg.Limits.Classes {
 		if out.Classes == nil {
 			out.Classes = map[string]limiter.Rate{}

@@ -36,8 +36,8 @@ type adminEvent struct {
 	MessageID         string     `json:"message_id"`
 	Producer          string     `json:"producer"`
 	Reference         string     `json:"reference,omitempty"`
-	Status            sms.Status `json:"status"`
-	Class             sms.Class  `json:"class"`
+	Status            sms.Status `json:"status,omitempty"` // absent for message.received
+	Class             string     `json:"class,omitempty"`
 	At                time.Time  `json:"at"`
 	Attempts          int        `json:"attempts"`
 	LastError         string     `json:"last_error,omitempty"`
@@ -64,10 +64,14 @@ func (s *Server) adminDeadCallbacks(w http.ResponseWriter, r *http.Request) {
 	}
 	out := deadCallbacksResponse{Events: make([]adminEvent, 0, len(evs))}
 	for _, e := range evs {
-		out.Events = append(out.Events, adminEvent{ID: e.ID, Type: "message." + string(e.Status), MessageID: e.MessageID,
-			Producer: e.Producer, Reference: e.Reference, Status: e.Status, Class: e.Class, At: e.At.UTC(),
+		a := adminEvent{ID: e.ID, Type: e.Type(), MessageID: e.MessageID,
+			Producer: e.Producer, Reference: e.Reference, Status: e.Status, Class: e.Class.String(), At: e.At.UTC(),
 			Attempts: e.Attempts, LastError: e.LastError, DeadAt: e.DeadAt.UTC(), PerMessageURL: e.CallbackURL != "",
-			ProviderMessageID: e.ProviderID})
+			ProviderMessageID: e.ProviderID}
+		if e.Reply != nil { // its id and time only: never the number or the text
+			a.Status, a.Class = "", ""
+		}
+		out.Events = append(out.Events, a)
 	}
 	writeJSON(w, s.Log, "application/json", http.StatusOK, out)
 }

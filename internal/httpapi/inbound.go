@@ -5,10 +5,10 @@ package httpapi
 // account's number (the provider posts it to POST /v1/inbound/{adapter})
 // is put on the list as the recipient's entry; an opt-in keyword takes
 // that entry off again, or one the provider's report of an opt-out made,
-// never an operator's. Any other text is acknowledged and counted: it is
-// not stored, not forwarded and not logged. The number is never stored,
-// logged, counted or answered in clear: the list keeps its keyed hash and
-// its masked form, the log the masked form.
+// never an operator's. Every signed message is first forwarded as a reply
+// (inboundreply), else counted and dropped; nothing of it is logged. The
+// number is never logged, counted or answered in clear: the list keeps
+// its keyed hash and its masked form, the log the masked form.
 
 import (
 	"errors"
@@ -18,6 +18,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"smsgw/internal/admission"
+	"smsgw/internal/httpapi/inboundreply"
 	"smsgw/internal/provider"
 	"smsgw/internal/sms"
 	"smsgw/internal/state"
@@ -57,6 +58,15 @@ func (s *Server) postInbound(w http.ResponseWriter, r *http.Request) {
 			count(admission.InboundMalformed)
 		}
 		s.webhookRefused(w, r, "message", err)
+		return
+	}
+	var wake func() // the reply first, durable before any 2xx: a keyword failing after it is sent again, forwarded once
+	if s.Hooks.Callbacks != nil {
+		wake = s.Hooks.Callbacks.D.Wake
+	}
+	if err := inboundreply.Forward(r.Context(), s.Hooks.Replies, wake, adapter, in); err != nil {
+		count(admission.InboundUnavailable)
+		s.WriteError(w, r, &apiError{Kind: kindUnavailable, RetryAfter: time.Second, Err: err, Detail: "the reply was not stored: send it again"})
 		return
 	}
 	kind := o.KindOf(in.Text, vendorKeywords[in.Keyword])

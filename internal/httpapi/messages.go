@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -43,6 +44,7 @@ type MessageView struct {
 	UpdatedAt         *time.Time `json:"updated_at,omitempty"`
 	SentAt            *time.Time `json:"sent_at,omitempty"`
 	ExpiresAt         *time.Time `json:"expires_at,omitempty"`
+	BatchID           string     `json:"batch_id,omitempty"`
 }
 
 // viewOf is m as a reader sees it at now (a queued message before its
@@ -57,6 +59,7 @@ func viewOf(m *sms.Message, now time.Time) MessageView {
 		CallbackURL: m.CallbackURL, Segments: accepted.Segments(m).Count, Attempts: m.Attempts, LastError: m.LastError,
 		ProviderMessageID: m.ProviderID, CreatedAt: m.CreatedAt.UTC(), SendAt: accepted.OptTime(m.SendAt),
 		UpdatedAt: accepted.OptTime(m.UpdatedAt), SentAt: accepted.OptTime(m.SentAt), ExpiresAt: accepted.OptTime(m.ExpiresAt),
+		BatchID: m.BatchID,
 	}
 }
 
@@ -231,6 +234,7 @@ type batchItem struct {
 
 // BatchResponse is the answer of POST /v1/messages/batch.
 type BatchResponse struct {
+	BatchID  string      `json:"batch_id,omitempty"` // GET, DELETE /v1/batches/{id}; none when nothing was accepted
 	Accepted int         `json:"accepted"`
 	Rejected int         `json:"rejected"`
 	Results  []batchItem `json:"results"`
@@ -285,7 +289,8 @@ func (s *Server) itemError(r *http.Request, it *batchItem, err error) {
 func (s *Server) acceptBatch(ctx context.Context, w http.ResponseWriter, r *http.Request, p *Producer,
 	vs []validated, items []batchItem, key string) (*response, error) {
 	now := s.Now()
-	b := admission.Batch{Sender: p.asSender(), Key: key, Msgs: make([]*sms.Message, len(vs)), TTLs: make([]time.Duration, len(vs))}
+	b := admission.Batch{Sender: p.asSender(), Key: key, Msgs: make([]*sms.Message, len(vs)), TTLs: make([]time.Duration, len(vs)),
+		BatchID: sms.NewBatchID(now)}
 	for i, v := range vs {
 		b.Msgs[i], b.TTLs[i] = v.msg, v.ttl
 	}
@@ -309,6 +314,7 @@ func (s *Server) acceptBatch(ctx context.Context, w http.ResponseWriter, r *http
 		case it.Err != nil:
 			s.itemError(r, &items[i], it.Err)
 		case it.Existing != nil:
+			out.BatchID = cmp.Or(out.BatchID, it.Existing.BatchID) // a retried batch: its first answer's id
 			rr, err := s.existing(it.Existing, it.Msg, it.ETA, now)
 			if err != nil {
 				s.itemError(r, &items[i], err)
@@ -317,6 +323,7 @@ func (s *Server) acceptBatch(ctx context.Context, w http.ResponseWriter, r *http
 			am := rr.body.(AcceptedMessage)
 			items[i].Status, items[i].Message = http.StatusAccepted, &am
 		default:
+			out.BatchID = b.BatchID
 			am := accepted.Of(it.Msg, it.ETA, now)
 			items[i].Status, items[i].Message = http.StatusAccepted, &am
 			s.Metrics.Accepted.WithLabelValues(it.Msg.Class.String()).Inc()

@@ -138,6 +138,9 @@ func (s *Server) postReceipt(w http.ResponseWriter, r *http.Request) {
 			rm.Outcome(out.Message.Class, rc.Status)
 		}
 	}
+	if rc.Said != nil && s.Hooks.Said != nil {
+		s.Hooks.Said(r.Context(), rc.Said, rc.Sender)
+	}
 	if rc.OptedOut {
 		if e := s.receiptOptedOut(r, adapter, rc); e != nil {
 			s.WriteError(w, r, e)

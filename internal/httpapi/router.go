@@ -6,6 +6,7 @@ package httpapi
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"smsgw/internal/httpapi/batches"
 	"smsgw/internal/httpapi/fastdecode"
 
 	"github.com/go-chi/chi/v5"
@@ -104,7 +106,11 @@ type ProviderHooks struct {
 	Receipts  provider.ReceiptParser // the provider's receipt check; nil: receipts refused
 	Inbound   provider.InboundParser // the provider's inbound-message check; nil: inbound messages refused
 	OptOuts   *admission.OptOuts     // recipients' opt-outs and opt-ins (inbound.go)
+	Replies   *admission.Replies     // every signed inbound message, to the producer that last messaged its sender; nil: none
 	Callbacks *Callbacks
+	// Said applies what a receipt says beyond its message
+	// (provider.Receipt.Said: a sender's or the account's pause).
+	Said func(ctx context.Context, pe *provider.Error, sender string) time.Duration
 }
 
 // Routes builds the chi router of every route. Every route here must be a
@@ -150,6 +156,9 @@ func (s *Server) Router(public, admin bool) chi.Router {
 				r.With(s.gateBody).Post("/messages/batch", s.postBatch)
 				r.Get("/messages/{id}", s.getMessage)
 				r.Delete("/messages/{id}", s.deleteMessage)
+				bt := s.batchAPI()
+				r.Get("/batches/{id}", bt.Get)
+				r.Delete("/batches/{id}", bt.Delete)
 				r.With(s.gateBody).Post("/otp", s.postOTP)
 			})
 			// No bearer key: each adapter checks its vendor's signature.
@@ -354,4 +363,17 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 				"request_id", middleware.GetReqID(r.Context()))
 		}
 	})
+}
+
+// batchAPI is GET and DELETE /v1/batches/{id} (internal/httpapi/batches).
+func (s *Server) batchAPI() *batches.API {
+	return &batches.API{Queue: s.Store.Queue, Now: s.Now, CanceledBy: func(n int) { s.Metrics.BatchCanceled.Add(float64(n)) },
+		Producer: func(r *http.Request) string { return producerFrom(r.Context()).Name },
+		OK:       func(w http.ResponseWriter, v any) { writeJSON(w, s.Log, "application/json", http.StatusOK, v) },
+		Fail: func(w http.ResponseWriter, r *http.Request, err error) {
+			if errors.Is(err, batches.ErrNotFound) {
+				err = errorf(KindNotFound, "no such batch")
+			}
+			s.WriteError(w, r, err)
+		}}
 }

@@ -73,8 +73,12 @@ var allowed = map[string][]string{
 	"internal/httpapi/accepted": {"internal/sms", "internal/state"},
 	// The fast-path OTP records written in the background.
 	"internal/httpapi/otprecords": {"internal/logsample"},
+	// Every signed inbound message to the routing of replies.
+	"internal/httpapi/inboundreply": {"internal/admission", "internal/provider"},
+	// GET and DELETE /v1/batches/{id}: the queue's index of batches.
+	"internal/httpapi/batches": {"internal/queue", "internal/sms"},
 	"internal/httpapi": {"api", "internal/admission", "internal/config", "internal/dispatch", "internal/history",
-		"internal/httpapi/accepted", "internal/httpapi/fastdecode", "internal/httpapi/otprecords", "internal/limiter", "internal/logsample", "internal/opsview", "internal/provider",
+		"internal/httpapi/accepted", "internal/httpapi/batches", "internal/httpapi/fastdecode", "internal/httpapi/inboundreply", "internal/httpapi/otprecords", "internal/limiter", "internal/logsample", "internal/opsview", "internal/provider",
 		"internal/queue", "internal/sms", "internal/state", "internal/webhook"},
 
 	// Status callbacks to producers: the outbox and HTTP, nothing of sending.

@@ -68,6 +68,7 @@ func toParams(name string, r Rate) (params, error) {
 type compiled struct {
 	global  params
 	classes map[string]params
+	senders map[string]params
 }
 
 func compile(cfg Config) (compiled, error) {
@@ -88,6 +89,16 @@ func compile(cfg Config) (compiled, error) {
 			continue
 		}
 		c.classes[name] = p
+	}
+	c.senders = make(map[string]params, len(cfg.Senders))
+	for name, r := range cfg.Senders {
+		// The error names no sender: a long code is a phone number.
+		p, err := toParams("a sender limit", r)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c.senders[name] = p
 	}
 	if len(errs) > 0 {
 		return compiled{}, errors.Join(errs...)
@@ -127,10 +138,11 @@ func floorMicros(d time.Duration) int64 {
 
 func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
 
-// exceedsBurst tells whether cost can never pass one of the keys.
-func exceedsBurst(ps []params, cost int64) bool {
-	for _, p := range ps {
-		if cost > p.burst {
+// exceedsBurst tells whether cost can never pass one of the keys; the
+// sender's key (index sender, -1: none) passes any cost (see step).
+func exceedsBurst(ps []params, cost int64, sender int) bool {
+	for i, p := range ps {
+		if cost > p.burst && i != sender {
 			return true
 		}
 	}
@@ -141,10 +153,11 @@ func exceedsBurst(ps []params, cost int64) bool {
 type outcome int
 
 const (
-	granted outcome = iota
-	tooLate         // the wait exceeds max_wait; wait-maxWait is the retry-after
-	tooBig          // cost > burst of a key: never grantable
-	noRoom          // the global key would keep less than the request's spare; the value is the retry-after
+	granted    outcome = iota
+	tooLate            // the wait exceeds max_wait; wait-maxWait is the retry-after
+	tooBig             // cost > burst of a key: never grantable
+	noRoom             // the global key would keep less than the request's spare; the value is the retry-after
+	senderLate         // the sender's own key alone waits beyond max_wait; the value is the retry-after
 )
 
 // step is the GCRA decision over one or more keys, the Go twin of
@@ -164,6 +177,19 @@ const (
 //     these units earlier than they are really sent, which would let another
 //     sender use the same capacity a second time.
 //
+// The sender's key (ps[sender]; sender −1 when the request has no sender
+// limit) is the one exception to the burst rule: a message costing more
+// than the sender's burst (a long message on a 1/s long code, burst 1) is
+// not refused but conforms at min(cost, burst) units, and the key still
+// records all cost units, so the sender's next message waits for them:
+// over any span the sender's rate holds, and it never goes more than
+// max(burst, cost) units at once. A sender's key never books ahead: when
+// it would delay the send at all, the answer is senderLate with the
+// sender's retry-after, and the caller puts that message off without
+// holding back other senders. Booked ahead, a slow sender's slot (a
+// second away at 1/s) would book the account's and the class's keys at
+// that later send time too, and every other sender would wait for it.
+//
 // Before all of this a tat beyond its reach, now + reachMicros +
 // burst·interval, is lowered to it (see MaxReserveAhead): on Local's
 // monotonic clock that never happens; the script also stores the lowered
@@ -172,17 +198,27 @@ const (
 // On a grant step updates tats in place and returns the wait (>= 0); on a
 // denial it changes nothing but a lowered tat and returns the full wait
 // from now (tooLate) or the retry-after (noRoom).
-func step(now int64, tats []int64, ps []params, cost, maxWait, spare int64) (outcome, int64) {
-	var wait int64
+func step(now int64, tats []int64, ps []params, cost, maxWait, spare int64, sender int) (outcome, int64) {
+	var wait, swait int64
 	for i, p := range ps {
-		if cost > p.burst {
+		c := cost
+		if i == sender {
+			c = min(cost, p.burst)
+		} else if cost > p.burst {
 			return tooBig, 0
 		}
 		tats[i] = gcraReach(now+reachMicros, tats[i], p)
 		tat := max(tats[i], now)
-		if w := tat + cost*p.interval - p.burst*p.interval - now; w > wait {
+		w := tat + c*p.interval - p.burst*p.interval - now
+		if i == sender {
+			swait = w
+		}
+		if w > wait {
 			wait = w
 		}
+	}
+	if swait > 0 {
+		return senderLate, swait
 	}
 	if wait > maxWait {
 		return tooLate, wait

@@ -1,6 +1,8 @@
 package limiter
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 
 	"smsgw/internal/keyspace"
@@ -30,3 +32,14 @@ func (k keySet) pause() string              { return k.tag + ":limiter:pause" }
 func (k keySet) global() string             { return k.tag + ":limiter:global" }
 func (k keySet) class(name string) string   { return k.tag + ":limiter:class:" + name }
 func (k keySet) ingress(name string) string { return k.tag + ":ingress:" + name }
+
+// sender is the key of one sender's schedule (a limited sender) and, with
+// ":pause", of its pause. The sender is hashed: a long code is a phone
+// number, which no key name shows, and any "from" gives a key of one
+// length under the account's hash tag.
+func (k keySet) sender(name string) string {
+	sum := sha256.Sum256([]byte(name))
+	return k.tag + ":limiter:sender:" + hex.EncodeToString(sum[:10])
+}
+
+func (k keySet) senderPause(name string) string { return k.sender(name) + ":pause" }

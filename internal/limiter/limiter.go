@@ -27,12 +27,15 @@ type Rate struct {
 	Burst     int
 }
 
-// Config is the limiter's shape: a global rate for the provider account and
-// optional caps for some classes (a capped class must pass both its own key
-// and the global key).
+// Config is the limiter's shape, a tree: a global rate for the provider
+// account, optional caps for some classes and optional limits for some
+// senders (a send's "from"). A request passes the global key, its class's
+// key when the class is capped and its sender's key when the sender is
+// limited, all in one atomic step.
 type Config struct {
 	Global  Rate
 	Classes map[string]Rate // class name -> cap; classes without an entry only pass the global key
+	Senders map[string]Rate // sender -> limit; senders without an entry pass no key of their own
 }
 
 // MaxCost is the largest cost a Request of class can ever be granted by a
@@ -65,6 +68,10 @@ type Request struct {
 	// and is never the breaker's probe (other callers and Probe find
 	// Redis back).
 	Hasty bool
+	// Sender is the send's "from" ("" for the account's default sender):
+	// its limit, when Config.Senders has one, and its pause (PauseSender)
+	// apply. Never logged: a long code is a phone number.
+	Sender string
 }
 
 // Decision is the answer to a Request.
@@ -72,13 +79,19 @@ type Request struct {
 // Allowed: the slot is reserved; sleep Delay (0 when available now), then
 // send. Not allowed: nothing was recorded; RetryAfter is the exact time after
 // which the same request would be allowed (the caller waits that long or
-// requeues). Paused tells that the denial came from the shared pause.
+// requeues). Paused tells that the denial came from the account's shared
+// pause. SenderPaused and SenderLimited tell that it came from the
+// request's sender alone, its pause or its own limit: the caller puts
+// that sender's message off for RetryAfter and holds back no other
+// sender.
 type Decision struct {
-	Allowed    bool
-	Delay      time.Duration
-	RetryAfter time.Duration
-	Paused     bool
-	Mode       Mode
+	Allowed       bool
+	Delay         time.Duration
+	RetryAfter    time.Duration
+	Paused        bool
+	SenderPaused  bool
+	SenderLimited bool
+	Mode          Mode
 }
 
 // Mode tells which decider answered.
@@ -111,5 +124,9 @@ type Limiter interface {
 	// Pause stops every Reserve for d (shared by all replicas where the
 	// limiter is shared). A shorter pause never shortens a longer one.
 	Pause(ctx context.Context, d time.Duration) error
+	// PauseSender stops the Reserves of one sender for d (shared by all
+	// replicas where the limiter is shared); it returns the pause in
+	// force, never shorter than one already set.
+	PauseSender(ctx context.Context, sender string, d time.Duration) (time.Duration, error)
 	State(ctx context.Context) (State, error)
 }

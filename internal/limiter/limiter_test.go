@@ -147,6 +147,40 @@ import (
 //	  breaker.go: `	if b.cfg.outage.Recent() && b.cb.State() == gobreaker.StateClosed {` -> `	if false {`
 //	outage-not-joined-by-calls [TestOutageSharedByTheReplicasRedisUsers]
 //	  breaker.go: `	b.joinOutage()` -> `	_ = b`
+//	sender-key-not-marked [TestSenderLimitHoldsOnlyItsSender]
+//	  redis.go: `		senderAt = len(keys)` -> `		senderAt = 0`
+//	sender-books-ahead-redis [TestSenderLimitHoldsOnlyItsSender]
+//	  redis.go: `if swait > 0 then` -> `if swait > tonumber(ARGV[2]) then`
+//	sender-books-ahead-local [TestSenderLimitHoldsOnlyItsSender]
+//	  gcra.go: `if swait > 0 {` -> `if swait > maxWait {`
+//	sender-limit-ignored-local [TestSenderLimitHoldsOnlyItsSender]
+//	  local.go: `sp, limited := l.c.senders[r.Sender]` -> `sp, limited := l.c.senders[r.Sender+"?"]`
+//	sender-cost-above-burst-redis [TestSenderCostAboveItsBurst]
+//	  redis.go: `    c = math.min(cost, burst)` -> `    c = cost`
+//	sender-cost-above-burst-local [TestSenderCostAboveItsBurst]
+//	  gcra.go: `c = min(cost, p.burst)` -> `c = cost`
+//	sender-tat-not-kept-local [TestSenderCostAboveItsBurst]
+//	  local.go: `l.senderTAT[r.Sender] = tats[sender]` -> `_ = tats[sender]`
+//	skip-the-sender-pause-redis [TestSenderPauseHoldsOnlyItsSender]
+//	  redis.go: `if sender_pause > now then` -> `if false then`
+//	skip-the-sender-pause-local [TestSenderPauseHoldsOnlyItsSender]
+//	  local.go: `if until := l.senderPause.Get(r.Sender); until > now {` -> `if until := l.senderPause.Get(r.Sender); false {`
+//	shorten-a-sender-pause-local [TestSenderPauseHoldsOnlyItsSender]
+//	  local.go: `return max(cur, now+ceilMicros(d))` -> `return now + ceilMicros(d)`
+//	sender-keys-outside-the-tag [TestSenderKeysShareTheTagAndHideTheSender]
+//	  keys.go: `return k.tag + ":limiter:sender:" + hex.EncodeToString(sum[:10])` -> `return "limiter:sender:" + hex.EncodeToString(sum[:10])`
+//	sender-in-clear [TestSenderKeysShareTheTagAndHideTheSender]
+//	  keys.go: `hex.EncodeToString(sum[:10])` -> `name + hex.EncodeToString(sum[:10])`
+//	sender-not-divided-in-fallback [TestSenderFallbackDividesAndKeepsPauses]
+//	  shared.go: `out.Senders[name] = div(r)` -> `out.Senders[name] = r`
+//	sender-burst-not-spent-in-fallback [TestSenderFallbackDividesAndKeepsPauses]
+//	  local.go: `l.senderTAT[name] = max(l.senderTAT[name], now+p.burst*p.interval)` -> `_, _ = name, p`
+//	sender-pause-not-kept-in-fallback [TestSenderFallbackDividesAndKeepsPauses]
+//	  shared.go: `_, _ = s.fallback.PauseSender(ctx, req.Sender, d.RetryAfter)` -> `_ = ctx`
+//	sender-pause-not-checked-locally [TestSenderFallbackDividesAndKeepsPauses]
+//	  shared.go: `if rem := s.fallback.senderPauseRemaining(req.Sender); rem > 0 {` -> `if rem := s.fallback.senderPauseRemaining(req.Sender); rem > time.Hour {`
+//	sender-pause-not-set-locally [TestSenderFallbackDividesAndKeepsPauses]
+//	  shared.go: `inForce, err := s.fallback.PauseSender(ctx, sender, d)` -> `inForce, err := time.Duration(0), error(nil)`
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)

@@ -20,6 +20,10 @@ type Local struct {
 	globalTAT  int64
 	classTAT   map[string]int64
 	pauseUntil int64
+	// senderTAT holds the limited senders' schedules (Config.Senders
+	// bounds it); senderPause every sender's pause end.
+	senderTAT   map[string]int64
+	senderPause SenderTimes
 }
 
 var _ Limiter = (*Local)(nil)
@@ -41,11 +45,12 @@ func newLocal(cfg Config, clock func() int64) (*Local, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Local{clock: clock, mode: ModeLocal, cfg: cfg, c: c, classTAT: make(map[string]int64)}, nil
+	return &Local{clock: clock, mode: ModeLocal, cfg: cfg, c: c, classTAT: make(map[string]int64),
+		senderTAT: make(map[string]int64, len(c.senders))}, nil
 }
 
-// Reserve decides r against the global key and, for a capped class, the
-// class key.
+// Reserve decides r against the global key, for a capped class the class
+// key and for a limited sender the sender's key.
 func (l *Local) Reserve(ctx context.Context, r Request) (Decision, error) {
 	r, err := checkRequest(r)
 	if err != nil {
@@ -64,13 +69,23 @@ func (l *Local) Reserve(ctx context.Context, r Request) (Decision, error) {
 		ps = append(ps, cp)
 		tats = append(tats, l.classTAT[r.Class])
 	}
-	if exceedsBurst(ps, int64(r.Cost)) {
+	sp, limited := l.c.senders[r.Sender]
+	sender := -1
+	if limited {
+		sender = len(ps)
+		ps = append(ps, sp)
+		tats = append(tats, l.senderTAT[r.Sender])
+	}
+	if exceedsBurst(ps, int64(r.Cost), sender) {
 		return Decision{}, ErrCostExceedsBurst
 	}
 	if l.pauseUntil > now {
 		return Decision{RetryAfter: micros(l.pauseUntil - now), Paused: true, Mode: l.mode}, nil
 	}
-	out, wait := step(now, tats, ps, int64(r.Cost), floorMicros(r.MaxWait), int64(r.Spare))
+	if until := l.senderPause.Get(r.Sender); until > now {
+		return Decision{RetryAfter: micros(until - now), SenderPaused: true, Mode: l.mode}, nil
+	}
+	out, wait := step(now, tats, ps, int64(r.Cost), floorMicros(r.MaxWait), int64(r.Spare), sender)
 	if out == tooBig {
 		return Decision{}, ErrCostExceedsBurst
 	}
@@ -80,7 +95,12 @@ func (l *Local) Reserve(ctx context.Context, r Request) (Decision, error) {
 	if capped {
 		l.classTAT[r.Class] = tats[1]
 	}
+	if limited {
+		l.senderTAT[r.Sender] = tats[sender]
+	}
 	switch out {
+	case senderLate:
+		return Decision{RetryAfter: micros(wait), SenderLimited: true, Mode: l.mode}, nil
 	case tooLate:
 		return Decision{RetryAfter: micros(wait - floorMicros(r.MaxWait)), Mode: l.mode}, nil
 	case noRoom:
@@ -99,6 +119,26 @@ func (l *Local) Pause(ctx context.Context, d time.Duration) error {
 	defer l.mu.Unlock()
 	l.pauseUntil = max(l.pauseUntil, l.clock()+ceilMicros(d))
 	return nil
+}
+
+// PauseSender stops the Reserves of sender for d; it never shortens a
+// longer pause, and returns the pause in force.
+func (l *Local) PauseSender(ctx context.Context, sender string, d time.Duration) (time.Duration, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	now := l.clock()
+	until := l.senderPause.Update(sender, now, func(cur int64) int64 { return max(cur, now+ceilMicros(d)) })
+	return micros(until - now), nil
+}
+
+// senderPauseRemaining is how long sender's local pause still holds.
+func (l *Local) senderPauseRemaining(sender string) time.Duration {
+	until := l.senderPause.Get(sender)
+	if until == 0 {
+		return 0
+	}
+	return micros(max(0, until-l.clock()))
 }
 
 // Resume ends the pause at once: an operator's override (Pause itself
@@ -130,6 +170,9 @@ func (l *Local) spend() {
 	l.globalTAT = max(l.globalTAT, now+l.c.global.burst*l.c.global.interval)
 	for name, p := range l.c.classes {
 		l.classTAT[name] = max(l.classTAT[name], now+p.burst*p.interval)
+	}
+	for name, p := range l.c.senders {
+		l.senderTAT[name] = max(l.senderTAT[name], now+p.burst*p.interval)
 	}
 }
 

@@ -28,6 +28,9 @@ type Redis struct {
 	// a class without a cap and per capped class: built once, read only.
 	uncapped reserveCall
 	capped   map[string]reserveCall
+	// senders are the limited senders' keys and parameters: built once,
+	// read only.
+	senders map[string]senderKeys
 	// clock is only used to observe this replica's clock skew against
 	// Redis; no decision ever reads it.
 	clock func() time.Time
@@ -63,7 +66,17 @@ func NewRedis(client redis.UniversalClient, account string, cfg Config) (*Redis,
 			args: append(slices.Clip(r.uncapped.args), p.interval, p.burst),
 		}
 	}
+	r.senders = make(map[string]senderKeys, len(c.senders))
+	for name, p := range c.senders {
+		r.senders[name] = senderKeys{key: r.keys.sender(name), pause: r.keys.senderPause(name), p: p}
+	}
 	return r, nil
+}
+
+// senderKeys are one limited sender's keys and its key's parameters.
+type senderKeys struct {
+	key, pause string
+	p          params
 }
 
 // reserveCall is what reserveScript gets for one class but the request's
@@ -78,14 +91,19 @@ type reserveCall struct {
 //	KEYS[1]  pause key: pause end, Unix µs of Redis time (absent: no pause)
 //	KEYS[2]  global key: theoretical arrival time (TAT), Unix µs
 //	KEYS[3]  class key, only for a capped class: TAT, Unix µs
+//	KEYS[n]  sender key, only for a limited sender: TAT, Unix µs (after
+//	         the class key when there is one)
+//	KEYS[#KEYS]  the sender's pause key: pause end, Unix µs (absent: none)
 //	ARGV[1]  cost in units (>= 1)
 //	ARGV[2]  max_wait, µs: how far ahead a slot may be reserved
 //	ARGV[3]  global emission interval, µs;  ARGV[4] global burst
-//	ARGV[5]  class emission interval, µs;   ARGV[6] class burst (with KEYS[3])
-//	ARGV[2·#KEYS+1]  spare: units of the global burst this booking must
-//	         leave free from now on (0: none; see step in gcra.go)
-//	ARGV[2·#KEYS+2]  reach, µs: MaxReserveAhead, the furthest a booking
+//	ARGV[2i-1], ARGV[2i]  emission interval and burst of TAT key i
+//	ARGV[2·nk+1]  spare: units of the global burst this booking must
+//	         leave free from now on (0: none; see step in gcra.go), nk
+//	         being #KEYS − 1 (every key but the sender's pause)
+//	ARGV[2·nk+2]  reach, µs: MaxReserveAhead, the furthest a booking
 //	         goes beyond its burst
+//	ARGV[2·nk+3]  the index of the sender key in KEYS (0: none)
 //
 // Returns {code, µs, now}, now being Redis TIME in µs:
 //
@@ -93,12 +111,19 @@ type reserveCall struct {
 //	code 0  denied;  µs = retry-after: the same request is granted after it
 //	code 2  paused;  µs = pause remaining
 //	code 3  cost exceeds the burst of a key: never grantable
+//	code 4  the sender is paused; µs = its pause remaining
+//	code 5  denied by the sender's own key, which never books ahead (see
+//	        step in gcra.go); µs = its retry-after
 //
-// All keys are read in one MGET, so a grant makes 3 (OTP) or 4 (capped
-// class) Redis calls: TIME, MGET, a SET per TAT key. (MGET reads a key of
-// another type as absent where GET failed; nothing else writes these keys.)
-// Only code 1 writes a booking: when either key would be exceeded neither
-// gains one. The one other write lowers a TAT that is further ahead than
+// All keys are read in one MGET, so a grant makes 3 (OTP) to 5 (capped
+// class, limited sender) Redis calls: TIME, MGET, a SET per TAT key. (MGET
+// reads a key of another type as absent where GET failed; nothing else
+// writes these keys.)
+// Only code 1 writes a booking: when any key would be exceeded none gains
+// one. The account's pause holds before the sender's, and the sender's
+// pause before any limit. The sender's key passes a cost above its burst
+// at min(cost, burst) units and books all of them (see step in gcra.go).
+// The one other write lowers a TAT that is further ahead than
 // now + reach + burst·interval, which no booking on a clock that never
 // steps back can leave, to that bound (see MaxReserveAhead; gcra_reach
 // at now + reach): it follows a step back of Redis's clock, and is stored
@@ -121,13 +146,19 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local cost = tonumber(ARGV[1])
 local vals = redis.call('MGET', unpack(KEYS))
+local nk = #KEYS - 1
+local sidx = tonumber(ARGV[2 * nk + 3])
 local tats = {}
 local wait = 0
-local ahead = now + tonumber(ARGV[2 * #KEYS + 2])
-for i = 2, #KEYS do
+local swait = 0
+local ahead = now + tonumber(ARGV[2 * nk + 2])
+for i = 2, nk do
   local interval = tonumber(ARGV[2 * i - 1])
   local burst = tonumber(ARGV[2 * i])
-  if cost > burst then
+  local c = cost
+  if i == sidx then
+    c = math.min(cost, burst)
+  elseif cost > burst then
     return {3, 0, now}
   end
   tats[i] = tonumber(vals[i] or '0')
@@ -136,7 +167,10 @@ for i = 2, #KEYS do
     tats[i] = reached
     gcra_set(KEYS[i], reached, now)
   end
-  local w = math.max(tats[i], now) + cost * interval - burst * interval - now
+  local w = math.max(tats[i], now) + c * interval - burst * interval - now
+  if i == sidx then
+    swait = w
+  end
   if w > wait then
     wait = w
   end
@@ -145,11 +179,18 @@ local pause = tonumber(vals[1] or '0')
 if pause > now then
   return {2, pause - now, now}
 end
+local sender_pause = tonumber(vals[nk + 1] or '0')
+if sender_pause > now then
+  return {4, sender_pause - now, now}
+end
+if swait > 0 then
+  return {5, swait, now}
+end
 if wait > tonumber(ARGV[2]) then
   return {0, wait - tonumber(ARGV[2]), now}
 end
 local send = now + wait
-local spare = tonumber(ARGV[2 * #KEYS + 1])
+local spare = tonumber(ARGV[2 * nk + 1])
 if spare > 0 then
   local gi, gb = tonumber(ARGV[3]), tonumber(ARGV[4])
   local over = math.max(tats[2], send) + cost * gi - math.max(gb - spare, cost) * gi - now
@@ -157,7 +198,7 @@ if spare > 0 then
     return {0, over, now}
   end
 end
-for i = 2, #KEYS do
+for i = 2, nk do
   gcra_set(KEYS[i], math.max(tats[i], send) + cost * tonumber(ARGV[2 * i - 1]), now)
 end
 return {1, wait, now}
@@ -181,8 +222,20 @@ func (r *Redis) reserve(ctx context.Context, req Request) (Decision, int64, erro
 		call = r.uncapped
 	}
 	args := append([]any{req.Cost, floorMicros(req.MaxWait)}, call.args...)
+	keys := slices.Clip(call.keys)
+	sender, limited := r.senders[req.Sender]
+	senderAt := 0
+	if limited {
+		keys = append(keys, sender.key)
+		args = append(args, sender.p.interval, sender.p.burst)
+		senderAt = len(keys)
+		keys = append(keys, sender.pause)
+	} else {
+		keys = append(keys, r.keys.senderPause(req.Sender))
+	}
 	args = append(args, req.Spare, reachMicros)
-	res, err := reserveScript.Run(ctx, r.client, call.keys, args...).Int64Slice()
+	args = append(args, senderAt)
+	res, err := reserveScript.Run(ctx, r.client, keys, args...).Int64Slice()
 	if err != nil {
 		return Decision{}, 0, fmt.Errorf("limiter: reserve on redis: %w", err)
 	}
@@ -200,6 +253,10 @@ func (r *Redis) reserve(ctx context.Context, req Request) (Decision, int64, erro
 		return Decision{RetryAfter: micros(res[1]), Paused: true, Mode: ModeShared}, now, nil
 	case 3:
 		return Decision{}, now, ErrCostExceedsBurst
+	case 4:
+		return Decision{RetryAfter: micros(res[1]), SenderPaused: true, Mode: ModeShared}, now, nil
+	case 5:
+		return Decision{RetryAfter: micros(res[1]), SenderLimited: true, Mode: ModeShared}, now, nil
 	}
 	return Decision{}, now, fmt.Errorf("limiter: reserve on redis: unexpected answer %v", res)
 }
@@ -240,16 +297,32 @@ func (r *Redis) Pause(ctx context.Context, d time.Duration) error {
 
 // pause returns the pause in force after the call.
 func (r *Redis) pause(ctx context.Context, d time.Duration) (time.Duration, error) {
+	return r.pauseKey(ctx, r.keys.pause(), "pause", d)
+}
+
+// PauseSender stops every replica's Reserves of sender for d, measured on
+// Redis time, and returns the pause in force (never shortened).
+func (r *Redis) PauseSender(ctx context.Context, sender string, d time.Duration) (time.Duration, error) {
+	key := r.keys.senderPause(sender)
+	if s, ok := r.senders[sender]; ok {
+		key = s.pause
+	}
+	return r.pauseKey(ctx, key, "sender pause", d)
+}
+
+// pauseKey runs pauseScript on key (the account's pause or a sender's)
+// and returns the pause in force after the call.
+func (r *Redis) pauseKey(ctx context.Context, key, what string, d time.Duration) (time.Duration, error) {
 	us := ceilMicros(d)
 	if us <= 0 {
-		return 0, fmt.Errorf("limiter: pause %s must be > 0", d)
+		return 0, fmt.Errorf("limiter: %s %s must be > 0", what, d)
 	}
-	res, err := pauseScript.Run(ctx, r.client, []string{r.keys.pause()}, us).Int64Slice()
+	res, err := pauseScript.Run(ctx, r.client, []string{key}, us).Int64Slice()
 	if err != nil {
-		return 0, fmt.Errorf("limiter: pause on redis: %w", err)
+		return 0, fmt.Errorf("limiter: %s on redis: %w", what, err)
 	}
 	if len(res) != 2 {
-		return 0, fmt.Errorf("limiter: pause on redis: unexpected answer %v", res)
+		return 0, fmt.Errorf("limiter: %s on redis: unexpected answer %v", what, res)
 	}
 	r.observe(res[1])
 	return micros(res[0]), nil

@@ -105,6 +105,12 @@ func fallbackConfig(cfg Config, n int) Config {
 			out.Classes[name] = div(r)
 		}
 	}
+	if len(cfg.Senders) > 0 {
+		out.Senders = make(map[string]Rate, len(cfg.Senders))
+		for name, r := range cfg.Senders {
+			out.Senders[name] = div(r)
+		}
+	}
 	return out
 }
 
@@ -142,6 +148,11 @@ func (s *Shared) Reserve(ctx context.Context, req Request) (Decision, error) {
 		s.count(d)
 		return d, nil
 	}
+	if rem := s.fallback.senderPauseRemaining(req.Sender); rem > 0 {
+		d := Decision{RetryAfter: rem, SenderPaused: true, Mode: s.Mode()}
+		s.count(d)
+		return d, nil
+	}
 	var d Decision
 	asked := time.Now()
 	err := errHastyFallback
@@ -158,6 +169,10 @@ func (s *Shared) Reserve(ctx context.Context, req Request) (Decision, error) {
 			// Keep the shared pause locally too: it must hold if Redis
 			// dies before it ends.
 			_ = s.fallback.Pause(ctx, d.RetryAfter)
+		}
+		if d.SenderPaused {
+			// The sender's pause likewise.
+			_, _ = s.fallback.PauseSender(ctx, req.Sender, d.RetryAfter)
 		}
 		s.count(d)
 		return d, nil
@@ -214,6 +229,38 @@ func (s *Shared) Pause(ctx context.Context, d time.Duration) error {
 		s.log.Debug("limiter: pause kept locally only", "err", err, "pause", d)
 	}
 	return nil
+}
+
+// PauseSender stops sending from sender for d on every replica (through
+// Redis) and in this process (locally, so that it holds even if Redis
+// fails before it ends); it returns the pause in force, never shortened.
+// When Redis cannot be reached the pause still holds here.
+func (s *Shared) PauseSender(ctx context.Context, sender string, d time.Duration) (time.Duration, error) {
+	if d <= 0 {
+		return 0, fmt.Errorf("limiter: sender pause %s must be > 0", d)
+	}
+	inForce, err := s.fallback.PauseSender(ctx, sender, d)
+	if err != nil {
+		return 0, fmt.Errorf("limiter: sender pause: %w", err)
+	}
+	var shared time.Duration
+	err = s.onRedis(ctx, func(ctx context.Context) error {
+		var err error
+		shared, err = s.redis.PauseSender(ctx, sender, d)
+		return err
+	})
+	switch {
+	case err == nil:
+		if shared > inForce {
+			// A longer pause another replica set holds here too.
+			inForce, _ = s.fallback.PauseSender(ctx, sender, shared)
+		}
+	case ctx.Err() != nil:
+		return inForce, fmt.Errorf("limiter: sender pause: %w", ctx.Err())
+	default:
+		s.log.Debug("limiter: sender pause kept locally only", "err", err, "pause", d)
+	}
+	return inForce, nil
 }
 
 // Resume ends the pause here and on Redis (an operator's override). Other

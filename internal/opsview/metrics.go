@@ -33,6 +33,8 @@ type APIMetrics struct {
 	// principal: a configured producer name or "admin" (newAuthenticator
 	// creates the series of the principals that have one).
 	PreviousKeys *prometheus.CounterVec
+	// BatchCanceled counts the messages DELETE /v1/batches/{id} canceled.
+	BatchCanceled prometheus.Counter
 }
 
 // otp outcomes, the label of smsgw_api_otp_duration_seconds.
@@ -55,7 +57,8 @@ func NewAPIMetrics(reg prometheus.Registerer, kinds []string) (*APIMetrics, erro
 		IngressFallback:  metricdef.Counter("smsgw_api_ingress_fallback_total", "Ingress decisions taken locally because Redis failed."),
 		PreviousKeys:     metricdef.CounterVec("smsgw_auth_previous_key_total", "Requests authenticated with a previous key (producers[].previous_key, admin.previous_key) while it is rotated, by principal (a producer's name, or admin); once it stays flat the previous key can be removed.", "principal"),
 	}
-	if err := metricdef.Register(reg, m.requests, m.duration, m.Rejected, m.Accepted, m.Replays, m.AnswersNotKept, m.otpDuration, m.OTPRecordFailed, m.OTPRecordRetried, m.otpStep, m.IngressFallback, m.PreviousKeys); err != nil {
+	m.BatchCanceled = metricdef.Counter("smsgw_api_batch_canceled_total", "Messages canceled by DELETE /v1/batches/{id} (each never sent).")
+	if err := metricdef.Register(reg, m.requests, m.duration, m.Rejected, m.Accepted, m.Replays, m.AnswersNotKept, m.otpDuration, m.OTPRecordFailed, m.OTPRecordRetried, m.otpStep, m.IngressFallback, m.PreviousKeys, m.BatchCanceled); err != nil {
 		return nil, err
 	}
 	var err error

@@ -18,6 +18,13 @@ type Inbound struct {
 	// FromField is the vendor's name of From's field ("From", "msisdn",
 	// "from"), for a problem that names it.
 	FromField string
+	// To is our number the message was sent to, as the vendor gives it
+	// ("" when it does not say); Service is the vendor's group of our
+	// numbers it came through, where it names one (Twilio's
+	// MessagingServiceSid). A reply goes to the producer that last
+	// messaged From from one of them.
+	To      string
+	Service string
 	// Text is the whole message body as the recipient typed it; "" when
 	// the message has no text the gateway can judge (binary, or one part
 	// of a longer message: a keyword is a whole message).
@@ -61,6 +68,14 @@ type InboundParser interface {
 	// *ReceiptError naming the vendor's field for a signed but malformed
 	// message.
 	ParseInbound(r *http.Request, raw []byte) (Inbound, error)
+}
+
+// DefaultSender is implemented by an adapter that sends a message naming
+// no sender from one of its configuration: that sender (a number, or a
+// group of numbers such as a Twilio messaging service), where a reply to
+// such a message arrives.
+type DefaultSender interface {
+	DefaultSender() string
 }
 
 // InboundAcker is implemented by an adapter whose vendor reads the answer

@@ -91,6 +91,42 @@ type Error struct {
 	// pauses everyone, for RetryAfter).
 	Accepted   []string
 	PartReason Reason
+
+	// Scope says whose limit or setup the answer is about when the
+	// adapter knows it is not the account's: ScopeSender for the send's
+	// sender alone (its rate, its queue at the vendor, its setup). ""
+	// is the reason's own scope (Error.ScopeOf).
+	Scope Scope
+}
+
+// Scope is whose an answer is: the message's, the sender's or the
+// account's. A throttle, a queue full or a setup refusal of the sender's
+// scope pauses that sender alone; of the account's, every send.
+type Scope string
+
+// The scopes.
+const (
+	ScopeMessage Scope = "message"
+	ScopeSender  Scope = "sender"
+	ScopeAccount Scope = "account"
+)
+
+// ScopeOf is e's scope: the adapter's when it said one, else the
+// reason's: a throttle, a suspension, a queue full, refused credentials
+// or setup are the account's, anything else the message's.
+func (e *Error) ScopeOf() Scope {
+	if e.Scope != "" {
+		return e.Scope
+	}
+	r := e.Reason
+	if r == ReasonPartial {
+		r = e.PartReason
+	}
+	switch r {
+	case ReasonThrottled, ReasonSuspended, ReasonQueueFull, ReasonAuth, ReasonSetup:
+		return ScopeAccount
+	}
+	return ScopeMessage
 }
 
 func (e *Error) Error() string {

@@ -28,6 +28,14 @@ type Receipt struct {
 	// in clear.
 	OptedOut  bool
 	Recipient string
+	// Said is what the receipt says beyond its message, classified as a
+	// send's answer would be (nil: nothing): a sender's queue overflowing
+	// at the vendor (Twilio 30001) pauses that sender, an account
+	// suspended or at its daily limit (Twilio 30002, 63038) pauses every
+	// send. Sender is the send's sender lane it concerns ("" for the
+	// account's own sender), when Said's scope is the sender's.
+	Said   *Error
+	Sender string
 }
 
 // ErrBadSignature means a receipt request's signature is missing or

@@ -39,7 +39,8 @@ import (
 //	4 producer  5 reference  6 provider id  7 masked number, each run of
 //	k "*" written "*" and k in base 36  8 expiry (after created)  9 last
 //	change  10 send  11 last error  12 digest prefix  13 created
-//	14 send_at (Unix ms)  15 sender id  16 callback_url
+//	14 send_at (Unix ms)  15 sender id  16 callback_url  17 batch id
+//	(sms.Message.BatchID; a record without it has 16 fields or fewer)
 //
 // Version 2 (20 fields) and version 1 (18, no callback fields) are still
 // read: 1 version  2 status (s f x, or the word)  3 class digit
@@ -59,7 +60,7 @@ const finalVersion = "3"
 // to finalFields.
 const (
 	finalFieldsMin = 10
-	finalFields    = 16
+	finalFields    = 17
 	finalFieldsV2  = 20
 	finalFieldsV1  = 18
 )
@@ -168,7 +169,7 @@ func FinalPrefix(m *sms.Message) (head, tail string, err error) {
 		packMasked(sms.MaskPhone(m.To)), rel(m.ExpiresAt, m.CreatedAt),
 	}
 	head = strings.Join(fields, finalSep) + finalSep
-	rest := []string{clean(m.LastError), hash, created, msOrEmpty(m.SendAt), clean(m.From), clean(m.CallbackURL)}
+	rest := []string{clean(m.LastError), hash, created, msOrEmpty(m.SendAt), clean(m.From), clean(m.CallbackURL), clean(m.BatchID)}
 	for len(rest) > 0 && rest[len(rest)-1] == "" {
 		rest = rest[:len(rest)-1]
 	}
@@ -259,7 +260,7 @@ func IsFinal(s string) bool {
 }
 
 // finalV3 returns the fields of a final record in version 3's layout, all
-// 16, converting a version 1 or 2 record.
+// finalFields, converting a version 1 or 2 record.
 func finalV3(id, s string) ([]string, error) {
 	f := strings.Split(s, finalSep)
 	switch {
@@ -290,7 +291,7 @@ func finalV3(id, s string) ([]string, error) {
 		return v
 	}
 	return []string{first, one(f[3]), one(f[4]), f[6], f[7], f[8], packMasked(f[9]), f[14], f[18], f[19],
-		f[10], f[11], f[12], f[13], f[15], f[17]}, nil
+		f[10], f[11], f[12], f[13], f[15], f[17], ""}, nil
 }
 
 // DecodeFinal reads the final record of message id (any version).
@@ -334,7 +335,7 @@ func DecodeFinal(id, s string) (*sms.Message, error) {
 	m := &sms.Message{
 		ID: id, Status: fieldStatus(f[0][1:2]), Class: class, Attempts: oneOr(f[1]), Segments: oneOr(f[2]),
 		Producer: f[3], Reference: f[4], ProviderID: f[5], To: to, LastError: f[10], RequestHash: f[11],
-		From: f[14], Callbacks: strings.Contains(flags, "w"), CallbackURL: f[15], Encoding: sms.GSM7,
+		From: f[14], Callbacks: strings.Contains(flags, "w"), CallbackURL: f[15], Encoding: sms.GSM7, BatchID: f[16],
 	}
 	m.CreatedAt = base.Add(time.Duration(num(f[12])) * time.Millisecond)
 	if f[13] != "" {

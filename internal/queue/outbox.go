@@ -50,6 +50,11 @@ type Event struct {
 	LastError string    // what the last delivery attempt got (status code, timeout); safe text
 	Dead      bool      // given up; listed by DeadEvents
 	DeadAt    time.Time // when it was given up
+
+	// Reply is set on a reply's event (message.received, Status
+	// StatusReceived, MessageID the reply's id; see Routes); nil on a
+	// status event.
+	Reply *Reply
 }
 
 // LeasedEvent is an event claimed for delivery.

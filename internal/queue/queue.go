@@ -399,3 +399,34 @@ type Shelf struct {
 
 // MaxRestore is the most messages one Restore step moves.
 const MaxRestore = 500
+
+// Batches is implemented by a backend that keeps the index of batches: the
+// ids of the messages one batch request stored (sms.Message.BatchID),
+// written in the same atomic step that stores them, so that the index never
+// misses a stored message. Each batch's index holds at most the messages
+// its requests stored (a request holds at most 1,000) and is kept until
+// every message it names has passed its retention (BatchKeep).
+type Batches interface {
+	// BatchMessages returns the messages producer stored with batch id
+	// batch, as Get returns each, in no set order (one whose retention
+	// has passed is left out); ErrNotFound when there are none (no such
+	// batch, another producer's, or past its retention). It reads them
+	// in a few steps, not one per message, and not as one snapshot: each
+	// message is as it was when it was read.
+	BatchMessages(ctx context.Context, producer, batch string) ([]*sms.Message, error)
+}
+
+// BatchKeep is how long after now a backend keeps the batch index entry of
+// m, stored at now with a retention of retention: the retention after the
+// last time m can still be queued (its expiry; without one its not-before,
+// or now), so that the entry outlives the message's own final record.
+func BatchKeep(m *sms.Message, now time.Time, retention time.Duration) time.Duration {
+	last := now
+	if m.NotBefore.After(last) {
+		last = m.NotBefore
+	}
+	if m.ExpiresAt.After(last) {
+		last = m.ExpiresAt
+	}
+	return last.Sub(now) + retention
+}

@@ -52,6 +52,7 @@ type Record struct {
 	ProviderID string `json:"pm,omitempty"` // the provider's message id
 	Dead       bool   `json:"d,omitempty"`  // a dead letter (status f)
 
+	BatchID string `json:"bt,omitempty"` // the batch request that created it (sms.Message.BatchID)
 	// The producer's budget charge (sms.Budget): units, and the ids of the
 	// day and month charged. Both backends give the units back to these
 	// periods when the message ends unsent (budget.go).
@@ -75,6 +76,7 @@ func ToRecord(m *sms.Message) (Record, error) {
 		Reference: m.Reference, Segments: m.Segments, CallbackURL: m.CallbackURL, Callbacks: m.Callbacks,
 		IdempotencyKey: m.IdempotencyKey, RequestHash: m.RequestHash,
 		Status: status, Attempts: m.Attempts, Crashes: m.Crashes, LastError: m.LastError, ProviderID: m.ProviderID, Dead: m.Dead,
+		BatchID:     m.BatchID,
 		BudgetUnits: m.Budget.Units, BudgetDay: m.Budget.Day.ID, BudgetMonth: m.Budget.Month.ID,
 	}
 	for _, f := range r.times(m) {
@@ -115,7 +117,8 @@ func (r *Record) Message(id string) (*sms.Message, error) {
 		Reference: r.Reference, Segments: r.Segments, CallbackURL: r.CallbackURL, Callbacks: r.Callbacks,
 		IdempotencyKey: r.IdempotencyKey, RequestHash: r.RequestHash,
 		Status: status, Attempts: r.Attempts, Crashes: r.Crashes, LastError: r.LastError, ProviderID: r.ProviderID, Dead: r.Dead,
-		Budget: sms.Budget{Units: r.BudgetUnits, Day: sms.BudgetPeriod{ID: r.BudgetDay}, Month: sms.BudgetPeriod{ID: r.BudgetMonth}},
+		BatchID: r.BatchID,
+		Budget:  sms.Budget{Units: r.BudgetUnits, Day: sms.BudgetPeriod{ID: r.BudgetDay}, Month: sms.BudgetPeriod{ID: r.BudgetMonth}},
 	}
 	for _, f := range r.times(m) {
 		*f.t = FromMs(*f.ms)

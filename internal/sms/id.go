@@ -61,3 +61,25 @@ func IDTime(id string) (t time.Time, ok bool) {
 	}
 	return time.UnixMilli(ms).UTC(), true
 }
+
+// batchPrefix starts every batch id.
+const batchPrefix = "bat_"
+
+// NewBatchID returns a new batch id: "bat_" followed by what NewID writes
+// after "msg_" (the creation time, then random bits), so that batch ids
+// sort by creation time like message ids.
+func NewBatchID(now time.Time) string { return batchPrefix + NewID(now)[4:] }
+
+// ValidBatchID reports whether s has the shape NewBatchID produces.
+func ValidBatchID(s string) bool {
+	return len(s) == 30 && s[:4] == batchPrefix && ValidID("msg_"+s[4:])
+}
+
+// BatchTime is the creation time NewBatchID wrote into id; ok is false
+// when id does not have its shape.
+func BatchTime(id string) (t time.Time, ok bool) {
+	if !ValidBatchID(id) {
+		return time.Time{}, false
+	}
+	return IDTime("msg_" + id[4:])
+}

@@ -179,6 +179,10 @@ type Message struct {
 	// record keeps segments and encoding, not the text); otherwise empty,
 	// and the body says.
 	Encoding Encoding `json:"encoding,omitempty"`
+	// BatchID names the batch request that created the message
+	// (NewBatchID); empty for a message posted on its own. Kept by the
+	// final record.
+	BatchID string `json:"batch_id,omitempty"`
 
 	// CallbackURL is where this message's status events go instead of the
 	// producer's webhook url; Callbacks is set when the message has any

@@ -7,7 +7,7 @@ import (
 	"smsgw/internal/queue"
 )
 
-// Payload is the body of one status event. It carries no phone number and
+// Payload is the body of one status event (a reply's is ReplyPayload). It carries no phone number and
 // no message text, ever: only what the producer needs to match the event to
 // its own record (id, reference) and the outcome.
 type Payload struct {
@@ -37,6 +37,9 @@ type DataError struct {
 // Body is the exact bytes delivered for e. It depends only on the stored
 // event, so every retry of an event sends the same body.
 func Body(e *queue.Event) ([]byte, error) {
+	if e.Reply != nil {
+		return replyBody(e)
+	}
 	p := Payload{
 		Type:      "message." + string(e.Status),
 		Timestamp: e.At.UTC(),

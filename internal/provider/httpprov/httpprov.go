@@ -12,7 +12,8 @@
 // message (Unix nanoseconds) so the simulator can measure queue-to-provider
 // latency.
 //
-// Answers: 2xx {"id":"..."} → sent; 429 + Retry-After → throttled; 403 whose
+// Answers: 2xx {"id":"..."} → sent; 429 + Retry-After → throttled, the
+// sender's alone when its body says {"scope":"sender"}, else the account's; 403 whose
 // {"error"} mentions "suspended" → suspended; 401/403 → auth; 408, 409 (a
 // retry while the first request with its key is still processed) and 425
 // → temporary; other 4xx → rejected; 5xx, reset, timeout → temporary.
@@ -59,8 +60,8 @@ type SendResponse struct {
 type ErrorResponse struct {
 	Error string `json:"error"`
 	// Scope, on a 429, says whose limit it was: ScopeSender for the
-	// sender's (the send's "from"); anything else, or none, the account's.
-	// The adapter does not read it yet: every 429 pauses the account.
+	// sender's (the send's "from"), which pauses that sender alone;
+	// anything else, or none, the account's.
 	Scope string `json:"scope,omitempty"`
 }
 
@@ -182,7 +183,11 @@ func (p *Provider) send(ctx context.Context, hreq *http.Request) (provider.Resul
 		if resp.StatusCode == http.StatusForbidden && strings.Contains(strings.ToLower(eb.Error), "suspend") {
 			return provider.Result{}, Suspended(resp.StatusCode, resp.Header, now, "account suspended")
 		}
-		return provider.Result{}, StatusError(resp.StatusCode, resp.Header, now, "")
+		pe := StatusError(resp.StatusCode, resp.Header, now, "")
+		if resp.StatusCode == http.StatusTooManyRequests && eb.Scope == ScopeSender {
+			pe.Scope, pe.Message = provider.ScopeSender, "sender rate limit exceeded"
+		}
+		return provider.Result{}, pe
 	}
 	if rerr != nil {
 		return provider.Result{}, BadResponse(resp.StatusCode, rerr.Error())

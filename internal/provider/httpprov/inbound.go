@@ -80,5 +80,5 @@ func (p *Provider) ParseInbound(r *http.Request, raw []byte) (provider.Inbound, 
 	case !inboundID.MatchString(id):
 		return provider.Inbound{}, &provider.ReceiptError{Field: "id", Reason: "must be 1 to 64 of A-Z a-z 0-9 . _ : -"}
 	}
-	return provider.Inbound{From: b.From, FromField: "from", Text: b.Text, ProviderID: id, At: b.At}, nil
+	return provider.Inbound{From: b.From, FromField: "from", To: b.To, Text: b.Text, ProviderID: id, At: b.At}, nil
 }

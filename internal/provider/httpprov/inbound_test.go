@@ -39,7 +39,7 @@ func TestParseInbound(t *testing.T) {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256([]byte(body))
-	if want := (provider.Inbound{From: "+819012345678", FromField: "from", Text: " STOP ", At: time.Date(2026, 11, 30, 20, 0, 0, 0, time.UTC),
+	if want := (provider.Inbound{From: "+819012345678", FromField: "from", To: "ACME", Text: " STOP ", At: time.Date(2026, 11, 30, 20, 0, 0, 0, time.UTC),
 		ProviderID: "sha256:" + hex.EncodeToString(sum[:16])}); in != want {
 		t.Fatalf("inbound %+v, want %+v", in, want)
 	}

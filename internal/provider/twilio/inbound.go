@@ -23,6 +23,7 @@ const emptyTwiML = `<?xml version="1.0" encoding="UTF-8"?><Response/>`
 var (
 	_ provider.InboundParser = (*Provider)(nil)
 	_ provider.InboundAcker  = (*Provider)(nil)
+	_ provider.DefaultSender = (*Provider)(nil)
 )
 
 // ParseInbound implements provider.InboundParser for Twilio's
@@ -42,7 +43,8 @@ func (p *Provider) ParseInbound(r *http.Request, raw []byte) (provider.Inbound, 
 	if from == "" {
 		return provider.Inbound{}, &provider.ReceiptError{Field: "From", Reason: "missing"}
 	}
-	return provider.Inbound{From: from, FromField: "From", Text: form.Get("Body"), ProviderID: sid,
+	return provider.Inbound{From: from, FromField: "From", To: form.Get("To"), Service: form.Get("MessagingServiceSid"),
+		Text: form.Get("Body"), ProviderID: sid,
 		Keyword: optOutKeywords[form.Get("OptOutType")]}, nil
 }
 
@@ -54,6 +56,15 @@ func (p *Provider) ParseInbound(r *http.Request, raw []byte) (provider.Inbound, 
 // Opt-Out", twilio.com/docs/messaging/tutorials/advanced-opt-out). Twilio
 // has then listed or unlisted the sender itself; HELP changes nothing.
 var optOutKeywords = map[string]string{"STOP": provider.KeywordOptOut, "START": provider.KeywordOptIn}
+
+// DefaultSender implements provider.DefaultSender: the configured From,
+// else the messaging service, as a send without its own sender uses them.
+func (p *Provider) DefaultSender() string {
+	if p.cfg.From != "" {
+		return p.cfg.From
+	}
+	return p.cfg.MessagingServiceSID
+}
 
 // InboundAck implements provider.InboundAcker: an empty TwiML document,
 // so that Twilio sends no reply of ours (its own answer to STOP and START,

@@ -38,7 +38,7 @@ func TestParseInbound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (provider.Inbound{From: "+14155550100", FromField: "From", Text: "Stop", ProviderID: sid}); in != want {
+	if want := (provider.Inbound{From: "+14155550100", FromField: "From", To: "+15005550006", Text: "Stop", ProviderID: sid}); in != want {
 		t.Fatalf("inbound %+v, want %+v", in, want)
 	}
 	tampered := url.Values{}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"smsgw/internal/provider"
+	"smsgw/internal/provider/httpprov"
 	"smsgw/internal/sms"
 )
 
@@ -152,6 +153,40 @@ func (p *Provider) ParseReceipt(r *http.Request, raw []byte) (provider.Receipt, 
 	if _, known := statuses[word]; !known {
 		vendor = "other"
 	}
-	return provider.Receipt{ProviderID: sid, Reference: r.URL.Query().Get(refParam), Status: statuses[word],
-		VendorStatus: vendor, ErrorCode: form.Get("ErrorCode")}, nil
+	rc := provider.Receipt{ProviderID: sid, Reference: r.URL.Query().Get(refParam), Status: statuses[word],
+		VendorStatus: vendor, ErrorCode: form.Get("ErrorCode")}
+	rc.Said, rc.Sender = p.receiptSaid(rc.ErrorCode, form)
+	return rc, nil
+}
+
+// The receipt error codes that concern more than their message
+// (twilio.com/docs/api/errors).
+const (
+	codeServiceQueueOverflow = "30001" // the sender's (or its Messaging Service's) queue at Twilio overflowed
+	codeAccountSuspended     = "30002" // the account is suspended
+	codeDailyLimit           = "63038" // the account's daily message limit is reached
+)
+
+// receiptSaid is what a receipt's error code says beyond its message, and
+// the sender lane it concerns ("" for the account's own sender or
+// Messaging Service): 30001 pauses that sender; 30002 and 63038 the
+// account, with an alert. Nil for any other code.
+func (p *Provider) receiptSaid(code string, form url.Values) (*provider.Error, string) {
+	msg := "twilio receipt " + code
+	switch code {
+	case codeServiceQueueOverflow:
+		sender := form.Get("From")
+		if svc := form.Get("MessagingServiceSid"); svc != "" && svc == p.cfg.MessagingServiceSID || sender == p.cfg.From {
+			sender = ""
+		}
+		return &provider.Error{Reason: provider.ReasonQueueFull, Temporary: true, RetryAfter: QueueFullPause,
+			Message: msg + ": the queue of this sender overflowed", Scope: provider.ScopeSender}, sender
+	case codeAccountSuspended:
+		return &provider.Error{Reason: provider.ReasonSuspended, Temporary: true, RetryAfter: httpprov.SuspendedPause,
+			Message: msg + ": the account is suspended"}, ""
+	case codeDailyLimit:
+		return &provider.Error{Reason: provider.ReasonSuspended, Temporary: true, RetryAfter: httpprov.SuspendedPause,
+			Message: msg + ": the account's daily message limit is reached"}, ""
+	}
+	return nil, ""
 }

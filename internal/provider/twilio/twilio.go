@@ -11,7 +11,10 @@
 // recipient replied STOP to this sender: "Attempt to send to unsubscribed
 // recipient") is an opt-out, never retried; 21611 (the sender's queue at
 // Twilio holds its limit, 10 hours of its rate) is a long pause, not a
-// failure; 20404 (no such account) and, for the account's own
+// failure, and the sender's alone (its queue, not the account's); 21609
+// (our StatusCallback refused) is our configuration: every replica pauses;
+// 21659, 21660 and 21661 (this From cannot send) are the sender's setup:
+// that sender pauses; 20404 (no such account) and, for the account's own
 // sender, 21606 and 21212 (From not usable) mean every message would fail
 // alike: the account's setup, handled like refused credentials. The
 // remaining TTL goes as ValidityPeriod, so Twilio drops what it could only
@@ -56,6 +59,14 @@ const (
 	codeQueueFull       = 21611 // this From has exceeded the maximum number of queued messages
 	codeFromNotCapable  = 21606 // From is not a message-capable number of this account
 	codeInvalidFrom     = 21212 // From is not a valid number, short code or sender id
+	codeBadCallback     = 21609 // our StatusCallback URL refused: every send would be
+	// The "From" codes Twilio added in 2024: this sender cannot send
+	// (not a Twilio number or a short code of another country; owned by
+	// another account; not SMS-capable). Every message from it would fail
+	// alike: the sender's setup, whichever sender it is.
+	codeFromNotTwilio    = 21659
+	codeFromOtherAccount = 21660
+	codeFromNotSMS       = 21661
 	// codeUnsubscribed: "Attempt to send to unsubscribed recipient": the
 	// recipient replied STOP (or another opt-out keyword) to this sender or
 	// messaging service, and Twilio sends them nothing more until they
@@ -302,8 +313,17 @@ func classify(resp *http.Response, body []byte, ownSender bool, now time.Time) *
 	case codeAccountInactive, codeAccountDisabled:
 		return httpprov.Suspended(resp.StatusCode, resp.Header, now, msg)
 	case codeQueueFull:
+		// The queue of this sender (or its Messaging Service) at Twilio:
+		// the sender's alone.
 		return &provider.Error{Reason: provider.ReasonQueueFull, Temporary: true, RetryAfter: QueueFullPause,
-			Status: resp.StatusCode, Message: httpprov.Safe(msg)}
+			Status: resp.StatusCode, Message: httpprov.Safe(msg), Scope: provider.ScopeSender}
+	case codeBadCallback:
+		// Our own configuration (provider.receipt_url), not the message:
+		// every replica pauses and the log says what to fix.
+		return &provider.Error{Reason: provider.ReasonSetup, Status: resp.StatusCode, Message: httpprov.Safe(msg)}
+	case codeFromNotTwilio, codeFromOtherAccount, codeFromNotSMS:
+		return &provider.Error{Reason: provider.ReasonSetup, Status: resp.StatusCode, Message: httpprov.Safe(msg),
+			Scope: provider.ScopeSender}
 	case codeNotFound:
 		return &provider.Error{Reason: provider.ReasonSetup, Status: resp.StatusCode, Message: httpprov.Safe(msg)}
 	case codeUnsubscribed:

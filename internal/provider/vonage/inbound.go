@@ -18,7 +18,14 @@ import (
 // included). Vonage resends a message it got no 200 or 204 for during 24
 // hours (same guide): the gateway answers 204.
 
-var _ provider.InboundParser = (*Provider)(nil)
+var (
+	_ provider.InboundParser = (*Provider)(nil)
+	_ provider.DefaultSender = (*Provider)(nil)
+)
+
+// DefaultSender implements provider.DefaultSender: vonage.from, the sender
+// of a message that names none.
+func (p *Provider) DefaultSender() string { return p.cfg.From }
 
 // ParseInbound implements provider.InboundParser for the SMS API's inbound
 // message webhook, a form or JSON POST (configure the account's webhook
@@ -39,7 +46,7 @@ func (p *Provider) ParseInbound(r *http.Request, raw []byte) (provider.Inbound, 
 	if msisdn == "" {
 		return provider.Inbound{}, &provider.ReceiptError{Field: "msisdn", Reason: "missing"}
 	}
-	in := provider.Inbound{From: "+" + strings.TrimPrefix(msisdn, "+"), FromField: "msisdn", ProviderID: ps["messageId"],
+	in := provider.Inbound{From: "+" + strings.TrimPrefix(msisdn, "+"), FromField: "msisdn", To: ps["to"], ProviderID: ps["messageId"],
 		At: signedAt(ps["timestamp"])}
 	if t := ps["type"]; (t == "text" || t == "unicode" || t == "") && ps["concat"] != "true" {
 		in.Text = ps["text"]

@@ -7,7 +7,8 @@
 // Vonage answers HTTP 200 for most failures and puts the outcome in each
 // part's "status": {"message-count":"1","messages":[{"status":"0",
 // "message-id":"..."}]}. Status "1" (Throttled) arrives as a 200 and is a
-// throttle like any 429; its text says how long to wait ("Throughput Rate
+// throttle of the sender (scope sender: that sender pauses, not the
+// account); its text says how long to wait ("Throughput Rate
 // Exceeded - please wait [ 978 ] and retry", in milliseconds). A long text
 // is split into parts, each with its own status: when some were accepted
 // and others not, the accepted ones will be delivered and billed, so the
@@ -262,7 +263,7 @@ func outcome(status int, parts []part, h http.Header, now time.Time, ownSender b
 		return provider.Result{}, refused
 	}
 	return provider.Result{}, &provider.Error{Reason: provider.ReasonPartial, Status: status,
-		RetryAfter: refused.RetryAfter, Accepted: accepted, PartReason: refused.Reason,
+		RetryAfter: refused.RetryAfter, Accepted: accepted, PartReason: refused.Reason, Scope: refused.Scope,
 		Message: httpprov.Safe(fmt.Sprintf("%d of %d parts accepted (not sent again); %s", len(accepted), len(parts), refused.Message))}
 }
 
@@ -283,13 +284,13 @@ func requestError(status int, a answer, h http.Header, now time.Time) *provider.
 // "SMS API error codes" (developer.vonage.com/api-errors/sms).
 func classify(status, text string, h http.Header, now time.Time, ownSender bool) *provider.Error {
 	switch status {
-	case "1": // Throttled; the text may say how long to wait, in ms
+	case "1": // Throttled: the sender's rate ("Throughput Rate Exceeded" for a US number over 1/s); the text may say how long to wait, in ms
 		ra := provider.ParseRetryAfter(h.Get("Retry-After"), now)
 		if m := throttleWait.FindStringSubmatch(text); m != nil {
 			ms, _ := strconv.ParseInt(m[1], 10, 64)
 			ra = provider.ClampRetryAfter(time.Duration(ms) * time.Millisecond)
 		}
-		return &provider.Error{Reason: provider.ReasonThrottled, Temporary: true, RetryAfter: ra}
+		return &provider.Error{Reason: provider.ReasonThrottled, Temporary: true, RetryAfter: ra, Scope: provider.ScopeSender}
 	case "10": // Too Many Existing Binds ("back off and retry")
 		return &provider.Error{Reason: provider.ReasonThrottled, Temporary: true,
 			RetryAfter: provider.ParseRetryAfter(h.Get("Retry-After"), now)}
@@ -299,7 +300,7 @@ func classify(status, text string, h http.Header, now time.Time, ownSender bool)
 		return httpprov.Suspended(0, h, now, "")
 	case "4", "11", "14", "32": // Invalid Credentials; not enabled for HTTP; Invalid Signature; signature and secret disallowed
 		return &provider.Error{Reason: provider.ReasonAuth}
-	case "2": // Missing Parameters: we always send to, text and the keys
+	case "2", "23": // Missing Parameters: we always send to, text and the keys; Invalid Callback Url: our own receipt URL
 		return &provider.Error{Reason: provider.ReasonSetup}
 	case "15": // Invalid Sender Address: the account's, or this message's
 		if !ownSender {
@@ -307,8 +308,8 @@ func classify(status, text string, h http.Header, now time.Time, ownSender bool)
 		}
 	}
 	// 3 Invalid Parameters, 6 Invalid Message, 7 Number Barred, 12 Message
-	// Too Long, 15 for a producer's own sender, 22 Invalid Network Code, 23
-	// Invalid Callback Url, 29 Non-Whitelisted Destination, 33 Number
+	// Too Long, 15 for a producer's own sender, 22 Invalid Network Code,
+	// 29 Non-Whitelisted Destination, 33 Number
 	// De-activated, and anything undocumented: this message will not go
 	// through as it is.
 	return &provider.Error{Reason: provider.ReasonRejected}

@@ -138,7 +138,7 @@ func TestStatusTable(t *testing.T) {
 		"2": provider.ReasonSetup, "15": provider.ReasonSetup,
 		"3": provider.ReasonRejected, "6": provider.ReasonRejected,
 		"7": provider.ReasonRejected, "12": provider.ReasonRejected,
-		"22": provider.ReasonRejected, "23": provider.ReasonRejected, "29": provider.ReasonRejected,
+		"22": provider.ReasonRejected, "23": provider.ReasonSetup, "29": provider.ReasonRejected,
 		"33": provider.ReasonRejected, "99": provider.ReasonRejected,
 		"4": provider.ReasonAuth, "11": provider.ReasonAuth, "14": provider.ReasonAuth, "32": provider.ReasonAuth,
 		"5": provider.ReasonUnavailable,

@@ -17,6 +17,7 @@
 //	dead     at(8) id → nil                   dead letters, oldest first
 //	done     at(8) id → nil                   terminal messages, pruned after Retention
 //	counts   class(1) kind(1) → count(8)      queued, leased, dead per class
+//	batch    batch 0 producer 0 id → nil      the index of batches (batches.go)
 //
 // A queued message's due time is max(enqueue time, NotBefore): everything due
 // sorts before everything scheduled, so Take is one cursor Seek per class and
@@ -78,6 +79,7 @@ type Queue struct {
 	// first key), under pruneMu.
 	pruneMu             sync.Mutex
 	pruneFrom, idemFrom []byte
+	batchFrom           []byte // where the next prune walk of bBatch starts
 
 	ops  chan *op
 	stop chan struct{}

@@ -126,6 +126,9 @@ func (q *Queue) enqueueTx(tx *bolt.Tx, m *sms.Message, now time.Time) (queue.Enq
 	if err := addOut(tx, m.Producer, 1); err != nil {
 		return queue.EnqueueResult{}, err
 	}
+	if err := putBatch(tx, m); err != nil {
+		return queue.EnqueueResult{}, err
+	}
 	if ik != nil {
 		if err := idem.Put(ik, append(u64(nowMs), m.ID...)); err != nil {
 			return queue.EnqueueResult{}, err
@@ -651,6 +654,12 @@ func (q *Queue) prune(ctx context.Context) (int, error) {
 	}
 	m, err := q.pruneDone(ctx)
 	if err != nil {
+		return n + m, err
+	}
+	if err := q.pruneReplies(ctx); err != nil {
+		return n + m, err
+	}
+	if err := q.pruneBatches(ctx); err != nil {
 		return n + m, err
 	}
 	return n + m, q.pruneEarly(ctx)

@@ -36,6 +36,12 @@ type eventRecord struct {
 	Token       string `json:"lt,omitempty"`
 	Dead        bool   `json:"d,omitempty"`
 	DeadAt      int64  `json:"td,omitempty"`
+	// A reply's event (replies.go): kind "r", the recipient's number, our
+	// number and the text; Message is the reply's id.
+	Kind string `json:"k,omitempty"`
+	From string `json:"fr,omitempty"`
+	To   string `json:"to,omitempty"`
+	Text string `json:"tx,omitempty"`
 }
 
 // addEvent is the one writer of the outbox: every transaction whose
@@ -61,7 +67,12 @@ func addEvent(tx *bolt.Tx, m *sms.Message, status sms.Status, code string, now i
 	if code != "" {
 		r.ErrorCode, r.ErrorReason = code, m.LastError
 	}
-	if err := putEvent(tx, id, &r); err != nil {
+	return putNewEvent(tx, id, &r, now)
+}
+
+// putNewEvent stores a new event r, due now and counted in the backlog.
+func putNewEvent(tx *bolt.Tx, id string, r *eventRecord, now int64) error {
+	if err := putEvent(tx, id, r); err != nil {
 		return err
 	}
 	if err := tx.Bucket(bCbDue).Put(timeKey(now, id), nil); err != nil {
@@ -109,6 +120,9 @@ func getEvent(tx *bolt.Tx, id string) (*eventRecord, error) {
 }
 
 func (r *eventRecord) event(id string) *queue.Event {
+	if r.Kind == replyKind {
+		return r.replyEvent(id)
+	}
 	class, ok := queue.CodeClass(r.Class)
 	if !ok {
 		class = sms.ClassOTP

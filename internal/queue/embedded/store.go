@@ -50,7 +50,7 @@ const (
 )
 
 func createBuckets(tx *bolt.Tx) error {
-	for _, name := range [][]byte{bMsgs, bReady, bLeases, bIdem, bOut, bDead, bDone, bCounts, bFinal, bPids, bEarly, bCbEvents, bCbDue, bCbAge, bCbDead} {
+	for _, name := range append([][]byte{bMsgs, bReady, bLeases, bIdem, bOut, bDead, bDone, bCounts, bFinal, bPids, bEarly, bCbEvents, bCbDue, bCbAge, bCbDead, bBatch}, replyBuckets...) {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return fmt.Errorf("bucket %s: %w", name, err)
 		}

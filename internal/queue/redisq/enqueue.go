@@ -45,7 +45,8 @@ const maxBatch = 1000
 // first of the checks, after the replay, through the same charge as the
 // ingress GCRA); the budget arguments (luaBudget, budget.go: the
 // producer's budget, checked after the ingress GCRA and charged with the
-// store).
+// store); index in KEYS of its batch's index LIST (0: none) and how long to
+// keep it, ms (batch_add, batches.go).
 // Returns one reply per message, in order, {kind, value, id, gcra}: kind 0
 // stored (value: the stored record, or "" unless ARGV[2] asked for it), 1 an existing message (its record),
 // 2 an existing final record, 3 its idempotency key names a first message
@@ -124,6 +125,15 @@ local function check(i, p)
   if bp ~= 0 then return 9, bp .. ' ' .. used, d end
   return 0, '', d
 end
+-- The batch index (queue.Batches): a message stored with a batch id
+-- joins its batch's LIST (KEYS[bk]), which is kept, at the end of the run,
+-- at least keep ms from now.
+local batch_keep = {}
+local function batch_add(bk, id, keep)
+  if bk == 0 then return end
+  redis.call('RPUSH', KEYS[bk], id)
+  batch_keep[bk] = math.max(batch_keep[bk] or 0, tonumber(keep))
+end
 for i = 3, #ARGV, ` + strconv.Itoa(argsPerMessage) + ` do
   local id = ARGV[i]
   local ik = tonumber(ARGV[i + 4])
@@ -179,6 +189,7 @@ for i = 3, #ARGV, ` + strconv.Itoa(argsPerMessage) + ` do
       if not string.find(rec, '"tc":', 1, true) then js = js .. ',"tc":' .. tu end
       js = js .. ',"qm":"' .. member .. '"}'
       redis.call('HSET', KEYS[1], id, js)
+      batch_add(tonumber(ARGV[i + ` + strconv.Itoa(batchArg) + `]), id, ARGV[i + ` + strconv.Itoa(batchArg+1) + `])
       local rk = tonumber(ARGV[i + 3])
       redis.call('ZADD', KEYS[rk], now + tonumber(ARGV[i + 2]), member)
       if tonumber(ARGV[i + 2]) == 0 and ARGV[i + 17] == '0' and not woken[rk] then
@@ -192,6 +203,9 @@ for i = 3, #ARGV, ` + strconv.Itoa(argsPerMessage) + ` do
     end
   end
   out[#out + 1] = reply
+end
+for bk, keep in pairs(batch_keep) do
+  if redis.call('PTTL', KEYS[bk]) < keep then redis.call('PEXPIRE', KEYS[bk], keep) end
 end
 if seq and seq > seq0 then redis.call('INCRBY', KEYS[2], seq - seq0) end
 for p, n in pairs(adds) do redis.call('HINCRBY', KEYS[3], p, n) end
@@ -207,7 +221,7 @@ return out
 `)
 
 // argsPerMessage is how many ARGV entries enqueueScript takes per message.
-const argsPerMessage = 21 + budgetArgsPerMessage
+const argsPerMessage = 21 + budgetArgsPerMessage + batchArgsPerMessage
 
 // Enqueue stores m; see queue.Queue.
 func (q *Queue) Enqueue(ctx context.Context, m *sms.Message) (queue.EnqueueResult, error) {
@@ -397,6 +411,7 @@ func (q *Queue) enqueueScript(ctx context.Context, cs []queue.Checked, results [
 			call.index(q.k.fin(m.ID)), gone[i])
 		call.checkArgs(&cs[i].Checks)
 		call.budgetArgs(q, m)
+		call.batchArgs(q, m, now)
 		sent = append(sent, i)
 	}
 	if len(sent) == 0 {

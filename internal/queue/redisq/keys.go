@@ -79,6 +79,15 @@ func (k keys) finDue() string { return k.tag + "fz:due" }
 // with the window.
 func (k keys) early(id string) string { return k.tag + "early:" + id }
 
+// batch is the LIST of the ids of the messages producer stored with batch
+// id batch (queue.Batches), written by the enqueue script with them; it
+// expires queue.BatchKeep after the latest message it took in. Hashed like
+// idem, so that any producer name gives a bounded name.
+func (k keys) batch(producer, batch string) string {
+	h := sha256.Sum256([]byte(producer))
+	return k.tag + "batch:" + batch + ":" + hex.EncodeToString(h[:8])
+}
+
 // outstanding is the HASH producer -> queued + leased messages.
 func (k keys) outstanding() string { return k.tag + "outstanding" }
 

@@ -35,6 +35,12 @@ type eventRecord struct {
 	Token       string `json:"lt,omitempty"` // claim token while claimed
 	Dead        bool   `json:"d,omitempty"`
 	DeadAt      int64  `json:"td,omitempty"` // ms
+	// A reply's event (replies.go): kind "r", the recipient's number, our
+	// number and the text; Message is the reply's id.
+	Kind string `json:"k,omitempty"`
+	From string `json:"fr,omitempty"`
+	To   string `json:"to,omitempty"`
+	Text string `json:"tx,omitempty"`
 }
 
 // luaOutbox is the one writer of the outbox. Every script whose transition
@@ -235,6 +241,9 @@ func decodeEvent(id, raw string) (*queue.Event, error) {
 	var r eventRecord
 	if err := json.Unmarshal([]byte(raw), &r); err != nil {
 		return nil, fmt.Errorf("decode event %s: %w", id, err)
+	}
+	if r.Kind == replyKind {
+		return replyEvent(id, &r)
 	}
 	class, ok := queue.CodeClass(r.Class)
 	if !ok {
