@@ -467,7 +467,7 @@ func TestParseInbound(t *testing.T) {
 		if err != nil {
 			t.Fatalf("json %v: %v", asJSON, err)
 		}
-		if want := (provider.Inbound{From: "+447700900123", FromField: "msisdn", Text: "stop", ProviderID: "0A0000001234ABCD",
+		if want := (provider.Inbound{From: "+447700900123", FromField: "msisdn", To: "447700900000", Text: "stop", ProviderID: "0A0000001234ABCD",
 			At: now}); in != want {
 			t.Fatalf("json %v: inbound %+v, want %+v", asJSON, in, want)
 		}
