@@ -12,11 +12,14 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"smsgw/internal/bench"
 	"smsgw/internal/config"
 	"smsgw/internal/dispatch"
 	"smsgw/internal/logtest"
@@ -188,5 +191,78 @@ func TestLoggersWriteDurationsAsText(t *testing.T) {
 	newTextLogger(&buf, slog.LevelInfo).Info("x", "lease", 30*time.Second)
 	if !strings.Contains(buf.String(), "lease=30s") {
 		t.Errorf("sim/bench logger: %q", buf.String())
+	}
+}
+
+// smsgw bench prints the comparison of docs/design.md section 8.
+func TestBenchCommand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the bench against the shared Redis for about 3 s")
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"bench", "--duration", "1s", "--pods", "4", "--strategies", "gcra"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	s := out.String()
+	for _, want := range []string{"strategy", "window", "429s", "max/1s", "rate/s", "otp p99", "redis calls/msg", "gcra", "sliding", "fixed"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q:\n%s", want, s)
+		}
+	}
+	if strings.Contains(s, "per-pod ") {
+		t.Errorf("ran a strategy not asked for:\n%s", s)
+	}
+
+	out.Reset()
+	errb.Reset()
+	if code := run([]string{"bench", "--duration", "500ms", "--pods", "2", "--strategies", "gcra", "--window", "sliding", "--json"}, &out, &errb); code != 0 {
+		t.Fatalf("--json: exit %d: %s", code, errb.String())
+	}
+	var rep bench.Report
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil || len(rep.Results) != 1 || rep.Results[0].Strategy != bench.GCRA {
+		t.Fatalf("--json: %v %s", err, out.String())
+	}
+}
+
+func TestBenchCommandFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--window", "tumbling"}, {"--offset", "1.5"}, {"--strategies", "gcra,leaky"}, {"--pods", "0"},
+		{"--start-phase", "1"}, {"extra"},
+	} {
+		var out, errb bytes.Buffer
+		if c := run(append([]string{"bench"}, args...), &out, &errb); c != 2 {
+			t.Errorf("%v: exit %d, want 2 (%s)", args, c, errb.String())
+		}
+	}
+	var out, errb bytes.Buffer
+	if c := run([]string{"bench", "--redis", "192.0.2.1:6379", "--duration", "1s"}, &out, &errb); c != 1 || !strings.Contains(errb.String(), "loopback") {
+		t.Errorf("remote redis: exit %d, stderr %q", c, errb.String())
+	}
+}
+
+// The demo starts a real gateway and simulator, posts traffic and prints a
+// summary in which every class got through with no 429.
+func TestDemoSendsEveryClass(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a gateway for several seconds")
+	}
+	var out, errb bytes.Buffer
+	code := run([]string{"demo", "--listen", "127.0.0.1:0", "--duration", "6s", "--campaign", "200",
+		"--summary-every", "1s", "--otp-every", "300ms"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+	lines := regexp.MustCompile(`sent: otp (\d+), transactional (\d+), marketing (\d+) .*\| 429s (\d+) `).FindAllStringSubmatch(out.String(), -1)
+	if len(lines) == 0 {
+		t.Fatalf("no summary lines:\n%s", out.String())
+	}
+	last := lines[len(lines)-1]
+	for i, name := range []string{"otp", "transactional", "marketing"} {
+		if n, _ := strconv.Atoi(last[i+1]); n == 0 {
+			t.Errorf("no %s message reached the provider:\n%s", name, out.String())
+		}
+	}
+	if last[4] != "0" {
+		t.Errorf("the provider answered %s 429s", last[4])
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"smsgw/internal/config"
 	"smsgw/internal/dispatch"
+	"smsgw/internal/metricdef"
 	"smsgw/internal/sms"
 	"smsgw/internal/state"
 )
@@ -54,11 +55,9 @@ func NewOptOuts(cfg config.OptOutConfig, protect *Protector, reg prometheus.Regi
 	for _, w := range cfg.StartWords {
 		o.start[strings.ToUpper(w)] = true
 	}
-	o.Inbound = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "smsgw_inbound_total",
-		Help: "Messages recipients sent to the account's number (POST /v1/inbound), by adapter and what they were.",
-	}, []string{"adapter", "kind"})
-	if err := reg.Register(o.Inbound); err != nil {
+	o.Inbound = metricdef.CounterVec("smsgw_inbound_total",
+		"Messages recipients sent to the account's number (POST /v1/inbound), by adapter and what they were.", "adapter", "kind")
+	if err := metricdef.Register(reg, o.Inbound); err != nil {
 		return nil, err
 	}
 	for _, a := range adapters {

@@ -41,14 +41,7 @@ func TestPausePollNeverUndoesALocalChange(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
 			c := redistest.Client(t)
-			sp, err := keyspace.New(redistest.Prefix(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			store, err := state.NewRedisPause(c, sp)
-			if err != nil {
-				t.Fatal(err)
-			}
+			sp, store := redisPauseStore(t, c)
 			hook := &afterPipeline{key: sp.Key("api", "pause")}
 			c.AddHook(hook)
 			p := NewOperatorPause(store, time.Now)
@@ -79,6 +72,34 @@ func TestPausePollNeverUndoesALocalChange(t *testing.T) {
 			}
 		})
 	}
+}
+
+// redisPauseStore is the shared pause switch of a fresh account on c.
+func redisPauseStore(t *testing.T, c redis.UniversalClient) (keyspace.Space, *state.RedisPause) {
+	t.Helper()
+	sp, err := keyspace.New(redistest.Prefix(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := state.NewRedisPause(c, sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sp, store
+}
+
+// staleCopy ages p's copy of the switch past pauseStaleAfter (as if its
+// poller slept) and puts p in front of a local limiter.
+func staleCopy(t *testing.T, p *OperatorPause) PausedLimiter {
+	t.Helper()
+	p.mu.Lock()
+	p.readAt = p.readAt.Add(-2 * pauseStaleAfter)
+	p.mu.Unlock()
+	lim, err := limiter.NewLocal(limiter.Config{Global: limiter.Rate{PerSecond: 90, Burst: 5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return PausedLimiter{Limiter: lim, P: p}
 }
 
 func pauseFor(d time.Duration) func(*OperatorPause, context.Context) error {
@@ -118,14 +139,7 @@ func TestIdleReplicaReadsThePauseBeforeSending(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	c := redistest.Client(t)
-	sp, err := keyspace.New(redistest.Prefix(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := state.NewRedisPause(c, sp)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, store := redisPauseStore(t, c)
 	other, idle := NewOperatorPause(store, time.Now), NewOperatorPause(store, time.Now)
 	if err := idle.refresh(ctx); err != nil { // its last poll: not paused
 		t.Fatal(err)
@@ -134,14 +148,7 @@ func TestIdleReplicaReadsThePauseBeforeSending(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Its poller slept; the copy is now older than a sending replica's.
-	idle.mu.Lock()
-	idle.readAt = idle.readAt.Add(-2 * pauseStaleAfter)
-	idle.mu.Unlock()
-	lim, err := limiter.NewLocal(limiter.Config{Global: limiter.Rate{PerSecond: 90, Burst: 5}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := PausedLimiter{Limiter: lim, P: idle}.Reserve(ctx, limiter.Request{Class: "otp", Cost: 1, MaxWait: time.Second})
+	d, err := staleCopy(t, idle).Reserve(ctx, limiter.Request{Class: "otp", Cost: 1, MaxWait: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,14 +169,7 @@ func TestReservationDoesNotWaitForAFailingPauseStore(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	reads := &countReads{}
 	c.AddHook(reads)
-	sp, err := keyspace.New(redistest.Prefix(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := state.NewRedisPause(c, sp)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, store := redisPauseStore(t, c)
 	p := NewOperatorPause(store, time.Now)
 	if err := p.refresh(t.Context()); err != nil {
 		t.Fatal(err)
@@ -180,15 +180,9 @@ func TestReservationDoesNotWaitForAFailingPauseStore(t *testing.T) {
 	if err := p.refresh(ctx); err == nil { // the poller's read fails
 		t.Fatal("a read of a stopped Redis succeeded")
 	}
-	p.mu.Lock()
-	p.readAt = p.readAt.Add(-2 * pauseStaleAfter)
-	p.mu.Unlock()
-	lim, err := limiter.NewLocal(limiter.Config{Global: limiter.Rate{PerSecond: 90, Burst: 5}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lim := staleCopy(t, p)
 	reads.n.Store(0)
-	d, err := PausedLimiter{Limiter: lim, P: p}.Reserve(ctx, limiter.Request{Class: "otp", Cost: 1, MaxWait: time.Second})
+	d, err := lim.Reserve(ctx, limiter.Request{Class: "otp", Cost: 1, MaxWait: time.Second})
 	if err != nil || !d.Allowed {
 		t.Fatalf("reservation while the switch cannot be read: %+v %v, want granted on the last known state", d, err)
 	}

@@ -40,6 +40,7 @@ import (
 
 	"smsgw/internal/config"
 	"smsgw/internal/limiter"
+	"smsgw/internal/metricdef"
 	"smsgw/internal/sms"
 	"smsgw/internal/state"
 )
@@ -105,18 +106,12 @@ func NewProtector(cfg config.ProtectionConfig, numbers state.NumberLimits, sup s
 	for _, t := range cfg.BlockNumberTypes {
 		p.blocked[sms.NumberType(t)] = true
 	}
-	p.refusals = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "smsgw_protection_refusals_total",
-		Help: "Messages refused by protection before any quota, queue or provider, by reason and class.",
-	}, []string{"reason", "class"})
-	p.fallbacks = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "smsgw_protection_fallback_total",
-		Help: "OTP protection decisions taken in this process alone because the shared store failed.",
-	})
-	for _, c := range []prometheus.Collector{p.refusals, p.fallbacks} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("gateway: protection metrics: %w", err)
-		}
+	p.refusals = metricdef.CounterVec("smsgw_protection_refusals_total",
+		"Messages refused by protection before any quota, queue or provider, by reason and class.", "reason", "class")
+	p.fallbacks = metricdef.Counter("smsgw_protection_fallback_total",
+		"OTP protection decisions taken in this process alone because the shared store failed.")
+	if err := metricdef.Register(reg, p.refusals, p.fallbacks); err != nil {
+		return nil, fmt.Errorf("gateway: protection metrics: %w", err)
 	}
 	for _, r := range refusalNames {
 		for _, c := range sms.Classes {
@@ -534,18 +529,12 @@ const maxAlarmPrefixes = 4096
 func newPrefixAlarm(cfg config.PrefixAlarmConfig, countries []string, reg prometheus.Registerer, log *slog.Logger,
 	now func() time.Time) (*prefixAlarm, error) {
 	a := &prefixAlarm{cfg: cfg, log: log, now: now, counts: map[string]int{}, raised: map[string]bool{}}
-	a.fired = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "smsgw_protection_prefix_alarms_total",
-		Help: "Times one number range took protection.prefix_alarm.share of the OTPs of a window, by the range's region.",
-	}, []string{"region"})
-	a.topShare = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "smsgw_protection_otp_top_prefix_share",
-		Help: "Share of this window's OTPs taken by its busiest number range (0 until min_otp OTPs).",
-	})
-	for _, c := range []prometheus.Collector{a.fired, a.topShare} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("gateway: protection metrics: %w", err)
-		}
+	a.fired = metricdef.CounterVec("smsgw_protection_prefix_alarms_total",
+		"Times one number range took protection.prefix_alarm.share of the OTPs of a window, by the range's region.", "region")
+	a.topShare = metricdef.Gauge("smsgw_protection_otp_top_prefix_share",
+		"Share of this window's OTPs taken by its busiest number range (0 until min_otp OTPs).")
+	if err := metricdef.Register(reg, a.fired, a.topShare); err != nil {
+		return nil, fmt.Errorf("gateway: protection metrics: %w", err)
 	}
 	var err error
 	if a.watch, err = newRangeWatch(reg, countries); err != nil {

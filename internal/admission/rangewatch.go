@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"smsgw/internal/metricdef"
 	"smsgw/internal/sms"
 )
 
@@ -42,22 +43,14 @@ const maxHeldRanges = 256
 
 func newRangeWatch(reg prometheus.Registerer, countries []string) (*rangeWatch, error) {
 	w := &rangeWatch{held: map[string]time.Time{}}
-	w.ranges = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "smsgw_protection_otp_ranges",
-		Help: "Distinct number ranges (protection.prefix_alarm.digits) among this process's OTPs of the alarm's current window.",
-	})
-	w.otps = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "smsgw_protection_otps_total",
-		Help: "OTPs that passed protection, by destination region (ISO 3166-1, 001 for non-geographic, unknown).",
-	}, []string{"region"})
-	w.holding = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "smsgw_protection_ranges_held",
-		Help: "Number ranges this process holds after they raised the OTP velocity alarm (protection.prefix_alarm.hold).",
-	})
-	for _, c := range []prometheus.Collector{w.ranges, w.otps, w.holding} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("gateway: protection metrics: %w", err)
-		}
+	w.ranges = metricdef.Gauge("smsgw_protection_otp_ranges",
+		"Distinct number ranges (protection.prefix_alarm.digits) among this process's OTPs of the alarm's current window.")
+	w.otps = metricdef.CounterVec("smsgw_protection_otps_total",
+		"OTPs that passed protection, by destination region (ISO 3166-1, 001 for non-geographic, unknown).", "region")
+	w.holding = metricdef.Gauge("smsgw_protection_ranges_held",
+		"Number ranges this process holds after they raised the OTP velocity alarm (protection.prefix_alarm.hold).")
+	if err := metricdef.Register(reg, w.ranges, w.otps, w.holding); err != nil {
+		return nil, fmt.Errorf("gateway: protection metrics: %w", err)
 	}
 	for _, r := range append([]string{"unknown"}, countries...) {
 		w.otps.WithLabelValues(r)

@@ -259,63 +259,60 @@ func TestGeneratedClientBuilds(t *testing.T) {
 // own id and times; an Idempotency-Key used on one path replays on the
 // other.
 func TestSendAnswersAsPostMessage(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			h := start(t, m, nil)
-			for _, tc := range []struct {
-				name string
-				r    req
-			}{
-				{"queued", req{key: keyNotify, body: msg("transactional", "reference", "order-17", "from", "Shop")}},
-				{"scheduled", req{key: keyNotify, body: msg("marketing", "send_at", time.Now().Add(time.Hour).UTC().Format(time.RFC3339))}},
-				{"invalid", req{key: keyNotify, body: msg("transactional", "to", "09012345678", "ttl_seconds", 0)}},
-				{"unknown field", req{key: keyNotify, body: msg("transactional", "priority", "high")}},
-				{"no key", req{body: msg("transactional")}},
-				{"class not allowed", req{key: keyNotify, body: msg("otp")}},
-				{"form", req{key: keyNotify, body: msg("transactional"), header: map[string]string{"Content-Type": "application/x-www-form-urlencoded"}}},
-				{"too large", req{key: keyNotify, body: `{"to":"+819012345678","class":"transactional","body":"` + strings.Repeat("a", 1<<20) + `"}`}},
-				{"over max_outstanding", req{key: keyCapped, body: msg("transactional", "send_at", time.Now().Add(time.Hour).UTC().Format(time.RFC3339))}},
-			} {
-				t.Run(tc.name, func(t *testing.T) {
-					h := h.with(t)
-					var got [2]reply
-					for i, path := range []string{"/v1/messages", "/send"} {
-						r := tc.r
-						r.method, r.path = http.MethodPost, path
-						if tc.name == "over max_outstanding" && i == 0 {
-							// Fill the producer's max_outstanding (2) first.
-							for range 2 {
-								wantStatus(t, h.do(r), http.StatusAccepted)
-							}
-						}
-						got[i] = h.do(r)
-					}
-					if tc.name == "over max_outstanding" {
-						wantStatus(t, got[0], http.StatusTooManyRequests)
-						// Decided before the ingress quota is read: the
-						// RateLimit fields, which describe the quota, are not sent.
-						if rl := got[0].header.Get("RateLimit-Limit"); rl != "" {
-							t.Errorf("the max_outstanding 429 carries RateLimit-Limit %q", rl)
+	eachMode(t, func(t *testing.T, m mode) {
+		h := start(t, m, nil)
+		for _, tc := range []struct {
+			name string
+			r    req
+		}{
+			{"queued", req{key: keyNotify, body: msg("transactional", "reference", "order-17", "from", "Shop")}},
+			{"scheduled", req{key: keyNotify, body: msg("marketing", "send_at", time.Now().Add(time.Hour).UTC().Format(time.RFC3339))}},
+			{"invalid", req{key: keyNotify, body: msg("transactional", "to", "09012345678", "ttl_seconds", 0)}},
+			{"unknown field", req{key: keyNotify, body: msg("transactional", "priority", "high")}},
+			{"no key", req{body: msg("transactional")}},
+			{"class not allowed", req{key: keyNotify, body: msg("otp")}},
+			{"form", req{key: keyNotify, body: msg("transactional"), header: map[string]string{"Content-Type": "application/x-www-form-urlencoded"}}},
+			{"too large", req{key: keyNotify, body: `{"to":"+819012345678","class":"transactional","body":"` + strings.Repeat("a", 1<<20) + `"}`}},
+			{"over max_outstanding", req{key: keyCapped, body: msg("transactional", "send_at", time.Now().Add(time.Hour).UTC().Format(time.RFC3339))}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				h := h.with(t)
+				var got [2]reply
+				for i, path := range []string{"/v1/messages", "/send"} {
+					r := tc.r
+					r.method, r.path = http.MethodPost, path
+					if tc.name == "over max_outstanding" && i == 0 {
+						// Fill the producer's max_outstanding (2) first.
+						for range 2 {
+							wantStatus(t, h.do(r), http.StatusAccepted)
 						}
 					}
-					sameAnswer(t, got[0], got[1])
-				})
-			}
-			// An Idempotency-Key is one key on both paths.
-			key := map[string]string{"Idempotency-Key": "alias-" + string(m)}
-			first := h.do(req{method: http.MethodPost, path: "/v1/messages", key: keyNotify, body: msg("transactional"), header: key})
-			wantStatus(t, first, http.StatusAccepted)
-			again := h.do(req{method: http.MethodPost, path: "/send", key: keyNotify, body: msg("transactional"), header: key})
-			wantStatus(t, again, http.StatusAccepted)
-			if string(again.body) != string(first.body) || again.header.Get("Idempotent-Replayed") != "true" {
-				t.Errorf("/send with /v1/messages' Idempotency-Key: %s (replayed %q), want the first answer %s",
-					again.body, again.header.Get("Idempotent-Replayed"), first.body)
-			}
-			other := h.do(req{method: http.MethodPost, path: "/send", key: keyNotify, body: msg("marketing"), header: key})
-			wantStatus(t, other, http.StatusUnprocessableEntity)
-		})
-	}
+					got[i] = h.do(r)
+				}
+				if tc.name == "over max_outstanding" {
+					wantStatus(t, got[0], http.StatusTooManyRequests)
+					// Decided before the ingress quota is read: the
+					// RateLimit fields, which describe the quota, are not sent.
+					if rl := got[0].header.Get("RateLimit-Limit"); rl != "" {
+						t.Errorf("the max_outstanding 429 carries RateLimit-Limit %q", rl)
+					}
+				}
+				sameAnswer(t, got[0], got[1])
+			})
+		}
+		// An Idempotency-Key is one key on both paths.
+		key := map[string]string{"Idempotency-Key": "alias-" + string(m)}
+		first := h.do(req{method: http.MethodPost, path: "/v1/messages", key: keyNotify, body: msg("transactional"), header: key})
+		wantStatus(t, first, http.StatusAccepted)
+		again := h.do(req{method: http.MethodPost, path: "/send", key: keyNotify, body: msg("transactional"), header: key})
+		wantStatus(t, again, http.StatusAccepted)
+		if string(again.body) != string(first.body) || again.header.Get("Idempotent-Replayed") != "true" {
+			t.Errorf("/send with /v1/messages' Idempotency-Key: %s (replayed %q), want the first answer %s",
+				again.body, again.header.Get("Idempotent-Replayed"), first.body)
+		}
+		other := h.do(req{method: http.MethodPost, path: "/send", key: keyNotify, body: msg("marketing"), header: key})
+		wantStatus(t, other, http.StatusUnprocessableEntity)
+	})
 }
 
 // sameAnswer fails unless a and b have the same status, header names and
@@ -389,26 +386,23 @@ func TestSpecSendIsPostMessage(t *testing.T) {
 // During an operator's timed pause the OTP fast path's 503 says when the
 // pause ends, not that a slot may come in a second.
 func TestOTPDuringPauseSaysWhenItEnds(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			h := start(t, m, nil)
-			wantStatus(t, h.post("/v1/admin/pause", keyAdmin, map[string]any{"duration_seconds": 60}), http.StatusOK)
-			r := h.post("/v1/otp", keyLogin, map[string]any{"to": "+819012345678", "body": "Your code is 123456"})
-			wantStatus(t, r, http.StatusServiceUnavailable)
-			after, err := strconv.Atoi(r.header.Get("Retry-After"))
-			if err != nil || after < 50 || after > 60 {
-				t.Errorf("Retry-After %q during a 60 s pause, want the rest of it", r.header.Get("Retry-After"))
-			}
-			if p := r.problem(t); p["retry_after_seconds"] != float64(after) {
-				t.Errorf("retry_after_seconds %v, Retry-After %d", p["retry_after_seconds"], after)
-			}
-			wantStatus(t, h.post("/v1/admin/resume", keyAdmin, nil), http.StatusOK)
-			eventually(t, "an OTP sent after the resume", func() bool {
-				return h.post("/v1/otp", keyLogin, map[string]any{"to": "+819012345678", "body": "Your code is 123456"}).status == http.StatusOK
-			})
+	eachMode(t, func(t *testing.T, m mode) {
+		h := start(t, m, nil)
+		wantStatus(t, h.post("/v1/admin/pause", keyAdmin, map[string]any{"duration_seconds": 60}), http.StatusOK)
+		r := h.post("/v1/otp", keyLogin, map[string]any{"to": "+819012345678", "body": "Your code is 123456"})
+		wantStatus(t, r, http.StatusServiceUnavailable)
+		after, err := strconv.Atoi(r.header.Get("Retry-After"))
+		if err != nil || after < 50 || after > 60 {
+			t.Errorf("Retry-After %q during a 60 s pause, want the rest of it", r.header.Get("Retry-After"))
+		}
+		if p := r.problem(t); p["retry_after_seconds"] != float64(after) {
+			t.Errorf("retry_after_seconds %v, Retry-After %d", p["retry_after_seconds"], after)
+		}
+		wantStatus(t, h.post("/v1/admin/resume", keyAdmin, nil), http.StatusOK)
+		eventually(t, "an OTP sent after the resume", func() bool {
+			return h.post("/v1/otp", keyLogin, map[string]any{"to": "+819012345678", "body": "Your code is 123456"}).status == http.StatusOK
 		})
-	}
+	})
 }
 
 // validRequest reports whether the spec admits a request as a validating

@@ -109,12 +109,8 @@ func TestFailedNewClosesWhatItOpened(t *testing.T) {
 // found (no AOF here).
 func TestRedisUnreachableAtStartup(t *testing.T) {
 	t.Parallel()
-	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	srv, s, cfg := redisToStop(t)
 	srv.Stop()
-	s := newSim(t, sim.Config{})
-	cfg := testConfig(t, redisMode, s.URL())
-	cfg.Redis.Addr = srv.Addr
-	cfg.Redis.Timeout = 200 * time.Millisecond
 	h := startWith(t, cfg, s)
 	if !strings.Contains(h.logs.String(), `"level":"ERROR","msg":"could not check whether Redis persists the queue`) {
 		t.Errorf("no ERROR log of the failed persistence check:\n%s", h.logs.String())
@@ -166,11 +162,7 @@ func TestPersistenceCheckedAtStart(t *testing.T) {
 // next poll; a failed read keeps the last state and is logged once.
 func TestPausePollerRunOnce(t *testing.T) {
 	t.Parallel()
-	srv := redistest.StartServer(t, redistest.ServerOptions{})
-	s := newSim(t, sim.Config{})
-	cfg := testConfig(t, redisMode, s.URL())
-	cfg.Redis.Addr = srv.Addr
-	cfg.Redis.Timeout = 200 * time.Millisecond
+	srv, _, cfg := redisToStop(t)
 	var logs logtest.Buffer
 	d, _, err := newDeps(Options{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	if err != nil {

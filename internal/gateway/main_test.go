@@ -64,6 +64,18 @@ const (
 
 var modes = []mode{embeddedMode, redisMode}
 
+// eachMode runs fn as a parallel subtest for every store mode, named
+// after the mode.
+func eachMode(t *testing.T, fn func(t *testing.T, m mode)) {
+	t.Helper()
+	for _, m := range modes {
+		t.Run(string(m), func(t *testing.T) {
+			t.Parallel()
+			fn(t, m)
+		})
+	}
+}
+
 // testConfig is a valid configuration for m, listening on a free port,
 // sending to the simulator at simURL.
 func testConfig(t testing.TB, m mode, simURL string) config.Config {
@@ -199,6 +211,63 @@ func startOpts(t testing.TB, cfg config.Config, s *sim.Sim, opts Options) *harne
 	return h
 }
 
+// twoReplicas starts two gateways on one Redis account (each with a store
+// directory of its own), sending to one simulator; edit, if not nil,
+// changes the configuration of both.
+func twoReplicas(t *testing.T, edit func(*config.Config)) (a, b *harness) {
+	t.Helper()
+	s := newSim(t, sim.Config{})
+	cfg := testConfig(t, redisMode, s.URL())
+	if edit != nil {
+		edit(&cfg)
+	}
+	a = startWith(t, cfg, s)
+	cfg.Store.Path = t.TempDir()
+	return a, startWith(t, cfg, s)
+}
+
+// startApp starts app and stops it when t ends.
+func startApp(t testing.TB, app *App) {
+	t.Helper()
+	if err := app.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := app.Stop(ctx); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	})
+}
+
+// redisToStop is the configuration of a gateway on a Redis server of its
+// own (srv, to stop or kill), sending to s, whose Redis calls give up
+// after 200ms.
+func redisToStop(t testing.TB) (srv *redistest.Server, s *sim.Sim, cfg config.Config) {
+	t.Helper()
+	srv = redistest.StartServer(t, redistest.ServerOptions{})
+	s = newSim(t, sim.Config{})
+	cfg = testConfig(t, redisMode, s.URL())
+	cfg.Redis.Addr = srv.Addr
+	cfg.Redis.Timeout = 200 * time.Millisecond
+	return srv, s, cfg
+}
+
+// statusEvent decodes a callback body and checks it against the spec's
+// StatusEvent schema.
+func statusEvent(t testing.TB, doc *openapi3.T, id, body string) map[string]any {
+	t.Helper()
+	var ev map[string]any
+	if err := json.Unmarshal([]byte(body), &ev); err != nil {
+		t.Fatal(err)
+	}
+	if err := doc.Components.Schemas["StatusEvent"].Value.VisitJSON(ev); err != nil {
+		t.Errorf("event %s does not match StatusEvent: %v\n%s", id, err, body)
+	}
+	return ev
+}
+
 // with returns the harness reporting to t (for subtests).
 func (h *harness) with(t testing.TB) *harness {
 	c := *h
@@ -280,9 +349,15 @@ func (h *harness) do(r req) reply {
 	for k, v := range r.header {
 		hr.Header.Set(k, v)
 	}
+	return h.send(hr)
+}
+
+// send sends hr and validates the answer against api/openapi.yaml.
+func (h *harness) send(hr *http.Request) reply {
+	h.t.Helper()
 	resp, err := h.client.Do(hr)
 	if err != nil {
-		h.t.Fatalf("%s %s: %v", r.method, r.path, err)
+		h.t.Fatalf("%s %s: %v", hr.Method, hr.URL.RequestURI(), err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	raw, err := io.ReadAll(resp.Body)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,51 +16,53 @@ import (
 	"smsgw/internal/admission"
 	"smsgw/internal/config"
 	"smsgw/internal/httpapi"
+	"smsgw/internal/keyspace"
 	"smsgw/internal/logtest"
 	"smsgw/internal/opsview"
 	"smsgw/internal/provider/sim"
+	"smsgw/internal/queue"
+	"smsgw/internal/queue/redisq"
 	"smsgw/internal/redistest"
+	"smsgw/internal/sms"
+	"smsgw/internal/sms/smstest"
 )
 
 // TestReadyzUnreadyFromStop: /readyz answers 503 as soon as Stop begins,
 // while the listener still serves (DrainDelay), and 200 before.
 func TestReadyzUnreadyFromStop(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			s := newSim(t, sim.Config{})
-			cfg := testConfig(t, m, s.URL())
-			app, err := New(t.Context(), cfg, Options{DrainDelay: 2 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := app.Start(t.Context()); err != nil {
-				t.Fatal(err)
-			}
-			h := &harness{t: t, app: app, sim: s, base: "http://" + app.Addr(), cfg: cfg, client: &http.Client{Timeout: 5 * time.Second}}
-			r := h.get("/readyz", "")
-			wantStatus(t, r, http.StatusOK)
-			if !strings.Contains(string(r.body), `"store":"ok"`) || !strings.Contains(string(r.body), `"limiter":"ok"`) {
-				t.Errorf("readyz %s", r.body)
-			}
-			stopped := make(chan error, 1)
-			go func() { stopped <- app.Stop(context.Background()) }()
-			eventually(t, "readyz to turn unready", func() bool { return h.get("/readyz", "").status == http.StatusServiceUnavailable })
-			wantStatus(t, h.get("/healthz", ""), http.StatusOK) // still serving while draining
-			if err := <-stopped; err != nil {
-				t.Fatal(err)
-			}
-			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, h.base+"/healthz", nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if resp, err := http.DefaultClient.Do(req); err == nil {
-				_ = resp.Body.Close()
-				t.Error("still listening after Stop")
-			}
-			h.client.CloseIdleConnections()
-		})
-	}
+	eachMode(t, func(t *testing.T, m mode) {
+		s := newSim(t, sim.Config{})
+		cfg := testConfig(t, m, s.URL())
+		app, err := New(t.Context(), cfg, Options{DrainDelay: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := app.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		h := &harness{t: t, app: app, sim: s, base: "http://" + app.Addr(), cfg: cfg, client: &http.Client{Timeout: 5 * time.Second}}
+		r := h.get("/readyz", "")
+		wantStatus(t, r, http.StatusOK)
+		if !strings.Contains(string(r.body), `"store":"ok"`) || !strings.Contains(string(r.body), `"limiter":"ok"`) {
+			t.Errorf("readyz %s", r.body)
+		}
+		stopped := make(chan error, 1)
+		go func() { stopped <- app.Stop(context.Background()) }()
+		eventually(t, "readyz to turn unready", func() bool { return h.get("/readyz", "").status == http.StatusServiceUnavailable })
+		wantStatus(t, h.get("/healthz", ""), http.StatusOK) // still serving while draining
+		if err := <-stopped; err != nil {
+			t.Fatal(err)
+		}
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, h.base+"/healthz", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_ = resp.Body.Close()
+			t.Error("still listening after Stop")
+		}
+		h.client.CloseIdleConnections()
+	})
 }
 
 func TestAdminPauseStatsDeadLetters(t *testing.T) {
@@ -120,11 +123,7 @@ func TestAdminPauseStatsDeadLetters(t *testing.T) {
 // TestAdminPauseIsShared: a pause set on one replica stops sending on the
 // other; resume on the other lifts it everywhere.
 func TestAdminPauseIsShared(t *testing.T) {
-	s := newSim(t, sim.Config{})
-	cfg := testConfig(t, redisMode, s.URL())
-	a := startWith(t, cfg, s)
-	cfg.Store.Path = t.TempDir()
-	b := startWith(t, cfg, s)
+	a, b := twoReplicas(t, nil)
 	wantStatus(t, a.post("/v1/admin/pause", keyAdmin, nil), http.StatusOK)
 	eventually(t, "replica b to see the pause", func() bool {
 		var st opsview.StatsResponse
@@ -346,66 +345,63 @@ func waitHistory(t *testing.T, h *harness, what string, cond func(opsview.Histor
 // empty and follows real traffic: queued and fast-path sends, queued
 // messages, a provider 429 and the queue depth.
 func TestAdminHistory(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			h := start(t, m, nil)
-			wantStatus(t, h.get("/v1/admin/history", ""), http.StatusUnauthorized)
-			hr := h.history()
-			wantScope := map[mode]string{embeddedMode: opsview.ScopeProcess, redisMode: opsview.ScopeShared}[m]
-			if hr.Scope != wantScope || hr.StepSeconds != 5 || len(hr.Throttled) != 180 ||
-				!hr.End.Equal(hr.Start.Add(15*time.Minute)) || time.Since(hr.End) > time.Minute || time.Since(hr.End) < 0 {
-				t.Fatalf("scope %q, step %gs, %d steps, %s..%s: want %s, 5s, 180 steps ending now",
-					hr.Scope, hr.StepSeconds, len(hr.Throttled), hr.Start, hr.End, wantScope)
+	eachMode(t, func(t *testing.T, m mode) {
+		h := start(t, m, nil)
+		wantStatus(t, h.get("/v1/admin/history", ""), http.StatusUnauthorized)
+		hr := h.history()
+		wantScope := map[mode]string{embeddedMode: opsview.ScopeProcess, redisMode: opsview.ScopeShared}[m]
+		if hr.Scope != wantScope || hr.StepSeconds != 5 || len(hr.Throttled) != 180 ||
+			!hr.End.Equal(hr.Start.Add(15*time.Minute)) || time.Since(hr.End) > time.Minute || time.Since(hr.End) < 0 {
+			t.Fatalf("scope %q, step %gs, %d steps, %s..%s: want %s, 5s, 180 steps ending now",
+				hr.Scope, hr.StepSeconds, len(hr.Throttled), hr.Start, hr.End, wantScope)
+		}
+		if l := hr.Limits; l.ContractRPS != 100 || l.TargetRPS != 90 || len(l.ClassMaxRPS) != 1 || l.ClassMaxRPS["marketing"] != 70 {
+			t.Fatalf("limits %+v", l)
+		}
+		for _, c := range []string{"otp", "transactional", "marketing"} {
+			if len(hr.Sent[c]) != 180 || len(hr.Accepted[c]) != 180 || len(hr.Queued[c]) != 180 || sum(hr.Sent[c]) != 0 {
+				t.Fatalf("class %s: %d/%d/%d steps, %d sent", c, len(hr.Sent[c]), len(hr.Accepted[c]), len(hr.Queued[c]), sum(hr.Sent[c]))
 			}
-			if l := hr.Limits; l.ContractRPS != 100 || l.TargetRPS != 90 || len(l.ClassMaxRPS) != 1 || l.ClassMaxRPS["marketing"] != 70 {
-				t.Fatalf("limits %+v", l)
-			}
-			for _, c := range []string{"otp", "transactional", "marketing"} {
-				if len(hr.Sent[c]) != 180 || len(hr.Accepted[c]) != 180 || len(hr.Queued[c]) != 180 || sum(hr.Sent[c]) != 0 {
-					t.Fatalf("class %s: %d/%d/%d steps, %d sent", c, len(hr.Sent[c]), len(hr.Accepted[c]), len(hr.Queued[c]), sum(hr.Sent[c]))
-				}
-			}
+		}
 
-			for range 3 {
-				wantStatus(t, h.post("/v1/messages", keyNotify, msg("transactional")), http.StatusAccepted)
-			}
-			for range 2 {
-				wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
-			}
-			// The queued sends are done before the provider throttles, so
-			// the one 429 is the OTP's.
-			eventually(t, "the transactional sends", func() bool { return h.stats().Classes["transactional"].SentTotal == 3 })
-			for1s := sim.Duration(time.Second)
-			if err := h.sim.Apply(sim.Control{ThrottleAllFor: &for1s}); err != nil {
-				t.Fatal(err)
-			}
-			wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusServiceUnavailable)
-			hr = waitHistory(t, h, "3 transactional and 2 OTP sent, 3 queued, one 429", func(hr opsview.HistoryResponse) bool {
-				return sum(hr.Sent["transactional"]) == 3 && sum(hr.Sent["otp"]) == 2 &&
-					sum(hr.Accepted["transactional"]) == 3 && sum(hr.Throttled) == 1
-			})
-			if sum(hr.Accepted["otp"]) != 0 || sum(hr.Sent["marketing"]) != 0 {
-				t.Errorf("fast-path OTPs counted as queued (%d) or marketing sent (%d)", sum(hr.Accepted["otp"]), sum(hr.Sent["marketing"]))
-			}
-			var depths int
-			for _, q := range hr.Queued["transactional"] {
-				if q != nil {
-					depths++
-				}
-			}
-			if depths == 0 || hr.Drain == nil || hr.Drain.OverSeconds != 60 || len(hr.Drain.ByClass) != 3 {
-				t.Fatalf("%d steps with a queue depth, drain %+v", depths, hr.Drain)
-			}
-			// Everything was sent: the backlog is empty and drains in 0 s.
-			hr = waitHistory(t, h, "an empty backlog", func(hr opsview.HistoryResponse) bool {
-				return hr.Drain != nil && hr.Drain.Total.Backlog == 0
-			})
-			if d := hr.Drain.Total.DrainSeconds; d == nil || *d != 0 {
-				t.Errorf("an empty backlog drains in %v, want 0", d)
-			}
+		for range 3 {
+			wantStatus(t, h.post("/v1/messages", keyNotify, msg("transactional")), http.StatusAccepted)
+		}
+		for range 2 {
+			wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
+		}
+		// The queued sends are done before the provider throttles, so
+		// the one 429 is the OTP's.
+		eventually(t, "the transactional sends", func() bool { return h.stats().Classes["transactional"].SentTotal == 3 })
+		for1s := sim.Duration(time.Second)
+		if err := h.sim.Apply(sim.Control{ThrottleAllFor: &for1s}); err != nil {
+			t.Fatal(err)
+		}
+		wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusServiceUnavailable)
+		hr = waitHistory(t, h, "3 transactional and 2 OTP sent, 3 queued, one 429", func(hr opsview.HistoryResponse) bool {
+			return sum(hr.Sent["transactional"]) == 3 && sum(hr.Sent["otp"]) == 2 &&
+				sum(hr.Accepted["transactional"]) == 3 && sum(hr.Throttled) == 1
 		})
-	}
+		if sum(hr.Accepted["otp"]) != 0 || sum(hr.Sent["marketing"]) != 0 {
+			t.Errorf("fast-path OTPs counted as queued (%d) or marketing sent (%d)", sum(hr.Accepted["otp"]), sum(hr.Sent["marketing"]))
+		}
+		var depths int
+		for _, q := range hr.Queued["transactional"] {
+			if q != nil {
+				depths++
+			}
+		}
+		if depths == 0 || hr.Drain == nil || hr.Drain.OverSeconds != 60 || len(hr.Drain.ByClass) != 3 {
+			t.Fatalf("%d steps with a queue depth, drain %+v", depths, hr.Drain)
+		}
+		// Everything was sent: the backlog is empty and drains in 0 s.
+		hr = waitHistory(t, h, "an empty backlog", func(hr opsview.HistoryResponse) bool {
+			return hr.Drain != nil && hr.Drain.Total.Backlog == 0
+		})
+		if d := hr.Drain.Total.DrainSeconds; d == nil || *d != 0 {
+			t.Errorf("an empty backlog drains in %v, want 0", d)
+		}
+	})
 }
 
 // TestHistorySharedAcrossReplicas: with Redis every replica adds to the
@@ -413,11 +409,7 @@ func TestAdminHistory(t *testing.T) {
 // replica that stops adds its last counts on the way out.
 func TestHistorySharedAcrossReplicas(t *testing.T) {
 	t.Parallel()
-	s := newSim(t, sim.Config{})
-	cfg := testConfig(t, redisMode, s.URL())
-	a := startWith(t, cfg, s)
-	cfg.Store.Path = t.TempDir()
-	b := startWith(t, cfg, s)
+	a, b := twoReplicas(t, nil)
 	for range 4 {
 		wantStatus(t, a.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
 	}
@@ -427,4 +419,63 @@ func TestHistorySharedAcrossReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitHistory(t, b, "the OTP a sent just before it stopped", func(hr opsview.HistoryResponse) bool { return sum(hr.Sent["otp"]) == 5 })
+}
+
+// TestCompactorCompacts: the loop compacts what is due on its first run
+// (the final records are then read from the compacted form), and a
+// failing Redis is logged once, not on every pass.
+func TestCompactorCompacts(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	account := redistest.Prefix(t)
+	q, err := redisq.New(redisq.Config{Client: redistest.Client(t), Account: account, CompactAfter: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = q.Close() }()
+	m := smstest.Message("p", sms.ClassOTP)
+	if _, err := q.Enqueue(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	l, _, err := q.Take(ctx, queue.TakeOptions{Owner: "t", Lease: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Complete(ctx, l, queue.Outcome{Status: sms.StatusSent, ProviderID: "SM-1", Attempts: 1}); err != nil {
+		t.Fatal(err)
+	}
+	logs := &logtest.Buffer{}
+	c := newCompactor(q, slog.New(slog.NewTextHandler(logs, nil)), nil)
+	c.Start(ctx)
+	// Started: its first run compacts the one second due: the second's
+	// LIST gives way to its compacted STRING, which Get reads.
+	sp, err := keyspace.New(account)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, _ := sms.IDTime(m.ID)
+	sec := strconv.FormatInt(created.Unix(), 10)
+	list, blob := sp.Prefix("q")+"fin:"+sec, sp.Prefix("q")+"fz:"+sec
+	rc := redistest.Client(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for rc.Exists(ctx, list).Val() != 0 || rc.Exists(ctx, blob).Val() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the loop did not compact the second")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got, err := q.Get(ctx, m.ID); err != nil || got.Status != sms.StatusSent {
+		t.Fatalf("Get of the compacted record = %+v, %v", got, err)
+	}
+	c.Stop()
+
+	_ = q.Close()
+	for range 3 {
+		if err := c.runOnce(ctx); err == nil {
+			t.Fatal("runOnce on a closed queue succeeded")
+		}
+	}
+	if n := strings.Count(logs.String(), "compaction of final records failed"); n != 1 {
+		t.Fatalf("three failed passes logged %d times, want once:\n%s", n, logs)
+	}
 }

@@ -36,30 +36,27 @@ func otpBody(extra ...any) map[string]any {
 }
 
 func TestOTPSendsNow(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			h := start(t, m, nil)
-			r := h.post("/v1/otp", keyLogin, otpBody())
-			wantStatus(t, r, http.StatusOK)
-			var sent httpapi.OTPSent
-			r.json(t, &sent)
-			if !sms.ValidID(sent.ID) || sent.Status != sms.StatusSent || sent.ProviderMessageID == "" || sent.WaitedMS > 500 {
-				t.Fatalf("answer %+v", sent)
-			}
-			checkServerTiming(t, r.header.Get("Server-Timing"))
-			// Synchronous: the provider has it when the answer arrives.
-			if got := sentRefs(h.sim)[sent.ID]; got != 1 {
-				t.Errorf("provider has %d sends of %s", got, sent.ID)
-			}
-			// Nothing is queued.
-			var st opsview.StatsResponse
-			h.get("/v1/admin/stats", keyAdmin).json(t, &st)
-			if q := st.Classes["otp"]; q.Ready+q.Leased+q.Scheduled != 0 {
-				t.Errorf("otp queue %+v", q)
-			}
-		})
-	}
+	eachMode(t, func(t *testing.T, m mode) {
+		h := start(t, m, nil)
+		r := h.post("/v1/otp", keyLogin, otpBody())
+		wantStatus(t, r, http.StatusOK)
+		var sent httpapi.OTPSent
+		r.json(t, &sent)
+		if !sms.ValidID(sent.ID) || sent.Status != sms.StatusSent || sent.ProviderMessageID == "" || sent.WaitedMS > 500 {
+			t.Fatalf("answer %+v", sent)
+		}
+		checkServerTiming(t, r.header.Get("Server-Timing"))
+		// Synchronous: the provider has it when the answer arrives.
+		if got := sentRefs(h.sim)[sent.ID]; got != 1 {
+			t.Errorf("provider has %d sends of %s", got, sent.ID)
+		}
+		// Nothing is queued.
+		var st opsview.StatsResponse
+		h.get("/v1/admin/stats", keyAdmin).json(t, &st)
+		if q := st.Classes["otp"]; q.Ready+q.Leased+q.Scheduled != 0 {
+			t.Errorf("otp queue %+v", q)
+		}
+	})
 }
 
 func TestOTPRefusals(t *testing.T) {
@@ -129,37 +126,34 @@ func TestOTPNotWithinDeadline(t *testing.T) {
 // 422 for its message; the next OTP is refused without reaching the
 // provider, and nothing is queued.
 func TestOTPProviderRefusesCredentials(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			var calls atomic.Int64
-			prov := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-				calls.Add(1)
-				http.Error(w, "invalid credentials", http.StatusUnauthorized)
-			}))
-			t.Cleanup(prov.Close)
-			h := startWith(t, testConfig(t, m, prov.URL), nil)
-			for i := range 2 {
-				r := h.post("/v1/otp", keyLogin, otpBody())
-				wantStatus(t, r, http.StatusServiceUnavailable)
-				ra, err := strconv.Atoi(r.header.Get("Retry-After"))
-				if err != nil || ra < int(dispatch.AuthPause.Seconds())-5 || ra > int(dispatch.AuthPause.Seconds()) {
-					t.Errorf("OTP %d: Retry-After %q, want the remaining %s pause", i, r.header.Get("Retry-After"), dispatch.AuthPause)
-				}
-				if d, _ := r.problem(t)["detail"].(string); !strings.Contains(d, "nothing was sent or queued") {
-					t.Errorf("OTP %d: detail %q", i, d)
-				}
+	eachMode(t, func(t *testing.T, m mode) {
+		var calls atomic.Int64
+		prov := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			calls.Add(1)
+			http.Error(w, "invalid credentials", http.StatusUnauthorized)
+		}))
+		t.Cleanup(prov.Close)
+		h := startWith(t, testConfig(t, m, prov.URL), nil)
+		for i := range 2 {
+			r := h.post("/v1/otp", keyLogin, otpBody())
+			wantStatus(t, r, http.StatusServiceUnavailable)
+			ra, err := strconv.Atoi(r.header.Get("Retry-After"))
+			if err != nil || ra < int(dispatch.AuthPause.Seconds())-5 || ra > int(dispatch.AuthPause.Seconds()) {
+				t.Errorf("OTP %d: Retry-After %q, want the remaining %s pause", i, r.header.Get("Retry-After"), dispatch.AuthPause)
 			}
-			if n := calls.Load(); n != 1 {
-				t.Errorf("provider called %d times, want 1: every sender is paused after refused credentials", n)
+			if d, _ := r.problem(t)["detail"].(string); !strings.Contains(d, "nothing was sent or queued") {
+				t.Errorf("OTP %d: detail %q", i, d)
 			}
-			var st opsview.StatsResponse
-			h.get("/v1/admin/stats", keyAdmin).json(t, &st)
-			if q := st.Classes["otp"]; q.Ready+q.Leased+q.Scheduled+q.Dead != 0 {
-				t.Errorf("otp queue %+v, want nothing queued", q)
-			}
-		})
-	}
+		}
+		if n := calls.Load(); n != 1 {
+			t.Errorf("provider called %d times, want 1: every sender is paused after refused credentials", n)
+		}
+		var st opsview.StatsResponse
+		h.get("/v1/admin/stats", keyAdmin).json(t, &st)
+		if q := st.Classes["otp"]; q.Ready+q.Leased+q.Scheduled+q.Dead != 0 {
+			t.Errorf("otp queue %+v, want nothing queued", q)
+		}
+	})
 }
 
 // TestOTPWithRedisDown: with Redis stopped the OTP still goes, through the
@@ -287,94 +281,91 @@ func checkServerTiming(t *testing.T, v string) {
 // delivered events. One OTP without callbacks (its record is written after
 // the answer) and one with.
 func TestOTPRecordedAsSent(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			own := newHookReceiver(t)
-			h := start(t, m, func(c *config.Config) {
-				c.Provider.ReceiptSecret = receiptSecret
-				c.Producers[1].Webhook = config.WebhookConfig{Secret: testWebhookSecret, Allow: []string{own.srv.URL + "/otp/"}}
-				c.Webhooks.AllowNetworks = []string{"127.0.0.0/8"}
-			})
-			otp := func(extra ...any) httpapi.OTPSent {
-				// The longest deadline: a slot may be minutes away on a
-				// machine this busy with other tests, never this far.
-				r := h.post("/v1/otp", keyLogin, otpBody(append(extra, "deadline_ms", 5000)...))
-				wantStatus(t, r, http.StatusOK)
-				var s httpapi.OTPSent
-				r.json(t, &s)
-				return s
-			}
-			view := func(id string) (httpapi.MessageView, bool) {
-				r := h.get("/v1/messages/"+id, keyLogin)
-				if r.status == http.StatusNotFound {
-					return httpapi.MessageView{}, false
-				}
-				wantStatus(t, r, http.StatusOK)
-				var v httpapi.MessageView
-				r.json(t, &v)
-				if strings.Contains(string(r.body), "9012345678") || strings.Contains(string(r.body), "123456") {
-					t.Errorf("GET %s shows the number or the text: %s", id, r.body)
-				}
-				return v, true
-			}
-			plain := otp("reference", "login-1")
-			hooked := otp("reference", "login-2", "callback_url", own.srv.URL+"/otp/x")
-			// With callbacks the record is stored before the answer.
-			if v, ok := view(hooked.ID); !ok || v.Status != sms.StatusSent || v.ProviderMessageID != hooked.ProviderMessageID || v.Class != sms.ClassOTP {
-				t.Fatalf("OTP with callbacks right after its answer: %+v (found %v)", v, ok)
-			}
-			var v httpapi.MessageView
-			eventually(t, "the OTP's record", func() bool {
-				var ok bool
-				v, ok = view(plain.ID)
-				return ok
-			})
-			if v.Status != sms.StatusSent || v.ProviderMessageID != plain.ProviderMessageID || v.Reference != "login-1" || v.SentAt == nil {
-				t.Fatalf("OTP record %+v", v)
-			}
-			wantStatus(t, h.receipt(t, receiptSecret, httpprov.ReceiptBody{Reference: plain.ID, Status: "undelivered", ErrorCode: "30003"}),
-				http.StatusNoContent)
-			wantStatus(t, h.receipt(t, receiptSecret, httpprov.ReceiptBody{ProviderMessageID: hooked.ProviderMessageID, Status: "delivered"}),
-				http.StatusNoContent)
-			if v, _ := view(plain.ID); v.Status != sms.StatusUndelivered || v.LastError != "30003" {
-				t.Errorf("after its receipt: %s %q, want undelivered 30003", v.Status, v.LastError)
-			}
-			if v, _ := view(hooked.ID); v.Status != sms.StatusDelivered {
-				t.Errorf("after its receipt: %s, want delivered", v.Status)
-			}
-			eventually(t, "the sent and delivered events", func() bool { return len(own.events()) == 2 })
-			types := map[string]int{}
-			for _, bodies := range own.events() {
-				var ev struct {
-					Type string
-					Data struct{ ID string }
-				}
-				if err := json.Unmarshal([]byte(bodies[0]), &ev); err != nil {
-					t.Fatal(err)
-				}
-				if ev.Data.ID != hooked.ID {
-					t.Errorf("event for %s, want %s", ev.Data.ID, hooked.ID)
-				}
-				types[ev.Type]++
-			}
-			if types["message.sent"] != 1 || types["message.delivered"] != 1 {
-				t.Errorf("events %v, want one message.sent and one message.delivered", types)
-			}
-			mv := metricValues(string(h.get("/metrics", "").body), "smsgw_receipts_unknown_total", "smsgw_receipt_outcomes_total",
-				"smsgw_api_otp_record_failures_total")
-			for series, want := range map[string]float64{
-				`smsgw_receipts_unknown_total{adapter="http"}`:                   0,
-				`smsgw_receipt_outcomes_total{class="otp",status="delivered"}`:   1,
-				`smsgw_receipt_outcomes_total{class="otp",status="undelivered"}`: 1,
-				`smsgw_api_otp_record_failures_total`:                            0,
-			} {
-				if got, ok := mv[series]; !ok || got != want {
-					t.Errorf("%s = %v (present %v), want %v", series, got, ok, want)
-				}
-			}
+	eachMode(t, func(t *testing.T, m mode) {
+		own := newHookReceiver(t)
+		h := start(t, m, func(c *config.Config) {
+			c.Provider.ReceiptSecret = receiptSecret
+			c.Producers[1].Webhook = config.WebhookConfig{Secret: testWebhookSecret, Allow: []string{own.srv.URL + "/otp/"}}
+			c.Webhooks.AllowNetworks = []string{"127.0.0.0/8"}
 		})
-	}
+		otp := func(extra ...any) httpapi.OTPSent {
+			// The longest deadline: a slot may be minutes away on a
+			// machine this busy with other tests, never this far.
+			r := h.post("/v1/otp", keyLogin, otpBody(append(extra, "deadline_ms", 5000)...))
+			wantStatus(t, r, http.StatusOK)
+			var s httpapi.OTPSent
+			r.json(t, &s)
+			return s
+		}
+		view := func(id string) (httpapi.MessageView, bool) {
+			r := h.get("/v1/messages/"+id, keyLogin)
+			if r.status == http.StatusNotFound {
+				return httpapi.MessageView{}, false
+			}
+			wantStatus(t, r, http.StatusOK)
+			var v httpapi.MessageView
+			r.json(t, &v)
+			if strings.Contains(string(r.body), "9012345678") || strings.Contains(string(r.body), "123456") {
+				t.Errorf("GET %s shows the number or the text: %s", id, r.body)
+			}
+			return v, true
+		}
+		plain := otp("reference", "login-1")
+		hooked := otp("reference", "login-2", "callback_url", own.srv.URL+"/otp/x")
+		// With callbacks the record is stored before the answer.
+		if v, ok := view(hooked.ID); !ok || v.Status != sms.StatusSent || v.ProviderMessageID != hooked.ProviderMessageID || v.Class != sms.ClassOTP {
+			t.Fatalf("OTP with callbacks right after its answer: %+v (found %v)", v, ok)
+		}
+		var v httpapi.MessageView
+		eventually(t, "the OTP's record", func() bool {
+			var ok bool
+			v, ok = view(plain.ID)
+			return ok
+		})
+		if v.Status != sms.StatusSent || v.ProviderMessageID != plain.ProviderMessageID || v.Reference != "login-1" || v.SentAt == nil {
+			t.Fatalf("OTP record %+v", v)
+		}
+		wantStatus(t, h.receipt(t, receiptSecret, httpprov.ReceiptBody{Reference: plain.ID, Status: "undelivered", ErrorCode: "30003"}),
+			http.StatusNoContent)
+		wantStatus(t, h.receipt(t, receiptSecret, httpprov.ReceiptBody{ProviderMessageID: hooked.ProviderMessageID, Status: "delivered"}),
+			http.StatusNoContent)
+		if v, _ := view(plain.ID); v.Status != sms.StatusUndelivered || v.LastError != "30003" {
+			t.Errorf("after its receipt: %s %q, want undelivered 30003", v.Status, v.LastError)
+		}
+		if v, _ := view(hooked.ID); v.Status != sms.StatusDelivered {
+			t.Errorf("after its receipt: %s, want delivered", v.Status)
+		}
+		eventually(t, "the sent and delivered events", func() bool { return len(own.events()) == 2 })
+		types := map[string]int{}
+		for _, bodies := range own.events() {
+			var ev struct {
+				Type string
+				Data struct{ ID string }
+			}
+			if err := json.Unmarshal([]byte(bodies[0]), &ev); err != nil {
+				t.Fatal(err)
+			}
+			if ev.Data.ID != hooked.ID {
+				t.Errorf("event for %s, want %s", ev.Data.ID, hooked.ID)
+			}
+			types[ev.Type]++
+		}
+		if types["message.sent"] != 1 || types["message.delivered"] != 1 {
+			t.Errorf("events %v, want one message.sent and one message.delivered", types)
+		}
+		mv := metricValues(string(h.get("/metrics", "").body), "smsgw_receipts_unknown_total", "smsgw_receipt_outcomes_total",
+			"smsgw_api_otp_record_failures_total")
+		for series, want := range map[string]float64{
+			`smsgw_receipts_unknown_total{adapter="http"}`:                   0,
+			`smsgw_receipt_outcomes_total{class="otp",status="delivered"}`:   1,
+			`smsgw_receipt_outcomes_total{class="otp",status="undelivered"}`: 1,
+			`smsgw_api_otp_record_failures_total`:                            0,
+		} {
+			if got, ok := mv[series]; !ok || got != want {
+				t.Errorf("%s = %v (present %v), want %v", series, got, ok, want)
+			}
+		}
+	})
 }
 
 // TestOTPRecordsBounded: the records written after their answers take
@@ -457,43 +448,40 @@ func TestOTPRecordsBounded(t *testing.T) {
 // the receipt's status and the OTP class's delivery figures count it
 // once.
 func TestOTPEarlyReceipt(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			h := start(t, m, func(c *config.Config) { c.Provider.ReceiptSecret = receiptSecret })
-			if err := h.sim.EnableReceipts(sim.Receipts{URLs: []string{h.base + "/v1/receipts/http"}, Secret: receiptSecret,
-				EarlyShare: 1}); err != nil {
-				t.Fatal(err)
+	eachMode(t, func(t *testing.T, m mode) {
+		h := start(t, m, func(c *config.Config) { c.Provider.ReceiptSecret = receiptSecret })
+		if err := h.sim.EnableReceipts(sim.Receipts{URLs: []string{h.base + "/v1/receipts/http"}, Secret: receiptSecret,
+			EarlyShare: 1}); err != nil {
+			t.Fatal(err)
+		}
+		r := h.post("/v1/otp", keyLogin, otpBody("deadline_ms", 5000))
+		wantStatus(t, r, http.StatusOK)
+		var sent httpapi.OTPSent
+		r.json(t, &sent)
+		var v httpapi.MessageView
+		eventually(t, "the OTP delivered", func() bool {
+			g := h.get("/v1/messages/"+sent.ID, keyLogin)
+			if g.status != http.StatusOK {
+				return false
 			}
-			r := h.post("/v1/otp", keyLogin, otpBody("deadline_ms", 5000))
-			wantStatus(t, r, http.StatusOK)
-			var sent httpapi.OTPSent
-			r.json(t, &sent)
-			var v httpapi.MessageView
-			eventually(t, "the OTP delivered", func() bool {
-				g := h.get("/v1/messages/"+sent.ID, keyLogin)
-				if g.status != http.StatusOK {
-					return false
-				}
-				g.json(t, &v)
-				return v.Status == sms.StatusDelivered
-			})
-			if v.ProviderMessageID != sent.ProviderMessageID || v.SentAt == nil {
-				t.Errorf("delivered OTP %+v", v)
-			}
-			mv := metricValues(string(h.get("/metrics", "").body), "smsgw_receipts_unknown_total", "smsgw_receipts_early_total",
-				"smsgw_receipt_outcomes_total")
-			for series, want := range map[string]float64{
-				`smsgw_receipts_unknown_total{adapter="http"}`:                 0,
-				`smsgw_receipts_early_total{adapter="http"}`:                   1,
-				`smsgw_receipt_outcomes_total{class="otp",status="delivered"}`: 1,
-			} {
-				if got := mv[series]; got != want {
-					t.Errorf("%s = %v, want %v", series, got, want)
-				}
-			}
+			g.json(t, &v)
+			return v.Status == sms.StatusDelivered
 		})
-	}
+		if v.ProviderMessageID != sent.ProviderMessageID || v.SentAt == nil {
+			t.Errorf("delivered OTP %+v", v)
+		}
+		mv := metricValues(string(h.get("/metrics", "").body), "smsgw_receipts_unknown_total", "smsgw_receipts_early_total",
+			"smsgw_receipt_outcomes_total")
+		for series, want := range map[string]float64{
+			`smsgw_receipts_unknown_total{adapter="http"}`:                 0,
+			`smsgw_receipts_early_total{adapter="http"}`:                   1,
+			`smsgw_receipt_outcomes_total{class="otp",status="delivered"}`: 1,
+		} {
+			if got := mv[series]; got != want {
+				t.Errorf("%s = %v, want %v", series, got, want)
+			}
+		}
+	})
 }
 
 const keyLogin2 = "login2-key-0123456789" // a second producer of OTPs
@@ -505,29 +493,26 @@ const keyLogin2 = "login2-key-0123456789" // a second producer of OTPs
 // other producer), and its own allowance is counted as the first's was.
 // Both stores, through HTTP.
 func TestOTPCapIsPerProducer(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			h := start(t, m, func(c *config.Config) {
-				c.Protection.OTPPerNumber.Limit = 2
-				c.Producers = append(c.Producers, config.Producer{Name: "login2", Key: keyLogin2,
-					Classes: []string{"otp"}, Rate: 50, Burst: 100})
-			})
-			const to = "+819055500001"
-			for range 2 {
-				wantStatus(t, h.post("/v1/otp", keyLogin, otpBody("to", to, "deadline_ms", 5000)), http.StatusOK)
-			}
-			p := wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", to, "deadline_ms", 5000)), http.StatusTooManyRequests, httpapi.KindOTPNumberLimited, "")
-			if d, _ := p["detail"].(string); !strings.Contains(d, "from one producer") {
-				t.Errorf("detail %q does not say the limit is per producer", d)
-			}
-			for range 2 {
-				wantStatus(t, h.post("/v1/otp", keyLogin2, otpBody("to", to, "deadline_ms", 5000)), http.StatusOK)
-			}
-			wantProblem(t, h.post("/v1/otp", keyLogin2, otpBody("to", to, "deadline_ms", 5000)), http.StatusTooManyRequests, httpapi.KindOTPNumberLimited, "")
-			eventually(t, "four OTPs at the provider", func() bool { return len(h.sim.Accepted()) == 4 })
+	eachMode(t, func(t *testing.T, m mode) {
+		h := start(t, m, func(c *config.Config) {
+			c.Protection.OTPPerNumber.Limit = 2
+			c.Producers = append(c.Producers, config.Producer{Name: "login2", Key: keyLogin2,
+				Classes: []string{"otp"}, Rate: 50, Burst: 100})
 		})
-	}
+		const to = "+819055500001"
+		for range 2 {
+			wantStatus(t, h.post("/v1/otp", keyLogin, otpBody("to", to, "deadline_ms", 5000)), http.StatusOK)
+		}
+		p := wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", to, "deadline_ms", 5000)), http.StatusTooManyRequests, httpapi.KindOTPNumberLimited, "")
+		if d, _ := p["detail"].(string); !strings.Contains(d, "from one producer") {
+			t.Errorf("detail %q does not say the limit is per producer", d)
+		}
+		for range 2 {
+			wantStatus(t, h.post("/v1/otp", keyLogin2, otpBody("to", to, "deadline_ms", 5000)), http.StatusOK)
+		}
+		wantProblem(t, h.post("/v1/otp", keyLogin2, otpBody("to", to, "deadline_ms", 5000)), http.StatusTooManyRequests, httpapi.KindOTPNumberLimited, "")
+		eventually(t, "four OTPs at the provider", func() bool { return len(h.sim.Accepted()) == 4 })
+	})
 }
 
 // TestOTPCapOnByDefault: with the shipped defaults an OTP flood to one
@@ -749,34 +734,31 @@ const keyTrickle = "trickle-key-0123456789" // otp, one request and then almost 
 // its whole limit for it (an audit once used one producer's refused
 // requests to lock a number out for every other); the limit itself holds.
 func TestOTPRefusedNotCounted(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			s := newSim(t, sim.Config{})
-			cfg := testConfig(t, m, s.URL())
-			cfg.Producers = append(cfg.Producers,
-				config.Producer{Name: "trickle", Key: keyTrickle, Classes: []string{"otp"}, Rate: 0.0001, Burst: 1})
-			cfg.Protection.OTPPerNumber = config.OTPPerNumberConfig{Limit: 2, Window: time.Hour}
-			h := startWith(t, cfg, s)
-			const to = "+819055500001"
+	eachMode(t, func(t *testing.T, m mode) {
+		s := newSim(t, sim.Config{})
+		cfg := testConfig(t, m, s.URL())
+		cfg.Producers = append(cfg.Producers,
+			config.Producer{Name: "trickle", Key: keyTrickle, Classes: []string{"otp"}, Rate: 0.0001, Burst: 1})
+		cfg.Protection.OTPPerNumber = config.OTPPerNumberConfig{Limit: 2, Window: time.Hour}
+		h := startWith(t, cfg, s)
+		const to = "+819055500001"
 
-			wantStatus(t, h.post("/v1/otp", keyTrickle, otpBody("to", to)), http.StatusOK) // 1 of 2
-			for range 4 {
-				wantProblem(t, h.post("/v1/otp", keyTrickle, otpBody("to", to)), http.StatusTooManyRequests, httpapi.KindRateLimited, "")
-				wantProblem(t, h.post("/v1/messages", keyTrickle, msg("otp", "to", to)), http.StatusTooManyRequests, httpapi.KindRateLimited, "")
-			}
-			wantProblem(t, h.post("/v1/messages/batch", keyTrickle, map[string]any{"messages": []any{msg("otp", "to", to), msg("otp", "to", to)}}),
-				http.StatusTooManyRequests, httpapi.KindRateLimited, "")
+		wantStatus(t, h.post("/v1/otp", keyTrickle, otpBody("to", to)), http.StatusOK) // 1 of 2
+		for range 4 {
+			wantProblem(t, h.post("/v1/otp", keyTrickle, otpBody("to", to)), http.StatusTooManyRequests, httpapi.KindRateLimited, "")
+			wantProblem(t, h.post("/v1/messages", keyTrickle, msg("otp", "to", to)), http.StatusTooManyRequests, httpapi.KindRateLimited, "")
+		}
+		wantProblem(t, h.post("/v1/messages/batch", keyTrickle, map[string]any{"messages": []any{msg("otp", "to", to), msg("otp", "to", to)}}),
+			http.StatusTooManyRequests, httpapi.KindRateLimited, "")
 
-			// another producer has its whole limit for the number, and no third
-			for range 2 {
-				wantStatus(t, h.post("/v1/otp", keyLogin, otpBody("to", to)), http.StatusOK)
-			}
-			wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", to)), http.StatusTooManyRequests, httpapi.KindOTPNumberLimited, "")
-			wantProblem(t, h.post("/v1/messages", keyLogin, msg("otp", "to", to)), http.StatusTooManyRequests, httpapi.KindOTPNumberLimited, "")
-			if n := len(s.Accepted()); n != 3 {
-				t.Errorf("the provider received %d OTPs, want 3", n)
-			}
-		})
-	}
+		// another producer has its whole limit for the number, and no third
+		for range 2 {
+			wantStatus(t, h.post("/v1/otp", keyLogin, otpBody("to", to)), http.StatusOK)
+		}
+		wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", to)), http.StatusTooManyRequests, httpapi.KindOTPNumberLimited, "")
+		wantProblem(t, h.post("/v1/messages", keyLogin, msg("otp", "to", to)), http.StatusTooManyRequests, httpapi.KindOTPNumberLimited, "")
+		if n := len(s.Accepted()); n != 3 {
+			t.Errorf("the provider received %d OTPs, want 3", n)
+		}
+	})
 }

@@ -24,7 +24,6 @@ import (
 	"smsgw/internal/httpapi"
 	"smsgw/internal/provider/sim"
 	"smsgw/internal/queue"
-	"smsgw/internal/redistest"
 	"smsgw/internal/sms"
 )
 
@@ -54,51 +53,48 @@ func wantProblem(t testing.TB, r reply, status int, kind httpapi.ProblemKind, fi
 // blocked number type are 422s naming the field and the region or type,
 // on both paths and for batch items, and the simulator receives nothing.
 func TestProtectionDestination(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			h := start(t, m, func(c *config.Config) { c.Protection.Countries = []string{"JP", "GB"} })
-			lv := "+37121234567" // a Latvian mobile
-			p := wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", lv)), http.StatusUnprocessableEntity, httpapi.KindDestinationNotAllowed, "to")
-			if p["region"] != "LV" || !strings.Contains(p["detail"].(string), "LV") {
-				t.Errorf("problem %v does not name the region LV", p)
+	eachMode(t, func(t *testing.T, m mode) {
+		h := start(t, m, func(c *config.Config) { c.Protection.Countries = []string{"JP", "GB"} })
+		lv := "+37121234567" // a Latvian mobile
+		p := wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", lv)), http.StatusUnprocessableEntity, httpapi.KindDestinationNotAllowed, "to")
+		if p["region"] != "LV" || !strings.Contains(p["detail"].(string), "LV") {
+			t.Errorf("problem %v does not name the region LV", p)
+		}
+		p = wantProblem(t, h.post("/v1/messages", keyNotify, msg("transactional", "to", "+88216123456")),
+			http.StatusUnprocessableEntity, httpapi.KindDestinationNotAllowed, "to")
+		if p["region"] != "none" {
+			t.Errorf("a satellite number's region %v, want none", p["region"])
+		}
+		p = wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", premiumGB(1))), http.StatusUnprocessableEntity, httpapi.KindNumberTypeBlocked, "to")
+		if p["number_type"] != "premium_rate" {
+			t.Errorf("problem %v does not name premium_rate", p)
+		}
+		r := h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": []any{
+			msg("marketing"), msg("marketing", "to", premiumGB(2)), msg("transactional", "to", lv)}})
+		wantStatus(t, r, http.StatusOK)
+		var br httpapi.BatchResponse
+		r.json(t, &br)
+		if br.Accepted != 1 || br.Results[1].Status != 422 || br.Results[2].Status != 422 ||
+			br.Results[1].Error.Errors[0].Field != "messages[1].to" || br.Results[2].Error.Type != httpapi.ProblemTypeBase+string(httpapi.KindDestinationNotAllowed) {
+			t.Fatalf("batch %s", r.body)
+		}
+		wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
+		eventually(t, "the allowed message at the provider", func() bool { return len(h.sim.Accepted()) == 2 })
+		for _, a := range h.sim.Accepted() {
+			if a.To != "+819012345678" {
+				t.Errorf("the provider received a message to %s", a.To)
 			}
-			p = wantProblem(t, h.post("/v1/messages", keyNotify, msg("transactional", "to", "+88216123456")),
-				http.StatusUnprocessableEntity, httpapi.KindDestinationNotAllowed, "to")
-			if p["region"] != "none" {
-				t.Errorf("a satellite number's region %v, want none", p["region"])
-			}
-			p = wantProblem(t, h.post("/v1/otp", keyLogin, otpBody("to", premiumGB(1))), http.StatusUnprocessableEntity, httpapi.KindNumberTypeBlocked, "to")
-			if p["number_type"] != "premium_rate" {
-				t.Errorf("problem %v does not name premium_rate", p)
-			}
-			r := h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": []any{
-				msg("marketing"), msg("marketing", "to", premiumGB(2)), msg("transactional", "to", lv)}})
-			wantStatus(t, r, http.StatusOK)
-			var br httpapi.BatchResponse
-			r.json(t, &br)
-			if br.Accepted != 1 || br.Results[1].Status != 422 || br.Results[2].Status != 422 ||
-				br.Results[1].Error.Errors[0].Field != "messages[1].to" || br.Results[2].Error.Type != httpapi.ProblemTypeBase+string(httpapi.KindDestinationNotAllowed) {
-				t.Fatalf("batch %s", r.body)
-			}
-			wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
-			eventually(t, "the allowed message at the provider", func() bool { return len(h.sim.Accepted()) == 2 })
-			for _, a := range h.sim.Accepted() {
-				if a.To != "+819012345678" {
-					t.Errorf("the provider received a message to %s", a.To)
-				}
-			}
-			st := h.stats().Protection.Refused
-			if st["country"] != 3 || st["number_type"] != 2 {
-				t.Errorf("refused %v, want 3 country and 2 number_type", st)
-			}
-			mv := metricValues(h.metrics(), "smsgw_protection_refusals_total")
-			if mv[`smsgw_protection_refusals_total{class="otp",reason="country"}`] != 1 ||
-				mv[`smsgw_protection_refusals_total{class="marketing",reason="number_type"}`] != 1 {
-				t.Errorf("refusal metric %v", mv)
-			}
-		})
-	}
+		}
+		st := h.stats().Protection.Refused
+		if st["country"] != 3 || st["number_type"] != 2 {
+			t.Errorf("refused %v, want 3 country and 2 number_type", st)
+		}
+		mv := metricValues(h.metrics(), "smsgw_protection_refusals_total")
+		if mv[`smsgw_protection_refusals_total{class="otp",reason="country"}`] != 1 ||
+			mv[`smsgw_protection_refusals_total{class="marketing",reason="number_type"}`] != 1 {
+			t.Errorf("refusal metric %v", mv)
+		}
+	})
 }
 
 // TestOTPPerNumberAcrossReplicas: two replicas on one Redis account share
@@ -107,12 +103,9 @@ func TestProtectionDestination(t *testing.T) {
 // another number is unaffected.
 func TestOTPPerNumberAcrossReplicas(t *testing.T) {
 	t.Parallel()
-	s := newSim(t, sim.Config{})
-	cfg := testConfig(t, redisMode, s.URL())
-	cfg.Protection.OTPPerNumber = config.OTPPerNumberConfig{Limit: 3, Window: time.Hour}
-	a := startWith(t, cfg, s)
-	cfg.Store.Path = t.TempDir()
-	b := startWith(t, cfg, s)
+	a, b := twoReplicas(t, func(cfg *config.Config) {
+		cfg.Protection.OTPPerNumber = config.OTPPerNumberConfig{Limit: 3, Window: time.Hour}
+	})
 	const hammered = "+819055512345"
 	var mu sync.Mutex
 	codes := map[int]int{}
@@ -140,7 +133,7 @@ func TestOTPPerNumberAcrossReplicas(t *testing.T) {
 		t.Fatalf("answers %v, want 3 × 200 and 7 × 429", codes)
 	}
 	wantStatus(t, b.post("/v1/otp", keyLogin, otpBody("to", "+819055512346")), http.StatusOK)
-	if n := len(s.Accepted()); n != 4 {
+	if n := len(a.sim.Accepted()); n != 4 {
 		t.Fatalf("the provider received %d OTPs, want 4", n)
 	}
 	if logs := a.logs.String() + b.logs.String(); strings.Contains(logs, "9055512345") {
@@ -153,48 +146,45 @@ func TestOTPPerNumberAcrossReplicas(t *testing.T) {
 // accepted and ends suppressed unsent (transactional and marketing; OTP
 // only with suppress_otp, refused at accept).
 func TestSuppressionList(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			h := start(t, m, nil)
-			const to = "+819012345678"
-			r := h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": to, "reason": "asked to stop"})
-			wantStatus(t, r, http.StatusCreated)
-			var added httpapi.SuppressionView
-			r.json(t, &added)
-			if added.To != "+8190****5678" || added.ID == "" {
-				t.Fatalf("added %+v", added)
-			}
-			wantStatus(t, h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": to}), http.StatusOK)
-			wantProblem(t, h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": "12345"}), http.StatusBadRequest, httpapi.KindInvalid, "to")
-			wantProblem(t, h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": "+819012345679", "reason": "call +819012345679"}),
-				http.StatusBadRequest, httpapi.KindInvalid, "reason")
+	eachMode(t, func(t *testing.T, m mode) {
+		h := start(t, m, nil)
+		const to = "+819012345678"
+		r := h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": to, "reason": "asked to stop"})
+		wantStatus(t, r, http.StatusCreated)
+		var added httpapi.SuppressionView
+		r.json(t, &added)
+		if added.To != "+8190****5678" || added.ID == "" {
+			t.Fatalf("added %+v", added)
+		}
+		wantStatus(t, h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": to}), http.StatusOK)
+		wantProblem(t, h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": "12345"}), http.StatusBadRequest, httpapi.KindInvalid, "to")
+		wantProblem(t, h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": "+819012345679", "reason": "call +819012345679"}),
+			http.StatusBadRequest, httpapi.KindInvalid, "reason")
 
-			list := h.get("/v1/admin/suppressions", keyAdmin)
-			wantStatus(t, list, http.StatusOK)
-			if strings.Contains(string(list.body), "9012345678") || !strings.Contains(string(list.body), added.ID) {
-				t.Fatalf("list %s: shows the number or misses the id", list.body)
-			}
-			wantSuppressedLater(t, h, h.post("/v1/messages", keyNotify, msg("marketing")))
-			wantSuppressedLater(t, h, h.post("/v1/messages", keyNotify, msg("transactional")))
-			wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK) // suppress_otp is off
+		list := h.get("/v1/admin/suppressions", keyAdmin)
+		wantStatus(t, list, http.StatusOK)
+		if strings.Contains(string(list.body), "9012345678") || !strings.Contains(string(list.body), added.ID) {
+			t.Fatalf("list %s: shows the number or misses the id", list.body)
+		}
+		wantSuppressedLater(t, h, h.post("/v1/messages", keyNotify, msg("marketing")))
+		wantSuppressedLater(t, h, h.post("/v1/messages", keyNotify, msg("transactional")))
+		wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK) // suppress_otp is off
 
-			del := h.do(req{method: http.MethodDelete, path: "/v1/admin/suppressions/%2B" + to[1:], key: keyAdmin})
-			wantStatus(t, del, http.StatusNoContent)
-			del = h.do(req{method: http.MethodDelete, path: "/v1/admin/suppressions/" + to, key: keyAdmin})
-			wantStatus(t, del, http.StatusNotFound)
-			// By id, as the list shows it.
-			wantStatus(t, h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": to}), http.StatusCreated)
-			wantStatus(t, h.do(req{method: http.MethodDelete, path: "/v1/admin/suppressions/" + added.ID, key: keyAdmin}), http.StatusNoContent)
-			wantProblem(t, h.do(req{method: http.MethodDelete, path: "/v1/admin/suppressions/" + url.PathEscape("not a number"), key: keyAdmin}),
-				http.StatusBadRequest, httpapi.KindInvalid, "number")
-			wantStatus(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusAccepted)
-			// Ended at their takes, not refused at accept.
-			if n := h.stats().Protection.Refused["suppressed"]; n != 0 {
-				t.Errorf("suppressed refusals %d, want 0", n)
-			}
-		})
-	}
+		del := h.do(req{method: http.MethodDelete, path: "/v1/admin/suppressions/%2B" + to[1:], key: keyAdmin})
+		wantStatus(t, del, http.StatusNoContent)
+		del = h.do(req{method: http.MethodDelete, path: "/v1/admin/suppressions/" + to, key: keyAdmin})
+		wantStatus(t, del, http.StatusNotFound)
+		// By id, as the list shows it.
+		wantStatus(t, h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": to}), http.StatusCreated)
+		wantStatus(t, h.do(req{method: http.MethodDelete, path: "/v1/admin/suppressions/" + added.ID, key: keyAdmin}), http.StatusNoContent)
+		wantProblem(t, h.do(req{method: http.MethodDelete, path: "/v1/admin/suppressions/" + url.PathEscape("not a number"), key: keyAdmin}),
+			http.StatusBadRequest, httpapi.KindInvalid, "number")
+		wantStatus(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusAccepted)
+		// Ended at their takes, not refused at accept.
+		if n := h.stats().Protection.Refused["suppressed"]; n != 0 {
+			t.Errorf("suppressed refusals %d, want 0", n)
+		}
+	})
 }
 
 // TestSuppressionsPersistAndPage: embedded, the list survives a restart of
@@ -378,11 +368,7 @@ func TestPrefixAlarm(t *testing.T) {
 // answer 503 with Retry-After, never 500.
 func TestProtectionWithRedisDown(t *testing.T) {
 	t.Parallel()
-	srv := redistest.StartServer(t, redistest.ServerOptions{})
-	s := newSim(t, sim.Config{})
-	cfg := testConfig(t, redisMode, s.URL())
-	cfg.Redis.Addr = srv.Addr
-	cfg.Redis.Timeout = 200 * time.Millisecond
+	srv, s, cfg := redisToStop(t)
 	cfg.Protection.OTPPerNumber = config.OTPPerNumberConfig{Limit: 2, Window: time.Hour}
 	h := startWith(t, cfg, s)
 	const to = "+819055512345"
@@ -572,93 +558,90 @@ func wantSuppressedLater(t testing.TB, h *harness, r reply) string {
 // suppressed number ends suppressed through the normal lifecycle (GET,
 // one message.suppressed callback) and the provider never receives it.
 func TestSuppressionNotProbed(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			hook := newHookReceiver(t)
-			h := start(t, m, func(c *config.Config) {
-				c.Producers[0].Webhook = config.WebhookConfig{URL: hook.srv.URL + "/hook", Secret: testWebhookSecret}
-				c.Webhooks.AllowNetworks = []string{"127.0.0.0/8"}
-			})
-			const listed = "+819012345678"
-			wantStatus(t, h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": listed, "reason": "asked to stop"}), http.StatusCreated)
-
-			shape := func(r reply) []string {
-				t.Helper()
-				wantStatus(t, r, http.StatusAccepted)
-				var f map[string]any
-				if err := json.Unmarshal(r.body, &f); err != nil {
-					t.Fatal(err)
-				}
-				if f["status"] != "queued" {
-					t.Errorf("answer %s; want status queued", r.body)
-				}
-				keys := make([]string, 0, len(f))
-				for k := range f {
-					keys = append(keys, k)
-				}
-				sort.Strings(keys)
-				return keys
-			}
-			var ids []string
-			for _, key := range []string{"", "probe-1"} {
-				post := func(to string) reply {
-					hdr := map[string]string{}
-					if key != "" {
-						hdr["Idempotency-Key"] = key + to
-					}
-					return h.do(req{method: http.MethodPost, path: "/v1/messages", key: keyNotify, body: msg("marketing", "to", to), header: hdr})
-				}
-				toListed, toOther := post(listed), post(otherNumber)
-				if a, b := shape(toListed), shape(toOther); !reflect.DeepEqual(a, b) {
-					t.Errorf("fields %v for the suppressed number, %v for another", a, b)
-				}
-				if key != "" {
-					again := post(listed)
-					wantStatus(t, again, http.StatusAccepted)
-					if string(again.body) != string(toListed.body) {
-						t.Errorf("replay %s; first %s", again.body, toListed.body)
-					}
-				}
-				ids = append(ids, wantSuppressedLater(t, h, toListed))
-				eventually(t, "the other message sent", func() bool { return h.status(t, accepted(t, toOther).ID).Status == sms.StatusSent })
-			}
-			r := h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": []any{
-				msg("transactional", "to", listed), msg("transactional", "to", otherNumber)}})
-			wantStatus(t, r, http.StatusOK)
-			var b httpapi.BatchResponse
-			r.json(t, &b)
-			if b.Accepted != 2 || b.Results[0].Status != http.StatusAccepted || b.Results[1].Status != http.StatusAccepted {
-				t.Fatalf("batch %s; want both items accepted", r.body)
-			}
-			var v httpapi.MessageView
-			eventually(t, "the batch's message to the suppressed number to end", func() bool {
-				v = h.status(t, b.Results[0].Message.ID)
-				return v.Status.Done()
-			})
-			if v.Status != sms.StatusSuppressed {
-				t.Fatalf("batch item to the suppressed number: %+v", v)
-			}
-			ids = append(ids, v.ID)
-			refs := sentRefs(h.sim)
-			for _, id := range ids {
-				if refs[id] != 0 {
-					t.Errorf("the provider received %s", id)
-				}
-			}
-			eventually(t, "a message.suppressed event for each", func() bool {
-				n := 0
-				for _, bodies := range hook.events() {
-					var ev struct{ Type string }
-					_ = json.Unmarshal([]byte(bodies[0]), &ev)
-					if ev.Type == "message.suppressed" {
-						n++
-					}
-				}
-				return n == len(ids)
-			})
+	eachMode(t, func(t *testing.T, m mode) {
+		hook := newHookReceiver(t)
+		h := start(t, m, func(c *config.Config) {
+			c.Producers[0].Webhook = config.WebhookConfig{URL: hook.srv.URL + "/hook", Secret: testWebhookSecret}
+			c.Webhooks.AllowNetworks = []string{"127.0.0.0/8"}
 		})
-	}
+		const listed = "+819012345678"
+		wantStatus(t, h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": listed, "reason": "asked to stop"}), http.StatusCreated)
+
+		shape := func(r reply) []string {
+			t.Helper()
+			wantStatus(t, r, http.StatusAccepted)
+			var f map[string]any
+			if err := json.Unmarshal(r.body, &f); err != nil {
+				t.Fatal(err)
+			}
+			if f["status"] != "queued" {
+				t.Errorf("answer %s; want status queued", r.body)
+			}
+			keys := make([]string, 0, len(f))
+			for k := range f {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			return keys
+		}
+		var ids []string
+		for _, key := range []string{"", "probe-1"} {
+			post := func(to string) reply {
+				hdr := map[string]string{}
+				if key != "" {
+					hdr["Idempotency-Key"] = key + to
+				}
+				return h.do(req{method: http.MethodPost, path: "/v1/messages", key: keyNotify, body: msg("marketing", "to", to), header: hdr})
+			}
+			toListed, toOther := post(listed), post(otherNumber)
+			if a, b := shape(toListed), shape(toOther); !reflect.DeepEqual(a, b) {
+				t.Errorf("fields %v for the suppressed number, %v for another", a, b)
+			}
+			if key != "" {
+				again := post(listed)
+				wantStatus(t, again, http.StatusAccepted)
+				if string(again.body) != string(toListed.body) {
+					t.Errorf("replay %s; first %s", again.body, toListed.body)
+				}
+			}
+			ids = append(ids, wantSuppressedLater(t, h, toListed))
+			eventually(t, "the other message sent", func() bool { return h.status(t, accepted(t, toOther).ID).Status == sms.StatusSent })
+		}
+		r := h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": []any{
+			msg("transactional", "to", listed), msg("transactional", "to", otherNumber)}})
+		wantStatus(t, r, http.StatusOK)
+		var b httpapi.BatchResponse
+		r.json(t, &b)
+		if b.Accepted != 2 || b.Results[0].Status != http.StatusAccepted || b.Results[1].Status != http.StatusAccepted {
+			t.Fatalf("batch %s; want both items accepted", r.body)
+		}
+		var v httpapi.MessageView
+		eventually(t, "the batch's message to the suppressed number to end", func() bool {
+			v = h.status(t, b.Results[0].Message.ID)
+			return v.Status.Done()
+		})
+		if v.Status != sms.StatusSuppressed {
+			t.Fatalf("batch item to the suppressed number: %+v", v)
+		}
+		ids = append(ids, v.ID)
+		refs := sentRefs(h.sim)
+		for _, id := range ids {
+			if refs[id] != 0 {
+				t.Errorf("the provider received %s", id)
+			}
+		}
+		eventually(t, "a message.suppressed event for each", func() bool {
+			n := 0
+			for _, bodies := range hook.events() {
+				var ev struct{ Type string }
+				_ = json.Unmarshal([]byte(bodies[0]), &ev)
+				if ev.Type == "message.suppressed" {
+					n++
+				}
+			}
+			return n == len(ids)
+		})
+	})
 }
 
 // otherNumber is a recipient who never opts out in these tests.
@@ -768,13 +751,7 @@ func TestSuppressedWhileQueued(t *testing.T) {
 				}
 				types := map[string]string{}
 				for id, bodies := range hook.events() {
-					var ev map[string]any
-					if err := json.Unmarshal([]byte(bodies[0]), &ev); err != nil {
-						t.Fatal(err)
-					}
-					if err := doc.Components.Schemas["StatusEvent"].Value.VisitJSON(ev); err != nil {
-						t.Errorf("event %s does not match StatusEvent: %v\n%s", id, err, bodies[0])
-					}
+					ev := statusEvent(t, doc, id, bodies[0])
 					data := ev["data"].(map[string]any)
 					types[data["id"].(string)] = ev["type"].(string)
 					if data["id"] != listed {
@@ -817,40 +794,37 @@ func TestSuppressedWhileQueued(t *testing.T) {
 // batch item, and an OTP queued by /v1/messages. The OTP fast path queues
 // nothing and keeps no id.
 func TestAcceptKeepsNumberID(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			h := start(t, m, nil)
-			later := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
-			single := accepted(t, h.post("/v1/messages", keyNotify, msg("marketing", "send_at", later))).ID
-			r := h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": []any{msg("transactional", "send_at", later)}})
-			wantStatus(t, r, http.StatusOK)
-			var b httpapi.BatchResponse
-			r.json(t, &b)
-			item := b.Results[0].Message.ID
-			otp := accepted(t, h.post("/v1/messages", keyLogin, msg("otp", "body", "code 4711", "send_at", later))).ID
-			fast := h.post("/v1/otp", keyLogin, map[string]any{"to": inboundFrom, "body": "code 4712"})
-			wantStatus(t, fast, http.StatusOK)
-			var f struct{ ID string }
-			fast.json(t, &f)
+	eachMode(t, func(t *testing.T, m mode) {
+		h := start(t, m, nil)
+		later := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+		single := accepted(t, h.post("/v1/messages", keyNotify, msg("marketing", "send_at", later))).ID
+		r := h.post("/v1/messages/batch", keyNotify, map[string]any{"messages": []any{msg("transactional", "send_at", later)}})
+		wantStatus(t, r, http.StatusOK)
+		var b httpapi.BatchResponse
+		r.json(t, &b)
+		item := b.Results[0].Message.ID
+		otp := accepted(t, h.post("/v1/messages", keyLogin, msg("otp", "body", "code 4711", "send_at", later))).ID
+		fast := h.post("/v1/otp", keyLogin, map[string]any{"to": inboundFrom, "body": "code 4712"})
+		wantStatus(t, fast, http.StatusOK)
+		var f struct{ ID string }
+		fast.json(t, &f)
 
-			add := h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": inboundFrom})
-			wantStatus(t, add, http.StatusCreated)
-			var e httpapi.SuppressionView
-			add.json(t, &e)
-			for _, id := range []string{single, item, otp} {
-				stored, err := h.app.b.queue.Get(t.Context(), id)
-				if err != nil {
-					t.Fatalf("Get %s: %v", id, err)
-				}
-				if stored.NumberID != e.ID {
-					t.Errorf("stored %s: number id %q; want the list's id %s", id, stored.NumberID, e.ID)
-				}
+		add := h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": inboundFrom})
+		wantStatus(t, add, http.StatusCreated)
+		var e httpapi.SuppressionView
+		add.json(t, &e)
+		for _, id := range []string{single, item, otp} {
+			stored, err := h.app.b.queue.Get(t.Context(), id)
+			if err != nil {
+				t.Fatalf("Get %s: %v", id, err)
 			}
-			eventually(t, "the fast path's record", func() bool {
-				stored, err := h.app.b.queue.Get(t.Context(), f.ID)
-				return err == nil && stored.Status == sms.StatusSent && stored.NumberID == ""
-			})
+			if stored.NumberID != e.ID {
+				t.Errorf("stored %s: number id %q; want the list's id %s", id, stored.NumberID, e.ID)
+			}
+		}
+		eventually(t, "the fast path's record", func() bool {
+			stored, err := h.app.b.queue.Get(t.Context(), f.ID)
+			return err == nil && stored.Status == sms.StatusSent && stored.NumberID == ""
 		})
-	}
+	})
 }

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -43,85 +45,82 @@ func (h *harness) stats() opsview.StatsResponse {
 // starts at zero and moves with real traffic through the simulator: sends,
 // permanent failures, fast-path OTPs, a provider 429 and the 503 it causes.
 func TestStatsFiguresFollowTraffic(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			h := start(t, m, func(c *config.Config) { c.Dispatch.MaxAttempts = 1 })
-			st := h.stats()
-			for c, cs := range st.Classes {
-				if cs.SentTotal+cs.FailedTotal+cs.ExpiredTotal+cs.DeadTotal != 0 {
-					t.Errorf("class %s starts at %+v", c, cs)
-				}
+	eachMode(t, func(t *testing.T, m mode) {
+		h := start(t, m, func(c *config.Config) { c.Dispatch.MaxAttempts = 1 })
+		st := h.stats()
+		for c, cs := range st.Classes {
+			if cs.SentTotal+cs.FailedTotal+cs.ExpiredTotal+cs.DeadTotal != 0 {
+				t.Errorf("class %s starts at %+v", c, cs)
 			}
-			wantScope := map[mode]string{embeddedMode: opsview.ScopeProcess, redisMode: opsview.ScopeShared}[m]
-			wantLimiter := map[mode]string{embeddedMode: "local", redisMode: "shared"}[m]
-			pv := st.Provider
-			if st.Counters.Scope != wantScope || pv.RateScope != wantScope || pv.TargetRPS != 90 || pv.ContractRPS != 100 ||
-				pv.SuspendAfter != 300 || pv.WindowSeconds != 600 || pv.GuardActivateAt != 150 || pv.GuardActive ||
-				*pv.ThrottledTotal != 0 || pv.ThrottledInWindow != 0 || pv.Name == "" {
-				t.Errorf("fresh counters %+v provider %+v", st.Counters, pv)
-			}
-			if st.OTP.LatencyP99MS != nil || st.OTP.LatencySamples != 0 || *st.OTP.UnavailableTotal != 0 ||
-				st.OTP.ReplicaUnavailableTotal != 0 {
-				t.Errorf("fresh otp %+v", st.OTP)
-			}
-			rep := st.Replica
-			if rep.Owner == "" || rep.Mode != string(m) || rep.LimiterMode != wantLimiter || rep.UptimeSeconds < 0 ||
-				time.Since(rep.StartedAt) > time.Minute || time.Since(st.Counters.Since) > time.Minute {
-				t.Errorf("replica %+v counters %+v", rep, st.Counters)
-			}
+		}
+		wantScope := map[mode]string{embeddedMode: opsview.ScopeProcess, redisMode: opsview.ScopeShared}[m]
+		wantLimiter := map[mode]string{embeddedMode: "local", redisMode: "shared"}[m]
+		pv := st.Provider
+		if st.Counters.Scope != wantScope || pv.RateScope != wantScope || pv.TargetRPS != 90 || pv.ContractRPS != 100 ||
+			pv.SuspendAfter != 300 || pv.WindowSeconds != 600 || pv.GuardActivateAt != 150 || pv.GuardActive ||
+			*pv.ThrottledTotal != 0 || pv.ThrottledInWindow != 0 || pv.Name == "" {
+			t.Errorf("fresh counters %+v provider %+v", st.Counters, pv)
+		}
+		if st.OTP.LatencyP99MS != nil || st.OTP.LatencySamples != 0 || *st.OTP.UnavailableTotal != 0 ||
+			st.OTP.ReplicaUnavailableTotal != 0 {
+			t.Errorf("fresh otp %+v", st.OTP)
+		}
+		rep := st.Replica
+		if rep.Owner == "" || rep.Mode != string(m) || rep.LimiterMode != wantLimiter || rep.UptimeSeconds < 0 ||
+			time.Since(rep.StartedAt) > time.Minute || time.Since(st.Counters.Since) > time.Minute {
+			t.Errorf("replica %+v counters %+v", rep, st.Counters)
+		}
 
-			// Queued sends: 3 transactional sent; then, the provider
-			// failing, 1 marketing dead after its one attempt.
-			for range 3 {
-				wantStatus(t, h.post("/v1/messages", keyNotify, msg("transactional")), http.StatusAccepted)
-			}
-			// The fast path: two OTPs sent now.
-			for range 2 {
-				wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
-			}
-			eventually(t, "the sends counted", func() bool { return h.stats().Classes["transactional"].SentTotal == 3 })
-			fail := 1.0
-			if err := h.sim.Apply(sim.Control{FailRate: &fail}); err != nil {
-				t.Fatal(err)
-			}
-			wantStatus(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusAccepted)
-			// The stats handler reads the queue before the counters, so one
-			// answer may count a dead letter whose lease it saw a moment
-			// earlier: wait for an answer that shows both.
-			eventually(t, "the dead letter counted", func() bool {
-				st = h.stats()
-				return st.Classes["marketing"].DeadTotal == 1 && st.Classes["marketing"].Dead == 1
-			})
-			if err := h.sim.Apply(sim.Control{Clear: true}); err != nil {
-				t.Fatal(err)
-			}
-			if c := st.Classes["marketing"]; c.SentTotal != 0 || c.Dead != 1 || c.FailedTotal != 0 {
-				t.Errorf("marketing %+v, want 1 dead letter and nothing sent", c)
-			}
-			if c := st.Classes["otp"]; c.SentTotal != 2 || c.FailedTotal != 0 {
-				t.Errorf("otp %+v, want 2 sent (fast path)", c)
-			}
-			if st.OTP.LatencySamples != 2 || st.OTP.LatencyP50MS == nil || st.OTP.LatencyP99MS == nil ||
-				*st.OTP.LatencyP99MS < *st.OTP.LatencyP50MS || *st.OTP.LatencyP99MS <= 0 || *st.OTP.LatencyP99MS > 1000 {
-				t.Errorf("otp latency %+v", st.OTP)
-			}
-			eventually(t, "a send rate", func() bool { return *h.stats().Provider.SentPerSecond > 0 })
-
-			// The provider throttles: the OTP answers 503, the 429 is
-			// counted, and the guard's window holds it.
-			for1s := sim.Duration(time.Second)
-			if err := h.sim.Apply(sim.Control{ThrottleAllFor: &for1s}); err != nil {
-				t.Fatal(err)
-			}
-			wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusServiceUnavailable)
+		// Queued sends: 3 transactional sent; then, the provider
+		// failing, 1 marketing dead after its one attempt.
+		for range 3 {
+			wantStatus(t, h.post("/v1/messages", keyNotify, msg("transactional")), http.StatusAccepted)
+		}
+		// The fast path: two OTPs sent now.
+		for range 2 {
+			wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
+		}
+		eventually(t, "the sends counted", func() bool { return h.stats().Classes["transactional"].SentTotal == 3 })
+		fail := 1.0
+		if err := h.sim.Apply(sim.Control{FailRate: &fail}); err != nil {
+			t.Fatal(err)
+		}
+		wantStatus(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusAccepted)
+		// The stats handler reads the queue before the counters, so one
+		// answer may count a dead letter whose lease it saw a moment
+		// earlier: wait for an answer that shows both.
+		eventually(t, "the dead letter counted", func() bool {
 			st = h.stats()
-			if *st.Provider.ThrottledTotal != 1 || st.Provider.ThrottledInWindow != 1 || *st.OTP.UnavailableTotal != 1 ||
-				st.OTP.ReplicaUnavailableTotal != 1 {
-				t.Errorf("after one 429: provider %+v otp %+v", st.Provider, st.OTP)
-			}
+			return st.Classes["marketing"].DeadTotal == 1 && st.Classes["marketing"].Dead == 1
 		})
-	}
+		if err := h.sim.Apply(sim.Control{Clear: true}); err != nil {
+			t.Fatal(err)
+		}
+		if c := st.Classes["marketing"]; c.SentTotal != 0 || c.Dead != 1 || c.FailedTotal != 0 {
+			t.Errorf("marketing %+v, want 1 dead letter and nothing sent", c)
+		}
+		if c := st.Classes["otp"]; c.SentTotal != 2 || c.FailedTotal != 0 {
+			t.Errorf("otp %+v, want 2 sent (fast path)", c)
+		}
+		if st.OTP.LatencySamples != 2 || st.OTP.LatencyP50MS == nil || st.OTP.LatencyP99MS == nil ||
+			*st.OTP.LatencyP99MS < *st.OTP.LatencyP50MS || *st.OTP.LatencyP99MS <= 0 || *st.OTP.LatencyP99MS > 1000 {
+			t.Errorf("otp latency %+v", st.OTP)
+		}
+		eventually(t, "a send rate", func() bool { return *h.stats().Provider.SentPerSecond > 0 })
+
+		// The provider throttles: the OTP answers 503, the 429 is
+		// counted, and the guard's window holds it.
+		for1s := sim.Duration(time.Second)
+		if err := h.sim.Apply(sim.Control{ThrottleAllFor: &for1s}); err != nil {
+			t.Fatal(err)
+		}
+		wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusServiceUnavailable)
+		st = h.stats()
+		if *st.Provider.ThrottledTotal != 1 || st.Provider.ThrottledInWindow != 1 || *st.OTP.UnavailableTotal != 1 ||
+			st.OTP.ReplicaUnavailableTotal != 1 {
+			t.Errorf("after one 429: provider %+v otp %+v", st.Provider, st.OTP)
+		}
+	})
 }
 
 // TestStatsNeverCountAheadOfTheQueue: an outcome counted in a stats answer
@@ -130,60 +129,48 @@ func TestStatsFiguresFollowTraffic(t *testing.T) {
 // if the queue were read first); the answer must not show it counted while
 // the queue still shows the message leased.
 func TestStatsNeverCountAheadOfTheQueue(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			s := newSim(t, sim.Config{})
-			cfg := testConfig(t, m, s.URL())
-			cfg.Dispatch.MaxAttempts = 1
-			prov := &gatedProvider{entered: make(chan struct{}, 1), release: make(chan struct{})}
-			app, err := New(t.Context(), cfg, Options{Provider: prov})
-			if err != nil {
-				t.Fatal(err)
-			}
-			hooked := &statsHookQueue{Queue: app.srv.Store.Queue}
-			app.srv.Store.Queue = hooked // before Start: no handler runs yet
-			if err := app.Start(t.Context()); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				if err := app.Stop(ctx); err != nil {
-					t.Errorf("Stop: %v", err)
-				}
-			})
-			h := &harness{t: t, app: app, sim: s, base: "http://" + app.Addr(), cfg: cfg,
-				client: &http.Client{Timeout: 20 * time.Second}}
+	eachMode(t, func(t *testing.T, m mode) {
+		s := newSim(t, sim.Config{})
+		cfg := testConfig(t, m, s.URL())
+		cfg.Dispatch.MaxAttempts = 1
+		prov := &gatedProvider{entered: make(chan struct{}, 1), release: make(chan struct{})}
+		app, err := New(t.Context(), cfg, Options{Provider: prov})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hooked := &statsHookQueue{Queue: app.srv.Store.Queue}
+		app.srv.Store.Queue = hooked // before Start: no handler runs yet
+		startApp(t, app)
+		h := &harness{t: t, app: app, sim: s, base: "http://" + app.Addr(), cfg: cfg,
+			client: &http.Client{Timeout: 20 * time.Second}}
 
-			wantStatus(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusAccepted)
-			select {
-			case <-prov.entered: // leased and at the provider
-			case <-time.After(15 * time.Second):
-				t.Fatal("timed out waiting for the send")
+		wantStatus(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusAccepted)
+		select {
+		case <-prov.entered: // leased and at the provider
+		case <-time.After(15 * time.Second):
+			t.Fatal("timed out waiting for the send")
+		}
+		var ran atomic.Bool
+		hook := func() {
+			ran.Store(true)
+			close(prov.release) // the send fails; MaxAttempts 1 makes it a dead letter
+			if !waitFor(func() bool { return app.srv.Ops.Live.Snap().Classes[sms.ClassMarketing].Dead == 1 }) {
+				t.Error("timed out waiting for the dead letter to be counted")
 			}
-			var ran atomic.Bool
-			hook := func() {
-				ran.Store(true)
-				close(prov.release) // the send fails; MaxAttempts 1 makes it a dead letter
-				if !waitFor(func() bool { return app.srv.Ops.Live.Snap().Classes[sms.ClassMarketing].Dead == 1 }) {
-					t.Error("timed out waiting for the dead letter to be counted")
-				}
-			}
-			hooked.after.Store(&hook)
-			c := h.stats().Classes["marketing"]
-			if !ran.Load() {
-				t.Fatal("the stats answer did not read the queue")
-			}
-			if c.DeadTotal > c.Dead {
-				t.Errorf("marketing %+v: a dead letter counted that the queue does not show", c)
-			}
-			eventually(t, "the dead letter in both figures", func() bool {
-				c = h.stats().Classes["marketing"]
-				return c.Dead == 1 && c.DeadTotal == 1 && c.Leased == 0
-			})
+		}
+		hooked.after.Store(&hook)
+		c := h.stats().Classes["marketing"]
+		if !ran.Load() {
+			t.Fatal("the stats answer did not read the queue")
+		}
+		if c.DeadTotal > c.Dead {
+			t.Errorf("marketing %+v: a dead letter counted that the queue does not show", c)
+		}
+		eventually(t, "the dead letter in both figures", func() bool {
+			c = h.stats().Classes["marketing"]
+			return c.Dead == 1 && c.DeadTotal == 1 && c.Leased == 0
 		})
-	}
+	})
 }
 
 // statsHookQueue runs after (once) right after the queue's figures were
@@ -240,11 +227,7 @@ func waitFor(cond func() bool) bool {
 // account's totals, whichever replica sent; and a stopped replica's last
 // sends are not lost.
 func TestSharedCountersAcrossReplicas(t *testing.T) {
-	s := newSim(t, sim.Config{})
-	cfg := testConfig(t, redisMode, s.URL())
-	a := startWith(t, cfg, s)
-	cfg.Store.Path = t.TempDir()
-	b := startWith(t, cfg, s)
+	a, b := twoReplicas(t, nil)
 	wantStatus(t, a.post("/v1/admin/pause", keyAdmin, nil), http.StatusOK)
 	eventually(t, "b to see the pause", func() bool { return b.stats().Pause.Paused })
 	// Sent by a alone, on the fast path (b's dispatcher never sees them).
@@ -515,21 +498,18 @@ func TestStatsRedisStalledAnswersWithinATimeout(t *testing.T) {
 // TestStatsWholeAnswer: with the store answering, unavailable is [] and
 // every section is there, in both modes.
 func TestStatsWholeAnswer(t *testing.T) {
-	for _, m := range modes {
-		t.Run(string(m), func(t *testing.T) {
-			t.Parallel()
-			h := start(t, m, nil)
-			r, st, raw := h.statsAnswer()
-			wantStatus(t, r, http.StatusOK)
-			if !strings.Contains(string(r.body), `"unavailable":[]`) || st.Unavailable == nil || len(st.Unavailable) != 0 {
-				t.Errorf("unavailable %v in %s, want []", st.Unavailable, r.body)
-			}
-			wantSections(t, raw, st.Unavailable)
-			if len(st.Classes) != len(sms.Classes) {
-				t.Errorf("classes %v", st.Classes)
-			}
-		})
-	}
+	eachMode(t, func(t *testing.T, m mode) {
+		h := start(t, m, nil)
+		r, st, raw := h.statsAnswer()
+		wantStatus(t, r, http.StatusOK)
+		if !strings.Contains(string(r.body), `"unavailable":[]`) || st.Unavailable == nil || len(st.Unavailable) != 0 {
+			t.Errorf("unavailable %v in %s, want []", st.Unavailable, r.body)
+		}
+		wantSections(t, raw, st.Unavailable)
+		if len(st.Classes) != len(sms.Classes) {
+			t.Errorf("classes %v", st.Classes)
+		}
+	})
 }
 
 // TestStatsQueueDownLeavesOutClassesOnly: the queue's figures failing
@@ -543,16 +523,7 @@ func TestStatsQueueDownLeavesOutClassesOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	app.srv.Store.Queue = failingStatsQueue{app.srv.Store.Queue} // before Start: no handler runs yet
-	if err := app.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := app.Stop(ctx); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	})
+	startApp(t, app)
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
 	h := &harness{t: t, app: app, sim: s, base: "http://" + app.Addr(), cfg: cfg, client: &http.Client{Transport: tr, Timeout: 20 * time.Second}}
@@ -573,4 +544,274 @@ type failingStatsQueue struct{ queue.Queue }
 
 func (failingStatsQueue) Stats(context.Context) (map[sms.Class]queue.ClassStats, error) {
 	return nil, fmt.Errorf("read queue figures: %w", syscall.EIO)
+}
+
+// TestEveryEndpointRedisDown: with Redis stopped, every endpoint that
+// needs it answers 503 with Retry-After, never a 500.
+// The OTP fast path keeps its local fallback, so it may also answer 200.
+// GET /v1/admin/stats answers 200 with what it could read instead
+// (TestStatsRedisDownAnswersWhatItKnows).
+func TestEveryEndpointRedisDown(t *testing.T) {
+	h, srv := startOwnRedis(t, redistest.ServerOptions{})
+	r := h.post("/v1/messages", keyNotify, msg("transactional"))
+	wantStatus(t, r, http.StatusAccepted)
+	id := accepted(t, r).ID
+	// Its send and the send's acknowledgement are over before Redis goes:
+	// an acknowledgement still owed would be retried until Stop gives up
+	// on it, and the test is about the endpoints, not about that.
+	eventually(t, "the first message sent and acknowledged", func() bool {
+		g := h.get("/v1/messages/"+id, keyNotify)
+		return g.status == http.StatusOK && strings.Contains(string(g.body), `"status":"sent"`)
+	})
+	srv.Stop()
+	batch := map[string]any{"messages": []any{msg("transactional"), msg("transactional")}}
+	invalidBatch := map[string]any{"messages": []any{msg("transactional", "to", "nope")}}
+	for _, tc := range []struct {
+		name  string
+		r     req
+		okToo bool // the OTP fast path may still send
+	}{
+		{"message", req{method: "POST", path: "/v1/messages", key: keyNotify, body: msg("transactional")}, false},
+		{"message with key", req{method: "POST", path: "/v1/messages", key: keyNotify, body: msg("transactional"),
+			header: map[string]string{"Idempotency-Key": "outage-1"}}, false},
+		{"batch", req{method: "POST", path: "/v1/messages/batch", key: keyNotify, body: batch}, false},
+		{"batch with key", req{method: "POST", path: "/v1/messages/batch", key: keyNotify, body: batch,
+			header: map[string]string{"Idempotency-Key": "outage-2"}}, false},
+		{"invalid batch with key", req{method: "POST", path: "/v1/messages/batch", key: keyNotify, body: invalidBatch,
+			header: map[string]string{"Idempotency-Key": "outage-3"}}, false},
+		{"get message", req{method: "GET", path: "/v1/messages/" + id, key: keyNotify}, false},
+		{"get unknown message", req{method: "GET", path: "/v1/messages/" + sms.NewID(time.Now()), key: keyNotify}, false},
+		{"otp", req{method: "POST", path: "/v1/otp", key: keyLogin, body: otpBody("deadline_ms", 2000)}, true},
+		{"otp with key", req{method: "POST", path: "/v1/otp", key: keyLogin, body: otpBody("deadline_ms", 2000),
+			header: map[string]string{"Idempotency-Key": "outage-4"}}, false},
+		{"admin history", req{method: "GET", path: "/v1/admin/history", key: keyAdmin}, true},
+		{"admin message", req{method: "GET", path: "/v1/admin/messages/" + id, key: keyAdmin}, false},
+		{"admin pause", req{method: "POST", path: "/v1/admin/pause", key: keyAdmin, body: map[string]any{"duration_seconds": 5}}, false},
+		{"admin resume", req{method: "POST", path: "/v1/admin/resume", key: keyAdmin}, false},
+		{"admin dead letters", req{method: "GET", path: "/v1/admin/dead-letters", key: keyAdmin}, false},
+		{"admin retry", req{method: "POST", path: "/v1/admin/dead-letters/" + id + "/retry", key: keyAdmin}, false},
+		{"readyz", req{method: "GET", path: "/readyz"}, false},
+		{"admin add suppression", req{method: "POST", path: "/v1/admin/suppressions", key: keyAdmin, body: map[string]any{"to": "+819012345678"}}, false},
+		{"admin remove suppression", req{method: "DELETE", path: "/v1/admin/suppressions/+819012345678", key: keyAdmin}, false},
+		{"admin list suppressions", req{method: "GET", path: "/v1/admin/suppressions", key: keyAdmin}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := h.with(t).do(tc.r)
+			if tc.okToo && r.status < 300 {
+				return
+			}
+			if r.status != http.StatusServiceUnavailable {
+				t.Fatalf("status %d, want 503; body %s", r.status, r.body)
+			}
+			ra, err := strconv.Atoi(r.header.Get("Retry-After"))
+			if err != nil || ra < 1 {
+				t.Errorf("Retry-After %q, want whole seconds >= 1", r.header.Get("Retry-After"))
+			}
+			p := r.problem(t)
+			// only a refused message may say nothing was queued; an admin
+			// change may have been applied.
+			if d, _ := p["detail"].(string); strings.HasPrefix(tc.r.path, "/v1/admin/") && strings.Contains(d, "queued") {
+				t.Errorf("admin answer %q speaks of queueing", d)
+			}
+		})
+	}
+	wantStatus(t, h.get("/healthz", ""), http.StatusOK)
+}
+
+// TestMessageRedisSlow: a Redis that stops answering (CLIENT PAUSE) makes
+// POST /v1/messages answer 503 with Retry-After once redis.timeout passes.
+func TestMessageRedisSlow(t *testing.T) {
+	h, srv := startOwnRedis(t, redistest.ServerOptions{})
+	wantStatus(t, h.post("/v1/messages", keyNotify, msg("transactional")), http.StatusAccepted)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer func() { _ = c.Close() }()
+	if err := c.Do(t.Context(), "CLIENT", "PAUSE", "4000", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := h.post("/v1/messages", keyNotify, msg("transactional"), "Idempotency-Key", "slow-1")
+	wantStatus(t, r, http.StatusServiceUnavailable)
+	if r.header.Get("Retry-After") == "" {
+		t.Error("503 without Retry-After")
+	}
+	if err := c.Do(t.Context(), "CLIENT", "UNPAUSE").Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMessageStoredAfterTimeout: Redis stops answering (DEBUG SLEEP: the
+// whole server stalls) after the enqueue script went out; the gateway
+// gives up at redis.timeout, and Redis runs the script when it wakes, so
+// the message is stored and will be sent. The 503 must not say "nothing
+// was queued" (a producer retrying without a key would send it twice): it
+// says the message may be queued and names the id it has, and a retry
+// with the same Idempotency-Key answers that message. A write go-redis
+// had to open a connection for never went out (the connection's handshake
+// timed out first): then nothing is stored, and the keyed retry stores it
+// once. Either way the provider sees each message once.
+func TestMessageStoredAfterTimeout(t *testing.T) {
+	h, srv := startOwnRedis(t, redistest.ServerOptions{Args: []string{"--enable-debug-command", "local"}})
+	first := accepted(t, h.post("/v1/messages", keyNotify, msg("transactional"))).ID
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 10 * time.Second})
+	defer func() { _ = c.Close() }()
+	probe := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ReadTimeout: 100 * time.Millisecond})
+	defer func() { _ = probe.Close() }()
+	if err := probe.Ping(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	storedAfter, want := 0, 1 // the first message; each keyed iteration adds one, an unkeyed one if stored
+	for _, key := range []string{"stall-1", ""} {
+		// idle connections in the gateway's pool, so that the write goes
+		// out on one instead of waiting for a new one's handshake.
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() { h.get("/v1/messages/"+first, keyNotify) })
+		}
+		wg.Wait()
+		slept := make(chan error, 1)
+		go func() { slept <- c.Do(context.Background(), "DEBUG", "SLEEP", "2").Err() }()
+		eventually(t, "Redis to stall", func() bool { return probe.Ping(t.Context()).Err() != nil })
+		var header []string
+		if key != "" {
+			header = []string{"Idempotency-Key", key}
+		}
+		r := h.post("/v1/messages", keyNotify, msg("transactional"), header...)
+		wantStatus(t, r, http.StatusServiceUnavailable)
+		var p struct {
+			Detail string `json:"detail"`
+			ID     string `json:"id"`
+		}
+		if err := json.Unmarshal(r.body, &p); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(p.Detail, "may be queued") || !sms.ValidID(p.ID) || r.header.Get("Retry-After") == "" {
+			t.Fatalf("503 for an unconfirmed write: detail %q, id %q, Retry-After %q; want 'may be queued', the message id and a Retry-After",
+				p.Detail, p.ID, r.header.Get("Retry-After"))
+		}
+		if err := <-slept; err != nil {
+			t.Fatal(err)
+		}
+		// Redis ran what reached it as it woke, before this GET.
+		stored := h.get("/v1/messages/"+p.ID, keyNotify).status == http.StatusOK
+		if stored {
+			storedAfter++
+			if key == "" {
+				want++
+			}
+			eventually(t, "the message Redis stored after the answer to be sent", func() bool {
+				g := h.get("/v1/messages/"+p.ID, keyNotify)
+				return g.status == http.StatusOK && strings.Contains(string(g.body), `"status":"sent"`)
+			})
+		}
+		if key == "" {
+			continue
+		}
+		want++
+		again := h.post("/v1/messages", keyNotify, msg("transactional"), header...)
+		wantStatus(t, again, http.StatusAccepted)
+		if got := accepted(t, again).ID; stored && got != p.ID {
+			t.Errorf("the keyed retry answered %s, want the id the 503 named, %s", got, p.ID)
+		}
+	}
+	t.Logf("%d of 2 writes reached Redis during the stall and were stored after the 503", storedAfter)
+	eventually(t, "every stored message sent", func() bool { return h.sim.Stats().Accepted == want })
+	if st := h.sim.Stats(); st.Duplicates != 0 {
+		t.Errorf("the provider saw %d duplicates", st.Duplicates)
+	}
+}
+
+// TestOTPSentDuringOutageRecordedAfter: with Redis down the fast path
+// still sends OTPs at the fallback rate, but their sent records cannot be
+// stored then. They are written once Redis is back, so the OTP has a
+// status like any message (before, the one write failed and GET answered
+// 404 for good, and its receipt and callbacks were lost).
+func TestOTPSentDuringOutageRecordedAfter(t *testing.T) {
+	h, srv := startOwnRedis(t, redistest.ServerOptions{})
+	wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK) // Redis up: the limiter is shared
+	srv.Stop()
+	var id string
+	eventually(t, "an OTP sent at the fallback rate", func() bool {
+		r := h.post("/v1/otp", keyLogin, otpBody("to", "+819012340001", "deadline_ms", 2000))
+		if r.status != http.StatusOK {
+			return false
+		}
+		var sent httpapi.OTPSent
+		if err := json.Unmarshal(r.body, &sent); err != nil {
+			t.Fatal(err)
+		}
+		id = sent.ID
+		return true
+	})
+	const failed, retried = "smsgw_api_otp_record_failures_total", "smsgw_api_otp_record_retries_total"
+	eventually(t, "a write of the OTP's record to fail and be put off", func() bool {
+		return metricValues(h.metrics(), retried)[retried] >= 1
+	})
+	if g := h.get("/v1/messages/"+id, keyLogin); g.status == http.StatusOK {
+		t.Fatalf("the OTP's record was stored while Redis was down: %s", g.body)
+	}
+	srv.Start()
+	eventually(t, "the OTP's record stored once Redis is back", func() bool {
+		g := h.get("/v1/messages/"+id, keyLogin)
+		return g.status == http.StatusOK && strings.Contains(string(g.body), `"status":"sent"`)
+	})
+	if v := metricValues(h.metrics(), failed, retried); v[failed] != 0 || v[retried] < 1 {
+		t.Errorf("OTP records given up %v, retried %v; want none given up, at least one retried", v[failed], v[retried])
+	}
+}
+
+// startOwnRedis starts the gateway in Redis mode on a Redis of its own
+// (started with opts, to stop, stall or kill), with redis.timeout 200 ms.
+func startOwnRedis(t *testing.T, opts redistest.ServerOptions) (*harness, *redistest.Server) {
+	t.Helper()
+	srv := redistest.StartServer(t, opts)
+	s := newSim(t, sim.Config{})
+	cfg := testConfig(t, redisMode, s.URL())
+	cfg.Redis.Addr = srv.Addr
+	cfg.Redis.Timeout = 200 * time.Millisecond
+	return startWith(t, cfg, s), srv
+}
+
+// TestEnqueueWithStoreDownIs503: a POST while Redis does not answer (an
+// outage, a Cluster master dead before its replica is promoted) is a 503
+// with Retry-After, never a 500. It was a 500: the store's network error
+// was not recognised as a dependency that is down.
+func TestEnqueueWithStoreDownIs503(t *testing.T) {
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	h := start(t, redisMode, func(c *config.Config) { c.Redis.Addr = srv.Addr })
+	srv.Kill()
+	for _, path := range []string{"/v1/messages", "/v1/messages/batch"} {
+		body := msg("transactional")
+		if path == "/v1/messages/batch" {
+			body = map[string]any{"messages": []any{msg("transactional")}}
+		}
+		r := h.post(path, keyNotify, body)
+		if path == "/v1/messages/batch" && r.status == http.StatusMultiStatus {
+			continue // per item; the item's own status is checked by the batch tests
+		}
+		wantStatus(t, r, http.StatusServiceUnavailable)
+		if r.header.Get("Retry-After") == "" {
+			t.Errorf("%s: 503 without Retry-After", path)
+		}
+		if p := r.problem(t); p["type"] != httpapi.ProblemTypeBase+"unavailable" {
+			t.Errorf("%s: problem %v", path, p)
+		}
+	}
+}
+
+// With redis.wait_replicas and no replica to confirm, a POST is a 503 with
+// Retry-After (the message may be stored; the producer retries).
+func TestEnqueueNotReplicatedIs503(t *testing.T) {
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	h := start(t, redisMode, func(c *config.Config) { c.Redis.Addr, c.Redis.WaitReplicas = srv.Addr, 1 })
+	r := h.post("/v1/messages", keyNotify, msg("transactional"))
+	wantStatus(t, r, http.StatusServiceUnavailable)
+	if r.header.Get("Retry-After") == "" {
+		t.Error("503 without Retry-After")
+	}
+	p := r.problem(t)
+	if d, _ := p["detail"].(string); !strings.Contains(d, "may be queued") {
+		t.Errorf("detail %q, want it to say the message may be queued", d)
+	}
+	if id, _ := p["id"].(string); !sms.ValidID(id) {
+		t.Errorf("id %q, want the id the message has if it was stored", id)
+	}
 }

@@ -60,7 +60,7 @@ var allowed = map[string][]string{
 	// Admission policy: whether a message may be accepted, and the
 	// decorators the send loop is handed (the operator pause, opt-outs).
 	// It speaks no HTTP: its refusals are rejections the API maps.
-	"internal/admission": {"internal/config", "internal/dispatch", "internal/limiter", "internal/queue", "internal/sms",
+	"internal/admission": {"internal/config", "internal/dispatch", "internal/limiter", "internal/metricdef", "internal/queue", "internal/sms",
 		"internal/state", "internal/tick"},
 
 	// What operators read: live stats, metrics, the send history recorder.

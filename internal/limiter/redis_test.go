@@ -207,6 +207,18 @@ func rel(m map[string]keyState, base int64) map[string]string {
 
 // limiters returns a fresh Local, Redis and Shared limiter for cfg: the
 // properties below must hold for each.
+// eachLimiter runs fn as a parallel subtest for each of limiters(t, cfg),
+// named after it.
+func eachLimiter(t *testing.T, cfg Config, fn func(t *testing.T, l Limiter)) {
+	t.Helper()
+	for name, l := range limiters(t, cfg) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			fn(t, l)
+		})
+	}
+}
+
 func limiters(t *testing.T, cfg Config) map[string]Limiter {
 	t.Helper()
 	l, err := NewLocal(cfg)
@@ -241,23 +253,20 @@ func TestIdleDoesNotBankCredit(t *testing.T) {
 func TestMarketingCapAndOTPHeadroom(t *testing.T) {
 	t.Parallel()
 	cfg := Config{Global: Rate{PerSecond: 10, Burst: 6}, Classes: map[string]Rate{"marketing": {PerSecond: 2, Burst: 2}}}
-	for name, l := range limiters(t, cfg) {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			mkt, denied := reserveN(t, l, Request{Class: "marketing", Cost: 1}, 6)
-			if mkt != 2 {
-				t.Fatalf("marketing got %d at once, want its cap's burst 2 (the global key had room for 6)", mkt)
-			}
-			// The class's own interval (500 ms) sets the wait, minus the
-			// little time the calls took.
-			if denied.RetryAfter <= 300*time.Millisecond || denied.RetryAfter > 500*time.Millisecond {
-				t.Fatalf("marketing denied with retry after %s, want about 500ms", denied.RetryAfter)
-			}
-			if otp, _ := reserveN(t, l, Request{Class: "otp", Cost: 1}, 6); otp != 4 {
-				t.Fatalf("OTP got %d while marketing was saturated, want the 4 left of the global burst", otp)
-			}
-		})
-	}
+	eachLimiter(t, cfg, func(t *testing.T, l Limiter) {
+		mkt, denied := reserveN(t, l, Request{Class: "marketing", Cost: 1}, 6)
+		if mkt != 2 {
+			t.Fatalf("marketing got %d at once, want its cap's burst 2 (the global key had room for 6)", mkt)
+		}
+		// The class's own interval (500 ms) sets the wait, minus the
+		// little time the calls took.
+		if denied.RetryAfter <= 300*time.Millisecond || denied.RetryAfter > 500*time.Millisecond {
+			t.Fatalf("marketing denied with retry after %s, want about 500ms", denied.RetryAfter)
+		}
+		if otp, _ := reserveN(t, l, Request{Class: "otp", Cost: 1}, 6); otp != 4 {
+			t.Fatalf("OTP got %d while marketing was saturated, want the 4 left of the global burst", otp)
+		}
+	})
 }
 
 // TestSpareKeepsRoomForOTP: a request with Spare 1 (a bulk class) may not
@@ -267,35 +276,32 @@ func TestMarketingCapAndOTPHeadroom(t *testing.T) {
 func TestSpareKeepsRoomForOTP(t *testing.T) {
 	t.Parallel()
 	cfg := Config{Global: Rate{PerSecond: 10, Burst: 5}, Classes: map[string]Rate{"marketing": {PerSecond: 5, Burst: 5}}}
-	for name, l := range limiters(t, cfg) {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			reserve := func(class string, cost, spare int) Decision {
-				t.Helper()
-				d, err := l.Reserve(bg, Request{Class: class, Cost: cost, Spare: spare})
-				if err != nil {
-					t.Fatal(err)
-				}
-				return d
+	eachLimiter(t, cfg, func(t *testing.T, l Limiter) {
+		reserve := func(class string, cost, spare int) Decision {
+			t.Helper()
+			d, err := l.Reserve(bg, Request{Class: class, Cost: cost, Spare: spare})
+			if err != nil {
+				t.Fatal(err)
 			}
-			if d := reserve("marketing", 4, 1); !d.Allowed || d.Delay != 0 {
-				t.Fatalf("4 marketing units on an idle key with one spare: %+v", d)
-			}
-			// The global key (100 ms a unit) is 400 ms ahead: one more
-			// unit would leave no room for an OTP.
-			d := reserve("marketing", 1, 1)
-			if d.Allowed || d.RetryAfter <= 50*time.Millisecond || d.RetryAfter > 100*time.Millisecond {
-				t.Fatalf("a 5th marketing unit with one spare: %+v, want denied for about 100ms", d)
-			}
-			time.Sleep(d.RetryAfter)
-			if d := reserve("marketing", 1, 1); !d.Allowed {
-				t.Fatalf("after its retry-after the same request: %+v, want granted", d)
-			}
-			if d := reserve("otp", 1, 0); !d.Allowed || d.Delay != 0 {
-				t.Fatalf("OTP after marketing took what it may: %+v, want granted at once", d)
-			}
-		})
-	}
+			return d
+		}
+		if d := reserve("marketing", 4, 1); !d.Allowed || d.Delay != 0 {
+			t.Fatalf("4 marketing units on an idle key with one spare: %+v", d)
+		}
+		// The global key (100 ms a unit) is 400 ms ahead: one more
+		// unit would leave no room for an OTP.
+		d := reserve("marketing", 1, 1)
+		if d.Allowed || d.RetryAfter <= 50*time.Millisecond || d.RetryAfter > 100*time.Millisecond {
+			t.Fatalf("a 5th marketing unit with one spare: %+v, want denied for about 100ms", d)
+		}
+		time.Sleep(d.RetryAfter)
+		if d := reserve("marketing", 1, 1); !d.Allowed {
+			t.Fatalf("after its retry-after the same request: %+v, want granted", d)
+		}
+		if d := reserve("otp", 1, 0); !d.Allowed || d.Delay != 0 {
+			t.Fatalf("OTP after marketing took what it may: %+v, want granted at once", d)
+		}
+	})
 	for name, l := range limiters(t, cfg) {
 		t.Run(name+"/whole burst", func(t *testing.T) {
 			t.Parallel()
@@ -310,34 +316,31 @@ func TestSpareKeepsRoomForOTP(t *testing.T) {
 func TestCostConsumesN(t *testing.T) {
 	t.Parallel()
 	cfg := Config{Global: Rate{PerSecond: 1, Burst: 5}, Classes: map[string]Rate{"marketing": {PerSecond: 1, Burst: 4}}}
-	for name, l := range limiters(t, cfg) {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			if d, err := l.Reserve(bg, Request{Class: "marketing", Cost: 3}); err != nil || !d.Allowed {
-				t.Fatalf("cost 3: %+v %v", d, err)
-			}
-			if d, _ := l.Reserve(bg, Request{Class: "marketing", Cost: 2}); d.Allowed {
-				t.Fatal("cost 2 passed a class burst 4 after cost 3")
-			}
-			if d, _ := l.Reserve(bg, Request{Class: "otp", Cost: 2}); !d.Allowed {
-				t.Fatal("cost 2 denied with 2 of the global burst 5 left")
-			}
-			if d, _ := l.Reserve(bg, Request{Class: "otp", Cost: 1}); d.Allowed {
-				t.Fatal("a unit passed after costs 3 + 2 used the global burst 5")
-			}
-			st, err := l.State(bg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			// global: 5 units at 1/s → about 5 s ahead; marketing: 3 s.
-			if g := st.Keys[0].Ahead; g < 4500*time.Millisecond || g > 5*time.Second {
-				t.Errorf("global %s ahead, want about 5s", g)
-			}
-			if m := st.Keys[1].Ahead; st.Keys[1].Name != "marketing" || m < 2500*time.Millisecond || m > 3*time.Second {
-				t.Errorf("marketing %+v, want about 3s ahead", st.Keys[1])
-			}
-		})
-	}
+	eachLimiter(t, cfg, func(t *testing.T, l Limiter) {
+		if d, err := l.Reserve(bg, Request{Class: "marketing", Cost: 3}); err != nil || !d.Allowed {
+			t.Fatalf("cost 3: %+v %v", d, err)
+		}
+		if d, _ := l.Reserve(bg, Request{Class: "marketing", Cost: 2}); d.Allowed {
+			t.Fatal("cost 2 passed a class burst 4 after cost 3")
+		}
+		if d, _ := l.Reserve(bg, Request{Class: "otp", Cost: 2}); !d.Allowed {
+			t.Fatal("cost 2 denied with 2 of the global burst 5 left")
+		}
+		if d, _ := l.Reserve(bg, Request{Class: "otp", Cost: 1}); d.Allowed {
+			t.Fatal("a unit passed after costs 3 + 2 used the global burst 5")
+		}
+		st, err := l.State(bg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// global: 5 units at 1/s → about 5 s ahead; marketing: 3 s.
+		if g := st.Keys[0].Ahead; g < 4500*time.Millisecond || g > 5*time.Second {
+			t.Errorf("global %s ahead, want about 5s", g)
+		}
+		if m := st.Keys[1].Ahead; st.Keys[1].Name != "marketing" || m < 2500*time.Millisecond || m > 3*time.Second {
+			t.Errorf("marketing %+v, want about 3s ahead", st.Keys[1])
+		}
+	})
 }
 
 // TestCostExceedsBurst: a cost above a key's burst is an error, never a
@@ -345,23 +348,20 @@ func TestCostConsumesN(t *testing.T) {
 func TestCostExceedsBurst(t *testing.T) {
 	t.Parallel()
 	cfg := Config{Global: Rate{PerSecond: 10, Burst: 4}, Classes: map[string]Rate{"marketing": {PerSecond: 10, Burst: 2}}}
-	for name, l := range limiters(t, cfg) {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			for _, req := range []Request{{Cost: 5, MaxWait: time.Hour}, {Class: "marketing", Cost: 3, MaxWait: time.Hour}} {
-				d, err := l.Reserve(bg, req)
-				if !errors.Is(err, ErrCostExceedsBurst) {
-					t.Fatalf("%+v: got %+v, %v; want ErrCostExceedsBurst", req, d, err)
-				}
+	eachLimiter(t, cfg, func(t *testing.T, l Limiter) {
+		for _, req := range []Request{{Cost: 5, MaxWait: time.Hour}, {Class: "marketing", Cost: 3, MaxWait: time.Hour}} {
+			d, err := l.Reserve(bg, req)
+			if !errors.Is(err, ErrCostExceedsBurst) {
+				t.Fatalf("%+v: got %+v, %v; want ErrCostExceedsBurst", req, d, err)
 			}
-			st, _ := l.State(bg)
-			for _, k := range st.Keys {
-				if k.Ahead != 0 {
-					t.Errorf("a refused cost moved %s %s ahead", k.Name, k.Ahead)
-				}
+		}
+		st, _ := l.State(bg)
+		for _, k := range st.Keys {
+			if k.Ahead != 0 {
+				t.Errorf("a refused cost moved %s %s ahead", k.Name, k.Ahead)
 			}
-		})
-	}
+		}
+	})
 }
 
 // TestPauseSeenByOtherClientAndNeverShortened: a pause set through one

@@ -110,6 +110,17 @@ type sharedFixture struct {
 	account string
 }
 
+// sharedReplicas starts a Redis server of its own and returns it, the
+// configuration (100/s, burst 5) and a function that starts one more
+// replica's Shared limiter (2 senders) of one account on it.
+func sharedReplicas(t *testing.T) (*redistest.Server, Config, func() *Shared) {
+	t.Helper()
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	cfg := Config{Global: Rate{PerSecond: 100, Burst: 5}}
+	account := redistest.Prefix(t)
+	return srv, cfg, func() *Shared { return newShared(t, srv, account, cfg, 2).shared }
+}
+
 // newShared returns a Shared limiter on a private redis-server (to kill).
 func newShared(t *testing.T, srv *redistest.Server, account string, cfg Config, maxSenders int) *sharedFixture {
 	t.Helper()
@@ -244,11 +255,8 @@ func TestSharedRetriesRedisAtMostOncePerSecond(t *testing.T) {
 // back empty.
 func TestSharedPauseHoldsWhenRedisDies(t *testing.T) {
 	t.Parallel()
-	srv := redistest.StartServer(t, redistest.ServerOptions{})
-	cfg := Config{Global: Rate{PerSecond: 100, Burst: 5}}
-	account := redistest.Prefix(t)
-	a := newShared(t, srv, account, cfg, 2).shared
-	b := newShared(t, srv, account, cfg, 2).shared
+	srv, _, replica := sharedReplicas(t)
+	a, b := replica(), replica()
 	if err := a.Pause(bg, 4*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -320,17 +328,15 @@ func TestSharedState(t *testing.T) {
 // TestResume: an operator's resume ends the pause here and on Redis.
 func TestResume(t *testing.T) {
 	t.Parallel()
-	srv := redistest.StartServer(t, redistest.ServerOptions{})
-	cfg := Config{Global: Rate{PerSecond: 100, Burst: 5}}
-	account := redistest.Prefix(t)
-	a := newShared(t, srv, account, cfg, 2).shared
+	_, cfg, replica := sharedReplicas(t)
+	a := replica()
 	if err := a.Pause(bg, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.Resume(bg); err != nil {
 		t.Fatal(err)
 	}
-	fresh := newShared(t, srv, account, cfg, 2).shared
+	fresh := replica()
 	for name, s := range map[string]*Shared{"resumed": a, "fresh replica": fresh} {
 		if d, err := s.Reserve(bg, Request{Cost: 1}); err != nil || !d.Allowed {
 			t.Fatalf("%s after resume: %+v %v", name, d, err)

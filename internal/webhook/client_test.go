@@ -94,29 +94,23 @@ func TestClientRedirects(t *testing.T) {
 	defer srv.Close()
 	c := NewClient(2*time.Second, []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})
 	defer c.CloseIdleConnections()
-	resp, err := post(t, c, srv.URL+"/away")
-	if err != nil {
-		t.Fatal(err)
+	status := func(path string) int {
+		t.Helper()
+		resp, err := post(t, c, srv.URL+path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode
 	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusTemporaryRedirect || other.Load() != 0 {
-		t.Fatalf("redirect to another host: status %d, other host hit %d times", resp.StatusCode, other.Load())
+	if code := status("/away"); code != http.StatusTemporaryRedirect || other.Load() != 0 {
+		t.Fatalf("redirect to another host: status %d, other host hit %d times", code, other.Load())
 	}
-	resp, err = post(t, c, srv.URL+"/here")
-	if err != nil {
-		t.Fatal(err)
+	if code := status("/here"); code != http.StatusNoContent {
+		t.Fatalf("same-host redirect: status %d, want 204", code)
 	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		t.Fatalf("same-host redirect: status %d, want 204", resp.StatusCode)
-	}
-	resp, err = post(t, c, srv.URL+"/found")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusFound {
-		t.Fatalf("a 302 (which turns the POST into a GET) was followed: status %d, want the 302 itself", resp.StatusCode)
+	if code := status("/found"); code != http.StatusFound {
+		t.Fatalf("a 302 (which turns the POST into a GET) was followed: status %d, want the 302 itself", code)
 	}
 }
 

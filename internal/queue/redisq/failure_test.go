@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
+	"smsgw/internal/logtest"
 	"smsgw/internal/queue"
 	"smsgw/internal/redistest"
 	"smsgw/internal/sms"
@@ -362,5 +365,35 @@ func TestDataLossDetected(t *testing.T) {
 	recoverNow(b)
 	if lost(a) != 1 || lost(b) != 1 {
 		t.Errorf("losses counted again with the data in place: a %v, b %v", lost(a), lost(b))
+	}
+}
+
+func TestCheckPersistence(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		opts     redistest.ServerOptions
+		want     bool
+		wantWarn bool
+	}{
+		{"aof on", redistest.ServerOptions{AppendOnly: true}, true, false},
+		{"aof off", redistest.ServerOptions{}, false, true},
+		{"aof on, CONFIG disabled", redistest.ServerOptions{AppendOnly: true, Args: []string{"--rename-command", "CONFIG", ""}}, true, false},
+		{"aof off, CONFIG disabled", redistest.ServerOptions{Args: []string{"--rename-command", "CONFIG", ""}}, false, true},
+		{"aof on, appendfsync no", redistest.ServerOptions{AppendOnly: true, Args: []string{"--appendfsync", "no"}}, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.StartServer(t, tc.opts)
+			var logs logtest.Buffer
+			q := openWith(t, Config{Client: newClient(t, srv.Addr), Account: "a", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			got, err := q.CheckPersistence(t.Context())
+			if err != nil || got != tc.want {
+				t.Fatalf("CheckPersistence = %v, %v: want %v", got, err, tc.want)
+			}
+			if warned := strings.Contains(logs.String(), "level=WARN"); warned != tc.wantWarn {
+				t.Fatalf("warned %v, want %v; logs:\n%s", warned, tc.wantWarn, logs.String())
+			}
+		})
 	}
 }
