@@ -49,7 +49,9 @@ func TestUsageThroughHTTP(t *testing.T) {
 				}
 				return true
 			})
-			sent := func(n, u int64) map[string]usageapi.Counts { return map[string]usageapi.Counts{"sent": {Messages: n, Units: u}} }
+			sent := func(n, u int64) map[string]usageapi.Counts {
+				return map[string]usageapi.Counts{"sent": {Messages: n, Units: u}}
+			}
 			notify := []usageapi.Row{
 				{Day: today, Producer: "notify", Class: "transactional", Country: "JP", Accepted: usageapi.Counts{Messages: 2, Units: 2}, Final: sent(2, 2)},
 				{Day: today, Producer: "notify", Class: "marketing", Country: "FR", Accepted: usageapi.Counts{Messages: 1, Units: 2}, Final: sent(1, 2)},
@@ -119,4 +121,3 @@ func wantRows(t *testing.T, what string, got, want []usageapi.Row) {
 		}
 	}
 }
-

@@ -23,7 +23,7 @@ const (
 	// authFailV6Bits is the IPv6 prefix that counts as one client: the
 	// /64 a host or a home network gets (RFC 6177, RFC 7421).
 	authFailV6Bits   = 64
-	Burst    = 10
+	Burst            = 10
 	authFailInterval = time.Second
 	authFailMaxAddrs = 10_000
 	// authLogEvery is the most often a failed authentication is logged
