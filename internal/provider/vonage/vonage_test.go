@@ -117,6 +117,20 @@ func newProvider(t *testing.T, baseURL string, timeout time.Duration) *vonage.Pr
 	return p
 }
 
+// statusServer is a provider whose vendor answers each send with the next
+// status written to the returned channel, errorText its error-text.
+func statusServer(t *testing.T, errorText string) (*vonage.Provider, chan<- string) {
+	t.Helper()
+	status := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeStatus(w, <-status, "", errorText)
+	}))
+	t.Cleanup(srv.Close)
+	p := newProvider(t, srv.URL, 0)
+	t.Cleanup(p.CloseIdleConnections)
+	return p, status
+}
+
 func TestConformance(t *testing.T) {
 	providertest.Run(t, providertest.Harness{
 		Decode:  decode,
@@ -144,13 +158,7 @@ func TestStatusTable(t *testing.T) {
 		"5": provider.ReasonUnavailable,
 		"8": provider.ReasonSuspended, "9": provider.ReasonSuspended,
 	}
-	status := make(chan string, 1)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeStatus(w, <-status, "", "x")
-	}))
-	defer srv.Close()
-	p := newProvider(t, srv.URL, 0)
-	defer p.CloseIdleConnections()
+	p, status := statusServer(t, "x")
 	for st, reason := range want {
 		status <- st
 		_, err := p.Send(context.Background(), &provider.Request{ID: sms.NewID(time.Now()), To: "+819012345678", Body: "x"})
@@ -752,6 +760,30 @@ func TestReceiptTemporaryCodes(t *testing.T) {
 	for _, code := range []string{"1", "3", "6", "99"} {
 		if rc, err := parse(ps(code)); err != nil || rc.Status != sms.StatusUndelivered || rc.ErrorCode != code {
 			t.Errorf("err-code %s: %+v, %v; want undelivered with the code", code, rc, err)
+		}
+	}
+}
+
+// TestAnswerScopes: status 1 ("Throughput Rate Exceeded", a US number over
+// 1/s) is the sender's throttle; 23 (our callback URL refused) is our
+// setup, the account's; a bad number is the message's.
+func TestAnswerScopes(t *testing.T) {
+	t.Parallel()
+	want := map[string]struct {
+		reason provider.Reason
+		scope  provider.Scope
+	}{
+		"1":  {provider.ReasonThrottled, provider.ScopeSender},
+		"23": {provider.ReasonSetup, provider.ScopeAccount},
+		"8":  {provider.ReasonSuspended, provider.ScopeAccount},
+		"3":  {provider.ReasonRejected, provider.ScopeMessage},
+	}
+	p, status := statusServer(t, "Throughput Rate Exceeded - please wait [ 978 ] and retry")
+	for st, w := range want {
+		status <- st
+		_, err := p.Send(context.Background(), &provider.Request{ID: sms.NewID(time.Now()), To: "+819012345678", From: "Mkt1", Body: "x"})
+		if pe := provider.AsError(err); pe == nil || pe.Reason != w.reason || pe.ScopeOf() != w.scope {
+			t.Errorf("status %s: got %+v, want %s of scope %s", st, pe, w.reason, w.scope)
 		}
 	}
 }
