@@ -988,32 +988,51 @@ func (f *fakeTwilio) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = fmt.Fprintf(w, `{"sid":%q,"status":"queued"}`, sid)
 }
 
+// The fake Twilio account twilioSent sends through (its token is
+// twilioToken) and the public URL its receipts come to.
+const (
+	twilioAccount    = "AC0123456789abcdef0123456789abcdef"
+	twilioReceiptURL = "https://sms.example.com/v1/receipts/twilio"
+)
+
+// twilioSent starts a gateway on a fake Twilio whose receipts come to
+// twilioReceiptURL (edit, when not nil, changes its configuration further),
+// sends one message and waits until it is sent; it returns the message and
+// the StatusCallback its send asked for.
+func twilioSent(t *testing.T, edit func(*config.Config)) (*harness, httpapi.MessageView, string) {
+	t.Helper()
+	fake := &fakeTwilio{callbacks: map[string]string{}}
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	h := start(t, embeddedMode, func(c *config.Config) {
+		c.Provider.Kind = "twilio"
+		c.Provider.HTTP.URL = srv.URL
+		c.Provider.ReceiptURL = twilioReceiptURL
+		c.Provider.Twilio = twilio.Settings{AccountSID: twilioAccount, AuthToken: twilioToken, From: "+15005550006"}
+		if edit != nil {
+			edit(c)
+		}
+	})
+	v := h.sendAndWait(t)
+	fake.mu.Lock()
+	callback := fake.callbacks[v.ProviderMessageID]
+	fake.mu.Unlock()
+	return h, v, callback
+}
+
 // TestTwilioReceipts: behind a proxy (Twilio calls the public
 // provider.receipt_url, the gateway sees another host), each send asks for
 // a StatusCallback carrying our id, and a StatusCallback signed over the
 // public URL moves the message; one signed over the URL the gateway sees,
 // or with another token, is 401.
 func TestTwilioReceipts(t *testing.T) {
-	const token = "twilio-auth-token-0123"
-	const public = "https://sms.example.com/v1/receipts/twilio"
-	fake := &fakeTwilio{callbacks: map[string]string{}}
-	srv := httptest.NewServer(fake)
-	defer srv.Close()
-	h := start(t, embeddedMode, func(c *config.Config) {
-		c.Provider.Kind = "twilio"
-		c.Provider.HTTP.URL = srv.URL
-		c.Provider.ReceiptURL = public
-		c.Provider.Twilio = twilio.Settings{AccountSID: "AC0123456789abcdef0123456789abcdef", AuthToken: token, From: "+15005550006"}
-	})
-	v := h.sendAndWait(t)
-	fake.mu.Lock()
-	callback := fake.callbacks[v.ProviderMessageID]
-	fake.mu.Unlock()
+	const token, public = twilioToken, twilioReceiptURL
+	h, v, callback := twilioSent(t, nil)
 	u, err := url.Parse(callback)
 	if err != nil || u.Query().Get("smsgw_ref") != v.ID || !strings.HasPrefix(callback, public+"?") {
 		t.Fatalf("StatusCallback %q: want %s?smsgw_ref=%s", callback, public, v.ID)
 	}
-	form := url.Values{"MessageSid": {v.ProviderMessageID}, "MessageStatus": {"delivered"}, "AccountSid": {"AC0123456789abcdef0123456789abcdef"}}
+	form := url.Values{"MessageSid": {v.ProviderMessageID}, "MessageStatus": {"delivered"}, "AccountSid": {twilioAccount}}
 	post := func(sig string) reply {
 		return h.do(req{method: http.MethodPost, path: "/v1/receipts/twilio?" + u.RawQuery, body: form.Encode(),
 			header: map[string]string{"Content-Type": "application/x-www-form-urlencoded", twilio.HeaderSignature: sig}})
@@ -1027,6 +1046,45 @@ func TestTwilioReceipts(t *testing.T) {
 	if got := h.status(t, v.ID).Status; got != sms.StatusDelivered {
 		t.Fatalf("after the signed callback: %s, want delivered", got)
 	}
+}
+
+// TestReceiptsPauseASenderOrTheAccount: a Twilio StatusCallback with error
+// 30001 (a sender's queue overflowed) pauses that sender alone, through
+// the same path a send's answer takes, and the account keeps sending; one
+// with 30002 (account suspended) pauses the account. Both are counted for
+// the alerts.
+func TestReceiptsPauseASenderOrTheAccount(t *testing.T) {
+	h, v, callback := twilioSent(t, func(c *config.Config) {
+		c.Limits.Senders = map[string]config.SenderLimits{"+15005550009": {MaxRPS: 1}}
+	})
+	u, err := url.Parse(callback)
+	if err != nil {
+		t.Fatal(err)
+	}
+	receipt := func(code, from string) {
+		t.Helper()
+		form := url.Values{"MessageSid": {v.ProviderMessageID}, "MessageStatus": {"failed"}, "ErrorCode": {code},
+			"From": {from}, "AccountSid": {twilioAccount}}
+		wantStatus(t, h.do(req{method: http.MethodPost, path: "/v1/receipts/twilio?" + u.RawQuery, body: form.Encode(),
+			header: map[string]string{"Content-Type": "application/x-www-form-urlencoded",
+				twilio.HeaderSignature: twilio.Signature(twilioToken, callback, form)}}), http.StatusNoContent)
+	}
+	receipt("30001", "+15005550009")
+	m := metricValues(string(h.get("/metrics", "").body), "smsgw_dispatch_reported_pauses_total", "smsgw_dispatch_sender_pause_remaining_seconds")
+	if m[`smsgw_dispatch_reported_pauses_total{scope="sender"}`] != 1 || m[`smsgw_dispatch_reported_pauses_total{scope="account"}`] != 0 {
+		t.Errorf("after 30001: %v, want one sender pause", m)
+	}
+	if left := m[`smsgw_dispatch_sender_pause_remaining_seconds{sender="+15005550009"}`]; left < twilio.QueueFullPause.Seconds()-60 {
+		t.Errorf("the sender's pause is %v s, want about %v", left, twilio.QueueFullPause.Seconds())
+	}
+	h.sendAndWait(t) // the account's own sender still sends
+	receipt("30002", "+15005550006")
+	m = metricValues(string(h.get("/metrics", "").body), "smsgw_dispatch_reported_pauses_total")
+	if m[`smsgw_dispatch_reported_pauses_total{scope="account"}`] != 1 {
+		t.Errorf("after 30002: %v, want one account pause", m)
+	}
+	// Every send now waits: an OTP is refused at once.
+	wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusServiceUnavailable)
 }
 
 // TestUnknownReceiptsLogSampled: a storm of receipts for no message of ours
