@@ -946,6 +946,25 @@ func newSendNow(t *testing.T, acct account, lim limiter.Limiter, p provider.Prov
 	return d
 }
 
+// sendNowRig is a fresh account on a simulator of 100/s and a fast-path
+// Dispatcher on it, lim its shared limiter.
+type sendNowRig struct {
+	acct account
+	s    *sim.Sim
+	p    provider.Provider
+	lim  limiter.Limiter
+	d    *Dispatcher
+}
+
+func newSendNowRig(t *testing.T, limits limiter.Config) sendNowRig {
+	t.Helper()
+	r := sendNowRig{acct: newAccount(t)}
+	r.s, r.p, _ = startSim(t, sim.Config{Limit: 100})
+	r.lim = r.acct.limiter(t, nil, limits)
+	r.d = newSendNow(t, r.acct, r.lim, r.p)
+	return r
+}
+
 func assertNothingQueued(t *testing.T, d *Dispatcher) {
 	t.Helper()
 	st, err := d.cfg.Queue.Stats(context.Background())
@@ -961,9 +980,8 @@ func assertNothingQueued(t *testing.T, d *Dispatcher) {
 
 func TestSendNowSent(t *testing.T) {
 	t.Parallel()
-	acct := newAccount(t)
-	s, p, _ := startSim(t, sim.Config{Limit: 100})
-	d := newSendNow(t, acct, acct.limiter(t, nil, defaultLimits), p)
+	rig := newSendNowRig(t, defaultLimits)
+	s, d := rig.s, rig.d
 	m := newMsg(sms.ClassOTP)
 	res, err := d.SendNow(context.Background(), m, time.Second)
 	if err != nil {
@@ -987,9 +1005,8 @@ func TestSendNowSent(t *testing.T) {
 // the exact RetryAfter, and nothing reaches the provider.
 func TestSendNowNoSlot(t *testing.T) {
 	t.Parallel()
-	acct := newAccount(t)
-	s, p, _ := startSim(t, sim.Config{Limit: 100})
-	d := newSendNow(t, acct, acct.limiter(t, nil, limiterConfig(1, 1)), p)
+	rig := newSendNowRig(t, limiterConfig(1, 1))
+	s, d := rig.s, rig.d
 	if _, err := d.SendNow(context.Background(), newMsg(sms.ClassOTP), time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -1012,21 +1029,19 @@ func TestSendNowNoSlot(t *testing.T) {
 // reaching the provider.
 func TestSendNowThrottled(t *testing.T) {
 	t.Parallel()
-	acct := newAccount(t)
-	s, p, _ := startSim(t, sim.Config{Limit: 100})
+	rig := newSendNowRig(t, defaultLimits)
+	s, d, lim := rig.s, rig.d, rig.lim
 	throttle := sim.Duration(2 * time.Second)
 	if err := s.Apply(sim.Control{ThrottleAllFor: &throttle}); err != nil {
 		t.Fatal(err)
 	}
-	lim := acct.limiter(t, nil, defaultLimits)
-	d := newSendNow(t, acct, lim, p)
 	_, err := d.SendNow(context.Background(), newMsg(sms.ClassOTP), time.Second)
 	var ns NoSlotError
 	if !errors.As(err, &ns) || ns.Reason != "throttled" || ns.RetryAfter < time.Second {
 		t.Fatalf("SendNow = %v, want NoSlotError{throttled} with the provider's Retry-After", err)
 	}
 	// Another replica (its own Dispatcher, same Redis) is paused too.
-	other := newSendNow(t, acct, acct.limiter(t, nil, defaultLimits), p)
+	other := newSendNow(t, rig.acct, rig.acct.limiter(t, nil, defaultLimits), rig.p)
 	_, err = other.SendNow(context.Background(), newMsg(sms.ClassOTP), time.Second)
 	if !errors.As(err, &ns) || ns.Reason != "paused" {
 		t.Errorf("other replica's SendNow = %v, want NoSlotError{paused}", err)

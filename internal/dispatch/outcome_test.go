@@ -404,18 +404,21 @@ func outcomeRows() []outcomeRow {
 		r.status, r.attempts, r.label, r.requeue = sms.StatusQueued, 1, outcomeRequeued, requeueRetry
 		return r
 	}
+	// Every replica paused: the message goes back with no attempt spent
+	// and the fast path has no slot.
+	paused := func(r outcomeRow, requeue, noSlot string) outcomeRow {
+		r.status, r.label, r.requeue, r.noSlot, r.now = sms.StatusQueued, outcomeRequeued, requeue, noSlot, nowNoSlot
+		return r
+	}
 	return []outcomeRow{
 		{name: "sent", result: sendOK,
 			status: sms.StatusSent, attempts: 1, label: outcomeSent, now: nowSent},
-		{name: "throttled", answer: perr(provider.ReasonThrottled, true, 429, 20*time.Second), result: "throttled",
-			pause: 20 * time.Second, guard: 1,
-			status: sms.StatusQueued, label: outcomeRequeued, requeue: requeueThrottled, noSlot: noSlotThrottled, now: nowNoSlot},
-		{name: "suspended", answer: perr(provider.ReasonSuspended, true, 403, 30*time.Second), result: "suspended",
-			pause:  30 * time.Second,
-			status: sms.StatusQueued, label: outcomeRequeued, requeue: requeueThrottled, noSlot: noSlotThrottled, now: nowNoSlot},
-		{name: "auth", answer: perr(provider.ReasonAuth, false, 401, 0), result: "auth",
-			pause:  AuthPause,
-			status: sms.StatusQueued, label: outcomeRequeued, requeue: requeueAuth, noSlot: noSlotAuth, now: nowNoSlot},
+		paused(outcomeRow{name: "throttled", answer: perr(provider.ReasonThrottled, true, 429, 20*time.Second), result: "throttled",
+			pause: 20 * time.Second, guard: 1}, requeueThrottled, noSlotThrottled),
+		paused(outcomeRow{name: "suspended", answer: perr(provider.ReasonSuspended, true, 403, 30*time.Second), result: "suspended",
+			pause: 30 * time.Second}, requeueThrottled, noSlotThrottled),
+		paused(outcomeRow{name: "auth", answer: perr(provider.ReasonAuth, false, 401, 0), result: "auth",
+			pause: AuthPause}, requeueAuth, noSlotAuth),
 		// A 5xx or a connection lost after the request was written may
 		// have reached the provider: the fast path's caller is told the
 		// outcome is unknown (and retries under the same id); only a
@@ -437,14 +440,12 @@ func outcomeRows() []outcomeRow {
 			status: sms.StatusFailed, attempts: 1, label: outcomeFailed, rejected: true, now: nowFailed},
 		// The vendor's queue for our sender is full (Twilio 21611): a long
 		// pause for everyone, not a 429 of the suspension rule.
-		{name: "queue full", answer: perr(provider.ReasonQueueFull, true, 400, 10*time.Minute), result: "queue_full",
-			pause:  10 * time.Minute,
-			status: sms.StatusQueued, label: outcomeRequeued, requeue: requeueThrottled, noSlot: noSlotThrottled, now: nowNoSlot},
+		paused(outcomeRow{name: "queue full", answer: perr(provider.ReasonQueueFull, true, 400, 10*time.Minute), result: "queue_full",
+			pause: 10 * time.Minute}, requeueThrottled, noSlotThrottled),
 		// The account's sender or id refused: every message would fail
 		// alike, so it is handled like refused credentials.
-		{name: "account setup", answer: perr(provider.ReasonSetup, false, 400, 0), result: "setup",
-			pause:  AuthPause,
-			status: sms.StatusQueued, label: outcomeRequeued, requeue: requeueAuth, noSlot: noSlotAuth, now: nowNoSlot},
+		paused(outcomeRow{name: "account setup", answer: perr(provider.ReasonSetup, false, 400, 0), result: "setup",
+			pause: AuthPause}, requeueAuth, noSlotAuth),
 		// Part 1 accepted, part 2 throttled: failed and never sent again
 		// (part 1 would arrive twice), and the throttle pauses everyone.
 		{name: "partly accepted, then throttled", answer: partial(provider.ReasonThrottled, 5*time.Second), result: "partial",
