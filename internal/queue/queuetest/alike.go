@@ -26,16 +26,6 @@ import (
 //     erroring (covered by the Redis package's own test, which can write
 //     such an entry).
 
-func init() {
-	cases = append(cases,
-		testCase{"ParkedReceiptHandedOut", testParkedReceiptHandedOut},
-		testCase{"EmptyReasonKeepsLastError", testEmptyReasonKeepsLastError},
-		testCase{"TakeMoreOneClass", testTakeMoreOneClass},
-		testCase{"EnqueueSameID", testEnqueueSameID},
-		testCase{"ReceiptOnDeadLetter", testReceiptOnDeadLetter},
-	)
-}
-
 func testParkedReceiptHandedOut(t *testing.T, h Harness) {
 	q := h.New(t)
 	ctx := t.Context()

@@ -17,19 +17,6 @@ import (
 // producer that stored them (ErrNotFound to another, as for an unknown
 // batch), and keeps the entries while the messages are kept: after they
 // end, and across a reopen.
-func init() {
-	cases = append(cases,
-		testCase{"BatchIndex", testBatchIndex},
-		testCase{"BatchIndexOnlyStored", testBatchIndexOnlyStored},
-		testCase{"BatchIndexKeptAfterEnd", testBatchIndexKeptAfterEnd},
-	)
-}
-
-// batches is q as a queue.Batches, which every backend implements.
-func batches(t *testing.T, q queue.Queue) queue.Batches {
-	t.Helper()
-	return facet[queue.Batches](t, q)
-}
 
 // batchOf returns n new messages of producer "p" in batch id.
 func batchOf(id string, n int) []*sms.Message {
@@ -72,7 +59,7 @@ func wantNoBatch(t *testing.T, b queue.Batches, producer, id string) {
 
 func testBatchIndex(t *testing.T, h Harness) {
 	q := h.New(t)
-	b := batches(t, q)
+	b := facet[queue.Batches](t, q)
 	id := sms.NewBatchID(time.Now())
 	ms := batchOf(id, 5)
 	if _, err := q.EnqueueMany(t.Context(), ms[:3]); err != nil {
@@ -91,13 +78,13 @@ func testBatchIndex(t *testing.T, h Harness) {
 	}
 	if h.Reopen != nil {
 		q = h.Reopen(t, q)
-		wantBatch(t, batches(t, q), id, ms)
+		wantBatch(t, facet[queue.Batches](t, q), id, ms)
 	}
 }
 
 func testBatchIndexOnlyStored(t *testing.T, h Harness) {
 	q := h.New(t)
-	b := batches(t, q)
+	b := facet[queue.Batches](t, q)
 	first := batchOf(sms.NewBatchID(time.Now()), 2)
 	for i, m := range first {
 		m.IdempotencyKey = "key #" + string(rune('0'+i))
@@ -123,7 +110,7 @@ func testBatchIndexOnlyStored(t *testing.T, h Harness) {
 
 func testBatchIndexKeptAfterEnd(t *testing.T, h Harness) {
 	q := h.New(t)
-	b := batches(t, q)
+	b := facet[queue.Batches](t, q)
 	ms := batchOf(sms.NewBatchID(time.Now()), 3)
 	mustEnqueue(t, q, ms...)
 	if _, err := q.Cancel(t.Context(), ms[0].ID, "p"); err != nil {

@@ -24,16 +24,6 @@ import (
 //     its count reads 0 and a give-back to it changes nothing.
 //   - ChargeBudget and RefundBudget (an OTP) do the same outside an enqueue.
 
-func init() {
-	cases = append(cases,
-		testCase{"BudgetChargedWithStore", testBudgetChargedWithStore},
-		testCase{"BudgetGivenBack", testBudgetGivenBack},
-		testCase{"BudgetConcurrent", testBudgetConcurrent},
-		testCase{"BudgetNextPeriod", testBudgetNextPeriod},
-		testCase{"BudgetOutsideEnqueue", testBudgetOutsideEnqueue},
-	)
-}
-
 // charged is a new message of producer "p" costing units against a daily
 // limit of day (period id d1) and no monthly limit (period m1).
 func charged(units int, day int64) *sms.Message {

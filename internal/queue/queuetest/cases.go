@@ -42,6 +42,46 @@ var cases = []testCase{
 	{"Durability", testDurability},
 	{"ContextCancelled", testContextCancelled},
 	{"Closed", testClosed},
+	// alike.go
+	{"ParkedReceiptHandedOut", testParkedReceiptHandedOut},
+	{"EmptyReasonKeepsLastError", testEmptyReasonKeepsLastError},
+	{"TakeMoreOneClass", testTakeMoreOneClass},
+	{"EnqueueSameID", testEnqueueSameID},
+	{"ReceiptOnDeadLetter", testReceiptOnDeadLetter},
+	// batches.go
+	{"BatchIndex", testBatchIndex},
+	{"BatchIndexOnlyStored", testBatchIndexOnlyStored},
+	{"BatchIndexKeptAfterEnd", testBatchIndexKeptAfterEnd},
+	// budget.go
+	{"BudgetChargedWithStore", testBudgetChargedWithStore},
+	{"BudgetGivenBack", testBudgetGivenBack},
+	{"BudgetConcurrent", testBudgetConcurrent},
+	{"BudgetNextPeriod", testBudgetNextPeriod},
+	{"BudgetOutsideEnqueue", testBudgetOutsideEnqueue},
+	// lifecycle.go
+	{"ReceiptApplied", testReceiptApplied},
+	{"ReceiptEarly", testReceiptEarly},
+	{"Cancel", testCancel},
+	{"CancelRacesTake", testCancelRacesTake},
+	{"ReceiptDurable", testReceiptDurable},
+	// listed.go
+	{"TakeEndsSuppressed", testTakeEndsSuppressed},
+	{"TakeSuppressedOTP", testTakeSuppressedOTP},
+	{"TakeMoreSuppressed", testTakeMoreSuppressed},
+	{"TakeSuppressedScheduled", testTakeSuppressedScheduled},
+	{"TakeSuppressedParkedReceipt", testTakeSuppressedParkedReceipt},
+	{"TakeSuppressedMany", testTakeSuppressedMany},
+	{"CompleteSuppressed", testCompleteSuppressed},
+	{"SuppressedEvent", testSuppressedEvent},
+	{"CompleteOnlyLeaseEnds", testCompleteOnlyLeaseEnds},
+	// replies.go
+	{"RoutesLatestSenderWins", testRoutesLatestSenderWins},
+	{"ReplyOneEventPerID", testReplyOneEventPerID},
+	{"ReplyDeadAndRetried", testReplyDeadAndRetried},
+	{"RepliesDurable", testRepliesDurable},
+	// usage.go
+	{"UsageCounts", testUsageCounts},
+	{"UsageSuppressed", testUsageSuppressed},
 }
 
 func testEnqueueGet(t *testing.T, h Harness) {

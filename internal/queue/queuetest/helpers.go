@@ -268,7 +268,8 @@ func handlesOn(t *testing.T, h Harness, q queue.Queue, n int) []queue.Queue {
 }
 
 // facet is q as the optional interface T of the queue seam (queue.Outbox,
-// queue.Budgets, queue.Batches), which every backend implements.
+// queue.Budgets, queue.Batches, queue.Routes, queue.UsageReader), which
+// every backend implements.
 func facet[T any](t *testing.T, q queue.Queue) T {
 	t.Helper()
 	f, ok := q.(T)

@@ -22,16 +22,6 @@ import (
 //     producer's id is ErrNotFound; sending or done is ErrNotCancelable.
 //     Cancel and Take racing for a message: exactly one wins.
 
-func init() {
-	cases = append(cases,
-		testCase{"ReceiptApplied", testReceiptApplied},
-		testCase{"ReceiptEarly", testReceiptEarly},
-		testCase{"Cancel", testCancel},
-		testCase{"CancelRacesTake", testCancelRacesTake},
-		testCase{"ReceiptDurable", testReceiptDurable},
-	)
-}
-
 func applyReceipt(t *testing.T, q queue.Queue, r queue.Receipt, want queue.ReceiptResult) *sms.Message {
 	t.Helper()
 	out, err := q.ApplyReceipt(t.Context(), r)

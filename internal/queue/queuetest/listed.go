@@ -51,20 +51,6 @@ import (
 //   - Complete with a status that cannot end a lease (queue.CompleteStatus:
 //     queued, delivered, canceled, ...) is an error that changes nothing.
 
-func init() {
-	cases = append(cases,
-		testCase{"TakeEndsSuppressed", testTakeEndsSuppressed},
-		testCase{"TakeSuppressedOTP", testTakeSuppressedOTP},
-		testCase{"TakeMoreSuppressed", testTakeMoreSuppressed},
-		testCase{"TakeSuppressedScheduled", testTakeSuppressedScheduled},
-		testCase{"TakeSuppressedParkedReceipt", testTakeSuppressedParkedReceipt},
-		testCase{"TakeSuppressedMany", testTakeSuppressedMany},
-		testCase{"CompleteSuppressed", testCompleteSuppressed},
-		testCase{"SuppressedEvent", testSuppressedEvent},
-		testCase{"CompleteOnlyLeaseEnds", testCompleteOnlyLeaseEnds},
-	)
-}
-
 // listedTakes is a take's options with a suppression list: the harness's
 // list, with Ended recording what the takes ended.
 type listedTakes struct {

@@ -78,8 +78,8 @@ func Run(t *testing.T, h Harness) {
 	if h.New == nil {
 		t.Fatal("queuetest: Harness.New is required")
 	}
-	// A new slice: backends run the suite in parallel, and append to
-	// cases (grown by the files' init) would write into its spare room.
+	// A new slice: backends run the suite in parallel and share no
+	// slice of cases between them.
 	for _, c := range slices.Concat(cases, outboxCases) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -20,24 +20,6 @@ import (
 //     delivered, or from several clients at once, writes nothing more;
 //   - the routes and the events survive a reopen.
 
-func init() {
-	cases = append(cases,
-		testCase{"RoutesLatestSenderWins", testRoutesLatestSenderWins},
-		testCase{"ReplyOneEventPerID", testReplyOneEventPerID},
-		testCase{"ReplyDeadAndRetried", testReplyDeadAndRetried},
-		testCase{"RepliesDurable", testRepliesDurable},
-	)
-}
-
-func routes(t *testing.T, q queue.Queue) queue.Routes {
-	t.Helper()
-	r, ok := q.(queue.Routes)
-	if !ok {
-		t.Fatalf("%T does not implement queue.Routes", q)
-	}
-	return r
-}
-
 func reply(id string) queue.Reply {
 	return queue.Reply{ID: id, From: "+819012345678", To: "+15550001111", Text: "yes, 3 pm — ok ✓",
 		At: time.Now().Add(-time.Minute).Truncate(time.Millisecond).UTC()}
@@ -52,7 +34,7 @@ func wantRoute(t *testing.T, r queue.Routes, keys []string, producer string, ind
 }
 
 func testRoutesLatestSenderWins(t *testing.T, h Harness) {
-	r := routes(t, h.New(t))
+	r := facet[queue.Routes](t, h.New(t))
 	ctx := t.Context()
 	wantRoute(t, r, []string{"k1", "k2"}, "", -1)
 	for _, kp := range [][2]string{{"k1", "alerts"}, {"k2", "shop"}, {"k1", "shop"}} {
@@ -70,7 +52,7 @@ func testRoutesLatestSenderWins(t *testing.T, h Harness) {
 
 func testReplyOneEventPerID(t *testing.T, h Harness) {
 	q := h.New(t)
-	r, o := routes(t, q), outbox(t, q)
+	r, o := facet[queue.Routes](t, q), outbox(t, q)
 	want := reply("rcv_one")
 	clients := []queue.Queue{q}
 	if h.MultiClient != nil {
@@ -84,7 +66,7 @@ func testReplyOneEventPerID(t *testing.T, h Harness) {
 	for _, c := range clients {
 		for range 4 {
 			wg.Go(func() {
-				ok, err := routes(t, c).AddReply(t.Context(), "shop", want)
+				ok, err := facet[queue.Routes](t, c).AddReply(t.Context(), "shop", want)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
@@ -128,7 +110,7 @@ func testReplyOneEventPerID(t *testing.T, h Harness) {
 
 func testReplyDeadAndRetried(t *testing.T, h Harness) {
 	q := h.New(t)
-	r, o := routes(t, q), outbox(t, q)
+	r, o := facet[queue.Routes](t, q), outbox(t, q)
 	want := reply("rcv_dead")
 	if ok, err := r.AddReply(t.Context(), "shop", want); !ok || err != nil {
 		t.Fatalf("AddReply = %v, %v", ok, err)
@@ -173,18 +155,18 @@ func testRepliesDurable(t *testing.T, h Harness) {
 		t.Skip("no Reopen")
 	}
 	q := h.New(t)
-	if err := routes(t, q).RememberRoute(t.Context(), "kd", "alerts"); err != nil {
+	if err := facet[queue.Routes](t, q).RememberRoute(t.Context(), "kd", "alerts"); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := routes(t, q).AddReply(t.Context(), "alerts", reply("rcv_durable")); !ok || err != nil {
+	if ok, err := facet[queue.Routes](t, q).AddReply(t.Context(), "alerts", reply("rcv_durable")); !ok || err != nil {
 		t.Fatalf("AddReply = %v, %v", ok, err)
 	}
 	q = h.Reopen(t, q)
-	wantRoute(t, routes(t, q), []string{"kd"}, "alerts", 0)
+	wantRoute(t, facet[queue.Routes](t, q), []string{"kd"}, "alerts", 0)
 	if ev := onlyEvent(t, outbox(t, q)); ev.Reply == nil || ev.ID != queue.ReplyEventID("rcv_durable") {
 		t.Fatalf("event after reopening %+v, want the reply", ev)
 	}
-	if ok, err := routes(t, q).AddReply(t.Context(), "alerts", reply("rcv_durable")); ok || err != nil {
+	if ok, err := facet[queue.Routes](t, q).AddReply(t.Context(), "alerts", reply("rcv_durable")); ok || err != nil {
 		t.Fatalf("AddReply after reopening = %v, %v; want false", ok, err)
 	}
 }

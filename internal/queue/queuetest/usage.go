@@ -14,27 +14,12 @@ import (
 // Usage (queue/usage.go): every backend counts a message accepted once
 // when it stores it and once at the status the queue ended it with, in the
 // step that does so; a repeated call that changes nothing counts nothing.
-func init() {
-	cases = append(cases,
-		testCase{"UsageCounts", testUsageCounts},
-		testCase{"UsageSuppressed", testUsageSuppressed},
-	)
-}
-
-func usageReader(t *testing.T, q queue.Queue) queue.UsageReader {
-	t.Helper()
-	u, ok := q.(queue.UsageReader)
-	if !ok {
-		t.Fatalf("%T does not implement queue.UsageReader", q)
-	}
-	return u
-}
 
 // usageRows is the usage of producers on m's creation day as lines
 // "producer class country status messages units".
 func usageRows(t *testing.T, q queue.Queue, m *sms.Message, producers ...string) string {
 	t.Helper()
-	rows, err := usageReader(t, q).Usage(t.Context(), producers, m.CreatedAt, m.CreatedAt)
+	rows, err := facet[queue.UsageReader](t, q).Usage(t.Context(), producers, m.CreatedAt, m.CreatedAt)
 	if err != nil {
 		t.Fatalf("Usage: %v", err)
 	}
@@ -117,7 +102,7 @@ func testUsageCounts(t *testing.T, h Harness) {
 		t.Fatalf("usage of a and b:\n%s", all)
 	}
 	// days outside the range are not read
-	rows, err := usageReader(t, q).Usage(ctx, []string{"a"}, otp.CreatedAt.AddDate(0, 0, -3), otp.CreatedAt.AddDate(0, 0, -1))
+	rows, err := facet[queue.UsageReader](t, q).Usage(ctx, []string{"a"}, otp.CreatedAt.AddDate(0, 0, -3), otp.CreatedAt.AddDate(0, 0, -1))
 	if err != nil || len(rows) != 0 {
 		t.Fatalf("usage of earlier days = %v, %v; want none", rows, err)
 	}
