@@ -95,16 +95,24 @@ func TestMaxOutstanding(t *testing.T) {
 	wantStatus(t, h.post("/v1/messages", keyCapped, msg("transactional")), http.StatusAccepted)
 }
 
+// startBacklogged starts a gateway at 10/s, marketing at 5/s, paused so
+// that what is accepted builds a backlog.
+func startBacklogged(t *testing.T, m mode) *harness {
+	t.Helper()
+	h := start(t, m, func(c *config.Config) {
+		c.Limits.TargetRPS = 10
+		c.Limits.Classes = map[string]config.ClassLimits{"marketing": {MaxRPS: 5}}
+	})
+	wantStatus(t, h.post("/v1/admin/pause", keyAdmin, map[string]any{"reason": "build a backlog"}), http.StatusOK)
+	return h
+}
+
 // TestTTLShorterThanBacklogIsRefused: with a backlog ahead that takes
 // longer than the message's TTL, the message is refused up front with the
 // estimate, while one with a longer TTL is accepted with an honest ETA.
 func TestTTLShorterThanBacklogIsRefused(t *testing.T) {
 	eachMode(t, func(t *testing.T, m mode) {
-		h := start(t, m, func(c *config.Config) {
-			c.Limits.TargetRPS = 10
-			c.Limits.Classes = map[string]config.ClassLimits{"marketing": {MaxRPS: 5}}
-		})
-		wantStatus(t, h.post("/v1/admin/pause", keyAdmin, map[string]any{"reason": "build a backlog"}), http.StatusOK)
+		h := startBacklogged(t, m)
 		// 50 marketing messages at 5/s: 10 s of backlog.
 		items := make([]any, 50)
 		for i := range items {
@@ -148,11 +156,7 @@ func TestTTLShorterThanBacklogIsRefused(t *testing.T) {
 // the answer).
 func TestReplayBeforeTTLCheck(t *testing.T) {
 	eachMode(t, func(t *testing.T, m mode) {
-		h := start(t, m, func(c *config.Config) {
-			c.Limits.TargetRPS = 10
-			c.Limits.Classes = map[string]config.ClassLimits{"marketing": {MaxRPS: 5}}
-		})
-		wantStatus(t, h.post("/v1/admin/pause", keyAdmin, map[string]any{"reason": "build a backlog"}), http.StatusOK)
+		h := startBacklogged(t, m)
 		body := msg("marketing", "ttl_seconds", 3)
 		first := h.post("/v1/messages", keyNotify, body, "Idempotency-Key", "ttl-retry")
 		wantStatus(t, first, http.StatusAccepted)

@@ -162,6 +162,26 @@ func (h *harness) suppressionsOf(t testing.TB) []httpapi.SuppressionView {
 	return l.Suppressions
 }
 
+// eachInbound runs test for every adapter in both modes, in parallel, each
+// on a gateway of its own set up by the adapter (then by edit, when not
+// nil).
+func eachInbound(t *testing.T, edit func(*config.Config), test func(t *testing.T, a inboundAdapter, h *harness)) {
+	for _, a := range inboundAdapters {
+		for _, m := range modes {
+			t.Run(a.name+"/"+string(m), func(t *testing.T) {
+				t.Parallel()
+				h := start(t, m, func(c *config.Config) {
+					a.edit(t, c)
+					if edit != nil {
+						edit(c)
+					}
+				})
+				test(t, a, h)
+			})
+		}
+	}
+}
+
 // TestInboundOptOut, for every adapter in both modes, through real HTTP
 // and the vendor's own signature: a forged STOP is 401 and changes
 // nothing; other text is acknowledged and only counted; a signed STOP (any
@@ -171,77 +191,70 @@ func (h *harness) suppressionsOf(t testing.TB) []httpapi.SuppressionView {
 // one the operator took over by adding the number again). Neither the
 // number nor the text appears in /metrics, the list or the logs.
 func TestInboundOptOut(t *testing.T) {
-	for _, a := range inboundAdapters {
-		for _, m := range modes {
-			t.Run(a.name+"/"+string(m), func(t *testing.T) {
-				t.Parallel()
-				h := start(t, m, func(c *config.Config) { a.edit(t, c) })
-
-				r := a.post(h, inboundFrom, "STOP", false)
-				wantProblem(t, r, http.StatusUnauthorized, httpapi.KindBadSignature, "")
-				if l := h.suppressionsOf(t); len(l) != 0 {
-					t.Fatalf("a forged STOP changed the list: %+v", l)
-				}
-				a.ok(t, a.post(h, inboundFrom, "Where is my parcel 4711?", true))
-				a.ok(t, a.post(h, inboundFrom, "stop please", true)) // not the whole text: no keyword
-				if l := h.suppressionsOf(t); len(l) != 0 {
-					t.Fatalf("other text changed the list: %+v", l)
-				}
-				wantStatus(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusAccepted)
-
-				a.ok(t, a.post(h, inboundFrom, " Stop \n", true))
-				l := h.suppressionsOf(t)
-				if len(l) != 1 || l[0].Source != "recipient" || l[0].To != "+8190****5678" || l[0].ID == "" {
-					t.Fatalf("after STOP the list is %+v; want the recipient's entry, masked", l)
-				}
-				wantSuppressedLater(t, h, h.post("/v1/messages", keyNotify, msg("marketing")))
-				wantSuppressedLater(t, h, h.post("/v1/messages", keyNotify, msg("transactional")))
-				a.ok(t, a.post(h, inboundFrom, "UNSUBSCRIBE", true)) // already listed: stays the recipient's
-				if l := h.suppressionsOf(t); len(l) != 1 || l[0].Source != "recipient" {
-					t.Fatalf("after a second opt-out: %+v", l)
-				}
-
-				a.ok(t, a.post(h, inboundFrom, "start", true))
-				if l := h.suppressionsOf(t); len(l) != 0 {
-					t.Fatalf("START left %+v", l)
-				}
-				wantStatus(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusAccepted)
-
-				// An operator's entry is the operator's to lift.
-				wantStatus(t, h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": inboundFrom, "reason": "complaint"}), http.StatusCreated)
-				a.ok(t, a.post(h, inboundFrom, "START", true))
-				if l := h.suppressionsOf(t); len(l) != 1 || l[0].Source != "operator" {
-					t.Fatalf("START lifted an operator's entry: %+v", l)
-				}
-				wantSuppressedLater(t, h, h.post("/v1/messages", keyNotify, msg("marketing")))
-				wantStatus(t, h.do(req{method: http.MethodDelete, path: "/v1/admin/suppressions/" + inboundFrom, key: keyAdmin}), http.StatusNoContent)
-				// The recipient's STOP, then the operator's own add: the operator's.
-				a.ok(t, a.post(h, inboundFrom, "QUIT", true))
-				wantStatus(t, h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": inboundFrom}), http.StatusOK)
-				a.ok(t, a.post(h, inboundFrom, "UNSTOP", true))
-				if l := h.suppressionsOf(t); len(l) != 1 || l[0].Source != "operator" {
-					t.Fatalf("the operator's add of a recipient's entry: %+v; want it the operator's, kept by UNSTOP", l)
-				}
-
-				metrics := h.metrics()
-				mv := metricValues(metrics, "smsgw_inbound_total")
-				for kind, want := range map[string]float64{"bad_signature": 1, "other": 2, "opt_out": 3, "opt_in": 3, "malformed": 0} {
-					series := `smsgw_inbound_total{adapter="` + a.name + `",kind="` + kind + `"}`
-					if mv[series] != want {
-						t.Errorf("%s = %v, want %v", series, mv[series], want)
-					}
-				}
-				for _, secret := range []string{"9012345678", "parcel 4711"} {
-					if strings.Contains(metrics, secret) || strings.Contains(string(h.get("/v1/admin/suppressions", keyAdmin).body), secret) {
-						t.Errorf("%q in /metrics or the list", secret)
-					}
-				}
-				if strings.Contains(h.logs.String(), "parcel 4711") {
-					t.Error("a recipient's text in the logs")
-				}
-			})
+	eachInbound(t, nil, func(t *testing.T, a inboundAdapter, h *harness) {
+		r := a.post(h, inboundFrom, "STOP", false)
+		wantProblem(t, r, http.StatusUnauthorized, httpapi.KindBadSignature, "")
+		if l := h.suppressionsOf(t); len(l) != 0 {
+			t.Fatalf("a forged STOP changed the list: %+v", l)
 		}
-	}
+		a.ok(t, a.post(h, inboundFrom, "Where is my parcel 4711?", true))
+		a.ok(t, a.post(h, inboundFrom, "stop please", true)) // not the whole text: no keyword
+		if l := h.suppressionsOf(t); len(l) != 0 {
+			t.Fatalf("other text changed the list: %+v", l)
+		}
+		wantStatus(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusAccepted)
+
+		a.ok(t, a.post(h, inboundFrom, " Stop \n", true))
+		l := h.suppressionsOf(t)
+		if len(l) != 1 || l[0].Source != "recipient" || l[0].To != "+8190****5678" || l[0].ID == "" {
+			t.Fatalf("after STOP the list is %+v; want the recipient's entry, masked", l)
+		}
+		wantSuppressedLater(t, h, h.post("/v1/messages", keyNotify, msg("marketing")))
+		wantSuppressedLater(t, h, h.post("/v1/messages", keyNotify, msg("transactional")))
+		a.ok(t, a.post(h, inboundFrom, "UNSUBSCRIBE", true)) // already listed: stays the recipient's
+		if l := h.suppressionsOf(t); len(l) != 1 || l[0].Source != "recipient" {
+			t.Fatalf("after a second opt-out: %+v", l)
+		}
+
+		a.ok(t, a.post(h, inboundFrom, "start", true))
+		if l := h.suppressionsOf(t); len(l) != 0 {
+			t.Fatalf("START left %+v", l)
+		}
+		wantStatus(t, h.post("/v1/messages", keyNotify, msg("marketing")), http.StatusAccepted)
+
+		// An operator's entry is the operator's to lift.
+		wantStatus(t, h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": inboundFrom, "reason": "complaint"}), http.StatusCreated)
+		a.ok(t, a.post(h, inboundFrom, "START", true))
+		if l := h.suppressionsOf(t); len(l) != 1 || l[0].Source != "operator" {
+			t.Fatalf("START lifted an operator's entry: %+v", l)
+		}
+		wantSuppressedLater(t, h, h.post("/v1/messages", keyNotify, msg("marketing")))
+		wantStatus(t, h.do(req{method: http.MethodDelete, path: "/v1/admin/suppressions/" + inboundFrom, key: keyAdmin}), http.StatusNoContent)
+		// The recipient's STOP, then the operator's own add: the operator's.
+		a.ok(t, a.post(h, inboundFrom, "QUIT", true))
+		wantStatus(t, h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": inboundFrom}), http.StatusOK)
+		a.ok(t, a.post(h, inboundFrom, "UNSTOP", true))
+		if l := h.suppressionsOf(t); len(l) != 1 || l[0].Source != "operator" {
+			t.Fatalf("the operator's add of a recipient's entry: %+v; want it the operator's, kept by UNSTOP", l)
+		}
+
+		metrics := h.metrics()
+		mv := metricValues(metrics, "smsgw_inbound_total")
+		for kind, want := range map[string]float64{"bad_signature": 1, "other": 2, "opt_out": 3, "opt_in": 3, "malformed": 0} {
+			series := `smsgw_inbound_total{adapter="` + a.name + `",kind="` + kind + `"}`
+			if mv[series] != want {
+				t.Errorf("%s = %v, want %v", series, mv[series], want)
+			}
+		}
+		for _, secret := range []string{"9012345678", "parcel 4711"} {
+			if strings.Contains(metrics, secret) || strings.Contains(string(h.get("/v1/admin/suppressions", keyAdmin).body), secret) {
+				t.Errorf("%q in /metrics or the list", secret)
+			}
+		}
+		if strings.Contains(h.logs.String(), "parcel 4711") {
+			t.Error("a recipient's text in the logs")
+		}
+	})
 }
 
 // TestInboundRefused: an adapter the gateway does not run is 404; a body
@@ -487,27 +500,20 @@ func TestVonageReceiptOptOut(t *testing.T) {
 // messages. The operator's own add stays bounded (409).
 func TestOptOutWhenListFull(t *testing.T) {
 	const other = "+819087654321"
-	for _, a := range inboundAdapters {
-		for _, m := range modes {
-			t.Run(a.name+"/"+string(m), func(t *testing.T) {
-				t.Parallel()
-				h := start(t, m, func(c *config.Config) {
-					a.edit(t, c)
-					c.Protection.MaxSuppressions = 1
-				})
-				wantStatus(t, h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": other}), http.StatusCreated)
+	eachInbound(t, func(c *config.Config) {
+		c.Protection.MaxSuppressions = 1
+	}, func(t *testing.T, a inboundAdapter, h *harness) {
+		wantStatus(t, h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": other}), http.StatusCreated)
 
-				a.ok(t, a.post(h, inboundFrom, "STOP", true))
-				l := h.suppressionsOf(t)
-				if len(l) != 2 {
-					t.Fatalf("after STOP on a full list the list is %+v; want the recipient's entry beside the operator's", l)
-				}
-				wantSuppressedLater(t, h, h.post("/v1/messages", keyNotify, msg("marketing")))
-				wantProblem(t, h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": "+819011112222"}),
-					http.StatusConflict, httpapi.KindSuppressionsFull, "")
-			})
+		a.ok(t, a.post(h, inboundFrom, "STOP", true))
+		l := h.suppressionsOf(t)
+		if len(l) != 2 {
+			t.Fatalf("after STOP on a full list the list is %+v; want the recipient's entry beside the operator's", l)
 		}
-	}
+		wantSuppressedLater(t, h, h.post("/v1/messages", keyNotify, msg("marketing")))
+		wantProblem(t, h.post("/v1/admin/suppressions", keyAdmin, map[string]any{"to": "+819011112222"}),
+			http.StatusConflict, httpapi.KindSuppressionsFull, "")
+	})
 }
 
 // TestInboundReplay, for every adapter in both modes, through real HTTP:
@@ -518,39 +524,33 @@ func TestOptOutWhenListFull(t *testing.T) {
 // counted as replayed. A real STOP is on the list as soon as its POST is
 // answered (its time is logged).
 func TestInboundReplay(t *testing.T) {
-	for _, a := range inboundAdapters {
-		for _, m := range modes {
-			t.Run(a.name+"/"+string(m), func(t *testing.T) {
-				t.Parallel()
-				h := start(t, m, func(c *config.Config) { a.edit(t, c) })
-				a.ok(t, a.post(h, inboundFrom, "STOP", true))
-				startReq := a.req(inboundFrom, "START", true)
-				a.ok(t, h.do(startReq))
-				if l := h.suppressionsOf(t); len(l) != 0 {
-					t.Fatalf("START left %+v", l)
-				}
-				began := time.Now()
-				a.ok(t, a.post(h, inboundFrom, "STOP", true))
-				took := time.Since(began)
-				if l := h.suppressionsOf(t); len(l) != 1 || l[0].Source != "recipient" {
-					t.Fatalf("after the second STOP the list is %+v", l)
-				}
-				t.Logf("a real STOP was on the list %v after its POST began", took)
-
-				a.ok(t, h.do(startReq)) // the captured START, again
-				if l := h.suppressionsOf(t); len(l) != 1 || l[0].Source != "recipient" {
-					t.Fatalf("a replayed START lifted the STOP: %+v", l)
-				}
-				wantSuppressedLater(t, h, h.post("/v1/messages", keyNotify, msg("marketing")))
-				mv := metricValues(h.metrics(), "smsgw_inbound_total")
-				for kind, want := range map[string]float64{"replayed": 1, "opt_in": 1, "opt_out": 2} {
-					if got := mv[`smsgw_inbound_total{adapter="`+a.name+`",kind="`+kind+`"}`]; got != want {
-						t.Errorf("%s counted %v, want %v", kind, got, want)
-					}
-				}
-			})
+	eachInbound(t, nil, func(t *testing.T, a inboundAdapter, h *harness) {
+		a.ok(t, a.post(h, inboundFrom, "STOP", true))
+		startReq := a.req(inboundFrom, "START", true)
+		a.ok(t, h.do(startReq))
+		if l := h.suppressionsOf(t); len(l) != 0 {
+			t.Fatalf("START left %+v", l)
 		}
-	}
+		began := time.Now()
+		a.ok(t, a.post(h, inboundFrom, "STOP", true))
+		took := time.Since(began)
+		if l := h.suppressionsOf(t); len(l) != 1 || l[0].Source != "recipient" {
+			t.Fatalf("after the second STOP the list is %+v", l)
+		}
+		t.Logf("a real STOP was on the list %v after its POST began", took)
+
+		a.ok(t, h.do(startReq)) // the captured START, again
+		if l := h.suppressionsOf(t); len(l) != 1 || l[0].Source != "recipient" {
+			t.Fatalf("a replayed START lifted the STOP: %+v", l)
+		}
+		wantSuppressedLater(t, h, h.post("/v1/messages", keyNotify, msg("marketing")))
+		mv := metricValues(h.metrics(), "smsgw_inbound_total")
+		for kind, want := range map[string]float64{"replayed": 1, "opt_in": 1, "opt_out": 2} {
+			if got := mv[`smsgw_inbound_total{adapter="`+a.name+`",kind="`+kind+`"}`]; got != want {
+				t.Errorf("%s counted %v, want %v", kind, got, want)
+			}
+		}
+	})
 }
 
 // TestInboundOlderStart, in both modes: a START signed inside the replay
@@ -842,6 +842,22 @@ func (h *harness) status(t testing.TB, id string) httpapi.MessageView {
 	wantStatus(t, r, http.StatusOK)
 	var v httpapi.MessageView
 	r.json(t, &v)
+	return v
+}
+
+// viewWhen waits until GET /v1/messages/{id}, as key, answers a view that
+// done accepts, and returns it.
+func (h *harness) viewWhen(t testing.TB, what, key, id string, done func(httpapi.MessageView) bool) httpapi.MessageView {
+	t.Helper()
+	var v httpapi.MessageView
+	eventually(t, what, func() bool {
+		g := h.get("/v1/messages/"+id, key)
+		if g.status != http.StatusOK {
+			return false
+		}
+		g.json(t, &v)
+		return done(v)
+	})
 	return v
 }
 

@@ -309,9 +309,15 @@ const historyPatience = 45 * time.Second
 
 func (h *harness) history() opsview.HistoryResponse {
 	h.t.Helper()
-	r := h.get("/v1/admin/history", keyAdmin)
+	return adminGet[opsview.HistoryResponse](h, "/v1/admin/history")
+}
+
+// adminGet is the answer to GET path as the admin, which must be 200.
+func adminGet[T any](h *harness, path string) T {
+	h.t.Helper()
+	r := h.get(path, keyAdmin)
 	wantStatus(h.t, r, http.StatusOK)
-	var out opsview.HistoryResponse
+	var out T
 	r.json(h.t, &out)
 	return out
 }

@@ -458,15 +458,7 @@ func TestOTPEarlyReceipt(t *testing.T) {
 		wantStatus(t, r, http.StatusOK)
 		var sent httpapi.OTPSent
 		r.json(t, &sent)
-		var v httpapi.MessageView
-		eventually(t, "the OTP delivered", func() bool {
-			g := h.get("/v1/messages/"+sent.ID, keyLogin)
-			if g.status != http.StatusOK {
-				return false
-			}
-			g.json(t, &v)
-			return v.Status == sms.StatusDelivered
-		})
+		v := h.viewWhen(t, "the OTP delivered", keyLogin, sent.ID, func(v httpapi.MessageView) bool { return v.Status == sms.StatusDelivered })
 		if v.ProviderMessageID != sent.ProviderMessageID || v.SentAt == nil {
 			t.Errorf("delivered OTP %+v", v)
 		}
@@ -649,15 +641,7 @@ func TestOTPUnknownKeepsID(t *testing.T) {
 	if sent.ID != id {
 		t.Errorf("the retry sent %s, the first attempts %s", sent.ID, id)
 	}
-	var v httpapi.MessageView
-	eventually(t, "the sent OTP stored", func() bool {
-		g := h.get("/v1/messages/"+sent.ID, keyLogin)
-		if g.status != http.StatusOK {
-			return false
-		}
-		g.json(t, &v)
-		return true
-	})
+	v := h.viewWhen(t, "the sent OTP stored", keyLogin, sent.ID, func(httpapi.MessageView) bool { return true })
 	if v.Status != sms.StatusSent || v.Attempts != 3 {
 		t.Errorf("the OTP's record: status %s, attempts %d; want sent after 3 attempts", v.Status, v.Attempts)
 	}

@@ -367,6 +367,22 @@ func wantUnsent(t *testing.T, s *sim.Sim, why string, ids []string) {
 	}
 }
 
+// wantHeldUntilResumed: while paused, every message of free is sent and
+// none of held, all of held still ready in marketing (held are marketing
+// messages); after POST /v1/admin/resume with resume (as h), every one of
+// held is sent, and no message twice.
+func wantHeldUntilResumed(t *testing.T, s *sim.Sim, h *harness, free, held []string, resume map[string]any) {
+	t.Helper()
+	waitSent(t, s, "every message not paused to be sent", free)
+	wantUnsent(t, s, "during the pause", held)
+	if q := h.stats().Classes["marketing"]; q.Ready != int64(len(held)) {
+		t.Fatalf("marketing ready %d during the pause, want the %d paused", q.Ready, len(held))
+	}
+	wantStatus(t, h.post("/v1/admin/resume", keyAdmin, resume), http.StatusOK)
+	waitSent(t, s, "every paused message to be sent after resume", held)
+	wantSentOnce(t, s)
+}
+
 // wantSentOnce fails when the simulator accepted a message more than once.
 func wantSentOnce(t *testing.T, s *sim.Sim) {
 	t.Helper()
@@ -408,15 +424,7 @@ func TestClassPause(t *testing.T) {
 			for _, h := range hs {
 				wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
 			}
-			waitSent(t, s, "every transactional message to be sent", transactional)
-			wantUnsent(t, s, "during its class's pause", marketing)
-			if q := last.stats().Classes["marketing"]; q.Ready != int64(len(marketing)) {
-				t.Fatalf("marketing ready %d during the pause, want %d", q.Ready, len(marketing))
-			}
-
-			wantStatus(t, last.post("/v1/admin/resume", keyAdmin, map[string]any{"class": "marketing"}), http.StatusOK)
-			waitSent(t, s, "every marketing message to be sent after resume", marketing)
-			wantSentOnce(t, s)
+			wantHeldUntilResumed(t, s, last, transactional, marketing, map[string]any{"class": "marketing"})
 			for _, h := range hs {
 				eventually(t, "every replica to see the resume", func() bool { return !classHeld(t, h, "marketing") })
 			}
@@ -485,15 +493,7 @@ func TestProducerPause(t *testing.T) {
 				others = append(others, postIDs(t, h, "transactional", 5)...)
 				wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
 			}
-			waitSent(t, s, "every other producer's message to be sent", others)
-			wantUnsent(t, s, "during its producer's pause", batch)
-			if q := last.stats().Classes["marketing"]; q.Ready != int64(len(batch)) {
-				t.Fatalf("marketing ready %d during the pause, want batch's %d", q.Ready, len(batch))
-			}
-
-			wantStatus(t, last.post("/v1/admin/resume", keyAdmin, map[string]any{"producer": "batch"}), http.StatusOK)
-			waitSent(t, s, "every batch message to be sent after resume", batch)
-			wantSentOnce(t, s)
+			wantHeldUntilResumed(t, s, last, others, batch, map[string]any{"producer": "batch"})
 
 			wantStatus(t, a.post("/v1/admin/pause", keyAdmin, map[string]any{"producer": "login"}), http.StatusOK)
 			eventually(t, "the last replica to answer OTP 503 for its paused producer", func() bool {
