@@ -162,6 +162,19 @@ func (h *harness) suppressionsOf(t testing.TB) []httpapi.SuppressionView {
 	return l.Suppressions
 }
 
+// startOnVendor starts a gateway in mode m whose provider is of kind,
+// its vendor fake; edit sets the rest of the provider's configuration.
+func startOnVendor(t *testing.T, m mode, kind string, fake http.Handler, edit func(*config.Config)) *harness {
+	t.Helper()
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	return start(t, m, func(c *config.Config) {
+		c.Provider.Kind = kind
+		c.Provider.HTTP.URL = srv.URL
+		edit(c)
+	})
+}
+
 // eachInbound runs test for every adapter in both modes, in parallel, each
 // on a gateway of its own set up by the adapter (then by edit, when not
 // nil).
@@ -359,12 +372,8 @@ func TestProviderOptOut(t *testing.T) {
 	eachMode(t, func(t *testing.T, m mode) {
 		fake := &optOutTwilio{}
 		fake.optedOut.Store(true)
-		srv := httptest.NewServer(fake)
-		t.Cleanup(srv.Close)
 		hook := newHookReceiver(t)
-		h := start(t, m, func(c *config.Config) {
-			c.Provider.Kind = "twilio"
-			c.Provider.HTTP.URL = srv.URL
+		h := startOnVendor(t, m, "twilio", fake, func(c *config.Config) {
 			c.Provider.InboundURL = twilioPublic
 			c.Provider.Twilio = twilio.Settings{AccountSID: "AC0123456789abcdef0123456789abcdef", AuthToken: twilioToken, From: "+15005550006"}
 			c.Producers[0].Webhook = config.WebhookConfig{URL: hook.srv.URL + "/hook", Secret: testWebhookSecret}
@@ -461,11 +470,7 @@ func (f *fakeVonage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func TestVonageReceiptOptOut(t *testing.T) {
 	eachMode(t, func(t *testing.T, m mode) {
 		fake := &fakeVonage{ids: map[string]string{}}
-		srv := httptest.NewServer(fake)
-		t.Cleanup(srv.Close)
-		h := start(t, m, func(c *config.Config) {
-			c.Provider.Kind = "vonage"
-			c.Provider.HTTP.URL = srv.URL
+		h := startOnVendor(t, m, "vonage", fake, func(c *config.Config) {
 			c.Provider.Vonage = vonage.Settings{APIKey: "key", APISecret: "api-secret", From: "ACME", SignatureSecret: vonageSecret}
 		})
 		v := h.sendAndWait(t)
@@ -1018,11 +1023,7 @@ const (
 func twilioSent(t *testing.T, edit func(*config.Config)) (*harness, httpapi.MessageView, string) {
 	t.Helper()
 	fake := &fakeTwilio{callbacks: map[string]string{}}
-	srv := httptest.NewServer(fake)
-	t.Cleanup(srv.Close)
-	h := start(t, embeddedMode, func(c *config.Config) {
-		c.Provider.Kind = "twilio"
-		c.Provider.HTTP.URL = srv.URL
+	h := startOnVendor(t, embeddedMode, "twilio", fake, func(c *config.Config) {
 		c.Provider.ReceiptURL = twilioReceiptURL
 		c.Provider.Twilio = twilio.Settings{AccountSID: twilioAccount, AuthToken: twilioToken, From: "+15005550006"}
 		if edit != nil {
