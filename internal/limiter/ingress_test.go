@@ -31,6 +31,19 @@ func spendBurst(t *testing.T, l KeyLimiter, key string, rate Rate) {
 	}
 }
 
+// eachKeyLimiter runs test on the local and the Redis key limiter, one
+// after the other, once key has spent its burst of rate on it.
+func eachKeyLimiter(t *testing.T, key string, rate Rate, test func(t *testing.T, name string, l KeyLimiter, clock *fakeClock)) {
+	t.Helper()
+	lims, clock := keyLimiters(t)
+	for name, l := range lims {
+		t.Run(name, func(t *testing.T) {
+			spendBurst(t, l, key, rate)
+			test(t, name, l, clock)
+		})
+	}
+}
+
 // waitOut lets d pass: on the local limiter's fake clock, or in real time
 // for Redis, which reads its own clock.
 func waitOut(name string, clock *fakeClock, d time.Duration) {
@@ -46,36 +59,32 @@ func waitOut(name string, clock *fakeClock, d time.Duration) {
 // the schedule further out.
 func TestKeyLimiterDenialChangesNothing(t *testing.T) {
 	t.Parallel()
-	lims, clock := keyLimiters(t)
 	// One slot every 2 s: on Redis (its own clock) the denials below must
 	// all land before the next slot, however slow a loaded machine makes
 	// each call.
 	const interval = 2 * time.Second
 	rate := Rate{PerSecond: 0.5, Burst: 2}
-	for name, l := range lims {
-		t.Run(name, func(t *testing.T) {
-			spendBurst(t, l, "p1", rate)
-			var last KeyDecision
-			for range 20 {
-				d, err := l.Allow(bg, "p1", rate, 1)
-				if err != nil || d.Allowed {
-					t.Fatalf("over the burst: %+v %v", d, err)
-				}
-				if d.RetryAfter > interval {
-					t.Fatalf("denials pushed the retry to %s, want at most one interval (%s)", d.RetryAfter, interval)
-				}
-				last = d
+	eachKeyLimiter(t, "p1", rate, func(t *testing.T, name string, l KeyLimiter, clock *fakeClock) {
+		var last KeyDecision
+		for range 20 {
+			d, err := l.Allow(bg, "p1", rate, 1)
+			if err != nil || d.Allowed {
+				t.Fatalf("over the burst: %+v %v", d, err)
 			}
-			waitOut(name, clock, last.RetryAfter)
-			if d, err := l.Allow(bg, "p1", rate, 1); err != nil || !d.Allowed {
-				t.Fatalf("after the retry-after: %+v %v", d, err)
+			if d.RetryAfter > interval {
+				t.Fatalf("denials pushed the retry to %s, want at most one interval (%s)", d.RetryAfter, interval)
 			}
-			// Another key is untouched.
-			if d, _ := l.Allow(bg, "p2", rate, 2); !d.Allowed {
-				t.Fatal("a second key was limited by the first")
-			}
-		})
-	}
+			last = d
+		}
+		waitOut(name, clock, last.RetryAfter)
+		if d, err := l.Allow(bg, "p1", rate, 1); err != nil || !d.Allowed {
+			t.Fatalf("after the retry-after: %+v %v", d, err)
+		}
+		// Another key is untouched.
+		if d, _ := l.Allow(bg, "p2", rate, 2); !d.Allowed {
+			t.Fatal("a second key was limited by the first")
+		}
+	})
 }
 
 // TestKeyLimiterClockStepBack: a key's TAT an hour ahead, as Redis's clock
@@ -87,36 +96,32 @@ func TestKeyLimiterDenialChangesNothing(t *testing.T) {
 // is raised by the same hour.
 func TestKeyLimiterClockStepBack(t *testing.T) {
 	t.Parallel()
-	lims, clock := keyLimiters(t)
 	const interval = 100 * time.Millisecond
 	rate := Rate{PerSecond: 10, Burst: 2}
-	for name, l := range lims {
-		t.Run(name, func(t *testing.T) {
-			spendBurst(t, l, "p", rate)
-			hour := time.Hour.Microseconds()
-			switch l := l.(type) {
-			case *LocalKeys:
-				l.tats["p"] += hour
-			case *RedisKeys:
-				key := l.KeyName("p")
-				tat, err := l.client.Get(bg, key).Int64()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := l.client.Set(bg, key, tat+hour, 2*time.Hour).Err(); err != nil {
-					t.Fatal(err)
-				}
+	eachKeyLimiter(t, "p", rate, func(t *testing.T, name string, l KeyLimiter, clock *fakeClock) {
+		hour := time.Hour.Microseconds()
+		switch l := l.(type) {
+		case *LocalKeys:
+			l.tats["p"] += hour
+		case *RedisKeys:
+			key := l.KeyName("p")
+			tat, err := l.client.Get(bg, key).Int64()
+			if err != nil {
+				t.Fatal(err)
 			}
-			d, err := l.Allow(bg, "p", rate, 1)
-			if err != nil || d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > interval {
-				t.Fatalf("after the step: %+v %v, want refused for at most one interval (%s)", d, err, interval)
+			if err := l.client.Set(bg, key, tat+hour, 2*time.Hour).Err(); err != nil {
+				t.Fatal(err)
 			}
-			waitOut(name, clock, d.RetryAfter)
-			if d, err := l.Allow(bg, "p", rate, 1); err != nil || !d.Allowed {
-				t.Fatalf("one retry-after later: %+v %v", d, err)
-			}
-		})
-	}
+		}
+		d, err := l.Allow(bg, "p", rate, 1)
+		if err != nil || d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > interval {
+			t.Fatalf("after the step: %+v %v, want refused for at most one interval (%s)", d, err, interval)
+		}
+		waitOut(name, clock, d.RetryAfter)
+		if d, err := l.Allow(bg, "p", rate, 1); err != nil || !d.Allowed {
+			t.Fatalf("one retry-after later: %+v %v", d, err)
+		}
+	})
 }
 
 // TestKeyLimiterHeaders checks Remaining and ResetAfter, the RateLimit-*
