@@ -116,16 +116,23 @@ func TestCrashedReplicaMessagesRecovered(t *testing.T) {
 	}
 }
 
+// oneQueued is a fresh account whose queue holds one transactional message.
+func oneQueued(t *testing.T) (account, queue.Queue, *sms.Message) {
+	t.Helper()
+	acct := newAccount(t)
+	q := acct.queue(t, nil)
+	m := newMsg(sms.ClassTransactional)
+	enqueue(t, q, m)
+	return acct, q, m
+}
+
 // TestHeartbeatKeepsLease: a send slower than the lease keeps its lease
 // because the heartbeat extends it, so another replica's recoverer never
 // hands the message on and the provider receives it once.
 func TestHeartbeatKeepsLease(t *testing.T) {
 	t.Parallel()
 	const lease = time.Second
-	acct := newAccount(t)
-	q := acct.queue(t, nil)
-	m := newMsg(sms.ClassTransactional)
-	enqueue(t, q, m)
+	acct, q, m := oneQueued(t)
 
 	hang := newHangingProvider()
 	newDispatcher(t, Config{Queue: q, Limiter: acct.limiter(t, nil, defaultLimits), Provider: hang, Owner: "slow",
@@ -352,10 +359,7 @@ func (c *cutOnReserve) Reserve(ctx context.Context, req limiter.Request) (limite
 func TestCutOffReplicaDoesNotSend(t *testing.T) {
 	t.Parallel()
 	const lease = time.Second
-	acct := newAccount(t)
-	shared := acct.queue(t, nil)
-	m := newMsg(sms.ClassTransactional)
-	enqueue(t, shared, m)
+	acct, shared, m := oneQueued(t)
 
 	aq := &cutOffQueue{Queue: shared}
 	var aCalls atomic.Int32
