@@ -105,6 +105,18 @@ func (l *listedTakes) endedIDs(t *testing.T) []string {
 // numberID is a distinct suppression-list id.
 func numberID(i int) string { return fmt.Sprintf("%032x", time.Now().UnixNano()+int64(i)) }
 
+// oneNumbered is a new queue with its suppression list, holding one
+// transactional message m whose number's id is id (not on the list).
+func oneNumbered(t *testing.T, h Harness) (queue.Queue, *listedTakes, string, *sms.Message) {
+	t.Helper()
+	q := h.New(t)
+	l := suppressions(t, h, q)
+	id := numberID(1)
+	m := withNumber(sms.ClassTransactional, id)
+	mustEnqueue(t, q, m)
+	return q, l, id, m
+}
+
 // withNumber is a message of class c whose number's id is id.
 func withNumber(c sms.Class, id string) *sms.Message {
 	m := newMsg("p", c)
@@ -291,11 +303,7 @@ func testTakeSuppressedScheduled(t *testing.T, h Harness) {
 }
 
 func testTakeSuppressedParkedReceipt(t *testing.T, h Harness) {
-	q := h.New(t)
-	l := suppressions(t, h, q)
-	id := numberID(1)
-	m := withNumber(sms.ClassTransactional, id)
-	mustEnqueue(t, q, m)
+	q, l, id, m := oneNumbered(t, h)
 	first := mustTake(t, q, opts())
 	// The attempt's outcome was unknown, then its receipt came: the
 	// provider has it, whatever the list says now.

@@ -110,11 +110,7 @@ func testUsageCounts(t *testing.T, h Harness) {
 
 // A take that ends a message suppressed counts it suppressed.
 func testUsageSuppressed(t *testing.T, h Harness) {
-	q := h.New(t)
-	l := suppressions(t, h, q)
-	id := numberID(1)
-	m := withNumber(sms.ClassTransactional, id)
-	mustEnqueue(t, q, m)
+	q, l, id, m := oneNumbered(t, h)
 	l.add(id)
 	deadline := time.Now().Add(5 * time.Second)
 	for len(l.endedIDs(t)) == 0 && time.Now().Before(deadline) {
