@@ -126,13 +126,20 @@ func (c *clock) Add(d time.Duration) {
 
 func newClock() *clock { return &clock{now: time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)} }
 
+// openRetained is a queue on a clock of its own that keeps messages 48 h
+// and idempotency keys 24 h.
+func openRetained(t testing.TB) (*clock, *Queue) {
+	t.Helper()
+	clk := newClock()
+	return clk, open(t, Config{Now: clk.Now, Retention: 48 * time.Hour, IdempotencyWindow: 24 * time.Hour})
+}
+
 func msg(producer string, c sms.Class, now time.Time) *sms.Message {
 	return smstest.MessageAt(producer, c, now)
 }
 
 func TestRetention(t *testing.T) {
-	clk := newClock()
-	q := open(t, Config{Now: clk.Now, Retention: 48 * time.Hour, IdempotencyWindow: 24 * time.Hour})
+	clk, q := openRetained(t)
 	ctx := t.Context()
 	sent, dead, live := msg("p", sms.ClassOTP, clk.Now()), msg("p", sms.ClassOTP, clk.Now()), msg("p", sms.ClassMarketing, clk.Now())
 	sent.IdempotencyKey = "k"
