@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -139,6 +141,26 @@ func (s *stack) call(t *testing.T, method, path, key string, body, out any) int 
 		}
 	}
 	return res.Status
+}
+
+// waitStatus waits until GET /v1/messages/{id}, as key, answers one of
+// the statuses want.
+func (s *stack) waitStatus(t *testing.T, key, id string, timeout time.Duration, want ...string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var m struct {
+			Status string `json:"status"`
+		}
+		s.call(t, http.MethodGet, "/v1/messages/"+id, key, nil, &m)
+		if slices.Contains(want, m.Status) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("message %s is %q, want %v", id, m.Status, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 type stats struct {
@@ -481,18 +503,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	br.do(chromedp.Click(chromedp.CSS(`#dead tr[data-id="` + retried + `"] button`)))
 	br.waitFor("3 dead letters after a retry", `document.querySelectorAll('#dead tbody tr[data-id]').length === 3`, wait)
-	deadline := time.Now().Add(wait)
-	for {
-		var m struct{ Status string }
-		st.call(t, "GET", "/v1/messages/"+retried, loginKey, nil, &m)
-		if m.Status == "sent" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("retried message %s is %q, want sent", retried, m.Status)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	st.waitStatus(t, loginKey, retried, wait, "sent")
 	br.waitText(sentCell("otp"), "2", wait)
 
 	// Look messages up by id: the retried one is sent, a dead one failed,

@@ -47,20 +47,7 @@ func TestDeliveryRatioInBrowser(t *testing.T) {
 		ids = append(ids, a.ID)
 	}
 	for _, id := range ids {
-		deadline := time.Now().Add(wait)
-		for {
-			var m struct {
-				Status string `json:"status"`
-			}
-			st.call(t, "GET", "/v1/messages/"+id, notifyKey, nil, &m)
-			if m.Status == "sent" {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s not sent: %s", id, m.Status)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		st.waitStatus(t, notifyKey, id, wait, "sent")
 	}
 	for i, id := range ids {
 		status := "delivered"

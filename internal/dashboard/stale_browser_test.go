@@ -158,21 +158,8 @@ func TestDashboardUsage(t *testing.T) {
 		}
 		ids = append(ids, a.ID)
 	}
-	deadline := time.Now().Add(wait)
 	for _, id := range ids {
-		for {
-			var m struct {
-				Status string `json:"status"`
-			}
-			st.call(t, http.MethodGet, "/v1/messages/"+id, notifyKey, nil, &m)
-			if m.Status == "sent" || m.Status == "delivered" {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("message %s still %s", id, m.Status)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		st.waitStatus(t, notifyKey, id, wait, "sent", "delivered")
 	}
 
 	br.do(chromedp.Navigate(st.base+"/dashboard/"), chromedp.WaitVisible(chromedp.ID("key-input")),
