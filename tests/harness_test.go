@@ -389,6 +389,17 @@ func postCampaign(t *testing.T, gws []*gwProc, n int) []string {
 	return ids
 }
 
+// batchAnswer is the answer to POST /v1/messages/batch: each message's
+// status and, when accepted, its id.
+type batchAnswer struct {
+	Results []struct {
+		Status  int `json:"status"`
+		Message struct {
+			ID string `json:"id"`
+		} `json:"message"`
+	} `json:"results"`
+}
+
 // postBatch posts n messages of class with the key through /v1/messages/batch
 // and returns the accepted ids.
 func postBatch(t *testing.T, gw *gwProc, key, class string, start, n int) []string {
@@ -404,14 +415,7 @@ func postBatch(t *testing.T, gw *gwProc, key, class string, start, n int) []stri
 		if r.Status != http.StatusOK && r.Status != http.StatusAccepted && r.Status != http.StatusMultiStatus {
 			t.Fatalf("batch: %d %.500s", r.Status, r.Body)
 		}
-		var res struct {
-			Results []struct {
-				Status  int `json:"status"`
-				Message struct {
-					ID string `json:"id"`
-				} `json:"message"`
-			} `json:"results"`
-		}
+		var res batchAnswer
 		if err := json.Unmarshal(r.Body, &res); err != nil {
 			t.Fatalf("batch answer: %v: %.300s", err, r.Body)
 		}

@@ -53,14 +53,7 @@ func postFrom(t *testing.T, gw *gwProc, key, class, from string, start, n int) [
 		msgs[i] = map[string]string{"to": phone(start + i), "body": "Sale " + strconv.Itoa(start+i), "class": class, "from": from}
 	}
 	r := post(t, gw.URL+"/v1/messages/batch", key, map[string]any{"messages": msgs})
-	var res struct {
-		Results []struct {
-			Status  int `json:"status"`
-			Message struct {
-				ID string `json:"id"`
-			} `json:"message"`
-		} `json:"results"`
-	}
+	var res batchAnswer
 	if err := json.Unmarshal(r.Body, &res); err != nil || len(res.Results) != n {
 		t.Fatalf("batch from %s: %d %.300s", from, r.Status, r.Body)
 	}
