@@ -103,7 +103,7 @@ func TestRepliesReachTheirProducer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			schema := doc.Components.Schemas["ReplyEvent"].Value
+			schema := doc.Webhooks["messageReceived"].Post.RequestBody.Value.Content["application/json"].Schema.Value
 			texts := map[string]string{}
 			for name, rc := range map[string]*hookReceiver{"notify": hookA, "slow": hookB} {
 				for id, evs := range rc.replies(t) {
@@ -111,7 +111,7 @@ func TestRepliesReachTheirProducer(t *testing.T) {
 						t.Errorf("%s got reply %s %d times, want once", name, id, len(evs))
 					}
 					if err := schema.VisitJSON(evs[0]); err != nil {
-						t.Errorf("reply %s does not match ReplyEvent: %v", id, err)
+						t.Errorf("reply %s does not match the messageReceived webhook's body: %v", id, err)
 					}
 					d := evs[0]["data"].(map[string]any)
 					if id != "evt_"+d["id"].(string) || !strings.HasPrefix(d["id"].(string), "rcv_") {
