@@ -81,12 +81,7 @@ func TestPostMessageQueuesAndSends(t *testing.T) {
 		}
 		eventually(t, "the simulator to receive the message", func() bool { return sentRefs(h.sim)[a.ID] == 1 })
 		var v httpapi.MessageView
-		eventually(t, "status sent", func() bool {
-			g := h.get("/v1/messages/"+a.ID, keyNotify)
-			wantStatus(t, g, http.StatusOK)
-			g.json(t, &v)
-			return v.Status == sms.StatusSent
-		})
+		h.pollOK(t, "status sent", "/v1/messages/"+a.ID, keyNotify, &v, func() bool { return v.Status == sms.StatusSent })
 		// Final: the number masked, no body kept.
 		if v.To != "+8190****5678" || v.From != "Shop" || v.Reference != "order-17" || v.ProviderMessageID == "" ||
 			v.SentAt == nil || v.Segments != 1 {

@@ -28,6 +28,18 @@ import (
 	"smsgw/internal/state"
 )
 
+// pollOK reads GET path, as key, into out until done says so; every
+// answer must be 200.
+func (h *harness) pollOK(t testing.TB, what, path, key string, out any, done func() bool) {
+	t.Helper()
+	eventually(t, what, func() bool {
+		g := h.get(path, key)
+		wantStatus(t, g, http.StatusOK)
+		g.json(t, out)
+		return done()
+	})
+}
+
 // stats is a whole stats answer: every section read (unavailable empty).
 func (h *harness) stats() opsview.StatsResponse {
 	h.t.Helper()
@@ -269,12 +281,7 @@ func TestAdminGetMessage(t *testing.T) {
 	var a httpapi.AcceptedMessage
 	r.json(t, &a)
 	var v httpapi.AdminMessage
-	eventually(t, "the message sent", func() bool {
-		g := h.get("/v1/admin/messages/"+a.ID, keyAdmin)
-		wantStatus(t, g, http.StatusOK)
-		g.json(t, &v)
-		return v.Status == sms.StatusSent
-	})
+	h.pollOK(t, "the message sent", "/v1/admin/messages/"+a.ID, keyAdmin, &v, func() bool { return v.Status == sms.StatusSent })
 	if v.ID != a.ID || v.Producer != "notify" || v.Reference != "order-9" || v.To != sms.MaskPhone("+819012345678") ||
 		!strings.Contains(v.To, "*") || v.ProviderMessageID == "" {
 		t.Errorf("admin view %+v", v)
