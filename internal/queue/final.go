@@ -48,7 +48,7 @@ import (
 // 9 provider id  10 masked number  11 last error  12 digest prefix
 // 13 created  14 send_at  15 expiry  16 sender id  (version 2: 17 "1" for
 // callbacks  18 callback_url)  then the two times. The Lua of redisq edits
-// the status, last error and times of every version (lua.go: fin_*).
+// the status, last error and times of every version (redisq/luasrc: fin_*).
 
 // finalSep separates the fields; any in a value is dropped.
 const finalSep = "\x1f"

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"smsgw/internal/queue"
+	"smsgw/internal/queue/redisq/luasrc"
 	"smsgw/internal/sms"
 )
 
@@ -39,7 +40,7 @@ func (c *scriptCall) batchArgs(q *Queue, m *sms.Message, now time.Time) {
 // the index in KEYS of its final LIST.
 // Returns per message {1, stored value}, {2, final record} or {0}: not in
 // msgs nor in its LIST (its second's blob, or gone).
-var batchReadScript = redis.NewScript(luaPrelude + `
+var batchReadScript = redis.NewScript(luasrc.Prelude + `
 local fins = {}
 local out = {}
 for i = 1, #ARGV, 2 do

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"smsgw/internal/queue"
+	"smsgw/internal/queue/redisq/luasrc"
 	"smsgw/internal/sms"
 )
 
@@ -215,7 +216,7 @@ func blobRecord(blob, id string) (rec string, found bool, err error) {
 }
 
 // listElement is the final LIST element of id's final record rec: the
-// name the scripts match (fin_match in lua.go) for its version.
+// name the scripts match (fin_match in luasrc) for its version.
 func listElement(id, rec string) string {
 	if strings.HasPrefix(rec, "3") {
 		return queue.FinalShort(id) + rec
@@ -318,7 +319,7 @@ func (q *Queue) readFinal(ctx context.Context, sec int64) ([]string, string, err
 // as though its last write were the quiet time before the claim's end, so
 // that no other Compact lists it while the claim lasts, and any Compact
 // lists it again once the claim has ended. A write to a claimed second
-// (fin_due, lua.go) overwrites the claim's score with its own time: the
+// (fin_due, luasrc) overwrites the claim's score with its own time: the
 // second then waits to be quiet again like any other (with CompactAfter
 // longer than CompactClaim, as by default, that is after the claim's end;
 // with a shorter one the write may end the claim early, and another
@@ -329,7 +330,7 @@ func (q *Queue) readFinal(ctx context.Context, sec int64) ([]string, string, err
 //
 // KEYS[1] the compaction ZSET. ARGV[1] how long quiet, ms, ARGV[2] how
 // long a claim lasts, ms, ARGV[3] most.
-var claimDueScript = redis.NewScript(luaPrelude + `
+var claimDueScript = redis.NewScript(luasrc.Prelude + `
 local upto = math.floor(now_us() / 1000) - tonumber(ARGV[1])
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', upto, 'LIMIT', 0, tonumber(ARGV[3]))
 for _, sec in ipairs(due) do

@@ -16,6 +16,7 @@ import (
 
 	"smsgw/internal/gcra"
 	"smsgw/internal/queue"
+	"smsgw/internal/queue/redisq/luasrc"
 	"smsgw/internal/sms"
 )
 
@@ -43,11 +44,11 @@ const maxBatch = 1000
 // enqueuing process itself (queue.Checks.TakenHere), else "0"; index of
 // the keyed-request GCRA key (0: none), its interval µs and burst (it runs
 // first of the checks, after the replay, through the same charge as the
-// ingress GCRA); the budget arguments (luaBudget, budget.go: the
+// ingress GCRA); the budget arguments (luasrc.Budget, budget.go: the
 // producer's budget, checked after the ingress GCRA and charged with the
 // store); index in KEYS of its batch's index LIST (0: none) and how long to
 // keep it, ms (batch_add, batches.go); then the usage count of a stored
-// message (luaUsage): index in KEYS of its usage HASH (0: none), its field,
+// message (luasrc.Usage): index in KEYS of its usage HASH (0: none), its field,
 // units and expiry ms.
 // Returns one reply per message, in order, {kind, value, id, gcra}: kind 0
 // stored (value: the stored record, or "" unless ARGV[2] asked for it), 1 an existing message (its record),
@@ -73,7 +74,7 @@ const maxBatch = 1000
 // on KEYS[4] and trims the LIST to the newest wakeTokens: a refused or
 // delayed message, or one an idle lane of the enqueuing process takes,
 // wakes nobody else.
-var enqueueScript = redis.NewScript(luaPrelude + gcra.Lua + luaBudget + luaUsage + `
+var enqueueScript = redis.NewScript(luasrc.Prelude + gcra.Lua + luasrc.Budget + luasrc.Usage + `
 local now = now_us()
 local out = {}
 local fins = {}

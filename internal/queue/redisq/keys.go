@@ -191,5 +191,5 @@ func (k keys) cbDead() string { return k.tag + "cb:dead" }
 func (k keys) cbSeq() string { return k.tag + "cb:seq" }
 
 // outbox is the keys every transition that writes an event passes, in the
-// order luaOutbox's outbox_add expects them.
+// order luasrc.Outbox's outbox_add expects them.
 func (k keys) outbox() []string { return []string{k.cbEvents(), k.cbDue(), k.cbAge(), k.cbSeq()} }

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"smsgw/internal/queue"
+	"smsgw/internal/queue/redisq/luasrc"
 	"smsgw/internal/sms"
 )
 
@@ -37,7 +38,7 @@ import (
 // the earliest scheduled message of these classes is due (-1 if none); more
 // is 1 when the script stopped at ARGV[7] listed messages (more may be
 // ready).
-var takeScript = redis.NewScript(luaPrelude + luaRecord + `
+var takeScript = redis.NewScript(luasrc.Prelude + luasrc.Record + `
 local n = math.floor((#KEYS - 2) / 2)
 local msgs, leases = KEYS[2 * n + 1], KEYS[2 * n + 2]
 local most, units = tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -299,26 +300,12 @@ func (q *Queue) endListed(ctx context.Context, s *queue.Suppression, ls []*queue
 	return back
 }
 
-// luaCheckLease is the start of every script that acts on a lease: it ends
-// the script with 0 unless the lease of ARGV[1] is held with token ARGV[2],
-// and with -1 if the lease is not in the lease ZSET KEYS[1] (the caller
-// changed Leased.Message.Class: acting on the wrong class's keys would leave
-// a lease behind for Recover to hand out again). It expects the leases HASH
-// as KEYS[2] and leaves the lease in lease.
-const luaCheckLease = `
-local raw_lease = redis.call('HGET', KEYS[2], ARGV[1])
-if not raw_lease then return 0 end
-local lease = cjson.decode(raw_lease)
-if lease.t ~= ARGV[2] then return 0 end
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return -1 end
-`
-
 // extendScript moves a held lease's expiry to now + ARGV[3].
 //
 // KEYS[1] lease ZSET of the message's class, KEYS[2] leases HASH.
 // ARGV[1] id, ARGV[2] token, ARGV[3] lease µs.
 // Returns 1, 0 when the lease is not held, -1 when it is not in KEYS[1].
-var extendScript = redis.NewScript(luaPrelude + luaCheckLease + `
+var extendScript = redis.NewScript(luasrc.Prelude + luasrc.CheckLease + `
 redis.call('ZADD', KEYS[1], now_us() + tonumber(ARGV[3]), ARGV[1])
 return 1
 `)
@@ -353,7 +340,7 @@ func (q *Queue) Extend(ctx context.Context, l *queue.Leased, lease time.Duration
 // message's event is written here, KEYS[14] the compaction ZSET
 // (keys.finDue: the final LIST's second is due for compaction once quiet),
 // KEYS[15] the provider id's index HASH (sent with a provider id only),
-// then the message's usage HASH (luaUsage, next to last), then (last) the
+// then the message's usage HASH (luasrc.Usage, next to last), then (last) the
 // budget HASH (budget.go: an expired or suppressed message gives its
 // units back).
 // ARGV[1] id, ARGV[2] token, ARGV[3] status code (s, f, x or p), ARGV[4] the
@@ -370,7 +357,7 @@ func (q *Queue) Extend(ctx context.Context, l *queue.Leased, lease time.Duration
 // and 2, changing nothing, when endListed's end (ARGV[11] "suppressed")
 // finds a receipt parked on the message: it came after the take script
 // leased the message, and the provider has it (endListed puts it back).
-var completeScript = redis.NewScript(luaPrelude + luaRecord + luaOutbox + luaCheckLease + luaBudgetRefund + luaUsage + `
+var completeScript = redis.NewScript(luasrc.Prelude + luasrc.Record + luasrc.Outbox + luasrc.CheckLease + luasrc.BudgetRefund + luasrc.Usage + `
 local now = now_us()
 local m = cjson.decode(redis.call('HGET', KEYS[3], ARGV[1]))
 if ARGV[11] == 'suppressed' and m.rs then return 2 end
@@ -494,7 +481,7 @@ func (q *Queue) completion(l *queue.Leased, o queue.Outcome, code string) (compl
 // attempt, ARGV[5] last error (empty: keep the stored one), ARGV[6] 1 when
 // the send crashed its sender (Crashes + 1), ARGV[7] 1 to keep its place.
 // Returns 1, 0 when the lease is not held, -1 when it is not in KEYS[1].
-var requeueScript = redis.NewScript(luaPrelude + luaRecord + luaCheckLease + `
+var requeueScript = redis.NewScript(luasrc.Prelude + luasrc.Record + luasrc.CheckLease + `
 local now = now_us()
 local delay = tonumber(ARGV[3])
 redis.call('ZREM', KEYS[1], ARGV[1])
@@ -548,11 +535,11 @@ func (q *Queue) Requeue(ctx context.Context, l *queue.Leased, o queue.RequeueOpt
 //
 // KEYS[1] lease ZSET of the class, KEYS[2] leases HASH, KEYS[3] msgs HASH,
 // KEYS[4] dead ZSET of the class, KEYS[5] outstanding HASH, KEYS[6..9] the
-// outbox (keys.outbox), KEYS[10] the message's usage HASH (luaUsage).
+// outbox (keys.outbox), KEYS[10] the message's usage HASH (luasrc.Usage).
 // ARGV[1] id, ARGV[2] token, ARGV[3] reason, ARGV[4] attempts, ARGV[5..7]
 // the usage field, units and expiry ms.
 // Returns 1, 0 when the lease is not held, -1 when it is not in KEYS[1].
-var deadScript = redis.NewScript(luaPrelude + luaRecord + luaOutbox + luaUsage + luaCheckLease + `
+var deadScript = redis.NewScript(luasrc.Prelude + luasrc.Record + luasrc.Outbox + luasrc.Usage + luasrc.CheckLease + `
 local now = now_us()
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
@@ -619,7 +606,7 @@ func (q *Queue) leaseResult(op string, l *queue.Leased, cmd *redis.Cmd) error {
 // KEYS[4] ready ZSET of the class.
 // ARGV[1] the most leases to move.
 // Returns how many moved.
-var recoverScript = redis.NewScript(luaPrelude + luaRecord + `
+var recoverScript = redis.NewScript(luasrc.Prelude + luasrc.Record + `
 local now = now_us()
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
 for _, id in ipairs(ids) do
@@ -654,7 +641,7 @@ const recoverBatch = 500
 // ARGV[1] retention µs, ARGV[2] the most to prune per ZSET, ARGV[3] the
 // epoch the caller knows (empty for none), ARGV[4] a new epoch.
 // Returns {pruned, epoch, 1 if the data was lost else 0}.
-var pruneScript = redis.NewScript(luaPrelude + `
+var pruneScript = redis.NewScript(luasrc.Prelude + `
 local epoch = redis.call('GET', KEYS[2])
 local lost = 0
 if not epoch then

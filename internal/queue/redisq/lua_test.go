@@ -6,11 +6,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"smsgw/internal/queue/redisq/luasrc"
 	"smsgw/internal/redistest"
 )
 
 // isoScript runs the prelude's iso() on ARGV[1]; it touches no key.
-var isoScript = redis.NewScript(luaPrelude + `return iso(tonumber(ARGV[1]))`)
+var isoScript = redis.NewScript(luasrc.Prelude + `return iso(tonumber(ARGV[1]))`)
 
 // TestLuaISO checks the Lua date formatting against Go's over leap days,
 // year and century ends and the µs field.

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"smsgw/internal/queue"
+	"smsgw/internal/queue/redisq/luasrc"
 	"smsgw/internal/sms"
 )
 
@@ -43,38 +44,6 @@ type eventRecord struct {
 	Text string `json:"tx,omitempty"`
 }
 
-// luaOutbox is the one writer of the outbox. Every script whose transition
-// ends or changes a message's visible status calls outbox_add in the same
-// script, so the event exists exactly when the change does.
-//
-// outbox_add(ok, id, m, status, code, now): ok the four keys of
-// keys.outbox() (events HASH, due ZSET, age ZSET, seq counter) as a Lua
-// table, id the message id, m its decoded record after the change, status
-// the status word the event reports, code the error code (” for none), now
-// Redis µs. Writes nothing for a message stored without "w" (no
-// destination; every legacy message).
-//
-// event_words and event_codes map a record's status code to the event's
-// status word and error code.
-const luaOutbox = `
-local event_words = {s = 'sent', f = 'failed', x = 'expired', v = 'delivered', u = 'undelivered', c = 'canceled',
-  p = 'suppressed'}
-local event_codes = {s = '', f = 'rejected', x = 'expired', v = '', u = 'undelivered', c = '', p = 'opted_out'}
-local function outbox_add(ok, id, m, status, code, now)
-  if not m.w then return end
-  local eid = 'evt_' .. string.sub(id, 5) .. '_' .. redis.call('INCR', ok[4])
-  local ev = {m = id, p = m.p, u = m.cb, s = status, r = m.r, c = m.c, g = m.g, pm = m.pm,
-    t = math.floor(now / 1000)}
-  if code ~= '' then
-    ev.ec = code
-    ev.er = m.e
-  end
-  redis.call('HSET', ok[1], eid, cjson.encode(ev))
-  redis.call('ZADD', ok[2], now, eid)
-  redis.call('ZADD', ok[3], now, eid)
-end
-`
-
 // recordSentScript stores a message sent outside the queue (the OTP fast
 // path) as a sent message's final record, indexes its provider id for
 // receipts and writes its event, in one step, as completeScript does for
@@ -85,7 +54,7 @@ end
 // KEYS[1] the final LIST of the id's creation second, KEYS[2] its blob
 // (compact.go), KEYS[3] the compaction ZSET, KEYS[4..7] the outbox,
 // KEYS[8] the id's early key (keys.early), KEYS[9] the message's usage HASH
-// (luaUsage), KEYS[10] the provider id's index HASH (with a provider id
+// (luasrc.Usage), KEYS[10] the provider id's index HASH (with a provider id
 // only). ARGV[1] id, ARGV[2] the final record
 // before its times, ARGV[3] after them, ARGV[4] the id's creation time ms,
 // ARGV[5] retention µs, ARGV[6] the record JSON for the event (w set: with
@@ -97,7 +66,7 @@ end
 // the early receipt's), 0 when the id was stored already, -1 when the
 // second has a blob the caller has not looked in (the script cannot read
 // it).
-var recordSentScript = redis.NewScript(luaPrelude + luaOutbox + luaUsage + `
+var recordSentScript = redis.NewScript(luasrc.Prelude + luasrc.Outbox + luasrc.Usage + `
 if fin_find(KEYS[1], ARGV[1]) then return 0 end
 if ARGV[7] ~= '1' and redis.call('EXISTS', KEYS[2]) == 1 then return -1 end
 local now = now_us()
@@ -202,7 +171,7 @@ func (q *Queue) RecordSent(ctx context.Context, m *sms.Message) (_ sms.Status, e
 // claimEventsScript leases due events.
 // KEYS[1] events HASH, KEYS[2] due ZSET. ARGV[1] lease µs, ARGV[2] token,
 // ARGV[3] max. Returns {id, record, id, record, ...}.
-var claimEventsScript = redis.NewScript(luaPrelude + `
+var claimEventsScript = redis.NewScript(luasrc.Prelude + `
 local now = now_us()
 local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
 local out = {}
@@ -305,7 +274,7 @@ const deadEventsKept = 7 * 24 * time.Hour
 // ZSET. ARGV[1] id, ARGV[2] token, ARGV[3] delay µs, ARGV[4] max age µs,
 // ARGV[5] last error, ARGV[6] 1 to spend an attempt, ARGV[7] how long dead
 // events are kept µs. Returns 1 due again, 2 dead, 0 claim not held.
-var retryEventScript = redis.NewScript(luaPrelude + `
+var retryEventScript = redis.NewScript(luasrc.Prelude + `
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then return 0 end
 local e = cjson.decode(raw)
@@ -403,7 +372,7 @@ func wrapErr(op string, err error) error {
 // retryDeadEventScript makes a dead event due now, attempts reset, its
 // max age counted from now. KEYS as retryEventScript's first four; ARGV[1]
 // id. Returns 1, or 0 when no dead event has that id.
-var retryDeadEventScript = redis.NewScript(luaPrelude + `
+var retryDeadEventScript = redis.NewScript(luasrc.Prelude + `
 if not redis.call('ZSCORE', KEYS[4], ARGV[1]) then return 0 end
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
@@ -438,7 +407,7 @@ func (q *Queue) RetryDeadEvent(ctx context.Context, id string) error {
 
 // outboxStatsScript: KEYS[1] age ZSET, KEYS[2] dead ZSET. Returns
 // {backlog, dead, µs since the oldest undelivered event, -1 if none}.
-var outboxStatsScript = redis.NewScript(luaPrelude + `
+var outboxStatsScript = redis.NewScript(luasrc.Prelude + `
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local age = -1
 if #head > 0 then age = now_us() - tonumber(head[2]) end

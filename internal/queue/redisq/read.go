@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"smsgw/internal/queue"
+	"smsgw/internal/queue/redisq/luasrc"
 	"smsgw/internal/sms"
 )
 
@@ -20,7 +21,7 @@ import (
 // KEYS[1] msgs HASH, KEYS[2] the final LIST of the id, KEYS[3] its
 // second's blob. ARGV[1] id.
 // Returns {1, stored value}, {2, final record}, {3, blob} or {0}.
-var getScript = redis.NewScript(luaPrelude + `
+var getScript = redis.NewScript(luasrc.Prelude + `
 local v = redis.call('HGET', KEYS[1], ARGV[1])
 if v then return {1, v} end
 local f = fin_find(KEYS[2], ARGV[1])
@@ -102,7 +103,7 @@ func (q *Queue) Outstanding(ctx context.Context, producer string) (_ int64, err 
 // the classes' names in that order.
 // Returns {now µs, then per class: ready (with the messages on shelves),
 // scheduled, leased, dead, score of the first ready message (-1 if none)}.
-var statsScript = redis.NewScript(luaPrelude + `
+var statsScript = redis.NewScript(luasrc.Prelude + `
 local now = now_us()
 local out = {now}
 for i = 1, 3 do
@@ -155,7 +156,7 @@ func (q *Queue) Stats(ctx context.Context) (_ map[sms.Class]queue.ClassStats, er
 // KEYS[1..3] ready ZSETs in sms.Classes order.
 // ARGV[1..n] horizons in µs, ascending.
 // Returns per class, per horizon: the members scored in (now, now+horizon].
-var scheduledScript = redis.NewScript(luaPrelude + `
+var scheduledScript = redis.NewScript(luasrc.Prelude + `
 local now = now_us()
 local out = {}
 for i = 1, #KEYS do
@@ -265,11 +266,11 @@ func (q *Queue) DeadLetters(ctx context.Context, limit int) (_ []*sms.Message, e
 //
 // KEYS[1] msgs HASH, KEYS[2] dead ZSET of the class, KEYS[3] ready ZSET of the
 // class, KEYS[4] seq counter, KEYS[5] outstanding HASH, KEYS[6] the
-// message's usage HASH (luaUsage).
+// message's usage HASH (luasrc.Usage).
 // ARGV[1] id, ARGV[2..4] the usage field of its failed end, units and
 // expiry ms.
 // Returns 1, or 0 when id is not a dead letter of that class.
-var retryDeadScript = redis.NewScript(luaPrelude + luaRecord + luaUsage + `
+var retryDeadScript = redis.NewScript(luasrc.Prelude + luasrc.Record + luasrc.Usage + `
 if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return 0 end
 local now = now_us()
 local m = cjson.decode(redis.call('HGET', KEYS[1], ARGV[1]))

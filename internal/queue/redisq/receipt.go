@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"smsgw/internal/queue"
+	"smsgw/internal/queue/redisq/luasrc"
 	"smsgw/internal/sms"
 )
 
@@ -34,7 +35,7 @@ import (
 // rs/re until Complete records sent, after RetryDead for a dead letter),
 // 3 duplicate (final already, or a receipt parked
 // already); form 'f' when the value is a final record.
-var receiptScript = redis.NewScript(luaPrelude + luaRecord + luaOutbox + `
+var receiptScript = redis.NewScript(luasrc.Prelude + luasrc.Record + luasrc.Outbox + `
 local id = ARGV[1]
 local raw = redis.call('HGET', KEYS[1], id)
 if not raw then
@@ -320,14 +321,14 @@ func (q *Queue) ApplyReceipt(ctx context.Context, r queue.Receipt) (_ queue.Rece
 // in class-code order, KEYS[6..9] the outbox (keys.outbox: the canceled
 // event), KEYS[10] the final LIST, KEYS[11] the compaction ZSET, KEYS[12]
 // the budget HASH (the units go back: budget.go), KEYS[13] the message's
-// usage HASH (luaUsage).
+// usage HASH (luasrc.Usage).
 // ARGV[1] id, ARGV[2] producer, ARGV[3] the record read, ARGV[4] the final
 // record's head, ARGV[5] the id's creation time ms, ARGV[6] retention µs,
 // ARGV[7] the final record's tail, ARGV[8..10] the usage field, units and
 // expiry ms.
 // Returns {0} gone, {2} changed since it was read, {1, final record}
 // canceled.
-var cancelScript = redis.NewScript(luaPrelude + luaRecord + luaOutbox + luaBudgetRefund + luaUsage + `
+var cancelScript = redis.NewScript(luasrc.Prelude + luasrc.Record + luasrc.Outbox + luasrc.BudgetRefund + luasrc.Usage + `
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then return {0} end
 if raw ~= ARGV[3] then return {2} end

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"smsgw/internal/queue"
+	"smsgw/internal/queue/redisq/luasrc"
 )
 
 // Replies (queue.Routes). A route is a STRING per pair, the producer's
@@ -66,7 +67,7 @@ func (q *Queue) Route(ctx context.Context, keys []string) (string, int, error) {
 // HASH, due and age ZSETs. ARGV[1] event id, ARGV[2] the event record
 // without its max-age start, ARGV[3] the memory ms. Returns 1 written, 0
 // remembered.
-var addReplyScript = redis.NewScript(luaPrelude + `
+var addReplyScript = redis.NewScript(luasrc.Prelude + `
 if not redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[3]) then return 0 end
 local now = now_us()
 local e = cjson.decode(ARGV[2])

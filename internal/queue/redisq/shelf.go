@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"smsgw/internal/queue"
+	"smsgw/internal/queue/redisq/luasrc"
 	"smsgw/internal/sms"
 )
 
@@ -37,7 +38,7 @@ func (k keys) shelved() string { return k.tag + "shelved" }
 // ARGV[4] the class's name.
 // Returns 2 when shelved, 1 when put back in line, 0 when the lease is not
 // held, -1 when it is not in KEYS[1].
-var setAsideScript = redis.NewScript(luaPrelude + luaRecord + luaCheckLease + `
+var setAsideScript = redis.NewScript(luasrc.Prelude + luasrc.Record + luasrc.CheckLease + `
 local now = now_us()
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])

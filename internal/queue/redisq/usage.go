@@ -20,21 +20,6 @@ import (
 // change.
 func (k keys) usage(day, producer string) string { return k.tag + "use:" + day + ":" + producer }
 
-// luaUsage is the one writer of the usage HASHes; the scripts that store
-// or end a message call it in the step that does so.
-//
-// usage_add(key, field, units, n, ttl): adds n messages and n × units
-// units to field of HASH key (queue.UsageCount) and sets its expiry to ttl
-// ms; nothing without a key.
-const luaUsage = `
-local function usage_add(key, field, units, n, ttl)
-  if not key or key == '' or field == '' then return end
-  redis.call('HINCRBY', key, 'm' .. field, n)
-  redis.call('HINCRBY', key, 'u' .. field, n * tonumber(units))
-  redis.call('PEXPIRE', key, ttl)
-end
-`
-
 // usageArgs is what a script needs to count m at status st ("" accepted):
 // the HASH, the field, the units and the expiry ms. A malformed id counts
 // nothing (an empty field).

@@ -1,7 +1,11 @@
-package redisq
+// Package luasrc holds the Lua fragments the queue's Redis scripts share:
+// each script is built by prepending the fragments it calls to its own body.
+// They are source text only; the scripts themselves live with the calls
+// that run them (package redisq).
+package luasrc
 
-// luaPrelude is prepended to every script that needs the clock or writes a
-// stored record (scripts that edit one also take luaRecord, record.go).
+// Prelude is prepended to every script that needs the clock or writes a
+// stored record (scripts that edit one also take Record).
 //
 // now_us(): Redis TIME in µs, the only clock of the backend.
 // iso(us): µs since the epoch as RFC 3339 UTC with µs, the form Go's
@@ -11,7 +15,7 @@ package redisq
 // fmt_us(us): a µs value as an exact decimal string (tostring and ".." would
 // round it to 14 digits).
 // id_of(member): the message id of a ready ZSET member "<seq:016>:<id>".
-const luaPrelude = `
+const Prelude = `
 local function now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -231,5 +235,191 @@ local function fin_append(list, due, id, rec, created_ms, retention, now)
 end
 local function new_member(seq, id)
   return string.format('%016d', seq) .. ':' .. id
+end
+`
+
+// Record gives the scripts the fields of a stored value by their record
+// names, whether it is a record or a legacy message ("s" absent), and writes
+// a legacy message in its own form: legacy names, status words, RFC 3339
+// times.
+//
+// get(m, f): field f ('p' producer, 'a' attempts, 'g' segments).
+// status_of(m): the status code, whichever form m has.
+// set(m, f, v): sets field f to v; an empty string or 0 leaves it out.
+// set_time(m, f, us, up): sets time field f to us (Redis clock µs), in ms
+// rounded down, or up when up is true.
+const Record = `
+local legacy_name = {s = 'status', a = 'attempts', e = 'last_error', pm = 'provider_message_id',
+  d = 'dead', tb = 'not_before', tu = 'updated_at', ts = 'sent_at', p = 'producer', g = 'segments',
+  x = 'crashes'}
+local legacy_status = {q = 'queued', l = 'sending', s = 'sent', f = 'failed', x = 'expired',
+  v = 'delivered', u = 'undelivered', c = 'canceled'}
+local function get(m, f)
+  if m.s then return m[f] end
+  return m[legacy_name[f]]
+end
+local function set(m, f, v)
+  if v == '' or v == 0 then v = nil end
+  if m.s then
+    m[f] = v
+  else
+    if f == 's' then v = legacy_status[v] end
+    m[legacy_name[f]] = v
+  end
+end
+local function status_of(m)
+  if m.s then return m.s end
+  for code, word in pairs(legacy_status) do
+    if word == m.status then return code end
+  end
+  return nil
+end
+local function set_time(m, f, us, up)
+  if not m.s then
+    m[legacy_name[f]] = iso(us)
+  elseif up then
+    m[f] = math.ceil(us / 1000)
+  else
+    m[f] = math.floor(us / 1000)
+  end
+end
+`
+
+// Outbox is the one writer of the outbox. Every script whose transition
+// ends or changes a message's visible status calls outbox_add in the same
+// script, so the event exists exactly when the change does.
+//
+// outbox_add(ok, id, m, status, code, now): ok the four keys of
+// keys.outbox() (events HASH, due ZSET, age ZSET, seq counter) as a Lua
+// table, id the message id, m its decoded record after the change, status
+// the status word the event reports, code the error code (” for none), now
+// Redis µs. Writes nothing for a message stored without "w" (no
+// destination; every legacy message).
+//
+// event_words and event_codes map a record's status code to the event's
+// status word and error code.
+const Outbox = `
+local event_words = {s = 'sent', f = 'failed', x = 'expired', v = 'delivered', u = 'undelivered', c = 'canceled',
+  p = 'suppressed'}
+local event_codes = {s = '', f = 'rejected', x = 'expired', v = '', u = 'undelivered', c = '', p = 'opted_out'}
+local function outbox_add(ok, id, m, status, code, now)
+  if not m.w then return end
+  local eid = 'evt_' .. string.sub(id, 5) .. '_' .. redis.call('INCR', ok[4])
+  local ev = {m = id, p = m.p, u = m.cb, s = status, r = m.r, c = m.c, g = m.g, pm = m.pm,
+    t = math.floor(now / 1000)}
+  if code ~= '' then
+    ev.ec = code
+    ev.er = m.e
+  end
+  redis.call('HSET', ok[1], eid, cjson.encode(ev))
+  redis.call('ZADD', ok[2], now, eid)
+  redis.call('ZADD', ok[3], now, eid)
+end
+`
+
+// CheckLease is the start of every script that acts on a lease: it ends
+// the script with 0 unless the lease of ARGV[1] is held with token ARGV[2],
+// and with -1 if the lease is not in the lease ZSET KEYS[1] (the caller
+// changed Leased.Message.Class: acting on the wrong class's keys would leave
+// a lease behind for Recover to hand out again). It expects the leases HASH
+// as KEYS[2] and leaves the lease in lease.
+const CheckLease = `
+local raw_lease = redis.call('HGET', KEYS[2], ARGV[1])
+if not raw_lease then return 0 end
+local lease = cjson.decode(raw_lease)
+if lease.t ~= ARGV[2] then return 0 end
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return -1 end
+`
+
+// Budget is the budget step of the enqueue script. Field names are made as
+// queue.BudgetField and queue.BudgetCurrent make them: the producer, the
+// byte 0x1f, the period id (or its first letter, the kind).
+//
+// Enqueue ARGV, per message from its offset i: [i+21] index in KEYS of the
+// budget HASH (0: no budget), [i+22] units, [i+23] the day's id ("" none),
+// [i+24] its limit (0: none), [i+25] the month's id, [i+26] its limit.
+// Each count is read at most once a run and written once at its end
+// (budget_write), like the outstanding counts.
+const Budget = `
+local budget_used, budget_dirty = {}, {}
+local function budget_count(bk, f)
+  if budget_used[f] == nil then budget_used[f] = tonumber(redis.call('HGET', KEYS[bk], f) or '0') end
+  return budget_used[f]
+end
+-- budget_check: 0 when message i's units fit every period it names,
+-- else 1 (daily) or 2 (monthly) and that period's count.
+local function budget_check(i, p)
+  local bk = tonumber(ARGV[i + 21])
+  if bk == 0 then return 0, 0 end
+  local units = tonumber(ARGV[i + 22])
+  for k = 0, 1 do
+    local id, limit = ARGV[i + 23 + 2 * k], tonumber(ARGV[i + 24 + 2 * k])
+    if id ~= '' and limit > 0 then
+      local used = budget_count(bk, p .. '\31' .. id)
+      if used + units > limit then return k + 1, used end
+    end
+  end
+  return 0, 0
+end
+-- budget_charge adds message i's units to its periods (it is stored).
+local function budget_charge(i, p)
+  local bk = tonumber(ARGV[i + 21])
+  if bk == 0 then return end
+  local units = tonumber(ARGV[i + 22])
+  for k = 0, 1 do
+    local id = ARGV[i + 23 + 2 * k]
+    if id ~= '' then
+      local f = p .. '\31' .. id
+      budget_used[f] = budget_count(bk, f) + units
+      budget_dirty[f] = {KEYS[bk], p .. '\31', id}
+    end
+  end
+end
+-- budget_write stores the counts charged, dropping each producer's
+-- previous period of the kind.
+local function budget_write()
+  for f, d in pairs(budget_dirty) do
+    local cur = d[2] .. string.sub(d[3], 1, 1)
+    local old = redis.call('HGET', d[1], cur)
+    if old ~= d[3] then
+      if old then redis.call('HDEL', d[1], d[2] .. old) end
+      redis.call('HSET', d[1], cur, d[3])
+    end
+    redis.call('HSET', d[1], f, budget_used[f])
+  end
+end
+`
+
+// BudgetRefund is the give-back of the scripts that end a message
+// unsent (with Record).
+const BudgetRefund = `
+-- budget_refund gives the units of m (a decoded record) back to the
+-- periods it was charged to; a period no longer kept gets nothing.
+local function budget_refund(key, m)
+  local units = tonumber(m.bu or 0)
+  if units <= 0 then return end
+  local p = get(m, 'p')
+  for _, pf in ipairs({'bd', 'bm'}) do
+    if m[pf] then
+      local f = p .. '\31' .. m[pf]
+      local used = redis.call('HGET', key, f)
+      if used then redis.call('HSET', key, f, math.max(tonumber(used) - units, 0)) end
+    end
+  end
+end
+`
+
+// Usage is the one writer of the usage HASHes; the scripts that store
+// or end a message call it in the step that does so.
+//
+// usage_add(key, field, units, n, ttl): adds n messages and n × units
+// units to field of HASH key (queue.UsageCount) and sets its expiry to ttl
+// ms; nothing without a key.
+const Usage = `
+local function usage_add(key, field, units, n, ttl)
+  if not key or key == '' or field == '' then return end
+  redis.call('HINCRBY', key, 'm' .. field, n)
+  redis.call('HINCRBY', key, 'u' .. field, n * tonumber(units))
+  redis.call('PEXPIRE', key, ttl)
 end
 `
