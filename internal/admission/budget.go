@@ -38,12 +38,7 @@ func (b Budget) loc() *time.Location {
 }
 
 // Units is what m costs a budget.
-func (p *Pipeline) Units(m *sms.Message) int {
-	if p.CountSegments && m.Segments > 1 {
-		return m.Segments
-	}
-	return 1
-}
+func (p *Pipeline) Units(m *sms.Message) int { return m.Cost(p.CountSegments) }
 
 // charge is m's charge for a sender with budget b, accepted at now; the
 // zero Budget without one.

@@ -13,12 +13,7 @@ import (
 )
 
 // cost is the message's units of provider rate.
-func (d *Dispatcher) cost(m *sms.Message) int {
-	if d.cfg.CountSegments {
-		return max(m.Segments, 1)
-	}
-	return 1
-}
+func (d *Dispatcher) cost(m *sms.Message) int { return m.Cost(d.cfg.CountSegments) }
 
 // maxWait is how far ahead a message of this class may reserve.
 func (d *Dispatcher) maxWait(m *sms.Message) time.Duration {

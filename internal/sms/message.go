@@ -217,6 +217,15 @@ type Message struct {
 	SentAt     time.Time `json:"sent_at,omitzero"`
 }
 
+// Cost is the units m costs the provider's rate and a producer's budget:
+// its segments when countSegments (provider.count_segments), else one.
+func (m *Message) Cost(countSegments bool) int {
+	if countSegments {
+		return max(m.Segments, 1)
+	}
+	return 1
+}
+
 // Expired reports whether the message's TTL has passed at now.
 func (m *Message) Expired(now time.Time) bool {
 	return !m.ExpiresAt.IsZero() && !now.Before(m.ExpiresAt)
