@@ -70,7 +70,7 @@ vulncheck:
 alerts-check:
 	$(DEPS) promtool
 	promtool check rules deploy/prometheus/alerts.yaml
-	promtool test rules deploy/prometheus/alerts_test.yaml
+	promtool test rules deploy/prometheus/alerts_test.yaml deploy/prometheus/alerts_day_test.yaml
 
 # Breaks the limiter one line at a time; every mutant must be killed.
 mutate:
