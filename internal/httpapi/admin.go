@@ -110,6 +110,8 @@ func (s *Server) adminStats(w http.ResponseWriter, r *http.Request) {
 		wg    sync.WaitGroup
 	)
 	wg.Go(func() { ls, lsErr = s.Ops.Limiter.State(ctx) })
+	var lanes []opsview.SenderLane
+	wg.Go(func() { lanes = s.Ops.Live.SenderLanes(ctx) })
 	sh := s.readShared(ctx)
 	wg.Wait()
 	if lsErr != nil {
@@ -117,7 +119,7 @@ func (s *Server) adminStats(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	out := opsview.StatsResponse{Unavailable: []string{}, Pause: s.Ops.Pause.State()}
+	out := opsview.StatsResponse{Unavailable: []string{}, Pause: s.Ops.Pause.State(), SenderLanes: lanes}
 	var failed []error
 	miss := func(section string, errs ...error) {
 		out.Unavailable = append(out.Unavailable, section)
