@@ -40,21 +40,28 @@ func benchCommand(fs *flag.FlagSet) runner {
 		cfg.Logger = newTextLogger(stderr, level)
 
 		rep, err := bench.Run(ctx, cfg)
-		if err != nil {
-			complain(stderr, "smsgw bench: %v\n", err)
-			return 1
-		}
-		if *f.jsonOut {
-			err = bench.WriteJSON(stdout, rep)
-		} else {
-			err = bench.WriteTable(stdout, rep)
-		}
-		if err != nil {
-			complain(stderr, "smsgw bench: write: %v\n", err)
-			return 1
-		}
-		return 0
+		return printReport(stdout, stderr, rep, err, *f.jsonOut, bench.WriteTable)
 	}
+}
+
+// printReport prints a bench's report as a table, or as JSON with
+// asJSON, and returns the exit code: 1 when the bench failed (err) or the
+// report could not be written.
+func printReport[R any](stdout, stderr io.Writer, rep R, err error, asJSON bool, table func(io.Writer, R) error) int {
+	if err != nil {
+		complain(stderr, "smsgw bench: %v\n", err)
+		return 1
+	}
+	if asJSON {
+		err = bench.WriteJSON(stdout, rep)
+	} else {
+		err = table(stdout, rep)
+	}
+	if err != nil {
+		complain(stderr, "smsgw bench: write: %v\n", err)
+		return 1
+	}
+	return 0
 }
 
 // The scenarios of smsgw bench.
@@ -72,20 +79,7 @@ func senderLanesBench(ctx context.Context, f benchFlags, stdout, stderr io.Write
 		cfg.GatewayLogger = newTextLogger(stderr, slog.LevelWarn)
 	}
 	rep, err := senderlanes.Run(ctx, cfg)
-	if err != nil {
-		complain(stderr, "smsgw bench: %v\n", err)
-		return 1
-	}
-	if *f.jsonOut {
-		err = senderlanes.WriteJSON(stdout, rep)
-	} else {
-		err = senderlanes.WriteTable(stdout, rep)
-	}
-	if err != nil {
-		complain(stderr, "smsgw bench: write: %v\n", err)
-		return 1
-	}
-	return 0
+	return printReport(stdout, stderr, rep, err, *f.jsonOut, senderlanes.WriteTable)
 }
 
 // benchFlags are the flags of smsgw bench.

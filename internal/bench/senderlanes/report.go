@@ -1,10 +1,11 @@
 package senderlanes
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
+
+	"smsgw/internal/bench"
 )
 
 // WriteTable prints the report: one row per pacing, then what the columns
@@ -27,7 +28,7 @@ func WriteTable(w io.Writer, rep Report) error {
 		}
 		fmt.Fprintf(&b, "%-13s %-19s %9d %8d %6d %9d %9d %10d %8s %8s %7.1f %7.1f %8s %9d\n",
 			r.Mode, fmt.Sprintf("%d (%s)", r.Sender429s, strings.Join(s429, "/")), r.Account429, r.Tries, r.PeakHeld, r.SenderWaits,
-			r.OTPOK, r.OTPRefused, ms(r.OTPP50MS, r.OTPOK), ms(r.OTPP99MS, r.OTPOK), r.Mkt2S, r.Mkt1S, lost, r.Duplicated)
+			r.OTPOK, r.OTPRefused, bench.Millis(r.OTPP50MS, r.OTPOK), bench.Millis(r.OTPP99MS, r.OTPOK), r.Mkt2S, r.Mkt1S, lost, r.Duplicated)
 	}
 	for _, r := range rep.Results {
 		if r.Configured != "" {
@@ -48,21 +49,4 @@ accepted; dup: messages at the provider more than once.
 `)
 	_, err := io.WriteString(w, b.String())
 	return err
-}
-
-func ms(v float64, n int) string {
-	if n == 0 {
-		return "-"
-	}
-	if v < 10 {
-		return fmt.Sprintf("%.1fms", v)
-	}
-	return fmt.Sprintf("%.0fms", v)
-}
-
-// WriteJSON prints the report as indented JSON.
-func WriteJSON(w io.Writer, rep Report) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(rep)
 }
