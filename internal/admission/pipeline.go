@@ -9,6 +9,7 @@ import (
 	"smsgw/internal/limiter"
 	"smsgw/internal/queue"
 	"smsgw/internal/sms"
+	"smsgw/internal/state"
 )
 
 // Step is one step of admission.
@@ -325,4 +326,26 @@ func (p *Pipeline) ProtectOTP(ctx context.Context, s Sender, to string) (Holds, 
 		return nil, errs[0]
 	}
 	return held, nil
+}
+
+// Scripted tells whether the script executor admits single queued
+// messages (Redis mode, ScriptStore): their first answer is kept with the
+// message by the enqueue script.
+func (p *Pipeline) Scripted() bool { return p.Script != nil }
+
+// StoredAnswer is the first answer the script executor kept under key
+// (IdemKey); nil when there is none, or without a script executor.
+func (p *Pipeline) StoredAnswer(ctx context.Context, key string) (*state.Answer, error) {
+	if p.Script == nil {
+		return nil, nil
+	}
+	return p.Script.Idem.Answer(ctx, key)
+}
+
+// RecordedSent counts the units of messages sent outside the queue (an
+// OTP sent now) once they are stored (CountUnits; nothing without it).
+func (p *Pipeline) RecordedSent(ms ...*sms.Message) {
+	if p.CountUnits != nil {
+		p.CountUnits(ms...)
+	}
 }

@@ -273,8 +273,8 @@ func (s *Server) writeOTPRecord(ctx context.Context, sent *sms.Message) error {
 	if err != nil {
 		return err
 	}
-	if st != "" && s.Admit.CountUnits != nil {
-		s.Admit.CountUnits(sent) // stored now: its units count once
+	if st != "" {
+		s.Admit.RecordedSent(sent) // stored now: its units count once
 	}
 	if st.Receipt() {
 		// a receipt that came before the provider's answer, applied
@@ -282,7 +282,7 @@ func (s *Server) writeOTPRecord(ctx context.Context, sent *sms.Message) error {
 		s.Metrics.Receipts.Outcome(sms.ClassOTP, st)
 	}
 	if sent.Callbacks && s.Hooks.Callbacks != nil {
-		s.Hooks.Callbacks.D.Wake()
+		s.Hooks.Callbacks.Wake()
 	}
 	return nil
 }
