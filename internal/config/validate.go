@@ -376,6 +376,7 @@ func (c *Config) validateProducers(p *problems) {
 		}
 		validateWebhook(p, key+".webhook", pr.Webhook)
 		validateBudget(p, key+".budget", pr.Budget)
+		validateSenderPools(p, key, pr)
 		seen := map[string]bool{}
 		for j, s := range pr.Senders {
 			k := fmt.Sprintf("%s.senders[%d]", key, j)
