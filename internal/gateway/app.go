@@ -170,6 +170,13 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 		return nil, err
 	}
 	a.srv.Admit.Protect, a.srv.Hooks.OptOuts, a.srv.Hooks.Replies = protect, optOuts, replies
+	if a.srv.Admit.Pools, err = admission.NewPools(cfg, d.reg, d.log); err != nil {
+		return nil, err
+	}
+	if pools := a.srv.Admit.Pools; pools != nil {
+		pools.Sticky, pools.Outage, pools.Paused = b.sticky, protect.Outage, a.disp.SenderPauseLeft
+		pools.NumberKey = func(ctx context.Context) ([]byte, error) { return protect.NumberKey(ctx, false) }
+	}
 	live.Totals.Refused = protect.Refused
 	if a.srv.Ops.History, err = opsview.NewHistoryView(b.history, b.scope, b.queue, a.disp.Snapshot, d.metrics.Accepted, d.quiet.Idle, d.log); err != nil {
 		return nil, err

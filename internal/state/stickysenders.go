@@ -244,4 +244,3 @@ func (s *LocalStickySenders) Len() (held, evicted int) {
 	defer s.mu.Unlock()
 	return len(s.entries), s.evicted
 }
-
