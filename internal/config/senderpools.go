@@ -85,21 +85,28 @@ func validateSenderPools(p *problems, key string, pr Producer) {
 		if len(pool) > MaxSenderPoolSize {
 			p.add(k, "has %d senders; at most %d", len(pool), MaxSenderPoolSize)
 		}
-		seen := map[string]bool{}
-		for j, s := range pool {
-			sk := fmt.Sprintf("%s[%d]", k, j)
-			n, err := sms.NormalizeSender(s)
-			switch {
-			case s == "":
-				p.add(sk, "must not be empty")
-			case err != nil:
-				p.add(sk, "%v", err)
-			case seen[n]:
-				p.add(sk, "duplicate sender in the pool (the same number however written)")
-			case len(allowed) > 0 && !allowed[n]:
-				p.add(sk, "is not one of the producer's senders (producers[].senders)")
-			}
-			seen[n] = true
+		validateSenderList(p, k, pool, allowed)
+	}
+}
+
+// validateSenderList checks the senders of a list at key: each valid and
+// non-empty, none twice however written, and, when allowed is not empty,
+// each one of allowed (normalized).
+func validateSenderList(p *problems, key string, list []string, allowed map[string]bool) {
+	seen := map[string]bool{}
+	for j, s := range list {
+		k := fmt.Sprintf("%s[%d]", key, j)
+		n, err := sms.NormalizeSender(s)
+		switch {
+		case s == "":
+			p.add(k, "must not be empty")
+		case err != nil:
+			p.add(k, "%v", err)
+		case seen[n]:
+			p.add(k, "duplicate sender %q (the same number however written)", s)
+		case len(allowed) > 0 && !allowed[n]:
+			p.add(k, "is not one of the producer's senders (producers[].senders)")
 		}
+		seen[n] = true
 	}
 }
