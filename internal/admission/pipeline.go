@@ -130,7 +130,10 @@ type Pipeline struct {
 	// Budgets charges and gives back an OTP's units (budget.go); nil:
 	// OTPs are not charged.
 	Budgets queue.Budgets
-	Log     *slog.Logger
+	// Pools gives a message that names no from its producer's sender for
+	// its class (pools.go); nil: none is given one here.
+	Pools *Pools
+	Log   *slog.Logger
 }
 
 // Scheduling bounds of send_at (api/openapi.yaml).
@@ -170,10 +173,18 @@ func invalidField(field, reason string) *Rejection {
 }
 
 // Stamp makes the validated message m a message of sender s, accepted at
-// now with the Idempotency-Key key: due at its send_at (or now), not taken
-// before the end of its class's quiet hours for the recipient, expiring
-// its ttl after it is due (0: never).
-func (p *Pipeline) Stamp(m sms.Message, s Sender, key string, ttl time.Duration, now time.Time) *sms.Message {
+// now with the Idempotency-Key key: from its producer's sender for its
+// class when it names none (pools.go), due at its send_at (or now), not
+// taken before the end of its class's quiet hours for the recipient,
+// expiring its ttl after it is due (0: never).
+func (p *Pipeline) Stamp(ctx context.Context, m sms.Message, s Sender, key string, ttl time.Duration, now time.Time) *sms.Message {
+	sm := p.stamp(m, s, key, ttl, now)
+	p.Pools.assignSenders(ctx, s.Name, []*sms.Message{sm}, p.CountSegments, now)
+	return sm
+}
+
+// stamp is Stamp but for the sender of a message that names none.
+func (p *Pipeline) stamp(m sms.Message, s Sender, key string, ttl time.Duration, now time.Time) *sms.Message {
 	m.ID = sms.NewID(now)
 	m.Producer = s.Name
 	m.Budget = p.charge(s.Budget, &m, now)

@@ -177,6 +177,13 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 		return nil, err
 	}
 	a.admit.Protect, a.srv.Hooks.OptOuts, a.srv.Hooks.Callbacks = protect, optOuts, a.calls
+	if a.admit.Pools, err = admission.NewPools(cfg, d.reg, d.log); err != nil {
+		return nil, err
+	}
+	if pools := a.admit.Pools; pools != nil {
+		pools.Sticky, pools.Outage, pools.Paused = b.sticky, protect.Outage, a.disp.SenderPauseLeft
+		pools.NumberKey = func(ctx context.Context) ([]byte, error) { return protect.NumberKey(ctx, false) }
+	}
 	if replies != nil { // a nil *Replies in the interface would not read as none
 		a.srv.Hooks.Replies = replies
 	}

@@ -39,7 +39,7 @@ type Admission interface {
 	// units once the sent message is stored.
 	ProtectOTP(ctx context.Context, s admission.Sender, to string) (admission.Holds, error)
 	Charge(ctx context.Context, s admission.Sender, n int) (int, limiter.KeyDecision, error)
-	Stamp(m sms.Message, s admission.Sender, key string, ttl time.Duration, now time.Time) *sms.Message
+	Stamp(ctx context.Context, m sms.Message, s admission.Sender, key string, ttl time.Duration, now time.Time) *sms.Message
 	ChargeOTP(ctx context.Context, s admission.Sender, m *sms.Message) (giveBack func(), err error)
 	RecordedSent(ms ...*sms.Message)
 }

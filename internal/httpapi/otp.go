@@ -108,7 +108,7 @@ func (s *Server) postOTP(w http.ResponseWriter, r *http.Request) {
 		steps.Mark(dispatch.StepIngress)
 		// Stamped with the arrival time: the provider's view of latency
 		// (the id's time) starts when the request arrived.
-		m := s.Admit.Stamp(*v.msg, p.asSender(), "", v.ttl, arrived)
+		m := s.Admit.Stamp(ctx, *v.msg, p.asSender(), "", v.ttl, arrived)
 		m.ExpiresAt = due.UTC()
 		giveBack, err := s.Admit.ChargeOTP(ctx, p.asSender(), m) // admission.StepBudget
 		if err != nil {
