@@ -123,13 +123,15 @@ func (d *Desk) Stats(ctx context.Context) (out StatsResponse, missing, err error
 		wg    sync.WaitGroup
 	)
 	wg.Go(func() { ls, lsErr = d.Limiter.State(ctx) })
+	var lanes []SenderLane
+	wg.Go(func() { lanes = d.Live.SenderLanes(ctx) })
 	sh := d.readShared(ctx)
 	wg.Wait()
 	if lsErr != nil {
 		return StatsResponse{}, nil, fmt.Errorf("limiter state: %w", lsErr)
 	}
 
-	out = StatsResponse{Unavailable: []string{}, Pause: d.State()}
+	out = StatsResponse{Unavailable: []string{}, Pause: d.State(), SenderLanes: lanes}
 	var failed []error
 	miss := func(section string, errs ...error) {
 		out.Unavailable = append(out.Unavailable, section)
