@@ -104,6 +104,9 @@ type StatsResponse struct {
 	Callbacks *CallbackStats `json:"callbacks,omitempty"`
 	// Protection's refusals (scope: Counters) and the suppression list.
 	Protection *ProtectionStats `json:"protection,omitempty"`
+	// SenderLanes are the sender lanes (senderlanes.go): the configured
+	// senders and "other".
+	SenderLanes []SenderLane `json:"sender_lanes"`
 }
 
 // ProtectionStats is the protection part of the stats answer.
