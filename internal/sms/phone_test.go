@@ -186,10 +186,9 @@ func parseE164Corpus(perCode int, sampled bool) []string {
 			keep := k == 0 || i < 10 || (i-10)%10 == k%10
 			if sampled {
 				c := int(num.GetCountryCode())
-				switch {
-				case k == 0:
+				if k == 0 {
 					keep = i < 10 || (i-10)%10 == c%10 || strips(p+nsn)
-				default:
+				} else {
 					keep = i == (c+k)%10 || i == 10+(7*c+13*k)%100 || (i < 10 || (i-10)%10 == k%10) && strips(p+nsn)
 				}
 			}
