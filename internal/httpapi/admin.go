@@ -28,17 +28,19 @@ import (
 //     dead letters, oldest age); the queue is read only after the counters;
 //   - counters: the counters (their scope and since);
 //   - callbacks: the callback outbox;
-//   - protection: the counters (refusals) and the suppression list's size.
+//   - protection: the counters (refusals) and the suppression list's size;
+//   - sender_lanes: the queue's backlog per sender lane.
 //
 // The counters also carry provider.sent_per_second, provider.throttled_total
 // and otp.unavailable_total, absent with them. The limiter, the pause, OTP
 // latency, the guard's window, the provider's settings and the replica are
 // this process's and always answered.
 const (
-	SectionClasses    = "classes"
-	SectionCounters   = "counters"
-	SectionCallbacks  = "callbacks"
-	SectionProtection = "protection"
+	SectionClasses     = "classes"
+	SectionCounters    = "counters"
+	SectionCallbacks   = "callbacks"
+	SectionProtection  = "protection"
+	SectionSenderLanes = "sender_lanes"
 )
 
 // sharedReads is what one stats answer read from the store; an err is the
@@ -53,6 +55,8 @@ type sharedReads struct {
 	outboxErr      error
 	suppressions   int
 	suppressionErr error
+	lanes          []queue.LaneStats
+	lanesErr       error
 }
 
 // readShared reads the store's figures concurrently. With Redis they share
@@ -91,6 +95,13 @@ func (s *Server) readShared(ctx context.Context) sharedReads {
 			out.suppressionErr = fmt.Errorf("suppressions: %w", out.suppressionErr)
 		}
 	})
+	if lq, ok := s.Store.Queue.(queue.LaneReader); ok {
+		wg.Go(func() {
+			if out.lanes, out.lanesErr = lq.Lanes(ctx); out.lanesErr != nil {
+				out.lanesErr = fmt.Errorf("sender lanes: %w", out.lanesErr)
+			}
+		})
+	}
 	wg.Wait()
 	return out
 }
@@ -157,6 +168,11 @@ func (s *Server) adminStats(w http.ResponseWriter, r *http.Request) {
 		out.Protection = protectionOf(tot, sh.suppressions)
 	} else {
 		miss(SectionProtection, sh.suppressionErr)
+	}
+	if sh.lanesErr == nil {
+		out.SenderLanes = opsview.SenderLanes(sh.lanes, s.Cfg.SenderRates(), s.Now())
+	} else {
+		miss(SectionSenderLanes, sh.lanesErr)
 	}
 
 	snap := s.Ops.Live.Snap()
