@@ -351,7 +351,7 @@ func TestCounterFields(t *testing.T) {
 }
 
 // storeSections are the sections of the stats answer read from the store.
-var storeSections = []string{httpapi.SectionClasses, httpapi.SectionCounters, httpapi.SectionCallbacks, httpapi.SectionProtection}
+var storeSections = []string{httpapi.SectionClasses, httpapi.SectionCounters, httpapi.SectionCallbacks, httpapi.SectionProtection, httpapi.SectionSenderLanes}
 
 // statsAnswer is one stats answer (checked against the spec by get), 200
 // or not: decoded, and as raw members to tell absent from zero.

@@ -1,7 +1,6 @@
 package opsview
 
 import (
-	"context"
 	"log/slog"
 	"maps"
 	"slices"
@@ -114,16 +113,10 @@ func (c *SenderLaneCollector) Describe(ch chan<- *prometheus.Desc) {
 // scrape; nothing when the store does not answer (smsgw_queue_stats_up
 // says so).
 func (c *SenderLaneCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
-	lanes, err := c.q.Lanes(ctx)
-	if err != nil {
-		if n, ok := c.failLog.Add(time.Now(), statsLogEvery); ok {
-			c.log.Warn("metrics: sender lanes", "count", n, "err", err)
-		}
+	lanes, ok := scrapeRead(c.timeout, &c.failLog, c.log, "metrics: sender lanes", c.q.Lanes)
+	if !ok {
 		return
 	}
-	c.failLog.Reset()
 	byClass := map[string]map[sms.Class]int64{}
 	for _, l := range lanes {
 		s := senderLane(l.Lane, c.limits)

@@ -47,7 +47,7 @@ func TestSenderLaneMetrics(t *testing.T) {
 	want := map[string]float64{
 		"smsgw_queue_sender_drain_seconds SlowCo": 46, "smsgw_queue_sender_drain_seconds Idle": 0,
 		"smsgw_queue_sender_oldest_seconds SlowCo": 40, "smsgw_queue_sender_oldest_seconds Idle": 0,
-		"smsgw_queue_sender_oldest_seconds other": 5,
+		"smsgw_queue_sender_oldest_seconds other":     5,
 		"smsgw_queue_sender_backlog marketing SlowCo": 90, "smsgw_queue_sender_backlog otp SlowCo": 2,
 		"smsgw_queue_sender_backlog marketing other": 7, "smsgw_queue_sender_backlog transactional other": 1,
 		"smsgw_queue_sender_backlog otp other": 0, "smsgw_queue_sender_backlog marketing Idle": 0,
