@@ -219,6 +219,7 @@ type simRecord struct {
 	Elapsed    time.Duration `json:"elapsed_ns"` // At on the simulator's monotonic clock: intervals are read from it
 	Arrived    time.Time     `json:"arrived"`
 	Reference  string        `json:"reference"`
+	From       string        `json:"from"`
 	Class      string        `json:"class"`
 	Units      int           `json:"units"`
 	AcceptedAt time.Time     `json:"accepted_at"`
@@ -293,8 +294,10 @@ type gwOptions struct {
 	// NotifyExtra goes inside the notify producer's flow mapping
 	// (", webhook: {...}").
 	NotifyExtra string
-	// CampaignExtra is the same for the campaign producer.
+	// CampaignExtra is the same for the campaign producer, LoginExtra for
+	// the login producer.
 	CampaignExtra string
+	LoginExtra    string
 }
 
 type gwProc struct {
@@ -314,12 +317,12 @@ account: %q
 provider: {kind: http, url: %q, timeout: 2s}
 producers:
   - {name: campaign, key: %q, classes: [marketing], rate: 100000, burst: 100000%s}
-  - {name: login, key: %q, classes: [otp], rate: 1000, burst: 1000}
+  - {name: login, key: %q, classes: [otp], rate: 1000, burst: 1000%s}
   - {name: notify, key: %q, classes: [transactional], rate: 100000, burst: 100000%s}
 admin: {key: %q}
 dispatch: {lease: %s, backoff_base: 200ms, backoff_max: 2s, shutdown_timeout: 5s}
 log: {level: info, format: text}
-%s`, listen, o.RedisAddr, o.RedisMaster, storeDir, o.Account, o.SimURL+"/send", keyMarketing, o.CampaignExtra, keyOTP, keyTxn, o.NotifyExtra, keyAdmin, lease, o.Extra)
+%s`, listen, o.RedisAddr, o.RedisMaster, storeDir, o.Account, o.SimURL+"/send", keyMarketing, o.CampaignExtra, keyOTP, o.LoginExtra, keyTxn, o.NotifyExtra, keyAdmin, lease, o.Extra)
 }
 
 func startGateway(t *testing.T, name string, o gwOptions) *gwProc {

@@ -164,13 +164,14 @@ func (p *Pipeline) planItems(ctx context.Context, b Batch, now time.Time, open [
 			// cannot collide with a single message's key.
 			ik = b.Key + " #" + strconv.Itoa(i)
 		}
-		ms[k] = p.Stamp(*b.Msgs[i], b.Sender, ik, b.TTLs[i], now)
+		ms[k] = p.stamp(*b.Msgs[i], b.Sender, ik, b.TTLs[i], now)
 		ms[k].BatchID = b.BatchID
 		if items[i].Msg != nil {
 			ms[k].NumberID = items[i].Msg.NumberID // a take checks the suppression list again with it
 		}
 		items[i].Msg = nil
 	}
+	p.Pools.assignSenders(ctx, b.Sender.Name, ms, p.CountSegments, now)
 	var eligible []int
 	p.ETA.Plan(ctx, now, ms, func(k int, eta time.Time) bool {
 		i := open[k]

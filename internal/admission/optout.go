@@ -144,3 +144,14 @@ func (o *OptOuts) OptOutFor(ctx context.Context, to, reason string) error {
 	}
 	return nil
 }
+
+// Enabled tells whether keywords change the list
+// (protection.opt_out.enabled).
+func (o *OptOuts) Enabled() bool { return o.Cfg.Enabled }
+
+// CountInbound counts one inbound message through adapter by what came of
+// it (smsgw_inbound_total{adapter,kind}; kind is one of the Inbound*
+// words, adapter one the counter was registered for).
+func (o *OptOuts) CountInbound(adapter, kind string) {
+	o.Inbound.WithLabelValues(adapter, kind).Inc()
+}

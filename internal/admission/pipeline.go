@@ -9,6 +9,7 @@ import (
 	"smsgw/internal/limiter"
 	"smsgw/internal/queue"
 	"smsgw/internal/sms"
+	"smsgw/internal/state"
 )
 
 // Step is one step of admission.
@@ -129,7 +130,10 @@ type Pipeline struct {
 	// Budgets charges and gives back an OTP's units (budget.go); nil:
 	// OTPs are not charged.
 	Budgets queue.Budgets
-	Log     *slog.Logger
+	// Pools gives a message that names no from its producer's sender for
+	// its class (pools.go); nil: none is given one here.
+	Pools *Pools
+	Log   *slog.Logger
 }
 
 // Scheduling bounds of send_at (api/openapi.yaml).
@@ -169,10 +173,18 @@ func invalidField(field, reason string) *Rejection {
 }
 
 // Stamp makes the validated message m a message of sender s, accepted at
-// now with the Idempotency-Key key: due at its send_at (or now), not taken
-// before the end of its class's quiet hours for the recipient, expiring
-// its ttl after it is due (0: never).
-func (p *Pipeline) Stamp(m sms.Message, s Sender, key string, ttl time.Duration, now time.Time) *sms.Message {
+// now with the Idempotency-Key key: from its producer's sender for its
+// class when it names none (pools.go), due at its send_at (or now), not
+// taken before the end of its class's quiet hours for the recipient,
+// expiring its ttl after it is due (0: never).
+func (p *Pipeline) Stamp(ctx context.Context, m sms.Message, s Sender, key string, ttl time.Duration, now time.Time) *sms.Message {
+	sm := p.stamp(m, s, key, ttl, now)
+	p.Pools.assignSenders(ctx, s.Name, []*sms.Message{sm}, p.CountSegments, now)
+	return sm
+}
+
+// stamp is Stamp but for the sender of a message that names none.
+func (p *Pipeline) stamp(m sms.Message, s Sender, key string, ttl time.Duration, now time.Time) *sms.Message {
 	m.ID = sms.NewID(now)
 	m.Producer = s.Name
 	m.Budget = p.charge(s.Budget, &m, now)
@@ -325,4 +337,26 @@ func (p *Pipeline) ProtectOTP(ctx context.Context, s Sender, to string) (Holds, 
 		return nil, errs[0]
 	}
 	return held, nil
+}
+
+// Scripted tells whether the script executor admits single queued
+// messages (Redis mode, ScriptStore): their first answer is kept with the
+// message by the enqueue script.
+func (p *Pipeline) Scripted() bool { return p.Script != nil }
+
+// StoredAnswer is the first answer the script executor kept under key
+// (IdemKey); nil when there is none, or without a script executor.
+func (p *Pipeline) StoredAnswer(ctx context.Context, key string) (*state.Answer, error) {
+	if p.Script == nil {
+		return nil, nil
+	}
+	return p.Script.Idem.Answer(ctx, key)
+}
+
+// RecordedSent counts the units of messages sent outside the queue (an
+// OTP sent now) once they are stored (CountUnits; nothing without it).
+func (p *Pipeline) RecordedSent(ms ...*sms.Message) {
+	if p.CountUnits != nil {
+		p.CountUnits(ms...)
+	}
 }

@@ -92,7 +92,7 @@ func (p *Pipeline) AdmitOne(ctx context.Context, r One, now time.Time) (Decision
 		}
 		held = hs
 	}
-	d.Msg = p.Stamp(*r.Msg, r.Sender, r.Key, r.TTL, now)
+	d.Msg = p.Stamp(ctx, *r.Msg, r.Sender, r.Key, r.TTL, now)
 	d.Msg.NumberID = ts[0].ID // a take checks the suppression list again with it
 	d.ETA = p.ETA.Plan(ctx, now, []*sms.Message{d.Msg}, nil)[0]
 	if err := AdmitTTL(d.Msg, d.ETA, r.TTL); err != nil {

@@ -282,6 +282,14 @@ type Producer struct {
 	// Senders are the sender ids (from) the producer may use; the first is
 	// its default. Empty: any valid sender, and none by default.
 	Senders []string `yaml:"senders"`
+	// SenderPools are, by class, the senders a message of the class that
+	// names no from is sent from (senderpools.go); a class without a pool
+	// uses the first of Senders.
+	SenderPools map[string][]string `yaml:"sender_pools"`
+	// SenderPoolStickyFor is how long a recipient keeps the pool sender it
+	// was last sent from, after the last message to it; 0:
+	// DefaultSenderPoolStickyFor.
+	SenderPoolStickyFor time.Duration `yaml:"sender_pool_sticky_for"`
 	// AllowUnicodeControls lets the producer's bodies carry bidirectional
 	// and zero-width format characters, refused otherwise.
 	AllowUnicodeControls bool `yaml:"allow_unicode_controls"`

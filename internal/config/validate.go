@@ -376,20 +376,8 @@ func (c *Config) validateProducers(p *problems) {
 		}
 		validateWebhook(p, key+".webhook", pr.Webhook)
 		validateBudget(p, key+".budget", pr.Budget)
-		seen := map[string]bool{}
-		for j, s := range pr.Senders {
-			k := fmt.Sprintf("%s.senders[%d]", key, j)
-			n, err := sms.NormalizeSender(s)
-			switch {
-			case s == "":
-				p.add(k, "must not be empty")
-			case err != nil:
-				p.add(k, "%v", err)
-			case seen[n]:
-				p.add(k, "duplicate sender %q (the same number however written)", s)
-			}
-			seen[n] = true
-		}
+		validateSenderPools(p, key, pr)
+		validateSenderList(p, key+".senders", pr.Senders, nil)
 	}
 	if c.Admin.Enabled() {
 		if _, dup := keys[c.Admin.KeyHash()]; dup {

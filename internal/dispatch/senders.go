@@ -62,6 +62,10 @@ func (d *Dispatcher) senderPauseLeft(sender string) time.Duration {
 	return max(time.Duration(d.senderPauses.Get(sender)-time.Now().UnixNano()), 0)
 }
 
+// SenderPauseLeft is how long this process knows sender to be paused (a
+// provider's answer of the sender's scope): sender pools pass it over.
+func (d *Dispatcher) SenderPauseLeft(sender string) time.Duration { return d.senderPauseLeft(sender) }
+
 // pauseSenderLocal extends this process's copy of sender's pause to now+p.
 func (d *Dispatcher) pauseSenderLocal(sender string, p time.Duration) {
 	now := time.Now().UnixNano()

@@ -27,6 +27,7 @@ import (
 	"smsgw/internal/dispatch"
 	"smsgw/internal/httpapi"
 	"smsgw/internal/httpapi/auththrottle"
+	"smsgw/internal/httpapi/inboundreply"
 	"smsgw/internal/limiter"
 	"smsgw/internal/opsview"
 	"smsgw/internal/provider"
@@ -68,6 +69,9 @@ type App struct {
 	cfg   config.Config
 	log   *slog.Logger
 	srv   *httpapi.Server
+	admit *admission.Pipeline // the server's Admit
+	desk  *opsview.Desk       // the server's Ops
+	calls *httpapi.Callbacks  // the server's Hooks.Callbacks, a loop
 	http  *http.Server
 	admin *http.Server // admin.listen's, nil without it
 	disp  *dispatch.Dispatcher
@@ -171,17 +175,30 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	totals.T.Quiet, totals.T.QuietEvery = d.quiet, opsview.TotalsIdleEvery
 	live := &opsview.LiveStats{Replica: opsview.Replica{Owner: owner, Mode: b.mode, Started: started}, ProviderName: a.prov.Name(),
 		Snap: a.disp.Snapshot, OTP: otpLatency, Totals: totals}
-	if a.srv, err = newServer(cfg, d, gath, b, a.disp, live, opts.Dashboard); err != nil {
+	if a.calls, err = newCallbacks(cfg, d, b, owner); err != nil {
 		return nil, err
 	}
-	a.srv.Admit.Protect, a.srv.Hooks.OptOuts, a.srv.Hooks.Replies = protect, optOuts, replies
+	if a.srv, a.admit, err = newServer(cfg, d, gath, b, a.disp, opts.Dashboard); err != nil {
+		return nil, err
+	}
+	a.admit.Protect, a.srv.Hooks.OptOuts, a.srv.Hooks.Callbacks = protect, optOuts, a.calls
+	if a.admit.Pools, err = admission.NewPools(cfg, d.reg, d.log); err != nil {
+		return nil, err
+	}
+	if pools := a.admit.Pools; pools != nil {
+		pools.Sticky, pools.Outage, pools.Paused = b.sticky, protect.Outage, a.disp.SenderPauseLeft
+		pools.NumberKey = func(ctx context.Context) ([]byte, error) { return protect.NumberKey(ctx, false) }
+	}
+	if replies != nil { // a nil *Replies in the interface would not read as none
+		a.srv.Hooks.Replies = replies
+	}
 	live.Totals.Refused = protect.Refused
-	if a.srv.Ops.History, err = opsview.NewHistoryView(b.history, b.scope, b.queue, a.disp.Snapshot, d.metrics.Accepted, d.quiet.Idle, d.log); err != nil {
+	a.desk = &opsview.Desk{OperatorPause: b.pause, Cfg: cfg, Now: d.now, Metrics: d.metrics, Limiter: b.limiter, Live: live,
+		Queue: b.queue, Outbox: a.calls.Outbox, Protect: protect}
+	if a.desk.Hist, err = opsview.NewHistoryView(b.history, b.scope, b.queue, a.disp.Snapshot, d.metrics.Accepted, d.quiet.Idle, d.log); err != nil {
 		return nil, err
 	}
-	if a.srv.Hooks.Callbacks, err = newCallbacks(cfg, d, b, owner); err != nil {
-		return nil, err
-	}
+	a.srv.Ops = a.desk
 	if rp, ok := a.prov.(provider.ReceiptParser); ok {
 		a.srv.Hooks.Receipts, a.srv.Hooks.Said = rp, a.disp.ProviderSaid
 	}
@@ -254,36 +271,50 @@ func ownerName(owner string) string {
 	return host + "-" + strconv.Itoa(os.Getpid()) + "-" + rand.Text()[:6]
 }
 
-// newServer is what the handlers need.
-func newServer(cfg config.Config, d deps, gath prometheus.Gatherer, b *backend, disp *dispatch.Dispatcher, live *opsview.LiveStats,
-	dashboard http.Handler) (*httpapi.Server, error) {
+// The concrete collaborators fit the interfaces the HTTP layer holds them
+// by.
+var (
+	_ httpapi.Admission      = (*admission.Pipeline)(nil)
+	_ httpapi.MessageStore   = queue.Queue(nil)
+	_ httpapi.Dispatcher     = (*dispatch.Dispatcher)(nil)
+	_ httpapi.Operations     = (*opsview.Desk)(nil)
+	_ httpapi.OptOutList     = (*admission.OptOuts)(nil)
+	_ httpapi.CallbackOutbox = (*httpapi.Callbacks)(nil)
+	_ inboundreply.Replies   = (*admission.Replies)(nil)
+)
+
+// newServer is what the handlers need, and the admission pipeline it holds
+// (its protection, and the server's Ops and hooks, are set by New).
+func newServer(cfg config.Config, d deps, gath prometheus.Gatherer, b *backend, disp *dispatch.Dispatcher,
+	dashboard http.Handler) (*httpapi.Server, *admission.Pipeline, error) {
 	s := &httpapi.Server{
 		Cfg: cfg, Log: d.log, Now: d.now, Metrics: d.metrics, Dispatch: disp,
-		Store: httpapi.Stores{Queue: b.queue, Idem: b.idem},
-		Ops:   httpapi.OpsView{Limiter: b.limiter, Pause: b.pause, Live: live, Gatherer: gath, Dashboard: dashboard, Checks: b.checks},
+		Store:  httpapi.Stores{Queue: b.queue, Idem: b.idem},
+		Served: httpapi.Served{Gatherer: gath, Dashboard: dashboard, Checks: b.checks},
 		Edge: httpapi.Edge{Auth: httpapi.NewAuthenticator(cfg, d.metrics.PreviousKeys), AuthThrottle: auththrottle.New(time.Now),
 			BodyGate: httpapi.NewBodyGate(cfg.HTTP.BodyBytesInFlight, cfg.HTTP.BodyBytesInFlightPerProducer, cfg.HTTP.MaxBodyBytes)},
 	}
 	s.OTPRecords.Init()
 	quiet := cfg.QuietPolicy()
-	s.Admit = &admission.Pipeline{Quiet: quiet, Queue: b.queue, Ingress: b.ingress, Enq: b.enq, Script: b.script,
+	admit := &admission.Pipeline{Quiet: quiet, Queue: b.queue, Ingress: b.ingress, Enq: b.enq, Script: b.script,
 		TakesHere: disp.TakesHere, TargetRPS: cfg.Limits.TargetRPS, Log: d.log, CountSegments: cfg.Provider.CountSegments,
 		ETA: &admission.ETAEstimator{Q: b.queue, Lim: b.limiter, Pause: b.pause, Cfg: cfg, Now: d.now, Log: d.log, Refresh: admission.ETARefresh,
 			Quiet: quiet, Slowdown: disp.Slowdown}}
 	if bq, ok := b.queue.(queue.Budgets); ok { // an OTP's units (admission.StepBudget)
-		s.Admit.Budgets = bq
+		admit.Budgets = bq
 	}
-	if err := wireUsage(s, cfg, d, b); err != nil {
-		return nil, err
+	s.Admit = admit
+	if err := wireUsage(s, admit, cfg, d, b); err != nil {
+		return nil, nil, err
 	}
 	for _, p := range cfg.HTTP.TrustedProxies {
 		pr, err := netip.ParsePrefix(p)
 		if err != nil {
-			return nil, fmt.Errorf("gateway: http.trusted_proxies: %w", err)
+			return nil, nil, fmt.Errorf("gateway: http.trusted_proxies: %w", err)
 		}
 		s.Edge.Trusted = append(s.Edge.Trusted, pr.Masked())
 	}
-	return s, nil
+	return s, admit, nil
 }
 
 func newHTTPServer(cfg config.Config, h http.Handler, log *slog.Logger) *http.Server {
@@ -457,7 +488,7 @@ func (a *App) Start(ctx context.Context) error {
 
 // loops are the backend's loops and the stats totals, in start order.
 func (a *App) loops() []loop {
-	return append(a.b.loops[:len(a.b.loops):len(a.b.loops)], a.srv.Ops.Live.Totals, a.srv.Ops.History.Rec, a.srv.Hooks.Callbacks)
+	return append(a.b.loops[:len(a.b.loops):len(a.b.loops)], a.desk.Live.Totals, a.desk.Hist.Rec, a.calls)
 }
 
 // Addr is the address the App listens on ("" before Start).

@@ -43,6 +43,7 @@ type backend struct {
 	guard    dispatch.Guard
 	history  history.Store // the last 15 minutes of send figures
 	numbers  state.NumberLimits
+	sticky   state.StickySenders // sender pools' recipients (admission.Pools)
 	suppress state.Suppressions
 	// listed is the suppression list as the send loop's takes read it
 	// (queue.Suppression): the list's HASH in the take script with
@@ -101,6 +102,7 @@ func newEmbeddedBackend(cfg config.Config, d deps) (_ *backend, err error) {
 		return nil, fmt.Errorf("gateway: history: %w", err)
 	}
 	b.numbers = state.NewLocalNumberLimits(0)
+	b.sticky = state.NewLocalStickySenders(0)
 	ls, err := state.OpenLocalSuppressions(cfg.Store.Path, cfg.Protection.MaxSuppressions)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: suppression list: %w", err)
@@ -234,6 +236,9 @@ func (b *backend) redisState(cfg config.Config, d deps, client redis.UniversalCl
 	}
 	if b.numbers, err = state.NewRedisNumberLimits(client, sp); err != nil {
 		return nil, fmt.Errorf("gateway: OTP per-number limit: %w", err)
+	}
+	if b.sticky, err = state.NewRedisStickySenders(client, sp); err != nil {
+		return nil, fmt.Errorf("gateway: sender pools: %w", err)
 	}
 	if b.suppress, err = state.NewRedisSuppressions(client, sp, cfg.Protection.MaxSuppressions); err != nil {
 		return nil, fmt.Errorf("gateway: suppression list: %w", err)

@@ -150,8 +150,8 @@ func TestStatsNeverCountAheadOfTheQueue(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		hooked := &statsHookQueue{Queue: app.srv.Store.Queue}
-		app.srv.Store.Queue = hooked // before Start: no handler runs yet
+		hooked := &statsHookQueue{Queue: app.desk.Queue}
+		app.desk.Queue = hooked // before Start: no handler runs yet (the stats answer reads the queue through the desk)
 		startApp(t, app)
 		h := &harness{t: t, app: app, sim: s, base: "http://" + app.Addr(), cfg: cfg,
 			client: &http.Client{Timeout: 20 * time.Second}}
@@ -166,7 +166,7 @@ func TestStatsNeverCountAheadOfTheQueue(t *testing.T) {
 		hook := func() {
 			ran.Store(true)
 			close(prov.release) // the send fails; MaxAttempts 1 makes it a dead letter
-			if !waitFor(func() bool { return app.srv.Ops.Live.Snap().Classes[sms.ClassMarketing].Dead == 1 }) {
+			if !waitFor(func() bool { return app.desk.Live.Snap().Classes[sms.ClassMarketing].Dead == 1 }) {
 				t.Error("timed out waiting for the dead letter to be counted")
 			}
 		}
@@ -351,7 +351,7 @@ func TestCounterFields(t *testing.T) {
 }
 
 // storeSections are the sections of the stats answer read from the store.
-var storeSections = []string{httpapi.SectionClasses, httpapi.SectionCounters, httpapi.SectionCallbacks, httpapi.SectionProtection, httpapi.SectionSenderLanes}
+var storeSections = []string{opsview.SectionClasses, opsview.SectionCounters, opsview.SectionCallbacks, opsview.SectionProtection, opsview.SectionSenderLanes}
 
 // statsAnswer is one stats answer (checked against the spec by get), 200
 // or not: decoded, and as raw members to tell absent from zero.
@@ -390,7 +390,7 @@ func wantSections(t *testing.T, raw map[string]map[string]json.RawMessage, unava
 			t.Errorf("member %q present %v with unavailable %v", k, ok, unavailable)
 		}
 	}
-	counted := !slices.Contains(unavailable, httpapi.SectionCounters)
+	counted := !slices.Contains(unavailable, opsview.SectionCounters)
 	for _, f := range []struct{ section, field string }{
 		{"provider", "sent_per_second"}, {"provider", "throttled_total"}, {"otp", "unavailable_total"},
 	} {
@@ -529,14 +529,14 @@ func TestStatsQueueDownLeavesOutClassesOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	app.srv.Store.Queue = failingStatsQueue{app.srv.Store.Queue} // before Start: no handler runs yet
+	app.desk.Queue = failingStatsQueue{app.desk.Queue} // before Start: no handler runs yet
 	startApp(t, app)
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
 	h := &harness{t: t, app: app, sim: s, base: "http://" + app.Addr(), cfg: cfg, client: &http.Client{Transport: tr, Timeout: 20 * time.Second}}
 	r, st, raw := h.statsAnswer()
 	wantStatus(t, r, http.StatusOK)
-	if !slices.Equal(st.Unavailable, []string{httpapi.SectionClasses}) {
+	if !slices.Equal(st.Unavailable, []string{opsview.SectionClasses}) {
 		t.Errorf("unavailable %v, want [classes]", st.Unavailable)
 	}
 	wantSections(t, raw, st.Unavailable)

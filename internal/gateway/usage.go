@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 
+	"smsgw/internal/admission"
 	"smsgw/internal/config"
 	"smsgw/internal/httpapi"
 	"smsgw/internal/httpapi/usageapi"
@@ -13,7 +14,7 @@ import (
 // wireUsage serves GET /v1/usage and /v1/admin/usage from the queue's
 // usage counters and counts smsgw_producer_units_total at accept, for the
 // producers the configuration names.
-func wireUsage(s *httpapi.Server, cfg config.Config, d deps, b *backend) error {
+func wireUsage(s *httpapi.Server, admit *admission.Pipeline, cfg config.Config, d deps, b *backend) error {
 	reader, ok := b.queue.(queue.UsageReader)
 	if !ok {
 		return errors.New("gateway: the queue keeps no usage")
@@ -32,8 +33,8 @@ func wireUsage(s *httpapi.Server, cfg config.Config, d deps, b *backend) error {
 	if err != nil {
 		return err
 	}
-	s.Admit.CountUnits = units.Add
-	s.Ops.Usage = &usageapi.Handler{Reader: reader, Producers: names, Retention: cfg.Messages.Retention, Now: d.now,
+	admit.CountUnits = units.Add
+	s.Served.Usage = &usageapi.Handler{Reader: reader, Producers: names, Retention: cfg.Messages.Retention, Now: d.now,
 		Producer: s.ProducerName, WriteError: s.WriteError}
 	return nil
 }

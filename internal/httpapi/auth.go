@@ -29,6 +29,7 @@ type Producer struct {
 	Ingress        limiter.Rate
 	MaxOutstanding int64
 	senders        []string // empty: any sender
+	pooled         bool     // sender_pools: a request without from is given its sender at admission
 	unicodeCtl     bool     // may send bidi and zero-width format characters
 	// webhook is set when the producer has a default callback url;
 	// callbackAllow are the webhook.allow prefixes a message's callback_url
@@ -159,14 +160,17 @@ func (p *Producer) bodyControls(body, prefix string) []fieldProblem {
 }
 
 // sender is the from a message of p goes out with: p's default (its first
-// sender) when the request names none; a 403 naming field when p may not
-// use it.
+// sender) when the request names none, or "" when p has sender pools
+// (admission chooses); a 403 naming field when p may not use it.
 func (p *Producer) sender(from, field string) (string, error) {
 	if n, err := sms.NormalizeSender(from); err == nil {
 		from = n // one E.164 sender however written; a bad one is the validation's to report
 	}
 	if len(p.senders) == 0 {
 		return from, nil
+	}
+	if from == "" && p.pooled {
+		return "", nil // admission gives it its class's sender (admission/pools.go)
 	}
 	if from == "" {
 		return p.senders[0], nil
@@ -246,6 +250,7 @@ func NewAuthenticator(cfg config.Config, previousUses *prometheus.CounterVec) *A
 			Keyed:          p.KeyedRate(),
 			Budget:         admission.Budget{Daily: p.Budget.DailyUnits, Monthly: p.Budget.MonthlyUnits, Loc: p.Budget.Location()},
 			senders:        normalizedSenders(p.Senders),
+			pooled:         len(p.SenderPools) > 0,
 			unicodeCtl:     p.AllowUnicodeControls,
 			webhook:        p.Webhook.URL != "",
 			callbackAllow:  ParseCallbackPrefixes(p.Webhook.Allow),

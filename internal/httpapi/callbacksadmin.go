@@ -27,6 +27,19 @@ func (c *Callbacks) Start(ctx context.Context) { c.D.Start(ctx) }
 // Stop ends the deliverer and waits for it.
 func (c *Callbacks) Stop() { c.D.Stop() }
 
+// Wake has the deliverer look for due events now.
+func (c *Callbacks) Wake() { c.D.Wake() }
+
+// DeadEvents lists dead events, oldest death first (queue.Outbox).
+func (c *Callbacks) DeadEvents(ctx context.Context, limit int) ([]*queue.Event, error) {
+	return c.Outbox.DeadEvents(ctx, limit)
+}
+
+// RetryDeadEvent makes a dead event due now (queue.Outbox).
+func (c *Callbacks) RetryDeadEvent(ctx context.Context, id string) error {
+	return c.Outbox.RetryDeadEvent(ctx, id)
+}
+
 // adminEvent is a dead callback as the admin API shows it: the event and
 // whether it went to the message's own callback_url (never that URL: it
 // may carry a token), no secret.
@@ -57,7 +70,7 @@ func (s *Server) adminDeadCallbacks(w http.ResponseWriter, r *http.Request) {
 		s.WriteError(w, r, perr)
 		return
 	}
-	evs, err := s.Hooks.Callbacks.Outbox.DeadEvents(r.Context(), limit)
+	evs, err := s.Hooks.Callbacks.DeadEvents(r.Context(), limit)
 	if err != nil {
 		s.WriteError(w, r, fmt.Errorf("dead callbacks: %w", err))
 		return
@@ -87,7 +100,7 @@ func (s *Server) adminRetryCallback(w http.ResponseWriter, r *http.Request) {
 		s.WriteError(w, r, errorf(KindNotFound, "no such dead callback"))
 		return
 	}
-	if err := s.Hooks.Callbacks.Outbox.RetryDeadEvent(r.Context(), id); err != nil {
+	if err := s.Hooks.Callbacks.RetryDeadEvent(r.Context(), id); err != nil {
 		if errors.Is(err, queue.ErrNotFound) {
 			s.WriteError(w, r, errorf(KindNotFound, "no such dead callback"))
 			return
@@ -95,6 +108,6 @@ func (s *Server) adminRetryCallback(w http.ResponseWriter, r *http.Request) {
 		s.WriteError(w, r, fmt.Errorf("retry dead callback: %w", err))
 		return
 	}
-	s.Hooks.Callbacks.D.Wake()
+	s.Hooks.Callbacks.Wake()
 	writeJSON(w, s.Log, "application/json", http.StatusAccepted, retriedCallback{ID: id})
 }

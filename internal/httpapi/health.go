@@ -39,7 +39,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	checks := map[string]string{}
 	var failed []error
-	for _, c := range s.Ops.Checks {
+	for _, c := range s.Served.Checks {
 		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 		err := c.Check(ctx)
 		cancel()

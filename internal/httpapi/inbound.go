@@ -42,7 +42,7 @@ func (s *Server) postInbound(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	o := s.Hooks.OptOuts
-	count := func(kind string) { o.Inbound.WithLabelValues(adapter, kind).Inc() }
+	count := func(kind string) { o.CountInbound(adapter, kind) }
 	raw, err := s.readWebhook(w, r, MaxInboundBytes)
 	if err != nil {
 		s.WriteError(w, r, err)
@@ -62,7 +62,7 @@ func (s *Server) postInbound(w http.ResponseWriter, r *http.Request) {
 	}
 	var wake func() // the reply first, durable before any 2xx: a keyword failing after it is sent again, forwarded once
 	if s.Hooks.Callbacks != nil {
-		wake = s.Hooks.Callbacks.D.Wake
+		wake = s.Hooks.Callbacks.Wake
 	}
 	if err := inboundreply.Forward(r.Context(), s.Hooks.Replies, wake, adapter, in); err != nil {
 		count(admission.InboundUnavailable)
@@ -72,7 +72,7 @@ func (s *Server) postInbound(w http.ResponseWriter, r *http.Request) {
 	kind := o.KindOf(in.Text, vendorKeywords[in.Keyword])
 	switch {
 	case kind == admission.InboundOther:
-	case !o.Cfg.Enabled:
+	case !o.Enabled():
 		kind = admission.InboundIgnored
 	default:
 		if e := s.applyKeyword(r, adapter, kind, in); e != nil {

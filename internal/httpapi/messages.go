@@ -116,7 +116,7 @@ func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
 		s.WriteError(w, r, err)
 		return
 	}
-	if s.Admit.Script != nil && v.msg.Class != sms.ClassOTP {
+	if s.Admit.Scripted() && v.msg.Class != sms.ClassOTP {
 		// The script executor keeps the first answer with the message.
 		s.acceptScripted(w, r, p, v)
 		return

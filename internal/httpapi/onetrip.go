@@ -82,7 +82,7 @@ func (s *Server) acceptScripted(w http.ResponseWriter, r *http.Request, p *Produ
 // Idempotency-Key, if there is one (an extra round trip, taken only by a
 // keyed request refused before the script).
 func (s *Server) replayStored(w http.ResponseWriter, r *http.Request, p *Producer, idem, hash string) bool {
-	a, err := s.Admit.Script.Idem.Answer(r.Context(), admission.IdemKey(p.Name, "message", idem))
+	a, err := s.Admit.StoredAnswer(r.Context(), admission.IdemKey(p.Name, "message", idem))
 	if err != nil || a == nil {
 		return false
 	}

@@ -108,7 +108,7 @@ func (s *Server) postOTP(w http.ResponseWriter, r *http.Request) {
 		steps.Mark(dispatch.StepIngress)
 		// Stamped with the arrival time: the provider's view of latency
 		// (the id's time) starts when the request arrived.
-		m := s.Admit.Stamp(*v.msg, p.asSender(), "", v.ttl, arrived)
+		m := s.Admit.Stamp(ctx, *v.msg, p.asSender(), "", v.ttl, arrived)
 		m.ExpiresAt = due.UTC()
 		giveBack, err := s.Admit.ChargeOTP(ctx, p.asSender(), m) // admission.StepBudget
 		if err != nil {
@@ -273,8 +273,8 @@ func (s *Server) writeOTPRecord(ctx context.Context, sent *sms.Message) error {
 	if err != nil {
 		return err
 	}
-	if st != "" && s.Admit.CountUnits != nil {
-		s.Admit.CountUnits(sent) // stored now: its units count once
+	if st != "" {
+		s.Admit.RecordedSent(sent) // stored now: its units count once
 	}
 	if st.Receipt() {
 		// a receipt that came before the provider's answer, applied
@@ -282,7 +282,7 @@ func (s *Server) writeOTPRecord(ctx context.Context, sent *sms.Message) error {
 		s.Metrics.Receipts.Outcome(sms.ClassOTP, st)
 	}
 	if sent.Callbacks && s.Hooks.Callbacks != nil {
-		s.Hooks.Callbacks.D.Wake()
+		s.Hooks.Callbacks.Wake()
 	}
 	return nil
 }

@@ -357,10 +357,10 @@ func (s *Server) problemOf(r *http.Request, err error) (problem, *apiError) {
 		e = &apiError{Kind: kindInternal, Err: err}
 	}
 	var noSlot dispatch.NoSlotError
-	if errors.As(err, &noSlot) && noSlot.Paused() && s.Ops.Pause != nil {
+	if errors.As(err, &noSlot) && noSlot.Paused() && s.Ops != nil {
 		// The dispatcher asks again every fraction of a second during an
 		// operator's pause; a client is told the rest of a timed pause.
-		e.RetryAfter = max(e.RetryAfter, s.Ops.Pause.Left())
+		e.RetryAfter = max(e.RetryAfter, s.Ops.Left())
 	}
 	p := problemFor(r, e)
 	if e.Kind == kindInternal {

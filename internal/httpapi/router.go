@@ -20,6 +20,7 @@ import (
 	"smsgw/internal/httpapi/auththrottle"
 	"smsgw/internal/httpapi/batches"
 	"smsgw/internal/httpapi/fastdecode"
+	"smsgw/internal/httpapi/inboundreply"
 	"smsgw/internal/httpapi/usageapi"
 
 	"github.com/go-chi/chi/v5"
@@ -28,15 +29,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"smsgw/api"
-	"smsgw/internal/admission"
 	"smsgw/internal/config"
-	"smsgw/internal/dispatch"
-	"smsgw/internal/limiter"
 	"smsgw/internal/logsample"
 	"smsgw/internal/opsview"
 	"smsgw/internal/provider"
-	"smsgw/internal/queue"
-	"smsgw/internal/sms"
 	"smsgw/internal/state"
 )
 
@@ -49,12 +45,13 @@ type Server struct {
 	Now     func() time.Time
 	Metrics *opsview.APIMetrics
 
-	Admit    *admission.Pipeline // whether a message is accepted: admission.Order on its executor
-	Store    Stores              // messages and first answers
-	Dispatch Dispatcher          // the send loop: the OTP fast path, and its wake-ups
-	Ops      OpsView             // what operators read and do
-	Edge     Edge                // who may call, and how much body they may send
-	Hooks    ProviderHooks       // what the provider and producers' callbacks exchange with us
+	Admit    Admission     // whether a message is accepted: admission.Order on its executor
+	Store    Stores        // messages and first answers
+	Dispatch Dispatcher    // the send loop: the OTP fast path, and its wake-ups
+	Ops      Operations    // what operators read and do
+	Served   Served        // what is served as it is: metrics, dashboard, usage, readiness checks
+	Edge     Edge          // who may call, and how much body they may send
+	Hooks    ProviderHooks // what the provider and producers' callbacks exchange with us
 
 	OTPRecords OTPRecords
 	Stopping   atomic.Bool
@@ -69,33 +66,21 @@ type Server struct {
 
 // Stores are the stores the handlers read and write besides admission's.
 type Stores struct {
-	Queue queue.Queue
+	Queue MessageStore
 	Idem  state.Idempotency // first answers and in-flight locks (idempotency.go)
 }
 
-// Dispatcher is the send loop as the API uses it: one OTP sent now, and a
-// wake-up after an enqueue (TakesHere: an idle lane of this process takes
-// the class at once, so no other replica is woken for it).
-type Dispatcher interface {
-	SendNow(ctx context.Context, m *sms.Message, deadline time.Duration) (dispatch.SendNowResult, error)
-	Notify(c sms.Class)
-	TakesHere(c sms.Class) bool
-}
-
-// OpsView is what the operator routes read and do.
-type OpsView struct {
-	Limiter   limiter.Limiter
-	Pause     *admission.OperatorPause
-	Live      *opsview.LiveStats
-	History   *opsview.HistoryView
+// Served is what the routes serve as it is: the metrics registry, the
+// dashboard, the usage routes (usageapi), the readiness checks.
+type Served struct {
 	Gatherer  prometheus.Gatherer
 	Dashboard http.Handler
 	Checks    []ReadyCheck
 	Usage     *usageapi.Handler // GET /v1/usage and /v1/admin/usage; nil: not served
 }
 
-// Edge is who may call and how much they may send: keys, the failed-key
-// throttle, the body gate (bodygate.go), the trusted proxies.
+// Edge is the HTTP layer's own gate, not a collaborator: keys, the
+// failed-key throttle, the body gate (bodygate.go), the trusted proxies.
 type Edge struct {
 	Auth         *Authenticator
 	AuthThrottle *auththrottle.Table
@@ -104,13 +89,14 @@ type Edge struct {
 }
 
 // ProviderHooks are the provider's webhooks and what they feed: receipts,
-// inbound messages (opt-outs), and producers' status callbacks.
+// inbound messages (opt-outs, replies), and producers' status callbacks.
+// A nil member is a hook not served.
 type ProviderHooks struct {
 	Receipts  provider.ReceiptParser // the provider's receipt check; nil: receipts refused
 	Inbound   provider.InboundParser // the provider's inbound-message check; nil: inbound messages refused
-	OptOuts   *admission.OptOuts     // recipients' opt-outs and opt-ins (inbound.go)
-	Replies   *admission.Replies     // every signed inbound message, to the producer that last messaged its sender; nil: none
-	Callbacks *Callbacks
+	OptOuts   OptOutList             // recipients' opt-outs and opt-ins (inbound.go)
+	Replies   inboundreply.Replies   // every signed inbound message, to the producer that last messaged its sender; nil: none
+	Callbacks CallbackOutbox
 	// Said applies what a receipt says beyond its message
 	// (provider.Receipt.Said: a sender's or the account's pause).
 	Said func(ctx context.Context, pe *provider.Error, sender string) time.Duration
@@ -139,7 +125,7 @@ func (s *Server) Router(public, admin bool) chi.Router {
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
 	if admin {
-		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.Ops.Gatherer, promhttp.HandlerOpts{}))
+		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.Served.Gatherer, promhttp.HandlerOpts{}))
 	}
 	r.Get("/openapi.yaml", func(w http.ResponseWriter, r *http.Request) {
 		writeRaw(w, "application/yaml", http.StatusOK, api.OpenAPI)
@@ -163,8 +149,8 @@ func (s *Server) Router(public, admin bool) chi.Router {
 				r.Get("/batches/{id}", bt.Get)
 				r.Delete("/batches/{id}", bt.Delete)
 				r.With(s.gateBody).Post("/otp", s.postOTP)
-				if s.Ops.Usage != nil {
-					r.Get("/usage", s.Ops.Usage.Own)
+				if s.Served.Usage != nil {
+					r.Get("/usage", s.Served.Usage.Own)
 				}
 			})
 			// No bearer key: each adapter checks its vendor's signature.
@@ -188,16 +174,16 @@ func (s *Server) Router(public, admin bool) chi.Router {
 			r.Get("/suppressions", s.adminListSuppressions)
 			r.Post("/suppressions", s.adminAddSuppression)
 			r.Delete("/suppressions/{number}", s.adminRemoveSuppression)
-			if s.Ops.Usage != nil {
-				r.Get("/usage", s.Ops.Usage.All)
+			if s.Served.Usage != nil {
+				r.Get("/usage", s.Served.Usage.All)
 			}
 		})
 	})
-	if admin && s.Ops.Dashboard != nil {
+	if admin && s.Served.Dashboard != nil {
 		r.Get("/dashboard", func(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, "/dashboard/", http.StatusMovedPermanently)
 		})
-		r.Handle("/dashboard/*", s.Ops.Dashboard) // served with the full path
+		r.Handle("/dashboard/*", s.Served.Dashboard) // served with the full path
 	}
 	return r
 }

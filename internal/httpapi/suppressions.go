@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,7 +11,6 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"smsgw/internal/admission"
-	"smsgw/internal/opsview"
 	"smsgw/internal/sms"
 	"smsgw/internal/state"
 )
@@ -93,14 +91,14 @@ func (s *Server) adminAddSuppression(w http.ResponseWriter, r *http.Request) {
 		s.WriteError(w, r, e)
 		return
 	}
-	id, err := s.suppressionID(r.Context(), to)
+	id, err := s.Ops.SuppressionID(r.Context(), to)
 	if err != nil {
 		s.WriteError(w, r, err)
 		return
 	}
 	e := state.Suppression{ID: id, Masked: sms.MaskPhone(to), Reason: req.Reason, CreatedAt: s.Now().UTC().Truncate(time.Second),
 		Source: state.SourceOperator}
-	added, err := s.Admit.Protect.Sup.Add(r.Context(), e)
+	added, err := s.Ops.Suppressions().Add(r.Context(), e)
 	switch {
 	case errors.Is(err, state.ErrSuppressionsFull):
 		s.WriteError(w, r, &apiError{Kind: KindSuppressionsFull, Err: err,
@@ -137,7 +135,7 @@ func (s *Server) adminRemoveSuppression(w http.ResponseWriter, r *http.Request) 
 			s.WriteError(w, r, fieldError("number", "must be an E.164 number or a suppression id"))
 			return
 		}
-		if id, err = s.suppressionID(r.Context(), to); err != nil {
+		if id, err = s.Ops.SuppressionID(r.Context(), to); err != nil {
 			s.WriteError(w, r, err)
 			return
 		}
@@ -145,7 +143,7 @@ func (s *Server) adminRemoveSuppression(w http.ResponseWriter, r *http.Request) 
 		s.WriteError(w, r, fieldError("number", "must be an E.164 number or a suppression id"))
 		return
 	}
-	removed, err := s.Admit.Protect.Sup.Remove(r.Context(), id)
+	removed, err := s.Ops.Suppressions().Remove(r.Context(), id)
 	if err != nil {
 		s.WriteError(w, r, admission.SuppressionsUnavailable(err))
 		return
@@ -174,12 +172,12 @@ func (s *Server) adminListSuppressions(w http.ResponseWriter, r *http.Request) {
 		s.WriteError(w, r, fieldError("after", "must be the next of a previous page"))
 		return
 	}
-	page, err := s.Admit.Protect.Sup.List(r.Context(), after, limit)
+	page, err := s.Ops.Suppressions().List(r.Context(), after, limit)
 	if err != nil {
 		s.WriteError(w, r, admission.SuppressionsUnavailable(err))
 		return
 	}
-	total, err := s.Admit.Protect.Sup.Count(r.Context())
+	total, err := s.Ops.Suppressions().Count(r.Context())
 	if err != nil {
 		s.WriteError(w, r, admission.SuppressionsUnavailable(err))
 		return
@@ -192,23 +190,4 @@ func (s *Server) adminListSuppressions(w http.ResponseWriter, r *http.Request) {
 		out.Next = page[len(page)-1].ID
 	}
 	writeJSON(w, s.Log, "application/json", http.StatusOK, out)
-}
-
-// suppressionID is the id of number e164 under the account's key.
-func (s *Server) suppressionID(ctx context.Context, e164 string) (string, error) {
-	key, err := s.Admit.Protect.NumberKey(ctx, false)
-	if err != nil {
-		return "", admission.SuppressionsUnavailable(err)
-	}
-	return admission.NumberID(key, e164), nil
-}
-
-// protectionOf is the stats answer's protection part: the refusals
-// counted in tot and the suppression list's size.
-func protectionOf(tot opsview.Totals, suppressions int) *opsview.ProtectionStats {
-	out := &opsview.ProtectionStats{Refused: map[string]int64{}, Suppressions: suppressions}
-	for r := range admission.NRefusals {
-		out.Refused[r.String()] = tot.Refused[r]
-	}
-	return out
 }

@@ -67,8 +67,9 @@ var allowed = map[string][]string{
 	"internal/admission": {"internal/config", "internal/dispatch", "internal/limiter", "internal/metricdef", "internal/queue", "internal/sms",
 		"internal/state", "internal/tick"},
 
-	// What operators read: live stats, metrics, the send history recorder.
-	"internal/opsview": {"internal/admission", "internal/config", "internal/dispatch", "internal/history", "internal/logsample", "internal/metricdef",
+	// What operators read and do: live stats, metrics, the send history
+	// recorder, the desk behind the admin API (stats, history, pause).
+	"internal/opsview": {"internal/admission", "internal/config", "internal/dispatch", "internal/history", "internal/limiter", "internal/logsample", "internal/metricdef",
 		"internal/provider", "internal/queue", "internal/sms", "internal/state", "internal/tick"},
 
 	// The HTTP edge and handlers.
@@ -84,7 +85,7 @@ var allowed = map[string][]string{
 	"internal/httpapi/auththrottle": {},
 	// GET and DELETE /v1/batches/{id}: the queue's index of batches.
 	"internal/httpapi/batches": {"internal/queue", "internal/sms"},
-	"internal/httpapi": {"api", "internal/admission", "internal/config", "internal/dispatch", "internal/history",
+	"internal/httpapi": {"api", "internal/admission", "internal/config", "internal/dispatch",
 		"internal/httpapi/accepted", "internal/httpapi/auththrottle", "internal/httpapi/batches", "internal/httpapi/fastdecode", "internal/httpapi/inboundreply", "internal/httpapi/otprecords", "internal/httpapi/usageapi", "internal/limiter", "internal/logsample", "internal/opsview", "internal/provider",
 		"internal/queue", "internal/sms", "internal/state", "internal/webhook"},
 
@@ -98,7 +99,7 @@ var allowed = map[string][]string{
 		"internal/dispatch"},
 
 	// The application and what runs it.
-	"internal/gateway": {"api", "internal/admission", "internal/httpapi", "internal/httpapi/auththrottle", "internal/httpapi/usageapi", "internal/opsview", "internal/tick", "internal/config", "internal/dispatch", "internal/keyspace", "internal/limiter", "internal/logsample",
+	"internal/gateway": {"api", "internal/admission", "internal/httpapi", "internal/httpapi/auththrottle", "internal/httpapi/inboundreply", "internal/httpapi/usageapi", "internal/opsview", "internal/tick", "internal/config", "internal/dispatch", "internal/keyspace", "internal/limiter", "internal/logsample",
 		"internal/provider", "internal/provider/httpprov", "internal/provider/twilio", "internal/provider/vonage",
 		"internal/queue", "internal/queue/embedded", "internal/queue/redisq", "internal/sms", "internal/state",
 		"internal/history", "internal/webhook"},

@@ -50,6 +50,9 @@ func TestConformanceLocal(t *testing.T) {
 			t.Cleanup(func() { _ = s.Close() })
 			return repeat[state.Suppressions](s, n)
 		},
+		StickySenders: func(_ *testing.T, n int) []state.StickySenders {
+			return repeat[state.StickySenders](state.NewLocalStickySenders(0), n)
+		},
 	})
 }
 
@@ -113,6 +116,11 @@ func redisHarness(client func(t *testing.T) redis.UniversalClient, cleanup func(
 		Suppressions: func(t *testing.T, maxEntries, n int) []state.Suppressions {
 			return handles(t, n, space(t), client, func(c redis.UniversalClient, sp keyspace.Space) (state.Suppressions, error) {
 				return state.NewRedisSuppressions(c, sp, maxEntries)
+			})
+		},
+		StickySenders: func(t *testing.T, n int) []state.StickySenders {
+			return handles(t, n, space(t), client, func(c redis.UniversalClient, sp keyspace.Space) (state.StickySenders, error) {
+				return state.NewRedisStickySenders(c, sp)
 			})
 		},
 	}

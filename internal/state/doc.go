@@ -18,7 +18,11 @@
 //     number key its ids are hashed with; each entry says who made it
 //     (operator, recipient, provider), and Lift takes one off only for the
 //     sources it names. Its Local implementation is a bbolt file of its
-//     own, so that the list survives a restart.
+//     own, so that the list survives a restart;
+//   - StickySenders (stickysenders.go): the sender of a pool each recipient
+//     was last assigned (producers[].sender_pools), keyed by a keyed hash
+//     of the pool and the number, expiring sender_pool_sticky_for after
+//     its last use.
 //
 // The Local implementations keep the state in this process, for embedded
 // mode (exactly one replica). The Redis implementations keep it under the

@@ -49,6 +49,11 @@ func (k keys) suppressions() string { return k.protect + "suppressed" }
 // suppressionIndex is the ZSET (score 0) of the list's hashes, for paging.
 func (k keys) suppressionIndex() string { return k.protect + "suppressed:index" }
 
+// stickySender is the STRING sender a recipient of a sender pool holds,
+// by the keyed hash of the pool and the recipient (the number itself is
+// never a key); it expires sender_pool_sticky_for after its last use.
+func (k keys) stickySender(hash string) string { return k.api + "pool:" + hash }
+
 // numberKey is the STRING secret the number hashes are keyed with.
 func (k keys) numberKey() string { return k.protect + "numberkey" }
 

@@ -26,6 +26,7 @@ func TestKeyNamesUnchanged(t *testing.T) {
 		{k.suppressions(), "{smsgw:acct}:protect:suppressed"},
 		{k.suppressionIndex(), "{smsgw:acct}:protect:suppressed:index"},
 		{k.numberKey(), "{smsgw:acct}:protect:numberkey"},
+		{k.stickySender("0a1b"), "{smsgw:acct}:api:pool:0a1b"},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("key %q, want %q", tc.got, tc.want)

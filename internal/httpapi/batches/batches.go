@@ -45,9 +45,15 @@ type Canceled struct {
 	NotCancelable map[sms.Status]int `json:"not_cancelable"`
 }
 
+// Queue is the queue as the handlers use it: a message canceled, and a
+// batch's messages read when it keeps batches (queue.Batches).
+type Queue interface {
+	Cancel(ctx context.Context, id, producer string) (*sms.Message, error)
+}
+
 // API is the two handlers and what they need of the HTTP layer.
 type API struct {
-	Queue    queue.Queue
+	Queue    Queue
 	Now      func() time.Time
 	Producer func(r *http.Request) string                    // the authenticated producer's name
 	Fail     func(http.ResponseWriter, *http.Request, error) // answers a problem

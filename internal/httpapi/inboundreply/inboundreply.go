@@ -11,12 +11,18 @@ import (
 	"smsgw/internal/provider"
 )
 
+// Replies routes an inbound message to the producer that last messaged
+// its sender (admission.Replies): added is false for one already routed.
+type Replies interface {
+	Forward(ctx context.Context, in admission.InboundReply) (added bool, err error)
+}
+
 // Forward writes in, received through adapter, as a message.received
-// event for its producer (admission.Replies.Forward; nothing with r nil)
+// event for its producer (Replies.Forward; nothing with r nil)
 // and calls wake, when set, once an event was written. An error means the
 // store did not answer: the caller answers 503 and the vendor sends the
 // message again.
-func Forward(ctx context.Context, r *admission.Replies, wake func(), adapter string, in provider.Inbound) error {
+func Forward(ctx context.Context, r Replies, wake func(), adapter string, in provider.Inbound) error {
 	if r == nil {
 		return nil
 	}

@@ -46,6 +46,10 @@ var cases = []testCase{
 	{"SuppressionsOperatorTakesOver", testSuppressOperatorTakesOver},
 	{"SuppressionsApplied", testApplied},
 	{"SuppressionsLiftOlder", testLiftOlder},
+	{"StickyKeepsAndSets", testStickyKeepsAndSets},
+	{"StickyExpires", testStickyExpires},
+	{"StickyConcurrent", testStickyConcurrent},
+	{"StickyInvalid", testStickyInvalid},
 	{"ContextCancelled", testContextCancelled},
 }
 

@@ -74,6 +74,8 @@
 //     entry created after the message's time, to the second (LiftNewer).
 //   - An ID ValidKey refuses is ErrInvalidKey and changes nothing.
 //
+// StickySenders: see sticky.go.
+//
 // Every store.
 //   - With a cancelled context every call returns an error wrapping
 //     context.Canceled.
@@ -100,13 +102,15 @@ type Harness struct {
 	// Suppressions returns n handles of one fresh list bounded by
 	// maxEntries.
 	Suppressions func(t *testing.T, maxEntries, n int) []state.Suppressions
+	// StickySenders returns n handles of one fresh store.
+	StickySenders func(t *testing.T, n int) []state.StickySenders
 }
 
 // Run runs every conformance case against the implementations h reaches.
 func Run(t *testing.T, h Harness) {
 	t.Helper()
 	if h.Idempotency == nil || h.Pause == nil || h.Counters == nil || h.Throttles == nil ||
-		h.NumberLimits == nil || h.Suppressions == nil {
+		h.NumberLimits == nil || h.Suppressions == nil || h.StickySenders == nil {
 		t.Fatal("statetest: every Harness func is required")
 	}
 	for _, c := range cases {
