@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"smsgw/internal/bench"
+	"smsgw/internal/bench/senderlanes"
 	"smsgw/internal/provider/sim"
 )
 
@@ -19,6 +20,14 @@ import (
 func benchCommand(fs *flag.FlagSet) runner {
 	f := benchFlagsOn(fs)
 	return func(ctx context.Context, stdout, stderr io.Writer) int {
+		switch *f.scenario {
+		case scenarioLimiters:
+		case scenarioSenderLanes:
+			return senderLanesBench(ctx, f, stdout, stderr)
+		default:
+			complain(stderr, "smsgw bench: --scenario %q: want %s or %s\n", *f.scenario, scenarioLimiters, scenarioSenderLanes)
+			return 2
+		}
 		cfg, err := f.config()
 		if err != nil {
 			complain(stderr, "smsgw bench: %v\n", err)
@@ -31,25 +40,51 @@ func benchCommand(fs *flag.FlagSet) runner {
 		cfg.Logger = newTextLogger(stderr, level)
 
 		rep, err := bench.Run(ctx, cfg)
-		if err != nil {
-			complain(stderr, "smsgw bench: %v\n", err)
-			return 1
-		}
-		if *f.jsonOut {
-			err = bench.WriteJSON(stdout, rep)
-		} else {
-			err = bench.WriteTable(stdout, rep)
-		}
-		if err != nil {
-			complain(stderr, "smsgw bench: write: %v\n", err)
-			return 1
-		}
-		return 0
+		return printReport(stdout, stderr, rep, err, *f.jsonOut, bench.WriteTable)
 	}
+}
+
+// printReport prints a bench's report as a table, or as JSON with
+// asJSON, and returns the exit code: 1 when the bench failed (err) or the
+// report could not be written.
+func printReport[R any](stdout, stderr io.Writer, rep R, err error, asJSON bool, table func(io.Writer, R) error) int {
+	if err != nil {
+		complain(stderr, "smsgw bench: %v\n", err)
+		return 1
+	}
+	if asJSON {
+		err = bench.WriteJSON(stdout, rep)
+	} else {
+		err = table(stdout, rep)
+	}
+	if err != nil {
+		complain(stderr, "smsgw bench: write: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// The scenarios of smsgw bench.
+const (
+	scenarioLimiters    = "limiters"     // the old limiters against ours (internal/bench)
+	scenarioSenderLanes = "sender-lanes" // account-only against sender-aware pacing (internal/bench/senderlanes)
+)
+
+// senderLanesBench runs the sender lanes scenario; of the flags it reads
+// --redis, --otp-rate, --json and -v.
+func senderLanesBench(ctx context.Context, f benchFlags, stdout, stderr io.Writer) int {
+	cfg := senderlanes.Config{RedisAddr: *f.redisAddr, OTPRate: *f.otpRate}
+	if *f.verbose {
+		cfg.Logger = newTextLogger(stderr, slog.LevelInfo)
+		cfg.GatewayLogger = newTextLogger(stderr, slog.LevelWarn)
+	}
+	rep, err := senderlanes.Run(ctx, cfg)
+	return printReport(stdout, stderr, rep, err, *f.jsonOut, senderlanes.WriteTable)
 }
 
 // benchFlags are the flags of smsgw bench.
 type benchFlags struct {
+	scenario                    *string
 	pods                        *int
 	duration, skew              *time.Duration
 	window, redisAddr, strategy *string
@@ -60,6 +95,7 @@ type benchFlags struct {
 // benchFlagsOn defines the flags on fs.
 func benchFlagsOn(fs *flag.FlagSet) benchFlags {
 	return benchFlags{
+		scenario:  fs.String("scenario", scenarioLimiters, "limiters: the old limiters against ours; sender-lanes: account-only against sender-aware pacing, 2 replicas on Redis (reads --redis, --otp-rate, --json, -v)"),
 		pods:      fs.Int("pods", bench.DefaultPods, "simulated producer pods"),
 		duration:  fs.Duration("duration", bench.DefaultDuration, "sending time of each run"),
 		window:    fs.String("window", "both", "provider window shape: sliding, fixed or both"),

@@ -227,7 +227,7 @@ func TestBenchCommand(t *testing.T) {
 func TestBenchCommandFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"--window", "tumbling"}, {"--offset", "1.5"}, {"--strategies", "gcra,leaky"}, {"--pods", "0"},
-		{"--start-phase", "1"}, {"extra"},
+		{"--start-phase", "1"}, {"extra"}, {"--scenario", "lanes"},
 	} {
 		var out, errb bytes.Buffer
 		if c := run(append([]string{"bench"}, args...), &out, &errb); c != 2 {
@@ -237,6 +237,10 @@ func TestBenchCommandFlags(t *testing.T) {
 	var out, errb bytes.Buffer
 	if c := run([]string{"bench", "--redis", "192.0.2.1:6379", "--duration", "1s"}, &out, &errb); c != 1 || !strings.Contains(errb.String(), "loopback") {
 		t.Errorf("remote redis: exit %d, stderr %q", c, errb.String())
+	}
+	errb.Reset()
+	if c := run([]string{"bench", "--scenario", "sender-lanes", "--redis", "192.0.2.1:6379"}, &out, &errb); c != 1 || !strings.Contains(errb.String(), "loopback") {
+		t.Errorf("sender lanes, remote redis: exit %d, stderr %q", c, errb.String())
 	}
 }
 

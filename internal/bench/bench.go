@@ -167,12 +167,12 @@ func (c *Config) setDefaults() error {
 			return err
 		}
 	}
-	return checkLoopback(c.RedisAddr)
+	return CheckLoopback(c.RedisAddr)
 }
 
-// checkLoopback refuses a Redis that is not on this machine: the bench
+// CheckLoopback refuses a Redis that is not on this machine: the bench
 // floods what it talks to.
-func checkLoopback(addr string) error {
+func CheckLoopback(addr string) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("bench: redis address %q: %w", addr, err)
@@ -244,7 +244,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	rep := Report{Pods: cfg.Pods, DurationS: cfg.Duration.Seconds(), OffsetMS: cfg.Offset.Milliseconds(),
 		SkewMS: max(cfg.Skew, 0).Milliseconds(), StartPhMS: cfg.StartPhase.Milliseconds(),
 		Contract: cfg.Contract, OTPRate: cfg.OTPRate, QueueDepth: cfg.QueueDepth}
-	admin, err := dialRedis(ctx, cfg.RedisAddr)
+	admin, err := DialRedis(ctx, cfg.RedisAddr)
 	if err != nil {
 		return rep, err
 	}
@@ -270,7 +270,7 @@ func RunOne(ctx context.Context, cfg Config, st Strategy, w sim.Window) (Result,
 	if err := cfg.setDefaults(); err != nil {
 		return Result{}, err
 	}
-	admin, err := dialRedis(ctx, cfg.RedisAddr)
+	admin, err := DialRedis(ctx, cfg.RedisAddr)
 	if err != nil {
 		return Result{}, err
 	}
@@ -278,7 +278,8 @@ func RunOne(ctx context.Context, cfg Config, st Strategy, w sim.Window) (Result,
 	return runOne(ctx, cfg, admin, st, w)
 }
 
-func dialRedis(ctx context.Context, addr string) (*redis.Client, error) {
+// DialRedis connects to the Redis at addr and checks that it answers.
+func DialRedis(ctx context.Context, addr string) (*redis.Client, error) {
 	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 2})
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
@@ -297,8 +298,8 @@ func closeAdmin(c *redis.Client, log *slog.Logger) {
 	}
 }
 
-// cleanup deletes every key of the run's prefix.
-func cleanup(ctx context.Context, c *redis.Client, prefix string) error {
+// Cleanup deletes every key of the run's prefix.
+func Cleanup(ctx context.Context, c *redis.Client, prefix string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	iter := c.Scan(ctx, 0, "*"+prefix+"*", 500).Iterator()

@@ -103,7 +103,7 @@ func TestConfigChecks(t *testing.T) {
 		}
 	}
 	for _, addr := range []string{"127.0.0.1:6379", "localhost:6379", "[::1]:6379", "127.0.0.2:1"} {
-		if err := checkLoopback(addr); err != nil {
+		if err := CheckLoopback(addr); err != nil {
 			t.Errorf("%s: %v", addr, err)
 		}
 	}
@@ -151,7 +151,7 @@ func TestCleanupDeletesPrefix(t *testing.T) {
 		}
 	}
 	defer c.Del(ctx, other)
-	if err := cleanup(ctx, c, prefix); err != nil {
+	if err := Cleanup(ctx, c, prefix); err != nil {
 		t.Fatal(err)
 	}
 	if n := c.Exists(ctx, prefix+":sms:1", "{smsgw:"+prefix+"}:limiter:global").Val(); n != 0 {

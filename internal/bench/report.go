@@ -52,7 +52,7 @@ func WriteTable(w io.Writer, rep Report) error {
 	for _, r := range rep.Results {
 		fmt.Fprintf(&b, "%-19s %-8s %6d %7d %8d %7.1f %7g %4d %9s %8s %8s %16.1f\n",
 			r.Strategy, r.Window, r.Rejected429, r.MaxIn1s, r.MaxAttemptsIn1s, r.Rate, r.Target, r.Duplicates,
-			fmt.Sprintf("%d/%d", r.OTPSent, r.OTPOffered), ms(r.OTPP50MS, r.OTPSent), ms(r.OTPP99MS, r.OTPSent), r.RedisPerMsg)
+			fmt.Sprintf("%d/%d", r.OTPSent, r.OTPOffered), Millis(r.OTPP50MS, r.OTPSent), Millis(r.OTPP99MS, r.OTPSent), r.RedisPerMsg)
 	}
 	b.WriteString("\n")
 	seen := map[Strategy]bool{}
@@ -73,7 +73,8 @@ func WriteTable(w io.Writer, rep Report) error {
 	return err
 }
 
-func ms(v float64, n int) string {
+// Millis shows a latency of v ms measured over n samples ("-" for none).
+func Millis(v float64, n int) string {
 	if n == 0 {
 		return "-"
 	}
@@ -83,8 +84,9 @@ func ms(v float64, n int) string {
 	return fmt.Sprintf("%.0fms", v)
 }
 
-// WriteJSON prints the report as indented JSON.
-func WriteJSON(w io.Writer, rep Report) error {
+// WriteJSON prints a report (this package's, or a scenario's) as
+// indented JSON.
+func WriteJSON(w io.Writer, rep any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(rep)

@@ -140,7 +140,7 @@ func runOne(ctx context.Context, cfg Config, admin *redis.Client, st Strategy, w
 	log := cfg.Logger.With("strategy", st, "window", w)
 	prefix := randomPrefix()
 	defer func() {
-		if cerr := cleanup(ctx, admin, prefix); cerr != nil {
+		if cerr := Cleanup(ctx, admin, prefix); cerr != nil {
 			log.Warn("bench: redis keys left behind", "prefix", prefix, "err", cerr)
 		}
 	}()
@@ -197,7 +197,7 @@ func startPods(ctx context.Context, cfg Config, st Strategy, url string, log *sl
 		if st == PerPod {
 			continue
 		}
-		p.redis, err = dialRedis(ctx, cfg.RedisAddr)
+		p.redis, err = DialRedis(ctx, cfg.RedisAddr)
 		if err != nil {
 			return err
 		}

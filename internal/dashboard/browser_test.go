@@ -72,6 +72,13 @@ func startStackWith(t *testing.T, notifyExtra string) *stack {
 // embedded store), under an account of its own.
 func startStackOn(t *testing.T, redisAddr, notifyExtra string) *stack {
 	t.Helper()
+	return startStackConf(t, redisAddr, notifyExtra, "")
+}
+
+// startStackConf is startStackOn with topExtra added to the
+// configuration's top level ("limits: {...}\n").
+func startStackConf(t *testing.T, redisAddr, notifyExtra, topExtra string) *stack {
+	t.Helper()
 	s, err := sim.New(sim.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +107,7 @@ producers:
   - {name: notify, key: %q, classes: [transactional, marketing], rate: 1000, burst: 1000%s}
   - {name: login, key: %q, classes: [otp], rate: 100, burst: 100}
 admin: {key: %q}
-`, t.TempDir(), redisAddr, account, simURL+"/send", receiptSecret, notifyKey, notifyExtra, loginKey, adminKey)
+%s`, t.TempDir(), redisAddr, account, simURL+"/send", receiptSecret, notifyKey, notifyExtra, loginKey, adminKey, topExtra)
 	cfg, err := config.Load([]byte(yaml), nil)
 	if err != nil {
 		t.Fatal(err)

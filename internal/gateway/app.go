@@ -155,7 +155,8 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 		return nil, fmt.Errorf("gateway: opt-out metrics: %w", err)
 	}
 	owner, otpLatency := ownerName(opts.Owner), opsview.NewLatencyWindow(opsview.OTPLatencySamples)
-	prov := opsview.ObservedProvider{Provider: a.prov, Now: d.now, OTP: otpLatency}
+	lanes := senderLanes(cfg, b.limiter, d.now)
+	prov := opsview.ObservedProvider{Provider: lanes.Observe(a.prov), Now: d.now, OTP: otpLatency}
 	dcfg := dispatcherConfig(cfg, d, b, prov, owner)
 	dcfg.OptOuts = optOuts
 	replies, err := newReplies(cfg, d, b, protect, a.prov)
@@ -174,7 +175,7 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	totals := opsview.NewTotalsLoop(a.disp.Snapshot, b.counters, b.scope, d.log, started)
 	totals.T.Quiet, totals.T.QuietEvery = d.quiet, opsview.TotalsIdleEvery
 	live := &opsview.LiveStats{Replica: opsview.Replica{Owner: owner, Mode: b.mode, Started: started}, ProviderName: a.prov.Name(),
-		Snap: a.disp.Snapshot, OTP: otpLatency, Totals: totals}
+		Snap: a.disp.Snapshot, OTP: otpLatency, Totals: totals, Lanes: lanes}
 	if a.calls, err = newCallbacks(cfg, d, b, owner); err != nil {
 		return nil, err
 	}
@@ -365,6 +366,17 @@ func limiterConfig(cfg config.Config) limiter.Config {
 		out.Classes[name] = limiter.Rate{PerSecond: cl.MaxRPS, Burst: b}
 	}
 	return out
+}
+
+// senderLanes keeps the sender lanes of the stats answer: the configured
+// senders' limits, their pauses read from lim.
+func senderLanes(cfg config.Config, lim limiter.Limiter, now func() time.Time) *opsview.SenderLanes {
+	limits := make(map[string]float64, len(cfg.Limits.Senders))
+	for name, sl := range cfg.Limits.Senders {
+		limits[name] = sl.MaxRPS
+	}
+	pauses, _ := lim.(opsview.SenderPauseReader)
+	return opsview.NewSenderLanes(limits, pauses, now)
 }
 
 // newRedisClient: Sentinel when master_name is set, Cluster for several

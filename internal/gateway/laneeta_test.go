@@ -39,12 +39,12 @@ func TestSenderLaneETA(t *testing.T) {
 			mkt := st.Classes["marketing"]
 			// the send loop may hold a batch taken before the pause: in
 			// flight, out of the lane
-			return len(lanes) == 2 && mkt.Ready+mkt.Leased == 30 && lanes[0].Backlog == mkt.Ready
+			return len(lanes) == 2 && mkt.Ready+mkt.Leased == 30 && lanes[0].Backlog != nil && *lanes[0].Backlog == mkt.Ready
 		})
-		if l := lanes[0]; l.Sender != "SlowCo" || l.MaxRPS == nil || *l.MaxRPS != 1 || l.Backlog < 20 || l.PausedUntil != nil {
-			t.Errorf("sender_lanes[0] = %+v, want SlowCo at 1/s, not held", l)
+		if l := lanes[0]; l.Sender != "SlowCo" || l.MaxRPS == nil || *l.MaxRPS != 1 || *l.Backlog < 20 || l.OldestSeconds == nil {
+			t.Errorf("sender_lanes[0] = %+v, want SlowCo at 1/s with its backlog", l)
 		}
-		if l := lanes[1]; l.Sender != opsview.SenderOther || l.MaxRPS != nil || l.Backlog != 0 {
+		if l := lanes[1]; l.Sender != opsview.SenderLaneOther || l.MaxRPS != nil || l.Backlog == nil || *l.Backlog != 0 {
 			t.Errorf("sender_lanes[1] = %+v, want other, empty", l)
 		}
 

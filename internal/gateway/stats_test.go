@@ -351,7 +351,7 @@ func TestCounterFields(t *testing.T) {
 }
 
 // storeSections are the sections of the stats answer read from the store.
-var storeSections = []string{opsview.SectionClasses, opsview.SectionCounters, opsview.SectionCallbacks, opsview.SectionProtection, opsview.SectionSenderLanes}
+var storeSections = []string{opsview.SectionClasses, opsview.SectionCounters, opsview.SectionCallbacks, opsview.SectionProtection}
 
 // statsAnswer is one stats answer (checked against the spec by get), 200
 // or not: decoded, and as raw members to tell absent from zero.

@@ -105,10 +105,13 @@ var allowed = map[string][]string{
 		"internal/history", "internal/webhook"},
 	"internal/bench": {"internal/limiter", "internal/provider", "internal/provider/httpprov", "internal/provider/sim",
 		"internal/sms", "internal/keyspace", "internal/tick"},
+	// The bench scenario of sender lanes: real replicas against the simulator.
+	"internal/bench/senderlanes": {"internal/bench", "internal/config", "internal/gateway", "internal/provider/sim", "internal/tick"},
+
 	"internal/demo":      {"internal/config", "internal/dashboard", "internal/gateway", "internal/provider/sim"},
 	"internal/helmcheck": {},
 	"internal/testtimes": {}, // make test's report: results as they end, the slowest at the end
-	"cmd/smsgw": {"internal/bench", "internal/config", "internal/dashboard", "internal/demo", "internal/gateway",
+	"cmd/smsgw": {"internal/bench", "internal/bench/senderlanes", "internal/config", "internal/dashboard", "internal/demo", "internal/gateway",
 		"internal/provider/sim"},
 	"tests":  {},
 	"deploy": {},

@@ -41,19 +41,20 @@ type Desk struct {
 //     dead letters, oldest age); the queue is read only after the counters;
 //   - counters: the counters (their scope and since);
 //   - callbacks: the callback outbox;
-//   - protection: the counters (refusals) and the suppression list's size;
-//   - sender_lanes: the queue's backlog per sender lane.
+//   - protection: the counters (refusals) and the suppression list's size.
+//
+// The sender lanes are this replica's and always answered; their backlog
+// and oldest_seconds are the queue's, left out when it cannot be read.
 //
 // The counters also carry provider.sent_per_second, provider.throttled_total
 // and otp.unavailable_total, absent with them. The limiter, the pause, OTP
 // latency, the guard's window, the provider's settings and the replica are
 // this process's and always answered.
 const (
-	SectionClasses     = "classes"
-	SectionCounters    = "counters"
-	SectionCallbacks   = "callbacks"
-	SectionProtection  = "protection"
-	SectionSenderLanes = "sender_lanes"
+	SectionClasses    = "classes"
+	SectionCounters   = "counters"
+	SectionCallbacks  = "callbacks"
+	SectionProtection = "protection"
 )
 
 // sharedReads is what one stats answer read from the store; an err is the
@@ -134,13 +135,15 @@ func (d *Desk) Stats(ctx context.Context) (out StatsResponse, missing, err error
 		wg    sync.WaitGroup
 	)
 	wg.Go(func() { ls, lsErr = d.Limiter.State(ctx) })
+	var lanes []SenderLane
+	wg.Go(func() { lanes = d.Live.SenderLanes(ctx) })
 	sh := d.readShared(ctx)
 	wg.Wait()
 	if lsErr != nil {
 		return StatsResponse{}, nil, fmt.Errorf("limiter state: %w", lsErr)
 	}
 
-	out = StatsResponse{Unavailable: []string{}, Pause: d.State()}
+	out = StatsResponse{Unavailable: []string{}, Pause: d.State(), SenderLanes: lanes}
 	var failed []error
 	miss := func(section string, errs ...error) {
 		out.Unavailable = append(out.Unavailable, section)
@@ -182,9 +185,9 @@ func (d *Desk) Stats(ctx context.Context) (out StatsResponse, missing, err error
 		miss(SectionProtection, sh.suppressionErr)
 	}
 	if sh.lanesErr == nil {
-		out.SenderLanes = SenderLanes(sh.lanes, d.Cfg.SenderRates(), d.Now())
+		withBacklog(out.SenderLanes, sh.lanes, d.Cfg.SenderRates())
 	} else {
-		miss(SectionSenderLanes, sh.lanesErr)
+		failed = append(failed, sh.lanesErr)
 	}
 
 	snap := d.Live.Snap()

@@ -320,4 +320,5 @@ type LiveStats struct {
 	Snap         func() dispatch.Snapshot
 	Totals       *TotalsLoop
 	OTP          *LatencyWindow
+	Lanes        *SenderLanes // the stats answer's sender_lanes
 }

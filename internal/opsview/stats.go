@@ -104,9 +104,9 @@ type StatsResponse struct {
 	Callbacks *CallbackStats `json:"callbacks,omitempty"`
 	// Protection's refusals (scope: Counters) and the suppression list.
 	Protection *ProtectionStats `json:"protection,omitempty"`
-	// SenderLanes is the queue's backlog per sender lane: each sender of
-	// limits.senders, then every other sender summed as "other".
-	SenderLanes []SenderLane `json:"sender_lanes,omitempty"`
+	// SenderLanes are the sender lanes (senderlanes.go): the configured
+	// senders and "other".
+	SenderLanes []SenderLane `json:"sender_lanes"`
 }
 
 // ProtectionStats is the protection part of the stats answer.

@@ -342,6 +342,33 @@ function renderQueues(s) {
     : `Sent, failed, expired: since ${fmtDateTime(ct.since)}, ${ct.scope === 'shared' ? 'all replicas' : 'this process only'}.`;
 }
 
+// PAUSE_REASONS names the provider's reasons for a sender's pause.
+const PAUSE_REASONS = { throttled: 'throttled by the provider', queue_full: 'its queue at the provider full', setup: 'its setup refused' };
+
+// renderLanes shows the sender lanes: each configured sender and "other",
+// its limit, this replica's send rate, its pause, and its backlog when the
+// gateway reports it ("—" otherwise).
+function renderLanes(s) {
+  const now = Date.now();
+  const rows = (s.sender_lanes || []).map((l) => {
+    const td = (field, label, text, cls = 'num') => el('td', { class: cls, data: { field, label } }, text);
+    const until = l.paused_until ? new Date(l.paused_until).getTime() : NaN;
+    const paused = Number.isFinite(until) && until > now;
+    const pause = paused
+      ? `${fmtClock(l.paused_until)} (${fmtSecs(Math.ceil((until - now) / 1000))} left)${l.pause_reason ? ` · ${PAUSE_REASONS[l.pause_reason] || l.pause_reason}` : ''}`
+      : 'no';
+    return el('tr', { data: { sender: l.sender, paused: String(paused) } },
+      el('th', { scope: 'row', data: { label: 'Sender' } }, l.sender),
+      td('max_rps', 'Limit', num(l.max_rps) === null ? 'account’s' : fmtRate(l.max_rps)),
+      td('rate', 'Sending', fmtRate(num(l.sent_per_second))),
+      td('paused', 'Paused until', pause, ''),
+      td('backlog', 'Backlog', fmtInt(num(l.backlog))),
+      td('oldest', 'Oldest waiting', fmtSecs(num(l.oldest_seconds))));
+  });
+  if (rows.length === 0) rows.push(el('tr', { class: 'empty' }, el('td', { colspan: '6' }, 'No sender lanes reported.')));
+  document.querySelector('#sender-lanes tbody').replaceChildren(...rows);
+}
+
 function renderLimiter(s) {
   const l = s.limiter || {};
   const modes = { local: 'local (embedded, one replica)', shared: 'shared (Redis)', fallback: 'FALLBACK (Redis unreachable)' };
@@ -665,6 +692,7 @@ function render() {
   renderPartial(s);
   renderTiles(s, now, rate);
   renderQueues(s);
+  renderLanes(s);
   renderLimiter(s);
   renderProvider(s, rate);
   renderProtection(s);
