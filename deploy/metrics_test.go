@@ -91,6 +91,7 @@ account: %s
 %s
 provider: {kind: http, url: %q, timeout: 2s}
 dispatch: {shutdown_timeout: 5s}
+limits: {senders: {Mkt1: {max_rps: 1}}}
 producers:
   - {name: notify, key: notify-key-0123456789, previous_key: notify-old-key-0123456789, classes: [transactional, marketing, otp], rate: 100, burst: 100,
      budget: {daily_units: 1000, monthly_units: 20000}}

@@ -24,12 +24,19 @@ package admission
 // when the work ahead at the message's due time has drained at those rates.
 // Work arriving later in a class above (an OTP burst) is not foreseen; the
 // suspension guard's slowdown is.
+//
+// A sender with a limit of its own (limits.senders) also has its lane: a
+// message of that sender goes no sooner than the work queued ahead of it
+// in its lane (its sender's messages of its class and those above,
+// scheduled ones included, so it errs late) has gone at the sender's
+// max_rps, after the lane's hold; the estimate is the later of the two.
 
 import (
 	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -66,15 +73,24 @@ type ETAEstimator struct {
 	pending    [NumClasses]float64 // units due now accepted here since the read in progress began
 	counted    [NumClasses]float64 // pending when that read began: the read holds them
 	cost       [NumClasses]float64 // mean units per accepted message; 0: none seen (1)
+	// The lanes of the senders of limits.senders, as last read: queued
+	// per class, and how long each is held from that read; with what this
+	// replica accepted since (as pending and counted above).
+	lanes       map[string][NumClasses]int64
+	laneHeld    map[string]time.Time
+	lanePending map[string][NumClasses]float64
+	laneCounted map[string][NumClasses]float64
 }
 
 // etaState is what an estimate starts from.
 type etaState struct {
-	ahead  [NumClasses]float64 // units ready or in flight now
-	cost   [NumClasses]float64 // units per stored message
-	pause  time.Duration       // nothing is sent before now+pause
-	target float64             // units/s the provider takes in all
-	pace   [NumClasses]float64 // units/s of each class alone
+	ahead  [NumClasses]float64            // units ready or in flight now
+	cost   [NumClasses]float64            // units per stored message
+	pause  time.Duration                  // nothing is sent before now+pause
+	target float64                        // units/s the provider takes in all
+	pace   [NumClasses]float64            // units/s of each class alone
+	lane   map[string][NumClasses]float64 // units queued per configured sender and class
+	held   map[string]time.Duration       // a configured sender's lane held from now
 }
 
 // arrival is work falling due later: at, after now.
@@ -92,6 +108,7 @@ func (e *ETAEstimator) state(ctx context.Context) etaState {
 	if now.Sub(e.at) >= e.Refresh && !e.busy {
 		e.busy = true
 		e.counted = e.pending
+		e.laneCounted = maps.Clone(e.lanePending)
 		e.mu.Unlock()
 		e.read(ctx, now)
 		e.mu.Lock()
@@ -108,7 +125,44 @@ func (e *ETAEstimator) state(ctx context.Context) etaState {
 		st.ahead[c] = float64(e.ahead[c])*st.cost[c] + e.pending[c]
 		st.pace[c] = e.pace(sms.Class(c)) / slow
 	}
+	st.lane, st.held = map[string][NumClasses]float64{}, map[string]time.Duration{}
+	for s := range e.Cfg.Limits.Senders {
+		n, p := e.lanes[s], e.lanePending[s]
+		var units [NumClasses]float64
+		for c := range NumClasses {
+			units[c] = float64(n[c])*st.cost[c] + p[c]
+		}
+		st.lane[s], st.held[s] = units, max(e.laneHeld[s].Sub(now), 0)
+	}
 	return st
+}
+
+// readLanes reads the lanes of the senders of limits.senders: queued
+// messages per class and when each lane's hold ends; nil without any or
+// when the queue keeps no lanes.
+func (e *ETAEstimator) readLanes(ctx context.Context, now time.Time) (map[string][NumClasses]int64, map[string]time.Time, error) {
+	lr, ok := e.Q.(queue.LaneReader)
+	if !ok || len(e.Cfg.Limits.Senders) == 0 {
+		return nil, nil, nil
+	}
+	ls, err := lr.Lanes(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	lanes, held := map[string][NumClasses]int64{}, map[string]time.Time{}
+	for _, l := range ls {
+		if _, ok := e.Cfg.Limits.Senders[l.Lane]; !ok {
+			continue
+		}
+		var n [NumClasses]int64
+		for c, q := range l.Queued {
+			if c.Valid() {
+				n[c] = q
+			}
+		}
+		lanes[l.Lane], held[l.Lane] = n, now.Add(l.HeldFor)
+	}
+	return lanes, held, nil
 }
 
 // read refreshes the stored backlog; e.busy is set.
@@ -126,6 +180,10 @@ func (e *ETAEstimator) read(ctx context.Context, now time.Time) {
 	if st, serr := e.Lim.State(ctx); serr == nil {
 		pause = st.PauseRemaining
 	}
+	lanes, held, lerr := e.readLanes(ctx, now)
+	if lerr != nil {
+		e.Log.WarnContext(ctx, "eta: sender lanes failed; estimating by class alone", "err", lerr)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.busy = false
@@ -139,7 +197,14 @@ func (e *ETAEstimator) read(ctx context.Context, now time.Time) {
 		// makes the estimate later, never earlier.
 		e.pending[c] = max(e.pending[c]-e.counted[c], 0)
 	}
+	for s, p := range e.lanePending {
+		for c := range NumClasses {
+			p[c] = max(p[c]-e.laneCounted[s][c], 0)
+		}
+		e.lanePending[s] = p
+	}
 	e.ahead, e.limitPause, e.at = ahead, pause, now
+	e.lanes, e.laneHeld = lanes, held
 }
 
 // Accepted records messages this replica has just stored.
@@ -154,6 +219,14 @@ func (e *ETAEstimator) Accepted(now time.Time, ms ...*sms.Message) {
 		e.cost[c] += costWeight * (units - e.cost[c])
 		if !m.NotBefore.After(now) {
 			e.pending[c] += units
+		}
+		if _, ok := e.Cfg.Limits.Senders[m.From]; ok {
+			if e.lanePending == nil {
+				e.lanePending = map[string][NumClasses]float64{}
+			}
+			p := e.lanePending[m.From]
+			p[c] += units
+			e.lanePending[m.From] = p
 		}
 	}
 }
@@ -178,7 +251,7 @@ func (e *ETAEstimator) Plan(ctx context.Context, now time.Time, ms []*sms.Messag
 	out := make([]time.Time, len(ms))
 	for i, m := range ms {
 		d := max(m.NotBefore.Sub(now), 0)
-		eta := now.Add(st.when(m.Class, d, arrivals))
+		eta := now.Add(max(st.when(m.Class, d, arrivals), st.laneWhen(e.Cfg, m)))
 		if hold := e.Quiet.Hold(m, eta); !hold.IsZero() {
 			eta = hold
 		}
@@ -187,6 +260,10 @@ func (e *ETAEstimator) Plan(ctx context.Context, now time.Time, ms []*sms.Messag
 			continue
 		}
 		units := float64(max(m.Segments, 1))
+		if l, ok := st.lane[m.From]; ok {
+			l[m.Class] += units
+			st.lane[m.From] = l
+		}
 		if d == 0 {
 			st.ahead[m.Class] += units
 		} else {
@@ -318,6 +395,23 @@ func (st *etaState) when(c sms.Class, d time.Duration, arrivals []arrival) time.
 	drain(d)
 	wait := max(st.pause-d, 0) + time.Duration((hi/st.target+own/pace)*float64(time.Second))
 	return d + wait
+}
+
+// laneWhen returns how long after now m's sender lane lets it go: after
+// the lane's hold (and the pause), once the units of its sender queued
+// in its class and the classes above have gone at the sender's max_rps;
+// 0 for a sender without a limit of its own.
+func (st *etaState) laneWhen(cfg config.Config, m *sms.Message) time.Duration {
+	l, ok := st.lane[m.From]
+	rate := cfg.Limits.Senders[m.From].MaxRPS
+	if !ok || rate <= 0 {
+		return 0
+	}
+	var units float64
+	for c := range int(m.Class) + 1 {
+		units += l[c]
+	}
+	return max(st.held[m.From], st.pause) + time.Duration(units/rate*float64(time.Second))
 }
 
 // AdmitTTL refuses a message that would expire before its turn. The retry

@@ -152,6 +152,15 @@ type LimitsConfig struct {
 	Senders map[string]SenderLimits `yaml:"senders"`
 }
 
+// SenderRates is limits.senders as sender -> max_rps.
+func (c Config) SenderRates() map[string]float64 {
+	out := make(map[string]float64, len(c.Limits.Senders))
+	for s, l := range c.Limits.Senders {
+		out[s] = l.MaxRPS
+	}
+	return out
+}
+
 // SenderLimits is the provider's limit of one sender.
 type SenderLimits struct {
 	MaxRPS float64 `yaml:"max_rps"`

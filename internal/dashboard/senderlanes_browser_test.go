@@ -22,8 +22,9 @@ type laneStats struct {
 
 // TestDashboardSenderLanes: the provider throttles one configured sender;
 // its one message draws the sender's 429, and the sender lanes panel
-// shows that lane paused, until when and why, its limit, and "—" for the
-// backlog the gateway does not report; the other lanes are not paused.
+// shows that lane paused, until when and why, its limit, and its backlog
+// (the message, back in its lane) with its oldest waiting; the other lanes
+// are not paused and have none.
 func TestDashboardSenderLanes(t *testing.T) {
 	exe := chromiumPath(t)
 	st := startStackConf(t, "", "", "limits: {senders: {Mkt1: {max_rps: 3}, Mkt2: {max_rps: 40}}}\n")
@@ -65,9 +66,15 @@ func TestDashboardSenderLanes(t *testing.T) {
 	if got := cell("Mkt1", "paused"); !strings.Contains(got, "left) · throttled by the provider") {
 		t.Errorf("Mkt1 paused: %q", got)
 	}
+	// the message goes back to its lane once the provider's answer is handled
+	br.waitFor("Mkt1's message back in its lane",
+		`document.querySelector('#sender-lanes tr[data-sender="Mkt1"] [data-field="backlog"]')?.textContent === '1'`, wait)
+	if got := cell("Mkt1", "oldest"); got == "—" || got == "" {
+		t.Errorf("Mkt1 oldest: %q, want its message's age", got)
+	}
 	for _, c := range []struct{ sender, field, want string }{
-		{"Mkt1", "max_rps", "3.0/s"}, {"Mkt1", "backlog", "—"}, {"Mkt1", "oldest", "—"},
-		{"Mkt2", "max_rps", "40/s"}, {"Mkt2", "paused", "no"},
+		{"Mkt1", "max_rps", "3.0/s"},
+		{"Mkt2", "max_rps", "40/s"}, {"Mkt2", "paused", "no"}, {"Mkt2", "backlog", "0"},
 		{"other", "max_rps", "account’s"}, {"other", "paused", "no"},
 	} {
 		if got := cell(c.sender, c.field); got != c.want {

@@ -177,7 +177,7 @@ func (m *metrics) createAtZero() {
 	for _, r := range nowResults {
 		m.sendNow.WithLabelValues(r)
 	}
-	for _, s := range []string{"take", "ack", "extend", "recover", "guard", "reserve", "pause", "opt_out"} {
+	for _, s := range []string{"take", "ack", "extend", "recover", "guard", "reserve", "pause", "hold", "opt_out"} {
 		m.loopErrors.WithLabelValues(s)
 	}
 }

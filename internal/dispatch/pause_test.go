@@ -431,19 +431,8 @@ func TestSenderThrottlePausesOnlyItsSender(t *testing.T) {
 // backlog (4 s at least), and the slow sender's sends keep its rate.
 func TestSenderLimitDoesNotHoldTheLane(t *testing.T) {
 	t.Parallel()
-	acct := newAccount(t)
-	q := acct.queue(t, nil)
-	cfg := defaultLimits
-	cfg.Senders = map[string]limiter.Rate{"Slow": {PerSecond: 1, Burst: 1}}
-	lim := acct.limiter(t, nil, cfg)
-	var mu sync.Mutex
-	sent := map[string][]time.Time{}
-	p := funcProvider(func(_ context.Context, req *provider.Request) (provider.Result, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		sent[req.From] = append(sent[req.From], time.Now())
-		return provider.Result{ProviderID: "p-" + req.ID}, nil
-	})
+	r := newSlowSenderRig(t)
+	q, cfg := r.q, r.cfg
 	var slow, other []*sms.Message
 	var otherIDs, ids []string
 	for range 5 {
@@ -461,21 +450,18 @@ func TestSenderLimitDoesNotHoldTheLane(t *testing.T) {
 	enqueue(t, q, slow...)
 	enqueue(t, q, other...)
 	start := time.Now()
-	d, _ := newDispatcher(t, Config{Queue: q, Limiter: lim, Provider: p, Pacing: cfg})
+	d, _ := newDispatcher(t, Config{Queue: q, Limiter: r.lim, Provider: r.p, Pacing: cfg})
 	waitTerminal(t, q, otherIDs...)
 	otherDone := time.Since(start)
-	mu.Lock()
-	slowThen := len(sent["Slow"])
-	mu.Unlock()
+	slowThen := len(r.sentFrom("Slow"))
 	waitTerminal(t, q, append(ids, otherIDs...)...)
 	if slowThen >= len(slow) {
 		t.Errorf("the other sender's 40 took %s and the slow sender had sent %d of %d then: the backlog held the lane",
 			otherDone, slowThen, len(slow))
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	for i := 1; i < len(sent["Slow"]); i++ {
-		if gap := sent["Slow"][i].Sub(sent["Slow"][i-1]); gap < 950*time.Millisecond {
+	sent := r.sentFrom("Slow")
+	for i := 1; i < len(sent); i++ {
+		if gap := sent[i].Sub(sent[i-1]); gap < 950*time.Millisecond {
 			t.Errorf("slow sender's sends %d and %d %s apart, under its 1 s interval", i-1, i, gap)
 		}
 	}

@@ -35,7 +35,9 @@ func (d *Dispatcher) outcome(f *flight, res provider.Result, err error, kind out
 		reason := requeueThrottled
 		switch {
 		case senderScoped(provider.AsError(err)):
-			reason = requeueSenderPaused
+			// that sender's lane held for its pause, the message at its place
+			d.holdSender([]*flight{f}, pause, requeueSenderPaused)
+			return
 		case kind == kindAuth:
 			reason = requeueAuth
 		}

@@ -48,7 +48,7 @@ func (d *Dispatcher) sendOne(f *flight, sl slot, gate *batchGate, leader bool) {
 	if left := d.senderPauseLeft(m.From); left > 0 {
 		// Its sender was throttled after this slot was granted: one 429
 		// per sender and replica, not one per slot held.
-		d.requeue(f, left, false, requeueSenderPaused, "")
+		d.holdSender([]*flight{f}, left, requeueSenderPaused)
 		return
 	}
 	if f.lost.Load() {

@@ -7,18 +7,21 @@ package dispatch
 // what the send loop does with a sender's answers:
 //
 //   - a reservation denied by the sender alone (its pause, or its own
-//     limit, which never books ahead) puts the message back without
-//     spending an attempt, due at the sender's next free slot, and keeps
-//     no class off: the pacer takes the next message at once. Successive
-//     messages of one sender put back by this process are due one
-//     interval of that sender apart (senderSpread), so that a slow
-//     sender's backlog spreads out in time instead of coming back all at
-//     once;
+//     limit, which never books ahead) holds that sender's lane in the
+//     queue (queue.LaneHolder) until the sender's next free slot, on
+//     every replica sharing the queue, and puts the message back at its
+//     place in the lane without spending an attempt; it keeps no class
+//     off: the pacer takes the next message at once, and the take passes
+//     the held lane over without meeting its backlog. With a queue
+//     without lanes (or when the hold fails) the message goes back due
+//     at the sender's next free slot instead, successive messages of one
+//     sender one interval of that sender apart (senderSpread);
 //   - a provider answer of the sender's scope (a throttle or queue full
 //     of that sender, the sender's setup) pauses that sender on every
 //     replica through the limiter's shared sender pause, never shortened,
-//     and in this process; it is not the account's 429: no other sender
-//     pauses and the suspension guard does not count it;
+//     and in this process, and holds its lane for the pause; it is not
+//     the account's 429: no other sender pauses and the suspension guard
+//     does not count it;
 //   - a sender holding a slot granted before its sender's pause does not
 //     send into it (the batch gate and this check keep a throttled sender
 //     to one 429 per replica).
@@ -38,6 +41,7 @@ import (
 	"smsgw/internal/limiter"
 	"smsgw/internal/metricdef"
 	"smsgw/internal/provider"
+	"smsgw/internal/queue"
 	"smsgw/internal/sms"
 )
 
@@ -69,10 +73,9 @@ func (d *Dispatcher) pauseSenderLocal(sender string, p time.Duration) {
 }
 
 // senderWait puts a batch of one sender back after the limiter denied it
-// for the sender alone: due at the sender's next free slot, spread one
-// interval of the sender apart from the messages of the same sender this
-// process put back before, without spending an attempt and without
-// keeping the lane off the class.
+// for the sender alone, without spending an attempt and without keeping
+// the lane off the class: its lane held until the sender's next free
+// slot (holdSender).
 func (d *Dispatcher) senderWait(batch []*flight, dec limiter.Decision) {
 	m := batch[0].l.Message
 	label := d.senderLabel(m.From)
@@ -82,13 +85,39 @@ func (d *Dispatcher) senderWait(batch []*flight, dec limiter.Decision) {
 		d.pauseSenderLocal(m.From, dec.RetryAfter)
 	}
 	d.sm.waits.WithLabelValues(label, reason).Add(float64(len(batch)))
+	d.holdSender(batch, dec.RetryAfter, reason)
+}
+
+// holdSender holds the lane of a batch of one sender in the queue for
+// hold (never shortening a longer hold) and puts the batch back at its
+// place in the lane, so that the lane keeps its order and a take passes
+// it over until then. A queue without lanes, or a hold that fails, puts
+// the batch back due after hold instead, spread one interval of the
+// sender apart from the messages of the same sender this process put
+// back before.
+func (d *Dispatcher) holdSender(batch []*flight, hold time.Duration, reason string) {
+	m := batch[0].l.Message
+	hold = max(hold, time.Millisecond)
+	if lh, ok := d.cfg.Queue.(queue.LaneHolder); ok {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(d.runCtx), ackTimeout)
+		err := lh.HoldLane(ctx, queue.LaneOf(m), hold)
+		cancel()
+		if err == nil {
+			for _, f := range batch {
+				d.putBack(f, reason)
+			}
+			return
+		}
+		d.m.loopErrors.WithLabelValues("hold").Inc()
+		d.log.Warn("sender's lane not held; its messages go back due at its next slot", "sender_lane", d.senderLabel(m.From), "err", err)
+	}
 	var interval time.Duration
 	if r, ok := d.cfg.Pacing.Senders[m.From]; ok && r.PerSecond > 0 {
 		interval = time.Duration(float64(time.Second) / r.PerSecond)
 	}
 	now := time.Now()
 	for _, f := range batch {
-		due := now.Add(dec.RetryAfter).UnixNano()
+		due := now.Add(hold).UnixNano()
 		if interval > 0 {
 			step := int64(interval) * int64(d.cost(f.l.Message))
 			due = d.senderSpread.Update(m.From, now.UnixNano(), func(cur int64) int64 { return max(cur, due) + step }) - step

@@ -123,6 +123,11 @@ func New(_ context.Context, cfg config.Config, opts Options) (_ *App, err error)
 	if err := d.reg.Register(opsview.NewQueueCollector(b.queue, d.log)); err != nil {
 		return nil, fmt.Errorf("gateway: queue metrics: %w", err)
 	}
+	if lq, ok := b.queue.(queue.LaneReader); ok { // per sender lane, labelled by limits.senders
+		if err := d.reg.Register(opsview.NewSenderLaneCollector(lq, cfg.SenderRates(), d.log)); err != nil {
+			return nil, fmt.Errorf("gateway: sender lane metrics: %w", err)
+		}
+	}
 	if bq, ok := b.queue.(queue.Budgets); ok { // producers[].budget, against its limits
 		if err := d.reg.Register(opsview.NewBudgetCollector(bq, cfg, d.now, d.log)); err != nil {
 			return nil, fmt.Errorf("gateway: budget metrics: %w", err)

@@ -40,9 +40,10 @@ var allowed = map[string][]string{
 	"internal/limiter/mutate": {},
 	"internal/queue":          {"internal/sms"},
 	"internal/queue/embedded": {"internal/metricdef", "internal/queue", "internal/sms"},
-	"internal/queue/redisq":   {"internal/metricdef", "internal/queue", "internal/sms", "internal/keyspace", "internal/gcra", "internal/queue/redisq/luasrc", "internal/queue/redisq/persistence"},
+	"internal/queue/redisq":   {"internal/metricdef", "internal/queue", "internal/sms", "internal/keyspace", "internal/gcra", "internal/queue/redisq/luasrc", "internal/queue/redisq/persistence", "internal/queue/redisq/lanes"},
 	// The Lua fragments the queue's scripts share, and the check that Redis persists the queue.
 	"internal/queue/redisq/luasrc":      {},
+	"internal/queue/redisq/lanes":       {"internal/queue", "internal/sms", "internal/queue/redisq/luasrc"},
 	"internal/queue/redisq/persistence": {},
 	"internal/queue/queuetest":          {"internal/queue", "internal/sms", "internal/sms/smstest"},
 	"internal/state":                    {"internal/keyspace", "internal/limiter", "internal/sms"},

@@ -43,6 +43,9 @@ type Desk struct {
 //   - callbacks: the callback outbox;
 //   - protection: the counters (refusals) and the suppression list's size.
 //
+// The sender lanes are this replica's and always answered; their backlog
+// and oldest_seconds are the queue's, left out when it cannot be read.
+//
 // The counters also carry provider.sent_per_second, provider.throttled_total
 // and otp.unavailable_total, absent with them. The limiter, the pause, OTP
 // latency, the guard's window, the provider's settings and the replica are
@@ -66,6 +69,8 @@ type sharedReads struct {
 	outboxErr      error
 	suppressions   int
 	suppressionErr error
+	lanes          []queue.LaneStats
+	lanesErr       error
 }
 
 // readShared reads the store's figures concurrently. With Redis they share
@@ -104,6 +109,13 @@ func (d *Desk) readShared(ctx context.Context) sharedReads {
 			out.suppressionErr = fmt.Errorf("suppressions: %w", out.suppressionErr)
 		}
 	})
+	if lq, ok := d.Queue.(queue.LaneReader); ok {
+		wg.Go(func() {
+			if out.lanes, out.lanesErr = lq.Lanes(ctx); out.lanesErr != nil {
+				out.lanesErr = fmt.Errorf("sender lanes: %w", out.lanesErr)
+			}
+		})
+	}
 	wg.Wait()
 	return out
 }
@@ -171,6 +183,11 @@ func (d *Desk) Stats(ctx context.Context) (out StatsResponse, missing, err error
 		out.Protection = protectionOf(tot, sh.suppressions)
 	} else {
 		miss(SectionProtection, sh.suppressionErr)
+	}
+	if sh.lanesErr == nil {
+		withBacklog(out.SenderLanes, sh.lanes, d.Cfg.SenderRates())
+	} else {
+		failed = append(failed, sh.lanesErr)
 	}
 
 	snap := d.Live.Snap()

@@ -49,19 +49,30 @@ func (c *QueueCollector) Describe(ch chan<- *prometheus.Desc) {
 	metricdef.Describe(ch, c.depth, c.oldest, c.up)
 }
 
+// scrapeRead runs one read of a collector within timeout; a failure is
+// logged (at most every statsLogEvery, as msg) and reported false.
+func scrapeRead[T any](timeout time.Duration, failLog *logsample.Sampler, log *slog.Logger, msg string,
+	read func(context.Context) (T, error)) (T, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	v, err := read(ctx)
+	if err != nil {
+		if n, ok := failLog.Add(time.Now(), statsLogEvery); ok {
+			log.Warn(msg, "count", n, "err", err)
+		}
+		return v, false
+	}
+	failLog.Reset()
+	return v, true
+}
+
 // Collect implements prometheus.Collector: one queue read per scrape.
 func (c *QueueCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
-	st, err := c.q.Stats(ctx)
-	if err != nil {
-		if n, ok := c.failLog.Add(time.Now(), statsLogEvery); ok {
-			c.log.Warn("metrics: queue stats", "count", n, "err", err)
-		}
+	st, ok := scrapeRead(c.timeout, &c.failLog, c.log, "metrics: queue stats", c.q.Stats)
+	if !ok {
 		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
 		return
 	}
-	c.failLog.Reset()
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
 	for _, cl := range sms.Classes {
 		s := st[cl]

@@ -2,12 +2,14 @@ package embedded
 
 import (
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"testing"
 	"time"
 
 	"smsgw/internal/queue"
+	"smsgw/internal/queue/queuetest"
 	"smsgw/internal/sms"
 	"smsgw/internal/sms/smstest"
 )
@@ -121,4 +123,15 @@ func BenchmarkTakeCompleteParallel8(b *testing.B) {
 	}
 	wg.Wait()
 	reportRate(b, b.N)
+}
+
+// BenchmarkTakeBehindSlowSender: a take of another sender's message behind
+// a held 1/s sender's backlog of 1,000 and of 100,000 messages
+// (queuetest.TakeBehindHeldSender): the same cost.
+func BenchmarkTakeBehindSlowSender(b *testing.B) {
+	for _, n := range []int{1000, 100000} {
+		b.Run(fmt.Sprintf("backlog=%d", n), func(b *testing.B) {
+			queuetest.TakeBehindHeldSender(b, open(b, Config{}), n)
+		})
+	}
 }

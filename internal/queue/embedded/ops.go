@@ -156,28 +156,24 @@ func takeClasses(opt queue.TakeOptions) ([]sms.Class, error) {
 	return opt.Classes, nil
 }
 
-// head finds the first ready message among classes at now, or else the wait
-// until the earliest scheduled one (0 if none).
-func head(tx *bolt.Tx, classes []sms.Class, now int64) (key []byte, wait time.Duration) {
-	c := tx.Bucket(bReady).Cursor()
+// head finds the first ready message among classes at now, in a lane not
+// held (lanes.go), or else the wait until the earliest scheduled one, or
+// the end of a hold (0 if none), and the class it found it in.
+func head(tx *bolt.Tx, classes []sms.Class, now int64) (at *readyAt, cl sms.Class, wait time.Duration) {
 	var next int64
 	for _, cl := range classes {
-		k, _ := c.Seek([]byte{byte(cl)})
-		if k == nil || k[0] != byte(cl) {
-			continue
+		at, due := classHead(tx, cl, now)
+		if at != nil {
+			return at, cl, 0
 		}
-		due := keyDue(k)
-		if due <= now {
-			return bytes.Clone(k), 0
-		}
-		if next == 0 || due < next {
+		if due != 0 && (next == 0 || due < next) {
 			next = due
 		}
 	}
 	if next == 0 {
-		return nil, 0
+		return nil, 0, 0
 	}
-	return nil, time.Duration(next-now) * time.Millisecond
+	return nil, 0, time.Duration(next-now) * time.Millisecond
 }
 
 // Take leases the next ready message. A read-only look comes first so that
@@ -189,9 +185,9 @@ func (q *Queue) Take(ctx context.Context, opt queue.TakeOptions) (*queue.Leased,
 	}
 	var wait time.Duration
 	err = q.view(ctx, func(tx *bolt.Tx) error {
-		var k []byte
-		k, wait = head(tx, classes, ms(q.now()))
-		if k == nil {
+		var at *readyAt
+		at, _, wait = head(tx, classes, ms(q.now()))
+		if at == nil {
 			return queue.ErrEmpty
 		}
 		return nil
@@ -325,11 +321,11 @@ func takeTx(tx *bolt.Tx, classes []sms.Class, opt queue.TakeOptions, now time.Ti
 		if sup.stopped() {
 			return nil, 0, nil
 		}
-		k, wait := head(tx, classes, nowMs)
-		if k == nil {
+		at, cl, wait := head(tx, classes, nowMs)
+		if at == nil {
 			return nil, wait, nil // another taker was first
 		}
-		id := string(tx.Bucket(bReady).Get(k))
+		id := string(tx.Bucket(at.bucket).Get(at.key))
 		e, err := getEntry(tx, id)
 		if err != nil {
 			return nil, 0, err
@@ -339,7 +335,7 @@ func takeTx(tx *bolt.Tx, classes []sms.Class, opt queue.TakeOptions, now time.Ti
 		if sup.err != nil {
 			return nil, 0, nil // e stays queued where it is
 		}
-		if err := tx.Bucket(bReady).Delete(k); err != nil {
+		if _, err := takeFrom(tx, at, cl); err != nil {
 			return nil, 0, err
 		}
 		switch {
@@ -967,17 +963,16 @@ func (q *Queue) Stats(ctx context.Context) (map[sms.Class]queue.ClassStats, erro
 	err := q.view(ctx, func(tx *bolt.Tx) error {
 		now := ms(q.now())
 		counts := tx.Bucket(bCounts)
-		c := tx.Bucket(bReady).Cursor()
 		for _, cl := range sms.Classes {
 			st := queue.ClassStats{
 				Leased: getCount(counts, countKey(cl, kindLeased)),
 				Dead:   getCount(counts, countKey(cl, kindDead)),
 			}
-			if k, _ := c.Seek([]byte{byte(cl)}); k != nil && k[0] == byte(cl) && keyDue(k) <= now {
-				st.OldestAge = time.Duration(now-keyDue(k)) * time.Millisecond
-			}
-			for k, _ := c.Seek(readyKey(cl, now+1, 0)); k != nil && k[0] == byte(cl); k, _ = c.Next() {
-				st.Scheduled++
+			for _, tag := range append([][]byte{nil}, lanesOf(tx, cl)...) {
+				if due, ok := laneHeadDue(tx, cl, tag); ok && due <= now {
+					st.OldestAge = max(st.OldestAge, time.Duration(now-due)*time.Millisecond)
+				}
+				laneTail(tx, cl, tag, now+1, func(int64) bool { st.Scheduled++; return true })
 			}
 			st.Ready = getCount(counts, countKey(cl, kindQueued)) - st.Scheduled
 			out[cl] = st
@@ -1000,13 +995,18 @@ func (q *Queue) ScheduledWithin(ctx context.Context, horizons []time.Duration) (
 	err := q.view(ctx, func(tx *bolt.Tx) error {
 		now := ms(q.now())
 		last := now + durMs(horizons[len(horizons)-1])
-		c := tx.Bucket(bReady).Cursor()
 		for _, cl := range sms.Classes {
 			counts := make([]int64, len(horizons))
-			for k, _ := c.Seek(readyKey(cl, now+1, 0)); k != nil && k[0] == byte(cl) && keyDue(k) <= last; k, _ = c.Next() {
-				// Counted under the first horizon that covers it ...
-				i, _ := slices.BinarySearchFunc(horizons, keyDue(k)-now, func(h time.Duration, d int64) int { return cmp.Compare(durMs(h), d) })
-				counts[i]++
+			for _, tag := range append([][]byte{nil}, lanesOf(tx, cl)...) {
+				laneTail(tx, cl, tag, now+1, func(due int64) bool {
+					if due > last {
+						return false
+					}
+					// Counted under the first horizon that covers it ...
+					i, _ := slices.BinarySearchFunc(horizons, due-now, func(h time.Duration, d int64) int { return cmp.Compare(durMs(h), d) })
+					counts[i]++
+					return true
+				})
 			}
 			for i := 1; i < len(counts); i++ {
 				counts[i] += counts[i-1] // ... and every later one.

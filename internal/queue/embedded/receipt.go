@@ -172,7 +172,7 @@ func (q *Queue) Cancel(ctx context.Context, id, producer string) (*sms.Message, 
 			res = queue.ErrNotCancelable
 			return nil
 		}
-		if err := tx.Bucket(bReady).Delete(readyKey(r.Msg.Class, r.Due, r.Seq)); err != nil {
+		if err := delLane(tx, r); err != nil {
 			return err
 		}
 		if err := addClass(tx, r.Msg.Class, kindQueued, -1); err != nil {

@@ -85,7 +85,7 @@ func (q *Queue) Restore(ctx context.Context, producer string, max int) (int, err
 				continue // canceled (or moved on) while shelved
 			}
 			// Still counted as queued: back into the ready index only.
-			if err := tx.Bucket(bReady).Put(rk, []byte(id)); err != nil {
+			if err := putLane(tx, r); err != nil {
 				return err
 			}
 		}

@@ -50,7 +50,7 @@ const (
 )
 
 func createBuckets(tx *bolt.Tx) error {
-	for _, name := range append([][]byte{bMsgs, bReady, bLeases, bIdem, bOut, bDead, bDone, bCounts, bFinal, bPids, bEarly, bCbEvents, bCbDue, bCbAge, bCbDead, bBatch}, replyBuckets...) {
+	for _, name := range append([][]byte{bMsgs, bReady, bLeases, bIdem, bOut, bDead, bDone, bCounts, bFinal, bPids, bEarly, bCbEvents, bCbDue, bCbAge, bCbDead, bBatch}, append(replyBuckets, laneBuckets...)...) {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return fmt.Errorf("bucket %s: %w", name, err)
 		}
@@ -183,9 +183,9 @@ func addOut(tx *bolt.Tx, producer string, delta int64) error {
 	return addCount(tx.Bucket(bOut), []byte(producer), delta)
 }
 
-// putReady puts r into the ready index at its due time.
+// putReady puts r into its lane (lanes.go) at its due time.
 func putReady(tx *bolt.Tx, r *entry) error {
-	if err := tx.Bucket(bReady).Put(readyKey(r.Msg.Class, r.Due, r.Seq), []byte(r.Msg.ID)); err != nil {
+	if err := putLane(tx, r); err != nil {
 		return err
 	}
 	return addClass(tx, r.Msg.Class, kindQueued, 1)

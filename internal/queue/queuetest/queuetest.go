@@ -80,7 +80,7 @@ func Run(t *testing.T, h Harness) {
 	}
 	// A new slice: backends run the suite in parallel and share no
 	// slice of cases between them.
-	for _, c := range slices.Concat(cases, outboxCases) {
+	for _, c := range slices.Concat(cases, outboxCases, laneCases) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			c.run(t, h)

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"smsgw/internal/queue"
+	"smsgw/internal/queue/queuetest"
 	"smsgw/internal/redistest"
 	"smsgw/internal/sms"
 	"smsgw/internal/state"
@@ -238,6 +239,18 @@ func BenchmarkTakePastShelf(b *testing.B) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(h.N()-start)/float64(b.N), "roundtrips/op")
+		})
+	}
+}
+
+// BenchmarkTakeBehindSlowSender: a take of another sender's message behind
+// a held 1/s sender's backlog of 1,000 and of 100,000 messages
+// (queuetest.TakeBehindHeldSender): the same cost, one round trip.
+func BenchmarkTakeBehindSlowSender(b *testing.B) {
+	for _, n := range []int{1000, 100000} {
+		b.Run(fmt.Sprintf("backlog=%d", n), func(b *testing.B) {
+			q, _ := countedQueue(b)
+			queuetest.TakeBehindHeldSender(b, q, n)
 		})
 	}
 }

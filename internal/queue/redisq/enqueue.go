@@ -74,7 +74,7 @@ const maxBatch = 1000
 // on KEYS[4] and trims the LIST to the newest wakeTokens: a refused or
 // delayed message, or one an idle lane of the enqueuing process takes,
 // wakes nobody else.
-var enqueueScript = redis.NewScript(luasrc.Prelude + gcra.Lua + luasrc.Budget + luasrc.Usage + `
+var enqueueScript = redis.NewScript(luasrc.Prelude + gcra.Lua + luasrc.Budget + luasrc.Usage + luasrc.Lanes + `
 local now = now_us()
 local out = {}
 local fins = {}
@@ -194,7 +194,7 @@ for i = 3, #ARGV, ` + strconv.Itoa(argsPerMessage) + ` do
       redis.call('HSET', KEYS[1], id, js)
       batch_add(tonumber(ARGV[i + ` + strconv.Itoa(batchArg) + `]), id, ARGV[i + ` + strconv.Itoa(batchArg+1) + `])
       local rk = tonumber(ARGV[i + 3])
-      redis.call('ZADD', KEYS[rk], now + tonumber(ARGV[i + 2]), member)
+      lane_add(KEYS[rk], lane_of_text(rec), now + tonumber(ARGV[i + 2]), member, now)
       if tonumber(ARGV[i + 2]) == 0 and ARGV[i + 17] == '0' and not woken[rk] then
         woken[rk] = true
         classes[#classes + 1] = string.match(KEYS[rk], 'ready:(%a+)$')

@@ -91,8 +91,11 @@ func (k keys) batch(producer, batch string) string {
 // outstanding is the HASH producer -> queued + leased messages.
 func (k keys) outstanding() string { return k.tag + "outstanding" }
 
-// ready is the ZSET of one class's queued messages: member "<seq:016>:<id>",
-// score the ready time in Redis µs.
+// ready is the ZSET of one class's queued messages of the provider's
+// default sender (and of every sender before lanes): member
+// "<seq:016>:<id>", score the ready time in Redis µs. Each other sender's
+// lane, the class's lane index and the account's lane holds are named
+// from it with a suffix (luasrc.Lanes), in the same hash tag.
 func (k keys) ready(c sms.Class) string { return k.tag + "ready:" + c.String() }
 
 // lease is the ZSET of one class's leased ids scored by lease expiry µs.

@@ -38,7 +38,7 @@ import (
 // the earliest scheduled message of these classes is due (-1 if none); more
 // is 1 when the script stopped at ARGV[7] listed messages (more may be
 // ready).
-var takeScript = redis.NewScript(luasrc.Prelude + luasrc.Record + `
+var takeScript = redis.NewScript(luasrc.Prelude + luasrc.Record + luasrc.Lanes + `
 local n = math.floor((#KEYS - 2) / 2)
 local msgs, leases = KEYS[2 * n + 1], KEYS[2 * n + 2]
 local most, units = tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -61,11 +61,11 @@ for i = 1, n do
       out[3] = 1
       break
     end
-    local r = redis.call('ZRANGEBYSCORE', KEYS[i], '-inf', now, 'WITHSCORES', 'LIMIT', 0, 1)
-    if #r == 0 then break end
-    local member, score = r[1], r[2]
+    local lk, tag, member, score = next_due(KEYS[i], now)
+    if not lk then break end
     local id = id_of(member)
-    redis.call('ZREM', KEYS[i], member)
+    redis.call('ZREM', lk, member)
+    lane_rescore(KEYS[i], tag, now)
     local raw = redis.call('HGET', msgs, id)
     -- an entry without its message (never written so) is dropped, not handed out
     local m = raw and cjson.decode(raw)
@@ -93,11 +93,8 @@ for i = 1, n do
     end
   end
   if taken > 0 or out[3] == 1 then break end
-  local head = redis.call('ZRANGE', KEYS[i], 0, 0, 'WITHSCORES')
-  if #head > 0 then
-    local w = tonumber(head[2]) - now
-    if wait < 0 or w < wait then wait = w end
-  end
+  local w = next_wait(KEYS[i], now)
+  if w and (wait < 0 or w < wait) then wait = w end
 end
 out[1], out[2] = taken, wait
 return out
@@ -481,7 +478,7 @@ func (q *Queue) completion(l *queue.Leased, o queue.Outcome, code string) (compl
 // attempt, ARGV[5] last error (empty: keep the stored one), ARGV[6] 1 when
 // the send crashed its sender (Crashes + 1), ARGV[7] 1 to keep its place.
 // Returns 1, 0 when the lease is not held, -1 when it is not in KEYS[1].
-var requeueScript = redis.NewScript(luasrc.Prelude + luasrc.Record + luasrc.CheckLease + `
+var requeueScript = redis.NewScript(luasrc.Prelude + luasrc.Record + luasrc.CheckLease + luasrc.Lanes + `
 local now = now_us()
 local delay = tonumber(ARGV[3])
 redis.call('ZREM', KEYS[1], ARGV[1])
@@ -494,14 +491,14 @@ if ARGV[5] ~= '' then set(m, 'e', ARGV[5]) end
 if ARGV[6] == '1' then set(m, 'x', (get(m, 'x') or 0) + 1) end
 if ARGV[7] == '1' then
   redis.call('HSET', KEYS[3], ARGV[1], cjson.encode(m))
-  redis.call('ZADD', KEYS[4], lease.s, lease.m)
+  lane_add(KEYS[4], lane_of(m), lease.s, lease.m, now)
   return 1
 end
 if delay > 0 then set_time(m, 'tb', now + delay, true) end
 local member = new_member(redis.call('INCR', KEYS[5]), ARGV[1])
 m.qm = member
 redis.call('HSET', KEYS[3], ARGV[1], cjson.encode(m))
-redis.call('ZADD', KEYS[4], now + delay, member)
+lane_add(KEYS[4], lane_of(m), now + delay, member, now)
 return 1
 `)
 
@@ -606,7 +603,7 @@ func (q *Queue) leaseResult(op string, l *queue.Leased, cmd *redis.Cmd) error {
 // KEYS[4] ready ZSET of the class.
 // ARGV[1] the most leases to move.
 // Returns how many moved.
-var recoverScript = redis.NewScript(luasrc.Prelude + luasrc.Record + `
+var recoverScript = redis.NewScript(luasrc.Prelude + luasrc.Record + luasrc.Lanes + `
 local now = now_us()
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
 for _, id in ipairs(ids) do
@@ -620,7 +617,7 @@ for _, id in ipairs(ids) do
     set(m, 's', 'q')
     set_time(m, 'tu', now)
     redis.call('HSET', KEYS[3], id, cjson.encode(m))
-    redis.call('ZADD', KEYS[4], lease.s, lease.m)
+    lane_add(KEYS[4], lane_of(m), lease.s, lease.m, now)
   end
 end
 return #ids

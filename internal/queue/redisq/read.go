@@ -103,19 +103,24 @@ func (q *Queue) Outstanding(ctx context.Context, producer string) (_ int64, err 
 // the classes' names in that order.
 // Returns {now µs, then per class: ready (with the messages on shelves),
 // scheduled, leased, dead, score of the first ready message (-1 if none)}.
-var statsScript = redis.NewScript(luasrc.Prelude + `
+var statsScript = redis.NewScript(luasrc.Prelude + luasrc.Lanes + `
 local now = now_us()
 local out = {now}
 for i = 1, 3 do
-  local ready = redis.call('ZCOUNT', KEYS[i], '-inf', now)
+  local ready, scheduled, head = 0, 0, -1
+  for _, key in ipairs(lane_keys(KEYS[i])) do
+    local r = redis.call('ZCOUNT', key, '-inf', now)
+    ready = ready + r
+    scheduled = scheduled + redis.call('ZCOUNT', key, '(' .. fmt_us(now), '+inf')
+    if r > 0 then
+      local h = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2])
+      if head < 0 or h < head then head = h end
+    end
+  end
   out[#out + 1] = ready + (tonumber(redis.call('HGET', KEYS[10], ARGV[i])) or 0)
-  out[#out + 1] = redis.call('ZCOUNT', KEYS[i], '(' .. fmt_us(now), '+inf')
+  out[#out + 1] = scheduled
   out[#out + 1] = redis.call('ZCARD', KEYS[3 + i])
   out[#out + 1] = redis.call('ZCARD', KEYS[6 + i])
-  local head = -1
-  if ready > 0 then
-    head = tonumber(redis.call('ZRANGE', KEYS[i], 0, 0, 'WITHSCORES')[2])
-  end
   out[#out + 1] = head
 end
 return out
@@ -156,12 +161,17 @@ func (q *Queue) Stats(ctx context.Context) (_ map[sms.Class]queue.ClassStats, er
 // KEYS[1..3] ready ZSETs in sms.Classes order.
 // ARGV[1..n] horizons in µs, ascending.
 // Returns per class, per horizon: the members scored in (now, now+horizon].
-var scheduledScript = redis.NewScript(luasrc.Prelude + `
+var scheduledScript = redis.NewScript(luasrc.Prelude + luasrc.Lanes + `
 local now = now_us()
 local out = {}
 for i = 1, #KEYS do
+  local lanes = lane_keys(KEYS[i])
   for j = 1, #ARGV do
-    out[#out + 1] = redis.call('ZCOUNT', KEYS[i], '(' .. fmt_us(now), fmt_us(now + tonumber(ARGV[j])))
+    local n = 0
+    for _, key in ipairs(lanes) do
+      n = n + redis.call('ZCOUNT', key, '(' .. fmt_us(now), fmt_us(now + tonumber(ARGV[j])))
+    end
+    out[#out + 1] = n
   end
 end
 return out
@@ -270,7 +280,7 @@ func (q *Queue) DeadLetters(ctx context.Context, limit int) (_ []*sms.Message, e
 // ARGV[1] id, ARGV[2..4] the usage field of its failed end, units and
 // expiry ms.
 // Returns 1, or 0 when id is not a dead letter of that class.
-var retryDeadScript = redis.NewScript(luasrc.Prelude + luasrc.Record + luasrc.Usage + `
+var retryDeadScript = redis.NewScript(luasrc.Prelude + luasrc.Record + luasrc.Usage + luasrc.Lanes + `
 if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return 0 end
 local now = now_us()
 local m = cjson.decode(redis.call('HGET', KEYS[1], ARGV[1]))
@@ -283,7 +293,7 @@ set_time(m, 'tu', now)
 local member = new_member(redis.call('INCR', KEYS[4]), ARGV[1])
 m.qm = member
 redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(m))
-redis.call('ZADD', KEYS[3], now, member)
+lane_add(KEYS[3], lane_of(m), now, member, now)
 redis.call('HINCRBY', KEYS[5], get(m, 'p'), 1)
 -- usage: queued again, its failed end no longer counts
 usage_add(KEYS[6], ARGV[2], ARGV[3], -1, ARGV[4])

@@ -328,7 +328,7 @@ func (q *Queue) ApplyReceipt(ctx context.Context, r queue.Receipt) (_ queue.Rece
 // expiry ms.
 // Returns {0} gone, {2} changed since it was read, {1, final record}
 // canceled.
-var cancelScript = redis.NewScript(luasrc.Prelude + luasrc.Record + luasrc.Outbox + luasrc.BudgetRefund + luasrc.Usage + `
+var cancelScript = redis.NewScript(luasrc.Prelude + luasrc.Record + luasrc.Outbox + luasrc.BudgetRefund + luasrc.Usage + luasrc.Lanes + `
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then return {0} end
 if raw ~= ARGV[3] then return {2} end
@@ -336,7 +336,7 @@ local m = cjson.decode(raw)
 local now = now_us()
 -- a record written before members were kept (no qm) leaves its member for
 -- Take to drop
-if m.qm and m.c then redis.call('ZREM', KEYS[3 + m.c], m.qm) end
+if m.qm and m.c then lane_rem(KEYS[3 + m.c], lane_of(m), m.qm, now) end
 redis.call('HDEL', KEYS[1], ARGV[1])
 local rec = fin_times(ARGV[4], ARGV[7], ARGV[5], now, false)
 fin_append(KEYS[10], KEYS[11], ARGV[1], rec, ARGV[5], ARGV[6], now)

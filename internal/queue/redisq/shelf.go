@@ -38,7 +38,7 @@ func (k keys) shelved() string { return k.tag + "shelved" }
 // ARGV[4] the class's name.
 // Returns 2 when shelved, 1 when put back in line, 0 when the lease is not
 // held, -1 when it is not in KEYS[1].
-var setAsideScript = redis.NewScript(luasrc.Prelude + luasrc.Record + luasrc.CheckLease + `
+var setAsideScript = redis.NewScript(luasrc.Prelude + luasrc.Record + luasrc.CheckLease + luasrc.Lanes + `
 local now = now_us()
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
@@ -55,7 +55,7 @@ if v then
     return 2
   end
 end
-redis.call('ZADD', KEYS[4], lease.s, lease.m)
+lane_add(KEYS[4], lane_of(m), lease.s, lease.m, now)
 return 1
 `)
 
@@ -66,15 +66,17 @@ return 1
 // KEYS[1] shelf ZSET, KEYS[2] msgs HASH, KEYS[3] shelved HASH, KEYS[4]
 // ready ZSET of the shelf's class. ARGV[1] most, ARGV[2] the class's name.
 // Returns how many it took off the shelf and how many of them it moved.
-var restoreScript = redis.NewScript(`
+var restoreScript = redis.NewScript(luasrc.Prelude + luasrc.Lanes + `
+local now = now_us()
 local items = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1, 'WITHSCORES')
 local moved = 0
 for i = 1, #items, 2 do
   local member = items[i]
   redis.call('ZREM', KEYS[1], member)
   local raw = redis.call('HGET', KEYS[2], string.sub(member, 18))
-  if raw and cjson.decode(raw).s == 'q' then
-    redis.call('ZADD', KEYS[4], items[i + 1], member)
+  local m = raw and cjson.decode(raw)
+  if m and m.s == 'q' then
+    lane_add(KEYS[4], lane_of(m), items[i + 1], member, now)
     moved = moved + 1
   end
 end

@@ -423,3 +423,145 @@ local function usage_add(key, field, units, n, ttl)
   redis.call('PEXPIRE', key, ttl)
 end
 `
+
+// Lanes holds the fragments of the sender lanes (queue.LaneOf): a class's
+// queued messages of one sender are a ZSET of their own, its key the
+// class's ready key (keys.ready, the lane of the provider's default
+// sender, as before lanes) followed by ":" and the lane's tag, the first
+// 16 hex digits of the SHA-1 of the sender (never the number in clear).
+// A class's lanes other than the default one are in its lane index, a
+// ZSET keyed ready key ":lanes", member the tag, score the later of the
+// lane's head's ready time and the lane's hold; the holds are one HASH of
+// the account (tag -> held until µs; "" the default lane), named from
+// the ready key as "laneholds". Every name is the ready key passed in
+// KEYS with a suffix, so it shares that key's hash tag and Cluster slot.
+//
+// lane_tag(from): the tag of a sender ("" for the default one).
+// lane_of(m): the tag of a decoded record's (or legacy message's) sender.
+// lane_of_text(rec): the same, read from a record's JSON text.
+// lane_key(ready, tag): the lane's ZSET.
+// lane_hold(ready, tag, now): the lane's hold in force (0: none; an
+// expired one is deleted).
+// lane_rescore(ready, tag, now): puts the lane into the index at its
+// score, or out of it when empty (the default lane has no entry).
+// lane_add(ready, tag, score, member, now) and lane_rem(ready, tag,
+// member, now) add and remove a message and rescore its lane (lane_rem
+// also from the default lane, where messages queued before lanes are).
+// lane_keys(ready): the ZSETs of every lane of the class.
+// next_due(ready, now) and next_wait(ready, now), the take's, follow.
+const Lanes = `
+local function lane_tag(from)
+  if type(from) ~= 'string' or from == '' then return '' end
+  return string.sub(redis.sha1hex(from), 1, 16)
+end
+local function lane_of(m)
+  if m.fr ~= nil then return lane_tag(m.fr) end
+  return lane_tag(m.from)
+end
+local function lane_of_text(rec)
+  if not string.find(rec, '"fr":', 1, true) then return '' end
+  local f = string.match(rec, '"fr":"([^"\\]*)"')
+  if f then return lane_tag(f) end
+  return lane_tag(cjson.decode(rec).fr)
+end
+local function lane_key(ready, tag)
+  if tag == '' then return ready end
+  return ready .. ':' .. tag
+end
+local function lane_index(ready) return ready .. ':lanes' end
+local function lane_holds(ready) return (string.gsub(ready, 'ready:%a+$', 'laneholds')) end
+local function lane_hold(ready, tag, now)
+  local holds = lane_holds(ready)
+  local u = tonumber(redis.call('HGET', holds, tag))
+  if not u then return 0 end
+  if u > now then return u end
+  redis.call('HDEL', holds, tag)
+  return 0
+end
+local function lane_rescore(ready, tag, now)
+  if tag == '' then return end
+  local h = redis.call('ZRANGE', lane_key(ready, tag), 0, 0, 'WITHSCORES')
+  if #h == 0 then
+    redis.call('ZREM', lane_index(ready), tag)
+    return
+  end
+  redis.call('ZADD', lane_index(ready), math.max(tonumber(h[2]), lane_hold(ready, tag, now)), tag)
+end
+local function lane_add(ready, tag, score, member, now)
+  redis.call('ZADD', lane_key(ready, tag), score, member)
+  lane_rescore(ready, tag, now)
+end
+local function lane_rem(ready, tag, member, now)
+  local n = redis.call('ZREM', lane_key(ready, tag), member)
+  if n > 0 then
+    lane_rescore(ready, tag, now)
+  elseif tag ~= '' then
+    n = redis.call('ZREM', ready, member)
+  end
+  return n
+end
+local function lane_keys(ready)
+  local keys = {ready}
+  for _, tag in ipairs(redis.call('ZRANGE', lane_index(ready), 0, -1)) do keys[#keys + 1] = lane_key(ready, tag) end
+  return keys
+end
+-- next_due finds the oldest due message of the lanes of class ready that
+-- are not held: the default lane's head, or the head of the lowest
+-- scored lane of the index, whichever is older (equal times: the lower
+-- sequence; lanes of the index of equal score, up to 16 of them, by
+-- their heads' sequence too). A lane of the index found held, or scored
+-- otherwise than its head and hold say, is scored again and the index
+-- looked at again: each is met once a hold.
+-- Returns the lane's ZSET, tag, the member and its score (as Redis wrote
+-- it), or nil.
+local function next_due(ready, now)
+  local lk, tag, member, score
+  if lane_hold(ready, '', now) == 0 then
+    local r = redis.call('ZRANGEBYSCORE', ready, '-inf', now, 'WITHSCORES', 'LIMIT', 0, 1)
+    if #r > 0 then lk, tag, member, score = ready, '', r[1], r[2] end
+  end
+  local index = lane_index(ready)
+  for _ = 1, 16 do
+    local l = redis.call('ZRANGEBYSCORE', index, '-inf', now, 'WITHSCORES', 'LIMIT', 0, 1)
+    if #l == 0 then break end
+    local t = l[1]
+    local key = lane_key(ready, t)
+    local h = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    if #h == 0 then
+      redis.call('ZREM', index, t)
+    else
+      local s = math.max(tonumber(h[2]), lane_hold(ready, t, now))
+      if s ~= tonumber(l[2]) then
+        redis.call('ZADD', index, s, t)
+      else
+        -- lanes of equal score (a batch enqueued at one instant) leave
+        -- by their heads' sequence
+        local bt, bkey, bh = t, key, h
+        for _, t2 in ipairs(redis.call('ZRANGEBYSCORE', index, l[2], l[2], 'LIMIT', 0, 16)) do
+          if t2 ~= t then
+            local k2 = lane_key(ready, t2)
+            local h2 = redis.call('ZRANGE', k2, 0, 0, 'WITHSCORES')
+            if #h2 > 0 and tonumber(h2[2]) == s and h2[1] < bh[1] then bt, bkey, bh = t2, k2, h2 end
+          end
+        end
+        local hs = tonumber(bh[2])
+        if not lk or hs < tonumber(score) or (hs == tonumber(score) and bh[1] < member) then
+          lk, tag, member, score = bkey, bt, bh[1], bh[2]
+        end
+        break
+      end
+    end
+  end
+  return lk, tag, member, score
+end
+-- next_wait is the µs until the class's next message is due in a lane not
+-- held (its hold counted), or nil when none is queued.
+local function next_wait(ready, now)
+  local w
+  local head = redis.call('ZRANGE', ready, 0, 0, 'WITHSCORES')
+  if #head > 0 then w = math.max(tonumber(head[2]), lane_hold(ready, '', now)) - now end
+  local l = redis.call('ZRANGE', lane_index(ready), 0, 0, 'WITHSCORES')
+  if #l > 0 and (not w or tonumber(l[2]) - now < w) then w = tonumber(l[2]) - now end
+  return w
+end
+`
