@@ -36,6 +36,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -396,7 +397,7 @@ func result(m Mode, s *sim.Sim, reps []*replica, o *otps, ids []string, start ti
 	}
 	res.Mkt1S, res.Mkt2S = since(last["Mkt1"]), since(last["Mkt2"])
 	res.DurationS = max(res.Mkt1S, res.Mkt2S)
-	all := append(ids, o.ok()...)
+	all := slices.Concat(ids, o.ok())
 	res.Messages = len(all)
 	for _, id := range all {
 		switch n := seen[id]; {
