@@ -30,12 +30,16 @@ DEPS = bash scripts/ensure-deps.sh
 # them first instead of running them alone at the end (./... is in path
 # order, tests/ last); go test runs each package once.
 TEST_FIRST ?= ./tests/ ./internal/gateway/
-test: vet alerts-check
+# The alert rules' promtool check and unit tests run once, in go test
+# (deploy's TestPromtoolRules, beside the other packages), not before them
+# as well: make alerts-check runs them alone.
+test: vet
 	$(DEPS) redis chromium promtool helm
 	$(GO) run ./internal/testtimes -- $(GO) test -race -count=1 -vet=off $(if $(TEST_P),-p $(TEST_P)) -timeout $(TEST_TIMEOUT) -json $(TEST_FIRST) ./...
 
-# Unit tests only (no multi-process end-to-end suite).
-test-short: alerts-check
+# Unit tests only (no multi-process end-to-end suite); the alert rules'
+# checks in deploy's TestPromtoolRules.
+test-short:
 	$(DEPS) redis chromium promtool
 	$(GO) test -race -count=1 -short ./...
 
@@ -66,7 +70,7 @@ vulncheck:
 alerts-check:
 	$(DEPS) promtool
 	promtool check rules deploy/prometheus/alerts.yaml
-	promtool test rules deploy/prometheus/alerts_test.yaml
+	promtool test rules deploy/prometheus/alerts_test.yaml deploy/prometheus/alerts_day_test.yaml
 
 # Breaks the limiter one line at a time; every mutant must be killed.
 mutate:

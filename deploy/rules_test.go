@@ -15,6 +15,7 @@ import (
 const (
 	alertsFile    = "prometheus/alerts.yaml"
 	alertTests    = "prometheus/alerts_test.yaml"
+	alertDayTests = "prometheus/alerts_day_test.yaml" // the rules comparing with the day before
 	dashboardFile = "grafana/smsgw.json"
 	chartCopy     = "helm/smsgw/dashboards/smsgw.json"
 	runbook       = "../docs/operations.md"
@@ -113,7 +114,7 @@ func panelQueries(t *testing.T) []query {
 // pass (make alerts-check prints the same).
 func TestPromtoolRules(t *testing.T) {
 	bin := promtool(t)
-	for _, args := range [][]string{{"check", "rules", alertsFile}, {"test", "rules", alertTests}} {
+	for _, args := range [][]string{{"check", "rules", alertsFile}, {"test", "rules", alertTests, alertDayTests}} {
 		out, err := exec.CommandContext(t.Context(), bin, args...).CombinedOutput()
 		if err != nil || !bytes.Contains(out, []byte("SUCCESS")) {
 			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
@@ -125,29 +126,31 @@ func TestPromtoolRules(t *testing.T) {
 // ways: at least one evaluation that expects it firing and one that
 // expects it quiet. And they name no alert that does not exist.
 func TestEveryAlertFiresAndStaysQuiet(t *testing.T) {
-	var f struct {
-		RuleFiles []string `yaml:"rule_files"`
-		Tests     []struct {
-			Name  string `yaml:"name"`
-			Evals []struct {
-				Alert string `yaml:"alertname"`
-				Exp   []any  `yaml:"exp_alerts"`
-			} `yaml:"alert_rule_test"`
-		} `yaml:"tests"`
-	}
-	if err := yaml.Unmarshal(readFile(t, alertTests), &f); err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(f.RuleFiles, []string{"alerts.yaml"}) {
-		t.Errorf("%s tests %v, want alerts.yaml", alertTests, f.RuleFiles)
-	}
 	fires, quiet := map[string]int{}, map[string]int{}
-	for _, tc := range f.Tests {
-		for _, e := range tc.Evals {
-			if len(e.Exp) > 0 {
-				fires[e.Alert]++
-			} else {
-				quiet[e.Alert]++
+	for _, file := range []string{alertTests, alertDayTests} {
+		var f struct {
+			RuleFiles []string `yaml:"rule_files"`
+			Tests     []struct {
+				Name  string `yaml:"name"`
+				Evals []struct {
+					Alert string `yaml:"alertname"`
+					Exp   []any  `yaml:"exp_alerts"`
+				} `yaml:"alert_rule_test"`
+			} `yaml:"tests"`
+		}
+		if err := yaml.Unmarshal(readFile(t, file), &f); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(f.RuleFiles, []string{"alerts.yaml"}) {
+			t.Errorf("%s tests %v, want alerts.yaml", file, f.RuleFiles)
+		}
+		for _, tc := range f.Tests {
+			for _, e := range tc.Evals {
+				if len(e.Exp) > 0 {
+					fires[e.Alert]++
+				} else {
+					quiet[e.Alert]++
+				}
 			}
 		}
 	}
@@ -160,7 +163,7 @@ func TestEveryAlertFiresAndStaysQuiet(t *testing.T) {
 	}
 	for a := range fires {
 		if !known[a] {
-			t.Errorf("%s tests an alert %s that no rule file defines", alertTests, a)
+			t.Errorf("the unit tests test an alert %s that no rule file defines", a)
 		}
 	}
 }

@@ -94,7 +94,9 @@ func TestOTPFastPathDuringCampaign(t *testing.T) {
 	sim := startSim(t, "--limit", "100")
 	acct := redistest.Prefix(t)
 	gws := startFleet(t, 3, gwOptions{RedisAddr: redistest.Addr(t), Account: acct, SimURL: sim.URL})
-	campaign := postCampaign(t, gws, 1200)
+	// 11 s at marketing's 70/s cap: still running when the 100 OTPs,
+	// 80 ms apart, are through.
+	campaign := postCampaign(t, gws, 800)
 	sim.WaitAccepted(t, 100, 30*time.Second) // the campaign is running
 	ok, refused, steps := otpFastPathTimed(t, gws, 100, 80*time.Millisecond)
 	st := sim.Stats(t)

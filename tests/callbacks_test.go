@@ -146,7 +146,7 @@ func callbackOptions(sink *hookSink) (notifyExtra, extra string) {
 		`webhooks: {allow_networks: ["127.0.0.0/8"], timeout: 1s, backoff_base: 100ms, backoff_max: 400ms}`
 }
 
-// Two replicas on Redis, 300 messages, a receiver that fails every event's
+// Two replicas on Redis, 160 messages, a receiver that fails every event's
 // first attempt, one replica killed with SIGKILL while it delivers: every
 // message ends with exactly one event, delivered, with one body on every
 // attempt; GET agrees and the outbox ends empty.
@@ -159,8 +159,8 @@ func TestCallbacksSurviveAKilledReplica(t *testing.T) {
 	o := gwOptions{RedisAddr: redistest.Addr(t), Account: acct, SimURL: sim.URL, Lease: 2 * time.Second, NotifyExtra: ne, Extra: extra}
 	a, b := startGateway(t, "gwa", o), startGateway(t, "gwb", o)
 	start := time.Now()
-	ids := append(postBatch(t, a, keyTxn, "transactional", 0, 150), postBatch(t, b, keyTxn, "transactional", 150, 150)...)
-	waitUntil(t, "75 messages' events delivered", 60*time.Second, func() bool { return sink.delivered() >= 75 })
+	ids := append(postBatch(t, a, keyTxn, "transactional", 0, 80), postBatch(t, b, keyTxn, "transactional", 80, 80)...)
+	waitUntil(t, "40 messages' events delivered", 60*time.Second, func() bool { return sink.delivered() >= 40 })
 	b.Kill()
 	killedAt := sink.delivered()
 	waitUntil(t, "every message's event delivered", 120*time.Second, func() bool { return sink.delivered() == len(ids) })
@@ -185,8 +185,8 @@ func TestCallbacksSurviveARestartEmbedded(t *testing.T) {
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	gw := startGatewayIn(t, "gw1", addr, dir, o)
 	start := time.Now()
-	ids := postBatch(t, gw, keyTxn, "transactional", 0, 200)
-	waitUntil(t, "50 messages' events delivered", 60*time.Second, func() bool { return sink.delivered() >= 50 })
+	ids := postBatch(t, gw, keyTxn, "transactional", 0, 100)
+	waitUntil(t, "25 messages' events delivered", 60*time.Second, func() bool { return sink.delivered() >= 25 })
 	gw.Kill()
 	killedAt := sink.delivered()
 	gw = startGatewayIn(t, "gw2", addr, dir, o)
@@ -325,7 +325,7 @@ func (s *hookSink) finalEvents(t *testing.T) map[string]map[string]int {
 	return out
 }
 
-// The receipts' end-to-end run, with callbacks: 2 replicas on Redis, 300
+// The receipts' end-to-end run, with callbacks: 2 replicas on Redis, 150
 // messages, every receipt posted twice to either replica (some before the
 // send's answer, some sends' answers lost so the receipt finds the message
 // queued again), replica 2 killed with SIGKILL mid-run, a receiver failing
@@ -342,8 +342,8 @@ func TestReceiptsAndCallbacksAcrossReplicas(t *testing.T) {
 	ne, extra := callbackOptions(sink)
 	o := gwOptions{RedisAddr: redistest.Addr(t), Account: redistest.Prefix(t), SimURL: sim.URL, Lease: 2 * time.Second, NotifyExtra: ne, Extra: extra}
 	gws := []*gwProc{startGatewayIn(t, "gw1", addrs[0], t.TempDir(), o), startGatewayIn(t, "gw2", addrs[1], t.TempDir(), o)}
-	ids := append(postBatch(t, gws[0], keyTxn, "transactional", 0, 150), postBatch(t, gws[1], keyTxn, "transactional", 150, 150)...)
-	sim.WaitAccepted(t, 100, 60*time.Second)
+	ids := append(postBatch(t, gws[0], keyTxn, "transactional", 0, 75), postBatch(t, gws[1], keyTxn, "transactional", 75, 75)...)
+	sim.WaitAccepted(t, 50, 60*time.Second)
 	gws[1].Kill()
 	want := waitReceipts(t, sim, ids, 2, 120*time.Second)
 	got := checkFinal(t, gws[0], ids, want, 60*time.Second)
@@ -385,6 +385,6 @@ func TestReceiptsAndCallbacksAcrossReplicas(t *testing.T) {
 		}
 	}
 	st := sim.Stats(t)
-	t.Logf("300 messages, 2 replicas, gw2 killed after 100 sends: final %v, each with one final event matching its receipt (%d also had a sent event first: the others' receipts came before the send's answer was recorded); early receipts applied on gw1 %v; provider duplicates %d, replays %d",
-		got, sentToo, early, st.Duplicates, st.Replays)
+	t.Logf("%d messages, 2 replicas, gw2 killed after 50 sends: final %v, each with one final event matching its receipt (%d also had a sent event first: the others' receipts came before the send's answer was recorded); early receipts applied on gw1 %v; provider duplicates %d, replays %d",
+		len(ids), got, sentToo, early, st.Duplicates, st.Replays)
 }

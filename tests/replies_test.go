@@ -156,7 +156,7 @@ func (s *hookSink) waitReplies(t *testing.T, n int) {
 	s.checkReplies(t, n)
 }
 
-// Two replicas on Redis: 40 recipients messaged by notify reply, half of
+// Two replicas on Redis: 20 recipients messaged by notify reply, half of
 // the replies through the replica that is killed with SIGKILL while it
 // delivers them (every first attempt refused by the producer's endpoint):
 // every reply reaches notify exactly once (one webhook-id, one body),
@@ -165,7 +165,7 @@ func TestRepliesSurviveAKilledReplica(t *testing.T) {
 	skipShort(t)
 	sink, sim, o := replyRig(t, redistest.Addr(t), redistest.Prefix(t))
 	a, b := startGateway(t, "gwa", o), startGateway(t, "gwb", o)
-	const n = 40
+	const n = 20
 	messageRecipients(t, a, sim, sink, n)
 	start := time.Now()
 	pending := 0 // replies the gateways had acknowledged but the producer not yet, at the kill
@@ -188,7 +188,7 @@ func TestRepliesSurviveARestartEmbedded(t *testing.T) {
 	sink, sim, o := replyRig(t, "", "main")
 	dir, addr := t.TempDir(), fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	gw := startGatewayIn(t, "gw1", addr, dir, o)
-	const n = 30
+	const n = 16
 	messageRecipients(t, gw, sim, sink, n)
 	start := time.Now()
 	pending := 0

@@ -416,7 +416,7 @@ func TestUnauthenticatedProbesSampledInLogs(t *testing.T) {
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
 	h := start(t, redisMode, func(c *config.Config) { c.Redis.Addr = srv.Addr })
 	srv.Kill()
-	const n = 20
+	const n = 10 // a line per request would be 10 of each
 	began := time.Now()
 	for range n {
 		wantStatus(t, h.get("/readyz", ""), http.StatusServiceUnavailable)
@@ -783,7 +783,10 @@ func TestBodyBytesInFlightBounded(t *testing.T) {
 // many is refused as soon as it is read, while the rest of the body has
 // not even been sent (it used to be read whole first).
 func TestBatchDecodedAsStream(t *testing.T) {
-	h := start(t, embeddedMode, nil)
+	// The server sends its answer once it has read what is left of the
+	// body (a little) or its read timeout passed: this body never ends, so
+	// a short timeout keeps the test short.
+	h := start(t, embeddedMode, func(c *config.Config) { c.HTTP.ReadTimeout = 2 * time.Second })
 	p := h.postPiped("/v1/messages/batch", keyNotify, -1)
 	item, err := json.Marshal(msg("marketing"))
 	if err != nil {

@@ -21,7 +21,7 @@ func TestOutageSharedByTheReplicasRedisUsers(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
 	calls := &scriptCalls{}
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	c := redis.NewClient(productionOptions(srv.Addr))
 	c.AddHook(calls)
 	t.Cleanup(func() { _ = c.Close() })
 	account := redistest.Prefix(t)

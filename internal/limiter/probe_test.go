@@ -61,7 +61,7 @@ func TestProbeLeavesFallback(t *testing.T) {
 			// once a second. Without Probe reaching Redis the mode never
 			// changes here, since nothing decides.
 			for s.mode() != ModeShared {
-				if time.Since(back) > 15*time.Second {
+				if time.Since(back) > 5*time.Second {
 					t.Fatalf("still %s %s after Redis came back, with probes and no decision", s.mode(), time.Since(back))
 				}
 				s.probe(bg)

@@ -125,7 +125,7 @@ func sharedReplicas(t *testing.T) (*redistest.Server, Config, func() *Shared) {
 func newShared(t *testing.T, srv *redistest.Server, account string, cfg Config, maxSenders int) *sharedFixture {
 	t.Helper()
 	f := &sharedFixture{srv: srv, logs: &logCounter{}, calls: &scriptCalls{}, reg: prometheus.NewRegistry(), account: account}
-	f.client = redis.NewClient(&redis.Options{Addr: srv.Addr})
+	f.client = redis.NewClient(productionOptions(srv.Addr))
 	f.client.AddHook(f.calls)
 	f.shared = sharedOn(t, f.client, account, cfg, SharedConfig{MaxSenders: maxSenders, Logger: slog.New(f.logs), Registerer: f.reg})
 	return f
@@ -207,7 +207,7 @@ func TestSharedFallbackAndRecovery(t *testing.T) {
 	// so it is back within a couple of seconds on an idle machine (the
 	// logged figure); one that never retries stays in fallback for good.
 	for s.Mode() != ModeShared {
-		if time.Since(back) > 15*time.Second {
+		if time.Since(back) > 5*time.Second {
 			t.Fatalf("still %s %s after Redis came back", s.Mode(), time.Since(back))
 		}
 		if _, err := s.Reserve(bg, Request{Cost: 1}); err != nil {

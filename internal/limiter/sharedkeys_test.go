@@ -27,7 +27,7 @@ func newSharedKeysFixture(t *testing.T) *sharedKeysFixture {
 	t.Helper()
 	f := &sharedKeysFixture{srv: redistest.StartServer(t, redistest.ServerOptions{}), calls: &scriptCalls{},
 		logs: &logCounter{}, reg: prometheus.NewRegistry()}
-	client := redis.NewClient(&redis.Options{Addr: f.srv.Addr})
+	client := redis.NewClient(productionOptions(f.srv.Addr))
 	t.Cleanup(func() { _ = client.Close() })
 	client.AddHook(f.calls)
 	rk, err := NewRedisKeys(client, redistest.Prefix(t))
@@ -73,6 +73,10 @@ func TestSharedKeysOutage(t *testing.T) {
 		if d.Allowed {
 			allowed++
 		}
+		// A Redis call per decision fails here, at once, not 300 calls later.
+		if a, limit := f.calls.n.Load(), 2+int64(time.Since(start)/redisRetryEvery); a > limit {
+			t.Fatalf("%d Redis attempts for %d decisions in %s, want at most %d (one a second)", a, i+1, time.Since(start), limit)
+		}
 	}
 	elapsed := time.Since(start)
 	attempts := f.calls.n.Load()
@@ -107,7 +111,7 @@ func (f *sharedKeysFixture) wantBackOnRedis(t *testing.T, rate Rate) {
 	// A patience, not a latency: one retry a second brings it back in
 	// about a second; one that never retries stays local for good.
 	for f.s.Mode() != ModeShared {
-		if time.Since(back) > 15*time.Second {
+		if time.Since(back) > 5*time.Second {
 			t.Fatalf("still %s %s after Redis came back", f.s.Mode(), time.Since(back))
 		}
 		if _, err := f.s.Allow(bg, "probe", rate, 1); err != nil {
