@@ -69,6 +69,12 @@ func (a account) queue(t testing.TB, c redis.UniversalClient) queue.Queue {
 // script).
 func (a account) suppression(t testing.TB) queue.Suppression {
 	t.Helper()
+	return queue.Suppression{Key: a.suppressions(t).IndexKey()}
+}
+
+// suppressions is the account's suppression list on Redis.
+func (a account) suppressions(t testing.TB) *state.RedisSuppressions {
+	t.Helper()
 	sp, err := keyspace.New(a.name)
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +83,7 @@ func (a account) suppression(t testing.TB) queue.Suppression {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return queue.Suppression{Key: l.IndexKey()}
+	return l
 }
 
 // defaultLimits are the default limits of docs/design.md section 2: 90/s

@@ -1121,29 +1121,14 @@ func TestSendNowErrors(t *testing.T) {
 // reservations, and which of them were Hasty.
 type spareRecorder struct {
 	limiter.Limiter
-	mu    sync.Mutex
-	spare map[string][]int
-	hasty map[string][]bool
+	spare recorded[int]
+	hasty recorded[bool]
 }
 
 func (r *spareRecorder) Reserve(ctx context.Context, req limiter.Request) (limiter.Decision, error) {
-	r.mu.Lock()
-	r.spare[req.Class] = append(r.spare[req.Class], req.Spare)
-	r.hasty[req.Class] = append(r.hasty[req.Class], req.Hasty)
-	r.mu.Unlock()
+	r.spare.add(req.Class, req.Spare)
+	r.hasty.add(req.Class, req.Hasty)
 	return r.Limiter.Reserve(ctx, req)
-}
-
-func (r *spareRecorder) hastyOf(class string) []bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.hasty[class])
-}
-
-func (r *spareRecorder) of(class string) []int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.spare[class])
 }
 
 // TestBulkLeavesASpareUnitForOTP: the send loop's reservations of
@@ -1157,7 +1142,7 @@ func TestBulkLeavesASpareUnitForOTP(t *testing.T) {
 	t.Parallel()
 	acct := newAccount(t)
 	_, p, _ := startSim(t, sim.Config{Limit: 100})
-	rec := &spareRecorder{Limiter: acct.limiter(t, nil, defaultLimits), spare: map[string][]int{}, hasty: map[string][]bool{}}
+	rec := &spareRecorder{Limiter: acct.limiter(t, nil, defaultLimits)}
 	q := acct.queue(t, nil)
 	d, _ := newDispatcher(t, Config{Queue: q, Limiter: rec, Provider: p})
 	ms := []*sms.Message{newMsg(sms.ClassMarketing), newMsg(sms.ClassTransactional), newMsg(sms.ClassOTP)}
@@ -1168,7 +1153,7 @@ func TestBulkLeavesASpareUnitForOTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	for class, want := range map[string]int{"marketing": 1, "transactional": 1, "otp": 0} {
-		got := rec.of(class)
+		got := rec.spare.of(class)
 		if len(got) == 0 {
 			t.Errorf("%s: no reservation", class)
 		}
@@ -1179,13 +1164,13 @@ func TestBulkLeavesASpareUnitForOTP(t *testing.T) {
 			}
 		}
 	}
-	if n := len(rec.of("otp")); n != 2 {
+	if n := len(rec.spare.of("otp")); n != 2 {
 		t.Errorf("%d OTP reservations, want 2 (queued and fast path)", n)
 	}
 	for class, want := range map[string]bool{"marketing": false, "transactional": false, "otp": true} {
-		for _, h := range rec.hastyOf(class) {
+		for _, h := range rec.hasty.of(class) {
 			if h != want {
-				t.Errorf("%s reserved hasty %v, want %v", class, rec.hastyOf(class), want)
+				t.Errorf("%s reserved hasty %v, want %v", class, rec.hasty.of(class), want)
 				break
 			}
 		}

@@ -26,14 +26,7 @@ import (
 // sent and the provider is not asked twice.
 func TestRedisOutageAfterSend(t *testing.T) {
 	t.Parallel()
-	srv := redistest.StartServer(t, redistest.ServerOptions{AppendOnly: true})
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-	t.Cleanup(func() { _ = c.Close() })
-	acct := account{name: redistest.Prefix(t), client: c}
-	q, err := redisq.New(redisq.Config{Client: c, Account: acct.name})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, acct, q := privateQueue(t, redistest.ServerOptions{AppendOnly: true}, 200*time.Millisecond)
 	m := newMsg(sms.ClassTransactional)
 	enqueue(t, q, m)
 
@@ -43,7 +36,7 @@ func TestRedisOutageAfterSend(t *testing.T) {
 		<-stopped
 		return provider.Result{ProviderID: "accepted"}, nil
 	}))
-	newDispatcher(t, Config{Queue: q, Limiter: acct.limiter(t, c, defaultLimits), Provider: rec, Lease: 10 * time.Second})
+	newDispatcher(t, Config{Queue: q, Limiter: acct.limiter(t, acct.client, defaultLimits), Provider: rec, Lease: 10 * time.Second})
 	<-called
 	srv.Stop()
 	close(stopped)
@@ -59,14 +52,34 @@ func TestRedisOutageAfterSend(t *testing.T) {
 	}
 }
 
+// privateRedis is a Redis server of the test's own, to stop and start, and
+// a client of it that does not retry and gives up dialling after dial.
+func privateRedis(t *testing.T, opts redistest.ServerOptions, dial time.Duration) (*redistest.Server, *redis.Client) {
+	t.Helper()
+	srv := redistest.StartServer(t, opts)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: dial})
+	t.Cleanup(func() { _ = c.Close() })
+	return srv, c
+}
+
+// privateQueue is a fresh account on a privateRedis and its queue.
+func privateQueue(t *testing.T, opts redistest.ServerOptions, dial time.Duration) (*redistest.Server, account, *redisq.Queue) {
+	t.Helper()
+	srv, c := privateRedis(t, opts, dial)
+	acct := account{name: redistest.Prefix(t), client: c}
+	q, err := redisq.New(redisq.Config{Client: c, Account: acct.name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, acct, q
+}
+
 // fallbackRig is a dispatcher whose limiter's Redis (a private server) is
 // down from the start, so that the limiter decides at the fallback's burst
 // max(1, 5/23) = 1; the queue lives on the shared Redis.
 func fallbackRig(t *testing.T) (*redistest.Server, queue.Queue, *recorder, *Dispatcher) {
 	t.Helper()
-	srv := redistest.StartServer(t, redistest.ServerOptions{})
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-	t.Cleanup(func() { _ = c.Close() })
+	srv, c := privateRedis(t, redistest.ServerOptions{}, 200*time.Millisecond)
 	acct := newAccount(t)
 	q := acct.queue(t, nil)
 	lim := acct.limiter(t, c, defaultLimits)
@@ -241,17 +254,10 @@ func TestNewConfigErrors(t *testing.T) {
 // every failure.
 func TestTakeFailuresLoggedSampled(t *testing.T) {
 	t.Parallel()
-	srv := redistest.StartServer(t, redistest.ServerOptions{})
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
-	t.Cleanup(func() { _ = c.Close() })
-	acct := account{name: redistest.Prefix(t), client: c}
-	q, err := redisq.New(redisq.Config{Client: c, Account: acct.name})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, acct, q := privateQueue(t, redistest.ServerOptions{}, 100*time.Millisecond)
 	srv.Stop()
 	var logs logtest.Buffer
-	d, _ := newDispatcher(t, Config{Queue: q, Limiter: acct.limiter(t, c, defaultLimits), Provider: funcProvider(nil),
+	d, _ := newDispatcher(t, Config{Queue: q, Limiter: acct.limiter(t, acct.client, defaultLimits), Provider: funcProvider(nil),
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	waitUntil(t, "four failed takes", func() bool { return value(d.m.loopErrors.WithLabelValues("take")) >= 4 })
 	if n := strings.Count(logs.String(), `msg="take failed"`); n != 1 {

@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"smsgw/internal/keyspace"
 	"smsgw/internal/limiter"
 	"smsgw/internal/provider"
 	"smsgw/internal/provider/sim"
@@ -840,15 +839,7 @@ func listedBackend(t *testing.T, backend string) (queue.Queue, limiter.Limiter, 
 	t.Helper()
 	if backend == "redis" {
 		acct := newAccount(t)
-		sp, err := keyspace.New(acct.name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		list, err := state.NewRedisSuppressions(acct.client, sp, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return acct.queue(t, nil), acct.limiter(t, nil, defaultLimits), list, acct.suppression(t)
+		return acct.queue(t, nil), acct.limiter(t, nil, defaultLimits), acct.suppressions(t), acct.suppression(t)
 	}
 	dir := t.TempDir()
 	eq, err := embedded.Open(embedded.Config{Path: dir})

@@ -453,13 +453,13 @@ func TestSenderLimitDoesNotHoldTheLane(t *testing.T) {
 	d, _ := newDispatcher(t, Config{Queue: q, Limiter: r.lim, Provider: r.p, Pacing: cfg})
 	waitTerminal(t, q, otherIDs...)
 	otherDone := time.Since(start)
-	slowThen := len(r.sentFrom("Slow"))
+	slowThen := len(r.sent.of("Slow"))
 	waitTerminal(t, q, append(ids, otherIDs...)...)
 	if slowThen >= len(slow) {
 		t.Errorf("the other sender's 40 took %s and the slow sender had sent %d of %d then: the backlog held the lane",
 			otherDone, slowThen, len(slow))
 	}
-	sent := r.sentFrom("Slow")
+	sent := r.sent.of("Slow")
 	for i := 1; i < len(sent); i++ {
 		if gap := sent[i].Sub(sent[i-1]); gap < 950*time.Millisecond {
 			t.Errorf("slow sender's sends %d and %d %s apart, under its 1 s interval", i-1, i, gap)

@@ -21,30 +21,43 @@ type slowSenderRig struct {
 	lim  limiter.Limiter
 	cfg  limiter.Config
 	p    provider.Provider
-	mu   sync.Mutex
-	sent map[string][]time.Time
+	sent recorded[time.Time] // when each sender sent, so far
 }
 
 func newSlowSenderRig(t *testing.T) *slowSenderRig {
 	t.Helper()
 	acct := newAccount(t)
-	r := &slowSenderRig{q: acct.queue(t, nil), cfg: defaultLimits, sent: map[string][]time.Time{}}
+	r := &slowSenderRig{q: acct.queue(t, nil), cfg: defaultLimits}
 	r.cfg.Senders = map[string]limiter.Rate{"Slow": {PerSecond: 1, Burst: 1}}
 	r.lim = acct.limiter(t, nil, r.cfg)
 	r.p = funcProvider(func(_ context.Context, req *provider.Request) (provider.Result, error) {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		r.sent[req.From] = append(r.sent[req.From], time.Now())
+		r.sent.add(req.From, time.Now())
 		return provider.Result{ProviderID: "p-" + req.ID}, nil
 	})
 	return r
 }
 
-// sentFrom is when each message of sender was sent, so far.
-func (r *slowSenderRig) sentFrom(sender string) []time.Time {
+// recorded is what a test stand-in saw, by key (a class, a sender), safe
+// for the send loop's goroutines. The zero value is ready.
+type recorded[V any] struct {
+	mu sync.Mutex
+	m  map[string][]V
+}
+
+func (r *recorded[V]) add(key string, v V) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return slices.Clone(r.sent[sender])
+	if r.m == nil {
+		r.m = map[string][]V{}
+	}
+	r.m[key] = append(r.m[key], v)
+}
+
+// of is what was recorded under key so far.
+func (r *recorded[V]) of(key string) []V {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.m[key])
 }
 
 // TestHeldSenderBacklogNotMetByTakes: with 2,000 messages of a 1/s sender
@@ -70,7 +83,7 @@ func TestHeldSenderBacklogNotMetByTakes(t *testing.T) {
 	waitTerminal(t, r.q, other.ID)
 	took := time.Since(start)
 	waits := value(d.sm.waits.WithLabelValues("Slow", requeueSenderLimit))
-	slowSent := len(r.sentFrom("Slow"))
+	slowSent := len(r.sent.of("Slow"))
 	t.Logf("the other sender's message sent %s after start; the slow sender had sent %d and been put back %v times", took, slowSent, waits)
 	if slowSent > 3 {
 		t.Errorf("the slow sender sent %d before the other sender's message: more than its 1/s allows", slowSent)

@@ -29,10 +29,7 @@ import (
 
 // Problem.type is an enum of exactly the kinds the gateway answers.
 func TestProblemTypesMatchSpec(t *testing.T) {
-	doc, err := specDoc()
-	if err != nil {
-		t.Fatal(err)
-	}
+	doc := loadedSpec(t)
 	var inSpec []string
 	for _, v := range doc.Components.Schemas["Problem"].Value.Properties["type"].Value.Enum {
 		inSpec = append(inSpec, v.(string))
@@ -51,10 +48,7 @@ func TestProblemTypesMatchSpec(t *testing.T) {
 // Every number of the spec says its format: a generated client otherwise
 // picks float32.
 func TestSpecNumbersAreDouble(t *testing.T) {
-	doc, err := specDoc()
-	if err != nil {
-		t.Fatal(err)
-	}
+	doc := loadedSpec(t)
 	seen := map[*openapi3.Schema]bool{}
 	var walk func(path string, s *openapi3.SchemaRef)
 	walk = func(path string, s *openapi3.SchemaRef) {
@@ -91,12 +85,19 @@ func TestSpecNumbersAreDouble(t *testing.T) {
 	}
 }
 
-func specPattern(t *testing.T, schema string) *regexp.Regexp {
+// loadedSpec is specDoc, or the test fails.
+func loadedSpec(t *testing.T) *openapi3.T {
 	t.Helper()
 	doc, err := specDoc()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return doc
+}
+
+func specPattern(t *testing.T, schema string) *regexp.Regexp {
+	t.Helper()
+	doc := loadedSpec(t)
 	return regexp.MustCompile(doc.Components.Schemas[schema].Value.Pattern)
 }
 
@@ -237,10 +238,7 @@ func TestGeneratedClientBuilds(t *testing.T) {
 	}
 	run("build", "./...")
 	// The client has every operation of the spec, the alias included.
-	doc, err := specDoc()
-	if err != nil {
-		t.Fatal(err)
-	}
+	doc := loadedSpec(t)
 	for _, item := range doc.Paths.Map() {
 		for _, op := range item.Operations() {
 			name := strings.ToUpper(op.OperationID[:1]) + op.OperationID[1:]
@@ -362,10 +360,7 @@ func sameAnswer(t *testing.T, a, b reply) {
 // The spec's /send is /v1/messages' operation: the same parameters,
 // body, security and answers, and marked as its alias.
 func TestSpecSendIsPostMessage(t *testing.T) {
-	doc, err := specDoc()
-	if err != nil {
-		t.Fatal(err)
-	}
+	doc := loadedSpec(t)
 	send, msgs := doc.Paths.Find("/send").Post, doc.Paths.Find("/v1/messages").Post
 	if send.Extensions["x-smsgw-alias-of"] != msgs.OperationID {
 		t.Errorf("/send is not marked as the alias of %s: %v", msgs.OperationID, send.Extensions)
@@ -473,10 +468,7 @@ func TestBatchWithBadItemsPassesAValidator(t *testing.T) {
 // an example answer. The loader checks every example against its schema
 // (specDoc validates the document).
 func TestEveryOperationHasAnExample(t *testing.T) {
-	doc, err := specDoc()
-	if err != nil {
-		t.Fatal(err)
-	}
+	doc := loadedSpec(t)
 	ops := map[string]*openapi3.Operation{}
 	add := func(where string, item *openapi3.PathItem) {
 		for method, op := range item.Operations() {

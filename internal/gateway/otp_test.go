@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"smsgw/internal/admission"
 	"smsgw/internal/config"
 	"smsgw/internal/dispatch"
@@ -544,25 +542,11 @@ func TestOTPDeadlineBoundsStoreSteps(t *testing.T) {
 	h := startWith(t, cfg, s)
 	wantStatus(t, h.post("/v1/otp", keyLogin, otpBody()), http.StatusOK)
 
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 20 * time.Second})
-	defer func() { _ = c.Close() }()
-	probe := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ReadTimeout: 100 * time.Millisecond})
-	defer func() { _ = probe.Close() }()
 	for _, key := range []string{"", "otp-stall-1"} {
 		t.Run("key="+key, func(t *testing.T) {
 			// idle connections in the pool: the step's command goes out
 			// on one and waits for Redis's answer.
-			var wg sync.WaitGroup
-			for range 4 {
-				wg.Go(func() { h.get("/v1/messages/none", keyLogin) })
-			}
-			wg.Wait()
-			if err := probe.Ping(t.Context()).Err(); err != nil {
-				t.Fatal(err)
-			}
-			slept := make(chan error, 1)
-			go func() { slept <- c.Do(context.Background(), "DEBUG", "SLEEP", "4").Err() }()
-			eventually(t, "Redis to stall", func() bool { return probe.Ping(t.Context()).Err() != nil })
+			slept := stallRedis(t, srv.Addr, 4, func() { h.get("/v1/messages/none", keyLogin) })
 			var header []string
 			if key != "" {
 				header = []string{"Idempotency-Key", key}

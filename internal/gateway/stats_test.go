@@ -458,6 +458,36 @@ func TestStatsRedisDownAnswersWhatItKnows(t *testing.T) {
 	}
 }
 
+// stallRedis puts the Redis server at addr to sleep for seconds (DEBUG
+// SLEEP: the whole server stops answering) and returns once a probe finds
+// it stalled; slept then receives the sleep's answer when Redis wakes.
+// warm, when set, first runs four times at once, leaving idle connections
+// in the gateway's pool, so that its next command goes out on one and
+// waits for Redis instead of for a new connection's handshake.
+func stallRedis(t *testing.T, addr string, seconds int, warm func()) (slept chan error) {
+	t.Helper()
+	if warm != nil {
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(warm)
+		}
+		wg.Wait()
+	}
+	probe := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ReadTimeout: 100 * time.Millisecond})
+	defer func() { _ = probe.Close() }()
+	if err := probe.Ping(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: time.Duration(seconds+10) * time.Second})
+	slept = make(chan error, 1)
+	go func() {
+		defer func() { _ = c.Close() }()
+		slept <- c.Do(context.Background(), "DEBUG", "SLEEP", strconv.Itoa(seconds)).Err()
+	}()
+	eventually(t, "Redis to stall", func() bool { return probe.Ping(t.Context()).Err() != nil })
+	return slept
+}
+
 // TestStatsRedisStalledAnswersWithinATimeout: a Redis that stops answering
 // (DEBUG SLEEP) costs the stats answer about one redis.timeout, not one
 // per read with go-redis's retries: the store's reads share one deadline
@@ -471,22 +501,13 @@ func TestStatsRedisStalledAnswersWithinATimeout(t *testing.T) {
 	h := startWith(t, cfg, s)
 	h.stats() // whole; the pool has connections
 
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 10 * time.Second})
-	probe := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ReadTimeout: 100 * time.Millisecond})
-	defer func() { _ = probe.Close() }()
-	if err := probe.Ping(t.Context()).Err(); err != nil {
-		t.Fatal(err)
-	}
-	slept := make(chan error, 1)
-	go func() { slept <- c.Do(context.Background(), "DEBUG", "SLEEP", "3").Err() }()
+	slept := stallRedis(t, srv.Addr, 3, nil)
 	// Registered after the harness: runs before the gateway stops.
 	t.Cleanup(func() {
 		if err := <-slept; err != nil {
 			t.Errorf("DEBUG SLEEP: %v", err)
 		}
-		_ = c.Close()
 	})
-	eventually(t, "Redis to stall", func() bool { return probe.Ping(t.Context()).Err() != nil })
 
 	begin := time.Now()
 	r, st, raw := h.statsAnswer()
@@ -658,25 +679,11 @@ func TestMessageRedisSlow(t *testing.T) {
 func TestMessageStoredAfterTimeout(t *testing.T) {
 	h, srv := startOwnRedis(t, redistest.ServerOptions{Args: []string{"--enable-debug-command", "local"}})
 	first := accepted(t, h.post("/v1/messages", keyNotify, msg("transactional"))).ID
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 10 * time.Second})
-	defer func() { _ = c.Close() }()
-	probe := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ReadTimeout: 100 * time.Millisecond})
-	defer func() { _ = probe.Close() }()
-	if err := probe.Ping(t.Context()).Err(); err != nil {
-		t.Fatal(err)
-	}
 	storedAfter, want := 0, 1 // the first message; each keyed iteration adds one, an unkeyed one if stored
 	for _, key := range []string{"stall-1", ""} {
 		// idle connections in the gateway's pool, so that the write goes
 		// out on one instead of waiting for a new one's handshake.
-		var wg sync.WaitGroup
-		for range 4 {
-			wg.Go(func() { h.get("/v1/messages/"+first, keyNotify) })
-		}
-		wg.Wait()
-		slept := make(chan error, 1)
-		go func() { slept <- c.Do(context.Background(), "DEBUG", "SLEEP", "2").Err() }()
-		eventually(t, "Redis to stall", func() bool { return probe.Ping(t.Context()).Err() != nil })
+		slept := stallRedis(t, srv.Addr, 2, func() { h.get("/v1/messages/"+first, keyNotify) })
 		var header []string
 		if key != "" {
 			header = []string{"Idempotency-Key", key}

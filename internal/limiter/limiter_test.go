@@ -66,9 +66,9 @@ import (
 //	ingress-retry-redis-every-call [TestSharedKeysOutage]
 //	  breaker.go: `return c.ConsecutiveFailures >= 1 }` -> `return c.ConsecutiveFailures >= 1000000 }`
 //	ingress-fail-open-on-redis-error [TestSharedKeysOutage]
-//	  sharedkeys.go: `return s.fallback.Allow(ctx, key, r, cost)` -> `return KeyDecision{Allowed: true}, nil`
+//	  shared.go: `return s.fallback.Allow(ctx, key, r, cost)` -> `return KeyDecision{Allowed: true}, nil`
 //	ingress-log-per-call [TestSharedKeysOutage]
-//	  sharedkeys.go: `if s.onLocal != nil {` -> `if s.br.cfg.log.Warn(s.br.cfg.lost); s.onLocal != nil {`
+//	  shared.go: `if s.onLocal != nil {` -> `if s.br.cfg.log.Warn(s.br.cfg.lost); s.onLocal != nil {`
 //	log-mode-per-call [TestSharedFallbackAndRecovery]
 //	  shared.go: `s.log.Debug("limiter: deciding locally", "err", err)` -> `s.log.Warn("limiter: deciding locally", "err", err)`
 //	forget-shared-pause-in-fallback [TestSharedPauseHoldsWhenRedisDies]

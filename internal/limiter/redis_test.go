@@ -206,8 +206,6 @@ func rel(m map[string]keyState, base int64) map[string]string {
 	return out
 }
 
-// limiters returns a fresh Local, Redis and Shared limiter for cfg: the
-// properties below must hold for each.
 // eachLimiter runs fn as a parallel subtest for each of limiters(t, cfg),
 // named after it.
 func eachLimiter(t *testing.T, cfg Config, fn func(t *testing.T, l Limiter)) {
@@ -220,19 +218,18 @@ func eachLimiter(t *testing.T, cfg Config, fn func(t *testing.T, l Limiter)) {
 	}
 }
 
+// limiters returns a fresh Local, Redis and Shared limiter for cfg: the
+// properties below must hold for each.
 func limiters(t *testing.T, cfg Config) map[string]Limiter {
 	t.Helper()
-	l, err := NewLocal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := deciders(t, cfg)
 	r, _, _ := newRedisLimiter(t, cfg)
-	r2, _, _ := newRedisLimiter(t, cfg)
-	s, err := NewShared(SharedConfig{Redis: r2, MaxSenders: 3})
+	s, err := NewShared(SharedConfig{Redis: r, MaxSenders: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return map[string]Limiter{"local": l, "redis": r, "shared": s}
+	m["shared"] = s
+	return m
 }
 
 // TestIdleDoesNotBankCredit: however long a key was idle, at most its burst

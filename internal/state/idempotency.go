@@ -119,6 +119,23 @@ func checkRedis(c redis.UniversalClient, sp keyspace.Space) error {
 	return nil
 }
 
+// onRedis is all a Redis store of one account holds that needs no more:
+// the client and the account's keys.
+type onRedis struct {
+	c redis.UniversalClient
+	k keys
+}
+
+// newOnRedis returns the store S of sp's account on c, once checkRedis
+// accepts them.
+func newOnRedis[S ~struct{ onRedis }](c redis.UniversalClient, sp keyspace.Space) (*S, error) {
+	if err := checkRedis(c, sp); err != nil {
+		return nil, err
+	}
+	s := S{onRedis{c: c, k: newKeys(sp)}}
+	return &s, nil
+}
+
 // acquireScript returns the stored answer or takes the in-flight lock.
 //
 //	KEYS[1]  answer key (STRING, JSON Answer)

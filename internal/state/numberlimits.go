@@ -53,19 +53,13 @@ func checkNumberLimit(key string, limit int, window time.Duration) error {
 
 // RedisNumberLimits keep one ZSET per number hash under the account's tag,
 // on Redis time, expiring one window after its newest OTP.
-type RedisNumberLimits struct {
-	c redis.UniversalClient
-	k keys
-}
+type RedisNumberLimits struct{ onRedis }
 
 var _ NumberLimits = (*RedisNumberLimits)(nil)
 
 // NewRedisNumberLimits returns the per-number windows of sp's account on c.
 func NewRedisNumberLimits(c redis.UniversalClient, sp keyspace.Space) (*RedisNumberLimits, error) {
-	if err := checkRedis(c, sp); err != nil {
-		return nil, err
-	}
-	return &RedisNumberLimits{c: c, k: newKeys(sp)}, nil
+	return newOnRedis[RedisNumberLimits](c, sp)
 }
 
 // numberTakeScript takes one OTP of a number's window.

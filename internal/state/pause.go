@@ -49,19 +49,13 @@ func checkPause(ctx context.Context, d time.Duration, reason string) error {
 
 // RedisPause is the switch shared by every replica: one key whose value is
 // the reason and whose TTL is the rest of a timed pause.
-type RedisPause struct {
-	c   redis.UniversalClient
-	key string
-}
+type RedisPause struct{ onRedis }
 
 var _ Pause = (*RedisPause)(nil)
 
 // NewRedisPause returns the switch of sp's account on c.
 func NewRedisPause(c redis.UniversalClient, sp keyspace.Space) (*RedisPause, error) {
-	if err := checkRedis(c, sp); err != nil {
-		return nil, err
-	}
-	return &RedisPause{c: c, key: newKeys(sp).pause()}, nil
+	return newOnRedis[RedisPause](c, sp)
 }
 
 // Set writes the key, with d as its TTL (none for 0).
@@ -69,7 +63,7 @@ func (p *RedisPause) Set(ctx context.Context, d time.Duration, reason string) er
 	if err := checkPause(ctx, d, reason); err != nil {
 		return fmt.Errorf("state: pause: %w", err)
 	}
-	if err := p.c.Set(ctx, p.key, reason, d).Err(); err != nil {
+	if err := p.c.Set(ctx, p.k.pause(), reason, d).Err(); err != nil {
 		return fmt.Errorf("state: pause on redis: %w", err)
 	}
 	return nil
@@ -80,7 +74,7 @@ func (p *RedisPause) Clear(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("state: resume: %w", err)
 	}
-	if err := p.c.Del(ctx, p.key).Err(); err != nil {
+	if err := p.c.Del(ctx, p.k.pause()).Err(); err != nil {
 		return fmt.Errorf("state: resume on redis: %w", err)
 	}
 	return nil
@@ -92,8 +86,8 @@ func (p *RedisPause) Get(ctx context.Context) (PauseStatus, error) {
 		return PauseStatus{}, fmt.Errorf("state: read pause: %w", err)
 	}
 	pipe := p.c.Pipeline()
-	get := pipe.Get(ctx, p.key)
-	ttl := pipe.PTTL(ctx, p.key)
+	get := pipe.Get(ctx, p.k.pause())
+	ttl := pipe.PTTL(ctx, p.k.pause())
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return PauseStatus{}, fmt.Errorf("state: read pause on redis: %w", err)
 	}

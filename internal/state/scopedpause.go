@@ -53,19 +53,13 @@ func (k keys) scopedPauses() string { return k.api + "pause:scoped" }
 
 // RedisScopedPauses are shared by every replica: one HASH, read in one
 // round trip, every time taken from Redis TIME.
-type RedisScopedPauses struct {
-	c   redis.UniversalClient
-	key string
-}
+type RedisScopedPauses struct{ onRedis }
 
 var _ ScopedPauses = (*RedisScopedPauses)(nil)
 
 // NewRedisScopedPauses returns the scoped pauses of sp's account on c.
 func NewRedisScopedPauses(c redis.UniversalClient, sp keyspace.Space) (*RedisScopedPauses, error) {
-	if err := checkRedis(c, sp); err != nil {
-		return nil, err
-	}
-	return &RedisScopedPauses{c: c, key: newKeys(sp).scopedPauses()}, nil
+	return newOnRedis[RedisScopedPauses](c, sp)
 }
 
 // scopedSetScript: KEYS[1] the HASH; ARGV scope, d in ms (0: until
@@ -110,7 +104,7 @@ func (p *RedisScopedPauses) Set(ctx context.Context, scope string, d time.Durati
 	if err := checkPause(ctx, d, reason); err != nil {
 		return fmt.Errorf("state: pause: %w", err)
 	}
-	n, err := scopedSetScript.Run(ctx, p.c, []string{p.key}, scope, d.Milliseconds(), reason, MaxScopedPauses).Int()
+	n, err := scopedSetScript.Run(ctx, p.c, []string{p.k.scopedPauses()}, scope, d.Milliseconds(), reason, MaxScopedPauses).Int()
 	if err != nil {
 		return fmt.Errorf("state: pause on redis: %w", err)
 	}
@@ -125,7 +119,7 @@ func (p *RedisScopedPauses) Clear(ctx context.Context, scope string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("state: resume: %w", err)
 	}
-	if err := p.c.HDel(ctx, p.key, scope).Err(); err != nil {
+	if err := p.c.HDel(ctx, p.k.scopedPauses(), scope).Err(); err != nil {
 		return fmt.Errorf("state: resume on redis: %w", err)
 	}
 	return nil
@@ -133,14 +127,14 @@ func (p *RedisScopedPauses) Clear(ctx context.Context, scope string) error {
 
 // Key is the HASH of the scoped pauses: a queue's set-aside script reads
 // a producer's field in it (queue.Shelf).
-func (p *RedisScopedPauses) Key() string { return p.key }
+func (p *RedisScopedPauses) Key() string { return p.k.scopedPauses() }
 
 // All reads the HASH in one round trip.
 func (p *RedisScopedPauses) All(ctx context.Context) (map[string]PauseStatus, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("state: read pauses: %w", err)
 	}
-	vals, err := scopedAllScript.Run(ctx, p.c, []string{p.key}).StringSlice()
+	vals, err := scopedAllScript.Run(ctx, p.c, []string{p.k.scopedPauses()}).StringSlice()
 	if err != nil || len(vals) == 0 {
 		return nil, fmt.Errorf("state: read pauses on redis: %w", err)
 	}

@@ -54,19 +54,13 @@ func checkSticky(keys, senders []string, ttl time.Duration) error {
 
 // RedisStickySenders keep one STRING per key under the account's tag,
 // expiring ttl after its last use.
-type RedisStickySenders struct {
-	c redis.UniversalClient
-	k keys
-}
+type RedisStickySenders struct{ onRedis }
 
 var _ StickySenders = (*RedisStickySenders)(nil)
 
 // NewRedisStickySenders returns the sticky senders of sp's account on c.
 func NewRedisStickySenders(c redis.UniversalClient, sp keyspace.Space) (*RedisStickySenders, error) {
-	if err := checkRedis(c, sp); err != nil {
-		return nil, err
-	}
-	return &RedisStickySenders{c: c, k: newKeys(sp)}, nil
+	return newOnRedis[RedisStickySenders](c, sp)
 }
 
 // stickScript keeps or sets each key's sender.

@@ -139,6 +139,21 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}
 }
 
+// sendTo sends one message through the adapter to a server answering
+// with h, and returns Send's error.
+func sendTo(t *testing.T, h http.HandlerFunc) error {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	p, err := httpprov.New(httpprov.Config{URL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.CloseIdleConnections()
+	_, err = p.Send(context.Background(), &provider.Request{ID: sms.NewID(time.Now()), To: "+819012345678", Body: "x"})
+	return err
+}
+
 // The simulator's suspension carries the remaining time; the adapter must
 // pass it on exactly, and a 403 that is not a suspension is an auth failure.
 func TestForbiddenSuspendedVersusAuth(t *testing.T) {
@@ -154,18 +169,13 @@ func TestForbiddenSuspendedVersusAuth(t *testing.T) {
 		{`{"error":"forbidden"}`, "5", provider.ReasonAuth, 0},
 		{`not json`, "", provider.ReasonAuth, 0},
 	} {
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		err := sendTo(t, func(w http.ResponseWriter, r *http.Request) {
 			if tc.ra != "" {
 				w.Header().Set("Retry-After", tc.ra)
 			}
 			w.WriteHeader(http.StatusForbidden)
 			_, _ = io.WriteString(w, tc.body)
-		}))
-		p, err := httpprov.New(httpprov.Config{URL: srv.URL})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = p.Send(context.Background(), &provider.Request{ID: sms.NewID(time.Now()), To: "+819012345678", Body: "x"})
+		})
 		pe := provider.AsError(err)
 		if pe == nil || pe.Reason != tc.reason || pe.RetryAfter != tc.pause {
 			t.Errorf("403 %s (Retry-After %q): got %v, want %s with pause %v", tc.body, tc.ra, err, tc.reason, tc.pause)
@@ -173,8 +183,6 @@ func TestForbiddenSuspendedVersusAuth(t *testing.T) {
 		if pe != nil && pe.Temporary != (tc.reason == provider.ReasonSuspended) {
 			t.Errorf("403 %s: Temporary = %v", tc.body, pe.Temporary)
 		}
-		p.CloseIdleConnections()
-		srv.Close()
 	}
 }
 
@@ -332,22 +340,15 @@ func TestTransientClientErrorsRetried(t *testing.T) {
 		{http.StatusRequestEntityTooLarge, provider.ReasonRejected, false},
 		{http.StatusUnprocessableEntity, provider.ReasonRejected, false},
 	} {
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		err := sendTo(t, func(w http.ResponseWriter, r *http.Request) {
 			_, _ = io.Copy(io.Discard, r.Body)
 			w.WriteHeader(tc.status)
 			_, _ = io.WriteString(w, `{"error":"x"}`)
-		}))
-		p, err := httpprov.New(httpprov.Config{URL: srv.URL})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = p.Send(context.Background(), &provider.Request{ID: sms.NewID(time.Now()), To: "+819012345678", Body: "x"})
+		})
 		pe := provider.AsError(err)
 		if pe == nil || pe.Reason != tc.reason || pe.Temporary != tc.temporary || pe.Status != tc.status {
 			t.Errorf("%d: got %+v, want %s temporary=%v", tc.status, pe, tc.reason, tc.temporary)
 		}
-		p.CloseIdleConnections()
-		srv.Close()
 	}
 }
 
@@ -370,23 +371,16 @@ func TestSuspendedUnreadableRetryAfter(t *testing.T) {
 		{"30", 30 * time.Second},
 		{"99999999", provider.MaxRetryAfter},
 	} {
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		err := sendTo(t, func(w http.ResponseWriter, r *http.Request) {
 			_, _ = io.Copy(io.Discard, r.Body)
 			if tc.ra != "" {
 				w.Header().Set("Retry-After", tc.ra)
 			}
 			w.WriteHeader(http.StatusForbidden)
 			_, _ = io.WriteString(w, `{"error":"account suspended"}`)
-		}))
-		p, err := httpprov.New(httpprov.Config{URL: srv.URL})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = p.Send(context.Background(), &provider.Request{ID: sms.NewID(time.Now()), To: "+819012345678", Body: "x"})
+		})
 		if pe := provider.AsError(err); pe == nil || pe.Reason != provider.ReasonSuspended || pe.RetryAfter != tc.pause {
 			t.Errorf("Retry-After %q: got %+v, want suspended for %v", tc.ra, pe, tc.pause)
 		}
-		p.CloseIdleConnections()
-		srv.Close()
 	}
 }

@@ -88,10 +88,16 @@ func BenchmarkEnqueueMany100(b *testing.B) {
 // queue holding b.N messages.
 func BenchmarkTakeComplete(b *testing.B) {
 	q, h := countedQueue(b)
+	b.ReportAllocs()
+	deliveries(b, q, h)
+}
+
+// deliveries fills q with b.N+1 messages and times b.N deliveries of them
+// after one that warms the script cache, reported in round trips each.
+func deliveries(b *testing.B, q *Queue, h *redistest.RoundTrips) {
 	fill(b, q, b.N+1)
 	deliver(b, q) // script cache warm
 	start := h.N()
-	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
 		deliver(b, q)
@@ -230,15 +236,7 @@ func BenchmarkTakePastShelf(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			fill(b, q, b.N+1)
-			deliver(b, q) // script cache warm
-			start := h.N()
-			b.ResetTimer()
-			for range b.N {
-				deliver(b, q)
-			}
-			b.StopTimer()
-			b.ReportMetric(float64(h.N()-start)/float64(b.N), "roundtrips/op")
+			deliveries(b, q, h)
 		})
 	}
 }

@@ -234,30 +234,31 @@ func testIdemInvalid(t *testing.T, h Harness) {
 	mustLock(t, s, strings.Repeat("k", state.MaxKeyLen), minute)
 }
 
-func getPause(t *testing.T, p state.Pause) state.PauseStatus {
+// read is get's answer, or the test fails.
+func read[T any](t *testing.T, get func(context.Context) (T, error)) T {
 	t.Helper()
-	st, err := p.Get(t.Context())
+	v, err := get(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return st
+	return v
 }
 
 func testPauseUntilCleared(t *testing.T, h Harness) {
 	p := h.Pause(t, 2)
-	if st := getPause(t, p[1]); st != (state.PauseStatus{}) {
+	if st := read(t, p[1].Get); st != (state.PauseStatus{}) {
 		t.Fatalf("fresh switch %+v, want off", st)
 	}
 	if err := p[0].Set(t.Context(), 0, "maintenance"); err != nil {
 		t.Fatal(err)
 	}
-	if st := getPause(t, p[1]); st != (state.PauseStatus{On: true, Reason: "maintenance"}) {
+	if st := read(t, p[1].Get); st != (state.PauseStatus{On: true, Reason: "maintenance"}) {
 		t.Fatalf("after Set(0) %+v, want on until cleared", st)
 	}
 	if err := p[1].Clear(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if st := getPause(t, p[0]); st != (state.PauseStatus{}) {
+	if st := read(t, p[0].Get); st != (state.PauseStatus{}) {
 		t.Fatalf("after Clear %+v, want off", st)
 	}
 }
@@ -267,14 +268,14 @@ func testPauseTimed(t *testing.T, h Harness) {
 	if err := p[0].Set(t.Context(), minute, "slow down"); err != nil {
 		t.Fatal(err)
 	}
-	st := getPause(t, p[1])
+	st := read(t, p[1].Get)
 	if !st.On || st.Reason != "slow down" || st.Remaining > minute || st.Remaining < 50*time.Second {
 		t.Fatalf("after Set(1m) %+v, want on with about a minute left", st)
 	}
 	if err := p[0].Set(t.Context(), 150*time.Millisecond, "short"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the timed pause to end", func() bool { return getPause(t, p[1]) == state.PauseStatus{} })
+	eventually(t, "the timed pause to end", func() bool { return read(t, p[1].Get) == state.PauseStatus{} })
 }
 
 func testPauseReplaces(t *testing.T, h Harness) {
@@ -285,13 +286,13 @@ func testPauseReplaces(t *testing.T, h Harness) {
 	if err := p[1].Set(t.Context(), 0, "b"); err != nil {
 		t.Fatal(err)
 	}
-	if st := getPause(t, p[0]); st != (state.PauseStatus{On: true, Reason: "b"}) {
+	if st := read(t, p[0].Get); st != (state.PauseStatus{On: true, Reason: "b"}) {
 		t.Fatalf("timed then until-cleared: %+v", st)
 	}
 	if err := p[0].Set(t.Context(), minute, "c"); err != nil {
 		t.Fatal(err)
 	}
-	if st := getPause(t, p[1]); !st.On || st.Reason != "c" || st.Remaining <= 0 || st.Remaining > minute {
+	if st := read(t, p[1].Get); !st.On || st.Reason != "c" || st.Remaining <= 0 || st.Remaining > minute {
 		t.Fatalf("until-cleared then timed: %+v", st)
 	}
 }
@@ -306,7 +307,7 @@ func testPauseInvalid(t *testing.T, h Harness) {
 			t.Errorf("Set(%s, %d bytes): no error", tc.d, len(tc.reason))
 		}
 	}
-	if st := getPause(t, p); st != (state.PauseStatus{}) {
+	if st := read(t, p.Get); st != (state.PauseStatus{}) {
 		t.Fatalf("refused Sets changed the switch: %+v", st)
 	}
 }
@@ -366,18 +367,9 @@ func testCountersConcurrent(t *testing.T, h Harness) {
 	}
 }
 
-func count(t *testing.T, g state.Throttles) int {
-	t.Helper()
-	n, err := g.Count(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 func testThrottlesRecordCount(t *testing.T, h Harness) {
 	g := h.Throttles(t, 10*minute, 2)
-	if n := count(t, g[1]); n != 0 {
+	if n := read(t, g[1].Count); n != 0 {
 		t.Fatalf("fresh window counts %d", n)
 	}
 	for i, s := range []state.Throttles{g[0], g[1], g[0]} {
@@ -386,7 +378,7 @@ func testThrottlesRecordCount(t *testing.T, h Harness) {
 			t.Fatalf("Record429 #%d = %d, %v; want %d", i+1, n, err, i+1)
 		}
 	}
-	if n := count(t, g[1]); n != 3 {
+	if n := read(t, g[1].Count); n != 3 {
 		t.Fatalf("Count = %d, want 3", n)
 	}
 }
@@ -398,7 +390,7 @@ func testThrottlesWindow(t *testing.T, h Harness) {
 			t.Fatalf("Record429 = %d, %v", n, err)
 		}
 	}
-	eventually(t, "the 429s to leave the window", func() bool { return count(t, g[1]) == 0 })
+	eventually(t, "the 429s to leave the window", func() bool { return read(t, g[1].Count) == 0 })
 	if n, err := g[1].Record429(t.Context()); err != nil || n != 1 {
 		t.Fatalf("Record429 on an emptied window = %d, %v; want 1", n, err)
 	}
@@ -418,7 +410,7 @@ func testThrottlesConcurrent(t *testing.T, h Harness) {
 		})
 	}
 	wg.Wait()
-	if n := count(t, g[0]); n != 60 {
+	if n := read(t, g[0].Count); n != 60 {
 		t.Fatalf("Count after 60 concurrent 429s = %d", n)
 	}
 }
