@@ -86,7 +86,7 @@ const (
 func NewPools(cfg config.Config, reg prometheus.Registerer, log *slog.Logger) (*Pools, error) {
 	p := &Pools{producers: map[string]*producerPools{}, rates: map[string]float64{}, clocks: map[string]int64{}, Log: log}
 	p.assigned = metricdef.CounterVec("smsgw_sender_pool_assignments_total",
-		"Messages without a from given a sender of their producer's pool for their class, by producer, class, sender and how (sticky, new, store_failed).",
+		"Messages without a from given a sender of their producer's pool for their class, by producer, class, sender (a number masked) and how (sticky, new, store_failed).",
 		"producer", "class", "sender", "how")
 	pooled := false
 	for _, pr := range cfg.Producers {
@@ -104,7 +104,7 @@ func NewPools(cfg config.Config, reg prometheus.Registerer, log *slog.Logger) (*
 				pooled = true
 				p.rates[s] = senderRate(cfg.Limits, s)
 				for _, how := range []string{assignedSticky, assignedNew, assignedStoreFailed} {
-					p.assigned.WithLabelValues(pr.Name, cl.String(), s, how)
+					p.assigned.WithLabelValues(pr.Name, cl.String(), sms.SenderLabel(s), how)
 				}
 			}
 		}
@@ -179,7 +179,7 @@ func (p *Pools) assignSenders(ctx context.Context, producer string, ms []*sms.Me
 	}
 	p.mu.Unlock()
 	for i, m := range pooled {
-		p.assigned.WithLabelValues(producer, m.Class.String(), m.From, how[i]).Inc()
+		p.assigned.WithLabelValues(producer, m.Class.String(), sms.SenderLabel(m.From), how[i]).Inc()
 	}
 }
 

@@ -199,9 +199,15 @@ func (c *Config) validateLimits(p *problems) {
 		r, ok := c.validateClass(p, name, l.Classes[name])
 		rates, ratesOK = append(rates, r), ratesOK && ok
 	}
+	labels := map[string]bool{}
 	for _, name := range slices.Sorted(maps.Keys(l.Senders)) {
 		r, ok := c.validateSender(p, name, l.Senders[name])
 		rates, ratesOK = append(rates, r), ratesOK && ok
+		if label := sms.SenderLabel(name); labels[label] {
+			p.add("limits.senders."+label, "two senders show as %s (their numbers masked) in metrics and the stats answer: configure one of them only, or senders whose masked forms differ", label)
+		} else {
+			labels[label] = true
+		}
 	}
 	if l.MaxSenders < 1 {
 		p.add("limits.max_senders", "must be >= 1")
@@ -253,11 +259,7 @@ func (c *Config) validateClass(p *problems, name string, cl ClassLimits) (limite
 // phone number masked.
 func (c *Config) validateSender(p *problems, name string, sl SenderLimits) (limiter.Rate, bool) {
 	l := c.Limits
-	shown := name
-	if strings.HasPrefix(name, "+") || name != "" && name[0] >= '0' && name[0] <= '9' {
-		shown = sms.MaskPhone(name)
-	}
-	key := "limits.senders." + shown
+	key := "limits.senders." + sms.SenderLabel(name)
 	if name == "" {
 		p.add("limits.senders", "a sender with an empty name")
 	}

@@ -32,7 +32,6 @@ package dispatch
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
@@ -52,7 +51,7 @@ const senderOther = "other"
 // senderLabel is the metric label of sender.
 func (d *Dispatcher) senderLabel(sender string) string {
 	if _, ok := d.cfg.Pacing.Senders[sender]; ok {
-		return sender
+		return sms.SenderLabel(sender)
 	}
 	return senderOther
 }
@@ -278,7 +277,11 @@ func newSenderMetrics(reg prometheus.Registerer, d *Dispatcher) (*senderMetrics,
 
 // labels are the configured senders and "other", sorted.
 func (m *senderMetrics) labels() []string {
-	return append(slices.Sorted(maps.Keys(m.d.cfg.Pacing.Senders)), senderOther)
+	var out []string
+	for s := range m.d.cfg.Pacing.Senders {
+		out = append(out, sms.SenderLabel(s))
+	}
+	return append(slices.Sorted(slices.Values(out)), senderOther)
 }
 
 func (m *senderMetrics) Describe(ch chan<- *prometheus.Desc) { metricdef.Describe(ch, m.pause) }

@@ -1069,7 +1069,7 @@ func TestTwilioReceipts(t *testing.T) {
 // 30001 (a sender's queue overflowed) pauses that sender alone, through
 // the same path a send's answer takes, and the account keeps sending; one
 // with 30002 (account suspended) pauses the account. Both are counted for
-// the alerts.
+// the alerts; the sender's number is a masked label.
 func TestReceiptsPauseASenderOrTheAccount(t *testing.T) {
 	h, v, callback := twilioSent(t, func(c *config.Config) {
 		c.Limits.Senders = map[string]config.SenderLimits{"+15005550009": {MaxRPS: 1}}
@@ -1091,7 +1091,7 @@ func TestReceiptsPauseASenderOrTheAccount(t *testing.T) {
 	if m[`smsgw_dispatch_reported_pauses_total{scope="sender"}`] != 1 || m[`smsgw_dispatch_reported_pauses_total{scope="account"}`] != 0 {
 		t.Errorf("after 30001: %v, want one sender pause", m)
 	}
-	if left := m[`smsgw_dispatch_sender_pause_remaining_seconds{sender="+15005550009"}`]; left < twilio.QueueFullPause.Seconds()-60 {
+	if left := m[`smsgw_dispatch_sender_pause_remaining_seconds{sender="+150****0009"}`]; left < twilio.QueueFullPause.Seconds()-60 {
 		t.Errorf("the sender's pause is %v s, want about %v", left, twilio.QueueFullPause.Seconds())
 	}
 	h.sendAndWait(t) // the account's own sender still sends

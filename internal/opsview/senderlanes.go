@@ -175,7 +175,7 @@ func (l *SenderLanes) Read(ctx context.Context) []SenderLane {
 	out := make([]SenderLane, 0, len(l.names)+1)
 	for i, name := range append(slices.Clone(l.names), SenderLaneOther) {
 		st := l.lanes[name]
-		lane := SenderLane{Sender: name, SentPerSecond: st.rate(now)}
+		lane := SenderLane{Sender: sms.SenderLabel(name), SentPerSecond: st.rate(now)}
 		if r, ok := l.limits[name]; ok {
 			lane.MaxRPS = &r
 		}
@@ -272,9 +272,13 @@ func laneBacklogs(lanes []queue.LaneStats, limits map[string]float64) map[string
 }
 
 // withBacklog sets each lane's backlog and oldest_seconds from the
-// queue's lanes.
+// queue's lanes. A lane in sl is named by its sender's label
+// (sms.SenderLabel), unique among the configured senders.
 func withBacklog(sl []SenderLane, lanes []queue.LaneStats, limits map[string]float64) {
-	bs := laneBacklogs(lanes, limits)
+	bs := map[string]*laneBacklog{}
+	for name, b := range laneBacklogs(lanes, limits) {
+		bs[sms.SenderLabel(name)] = b
+	}
 	for i := range sl {
 		if b, ok := bs[sl[i].Sender]; ok {
 			n, age := b.total, b.oldest.Seconds()
@@ -329,11 +333,11 @@ func (c *SenderLaneCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for name, b := range laneBacklogs(lanes, c.limits) {
 		for _, cl := range sms.Classes {
-			ch <- prometheus.MustNewConstMetric(c.backlog, prometheus.GaugeValue, float64(b.byClass[cl]), name, cl.String())
+			ch <- prometheus.MustNewConstMetric(c.backlog, prometheus.GaugeValue, float64(b.byClass[cl]), sms.SenderLabel(name), cl.String())
 		}
-		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, b.oldest.Seconds(), name)
+		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, b.oldest.Seconds(), sms.SenderLabel(name))
 		if r := c.limits[name]; r > 0 {
-			ch <- prometheus.MustNewConstMetric(c.drain, prometheus.GaugeValue, float64(b.total)/r, name)
+			ch <- prometheus.MustNewConstMetric(c.drain, prometheus.GaugeValue, float64(b.total)/r, sms.SenderLabel(name))
 		}
 	}
 }

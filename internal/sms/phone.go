@@ -447,6 +447,18 @@ func validateOtherSender(s string) error {
 	return invalid("from", "an alphanumeric sender id needs at least one letter")
 }
 
+// SenderLabel is how a configured sender id is shown outside the
+// configuration (metric labels, the stats answer, logs): an id that looks
+// like a phone number (a leading '+' or digit) masked as MaskPhone does, an
+// alphanumeric id or a Messaging Service SID as it is. Two numbers can share
+// a label; the configuration refuses two senders of one label.
+func SenderLabel(id string) string {
+	if id != "" && (id[0] == '+' || id[0] >= '0' && id[0] <= '9') {
+		return MaskPhone(id)
+	}
+	return id
+}
+
 // MaskPhone hides the middle of a phone number for logs: "+819012345678"
 // becomes "+8190****5678". At least four characters are always hidden, and
 // inputs shorter than 10 characters are masked entirely. Any kept character
