@@ -420,7 +420,7 @@ func TestSenderThrottlePausesOnlyItsSender(t *testing.T) {
 	if got := value(d.m.throttles); got != 0 {
 		t.Errorf("the account's throttle count (the suspension guard's) is %v after a sender's 429", got)
 	}
-	if got := value(d.sm.pauses.WithLabelValues(senderOther, string(provider.ReasonThrottled))); got != 1 {
+	if got := value(d.sm.pauses.WithLabelValues(SenderOther, string(provider.ReasonThrottled))); got != 1 {
 		t.Errorf("sender pauses of other senders: %v, want 1", got)
 	}
 }

@@ -44,16 +44,24 @@ import (
 	"smsgw/internal/sms"
 )
 
-// senderOther is the metric label of every sender without a limit of its
-// own.
-const senderOther = "other"
+// SenderOther is the lane of every sender without a limit of its own.
+const SenderOther = "other"
+
+// SenderLane is sender's lane among the configured senders (those of
+// limits.senders): the sender itself when it has a limit of its own, else
+// SenderOther. The set of lanes is so fixed by the configuration, and
+// nothing a request sends grows it. Shown outside the configuration, a
+// lane is its sms.SenderLabel.
+func SenderLane[V any](configured map[string]V, sender string) string {
+	if _, ok := configured[sender]; ok {
+		return sender
+	}
+	return SenderOther
+}
 
 // senderLabel is the metric label of sender.
 func (d *Dispatcher) senderLabel(sender string) string {
-	if _, ok := d.cfg.Pacing.Senders[sender]; ok {
-		return sms.SenderLabel(sender)
-	}
-	return senderOther
+	return sms.SenderLabel(SenderLane(d.cfg.Pacing.Senders, sender))
 }
 
 // senderPauseLeft is how long this process knows sender to be paused.
@@ -281,7 +289,7 @@ func (m *senderMetrics) labels() []string {
 	for s := range m.d.cfg.Pacing.Senders {
 		out = append(out, sms.SenderLabel(s))
 	}
-	return append(slices.Sorted(slices.Values(out)), senderOther)
+	return append(slices.Sorted(slices.Values(out)), SenderOther)
 }
 
 func (m *senderMetrics) Describe(ch chan<- *prometheus.Desc) { metricdef.Describe(ch, m.pause) }

@@ -40,7 +40,7 @@ import (
 )
 
 // SenderLaneOther is the lane of every sender without a limit of its own.
-const SenderLaneOther = "other"
+const SenderLaneOther = dispatch.SenderOther
 
 // rateSeconds is how many whole seconds a lane's rate is counted over.
 const rateSeconds = 10
@@ -107,10 +107,7 @@ func NewSenderLanes(limits map[string]float64, pauses SenderPauseReader, now fun
 
 // lane is the lane of sender.
 func (l *SenderLanes) lane(sender string) string {
-	if _, ok := l.limits[sender]; ok {
-		return sender
-	}
-	return SenderLaneOther
+	return dispatch.SenderLane(l.limits, sender)
 }
 
 // Observe wraps p: every send it accepts counts toward its lane's rate,
@@ -255,11 +252,7 @@ func laneBacklogs(lanes []queue.LaneStats, limits map[string]float64) map[string
 		out[s] = &laneBacklog{}
 	}
 	for _, l := range lanes {
-		name := l.Lane
-		if _, ok := limits[name]; !ok {
-			name = SenderLaneOther
-		}
-		b := out[name]
+		b := out[dispatch.SenderLane(limits, l.Lane)]
 		for c, n := range l.Queued {
 			if c.Valid() {
 				b.byClass[c] += n
